@@ -1,0 +1,119 @@
+"""Starting, finding and stopping the background servers of the local stack."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on `host` (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
+        return True
+    return False
+
+
+def wait_for_port(host: str, port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+    """Block until something accepts connections on host:port.
+
+    Raises RuntimeError if `process` exits first or the timeout passes.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_is_open(host, port):
+            return
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process {process.args!r} exited with code {process.returncode} before listening on {host}:{port}")
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listened on {host}:{port} within {timeout:.0f}s")
+
+
+def pid_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def stop_pid(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM the process group (or process), then SIGKILL after `timeout`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not pid_is_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class BackgroundProcess:
+    """A server started in its own process group, with its log file."""
+
+    name: str
+    pid: int
+    host: str
+    port: int
+    log_file: Path
+
+    def stop(self, timeout: float = 10.0) -> None:
+        stop_pid(self.pid, timeout)
+
+    @property
+    def alive(self) -> bool:
+        return pid_is_alive(self.pid)
+
+
+def start_background(
+    name: str,
+    command: list[str],
+    host: str,
+    port: int,
+    log_file: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 30.0,
+) -> BackgroundProcess:
+    """Start `command` detached (own session), wait until it listens on host:port."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=str(cwd) if cwd else None,
+            start_new_session=True,
+        )
+    try:
+        wait_for_port(host, port, timeout=timeout, process=proc)
+    except RuntimeError as exc:
+        stop_pid(proc.pid, timeout=2)
+        tail = log_file.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{name} did not start: {exc}\n--- {log_file} (tail) ---\n{tail}") from exc
+    return BackgroundProcess(name=name, pid=proc.pid, host=host, port=port, log_file=log_file)

@@ -1,0 +1,13 @@
+"""Shared test fixtures.
+
+Fixtures that start real servers live in tests/fixtures/ (one module per
+component) and are session-scoped: one broker, one registry, one catalog server
+and one Spark JVM serve the whole run. Each test isolates itself with unique
+topic, namespace and table names.
+"""
+
+pytest_plugins = [
+    "tests.fixtures.stack",
+    "tests.fixtures.catalog",
+    "tests.fixtures.spark",
+]
