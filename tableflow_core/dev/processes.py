@@ -25,7 +25,9 @@ def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
     return False
 
 
-def wait_for_port(host: str, port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+def wait_for_port(
+    host: str, port: int, timeout: float = 30.0, process: subprocess.Popen | None = None
+) -> None:  # type: ignore[type-arg]
     """Block until something accepts connections on host:port.
 
     Raises RuntimeError if `process` exits first or the timeout passes.
@@ -35,7 +37,9 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0, process: subproce
         if port_is_open(host, port):
             return
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process {process.args!r} exited with code {process.returncode} before listening on {host}:{port}")
+            raise RuntimeError(
+                f"process {process.args!r} exited with code {process.returncode} before listening on {host}:{port}"
+            )
         time.sleep(0.1)
     raise RuntimeError(f"nothing listened on {host}:{port} within {timeout:.0f}s")
 
@@ -115,5 +119,7 @@ def start_background(
     except RuntimeError as exc:
         stop_pid(proc.pid, timeout=2)
         tail = log_file.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{name} did not start: {exc}\n--- {log_file} (tail) ---\n{tail}") from exc
+        raise RuntimeError(
+            f"{name} did not start: {exc}\n--- {log_file} (tail) ---\n{tail}"
+        ) from exc
     return BackgroundProcess(name=name, pid=proc.pid, host=host, port=port, log_file=log_file)

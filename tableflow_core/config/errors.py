@@ -1,0 +1,42 @@
+"""Config errors that name the file, line and field, and suggest fixes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with the project, located as precisely as we can."""
+
+    message: str
+    file: Path | None = None
+    line: int | None = None
+    field_path: str | None = None
+
+    def render(self, root: Path | None = None) -> str:
+        where = ""
+        if self.file is not None:
+            shown = self.file
+            if root is not None:
+                try:
+                    shown = self.file.resolve().relative_to(root.resolve())
+                except ValueError:
+                    shown = self.file
+            where = f"{shown}:{self.line}" if self.line else f"{shown}"
+        field = f" [{self.field_path}]" if self.field_path else ""
+        prefix = f"{where}{field}: " if where or field else ""
+        return f"{prefix}{self.message}"
+
+
+class ConfigError(Exception):
+    """The project cannot be loaded; carries every problem found, not just the first."""
+
+    def __init__(self, problems: list[ConfigProblem], root: Path | None = None) -> None:
+        self.problems = problems
+        self.root = root
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(problem.render(self.root) for problem in self.problems)

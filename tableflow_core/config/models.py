@@ -1,0 +1,641 @@
+"""The project model: what users write in `tableflow_project.yml` and `tables/*.yml`.
+
+Every model forbids unknown keys (a typo is an error, with a suggestion) and is
+frozen: a loaded project is an immutable value that planning reads but never edits.
+Field descriptions double as the generated reference in docs/reference.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ConfigModel(BaseModel):
+    """Base for every config model: strict keys, immutable, documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def parse_duration_seconds(text: str) -> float:
+    """'500ms', '30s', '5m', '1h', '1d' -> seconds."""
+    match = DURATION_PATTERN.match(text)
+    if not match:
+        raise ValueError(
+            f"invalid duration {text!r}: use a number and a unit (ms, s, m, h, d), e.g. '5m'"
+        )
+    return int(match.group(1)) * DURATION_UNITS_S[match.group(2)]
+
+
+# ---------------------------------------------------------------- connections
+
+
+class KafkaSecurity(ConfigModel):
+    """Security settings passed through to librdkafka."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="`security.protocol`."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = (
+        Field(None, description="`sasl.mechanism`.")
+    )
+    sasl_username: str | None = Field(
+        None, description="`sasl.username` (an API key on Confluent Cloud)."
+    )
+    sasl_password: SecretStr | None = Field(
+        None, description="`sasl.password`; secret, never printed."
+    )
+    ssl_ca_location: str | None = Field(None, description="`ssl.ca.location`.")
+    ssl_certificate_location: str | None = Field(None, description="`ssl.certificate.location`.")
+    ssl_key_location: str | None = Field(None, description="`ssl.key.location`.")
+    ssl_key_password: SecretStr | None = Field(None, description="`ssl.key.password`; secret.")
+
+
+class KafkaConnection(ConfigModel):
+    """How to reach the Kafka cluster."""
+
+    bootstrap_servers: str = Field(description="Comma-separated host:port list.")
+    security: KafkaSecurity = Field(
+        default_factory=KafkaSecurity, description="TLS / SASL settings."
+    )
+    config: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka consumer properties, passed through verbatim "
+        "(e.g. `receive.message.max.bytes`).",
+    )
+
+
+class BasicAuth(ConfigModel):
+    username: str = Field(description="User name (an API key on Confluent Cloud).")
+    password: SecretStr = Field(description="Password (API secret); secret, never printed.")
+
+
+class SchemaRegistryConnection(ConfigModel):
+    """A Confluent-compatible Schema Registry (Confluent, Karapace, Redpanda, Apicurio, dev)."""
+
+    url: str = Field(description="Base URL, e.g. `http://127.0.0.1:8081`.")
+    basic_auth: BasicAuth | None = Field(None, description="HTTP basic auth.")
+    ssl_ca_location: str | None = Field(None, description="CA bundle for https.")
+
+
+class EmbeddedCatalogAuth(ConfigModel):
+    """Auth of the embedded REST catalog server."""
+
+    mode: Literal["none", "client_credentials"] = Field(
+        "client_credentials",
+        description="`none` is for local development only and must be chosen explicitly.",
+    )
+    client_id: str | None = Field(None, description="OAuth2 client id engines use.")
+    client_secret: SecretStr | None = Field(None, description="OAuth2 client secret; secret.")
+
+    @model_validator(mode="after")
+    def _credentials_present(self) -> EmbeddedCatalogAuth:
+        if self.mode == "client_credentials" and (not self.client_id or not self.client_secret):
+            raise ValueError("auth mode client_credentials needs client_id and client_secret")
+        return self
+
+
+class EmbeddedCatalog(ConfigModel):
+    """The project's own Iceberg REST catalog server (pyiceberg SqlCatalog behind it)."""
+
+    type: Literal["embedded"] = "embedded"
+    name: str = Field(
+        "tableflow", pattern=IDENTIFIER, description="Catalog name in Spark and engines."
+    )
+    warehouse: str = Field(
+        "./.tableflow/warehouse", description="Where table data and metadata live."
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL of the catalog database; default SQLite file beside the warehouse. "
+        "PostgreSQL: `postgresql+psycopg2://...`.",
+    )
+    host: str = Field("127.0.0.1", description="Address the server binds to.")
+    port: int = Field(8181, ge=0, le=65535, description="Port; 0 picks a free one.")
+    auth: EmbeddedCatalogAuth = Field(
+        default_factory=lambda: EmbeddedCatalogAuth(mode="none"),
+        description="Client credentials engines must present.",
+    )
+
+
+class RestCatalog(ConfigModel):
+    """Any Iceberg REST catalog (Polaris, Unity, Glue REST, Confluent Tableflow, Nessie...)."""
+
+    type: Literal["rest"] = "rest"
+    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
+    uri: str = Field(description="REST endpoint, e.g. `https://catalog.example.com/api/catalog`.")
+    warehouse: str | None = Field(None, description="Warehouse identifier sent to the server.")
+    credential: SecretStr | None = Field(None, description="`client_id:client_secret`; secret.")
+    token: SecretStr | None = Field(None, description="Static bearer token; secret.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra catalog properties."
+    )
+
+
+class SqlCatalog(ConfigModel):
+    """pyiceberg/Iceberg JDBC-style SQL catalog."""
+
+    type: Literal["sql"] = "sql"
+    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
+    uri: str = Field(description="SQLAlchemy URL (pyiceberg) of the catalog database.")
+    jdbc_uri: str | None = Field(None, description="JDBC URL Spark uses for the same database.")
+    warehouse: str = Field(description="Warehouse location.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra catalog properties."
+    )
+
+
+class GlueCatalog(ConfigModel):
+    """AWS Glue Data Catalog."""
+
+    type: Literal["glue"] = "glue"
+    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
+    warehouse: str = Field(description="s3:// warehouse location.")
+    region: str | None = Field(None, description="AWS region.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra catalog properties."
+    )
+
+
+class HiveCatalog(ConfigModel):
+    """Hive Metastore."""
+
+    type: Literal["hive"] = "hive"
+    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
+    uri: str = Field(description="thrift://host:9083")
+    warehouse: str = Field(description="Warehouse location.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra catalog properties."
+    )
+
+
+CatalogConfig = Annotated[
+    EmbeddedCatalog | RestCatalog | SqlCatalog | GlueCatalog | HiveCatalog,
+    Field(discriminator="type"),
+]
+
+
+class SparkSettings(ConfigModel):
+    """The Spark application `apply` runs in."""
+
+    master: str = Field(
+        "local[*]",
+        description="Any Spark master URL: `local[*]`, `spark://...`, `yarn`, `k8s://...`.",
+    )
+    app_name: str = Field("tableflow", description="Spark application name.")
+    conf: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Extra Spark conf."
+    )
+    packages: list[str] = Field(
+        default_factory=list,
+        description="Maven coordinates for `spark.jars.packages` (the Iceberg runtime is added for you).",
+    )
+
+
+class DevStackPorts(ConfigModel):
+    """Ports of the local development stack (`tableflow dev up`)."""
+
+    host: str = Field("127.0.0.1", description="Bind address; keep it on loopback.")
+    kafka_port: int = Field(19092, ge=1, le=65535, description="noida-db Kafka port.")
+    registry_port: int = Field(18081, ge=1, le=65535, description="Dev schema registry port.")
+    catalog_port: int = Field(18181, ge=1, le=65535, description="Embedded catalog port.")
+    data_dir: str = Field(
+        "./.tableflow/dev", description="Where the stack keeps its data (survives down/up)."
+    )
+
+
+class Target(ConfigModel):
+    """One deployment target (dev, prod, ...): where data comes from and goes to."""
+
+    kafka: KafkaConnection = Field(description="Kafka cluster.")
+    schema_registry: SchemaRegistryConnection | None = Field(None, description="Schema Registry.")
+    catalog: CatalogConfig = Field(
+        default_factory=EmbeddedCatalog, description="Where tables are written."
+    )
+    publish_catalogs: dict[str, CatalogConfig] = Field(
+        default_factory=dict,
+        description="Extra catalogs tables can be published to (registered, not copied), by name.",
+    )
+    spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark application.")
+    dev_stack: DevStackPorts | None = Field(
+        None, description="Local stack settings, for `tableflow dev`."
+    )
+
+
+# --------------------------------------------------------------------- tables
+
+FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
+REGISTRY_FORMATS = ("avro", "json_schema", "protobuf")
+
+
+class JsonColumn(ConfigModel):
+    name: str = Field(pattern=IDENTIFIER, description="Column name (a top-level JSON key).")
+    type: Literal[
+        "string",
+        "int",
+        "long",
+        "float",
+        "double",
+        "boolean",
+        "date",
+        "timestamp",
+        "timestamptz",
+        "json",
+    ] = Field(description="Column type; `json` keeps the raw JSON text of the value.")
+
+
+class Format(ConfigModel):
+    """How a record's value or key is encoded."""
+
+    format: FormatName = Field(
+        description="avro, json_schema, protobuf (through the registry); json, string, bytes."
+    )
+    subject: str | None = Field(
+        None, description="Registry subject; default `<topic>-value` / `<topic>-key`."
+    )
+    version: int | Literal["latest"] = Field(
+        "latest", description="Registry version: `latest` or a pinned number."
+    )
+    columns: list[JsonColumn] | None = Field(
+        None,
+        description="Plain `json` only: the columns to extract; without it the raw JSON lands in `value`.",
+    )
+
+    @model_validator(mode="after")
+    def _registry_fields_only_for_registry_formats(self) -> Format:
+        if self.format not in REGISTRY_FORMATS and (self.subject or self.version != "latest"):
+            raise ValueError(
+                f"subject/version only apply to registry formats {REGISTRY_FORMATS}, not {self.format!r}"
+            )
+        if self.columns is not None and self.format != "json":
+            raise ValueError("columns only apply to format json")
+        return self
+
+
+PARTITION_EXPR = re.compile(
+    r"^\s*(?:(?P<fn>identity|year|years|month|months|day|days|hour|hours|bucket|truncate)\s*\(\s*"
+    r"(?:(?P<param>\d+)\s*,\s*)?(?P<col>[A-Za-z_][\w.]*)\s*\)|(?P<bare>[A-Za-z_][\w.]*))\s*$"
+)
+
+
+class PartitionField(ConfigModel):
+    """One partition field; also written as a string: `day(created_at)`, `bucket(16, id)`."""
+
+    column: str = Field(description="Source column (dotted path for nested fields).")
+    transform: Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"] = Field(
+        "identity", description="Iceberg partition transform."
+    )
+    param: int | None = Field(None, ge=1, description="Bucket count or truncate width.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_expression(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        match = PARTITION_EXPR.match(value)
+        if not match:
+            raise ValueError(
+                f"cannot parse partition {value!r}: use `col`, `day(col)`, `bucket(16, col)`, `truncate(4, col)`"
+            )
+        if match.group("bare"):
+            return {"column": match.group("bare")}
+        fn = match.group("fn").rstrip("s") if match.group("fn") != "hours" else "hour"
+        param = match.group("param")
+        return {
+            "column": match.group("col"),
+            "transform": fn,
+            "param": int(param) if param else None,
+        }
+
+    @model_validator(mode="after")
+    def _param_matches_transform(self) -> PartitionField:
+        needs_param = self.transform in ("bucket", "truncate")
+        if needs_param and self.param is None:
+            raise ValueError(
+                f"{self.transform} needs a param, e.g. `{self.transform}(16, {self.column})`"
+            )
+        if not needs_param and self.param is not None:
+            raise ValueError(f"{self.transform} takes no param")
+        return self
+
+    def expression(self) -> str:
+        if self.transform == "identity":
+            return self.column
+        if self.param is not None:
+            return f"{self.transform}({self.param}, {self.column})"
+        return f"{self.transform}({self.column})"
+
+
+class SortField(ConfigModel):
+    """One sort key; also written as a string: `created_at`, `created_at desc`."""
+
+    column: str = Field(description="Column to sort by.")
+    direction: Literal["asc", "desc"] = Field("asc", description="Sort direction.")
+    nulls: Literal["first", "last"] | None = Field(
+        None, description="Null ordering (default: first for asc)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_expression(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        parts = value.split()
+        if len(parts) == 1:
+            return {"column": parts[0]}
+        if len(parts) == 2 and parts[1].lower() in ("asc", "desc"):
+            return {"column": parts[0], "direction": parts[1].lower()}
+        raise ValueError(f"cannot parse sort key {value!r}: use `col` or `col desc`")
+
+
+# Transforms: a discriminated union on `type`, in the spirit of Flink actions.
+
+
+class MaskTransform(ConfigModel):
+    """Mask PII columns."""
+
+    type: Literal["mask"]
+    columns: list[str] = Field(min_length=1, description="Columns to mask.")
+    method: Literal["hash", "redact", "partial"] = Field(
+        "hash",
+        description="hash: salted SHA-256 hex; redact: replace with `replacement`; partial: keep edges.",
+    )
+    salt: SecretStr | None = Field(None, description="Salt for `hash`; secret.")
+    replacement: str = Field("****", description="Replacement for `redact`.")
+    keep_first: int = Field(0, ge=0, description="`partial`: characters kept at the start.")
+    keep_last: int = Field(4, ge=0, description="`partial`: characters kept at the end.")
+
+
+class DedupTransform(ConfigModel):
+    """Drop duplicate records within a run (and against the table for upsert tables)."""
+
+    type: Literal["dedup"]
+    keys: list[str] = Field(min_length=1, description="Columns identifying a duplicate.")
+    keep: Literal["first", "last"] = Field(
+        "last", description="Which duplicate survives, by Kafka offset."
+    )
+
+
+class FilterTransform(ConfigModel):
+    """Keep only records matching a Spark SQL boolean expression."""
+
+    type: Literal["filter"]
+    where: str = Field(min_length=1, description="Spark SQL predicate, e.g. `status <> 'TEST'`.")
+
+
+class DeriveTransform(ConfigModel):
+    """Add (or replace) a column computed by a Spark SQL expression."""
+
+    type: Literal["derive"]
+    column: str = Field(pattern=IDENTIFIER, description="New column name.")
+    expression: str = Field(min_length=1, description="Spark SQL expression.")
+
+
+class RenameTransform(ConfigModel):
+    """Rename columns."""
+
+    type: Literal["rename"]
+    columns: dict[str, str] = Field(min_length=1, description="Map of old name to new name.")
+
+
+class DropTransform(ConfigModel):
+    """Drop columns."""
+
+    type: Literal["drop"]
+    columns: list[str] = Field(min_length=1, description="Columns to drop.")
+
+
+Transform = Annotated[
+    MaskTransform
+    | DedupTransform
+    | FilterTransform
+    | DeriveTransform
+    | RenameTransform
+    | DropTransform,
+    Field(discriminator="type"),
+]
+
+
+class CheckBase(ConfigModel):
+    severity: Literal["error", "warn"] = Field(
+        "error", description="error: apply `on_failure`; warn: report and continue."
+    )
+    on_failure: Literal["fail", "skip", "dlq"] | None = Field(
+        None,
+        description="For row-level checks: what to do with failing rows (default: the table's `on_error`).",
+    )
+
+
+class NotNullCheck(CheckBase):
+    type: Literal["not_null"]
+    columns: list[str] = Field(min_length=1, description="Columns that must not be null.")
+
+
+class UniqueCheck(CheckBase):
+    type: Literal["unique"]
+    columns: list[str] = Field(
+        min_length=1, description="Columns whose combination must be unique in the batch."
+    )
+
+
+class AcceptedValuesCheck(CheckBase):
+    type: Literal["accepted_values"]
+    column: str = Field(description="Column to check.")
+    values: list[str | int | float | bool] = Field(min_length=1, description="Allowed values.")
+
+
+class RangeCheck(CheckBase):
+    type: Literal["range"]
+    column: str = Field(description="Column to check.")
+    min: float | None = Field(None, description="Inclusive lower bound.")
+    max: float | None = Field(None, description="Inclusive upper bound.")
+
+
+class ExpressionCheck(CheckBase):
+    type: Literal["expression"]
+    name: str = Field(pattern=IDENTIFIER, description="Name shown in results.")
+    expression: str = Field(min_length=1, description="Spark SQL predicate every row must satisfy.")
+
+
+class RowCountCheck(CheckBase):
+    type: Literal["row_count"]
+    min: int | None = Field(None, ge=0, description="Minimum rows in a run's batch.")
+    max: int | None = Field(None, ge=0, description="Maximum rows in a run's batch.")
+
+
+Check = Annotated[
+    NotNullCheck | UniqueCheck | AcceptedValuesCheck | RangeCheck | ExpressionCheck | RowCountCheck,
+    Field(discriminator="type"),
+]
+
+
+class KafkaDeadLetter(ConfigModel):
+    type: Literal["kafka"]
+    topic: str = Field(description="Topic receiving bad records with error headers.")
+
+
+class IcebergDeadLetter(ConfigModel):
+    type: Literal["iceberg"]
+    table: str = Field(description="`namespace.table` receiving bad records with error columns.")
+
+
+DeadLetterTarget = Annotated[KafkaDeadLetter | IcebergDeadLetter, Field(discriminator="type")]
+
+
+class StartFrom(ConfigModel):
+    timestamp: str = Field(
+        description="ISO-8601 timestamp; reading starts at the first offset at or after it."
+    )
+
+
+MetadataColumn = Literal["topic", "partition", "offset", "timestamp", "key", "headers"]
+
+
+class TableDefaults(ConfigModel):
+    """Values every table inherits unless it sets its own."""
+
+    namespace: str | None = Field(None, description="Default Iceberg namespace (dot-separated).")
+    mode: Literal["append", "upsert"] = Field("append", description="Default table mode.")
+    value: Format | None = Field(None, description="Default value format.")
+    key: Format | None = Field(None, description="Default key format.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Table properties merged into each table's."
+    )
+    metadata_columns: list[MetadataColumn] | None = Field(
+        None, description="Default metadata columns."
+    )
+    on_error: Literal["fail", "skip", "dlq"] = Field("fail", description="Default error handling.")
+    refresh_interval: str = Field("5m", description="Default refresh interval.")
+    tags: list[str] = Field(default_factory=list, description="Tags added to every table.")
+    start_from: Literal["earliest", "latest"] | StartFrom = Field(
+        "earliest", description="Default start."
+    )
+    max_records_per_run: int | None = Field(None, ge=1, description="Default per-run cap.")
+
+    @field_validator("refresh_interval")
+    @classmethod
+    def _valid_interval(cls, value: str) -> str:
+        parse_duration_seconds(value)
+        return value
+
+
+class TableConfig(ConfigModel):
+    """One topic materialized as one Iceberg table."""
+
+    name: str = Field(
+        pattern=IDENTIFIER,
+        description="Unique name of this table in the project (used by --select).",
+    )
+    description: str | None = Field(
+        None, description="Free text; becomes the table's `comment` property."
+    )
+    topic: str = Field(min_length=1, description="Source Kafka topic.")
+    namespace: str | None = Field(
+        None, description="Iceberg namespace (dot-separated); default from `defaults`."
+    )
+    table: str | None = Field(
+        None, pattern=IDENTIFIER, description="Iceberg table name; default `name`."
+    )
+    value: Format | None = Field(
+        None, description="Value format; default from `defaults`, else avro."
+    )
+    key: Format | None = Field(
+        None, description="Key format; default from `defaults`, else string."
+    )
+    mode: Literal["append", "upsert"] | None = Field(
+        None, description="append: every record a row; upsert: one row per key, tombstones delete."
+    )
+    key_columns: list[str] = Field(default_factory=list, description="Upsert key columns.")
+    partition_by: list[PartitionField] = Field(default_factory=list, description="Partition spec.")
+    sort_by: list[SortField] = Field(default_factory=list, description="Table write order.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Iceberg table properties."
+    )
+    metadata_columns: list[MetadataColumn] | None = Field(
+        None,
+        description="Kafka metadata columns to add: topic, partition, offset, timestamp, key, headers.",
+    )
+    start_from: Literal["earliest", "latest"] | StartFrom | None = Field(
+        None, description="Where a new table starts reading: earliest, latest or {timestamp: ...}."
+    )
+    max_records_per_run: int | None = Field(
+        None, ge=1, description="Cap records per run (backfills)."
+    )
+    transforms: list[Transform] = Field(default_factory=list, description="Ordered transforms.")
+    checks: list[Check] = Field(default_factory=list, description="Data-quality checks.")
+    on_error: Literal["fail", "skip", "dlq"] | None = Field(
+        None, description="What to do with bad records."
+    )
+    dlq: DeadLetterTarget | None = Field(
+        None, description="Dead-letter target when on_error is dlq."
+    )
+    refresh_interval: str | None = Field(
+        None, description="How often `tableflow run` refreshes it, e.g. `5m`."
+    )
+    publish_to: list[str] = Field(
+        default_factory=list, description="Names from the target's `publish_catalogs`."
+    )
+    tags: list[str] = Field(default_factory=list, description="Tags for --select.")
+
+    @field_validator("refresh_interval")
+    @classmethod
+    def _valid_interval(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration_seconds(value)
+        return value
+
+    @model_validator(mode="after")
+    def _mode_consistency(self) -> TableConfig:
+        if self.mode == "upsert" and not self.key_columns:
+            raise ValueError("mode upsert needs key_columns")
+        if self.mode != "upsert" and self.key_columns:
+            raise ValueError("key_columns only apply to mode upsert")
+        if self.on_error == "dlq" and self.dlq is None:
+            raise ValueError("on_error dlq needs a dlq target")
+        return self
+
+
+class TableFile(ConfigModel):
+    """A file under `table_paths`: a list of tables."""
+
+    tables: list[TableConfig] = Field(
+        default_factory=list, description="Tables declared in this file."
+    )
+
+
+class ProjectConfig(ConfigModel):
+    """`tableflow_project.yml`."""
+
+    name: str = Field(pattern=IDENTIFIER, description="Project name.")
+    config_version: Literal[1] = Field(1, description="Version of this file format.")
+    default_target: str = Field("dev", description="Target used when --target is not given.")
+    targets: dict[str, Target] = Field(min_length=1, description="Deployment targets by name.")
+    vars: dict[str, Any] = Field(
+        default_factory=dict, description="Variables for `{{ var('x') }}`."
+    )
+    table_paths: list[str] = Field(
+        default_factory=lambda: ["tables"], description="Folders with table YAML files."
+    )
+    defaults: TableDefaults = Field(default_factory=TableDefaults, description="Table defaults.")
+    tables: list[TableConfig] = Field(default_factory=list, description="Tables declared inline.")
+
+    @model_validator(mode="after")
+    def _default_target_exists(self) -> ProjectConfig:
+        if self.default_target not in self.targets:
+            raise ValueError(
+                f"default_target {self.default_target!r} is not one of targets: {sorted(self.targets)}"
+            )
+        return self

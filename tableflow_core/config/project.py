@@ -1,0 +1,124 @@
+"""The resolved project: config files merged, defaults applied, target chosen.
+
+This is what every command works from. It is immutable and carries where each
+table came from, so later stages (plan) can point at the line of a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tableflow_core.config.models import (
+    Check,
+    DeadLetterTarget,
+    Format,
+    MetadataColumn,
+    PartitionField,
+    ProjectConfig,
+    SortField,
+    StartFrom,
+    Target,
+    Transform,
+    parse_duration_seconds,
+)
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    file: Path
+    line: int | None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else str(self.file)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with every default applied."""
+
+    name: str
+    topic: str
+    namespace: tuple[str, ...]
+    table: str
+    value: Format
+    key: Format
+    mode: Literal["append", "upsert"]
+    key_columns: tuple[str, ...]
+    partition_by: tuple[PartitionField, ...]
+    sort_by: tuple[SortField, ...]
+    properties: dict[str, str]
+    metadata_columns: tuple[MetadataColumn, ...]
+    start_from: Literal["earliest", "latest"] | StartFrom
+    max_records_per_run: int | None
+    transforms: tuple[Transform, ...]
+    checks: tuple[Check, ...]
+    on_error: Literal["fail", "skip", "dlq"]
+    dlq: DeadLetterTarget | None
+    refresh_interval_s: float
+    publish_to: tuple[str, ...]
+    tags: tuple[str, ...]
+    description: str | None
+    source: SourceLocation
+    # Line of each key the user wrote for this table (for "not supported yet" and plan messages).
+    key_lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def identifier(self) -> str:
+        """`namespace.table`."""
+        return ".".join((*self.namespace, self.table))
+
+    def location_of(self, key: str) -> SourceLocation:
+        return SourceLocation(self.source.file, self.key_lines.get(key, self.source.line))
+
+
+@dataclass(frozen=True)
+class Project:
+    """A loaded, validated project for one target."""
+
+    root: Path
+    config: ProjectConfig
+    config_file: Path
+    target_name: str
+    tables: tuple[Table, ...]
+    secrets: frozenset[str] = frozenset()
+
+    @property
+    def target(self) -> Target:
+        return self.config.targets[self.target_name]
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def table(self, name: str) -> Table:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)
+
+    def redact(self, text: str) -> str:
+        """Remove every secret value of the project from `text`."""
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            if secret:
+                text = text.replace(secret, "**********")
+        return text
+
+    def resolve_path(self, path: str) -> Path:
+        """A path from the config, relative to the project root unless absolute."""
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else (self.root / candidate).resolve()
+
+
+def refresh_seconds(text: str) -> float:
+    return parse_duration_seconds(text)
+
+
+def plain_dict(value: Any) -> Any:
+    """JSON-friendly view of config values with secrets masked."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
+    return value
