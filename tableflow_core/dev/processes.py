@@ -27,7 +27,7 @@ def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 def wait_for_port(
     host: str, port: int, timeout: float = 30.0, process: subprocess.Popen | None = None
-) -> None:  # type: ignore[type-arg]
+) -> None:
     """Block until something accepts connections on host:port.
 
     Raises RuntimeError if `process` exits first or the timeout passes.

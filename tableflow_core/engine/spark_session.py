@@ -34,7 +34,7 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
 def iceberg_runtime_jar() -> str | None:
     """Path of the bundled Iceberg Spark runtime jar, or None if not installed."""
     try:
-        import snowpark_connect_deps_iceberg  # type: ignore[import-not-found]
+        import snowpark_connect_deps_iceberg
     except ImportError:
         return None
     path = snowpark_connect_deps_iceberg.get_jar_path(ICEBERG_RUNTIME_JAR)
