@@ -1,0 +1,318 @@
+"""HTTP routes of the Iceberg REST catalog (apache/iceberg open-api/rest-catalog-open-api.yaml).
+
+Routes are thin: decode the path, call CatalogService, encode pyiceberg's response
+models. Sync handlers run on FastAPI's thread pool; the service does the locking.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pyiceberg.catalog.rest import (
+    ListNamespaceResponse,
+    ListTableResponseEntry,
+    ListTablesResponse,
+    NamespaceResponse,
+    TableResponse,
+    UpdateNamespacePropertiesResponse,
+)
+from pyiceberg.typedef import Identifier
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tableflow_core.catalog.auth import OAuthError, TokenAuthority, bearer_token
+from tableflow_core.catalog.errors import (
+    BadRequestError,
+    ErrorInfo,
+    NoSuchViewError,
+    NotAuthorizedError,
+    UnsupportedOperationError,
+    error_info_for,
+    handled_exception_types,
+)
+from tableflow_core.catalog.models import (
+    CommitTableBody,
+    CommitTransactionBody,
+    CreateNamespaceBody,
+    CreateTableBody,
+    RegisterTableBody,
+    RenameTableBody,
+    UpdateNamespacePropertiesBody,
+)
+from tableflow_core.catalog.service import CatalogService, LoadedTable, TableChange
+from tableflow_core.catalog.settings import CatalogServerSettings
+
+log = logging.getLogger(__name__)
+
+# The spec's default separator of namespace levels in paths and `parent` (%1F, decoded).
+NAMESPACE_SEPARATOR = "\x1f"
+
+SUPPORTED_ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/register",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+    "POST /v1/{prefix}/tables/rename",
+    "POST /v1/{prefix}/transactions/commit",
+]
+
+
+def parse_namespace(encoded: str) -> Identifier:
+    return tuple(encoded.split(NAMESPACE_SEPARATOR))
+
+
+def _json(body: str, status: int = 200) -> Response:
+    return Response(content=body, status_code=status, media_type="application/json")
+
+
+def _error(info: ErrorInfo) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if info.status == 401 else None
+    return JSONResponse(info.body(), status_code=info.status, headers=headers)
+
+
+def _table_response(loaded: LoadedTable) -> Response:
+    response = TableResponse(
+        **{"metadata-location": loaded.metadata_location},
+        metadata=loaded.metadata,
+        config={},
+    )
+    return _json(response.model_dump_json())
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def known_error(_request: Request, exc: Exception) -> JSONResponse:
+        info = error_info_for(exc)
+        assert info is not None  # registered only for handled types
+        return _error(info)
+
+    for exc_type in handled_exception_types():
+        app.add_exception_handler(exc_type, known_error)
+
+    async def invalid_request(_request: Request, exc: Exception) -> JSONResponse:
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5]]
+        return _error(ErrorInfo(400, "BadRequestException", "Invalid request: " + "; ".join(parts)))
+
+    async def http_error(_request: Request, exc: Exception) -> JSONResponse:
+        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+        detail = exc.detail if isinstance(exc, StarletteHTTPException) else "error"
+        return _error(
+            ErrorInfo(
+                status, "NoSuchEndpointException" if status == 404 else "RESTException", str(detail)
+            )
+        )
+
+    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.error("Unexpected error", exc_info=exc)
+        return _error(
+            ErrorInfo(500, "ServerErrorException", f"Internal error: {type(exc).__name__}")
+        )
+
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def create_app(settings: CatalogServerSettings, service: CatalogService | None = None) -> FastAPI:
+    """The ASGI app. Opens the catalog database unless a `service` is given."""
+    service = service or CatalogService.open(
+        settings.resolved_database_url, settings.warehouse_uri, settings.catalog_name
+    )
+    authority = (
+        TokenAuthority(settings.client_id, settings.client_secret, settings.token_ttl_seconds)
+        if settings.auth == "client-credentials" and settings.client_secret
+        else None
+    )
+    app = FastAPI(title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None)
+    app.state.service = service
+    _install_error_handlers(app)
+
+    def require_token(authorization: Annotated[str | None, Header()] = None) -> None:
+        if authority is None:
+            return
+        token = bearer_token(authorization)
+        if token is None:
+            raise NotAuthorizedError("Missing bearer token (Authorization: Bearer <token>)")
+        authority.verify(token)
+
+    @app.post("/v1/oauth/tokens")
+    async def get_token(request: Request) -> Response:
+        form_body = await request.body()
+        try:
+            if (
+                authority is None
+            ):  # auth none: hand out a placeholder so clients configured with a credential work
+                return JSONResponse(
+                    {"access_token": "anonymous", "token_type": "bearer", "expires_in": 86400}
+                )
+            issued = authority.token_response(form_body, request.headers.get("authorization"))
+        except OAuthError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(issued.response_body(), headers={"Cache-Control": "no-store"})
+
+    router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
+    _add_catalog_routes(router, service)
+    app.include_router(router)
+    return app
+
+
+def _add_catalog_routes(router: APIRouter, service: CatalogService) -> None:
+    @router.get("/config")
+    def get_config(warehouse: str | None = None) -> Response:
+        # Any warehouse name is accepted: this server has one warehouse.
+        return JSONResponse({"defaults": {}, "overrides": {}, "endpoints": SUPPORTED_ENDPOINTS})
+
+    # -- namespaces -------------------------------------------------------------------
+
+    @router.get("/namespaces")
+    def list_namespaces(parent: str | None = None) -> Response:
+        namespaces = service.list_namespaces(parse_namespace(parent) if parent else ())
+        return _json(ListNamespaceResponse(namespaces=namespaces).model_dump_json())
+
+    @router.post("/namespaces")
+    def create_namespace(body: CreateNamespaceBody) -> Response:
+        namespace = tuple(body.namespace)
+        properties = service.create_namespace(namespace, body.properties)
+        return _json(
+            NamespaceResponse(namespace=namespace, properties=properties).model_dump_json()
+        )
+
+    @router.get("/namespaces/{namespace}")
+    def load_namespace(namespace: str) -> Response:
+        ns = parse_namespace(namespace)
+        properties = service.load_namespace(ns)
+        return _json(NamespaceResponse(namespace=ns, properties=properties).model_dump_json())
+
+    @router.head("/namespaces/{namespace}")
+    def namespace_exists(namespace: str) -> Response:
+        return Response(
+            status_code=204 if service.namespace_exists(parse_namespace(namespace)) else 404
+        )
+
+    @router.delete("/namespaces/{namespace}", status_code=204)
+    def drop_namespace(namespace: str) -> Response:
+        service.drop_namespace(parse_namespace(namespace))
+        return Response(status_code=204)
+
+    @router.post("/namespaces/{namespace}/properties")
+    def update_namespace_properties(
+        namespace: str, body: UpdateNamespacePropertiesBody
+    ) -> Response:
+        summary = service.update_namespace_properties(
+            parse_namespace(namespace), body.removals, body.updates
+        )
+        response = UpdateNamespacePropertiesResponse(
+            removed=summary.removed, updated=summary.updated, missing=summary.missing
+        )
+        return _json(response.model_dump_json())
+
+    # -- tables -----------------------------------------------------------------------
+
+    @router.get("/namespaces/{namespace}/tables")
+    def list_tables(namespace: str) -> Response:
+        entries = [
+            ListTableResponseEntry(namespace=identifier[:-1], name=identifier[-1])
+            for identifier in service.list_tables(parse_namespace(namespace))
+        ]
+        return _json(ListTablesResponse(identifiers=entries).model_dump_json())
+
+    @router.post("/namespaces/{namespace}/tables")
+    def create_table(namespace: str, body: CreateTableBody) -> Response:
+        return _table_response(service.create_table(parse_namespace(namespace), body))
+
+    @router.post("/namespaces/{namespace}/register")
+    def register_table(namespace: str, body: RegisterTableBody) -> Response:
+        loaded = service.register_table(
+            parse_namespace(namespace), body.name, body.metadata_location, body.overwrite
+        )
+        return _table_response(loaded)
+
+    @router.get("/namespaces/{namespace}/tables/{table}")
+    def load_table(namespace: str, table: str, snapshots: str | None = None) -> Response:
+        return _table_response(service.load_table((*parse_namespace(namespace), table)))
+
+    @router.head("/namespaces/{namespace}/tables/{table}")
+    def table_exists(namespace: str, table: str) -> Response:
+        exists = service.table_exists((*parse_namespace(namespace), table))
+        return Response(status_code=204 if exists else 404)
+
+    @router.post("/namespaces/{namespace}/tables/{table}")
+    def commit_table(namespace: str, table: str, body: CommitTableBody) -> Response:
+        identifier = (*parse_namespace(namespace), table)
+        if (
+            body.identifier is not None
+            and (*body.identifier.namespace.root, body.identifier.name) != identifier
+        ):
+            raise BadRequestError("The body's identifier does not match the path")
+        result = service.commit_table(TableChange(identifier, body.requirements, body.updates))
+        return _json(result.model_dump_json())
+
+    @router.delete("/namespaces/{namespace}/tables/{table}", status_code=204)
+    def drop_table(
+        namespace: str,
+        table: str,
+        purge_requested: Annotated[bool, Query(alias="purgeRequested")] = False,
+    ) -> Response:
+        service.drop_table((*parse_namespace(namespace), table), purge=purge_requested)
+        return Response(status_code=204)
+
+    @router.post("/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
+    def report_metrics(namespace: str, table: str) -> Response:
+        # Scan and commit reports from Java clients: accepted and not stored.
+        return Response(status_code=204)
+
+    @router.post("/tables/rename", status_code=204)
+    def rename_table(body: RenameTableBody) -> Response:
+        service.rename_table(
+            (*body.source.namespace.root, body.source.name),
+            (*body.destination.namespace.root, body.destination.name),
+        )
+        return Response(status_code=204)
+
+    @router.post("/transactions/commit", status_code=204)
+    def commit_transaction(body: CommitTransactionBody) -> Response:
+        changes = [
+            TableChange(
+                (*change.identifier.namespace.root, change.identifier.name),
+                change.requirements,
+                change.updates,
+            )
+            for change in body.table_changes
+            if change.identifier is not None
+        ]
+        service.commit_tables(changes)
+        return Response(status_code=204)
+
+    # -- views: not stored here; listing answers empty so engines that list views work.
+
+    @router.get("/namespaces/{namespace}/views")
+    def list_views(namespace: str) -> Response:
+        service.list_tables(parse_namespace(namespace))  # 404 for an unknown namespace
+        return JSONResponse({"identifiers": []})
+
+    @router.api_route("/namespaces/{namespace}/views/{view}", methods=["GET", "POST", "DELETE"])
+    def view(namespace: str, view: str) -> Response:
+        raise NoSuchViewError(
+            f"View does not exist: {namespace.replace(NAMESPACE_SEPARATOR, '.')}.{view}"
+        )
+
+    @router.head("/namespaces/{namespace}/views/{view}")
+    def view_exists(namespace: str, view: str) -> Response:
+        return Response(status_code=404)
+
+    @router.post("/namespaces/{namespace}/views")
+    def create_view(namespace: str) -> Response:
+        raise UnsupportedOperationError("This catalog does not store views")

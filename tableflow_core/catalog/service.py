@@ -1,0 +1,357 @@
+"""Catalog operations over pyiceberg's SqlCatalog, with no HTTP in sight.
+
+pyiceberg does the table-spec work (requirement validation, `update_table_metadata`,
+metadata files); this module adds what a shared server needs on top: per-table
+locks, atomic multi-table commits, hiding SqlCatalog's namespace marker, and
+SQLite settings that hold up under concurrent requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, SqlCatalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.io import load_file_io
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.typedef import Identifier
+from sqlalchemy import Engine, event, insert, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from tableflow_core.catalog.errors import BadRequestError, UnprocessableEntityError
+from tableflow_core.catalog.locks import TableLocks
+from tableflow_core.catalog.models import CreateTableBody
+
+log = logging.getLogger(__name__)
+
+# SqlCatalog only knows a namespace exists while it has a property row; we always keep
+# this one (pyiceberg's own minimal property) and never show it to clients.
+NAMESPACE_MARKER = dict(IcebergNamespaceProperties.NAMESPACE_MINIMAL_PROPERTIES)
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One table's part of a commit: requirements checked, then updates applied."""
+
+    identifier: Identifier
+    requirements: tuple[TableRequirement, ...]
+    updates: tuple[TableUpdate, ...]
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    metadata: TableMetadata
+    metadata_location: str | None
+
+
+@dataclass(frozen=True)
+class PropertiesUpdate:
+    updated: list[str]
+    removed: list[str]
+    missing: list[str]
+
+
+@dataclass(frozen=True)
+class _StagedCommit:
+    identifier: Identifier
+    previous_location: str | None
+    staged: StagedTable  # the new metadata and where it goes
+
+    @property
+    def unchanged(self) -> bool:
+        return self.staged.metadata_location == self.previous_location
+
+
+def open_sql_catalog(name: str, database_url: str, warehouse_uri: str) -> SqlCatalog:
+    """A SqlCatalog on `database_url` (sqlite:///... or postgresql+psycopg://...)."""
+    catalog = SqlCatalog(name, uri=database_url, warehouse=warehouse_uri)
+    if catalog.engine.dialect.name == "sqlite":
+        _tune_sqlite(catalog.engine)
+    return catalog
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    """WAL (readers never block the writer) and waiting, not failing, on a busy database."""
+
+    @event.listens_for(engine, "connect")
+    def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    # SqlCatalog already opened a connection before the listener existed.
+    engine.dispose()
+
+
+def validate_namespace(namespace: Identifier) -> Identifier:
+    if not namespace or any(not part for part in namespace):
+        raise BadRequestError("Namespace must have at least one non-empty level")
+    if any("." in part for part in namespace):
+        # SqlCatalog stores namespaces as dotted strings: a dot inside a level is ambiguous.
+        raise BadRequestError(f"Namespace levels cannot contain '.': {list(namespace)}")
+    return namespace
+
+
+def validate_table_name(name: str) -> str:
+    if not name or "." in name:
+        raise BadRequestError(f"Invalid table name {name!r}: must be non-empty without '.'")
+    return name
+
+
+class CatalogService:
+    """Everything the REST routes do, as plain method calls."""
+
+    def __init__(self, catalog: SqlCatalog) -> None:
+        self.catalog = catalog
+        self._locks = TableLocks()
+
+    @classmethod
+    def open(cls, database_url: str, warehouse_uri: str, name: str = "tableflow") -> CatalogService:
+        return cls(open_sql_catalog(name, database_url, warehouse_uri))
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    # -- namespaces -------------------------------------------------------------------
+
+    def list_namespaces(self, parent: Identifier = ()) -> list[Identifier]:
+        if parent:
+            validate_namespace(parent)
+        return sorted(self.catalog.list_namespaces(parent))
+
+    def create_namespace(self, namespace: Identifier, properties: dict[str, str]) -> dict[str, str]:
+        validate_namespace(namespace)
+        self.catalog.create_namespace(namespace, {**properties, **NAMESPACE_MARKER})
+        return self.load_namespace(namespace)
+
+    def namespace_exists(self, namespace: Identifier) -> bool:
+        return self.catalog.namespace_exists(validate_namespace(namespace))
+
+    def load_namespace(self, namespace: Identifier) -> dict[str, str]:
+        properties = self.catalog.load_namespace_properties(validate_namespace(namespace))
+        return {k: v for k, v in properties.items() if NAMESPACE_MARKER.get(k) != v}
+
+    def update_namespace_properties(
+        self, namespace: Identifier, removals: Sequence[str], updates: dict[str, str]
+    ) -> PropertiesUpdate:
+        if overlap := set(removals) & set(updates):
+            raise UnprocessableEntityError(f"Keys both updated and removed: {sorted(overlap)}")
+        current = self.load_namespace(namespace)
+        removable = [key for key in removals if key in current]
+        missing = [key for key in removals if key not in current]
+        self.catalog.update_namespace_properties(namespace, set(removable), updates)
+        return PropertiesUpdate(updated=sorted(updates), removed=sorted(removable), missing=missing)
+
+    def drop_namespace(self, namespace: Identifier) -> None:
+        self.catalog.drop_namespace(validate_namespace(namespace))
+
+    # -- tables -----------------------------------------------------------------------
+
+    def list_tables(self, namespace: Identifier) -> list[Identifier]:
+        validate_namespace(namespace)
+        if not self.catalog.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        return sorted(self.catalog.list_tables(namespace))
+
+    def table_exists(self, identifier: Identifier) -> bool:
+        return self.catalog.table_exists(identifier)
+
+    def load_table(self, identifier: Identifier) -> LoadedTable:
+        table = self.catalog.load_table(identifier)
+        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+
+    def create_table(self, namespace: Identifier, request: CreateTableBody) -> LoadedTable:
+        """Create a table, or with `stage-create` only return its would-be metadata.
+
+        A staged table is created for real by a later commit with `assert-create`.
+        """
+        identifier = (*validate_namespace(namespace), validate_table_name(request.name))
+        if not self.catalog.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        if self.catalog.table_exists(identifier):
+            raise TableAlreadyExistsError(f"Table already exists: {'.'.join(identifier)}")
+        spec = request.partition_spec or UNPARTITIONED_PARTITION_SPEC
+        order = request.write_order or UNSORTED_SORT_ORDER
+        if request.stage_create:
+            location = self.catalog._resolve_table_location(
+                request.location, Catalog.namespace_to_string(namespace), request.name
+            )
+            metadata = new_table_metadata(
+                location=location,
+                schema=request.table_schema,
+                partition_spec=spec,
+                sort_order=order,
+                properties=request.properties,
+            )
+            return LoadedTable(metadata=metadata, metadata_location=None)
+        with self._locks.holding([identifier]):
+            table = self.catalog.create_table(
+                identifier,
+                schema=request.table_schema,
+                location=request.location,
+                partition_spec=spec,
+                sort_order=order,
+                properties=request.properties,
+            )
+        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+
+    def register_table(
+        self, namespace: Identifier, name: str, metadata_location: str, overwrite: bool
+    ) -> LoadedTable:
+        identifier = (*validate_namespace(namespace), validate_table_name(name))
+        with self._locks.holding([identifier]):
+            if overwrite and self.catalog.table_exists(identifier):
+                self._set_metadata_location(identifier, metadata_location)
+                return self.load_table(identifier)
+            table = self.catalog.register_table(identifier, metadata_location)
+        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+
+    def drop_table(self, identifier: Identifier, purge: bool) -> None:
+        with self._locks.holding([identifier]):
+            if purge:
+                self.catalog.purge_table(identifier)
+            else:
+                self.catalog.drop_table(identifier)
+
+    def rename_table(self, source: Identifier, destination: Identifier) -> None:
+        validate_namespace(destination[:-1])
+        validate_table_name(destination[-1])
+        with self._locks.holding([source, destination]):
+            if not self.catalog.table_exists(source):
+                raise NoSuchTableError(f"Table does not exist: {'.'.join(source)}")
+            self.catalog.rename_table(source, destination)
+
+    # -- commits ----------------------------------------------------------------------
+
+    def commit_table(self, change: TableChange) -> CommitTableResponse:
+        return self.commit_tables([change])[0]
+
+    def commit_tables(self, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+        """Apply every change or none.
+
+        Under the tables' locks: check each change's requirements against the current
+        metadata, write the new metadata files, then swap all metadata locations in one
+        database transaction (compare-and-swap on the previous location).
+        """
+        identifiers = [change.identifier for change in changes]
+        if len(set(identifiers)) != len(identifiers):
+            raise BadRequestError("A transaction may change each table only once")
+        with self._locks.holding(identifiers):
+            staged = [self._stage(change) for change in changes]
+            written = [s for s in staged if not s.unchanged]
+            for commit in written:
+                self.catalog._write_metadata(
+                    commit.staged.metadata, commit.staged.io, commit.staged.metadata_location
+                )
+            try:
+                self._swap_metadata_locations(written)
+            except Exception:
+                self._delete_metadata_files(written)
+                raise
+        return [
+            CommitTableResponse(
+                metadata=s.staged.metadata, metadata_location=s.staged.metadata_location
+            )
+            for s in staged
+        ]
+
+    def _stage(self, change: TableChange) -> _StagedCommit:
+        current: Table | None
+        try:
+            current = self.catalog.load_table(change.identifier)
+        except NoSuchTableError:
+            current = None
+        if current is None:
+            if not any(isinstance(r, AssertCreate) for r in change.requirements):
+                raise NoSuchTableError(f"Table does not exist: {'.'.join(change.identifier)}")
+            namespace = validate_namespace(change.identifier[:-1])
+            validate_table_name(change.identifier[-1])
+            if not self.catalog.namespace_exists(namespace):
+                raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        staged = self.catalog._update_and_stage_table(
+            current, change.identifier, change.requirements, change.updates
+        )
+        if current is not None and staged.metadata == current.metadata:
+            # Nothing changed: keep the current file rather than write an identical one.
+            staged = StagedTable(
+                identifier=change.identifier,
+                metadata=current.metadata,
+                metadata_location=current.metadata_location,
+                io=current.io,
+                catalog=self.catalog,
+            )
+        previous = current.metadata_location if current else None
+        return _StagedCommit(change.identifier, previous, staged)
+
+    def _swap_metadata_locations(self, commits: Sequence[_StagedCommit]) -> None:
+        with Session(self.catalog.engine) as session:
+            for commit in commits:
+                namespace = Catalog.namespace_to_string(commit.identifier[:-1])
+                table_name = commit.identifier[-1]
+                new_location = commit.staged.metadata_location
+                if commit.previous_location is None:
+                    row = self.catalog._create_table_row(namespace, table_name, new_location)
+                    try:
+                        session.execute(insert(IcebergTables).values(**row))
+                    except IntegrityError as exc:
+                        raise TableAlreadyExistsError(
+                            f"Table already exists: {namespace}.{table_name}"
+                        ) from exc
+                    continue
+                result = session.execute(
+                    update(IcebergTables)
+                    .where(
+                        IcebergTables.catalog_name == self.catalog.name,
+                        IcebergTables.table_namespace == namespace,
+                        IcebergTables.table_name == table_name,
+                        IcebergTables.metadata_location == commit.previous_location,
+                    )
+                    .values(
+                        metadata_location=new_location,
+                        previous_metadata_location=commit.previous_location,
+                    )
+                )
+                if result.rowcount != 1:  # type: ignore[attr-defined]
+                    raise CommitFailedException(
+                        f"Table {namespace}.{table_name} was changed by another process"
+                    )
+            session.commit()
+
+    def _set_metadata_location(self, identifier: Identifier, metadata_location: str) -> None:
+        namespace = Catalog.namespace_to_string(identifier[:-1])
+        with Session(self.catalog.engine) as session:
+            session.execute(
+                update(IcebergTables)
+                .where(
+                    IcebergTables.catalog_name == self.catalog.name,
+                    IcebergTables.table_namespace == namespace,
+                    IcebergTables.table_name == identifier[-1],
+                )
+                .values(metadata_location=metadata_location)
+            )
+            session.commit()
+
+    @staticmethod
+    def _delete_metadata_files(commits: Sequence[_StagedCommit]) -> None:
+        """Best effort: metadata files of a failed commit are never referenced."""
+        for commit in commits:
+            location = commit.staged.metadata_location
+            with contextlib.suppress(Exception):
+                load_file_io(location=location).delete(location)
