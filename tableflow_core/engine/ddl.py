@@ -1,0 +1,138 @@
+"""Creating and evolving Iceberg tables with Spark SQL DDL."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec, quote_ident
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+
+class SchemaEvolutionError(RuntimeError):
+    """The registry schema cannot be applied to the table in place."""
+
+
+def spark_schema_for(arrow_schema: pa.Schema) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def target_arrow_schema(spec: IngestSpec) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(spec.decoder.target_schema_ipc))
+
+
+def sql_type(data_type: DataType) -> str:
+    """Spark SQL DDL for a type, with quoted nested names and NOT NULL kept."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, StructType):
+        fields = ", ".join(
+            f"{quote_ident(f.name)}: {sql_type(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+            for f in data_type.fields
+        )
+        return f"STRUCT<{fields}>"
+    if isinstance(data_type, ArrayType):
+        return f"ARRAY<{sql_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"MAP<{sql_type(data_type.keyType)}, {sql_type(data_type.valueType)}>"
+    return str(data_type.simpleString())
+
+
+def partition_sql(field: PartitionFieldSpec) -> str:
+    column = quote_ident(field.column)
+    match field.transform:
+        case "identity":
+            return column
+        case "bucket" | "truncate":
+            return f"{field.transform}({field.param}, {column})"
+        case "year" | "month" | "day" | "hour":
+            return f"{field.transform}s({column})"
+    raise ValueError(f"unknown partition transform {field.transform!r}")
+
+
+def sort_sql(field: SortFieldSpec) -> str:
+    direction = "DESC" if field.descending else "ASC"
+    nulls = "NULLS FIRST" if field.nulls_first else "NULLS LAST"
+    return f"{quote_ident(field.column)} {direction} {nulls}"
+
+
+def _string_literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def create_table_sql(spec: IngestSpec, arrow_schema: pa.Schema) -> list[str]:
+    columns = ", ".join(
+        f"{quote_ident(f.name)} {sql_type(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+        for f in spark_schema_for(arrow_schema).fields
+    )
+    statements = [f"CREATE NAMESPACE IF NOT EXISTS {spec.identifier.rsplit('.', 1)[0]}"]
+    create = f"CREATE TABLE {spec.identifier} ({columns}) USING iceberg"
+    if spec.partition_by:
+        create += " PARTITIONED BY (" + ", ".join(partition_sql(p) for p in spec.partition_by) + ")"
+    properties = ", ".join(
+        f"{_string_literal(k)} = {_string_literal(v)}" for k, v in spec.table_properties().items()
+    )
+    statements.append(f"{create} TBLPROPERTIES ({properties})")
+    if spec.sort_by:
+        order = ", ".join(sort_sql(s) for s in spec.sort_by)
+        statements.append(f"ALTER TABLE {spec.identifier} WRITE ORDERED BY {order}")
+    return statements
+
+
+def create_table(spark: SparkSession, spec: IngestSpec, schema: Any) -> None:
+    """Create the table from a ResolvedSchema (or a bare pa.Schema)."""
+    arrow_schema = schema if isinstance(schema, pa.Schema) else schema.arrow_schema
+    for statement in create_table_sql(spec, arrow_schema):
+        spark.sql(statement)
+
+
+def _field_at(schema: pa.Schema, path: str) -> pa.Field:
+    parts = path.split(".")
+    fields: Any = schema
+    found: pa.Field | None = None
+    for part in parts:
+        index = fields.get_field_index(part) if fields is not None else -1
+        if index < 0:
+            raise SchemaEvolutionError(f"column {path!r} is not in the desired schema")
+        found = fields.field(index)
+        fields = found.type if pa.types.is_struct(found.type) else None
+    assert found is not None
+    return found
+
+
+def _column_path(path: str) -> str:
+    return ".".join(quote_ident(p) for p in path.split("."))
+
+
+def schema_change_sql(spec: IngestSpec, change: Any, desired: pa.Schema) -> str:
+    """One ALTER TABLE statement for a SchemaChange (add_column/widen_type/make_optional)."""
+    column = _column_path(change.path)
+    field = _field_at(desired, change.path)
+    spark_type = spark_schema_for(pa.schema([field])).fields[0].dataType
+    if change.kind == "add_column":
+        return f"ALTER TABLE {spec.identifier} ADD COLUMN {column} {sql_type(spark_type)}"
+    if change.kind == "widen_type":
+        return f"ALTER TABLE {spec.identifier} ALTER COLUMN {column} TYPE {sql_type(spark_type)}"
+    if change.kind == "make_optional":
+        return f"ALTER TABLE {spec.identifier} ALTER COLUMN {column} DROP NOT NULL"
+    raise SchemaEvolutionError(f"unknown schema change kind {change.kind!r} on {change.path!r}")
+
+
+def apply_schema_changes(spark: SparkSession, spec: IngestSpec, diff: Any) -> None:
+    """Apply a SchemaDiff to the table; refuse (changing nothing) if it is incompatible."""
+    if diff.incompatible:
+        reasons = "; ".join(diff.incompatible)
+        raise SchemaEvolutionError(
+            f"table {spec.table_name} ({spec.identifier}) cannot follow the schema of topic "
+            f"{spec.topic!r}: {reasons}. Nothing was changed or committed."
+        )
+    desired = target_arrow_schema(spec)
+    statements = [schema_change_sql(spec, change, desired) for change in diff.changes]
+    for statement in statements:
+        spark.sql(statement)

@@ -1,0 +1,58 @@
+"""Reading a table's snapshots, refs and properties through Spark's metadata tables.
+
+Only metadata rows reach the driver (a few per snapshot), never data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tableflow_core.state.offsets import CommittedOffsets, SnapshotInfo, find_committed_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class TableState:
+    current_snapshot_id: int | None
+    snapshots: tuple[SnapshotInfo, ...]
+    refs: dict[str, int]  # ref name -> snapshot id (branches and tags)
+    properties: dict[str, str]
+
+    def committed_offsets(self, topic: str | None = None) -> CommittedOffsets | None:
+        return find_committed_offsets(
+            self.current_snapshot_id, self.snapshots, self.properties, topic
+        )
+
+    def ancestors_of(self, snapshot_id: int | None) -> list[int]:
+        """`snapshot_id` and its ancestors still in the metadata, newest first."""
+        parents = {s.snapshot_id: s.parent_id for s in self.snapshots}
+        chain: list[int] = []
+        while snapshot_id is not None and snapshot_id in parents:
+            chain.append(snapshot_id)
+            snapshot_id = parents[snapshot_id]
+        return chain
+
+
+def table_exists(spark: SparkSession, identifier: str) -> bool:
+    return bool(spark.catalog.tableExists(identifier))
+
+
+def read_table_state(spark: SparkSession, identifier: str) -> TableState:
+    snapshots = tuple(
+        SnapshotInfo(int(row.snapshot_id), row.parent_id, dict(row.summary or {}))
+        for row in spark.sql(
+            f"SELECT snapshot_id, parent_id, summary FROM {identifier}.snapshots"
+        ).collect()
+    )
+    refs = {
+        str(row.name): int(row.snapshot_id)
+        for row in spark.sql(f"SELECT name, snapshot_id FROM {identifier}.refs").collect()
+    }
+    properties = {
+        str(row.key): str(row.value)
+        for row in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()
+    }
+    return TableState(refs.get("main"), snapshots, refs, properties)

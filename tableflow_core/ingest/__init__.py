@@ -1,0 +1,1 @@
+"""What one table's ingestion run needs to know (IngestSpec and friends)."""

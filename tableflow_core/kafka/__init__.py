@@ -1,0 +1,1 @@
+"""Reading Kafka: messages, offset planning, broker metadata and range readers."""

@@ -1,0 +1,79 @@
+"""Broker metadata a plan needs: partitions, watermarks, offsets for a timestamp."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# librdkafka drops fetch responses above receive.message.max.bytes and retries forever,
+# silently. noida-db ignores fetch size limits and may answer with a whole partition's
+# log, so the limit must be high there (real brokers honour fetch.max.bytes).
+LARGE_RECEIVE_LIMIT = "2147483647"
+
+
+class KafkaMetadataError(RuntimeError):
+    """The broker could not tell us about a topic (missing topic, broker down)."""
+
+
+def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, Any]:
+    """A consumer configuration for planning or reading: no group commits, no auto reset."""
+    conf: dict[str, Any] = {
+        "group.id": "tableflow",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
+    }
+    conf.update(kafka_conf)
+    conf.update(overrides)
+    return conf
+
+
+def _partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
+    metadata = consumer.list_topics(topic, timeout=timeout)
+    topic_meta = metadata.topics.get(topic)
+    if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
+        reason = topic_meta.error if topic_meta is not None else "not found"
+        raise KafkaMetadataError(f"topic {topic!r}: cannot read metadata ({reason})")
+    return sorted(topic_meta.partitions)
+
+
+def get_watermarks(
+    consumer_config: Mapping[str, str], topic: str, timeout: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """{partition: (low, high)} for every partition of `topic`, as the broker sees it now."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(consumer_conf(consumer_config))
+    try:
+        result: dict[int, tuple[int, int]] = {}
+        for partition in _partitions(consumer, topic, timeout):
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise KafkaMetadataError(
+                    f"topic {topic!r} partition {partition}: cannot read watermarks: {exc}"
+                ) from exc
+            result[partition] = (int(low), int(high))
+        return result
+    finally:
+        consumer.close()
+
+
+def offsets_for_timestamp(
+    consumer_config: Mapping[str, str], topic: str, timestamp_ms: int, timeout: float = 10.0
+) -> dict[int, int]:
+    """{partition: first offset with timestamp >= timestamp_ms}; -1 where there is none."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(consumer_conf(consumer_config))
+    try:
+        wanted = [
+            TopicPartition(topic, p, timestamp_ms) for p in _partitions(consumer, topic, timeout)
+        ]
+        found = consumer.offsets_for_times(wanted, timeout=timeout)
+        return {tp.partition: int(tp.offset) for tp in found}
+    finally:
+        consumer.close()

@@ -1,0 +1,164 @@
+"""Planning which offset ranges a run reads (pure logic, no I/O).
+
+A run reads, per partition, the half-open range [committed, high watermark).
+Large ranges are split so that every Spark task does a bounded amount of work,
+and a run can be capped; ranges always start at the committed offset so a capped
+run never skips anything: the next run continues where this one stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+StartFrom = Literal["earliest", "latest"] | int  # int = timestamp in ms
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets [start, end) of one partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionGap:
+    """Offsets that were due to be read but are gone from the broker (retention)."""
+
+    topic: str
+    partition: int
+    expected_start: int
+    low_watermark: int
+
+    @property
+    def missing(self) -> int:
+        return self.low_watermark - self.expected_start
+
+    def describe(self) -> str:
+        return (
+            f"topic {self.topic!r} partition {self.partition}: offsets "
+            f"{self.expected_start}..{self.low_watermark - 1} ({self.missing} records) were "
+            f"deleted by retention before they were ingested; reading from {self.low_watermark}"
+        )
+
+
+@dataclass(frozen=True)
+class OffsetPlan:
+    ranges: tuple[OffsetRange, ...]
+    start_offsets: dict[int, int]  # partition -> first offset this run reads (after gaps)
+    gaps: tuple[RetentionGap, ...]
+
+    @property
+    def total_records(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+def initial_offsets(
+    watermarks: Mapping[int, tuple[int, int]],
+    start_from: StartFrom,
+    offsets_for_time: Mapping[int, int] | None = None,
+) -> dict[int, int]:
+    """Where partitions start when the table has never committed offsets.
+
+    `offsets_for_time` are the broker's answers to offsets_for_times for a timestamp
+    start (partition -> first offset at or after it; -1 or missing = none, use high).
+    """
+    starts: dict[int, int] = {}
+    for partition, (low, high) in watermarks.items():
+        if start_from == "earliest":
+            starts[partition] = low
+        elif start_from == "latest":
+            starts[partition] = high
+        else:
+            found = (offsets_for_time or {}).get(partition, -1)
+            starts[partition] = high if found < 0 else max(found, low)
+    return starts
+
+
+def _fair_shares(backlog: Mapping[int, int], budget: int) -> dict[int, int]:
+    """Split `budget` records across partitions: equal shares, leftovers redistributed."""
+    shares = {p: 0 for p in backlog}
+    remaining = dict(backlog)
+    while budget > 0 and any(remaining.values()):
+        hungry = sorted(p for p, left in remaining.items() if left > 0)
+        each = max(1, budget // len(hungry))
+        for partition in hungry:
+            take = min(each, remaining[partition], budget)
+            shares[partition] += take
+            remaining[partition] -= take
+            budget -= take
+            if budget == 0:
+                break
+    return shares
+
+
+def plan_offsets(
+    topic: str,
+    committed: Mapping[int, int],
+    watermarks: Mapping[int, tuple[int, int]],
+    start_from: StartFrom = "earliest",
+    max_records_per_run: int | None = None,
+    max_records_per_task: int = 250_000,
+    offsets_for_time: Mapping[int, int] | None = None,
+) -> OffsetPlan:
+    """The full plan: ranges, where each partition starts, and retention gaps.
+
+    `committed` holds the next offset to read per partition (from the table);
+    partitions missing from it (new table, or partitions added to the topic) start
+    at `start_from`.
+    """
+    if max_records_per_task <= 0:
+        raise ValueError("max_records_per_task must be positive")
+    fresh = initial_offsets(watermarks, start_from, offsets_for_time)
+    starts: dict[int, int] = {}
+    gaps: list[RetentionGap] = []
+    for partition, (low, _high) in sorted(watermarks.items()):
+        start = committed.get(partition, fresh[partition])
+        if start < low:
+            gaps.append(RetentionGap(topic, partition, start, low))
+            start = low
+        starts[partition] = start
+    backlog = {p: max(0, watermarks[p][1] - starts[p]) for p in starts}
+    if max_records_per_run is not None:
+        backlog = _fair_shares(backlog, max_records_per_run)
+    ranges: list[OffsetRange] = []
+    for partition in sorted(backlog):
+        position, stop = starts[partition], starts[partition] + backlog[partition]
+        while position < stop:
+            end = min(position + max_records_per_task, stop)
+            ranges.append(OffsetRange(topic, partition, position, end))
+            position = end
+    return OffsetPlan(tuple(ranges), starts, tuple(gaps))
+
+
+def plan_offset_ranges(
+    committed: Mapping[int, int],
+    watermarks: Mapping[int, tuple[int, int]],
+    start_from: StartFrom,
+    max_records_per_run: int | None,
+    max_records_per_task: int,
+    topic: str = "",
+) -> list[OffsetRange]:
+    """The contract's entry point: only the ranges of `plan_offsets`."""
+    plan = plan_offsets(
+        topic, committed, watermarks, start_from, max_records_per_run, max_records_per_task
+    )
+    return list(plan.ranges)
+
+
+def offsets_after(
+    start_offsets: Mapping[int, int], ranges: list[OffsetRange] | tuple[OffsetRange, ...]
+) -> dict[int, int]:
+    """Next offset per partition once `ranges` are consumed (contiguous from the start)."""
+    after = dict(start_offsets)
+    for offset_range in ranges:
+        after[offset_range.partition] = max(after.get(offset_range.partition, 0), offset_range.end)
+    return after

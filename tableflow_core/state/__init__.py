@@ -1,0 +1,1 @@
+"""Ingestion state kept in the Iceberg table itself (committed offsets)."""
