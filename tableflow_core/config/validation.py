@@ -72,7 +72,9 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> FieldPath:
     path: list[str | int] = []
     current = data
     for part in loc:
-        if (isinstance(current, dict) and part in current) or (isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)):
+        if (isinstance(current, dict) and part in current) or (
+            isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)
+        ):
             path.append(part)
             current = current[part]
         elif isinstance(current, dict) and isinstance(part, str) and part == loc[-1]:

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tableflow_core.cli.context import CliContext
+from tableflow_core.tasks.init import InitError, InitTask
+
+
+@click.command("init")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", help="Project name (default: the folder name).")
+@click.pass_obj
+def command(ctx: CliContext, directory: Path, name: str | None) -> None:
+    """Create a new project in DIRECTORY from the template."""
+    try:
+        created = InitTask(directory, name).run()
+    except InitError as exc:
+        ctx.fail(str(exc))
+    ctx.console.print(f"Created project in [bold]{directory}[/] ({len(created)} files):")
+    for path in created:
+        ctx.console.print(f"  {path}")
+    ctx.console.print(f"Next: cd {directory} && tableflow dev up && tableflow plan")
