@@ -169,8 +169,13 @@ class _Resolver:
         writer_branches = writer if isinstance(writer, list) else [writer]
         problems = []
         for index, branch in enumerate(writer_branches):
-            if not any(not self.check(branch, option, path) for option in reader):
-                branch_path = f"{path}/{index}" if isinstance(writer, list) else path or "/"
+            if any(not self.check(branch, option, path) for option in reader):
+                continue
+            branch_path = f"{path}/{index}" if isinstance(writer, list) else path or "/"
+            same_kind = self._same_kind_option(branch, reader)
+            if same_kind is not None:  # e.g. a nested record that changed: say what changed
+                problems += self.check(branch, same_kind, branch_path)
+            else:
                 problems.append(
                     Incompatibility(
                         "MISSING_UNION_BRANCH",
@@ -179,6 +184,18 @@ class _Resolver:
                     )
                 )
         return problems
+
+    def _same_kind_option(self, writer: Any, options: list[Any]) -> Any | None:
+        writer = _resolve(writer, self._writer_named)
+        for option in options:
+            option = _resolve(option, self._reader_named)
+            if _type_of(option) != _type_of(writer):
+                continue
+            if not isinstance(writer, dict) or "name" not in writer:
+                return option
+            if _short(option.get("name", "")) == _short(writer["name"]):
+                return option
+        return None
 
     def _check_record(self, writer: Any, reader: Any, path: str) -> list[Incompatibility]:
         key = (writer["name"], reader["name"])
