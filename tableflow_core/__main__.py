@@ -1,0 +1,3 @@
+from tableflow_core.cli.main import main
+
+main()
