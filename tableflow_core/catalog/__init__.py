@@ -11,7 +11,7 @@ from tableflow_core.catalog.clients import (
     spark_catalog_properties,
     token_endpoint,
 )
-from tableflow_core.catalog.server import RunningCatalogServer, serve_in_background
+from tableflow_core.catalog.runner import RunningCatalogServer, serve_forever, serve_in_background
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 
@@ -22,6 +22,7 @@ __all__ = [
     "RunningCatalogServer",
     "create_app",
     "pyiceberg_catalog_properties",
+    "serve_forever",
     "serve_in_background",
     "spark_catalog_properties",
     "token_endpoint",

@@ -24,6 +24,7 @@ from pyiceberg.typedef import Identifier
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tableflow_core.catalog.auth import OAuthError, TokenAuthority, bearer_token
+from tableflow_core.catalog.clients import HADOOP_FILE_IO
 from tableflow_core.catalog.errors import (
     BadRequestError,
     ErrorInfo,
@@ -172,8 +173,12 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
 def _add_catalog_routes(router: APIRouter, service: CatalogService) -> None:
     @router.get("/config")
     def get_config(warehouse: str | None = None) -> Response:
-        # Any warehouse name is accepted: this server has one warehouse.
-        return JSONResponse({"defaults": {}, "overrides": {}, "endpoints": SUPPORTED_ENDPOINTS})
+        # Any warehouse name is accepted: this server has one warehouse. Java clients
+        # (Spark, Trino's REST client) read and write its file:// paths through Hadoop.
+        defaults = {"io-impl": HADOOP_FILE_IO}
+        return JSONResponse(
+            {"defaults": defaults, "overrides": {}, "endpoints": SUPPORTED_ENDPOINTS}
+        )
 
     # -- namespaces -------------------------------------------------------------------
 

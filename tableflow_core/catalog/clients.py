@@ -35,6 +35,7 @@ def spark_catalog_properties(
     """Iceberg catalog properties for Spark, to pass to `register_catalog(spark, name, props)`."""
     properties = {"type": "rest", "uri": uri.rstrip("/"), "io-impl": HADOOP_FILE_IO}
     if credential:
+        properties["rest.auth.type"] = "oauth2"
         properties["credential"] = credential
         properties["oauth2-server-uri"] = token_endpoint(uri)
         properties["scope"] = "catalog"
