@@ -1,0 +1,120 @@
+"""Generate docs/reference.md from the config models, so the docs cannot drift."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, SecretStr
+from pydantic_core import PydanticUndefined
+
+from tableflow_core.config import models
+
+# (heading, model) in reading order.
+SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("tableflow_project.yml", models.ProjectConfig),
+    ("targets.<name>", models.Target),
+    ("kafka", models.KafkaConnection),
+    ("kafka.security", models.KafkaSecurity),
+    ("schema_registry", models.SchemaRegistryConnection),
+    ("basic_auth", models.BasicAuth),
+    ("catalog: type embedded (default)", models.EmbeddedCatalog),
+    ("catalog.auth (embedded)", models.EmbeddedCatalogAuth),
+    ("catalog: type rest", models.RestCatalog),
+    ("catalog: type sql", models.SqlCatalog),
+    ("catalog: type glue", models.GlueCatalog),
+    ("catalog: type hive", models.HiveCatalog),
+    ("spark", models.SparkSettings),
+    ("dev_stack", models.DevStackPorts),
+    ("defaults", models.TableDefaults),
+    ("tables[] (in tables/*.yml under `tables:`, or inline)", models.TableConfig),
+    ("value / key (formats)", models.Format),
+    ("columns[] (plain json)", models.JsonColumn),
+    ("partition_by[]", models.PartitionField),
+    ("sort_by[]", models.SortField),
+    ("start_from: {timestamp}", models.StartFrom),
+    ("transforms[]: type mask", models.MaskTransform),
+    ("transforms[]: type dedup", models.DedupTransform),
+    ("transforms[]: type filter", models.FilterTransform),
+    ("transforms[]: type derive", models.DeriveTransform),
+    ("transforms[]: type rename", models.RenameTransform),
+    ("transforms[]: type drop", models.DropTransform),
+    ("checks[]: type not_null", models.NotNullCheck),
+    ("checks[]: type unique", models.UniqueCheck),
+    ("checks[]: type accepted_values", models.AcceptedValuesCheck),
+    ("checks[]: type range", models.RangeCheck),
+    ("checks[]: type expression", models.ExpressionCheck),
+    ("checks[]: type row_count", models.RowCountCheck),
+    ("dlq: type kafka", models.KafkaDeadLetter),
+    ("dlq: type iceberg", models.IcebergDeadLetter),
+)
+
+HEADER = """# Configuration reference
+
+Generated from `tableflow_core/config/models.py` by
+`python -m tableflow_core.config.reference > docs/reference.md`; a test fails when
+it is out of date. Every model rejects unknown keys (with a "did you mean"
+suggestion). Values are rendered with Jinja2 first: `{{ env_var('NAME', 'default') }}`,
+`{{ var('name') }}`, `{{ target.name }}`. Secret fields are masked in every output.
+"""
+
+
+def render_reference() -> str:
+    parts = [HEADER]
+    for heading, model in SECTIONS:
+        parts.append(f"\n## `{heading}`\n")
+        doc = (model.__doc__ or "").strip()
+        if doc:
+            parts.append(f"{doc}\n")
+        parts.append("\n| key | type | default | description |\n|---|---|---|---|\n")
+        for name, field in model.model_fields.items():
+            key = field.alias or name
+            default = _default(field)
+            description = (field.description or "").replace("|", "\\|").replace("\n", " ")
+            parts.append(
+                f"| `{key}` | {_type_name(field.annotation)} | {default} | {description} |\n"
+            )
+    return "".join(parts)
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "**required**"
+    if field.default_factory is not None:
+        try:
+            value = field.default_factory()
+        except TypeError:
+            return "(computed)"
+        if isinstance(value, BaseModel):
+            return "(defaults)"
+        return f"`{value!r}`" if value not in ({}, []) else f"`{value}`"
+    if field.default is None or field.default is PydanticUndefined:
+        return "—"
+    return f"`{field.default}`"
+
+
+def _type_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_name(get_args(annotation)[0])
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in get_args(annotation))
+    if origin is Union or isinstance(annotation, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return " \\| ".join(_type_name(a) for a in members)
+    if origin in (list, tuple):
+        return f"list of {_type_name(get_args(annotation)[0])}"
+    if origin is dict:
+        return f"map of {_type_name(get_args(annotation)[1])}"
+    if annotation is SecretStr:
+        return "secret string"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation.__name__
+    if annotation is Any:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+if __name__ == "__main__":
+    print(render_reference(), end="")
