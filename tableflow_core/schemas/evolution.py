@@ -1,0 +1,149 @@
+"""Compare a table's Iceberg schema with the desired Arrow schema.
+
+Safe, in-place changes (`SchemaDiff.changes`): new optional columns (also nested struct
+fields), type widening Iceberg allows (int -> long, float -> double, decimal precision
+increase at the same scale), required -> optional. Everything else is `incompatible`.
+
+A column the new schema no longer has is NOT a change: it stays in the table and new rows
+hold null there (dropping it would destroy data). A desired type narrower than the
+table's (e.g. int into a long column) is not a change either: values are widened on write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
+from pyiceberg.types import (
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StructType,
+)
+
+ChangeKind = Literal["add_column", "widen_type", "make_optional"]
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    kind: ChangeKind
+    path: str  # dotted column path
+    detail: str  # e.g. "int -> long"
+
+
+@dataclass(frozen=True)
+class SchemaDiff:
+    changes: tuple[SchemaChange, ...]  # in-place, safe
+    incompatible: tuple[str, ...]  # human reasons; non-empty = destructive
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.changes and not self.incompatible
+
+
+def iceberg_schema_for(arrow_schema: pa.Schema) -> Schema:
+    """The Iceberg schema of an Arrow schema, with fresh field ids (1..n)."""
+    return assign_fresh_schema_ids(_pyarrow_to_schema_without_ids(arrow_schema))
+
+
+def diff_schemas(current: Schema, desired: pa.Schema) -> SchemaDiff:
+    desired_struct = _pyarrow_to_schema_without_ids(desired).as_struct()
+    changes: list[SchemaChange] = []
+    incompatible: list[str] = []
+    _diff_struct(current.as_struct(), desired_struct, "", changes, incompatible)
+    return SchemaDiff(tuple(changes), tuple(incompatible))
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _diff_struct(
+    current: StructType,
+    desired: StructType,
+    prefix: str,
+    changes: list[SchemaChange],
+    incompatible: list[str],
+) -> None:
+    existing = {f.name: f for f in current.fields}
+    for field in desired.fields:
+        path = _join(prefix, field.name)
+        old = existing.get(field.name)
+        if old is None:
+            changes.append(SchemaChange("add_column", path, str(field.field_type)))
+            continue
+        _diff_field(old, field, path, changes, incompatible)
+
+
+def _diff_field(
+    old: NestedField,
+    new: NestedField,
+    path: str,
+    changes: list[SchemaChange],
+    incompatible: list[str],
+) -> None:
+    if old.required and not new.required:
+        changes.append(SchemaChange("make_optional", path, "required -> optional"))
+    _diff_type(old.field_type, new.field_type, path, changes, incompatible)
+
+
+def _diff_type(
+    old: IcebergType,
+    new: IcebergType,
+    path: str,
+    changes: list[SchemaChange],
+    incompatible: list[str],
+) -> None:
+    if isinstance(old, StructType) and isinstance(new, StructType):
+        _diff_struct(old, new, path, changes, incompatible)
+    elif isinstance(old, ListType) and isinstance(new, ListType):
+        if old.element_required and not new.element_required:
+            changes.append(SchemaChange("make_optional", f"{path}.element", "required -> optional"))
+        _diff_type(old.element_type, new.element_type, f"{path}.element", changes, incompatible)
+    elif isinstance(old, MapType) and isinstance(new, MapType):
+        if old.key_type != new.key_type:
+            incompatible.append(
+                f"column {path}: map key type cannot change from {old.key_type} to {new.key_type}"
+            )
+        if old.value_required and not new.value_required:
+            changes.append(SchemaChange("make_optional", f"{path}.value", "required -> optional"))
+        _diff_type(old.value_type, new.value_type, f"{path}.value", changes, incompatible)
+    elif old != new:
+        _diff_primitive(old, new, path, changes, incompatible)
+
+
+def _diff_primitive(
+    old: IcebergType,
+    new: IcebergType,
+    path: str,
+    changes: list[SchemaChange],
+    incompatible: list[str],
+) -> None:
+    detail = f"{old} -> {new}"
+    widens = (isinstance(old, IntegerType) and isinstance(new, LongType)) or (
+        isinstance(old, FloatType) and isinstance(new, DoubleType)
+    )
+    if widens:
+        changes.append(SchemaChange("widen_type", path, detail))
+    elif isinstance(old, DecimalType) and isinstance(new, DecimalType) and old.scale == new.scale:
+        if new.precision > old.precision:
+            changes.append(SchemaChange("widen_type", path, detail))
+        # a lower precision fits the existing column: nothing to do
+    elif (isinstance(old, LongType) and isinstance(new, IntegerType)) or (
+        isinstance(old, DoubleType) and isinstance(new, FloatType)
+    ):
+        pass  # narrower values fit the wider column
+    else:
+        incompatible.append(
+            f"column {path}: type {old} cannot change to {new} in place "
+            "(Iceberg only widens int -> long, float -> double and decimal precision)"
+        )

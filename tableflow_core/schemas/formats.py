@@ -1,0 +1,111 @@
+"""How a topic's keys and values are encoded, and the optional Kafka metadata columns."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, field_validator
+
+FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
+
+REGISTRY_FORMATS: frozenset[str] = frozenset({"avro", "json_schema", "protobuf"})
+
+# Column types a plain-JSON `json_columns` entry may declare (Iceberg type names).
+JsonColumnType = Literal[
+    "string",
+    "int",
+    "long",
+    "float",
+    "double",
+    "boolean",
+    "date",
+    "timestamp",
+    "timestamptz",
+    "binary",
+    "json",
+]
+
+
+class JsonColumn(BaseModel):
+    """One column extracted from a plain (schemaless) JSON value.
+
+    `path` is a dotted path into the JSON object (default: the column name). Type
+    `json` keeps the sub-document as JSON text; `binary` expects base64 text.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    type: JsonColumnType | str = "string"  # also "decimal(P,S)"
+    path: str | None = None
+
+    @property
+    def json_path(self) -> tuple[str, ...]:
+        return tuple((self.path or self.name).split("."))
+
+
+class FormatSpec(BaseModel):
+    """How the keys or the values of a topic are encoded.
+
+    - `subject`: registry subject; default `<topic>-value` / `<topic>-key`.
+    - `version`: registry version the table schema follows (`latest` by default).
+    - `message`: Protobuf only: fully-qualified message name (default: the first message).
+    - `json_columns`: plain `json` only: declared columns. Without them a plain JSON
+      value lands as one `value` string column holding the JSON text.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    format: FormatName
+    subject: str | None = None
+    version: int | Literal["latest"] = "latest"
+    message: str | None = None
+    json_columns: tuple[JsonColumn, ...] | None = None
+
+    @field_validator("json_columns")
+    @classmethod
+    def _unique_json_columns(
+        cls, columns: tuple[JsonColumn, ...] | None
+    ) -> tuple[JsonColumn, ...] | None:
+        if columns is not None:
+            names = [c.name for c in columns]
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"json_columns declares {duplicates} more than once")
+        return columns
+
+    @property
+    def uses_registry(self) -> bool:
+        return self.format in REGISTRY_FORMATS
+
+    def subject_for(self, topic: str, is_key: bool) -> str:
+        """Registry subject (TopicNameStrategy unless `subject` is set)."""
+        return self.subject or f"{topic}-{'key' if is_key else 'value'}"
+
+
+METADATA_COLUMNS: tuple[str, ...] = ("topic", "partition", "offset", "timestamp", "key", "headers")
+METADATA_PREFIX = "_kafka_"
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
+
+
+def metadata_column_name(name: str) -> str:
+    """`offset` -> `_kafka_offset`."""
+    if name not in METADATA_COLUMNS:
+        raise ValueError(f"unknown metadata column {name!r}; expected one of {METADATA_COLUMNS}")
+    return METADATA_PREFIX + name
+
+
+def metadata_field(name: str, key_type: pa.DataType) -> pa.Field:
+    """The Arrow field of a metadata column (`key_type` is the decoded key's type)."""
+    types: dict[str, pa.DataType] = {
+        "topic": pa.string(),
+        "partition": pa.int32(),
+        "offset": pa.int64(),
+        "timestamp": UTC_MICROS,
+        "key": key_type,
+        "headers": HEADERS_TYPE,
+    }
+    return pa.field(metadata_column_name(name), types[name], nullable=True)

@@ -1,0 +1,280 @@
+"""Per-format payload decoders: Kafka key/value bytes -> Arrow storage values.
+
+Each decoder keeps its own per-schema-id cache (one decoder per Spark task), so the
+registry is asked once per writer schema id per task. A record that cannot be decoded
+raises PayloadError (the caller turns it into a DecodeFailure naming the record); a
+registry that cannot be reached raises RegistryUnavailable (nothing is skipped then).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import fastavro
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+
+from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
+from tableflow_core.schemas.arrow_values import SchemaMappingError, TemporalAs
+from tableflow_core.schemas.formats import FormatSpec
+from tableflow_core.schemas.plain_json import plain_json_reader
+from tableflow_core.schemas.registry import RegistrySettings
+from tableflow_core.schemas.wire_format import (
+    HEADER_SIZE,
+    FramingError,
+    read_header,
+    read_protobuf_message_indexes,
+)
+
+VALUE_COLUMN = "value"
+
+
+class PayloadError(Exception):
+    """This record's bytes cannot be decoded; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RegistryUnavailable(RuntimeError):
+    """The registry could not answer (down, auth, 5xx): retry later, skip nothing."""
+
+
+class PayloadDecoder(Protocol):
+    temporal: TemporalAs
+
+    def decode(self, data: bytes) -> Any:
+        """Decoded value: a dict of columns when `as_columns`, else the whole value."""
+        ...
+
+
+def _fetch_schema(client: SchemaRegistryClient, schema_id: int, fmt: str | None = None) -> Any:
+    try:
+        schema = client.get_schema(schema_id, fmt=fmt) if fmt else client.get_schema(schema_id)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 404:
+            raise PayloadError(f"unknown schema id {schema_id}: {exc.error_message}") from exc
+        raise RegistryUnavailable(
+            f"schema registry error for schema id {schema_id}: {exc}"
+        ) from exc
+    except Exception as exc:  # connection errors from the HTTP client
+        raise RegistryUnavailable(
+            f"schema registry unreachable for schema id {schema_id}: {exc}"
+        ) from exc
+    if schema is None:  # the mock registry answers None for unknown ids
+        raise PayloadError(f"unknown schema id {schema_id}")
+    return schema
+
+
+class _SchemaCache:
+    """Schema id -> mapping, remembering ids that are unknown or unmappable."""
+
+    def __init__(self, load: Callable[[int], Any]) -> None:
+        self._load = load
+        self._entries: dict[int, Any] = {}
+        self._errors: dict[int, str] = {}
+
+    def get(self, schema_id: int) -> Any:
+        entry = self._entries.get(schema_id)
+        if entry is not None:
+            return entry
+        if schema_id in self._errors:
+            raise PayloadError(self._errors[schema_id])
+        try:
+            entry = self._load(schema_id)
+        except PayloadError as exc:
+            self._errors[schema_id] = exc.reason
+            raise
+        except SchemaMappingError as exc:
+            reason = f"schema id {schema_id} cannot be mapped: {exc}"
+            self._errors[schema_id] = reason
+            raise PayloadError(reason) from exc
+        self._entries[schema_id] = entry
+        return entry
+
+
+def _framed(data: bytes) -> int:
+    try:
+        return read_header(data)
+    except FramingError as exc:
+        raise PayloadError(str(exc)) from exc
+
+
+class AvroPayloadDecoder:
+    temporal = TemporalAs.INT
+
+    def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
+        self._client = client
+        self._as_columns = as_columns
+        self._cache = _SchemaCache(self._load)
+
+    def _load(self, schema_id: int) -> avro_types.AvroMapping:
+        schema = _fetch_schema(self._client, schema_id)
+        if schema.schema_type not in (None, "AVRO"):
+            raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not AVRO")
+        return avro_types.map_avro_schema(schema.schema_str)
+
+    def decode(self, data: bytes) -> Any:
+        mapping: avro_types.AvroMapping = self._cache.get(_framed(data))
+        buffer = io.BytesIO(data)
+        buffer.seek(HEADER_SIZE)
+        try:
+            value = fastavro.schemaless_reader(
+                buffer,
+                mapping.reader_schema,
+                None,
+                return_record_name=True,
+                return_record_name_override=True,
+            )
+        except (EOFError, StopIteration, ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise PayloadError(
+                f"corrupt or truncated Avro payload: {type(exc).__name__}: {exc}"
+            ) from exc
+        trailing = len(data) - buffer.tell()
+        if trailing:
+            raise PayloadError(
+                f"Avro payload has {trailing} unread trailing bytes (wrong schema id?)"
+            )
+        if mapping.adapter is not None:
+            value = mapping.adapter(value)
+        if self._as_columns and not mapping.is_record:
+            return {VALUE_COLUMN: value}
+        return value
+
+
+class JsonSchemaPayloadDecoder:
+    temporal = TemporalAs.TEXT
+
+    def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
+        self._client = client
+        self._as_columns = as_columns
+        self._cache = _SchemaCache(self._load)
+
+    def _load(self, schema_id: int) -> json_schema_types.JsonSchemaMapping:
+        schema = _fetch_schema(self._client, schema_id)
+        if schema.schema_type != "JSON":
+            raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not JSON")
+        return json_schema_types.map_json_schema(schema.schema_str)
+
+    def decode(self, data: bytes) -> Any:
+        mapping: json_schema_types.JsonSchemaMapping = self._cache.get(_framed(data))
+        try:
+            value = json.loads(data[HEADER_SIZE:])
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PayloadError(f"invalid JSON payload: {exc}") from exc
+        if mapping.adapter is not None:
+            value = mapping.adapter(value)
+        if self._as_columns and not mapping.is_record:
+            return {VALUE_COLUMN: value}
+        if self._as_columns and not isinstance(value, dict):
+            raise PayloadError(f"JSON payload is a {type(value).__name__}, the schema says object")
+        return value
+
+
+class ProtobufPayloadDecoder:
+    temporal = TemporalAs.INT
+
+    def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
+        self._client = client
+        self._as_columns = as_columns
+        self._files = _SchemaCache(self._load)
+        self._messages: dict[tuple[int, tuple[int, ...]], tuple[Any, protobuf_types.Converter]] = {}
+
+    def _load(self, schema_id: int) -> Any:
+        schema = _fetch_schema(self._client, schema_id, fmt="serialized")
+        if schema.schema_type != "PROTOBUF":
+            raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not PROTOBUF")
+        return protobuf_types.file_descriptor_for(schema, self._client)
+
+    def _message(
+        self, schema_id: int, indexes: tuple[int, ...]
+    ) -> tuple[Any, protobuf_types.Converter]:
+        key = (schema_id, indexes)
+        found = self._messages.get(key)
+        if found is None:
+            file = self._files.get(schema_id)
+            try:
+                descriptor = protobuf_types.message_descriptor(file, indexes)
+                mapping = protobuf_types.map_message(descriptor)
+            except SchemaMappingError as exc:
+                raise PayloadError(f"schema id {schema_id}: {exc}") from exc
+            found = (protobuf_types.message_class(descriptor), mapping.converter)
+            self._messages[key] = found
+        return found
+
+    def decode(self, data: bytes) -> Any:
+        schema_id = _framed(data)
+        try:
+            indexes, start = read_protobuf_message_indexes(data, HEADER_SIZE)
+        except FramingError as exc:
+            raise PayloadError(str(exc)) from exc
+        cls, convert = self._message(schema_id, indexes)
+        try:
+            message = cls.FromString(data[start:])
+        except ProtobufDecodeError as exc:
+            raise PayloadError(f"corrupt or truncated Protobuf payload: {exc}") from exc
+        return convert(message)
+
+
+class PlainJsonPayloadDecoder:
+    temporal = TemporalAs.TEXT
+
+    def __init__(self, spec: FormatSpec, as_columns: bool) -> None:
+        self._read = plain_json_reader(spec.json_columns if as_columns else None)
+        self._as_columns = as_columns
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            row = self._read(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PayloadError(f"invalid JSON: {exc}") from exc
+        return row if self._as_columns else row[VALUE_COLUMN]
+
+
+class StringPayloadDecoder:
+    temporal = TemporalAs.INT
+
+    def __init__(self, as_columns: bool) -> None:
+        self._as_columns = as_columns
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PayloadError(f"not UTF-8 text: {exc}") from exc
+        return {VALUE_COLUMN: text} if self._as_columns else text
+
+
+class BytesPayloadDecoder:
+    temporal = TemporalAs.INT
+
+    def __init__(self, as_columns: bool) -> None:
+        self._as_columns = as_columns
+
+    def decode(self, data: bytes) -> Any:
+        return {VALUE_COLUMN: data} if self._as_columns else data
+
+
+def payload_decoder(
+    spec: FormatSpec, registry: RegistrySettings | None, as_columns: bool
+) -> PayloadDecoder:
+    """The decoder for one side (value: `as_columns=True`; key: the whole value)."""
+    if spec.uses_registry:
+        if registry is None:
+            raise ValueError(f"format {spec.format!r} needs a schema registry, none is configured")
+        client = registry.client()
+        if spec.format == "avro":
+            return AvroPayloadDecoder(client, as_columns)
+        if spec.format == "json_schema":
+            return JsonSchemaPayloadDecoder(client, as_columns)
+        return ProtobufPayloadDecoder(client, as_columns)
+    if spec.format == "json":
+        return PlainJsonPayloadDecoder(spec, as_columns)
+    if spec.format == "string":
+        return StringPayloadDecoder(as_columns)
+    return BytesPayloadDecoder(as_columns)

@@ -1,0 +1,108 @@
+"""Plain (schemaless) JSON values: declared `json_columns`, or one `value` text column.
+
+Without declared columns there is nothing to derive a table schema from, so the value
+is kept whole as JSON text in a `value` column (queryable with JSON functions, and the
+table can switch to declared columns later: added columns are schema evolution).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from tableflow_core.schemas.arrow_values import SchemaMappingError
+from tableflow_core.schemas.formats import JsonColumn
+from tableflow_core.schemas.json_schema_types import as_json_text
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+
+_COLUMN_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us"),
+    "timestamptz": UTC_MICROS,
+    "binary": pa.binary(),
+    "json": pa.string(),
+}
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+
+VALUE_COLUMN = "value"
+
+
+def json_column_type(column: JsonColumn) -> pa.DataType:
+    declared = column.type.strip().lower()
+    if declared in _COLUMN_TYPES:
+        return _COLUMN_TYPES[declared]
+    match = _DECIMAL.match(declared)
+    if match:
+        return pa.decimal128(int(match.group(1)), int(match.group(2)))
+    raise SchemaMappingError(
+        f"json_columns: column {column.name!r} has unknown type {column.type!r}; "
+        f"expected one of {sorted(_COLUMN_TYPES)} or decimal(P,S)"
+    )
+
+
+def json_fields(columns: Sequence[JsonColumn] | None) -> list[pa.Field]:
+    if not columns:
+        return [pa.field(VALUE_COLUMN, pa.string())]
+    return [pa.field(c.name, json_column_type(c)) for c in columns]
+
+
+def _extract(document: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(document, dict):
+            return None
+        document = document.get(part)
+    return document
+
+
+def _column_reader(column: JsonColumn) -> Callable[[Any], Any]:
+    path = column.json_path
+    declared = column.type.strip().lower()
+    if declared == "json":
+        return lambda doc: as_json_text(_extract(doc, path))
+    if declared == "binary":
+        return lambda doc: _b64(_extract(doc, path))
+    if declared.startswith("decimal") or declared == "string":
+        # Decimals travel as text to Arrow; `string` columns accept any scalar as its text.
+        return lambda doc: _text(_extract(doc, path))
+    return lambda doc: _extract(doc, path)
+
+
+def _text(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    return as_json_text(value)
+
+
+def _b64(value: Any) -> Any:
+    return None if value is None else base64.b64decode(value, validate=True)
+
+
+def plain_json_reader(columns: Sequence[JsonColumn] | None) -> Callable[[bytes], dict[str, Any]]:
+    """bytes -> row dict (storage values, temporal/decimal as text)."""
+    if not columns:
+
+        def whole(data: bytes) -> dict[str, Any]:
+            text = data.decode("utf-8")
+            json.loads(text)  # reject what is not JSON
+            return {VALUE_COLUMN: text}
+
+        return whole
+    readers = [(c.name, _column_reader(c)) for c in columns]
+
+    def declared(data: bytes) -> dict[str, Any]:
+        document = json.loads(data)
+        return {name: read(document) for name, read in readers}
+
+    return declared

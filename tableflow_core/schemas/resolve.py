@@ -1,0 +1,150 @@
+"""`resolve_schema`: the table's Arrow schema for a topic, read from the registry over HTTP.
+
+Used by `plan` (no JVM) and by `apply`. Data columns come first (in the writer schema's
+field order), then the requested metadata columns in the order given. Every column is
+nullable (docs/type-mapping.md, "Nullability").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka.schema_registry import RegisteredSchema
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
+from tableflow_core.schemas.arrow_values import SchemaMappingError
+from tableflow_core.schemas.formats import FormatSpec, metadata_field
+from tableflow_core.schemas.plain_json import json_fields
+from tableflow_core.schemas.registry import RegistrySettings
+
+VALUE_COLUMN = "value"
+
+
+class SchemaResolutionError(RuntimeError):
+    """The topic's schema cannot be resolved (missing subject, unmappable type, ...)."""
+
+
+@dataclass(frozen=True)
+class ResolvedSchema:
+    arrow_schema: pa.Schema  # the table's columns, in order (data + metadata columns)
+    registry_schema_id: int | None
+    registry_version: int | None
+    subject: str | None
+    fingerprint: str  # stable hash of the column names/types, for plan staleness checks
+
+
+def schema_fingerprint(schema: pa.Schema) -> str:
+    text = schema.remove_metadata().to_string(show_field_metadata=False, show_schema_metadata=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def resolve_schema(
+    topic: str,
+    value: FormatSpec,
+    key: FormatSpec | None,
+    metadata_columns: tuple[str, ...],
+    registry: RegistrySettings | None,
+) -> ResolvedSchema:
+    registered = _registered(topic, value, is_key=False, registry=registry)
+    value_type, is_record = _arrow_type(topic, value, registered, registry, is_key=False)
+    if is_record:
+        assert isinstance(value_type, pa.StructType)
+        fields = [value_type.field(i) for i in range(value_type.num_fields)]
+    else:
+        fields = [pa.field(VALUE_COLUMN, value_type)]
+    if metadata_columns:
+        key_type = pa.binary()
+        if "key" in metadata_columns and key is not None:
+            key_registered = _registered(topic, key, is_key=True, registry=registry)
+            key_type = _arrow_type(topic, key, key_registered, registry, is_key=True)[0]
+        fields.extend(metadata_field(name, key_type) for name in metadata_columns)
+    names = [f.name for f in fields]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: columns {clashes} appear twice (a value field clashes with a "
+            "metadata column name)"
+        )
+    schema = pa.schema(fields)
+    return ResolvedSchema(
+        arrow_schema=schema,
+        registry_schema_id=registered.schema_id if registered else None,
+        registry_version=registered.version if registered else None,
+        subject=registered.subject if registered else None,
+        fingerprint=schema_fingerprint(schema),
+    )
+
+
+def _registered(
+    topic: str, spec: FormatSpec, is_key: bool, registry: RegistrySettings | None
+) -> RegisteredSchema | None:
+    if not spec.uses_registry:
+        return None
+    side = "key" if is_key else "value"
+    if registry is None:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: {side} format {spec.format!r} needs a schema registry; none is configured"
+        )
+    subject = spec.subject_for(topic, is_key)
+    fmt = "serialized" if spec.format == "protobuf" else None
+    client = registry.client()
+    try:
+        found = client.get_version(subject, spec.version, fmt=fmt)
+    except SchemaRegistryError as exc:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: cannot read {side} subject {subject!r} version {spec.version} "
+            f"from the registry at {registry.url}: {exc}"
+        ) from exc
+    except Exception as exc:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: schema registry at {registry.url} unreachable: {exc}"
+        ) from exc
+    if found is None:  # the mock registry answers None for unknown subjects
+        raise SchemaResolutionError(
+            f"topic {topic!r}: {side} subject {subject!r} version {spec.version} not found in the registry"
+        )
+    expected = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}[spec.format]
+    actual = found.schema.schema_type or "AVRO"
+    if actual != expected:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: subject {subject!r} holds a {actual} schema but the {side} "
+            f"format is {spec.format!r}"
+        )
+    return found
+
+
+def _arrow_type(
+    topic: str,
+    spec: FormatSpec,
+    registered: RegisteredSchema | None,
+    registry: RegistrySettings | None,
+    is_key: bool,
+) -> tuple[pa.DataType, bool]:
+    """The Arrow type of one side's whole value, and whether it is a record (-> columns)."""
+    try:
+        if registered is not None:
+            schema = registered.schema
+            if spec.format == "avro":
+                avro = avro_types.map_avro_schema(schema.schema_str or "")
+                return avro.arrow_type, avro.is_record
+            if spec.format == "json_schema":
+                json_schema = json_schema_types.map_json_schema(schema.schema_str or "")
+                return json_schema.arrow_type, json_schema.is_record
+            assert registry is not None
+            file = protobuf_types.file_descriptor_for(schema, registry.client())
+            descriptor = protobuf_types.message_by_name(file, spec.message)
+            return protobuf_types.map_message(descriptor).arrow_type, True
+        if spec.format == "json":
+            if is_key:
+                return pa.string(), False
+            return pa.struct(json_fields(spec.json_columns)), True
+        return (pa.string() if spec.format == "string" else pa.binary()), False
+    except SchemaMappingError as exc:
+        side = "key" if is_key else "value"
+        where = (
+            f"subject {registered.subject!r} version {registered.version}" if registered else side
+        )
+        raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from exc
