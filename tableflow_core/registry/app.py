@@ -137,6 +137,12 @@ def _add_schema_routes(app: FastAPI, registry: SchemaRegistry) -> None:
         subject = request.query_params.get("subject")
         return registry.schema_versions(schema_id, subject, _flag(request, "deleted"))
 
+    @app.get("/associations/resources/{namespace}/{resource}")
+    async def associations(namespace: str, resource: str) -> list[dict[str, Any]]:
+        """confluent-kafka 2.16's default subject strategy asks this first; none are kept here,
+        so clients fall back to TopicNameStrategy (`<topic>-value`)."""
+        return []
+
     @app.get("/schemas/ids/{schema_id}/subjects")
     async def schema_subjects(schema_id: int, request: Request) -> list[str]:
         subject = request.query_params.get("subject")

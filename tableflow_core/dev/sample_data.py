@@ -1,0 +1,178 @@
+"""Deterministic sample datasets (schemas and record generators) for the dev stack and tests.
+
+Pure: no Kafka, no registry. `tableflow_core.dev.producer` sends these records.
+Records are a function of (seed, index) only, so tests can recompute any expectation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+DATASETS = ("orders", "customers")
+ORDER_STATUSES = ["PLACED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"]
+CUSTOMER_TIERS = ["BRONZE", "SILVER", "GOLD", "PLATINUM"]
+CURRENCIES = ["EUR", "USD", "GBP", "CHF"]
+COUNTRIES = ["DE", "FR", "GB", "US", "CH", "NL", "ES", "IT"]
+CITIES = ["Berlin", "Paris", "London", "Boston", "Zurich", "Utrecht", "Madrid", "Milan"]
+STREETS = ["Main St", "High St", "Station Rd", "Park Ave", "Church Ln", "Mill Rd"]
+TAGS = ["gift", "express", "fragile", "bulk", "promo", "b2b"]
+CHANNELS = ["web", "app", "store", "phone"]
+# Fixed origin so a given (seed, index) always gives the same timestamp.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+NAMESPACE = "tableflow.sample"
+
+_ADDRESS = {
+    "type": "record",
+    "name": "Address",
+    "fields": [
+        {"name": "street", "type": "string"},
+        {"name": "city", "type": "string"},
+        {"name": "postal_code", "type": "string"},
+        {"name": "country", "type": "string"},
+    ],
+}
+
+
+def orders_schema(version: int = 1) -> dict[str, Any]:
+    """Avro schema of `orders`; version 2 adds the optional field `channel` (BACKWARD-compatible)."""
+    fields: list[dict[str, Any]] = [
+        {"name": "order_id", "type": "string"},
+        {"name": "customer_id", "type": "long"},
+        {
+            "name": "status",
+            "type": {"type": "enum", "name": "OrderStatus", "symbols": ORDER_STATUSES},
+        },
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
+        {"name": "currency", "type": "string"},
+        {"name": "quantity", "type": "int"},
+        {"name": "created_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "shipping_address", "type": _ADDRESS},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "coupon", "type": ["null", "string"], "default": None},
+    ]
+    if version >= 2:
+        fields.append({"name": "channel", "type": ["null", "string"], "default": None})
+    return {"type": "record", "name": "Order", "namespace": NAMESPACE, "fields": fields}
+
+
+def customers_schema(version: int = 1) -> dict[str, Any]:
+    """Avro schema of `customers`; version 2 adds the optional field `phone`."""
+    fields: list[dict[str, Any]] = [
+        {"name": "customer_id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "email", "type": "string"},
+        {
+            "name": "tier",
+            "type": {"type": "enum", "name": "CustomerTier", "symbols": CUSTOMER_TIERS},
+        },
+        {"name": "country", "type": "string"},
+        {"name": "address", "type": _ADDRESS},
+        {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ]
+    if version >= 2:
+        fields.append({"name": "phone", "type": ["null", "string"], "default": None})
+    return {"type": "record", "name": "Customer", "namespace": NAMESPACE, "fields": fields}
+
+
+def schema_for(dataset: str, version: int = 1) -> dict[str, Any]:
+    if dataset == "orders":
+        return orders_schema(version)
+    if dataset == "customers":
+        return customers_schema(version)
+    raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One Kafka message: a UTF-8 key and an Avro value (None = tombstone)."""
+
+    key: str
+    value: dict[str, Any] | None
+
+
+def _address(rng: random.Random) -> dict[str, str]:
+    city = rng.randrange(len(CITIES))
+    return {
+        "street": f"{rng.randint(1, 250)} {STREETS[rng.randrange(len(STREETS))]}",
+        "city": CITIES[city],
+        "postal_code": f"{rng.randint(10000, 99999)}",
+        "country": COUNTRIES[city],
+    }
+
+
+def generate_orders(count: int, seed: int = 0, version: int = 1) -> Iterator[SampleRecord]:
+    """`count` orders with unique keys `o-<seed>-<index>`; amounts between 1.00 and 5000.00."""
+    rng = random.Random(seed)
+    for index in range(count):
+        amount_cents = rng.randint(100, 500_000)
+        tag_count = rng.randrange(3)
+        value: dict[str, Any] = {
+            "order_id": f"o-{seed}-{index:09d}",
+            "customer_id": rng.randint(1, 100_000),
+            "status": ORDER_STATUSES[rng.randrange(len(ORDER_STATUSES))],
+            "amount": Decimal(amount_cents).scaleb(-2),
+            "currency": CURRENCIES[rng.randrange(len(CURRENCIES))],
+            "quantity": rng.randint(1, 10),
+            "created_at": EPOCH + timedelta(milliseconds=index * 1000 + rng.randrange(1000)),
+            "shipping_address": _address(rng),
+            "tags": [TAGS[rng.randrange(len(TAGS))] for _ in range(tag_count)],
+            "coupon": f"SAVE{rng.randint(5, 30)}" if rng.random() < 0.2 else None,
+        }
+        if version >= 2:
+            value["channel"] = CHANNELS[index % len(CHANNELS)]
+        yield SampleRecord(value["order_id"], value)
+
+
+def generate_customers(
+    count: int,
+    seed: int = 0,
+    version: int = 1,
+    distinct_customers: int | None = None,
+    tombstone_every: int | None = None,
+) -> Iterator[SampleRecord]:
+    """`count` customer change events over `distinct_customers` ids (default: count // 2).
+
+    Ids repeat, so later events update earlier ones (upsert mode). With
+    `tombstone_every=N`, every Nth event is a delete (value None) of that key.
+    """
+    rng = random.Random(seed)
+    distinct = max(1, distinct_customers or count // 2)
+    for index in range(count):
+        customer_id = rng.randint(1, distinct)
+        key = str(customer_id)
+        if tombstone_every and (index + 1) % tombstone_every == 0:
+            yield SampleRecord(key, None)
+            continue
+        address = _address(rng)
+        value: dict[str, Any] = {
+            "customer_id": customer_id,
+            "name": f"Customer {customer_id}",
+            "email": f"customer{customer_id}@example.com",
+            "tier": CUSTOMER_TIERS[rng.randrange(len(CUSTOMER_TIERS))],
+            "country": address["country"],
+            "address": address,
+            "updated_at": EPOCH + timedelta(milliseconds=index * 1000),
+        }
+        if version >= 2:
+            value["phone"] = (
+                f"+49 30 {rng.randint(1000000, 9999999)}" if rng.random() < 0.5 else None
+            )
+        yield SampleRecord(key, value)
+
+
+def generate(
+    dataset: str, count: int, seed: int = 0, version: int = 1, **options: Any
+) -> Iterator[SampleRecord]:
+    if dataset == "orders":
+        return generate_orders(count, seed, version)
+    if dataset == "customers":
+        return generate_customers(count, seed, version, **options)
+    raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
