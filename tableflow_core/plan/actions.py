@@ -1,0 +1,223 @@
+"""Typed, immutable plan actions.
+
+Each action is a pydantic model with a `kind` discriminator so a plan round-trips
+through JSON (saved plans, `plan --json`) without losing its types. `change` is the
+Terraform-style effect: create (+), update (~), replace (-/+), delete (-), read (>)
+for ingestion and report (?) for things shown but never done.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Change = Literal["create", "update", "replace", "delete", "read", "report"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Column(Frozen):
+    """A column of a table to create (top level; nested types shown as their type text)."""
+
+    name: str
+    type: str
+    required: bool = False
+
+
+class SchemaChangeItem(Frozen):
+    """One in-place schema change (from schemas.evolution.diff_schemas)."""
+
+    kind: Literal["add_column", "widen_type", "make_optional"]
+    path: str
+    detail: str = ""
+
+
+class PartitionTerm(Frozen):
+    """One partition field: `column` under `transform` (`param` for bucket/truncate)."""
+
+    column: str
+    transform: Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"] = (
+        "identity"
+    )
+    param: int | None = None
+
+    def expression(self) -> str:
+        if self.transform == "identity":
+            return self.column
+        if self.param is not None:
+            return f"{self.transform}({self.param}, {self.column})"
+        return f"{self.transform}({self.column})"
+
+
+class SortTerm(Frozen):
+    column: str
+    descending: bool = False
+    nulls_first: bool = True
+
+    def expression(self) -> str:
+        direction = "desc" if self.descending else "asc"
+        nulls = "nulls first" if self.nulls_first else "nulls last"
+        return f"{self.column} {direction} {nulls}"
+
+
+class OffsetSpan(Frozen):
+    """Offsets [start, end) of one partition that the run will read."""
+
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class PartitionLag(Frozen):
+    """Where one partition stands: committed offset, broker end offset, what a run reads."""
+
+    partition: int
+    committed: int | None = Field(description="Next offset the table will read; null = never read")
+    low_watermark: int
+    high_watermark: int
+    start: int = Field(description="First offset this run reads")
+    read_to: int = Field(description="Offset after the last one this run reads")
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.high_watermark - self.start)
+
+    @property
+    def to_read(self) -> int:
+        return max(0, self.read_to - self.start)
+
+
+class ActionBase(Frozen):
+    id: str = Field(description="Unique within the plan, e.g. `create_table:orders`")
+    table: str | None = Field(None, description="The project's table name, if any")
+    identifier: str = Field(description="What the action touches: `namespace.table` or namespace")
+
+
+class CreateNamespace(ActionBase):
+    kind: Literal["create_namespace"] = "create_namespace"
+    change: Literal["create"] = "create"
+
+
+class CreateTable(ActionBase):
+    kind: Literal["create_table"] = "create_table"
+    change: Literal["create"] = "create"
+    columns: tuple[Column, ...]
+    partition_by: tuple[PartitionTerm, ...] = ()
+    sort_by: tuple[SortTerm, ...] = ()
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class EvolveSchema(ActionBase):
+    kind: Literal["evolve_schema"] = "evolve_schema"
+    change: Literal["update"] = "update"
+    changes: tuple[SchemaChangeItem, ...]
+
+
+class UpdateProperties(ActionBase):
+    kind: Literal["update_properties"] = "update_properties"
+    change: Literal["update"] = "update"
+    set: dict[str, str] = Field(description="Properties set to these values")
+    previous: dict[str, str | None] = Field(description="Their values before (null = unset)")
+
+
+class ChangePartitionSpec(ActionBase):
+    kind: Literal["change_partition_spec"] = "change_partition_spec"
+    change: Literal["update"] = "update"
+    current: tuple[PartitionTerm, ...]
+    desired: tuple[PartitionTerm, ...]
+
+
+class ChangeSortOrder(ActionBase):
+    kind: Literal["change_sort_order"] = "change_sort_order"
+    change: Literal["update"] = "update"
+    current: tuple[SortTerm, ...]
+    desired: tuple[SortTerm, ...]
+
+
+class ReplaceTable(ActionBase):
+    """Destructive: drop and recreate (data and committed offsets are lost)."""
+
+    kind: Literal["replace_table"] = "replace_table"
+    change: Literal["replace"] = "replace"
+    reasons: tuple[str, ...]
+    columns: tuple[Column, ...]
+    partition_by: tuple[PartitionTerm, ...] = ()
+    sort_by: tuple[SortTerm, ...] = ()
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class UndeclaredTable(ActionBase):
+    """A table in the project's namespaces the project does not declare: reported only."""
+
+    kind: Literal["undeclared_table"] = "undeclared_table"
+    change: Literal["report"] = "report"
+
+
+class DropTable(ActionBase):
+    """An undeclared table dropped because `--prune` was given."""
+
+    kind: Literal["drop_table"] = "drop_table"
+    change: Literal["delete"] = "delete"
+
+
+class Ingest(ActionBase):
+    """Read new records of `topic` into the table."""
+
+    kind: Literal["ingest"] = "ingest"
+    change: Literal["read"] = "read"
+    topic: str
+    partitions: tuple[PartitionLag, ...]
+    ranges: tuple[OffsetSpan, ...] = Field(
+        description="Offset ranges the run reads, split per Spark task"
+    )
+    records: int = Field(description="Records this run reads (after max_records_per_run)")
+    pending: int = Field(description="Records waiting in the topic (lag)")
+    checks: tuple[str, ...] = Field(default=(), description="Quality checks that will run")
+    dead_letter: str | None = Field(None, description="Where bad records go, if anywhere")
+    on_error: Literal["fail", "skip", "dlq"] = "fail"
+    warnings: tuple[str, ...] = ()
+
+
+Action = Annotated[
+    CreateNamespace
+    | CreateTable
+    | EvolveSchema
+    | UpdateProperties
+    | ChangePartitionSpec
+    | ChangeSortOrder
+    | ReplaceTable
+    | UndeclaredTable
+    | DropTable
+    | Ingest,
+    Field(discriminator="kind"),
+]
+
+DDL_KINDS = frozenset(
+    {
+        "create_namespace",
+        "create_table",
+        "evolve_schema",
+        "update_properties",
+        "change_partition_spec",
+        "change_sort_order",
+        "replace_table",
+        "drop_table",
+    }
+)
+
+
+class Blocker(Frozen):
+    """Why the plan cannot be applied as is (not supported yet, destructive, ...)."""
+
+    kind: Literal["not_supported", "destructive", "invalid"]
+    table: str | None
+    key: str | None = Field(None, description="The config key responsible")
+    location: str | None = Field(None, description="file:line of that key")
+    message: str

@@ -1,0 +1,340 @@
+"""Desired (project) vs actual (WorldState) -> Plan. Pure: no I/O, no clock unless given."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from tableflow_core.config.project import Project, Table
+from tableflow_core.plan import capabilities
+from tableflow_core.plan.actions import (
+    Action,
+    Blocker,
+    ChangePartitionSpec,
+    ChangeSortOrder,
+    Column,
+    CreateNamespace,
+    CreateTable,
+    DropTable,
+    EvolveSchema,
+    Ingest,
+    OffsetSpan,
+    PartitionLag,
+    ReplaceTable,
+    SchemaChangeItem,
+    UndeclaredTable,
+    UpdateProperties,
+)
+from tableflow_core.runner.dag import compile_dag
+from tableflow_core.plan.desired import (
+    MODE_PROPERTY,
+    TOPIC_PROPERTY,
+    comparable_properties,
+    config_hash,
+    managed_properties,
+    partition_terms,
+    sort_terms,
+    start_from_value,
+)
+from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
+from tableflow_core.plan.world_state import ObservedTable, WorldState
+
+# (current iceberg schema, desired arrow schema) -> object with .changes and .incompatible
+SchemaDiffer = Callable[[Any, Any], Any]
+DEFAULT_MAX_RECORDS_PER_TASK = 250_000
+
+
+def default_schema_differ() -> SchemaDiffer:
+    from tableflow_core.schemas.evolution import diff_schemas
+
+    return diff_schemas
+
+
+def columns_of(arrow_schema: Any) -> tuple[Column, ...]:
+    return tuple(
+        Column(name=f.name, type=str(f.type), required=not f.nullable) for f in arrow_schema
+    )
+
+
+def build_plan(
+    project: Project,
+    tables: tuple[Table, ...],
+    world: WorldState,
+    *,
+    options: PlanOptions = PlanOptions(),
+    selectors: tuple[str, ...] = (),
+    report_undeclared: bool = True,
+    schema_differ: SchemaDiffer | None = None,
+    now: datetime | None = None,
+    tableflow_version: str = "0.1.0",
+    max_records_per_task: int = DEFAULT_MAX_RECORDS_PER_TASK,
+) -> Plan:
+    differ = schema_differ or default_schema_differ()
+    actions: list[Action] = []
+    blockers: list[Blocker] = list(capabilities.target_blockers(project))
+    fingerprints: list[TableFingerprint] = []
+    planned_namespaces: set[tuple[str, ...]] = set()
+
+    for table in sorted(tables, key=lambda t: t.name):
+        blockers.extend(capabilities.table_blockers(table))
+        for problem in world.problems.get(table.name, ()):
+            blockers.append(Blocker(kind="invalid", table=table.name, message=problem))
+        observed = world.tables.get(table.identifier)
+        resolved = world.schemas.get(table.name)
+        fingerprints.append(_fingerprint(table, observed, resolved))
+        if resolved is None:
+            if not world.problems.get(table.name):
+                blockers.append(
+                    Blocker(kind="invalid", table=table.name, message="no schema could be resolved")
+                )
+            continue
+        ns = table.namespace
+        if observed is None and ns not in world.namespaces and ns not in planned_namespaces:
+            planned_namespaces.add(ns)
+            actions.append(
+                CreateNamespace(id=f"create_namespace:{'.'.join(ns)}", identifier=".".join(ns))
+            )
+        table_actions, replaced = _table_changes(table, observed, resolved, differ)
+        actions.extend(table_actions)
+        if replaced and not options.allow_destructive:
+            reasons = "; ".join(table_actions[0].reasons)  # type: ignore[union-attr]
+            blockers.append(
+                Blocker(
+                    kind="destructive",
+                    table=table.name,
+                    key=None,
+                    location=str(table.source),
+                    message=f"replacing the table drops its data ({reasons}); "
+                    "pass --allow-destructive to allow it",
+                )
+            )
+        committed = None if (observed is None or replaced) else observed.committed
+        ingest = _ingest_action(table, committed, world, max_records_per_task)
+        if isinstance(ingest, str):
+            blockers.append(Blocker(kind="invalid", table=table.name, message=ingest))
+        elif ingest is not None:
+            actions.append(ingest)
+
+    if report_undeclared:
+        actions.extend(_undeclared(project, world, options))
+
+    plan_tables = tuple(sorted(t.name for t in tables))
+    ordered = tuple(actions)
+    return Plan(
+        tableflow_version=tableflow_version,
+        created_at=(now or datetime.now(UTC)).isoformat(),
+        project=project.name,
+        target=project.target_name,
+        config_hash=config_hash(project, tables),
+        selectors=selectors,
+        options=options,
+        tables=plan_tables,
+        actions=ordered,
+        blockers=tuple(blockers),
+        fingerprints=tuple(fingerprints),
+        dag=compile_dag(ordered, {t.name: t for t in tables}),
+    )
+
+
+def _table_changes(
+    table: Table, observed: ObservedTable | None, resolved: Any, differ: SchemaDiffer
+) -> tuple[list[Action], bool]:
+    """The DDL actions of one table and whether they amount to a replace."""
+    name, identifier = table.name, table.identifier
+    desired_props = managed_properties(table)
+    columns = columns_of(resolved.arrow_schema)
+    if observed is None:
+        return [
+            CreateTable(
+                id=f"create_table:{name}",
+                table=name,
+                identifier=identifier,
+                columns=columns,
+                partition_by=partition_terms(table),
+                sort_by=sort_terms(table),
+                properties=desired_props,
+            )
+        ], False
+
+    reasons: list[str] = []
+    current_topic = observed.properties.get(TOPIC_PROPERTY)
+    if current_topic is not None and current_topic != table.topic:
+        reasons.append(f"topic {current_topic} -> {table.topic}")
+    current_mode = observed.properties.get(MODE_PROPERTY, "append")
+    if current_mode != table.mode:
+        reasons.append(f"mode {current_mode} -> {table.mode}")
+    diff = differ(observed.schema, resolved.arrow_schema)
+    reasons.extend(f"incompatible schema: {reason}" for reason in diff.incompatible)
+    if reasons:
+        return [
+            ReplaceTable(
+                id=f"replace_table:{name}",
+                table=name,
+                identifier=identifier,
+                reasons=tuple(reasons),
+                columns=columns,
+                partition_by=partition_terms(table),
+                sort_by=sort_terms(table),
+                properties=desired_props,
+            )
+        ], True
+
+    actions: list[Action] = []
+    if diff.changes:
+        actions.append(
+            EvolveSchema(
+                id=f"evolve_schema:{name}",
+                table=name,
+                identifier=identifier,
+                changes=tuple(
+                    SchemaChangeItem(kind=c.kind, path=c.path, detail=c.detail)
+                    for c in diff.changes
+                ),
+            )
+        )
+    wanted_spec = partition_terms(table)
+    if wanted_spec != tuple(observed.partition_by):
+        actions.append(
+            ChangePartitionSpec(
+                id=f"change_partition_spec:{name}",
+                table=name,
+                identifier=identifier,
+                current=tuple(observed.partition_by),
+                desired=wanted_spec,
+            )
+        )
+    wanted_order = sort_terms(table)
+    if wanted_order != tuple(observed.sort_by):
+        actions.append(
+            ChangeSortOrder(
+                id=f"change_sort_order:{name}",
+                table=name,
+                identifier=identifier,
+                current=tuple(observed.sort_by),
+                desired=wanted_order,
+            )
+        )
+    changed = {
+        k: v
+        for k, v in comparable_properties(desired_props).items()
+        if observed.properties.get(k) != v
+    }
+    if changed:
+        actions.append(
+            UpdateProperties(
+                id=f"update_properties:{name}",
+                table=name,
+                identifier=identifier,
+                set=changed,
+                previous={k: observed.properties.get(k) for k in changed},
+            )
+        )
+    return actions, False
+
+
+def _ingest_action(
+    table: Table,
+    committed: Any,
+    world: WorldState,
+    max_records_per_task: int,
+) -> Ingest | str | None:
+    """The ingest action, None when nothing is pending, or a problem text."""
+    from tableflow_core.kafka.offsets import plan_offsets
+
+    topic_state = world.topics.get(table.topic)
+    if topic_state is None:
+        return None if table.name in world.problems else f"topic {table.topic!r} was not read"
+    committed_offsets = dict(committed or {})
+    offsets = plan_offsets(
+        table.topic,
+        committed_offsets,
+        topic_state.watermarks,
+        start_from_value(table),
+        table.max_records_per_run,
+        max_records_per_task,
+        topic_state.offsets_for_time,
+    )
+    if offsets.total_records == 0:
+        return None
+    read_to = dict(offsets.start_offsets)
+    for r in offsets.ranges:
+        read_to[r.partition] = max(read_to[r.partition], r.end)
+    partitions = tuple(
+        PartitionLag(
+            partition=p,
+            committed=committed_offsets.get(p),
+            low_watermark=low,
+            high_watermark=high,
+            start=offsets.start_offsets[p],
+            read_to=read_to[p],
+        )
+        for p, (low, high) in sorted(topic_state.watermarks.items())
+    )
+    dead_letter = None
+    if table.on_error == "dlq" and table.dlq is not None:
+        dlq = table.dlq
+        dead_letter = f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
+    return Ingest(
+        id=f"ingest:{table.name}",
+        table=table.name,
+        identifier=table.identifier,
+        topic=table.topic,
+        partitions=partitions,
+        ranges=tuple(OffsetSpan(partition=r.partition, start=r.start, end=r.end) for r in offsets.ranges),
+        records=offsets.total_records,
+        pending=sum(p.lag for p in partitions),
+        checks=tuple(_describe_check(c) for c in table.checks),
+        dead_letter=dead_letter,
+        on_error=table.on_error,
+        warnings=tuple(g.describe() for g in offsets.gaps),
+    )
+
+
+def _describe_check(check: Any) -> str:
+    target = getattr(check, "columns", None) or getattr(check, "column", None) or getattr(check, "name", "")
+    shown = ", ".join(target) if isinstance(target, list) else str(target)
+    return f"{check.type}({shown}) [{check.severity}]" if shown else f"{check.type} [{check.severity}]"
+
+
+def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> list[Action]:
+    declared = {t.identifier for t in project.tables}
+    namespaces = {".".join(t.namespace) for t in project.tables}
+    actions: list[Action] = []
+    for identifier in sorted(world.listed_tables - declared):
+        if identifier.rsplit(".", 1)[0] not in namespaces:
+            continue
+        if options.prune:
+            actions.append(DropTable(id=f"drop_table:{identifier}", identifier=identifier))
+        else:
+            actions.append(
+                UndeclaredTable(id=f"undeclared_table:{identifier}", identifier=identifier)
+            )
+    return actions
+
+
+def _fingerprint(table: Table, observed: ObservedTable | None, resolved: Any) -> TableFingerprint:
+    registry = {}
+    if resolved is not None:
+        registry = {
+            "registry_subject": resolved.subject,
+            "registry_schema_id": resolved.registry_schema_id,
+            "registry_version": resolved.registry_version,
+            "schema_fingerprint": resolved.fingerprint,
+        }
+    if observed is None:
+        return TableFingerprint(
+            table=table.name, identifier=table.identifier, exists=False, **registry
+        )
+    return TableFingerprint(
+        table=table.name,
+        identifier=table.identifier,
+        exists=True,
+        snapshot_id=observed.snapshot_id,
+        schema_id=observed.schema_id,
+        partition_spec_id=observed.partition_spec_id,
+        sort_order_id=observed.sort_order_id,
+        metadata_location=observed.metadata_location,
+        committed_offsets=dict(observed.committed) if observed.committed is not None else None,
+        **registry,
+    )

@@ -1,0 +1,65 @@
+"""The one place that says which configured features are not built yet.
+
+Config parses and validates every key; the planner refuses the ones listed here
+with "not supported yet" and the key's file:line, so nothing is silently ignored.
+When a feature lands, its issue deletes its entry below (and nothing else).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tableflow_core.config.project import Project, Table
+from tableflow_core.plan.actions import Blocker
+
+
+@dataclass(frozen=True)
+class TableGate:
+    key: str
+    applies: Callable[[Table], bool]
+    what: str
+
+
+TABLE_GATES: tuple[TableGate, ...] = (
+    TableGate("mode", lambda t: t.mode == "upsert", "mode upsert"),
+    TableGate("transforms", lambda t: bool(t.transforms), "transforms"),
+    TableGate("checks", lambda t: bool(t.checks), "quality checks"),
+    TableGate("on_error", lambda t: t.on_error != "fail", "on_error skip/dlq"),
+    TableGate("dlq", lambda t: t.dlq is not None, "dead-letter targets (dlq)"),
+    TableGate("publish_to", lambda t: bool(t.publish_to), "publish_to (extra catalogs)"),
+)
+
+# Catalog types `apply` cannot write to from Spark yet (plan can read them with pyiceberg).
+UNSUPPORTED_SPARK_CATALOGS: frozenset[str] = frozenset({"glue", "hive"})
+
+
+def table_blockers(table: Table) -> list[Blocker]:
+    blockers = []
+    for gate in TABLE_GATES:
+        if gate.applies(table):
+            blockers.append(
+                Blocker(
+                    kind="not_supported",
+                    table=table.name,
+                    key=gate.key,
+                    location=str(table.location_of(gate.key)),
+                    message=f"{gate.what} is not supported yet",
+                )
+            )
+    return blockers
+
+
+def target_blockers(project: Project) -> list[Blocker]:
+    catalog = project.target.catalog
+    if catalog.type in UNSUPPORTED_SPARK_CATALOGS:
+        return [
+            Blocker(
+                kind="not_supported",
+                table=None,
+                key=f"targets.{project.target_name}.catalog.type",
+                location=str(project.config_file),
+                message=f"catalog type {catalog.type} is not supported yet by apply (Spark)",
+            )
+        ]
+    return []

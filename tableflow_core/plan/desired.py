@@ -1,0 +1,111 @@
+"""The project's tables as the values the builder compares and the engine consumes (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import fields, is_dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from tableflow_core.config.models import Format, StartFrom
+from tableflow_core.config.project import Project, Table
+from tableflow_core.plan.actions import PartitionTerm, SortTerm
+
+# Table properties tableflow writes to remember how a table was made.
+MODE_PROPERTY = "tableflow.mode"
+TOPIC_PROPERTY = "tableflow.topic"
+COMMENT_PROPERTY = "comment"
+# Iceberg consumes these at creation; they never appear as properties afterwards.
+RESERVED_PROPERTIES = frozenset({"format-version"})
+
+
+def partition_terms(table: Table) -> tuple[PartitionTerm, ...]:
+    return tuple(
+        PartitionTerm(column=p.column, transform=p.transform, param=p.param)
+        for p in table.partition_by
+    )
+
+
+def sort_terms(table: Table) -> tuple[SortTerm, ...]:
+    terms = []
+    for s in table.sort_by:
+        descending = s.direction == "desc"
+        nulls_first = s.nulls == "first" if s.nulls else not descending
+        terms.append(SortTerm(column=s.column, descending=descending, nulls_first=nulls_first))
+    return tuple(terms)
+
+
+def managed_properties(table: Table) -> dict[str, str]:
+    """Properties the table must carry: the user's plus tableflow's own markers."""
+    from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
+
+    props = {**DEFAULT_TABLE_PROPERTIES, **table.properties}
+    props[MODE_PROPERTY] = table.mode
+    props[TOPIC_PROPERTY] = table.topic
+    if table.description:
+        props[COMMENT_PROPERTY] = table.description
+    return props
+
+
+def comparable_properties(props: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
+
+
+def start_from_value(table: Table) -> str | int:
+    """`earliest`, `latest` or a timestamp in epoch milliseconds."""
+    if isinstance(table.start_from, StartFrom):
+        moment = datetime.fromisoformat(table.start_from.timestamp.replace("Z", "+00:00"))
+        return int(moment.timestamp() * 1000)
+    return table.start_from
+
+
+def format_spec(fmt: Format) -> Any:
+    """config `Format` -> DECODING's `FormatSpec`."""
+    from tableflow_core.schemas.formats import FormatSpec, JsonColumn
+
+    columns = (
+        tuple(JsonColumn(name=c.name, type=c.type) for c in fmt.columns)
+        if fmt.columns is not None
+        else None
+    )
+    return FormatSpec(
+        format=fmt.format, subject=fmt.subject, version=fmt.version, json_columns=columns
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _jsonable(getattr(value, f.name))
+            for f in fields(value)
+            if f.name not in ("source", "key_lines")
+        }
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def config_hash(project: Project, tables: tuple[Table, ...]) -> str:
+    """sha256 of what a plan depends on: the target's settings and the selected tables.
+
+    Secrets are masked by pydantic's JSON dump, so rotating a password does not make
+    a plan stale (and the hash never encodes a secret).
+    """
+    document = {
+        "project": project.name,
+        "target": project.target_name,
+        "target_config": _jsonable(project.target),
+        "tables": [_jsonable(t) for t in sorted(tables, key=lambda t: t.name)],
+    }
+    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()

@@ -1,0 +1,148 @@
+"""The Plan: an immutable value describing exactly what `apply` will do.
+
+It records what it was built from (the project config hash and per-table
+fingerprints of the world) so a saved plan can be refused when the world changed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tableflow_core.plan.actions import Action, Blocker, Ingest
+
+PLAN_FORMAT_VERSION = 1
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TableFingerprint(Frozen):
+    """What the plan saw of one table's world; any difference makes a saved plan stale."""
+
+    table: str
+    identifier: str
+    exists: bool
+    snapshot_id: int | None = None
+    schema_id: int | None = None
+    partition_spec_id: int | None = None
+    sort_order_id: int | None = None
+    metadata_location: str | None = None
+    committed_offsets: dict[int, int] | None = None
+    registry_subject: str | None = None
+    registry_schema_id: int | None = None
+    registry_version: int | None = None
+    schema_fingerprint: str | None = None
+
+
+class DagTask(Frozen):
+    """One node of the apply DAG. `stages` are the steps run inside it, in order."""
+
+    id: str
+    kind: Literal["create_namespace", "ddl", "ingest", "publish", "drop_table"]
+    table: str | None = None
+    depends_on: tuple[str, ...] = ()
+    actions: tuple[str, ...] = Field(default=(), description="Ids of the plan actions it performs")
+    stages: tuple[str, ...] = ()
+
+
+class Dag(Frozen):
+    tasks: tuple[DagTask, ...] = ()
+
+    def task(self, task_id: str) -> DagTask:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
+
+
+class PlanOptions(Frozen):
+    allow_destructive: bool = False
+    prune: bool = False
+
+
+class Summary(Frozen):
+    to_create: int
+    to_update: int
+    to_replace: int
+    to_drop: int
+    undeclared: int
+    tables_to_ingest: int
+    records_to_ingest: int
+    blocked: int
+
+
+class Plan(Frozen):
+    plan_format_version: Literal[1] = PLAN_FORMAT_VERSION
+    tableflow_version: str
+    created_at: str = Field(description="ISO-8601 UTC time the plan was built")
+    project: str
+    target: str
+    config_hash: str = Field(description="sha256 of the resolved project config and tables")
+    selectors: tuple[str, ...] = ()
+    options: PlanOptions = PlanOptions()
+    tables: tuple[str, ...] = Field(default=(), description="Selected table names")
+    actions: tuple[Action, ...] = ()
+    blockers: tuple[Blocker, ...] = ()
+    fingerprints: tuple[TableFingerprint, ...] = ()
+    dag: Dag = Dag()
+
+    @property
+    def summary(self) -> Summary:
+        def count(*kinds: str) -> int:
+            return sum(1 for a in self.actions if a.kind in kinds)
+
+        updated_tables = {
+            a.table
+            for a in self.actions
+            if a.change == "update" and a.table is not None
+        }
+        ingests = [a for a in self.actions if isinstance(a, Ingest)]
+        return Summary(
+            to_create=count("create_table"),
+            to_update=len(updated_tables),
+            to_replace=count("replace_table"),
+            to_drop=count("drop_table"),
+            undeclared=count("undeclared_table"),
+            tables_to_ingest=len(ingests),
+            records_to_ingest=sum(a.records for a in ingests),
+            blocked=len(self.blockers),
+        )
+
+    @property
+    def has_changes(self) -> bool:
+        """True when apply would do anything (reports alone are not changes)."""
+        return any(a.change != "report" for a in self.actions)
+
+    @property
+    def is_applicable(self) -> bool:
+        return not self.blockers
+
+    def actions_for(self, table: str) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.table == table)
+
+    def action(self, action_id: str) -> Action:
+        for action in self.actions:
+            if action.id == action_id:
+                return action
+        raise KeyError(action_id)
+
+    def fingerprint(self, table: str) -> TableFingerprint | None:
+        for fingerprint in self.fingerprints:
+            if fingerprint.table == table:
+                return fingerprint
+        return None
+
+    def summary_line(self) -> str:
+        s = self.summary
+        line = (
+            f"Plan: {s.to_create} to create, {s.to_update} to update, {s.to_replace} to replace, "
+            f"{s.tables_to_ingest} tables to ingest ({s.records_to_ingest:,} records)"
+        )
+        if s.to_drop:
+            line += f", {s.to_drop} to drop"
+        if s.blocked:
+            line += f"; {s.blocked} blocked"
+        return line

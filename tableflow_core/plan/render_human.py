@@ -1,0 +1,150 @@
+"""The plan as a coloured, Terraform-style diff for a terminal (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from tableflow_core.plan.actions import (
+    Blocker,
+    ChangePartitionSpec,
+    ChangeSortOrder,
+    CreateTable,
+    EvolveSchema,
+    Ingest,
+    ReplaceTable,
+    UpdateProperties,
+)
+from tableflow_core.plan.plan import Plan
+from tableflow_core.runner.dag import render_dag
+
+SYMBOLS = {
+    "create": ("+", "green"),
+    "update": ("~", "yellow"),
+    "replace": ("-/+", "magenta"),
+    "delete": ("-", "red"),
+    "read": (">", "cyan"),
+    "report": ("?", "dim"),
+}
+
+
+def _line(symbol: str, style: str, text: str, indent: int = 0) -> Text:
+    line = Text(" " * indent)
+    line.append(f"{symbol} ", style=f"bold {style}")
+    line.append(text, style=style)
+    return line
+
+
+def action_lines(action: object) -> list[Text]:
+    change = getattr(action, "change", "report")
+    symbol, style = SYMBOLS[change]
+    kind, identifier = getattr(action, "kind", ""), getattr(action, "identifier", "")
+    lines: list[Text] = []
+    if kind == "create_namespace":
+        lines.append(_line(symbol, style, f"namespace {identifier}"))
+    elif isinstance(action, CreateTable | ReplaceTable):
+        verb = "table" if isinstance(action, CreateTable) else "table (replace: drops data)"
+        lines.append(_line(symbol, style, f"{verb} {identifier}"))
+        if isinstance(action, ReplaceTable):
+            for reason in action.reasons:
+                lines.append(Text(f"      because {reason}", style=style))
+        for column in action.columns:
+            required = " not null" if column.required else ""
+            lines.append(Text(f"      {column.name}: {column.type}{required}", style=style))
+        if action.partition_by:
+            parts = ", ".join(p.expression() for p in action.partition_by)
+            lines.append(Text(f"      partitioned by {parts}", style=style))
+        if action.sort_by:
+            lines.append(
+                Text(f"      sorted by {', '.join(s.expression() for s in action.sort_by)}", style=style)
+            )
+    elif isinstance(action, EvolveSchema):
+        lines.append(_line(symbol, style, f"schema of {identifier}"))
+        for change_item in action.changes:
+            detail = f" ({change_item.detail})" if change_item.detail else ""
+            lines.append(Text(f"      {change_item.kind} {change_item.path}{detail}", style=style))
+    elif isinstance(action, UpdateProperties):
+        lines.append(_line(symbol, style, f"properties of {identifier}"))
+        for key, value in action.set.items():
+            before = action.previous.get(key)
+            shown = f"{before!r} -> {value!r}" if before is not None else f"{value!r} (new)"
+            lines.append(Text(f"      {key}: {shown}", style=style))
+    elif isinstance(action, ChangePartitionSpec):
+        before = ", ".join(p.expression() for p in action.current) or "unpartitioned"
+        after = ", ".join(p.expression() for p in action.desired) or "unpartitioned"
+        lines.append(_line(symbol, style, f"partition spec of {identifier}: {before} -> {after}"))
+    elif isinstance(action, ChangeSortOrder):
+        before = ", ".join(s.expression() for s in action.current) or "unsorted"
+        after = ", ".join(s.expression() for s in action.desired) or "unsorted"
+        lines.append(_line(symbol, style, f"sort order of {identifier}: {before} -> {after}"))
+    elif isinstance(action, Ingest):
+        lines.append(
+            _line(symbol, style, f"ingest {action.records:,} records from topic {action.topic} into {identifier}")
+        )
+        for p in action.partitions:
+            committed = "never read" if p.committed is None else f"committed {p.committed}"
+            lines.append(
+                Text(
+                    f"      partition {p.partition}: {committed}, end {p.high_watermark}, "
+                    f"lag {p.lag:,}, reads [{p.start}, {p.read_to})",
+                    style=style,
+                )
+            )
+        if action.records < action.pending:
+            lines.append(
+                Text(f"      capped by max_records_per_run: {action.pending - action.records:,} left for later runs", style=style)
+            )
+        for check in action.checks:
+            lines.append(Text(f"      check {check}", style=style))
+        if action.dead_letter:
+            lines.append(Text(f"      bad records -> {action.dead_letter}", style=style))
+        for warning in action.warnings:
+            lines.append(Text(f"      warning: {warning}", style="bold yellow"))
+    elif kind == "drop_table":
+        lines.append(_line(symbol, style, f"drop table {identifier} (not declared; --prune)"))
+    elif kind == "undeclared_table":
+        lines.append(
+            _line(symbol, style, f"table {identifier} is in the catalog but not in the project (kept; --prune drops it)")
+        )
+    return lines
+
+
+def blocker_line(blocker: Blocker) -> Text:
+    where = f"{blocker.location}: " if blocker.location else ""
+    table = f"table {blocker.table}: " if blocker.table else ""
+    key = f" [{blocker.key}]" if blocker.key else ""
+    return _line("!", "bold red", f"{where}{table}{blocker.message}{key}")
+
+
+def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
+    console.print(Text(f"tableflow plan for project {plan.project}, target {plan.target}", style="bold"))
+    if not plan.actions and not plan.blockers:
+        console.print(Text("No changes. The tables are up to date with the project and their topics.", style="green"))
+    groups: dict[str | None, list[object]] = {}
+    for action in plan.actions:
+        groups.setdefault(action.table, []).append(action)
+    for table, actions in groups.items():
+        console.print()
+        console.print(Text(f"table {table}" if table else "catalog", style="bold underline"))
+        for action in actions:
+            for line in action_lines(action):
+                console.print(line)
+    if plan.blockers:
+        console.print()
+        console.print(Text("Blocked:", style="bold red"))
+        for blocker in _ordered_blockers(plan.blockers):
+            console.print(blocker_line(blocker))
+    if show_dag and plan.dag.tasks:
+        console.print()
+        console.print(Text("Apply DAG (independent tables run concurrently):", style="bold"))
+        for line in render_dag(plan.dag):
+            console.print(Text(f"  {line}"))
+    console.print()
+    style = "bold red" if plan.blockers else "bold"
+    console.print(Text(plan.summary_line(), style=style))
+
+
+def _ordered_blockers(blockers: tuple[Blocker, ...]) -> list[Blocker]:
+    """Not-supported first: it wins over destructive (see docs/plan-and-apply.md)."""
+    rank = {"not_supported": 0, "invalid": 1, "destructive": 2}
+    return sorted(blockers, key=lambda b: rank[b.kind])

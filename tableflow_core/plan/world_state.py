@@ -1,0 +1,49 @@
+"""The world as the planner saw it: plain immutable values, no I/O.
+
+`plan.world` fills these from the catalog, the registry and Kafka; unit tests
+build them by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tableflow_core.plan.actions import PartitionTerm, SortTerm
+
+
+@dataclass(frozen=True)
+class ObservedTable:
+    """An existing Iceberg table."""
+
+    identifier: str
+    schema: Any  # pyiceberg.schema.Schema
+    schema_id: int
+    partition_spec_id: int = 0
+    partition_by: tuple[PartitionTerm, ...] = ()
+    sort_order_id: int = 0
+    sort_by: tuple[SortTerm, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    snapshot_id: int | None = None
+    metadata_location: str | None = None
+    committed: Mapping[int, int] | None = None  # partition -> next offset; None: never ingested
+
+
+@dataclass(frozen=True)
+class TopicState:
+    topic: str
+    watermarks: Mapping[int, tuple[int, int]]  # partition -> (low, high)
+    offsets_for_time: Mapping[int, int] | None = None  # for `start_from: {timestamp}`
+
+
+@dataclass(frozen=True)
+class WorldState:
+    namespaces: frozenset[tuple[str, ...]] = frozenset()
+    tables: Mapping[str, ObservedTable] = field(default_factory=dict)  # by `ns.table`
+    # Every table identifier found in the namespaces the project uses (for undeclared tables).
+    listed_tables: frozenset[str] = frozenset()
+    schemas: Mapping[str, Any] = field(default_factory=dict)  # table name -> ResolvedSchema
+    topics: Mapping[str, TopicState] = field(default_factory=dict)
+    # Per-table problems found while reading (subject missing, topic missing, ...).
+    problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

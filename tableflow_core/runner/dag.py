@@ -1,0 +1,124 @@
+"""Compiling plan actions into a DAG of tasks, and ordering it.
+
+Per table: DDL first (create / alter / replace), then ingest (read -> decode ->
+[transform] -> [check] -> write+commit, one Spark job: the stages run fused inside
+Spark tasks through mapInArrow), then publish to extra catalogs. Namespaces come
+before their tables; tables do not depend on each other, so the executor runs them
+concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tableflow_core.plan.actions import DDL_KINDS
+from tableflow_core.plan.plan import Dag, DagTask
+
+
+class DagError(ValueError):
+    """The DAG is malformed (unknown dependency or a cycle)."""
+
+
+def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
+    tasks: list[DagTask] = []
+    namespace_task: dict[str, str] = {}
+    for action in actions:
+        if action.kind == "create_namespace":
+            task_id = f"namespace:{action.identifier}"
+            namespace_task[action.identifier] = task_id
+            tasks.append(
+                DagTask(id=task_id, kind="create_namespace", actions=(action.id,), stages=("create_namespace",))
+            )
+        elif action.kind == "drop_table":
+            tasks.append(
+                DagTask(id=f"drop:{action.identifier}", kind="drop_table", actions=(action.id,), stages=("drop_table",))
+            )
+    for name in sorted({a.table for a in actions if a.table is not None}):
+        table_actions = [a for a in actions if a.table == name]
+        config = tables.get(name)
+        last: str | None = None
+        ddl = [a for a in table_actions if a.kind in DDL_KINDS]
+        if ddl:
+            namespace = ddl[0].identifier.rsplit(".", 1)[0]
+            depends = (namespace_task[namespace],) if namespace in namespace_task else ()
+            last = f"ddl:{name}"
+            tasks.append(
+                DagTask(
+                    id=last,
+                    kind="ddl",
+                    table=name,
+                    depends_on=depends,
+                    actions=tuple(a.id for a in ddl),
+                    stages=tuple(a.kind for a in ddl),
+                )
+            )
+        ingest = [a for a in table_actions if a.kind == "ingest"]
+        if ingest:
+            stages = ["read", "decode"]
+            if config is not None and config.transforms:
+                stages.append("transform")
+            if config is not None and config.checks:
+                stages.append("check")
+            stages.append("write_commit")
+            task_id = f"ingest:{name}"
+            tasks.append(
+                DagTask(
+                    id=task_id,
+                    kind="ingest",
+                    table=name,
+                    depends_on=(last,) if last else (),
+                    actions=(ingest[0].id,),
+                    stages=tuple(stages),
+                )
+            )
+            last = task_id
+        if last is not None and config is not None:
+            for catalog in config.publish_to:
+                tasks.append(
+                    DagTask(
+                        id=f"publish:{name}:{catalog}",
+                        kind="publish",
+                        table=name,
+                        depends_on=(last,),
+                        stages=("register_in_catalog",),
+                    )
+                )
+    return Dag(tasks=tuple(tasks))
+
+
+def topological_order(dag: Dag) -> list[DagTask]:
+    """Tasks in an order where every task comes after its dependencies."""
+    by_id = {t.id: t for t in dag.tasks}
+    for task in dag.tasks:
+        for dep in task.depends_on:
+            if dep not in by_id:
+                raise DagError(f"task {task.id} depends on unknown task {dep}")
+    ordered: list[DagTask] = []
+    state: dict[str, str] = {}
+
+    def visit(task: DagTask) -> None:
+        mark = state.get(task.id)
+        if mark == "done":
+            return
+        if mark == "visiting":
+            raise DagError(f"cycle through task {task.id}")
+        state[task.id] = "visiting"
+        for dep in task.depends_on:
+            visit(by_id[dep])
+        state[task.id] = "done"
+        ordered.append(task)
+
+    for task in dag.tasks:
+        visit(task)
+    return ordered
+
+
+def render_dag(dag: Dag) -> list[str]:
+    """One line per task: `id [stage -> stage] <- deps`."""
+    lines = []
+    for task in topological_order(dag):
+        stages = " -> ".join(task.stages)
+        deps = f"  (after {', '.join(task.depends_on)})" if task.depends_on else ""
+        lines.append(f"{task.id}: {stages}{deps}")
+    return lines

@@ -1,0 +1,82 @@
+"""Walking a DAG: every task runs once its dependencies succeeded; independent tasks
+run concurrently in a thread pool (each submits its own Spark jobs to the one session).
+
+A failed task skips its dependents and nothing else: other tables still finish.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tableflow_core.plan.plan import Dag, DagTask
+from tableflow_core.runner.dag import topological_order
+
+TaskStatus = Literal["success", "error", "skipped"]
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    task_id: str
+    status: TaskStatus
+    value: Any = None
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+TaskRunner = Callable[[DagTask], Any]
+EventHandler = Callable[[str, DagTask, TaskOutcome | None], None]  # ("start"|"end", task, outcome)
+
+
+def execute_dag(
+    dag: Dag,
+    run_task: TaskRunner,
+    max_workers: int = 4,
+    on_event: EventHandler | None = None,
+    describe_error: Callable[[BaseException], str] = str,
+) -> dict[str, TaskOutcome]:
+    ordered = topological_order(dag)  # also validates: no cycles, no unknown deps
+    pending = {t.id: t for t in ordered}
+    outcomes: dict[str, TaskOutcome] = {}
+    running: dict[Future[Any], tuple[DagTask, float]] = {}
+    notify = on_event or (lambda *_: None)
+
+    def timed(task: DagTask) -> Any:
+        return run_task(task)
+
+    with ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="tableflow-task") as pool:
+        while pending or running:
+            for task_id in [t.id for t in ordered if t.id in pending]:
+                task = pending[task_id]
+                deps = [outcomes.get(d) for d in task.depends_on]
+                if any(d is not None and d.status != "success" for d in deps):
+                    failed = next(d for d in deps if d is not None and d.status != "success")
+                    outcome = TaskOutcome(task_id, "skipped", error=f"skipped: {failed.task_id} did not succeed")
+                    outcomes[task_id] = outcome
+                    del pending[task_id]
+                    notify("end", task, outcome)
+                elif all(d is not None for d in deps):
+                    del pending[task_id]
+                    notify("start", task, None)
+                    running[pool.submit(timed, task)] = (task, time.monotonic())
+            if not running:
+                continue
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in done:
+                task, started = running.pop(future)
+                elapsed = time.monotonic() - started
+                error = future.exception()
+                if error is None:
+                    outcome = TaskOutcome(task.id, "success", future.result(), None, elapsed)
+                else:
+                    detail = describe_error(error)
+                    if not detail:
+                        detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+                    outcome = TaskOutcome(task.id, "error", None, detail, elapsed)
+                outcomes[task.id] = outcome
+                notify("end", task, outcome)
+    return outcomes

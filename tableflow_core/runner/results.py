@@ -1,0 +1,60 @@
+"""`target/run_results.json`: what one apply did, per table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RUN_RESULTS_VERSION = 1
+
+
+class TableResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    table: str
+    identifier: str
+    status: Literal["success", "error", "skipped", "no_changes"]
+    ddl: tuple[str, ...] = Field(default=(), description="DDL actions performed")
+    records_read: int = 0
+    records_written: int = 0
+    records_dead_lettered: int = 0
+    records_skipped: int = 0
+    offsets_before: dict[int, int] = Field(default_factory=dict)
+    offsets_after: dict[int, int] = Field(default_factory=dict)
+    snapshot_id: int | None = None
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+class RunResults(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_results_version: Literal[1] = RUN_RESULTS_VERSION
+    project: str
+    target: str
+    started_at: str
+    finished_at: str
+    duration_s: float
+    status: Literal["success", "error"]
+    plan_summary: str
+    tables: tuple[TableResult, ...]
+    errors: tuple[str, ...] = ()
+
+    def summary_line(self) -> str:
+        ok = sum(1 for t in self.tables if t.status in ("success", "no_changes"))
+        failed = sum(1 for t in self.tables if t.status == "error")
+        skipped = sum(1 for t in self.tables if t.status == "skipped")
+        written = sum(t.records_written for t in self.tables)
+        return (
+            f"Apply {'complete' if self.status == 'success' else 'FAILED'}: {ok} tables ok, "
+            f"{failed} failed, {skipped} skipped; {written:,} records written in {self.duration_s:.1f}s"
+        )
+
+
+def write_run_results(results: RunResults, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(results.model_dump_json(indent=2) + "\n")
+    tmp.replace(path)
