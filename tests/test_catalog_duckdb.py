@@ -1,0 +1,51 @@
+"""DuckDB 1.5.5's iceberg extension attaches the server with OAuth2 client credentials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import duckdb_extension_avro
+import duckdb_extension_httpfs
+import duckdb_extension_iceberg
+import pyarrow as pa
+
+from tests.fixtures.catalog import CatalogServer, unique_namespace
+
+
+def extension_path(module: object, name: str) -> str:
+    package_dir = Path(module.__file__).parent  # type: ignore[attr-defined]
+    return str(package_dir / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension")
+
+
+def duckdb_attached(server: CatalogServer, alias: str = "lake") -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    for module, name in [
+        (duckdb_extension_avro, "avro"),
+        (duckdb_extension_httpfs, "httpfs"),
+        (duckdb_extension_iceberg, "iceberg"),
+    ]:
+        con.execute(f"LOAD '{extension_path(module, name)}'")
+    con.execute(
+        f"CREATE SECRET catalog_secret (TYPE iceberg, CLIENT_ID '{server.client_id}', "
+        f"CLIENT_SECRET '{server.client_secret}', OAUTH2_SERVER_URI '{server.uri}/v1/oauth/tokens')"
+    )
+    con.execute(f"ATTACH 'warehouse' AS {alias} (TYPE iceberg, ENDPOINT '{server.uri}', SECRET catalog_secret)")
+    return con
+
+
+def test_duckdb_reads_tables_through_the_catalog(catalog_server: CatalogServer) -> None:
+    ns = unique_namespace()
+    catalog = catalog_server.pyiceberg_catalog()
+    catalog.create_namespace(ns)
+    table = catalog.create_table((ns, "t"), pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    table.append(pa.table({"id": [1, 2], "name": ["a", "b"]}))
+    table.append(pa.table({"id": [3], "name": ["c"]}))
+
+    con = duckdb_attached(catalog_server)
+    try:
+        assert con.sql(f"SELECT id, name FROM lake.{ns}.t ORDER BY id").fetchall() == [(1, "a"), (2, "b"), (3, "c")]
+        listed = con.sql(f"SELECT table_name FROM duckdb_tables() WHERE schema_name = '{ns}'").fetchall()
+        assert listed == [("t",)]
+    finally:
+        con.close()
