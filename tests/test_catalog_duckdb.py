@@ -19,7 +19,9 @@ def extension_path(module: object, name: str) -> str:
 
 
 def duckdb_attached(server: CatalogServer, alias: str = "lake") -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
     for module, name in [
         (duckdb_extension_avro, "avro"),
         (duckdb_extension_httpfs, "httpfs"),
@@ -30,7 +32,9 @@ def duckdb_attached(server: CatalogServer, alias: str = "lake") -> duckdb.DuckDB
         f"CREATE SECRET catalog_secret (TYPE iceberg, CLIENT_ID '{server.client_id}', "
         f"CLIENT_SECRET '{server.client_secret}', OAUTH2_SERVER_URI '{server.uri}/v1/oauth/tokens')"
     )
-    con.execute(f"ATTACH 'warehouse' AS {alias} (TYPE iceberg, ENDPOINT '{server.uri}', SECRET catalog_secret)")
+    con.execute(
+        f"ATTACH 'warehouse' AS {alias} (TYPE iceberg, ENDPOINT '{server.uri}', SECRET catalog_secret)"
+    )
     return con
 
 
@@ -44,8 +48,28 @@ def test_duckdb_reads_tables_through_the_catalog(catalog_server: CatalogServer) 
 
     con = duckdb_attached(catalog_server)
     try:
-        assert con.sql(f"SELECT id, name FROM lake.{ns}.t ORDER BY id").fetchall() == [(1, "a"), (2, "b"), (3, "c")]
-        listed = con.sql(f"SELECT table_name FROM duckdb_tables() WHERE schema_name = '{ns}'").fetchall()
+        assert con.sql(f"SELECT id, name FROM lake.{ns}.t ORDER BY id").fetchall() == [
+            (1, "a"),
+            (2, "b"),
+            (3, "c"),
+        ]
+        listed = con.sql(
+            f"SELECT table_name FROM duckdb_tables() WHERE schema_name = '{ns}'"
+        ).fetchall()
         assert listed == [("t",)]
     finally:
         con.close()
+
+
+def test_duckdb_writes_are_seen_by_pyiceberg(catalog_server: CatalogServer) -> None:
+    ns = unique_namespace()
+    con = duckdb_attached(catalog_server)
+    try:
+        con.execute(f"CREATE SCHEMA lake.{ns}")
+        con.execute(f"CREATE TABLE lake.{ns}.t (id BIGINT)")
+        con.execute(f"INSERT INTO lake.{ns}.t VALUES (1), (2), (3)")
+        con.execute(f"DELETE FROM lake.{ns}.t WHERE id = 2")
+    finally:
+        con.close()
+    table = catalog_server.pyiceberg_catalog().load_table((ns, "t"))
+    assert sorted(table.scan().to_arrow()["id"].to_pylist()) == [1, 3]

@@ -19,7 +19,10 @@ def test_create_append_evolve_and_read_back(catalog_server: CatalogServer) -> No
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_namespace(ns, {"owner": "tests"})
     table = catalog.create_table((ns, "events"), SCHEMA)
-    table.append(pa.table({"id": [1, 2], "writer": ["a", "a"]}, schema=SCHEMA), snapshot_properties={"k": "v"})
+    table.append(
+        pa.table({"id": [1, 2], "writer": ["a", "a"]}, schema=SCHEMA),
+        snapshot_properties={"k": "v"},
+    )
 
     with table.update_schema() as update:
         update.add_column("note", StringType())
@@ -39,7 +42,9 @@ def test_create_append_evolve_and_read_back(catalog_server: CatalogServer) -> No
     assert reread.metadata_location.startswith(catalog_server.warehouse.resolve().as_uri())
 
 
-def test_stale_writer_gets_commit_failed_and_its_retry_succeeds(catalog_server: CatalogServer) -> None:
+def test_stale_writer_gets_commit_failed_and_its_retry_succeeds(
+    catalog_server: CatalogServer,
+) -> None:
     ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_namespace(ns)
@@ -63,7 +68,11 @@ def test_concurrent_appenders_lose_no_commit(catalog_server: CatalogServer) -> N
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_namespace(ns)
     # pyiceberg retries a commit that got 409; give it room for 4 racing writers.
-    properties = {"commit.retry.num-retries": "50", "commit.retry.min-wait-ms": "5", "commit.retry.max-wait-ms": "200"}
+    properties = {
+        "commit.retry.num-retries": "50",
+        "commit.retry.min-wait-ms": "5",
+        "commit.retry.max-wait-ms": "200",
+    }
     catalog.create_table((ns, "t"), SCHEMA, properties=properties)
     errors: list[BaseException] = []
     start = threading.Barrier(writers)

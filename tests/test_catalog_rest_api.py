@@ -34,7 +34,9 @@ class Client:
         self.headers = {"Authorization": f"Bearer {body['access_token']}"}
 
     def call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(method, self.base + path, headers=self.headers, timeout=10, **kwargs)
+        return requests.request(
+            method, self.base + path, headers=self.headers, timeout=10, **kwargs
+        )
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +51,13 @@ def assert_error(response: requests.Response, status: int, error_type: str) -> N
 
 
 def test_missing_or_bad_token_is_401(catalog_server: CatalogServer) -> None:
-    assert_error(requests.get(catalog_server.uri + "/v1/config", timeout=10), 401, "NotAuthorizedException")
+    assert_error(
+        requests.get(catalog_server.uri + "/v1/config", timeout=10), 401, "NotAuthorizedException"
+    )
     bad = requests.get(
-        catalog_server.uri + "/v1/namespaces", headers={"Authorization": "Bearer tfc1.x.1.y"}, timeout=10
+        catalog_server.uri + "/v1/namespaces",
+        headers={"Authorization": "Bearer tfc1.x.1.y"},
+        timeout=10,
     )
     assert_error(bad, 401, "NotAuthorizedException")
 
@@ -59,7 +65,11 @@ def test_missing_or_bad_token_is_401(catalog_server: CatalogServer) -> None:
 def test_wrong_client_secret_gets_oauth_error(catalog_server: CatalogServer) -> None:
     response = requests.post(
         catalog_server.uri + "/v1/oauth/tokens",
-        data={"grant_type": "client_credentials", "client_id": catalog_server.client_id, "client_secret": "nope"},
+        data={
+            "grant_type": "client_credentials",
+            "client_id": catalog_server.client_id,
+            "client_secret": "nope",
+        },
         timeout=10,
     )
     assert response.status_code == 401 and response.json()["error"] == "invalid_client"
@@ -74,9 +84,13 @@ def test_config_lists_endpoints(client: Client) -> None:
 
 def test_namespace_lifecycle(client: Client) -> None:
     ns = unique_namespace()
-    created = client.call("POST", "/namespaces", json={"namespace": [ns], "properties": {"a": "1", "b": "2"}})
+    created = client.call(
+        "POST", "/namespaces", json={"namespace": [ns], "properties": {"a": "1", "b": "2"}}
+    )
     assert created.json() == {"namespace": [ns], "properties": {"a": "1", "b": "2"}}
-    assert_error(client.call("POST", "/namespaces", json={"namespace": [ns]}), 409, "AlreadyExistsException")
+    assert_error(
+        client.call("POST", "/namespaces", json={"namespace": [ns]}), 409, "AlreadyExistsException"
+    )
     assert client.call("POST", "/namespaces", json={"namespace": [ns, "child"]}).status_code == 200
     assert client.call("HEAD", f"/namespaces/{ns}").status_code == 204
     assert client.call("HEAD", f"/namespaces/{ns}_missing").status_code == 404
@@ -84,14 +98,22 @@ def test_namespace_lifecycle(client: Client) -> None:
     children = client.call("GET", "/namespaces", params={"parent": ns}).json()["namespaces"]
     assert children == [[ns, "child"]]
     assert [ns] in client.call("GET", "/namespaces").json()["namespaces"]
-    assert_error(client.call("GET", "/namespaces", params={"parent": ns + "_nope"}), 404, "NoSuchNamespaceException")
+    assert_error(
+        client.call("GET", "/namespaces", params={"parent": ns + "_nope"}),
+        404,
+        "NoSuchNamespaceException",
+    )
 
     summary = client.call(
-        "POST", f"/namespaces/{ns}/properties", json={"removals": ["a", "zz"], "updates": {"c": "3"}}
+        "POST",
+        f"/namespaces/{ns}/properties",
+        json={"removals": ["a", "zz"], "updates": {"c": "3"}},
     ).json()
     assert summary == {"removed": ["a"], "updated": ["c"], "missing": ["zz"]}
     assert client.call("GET", f"/namespaces/{ns}").json()["properties"] == {"b": "2", "c": "3"}
-    overlap = client.call("POST", f"/namespaces/{ns}/properties", json={"removals": ["b"], "updates": {"b": "x"}})
+    overlap = client.call(
+        "POST", f"/namespaces/{ns}/properties", json={"removals": ["b"], "updates": {"b": "x"}}
+    )
     assert_error(overlap, 422, "UnprocessableEntityException")
 
     # Removing every property must not make the namespace disappear.
@@ -109,15 +131,25 @@ def test_table_errors(client: Client, catalog_server: CatalogServer) -> None:
     assert_error(client.call("GET", f"/namespaces/{ns}/tables/nope"), 404, "NoSuchTableException")
     assert client.call("HEAD", f"/namespaces/{ns}/tables/nope").status_code == 404
     assert_error(client.call("GET", f"/namespaces/{ns}_x/tables"), 404, "NoSuchNamespaceException")
-    assert_error(client.call("POST", f"/namespaces/{ns}/tables", json={"name": "t"}), 400, "BadRequestException")
-    assert_error(client.call("POST", f"/namespaces/{ns}/tables/nope", json={"updates": []}), 404, "NoSuchTableException")
+    assert_error(
+        client.call("POST", f"/namespaces/{ns}/tables", json={"name": "t"}),
+        400,
+        "BadRequestException",
+    )
+    assert_error(
+        client.call("POST", f"/namespaces/{ns}/tables/nope", json={"updates": []}),
+        404,
+        "NoSuchTableException",
+    )
 
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_table((ns, "t"), pa.schema([("id", pa.int64())]))
     assert_error(client.call("DELETE", f"/namespaces/{ns}"), 409, "NamespaceNotEmptyException")
     stale = {"requirements": [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}],
              "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}  # fmt: skip
-    assert_error(client.call("POST", f"/namespaces/{ns}/tables/t", json=stale), 409, "CommitFailedException")
+    assert_error(
+        client.call("POST", f"/namespaces/{ns}/tables/t", json=stale), 409, "CommitFailedException"
+    )
     assert "k" not in catalog.load_table((ns, "t")).properties
 
 
@@ -129,13 +161,22 @@ def test_load_table_and_views_and_metrics(client: Client, catalog_server: Catalo
     loaded = client.call("GET", f"/namespaces/{ns}/tables/t").json()
     assert loaded["metadata-location"].startswith("file://")
     assert loaded["metadata"]["format-version"] == 2 and "config" in loaded
-    assert client.call("GET", f"/namespaces/{ns}/tables").json()["identifiers"] == [{"namespace": [ns], "name": "t"}]
+    assert client.call("GET", f"/namespaces/{ns}/tables").json()["identifiers"] == [
+        {"namespace": [ns], "name": "t"}
+    ]
     assert client.call("GET", f"/namespaces/{ns}/views").json() == {"identifiers": []}
     assert_error(client.call("GET", f"/namespaces/{ns}/views/v"), 404, "NoSuchViewException")
-    assert client.call("POST", f"/namespaces/{ns}/tables/t/metrics", json={"report-type": "scan-report"}).status_code == 204
+    assert (
+        client.call(
+            "POST", f"/namespaces/{ns}/tables/t/metrics", json={"report-type": "scan-report"}
+        ).status_code
+        == 204
+    )
 
 
-def test_stage_create_then_commit_creates_the_table(client: Client, catalog_server: CatalogServer) -> None:
+def test_stage_create_then_commit_creates_the_table(
+    client: Client, catalog_server: CatalogServer
+) -> None:
     ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_namespace(ns)
@@ -146,7 +187,9 @@ def test_stage_create_then_commit_creates_the_table(client: Client, catalog_serv
     assert catalog.load_table((ns, "staged")).scan().to_arrow().num_rows == 2
 
 
-def test_multi_table_transaction_is_all_or_nothing(client: Client, catalog_server: CatalogServer) -> None:
+def test_multi_table_transaction_is_all_or_nothing(
+    client: Client, catalog_server: CatalogServer
+) -> None:
     ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_namespace(ns)
@@ -160,12 +203,24 @@ def test_multi_table_transaction_is_all_or_nothing(client: Client, catalog_serve
             "updates": [{"action": "set-properties", "updates": {"run": value}}],
         }
 
-    bad = [change("a", str(a.metadata.table_uuid), "1"), change("b", "00000000-0000-0000-0000-000000000000", "1")]
-    assert_error(client.call("POST", "/transactions/commit", json={"table-changes": bad}), 409, "CommitFailedException")
+    bad = [
+        change("a", str(a.metadata.table_uuid), "1"),
+        change("b", "00000000-0000-0000-0000-000000000000", "1"),
+    ]
+    assert_error(
+        client.call("POST", "/transactions/commit", json={"table-changes": bad}),
+        409,
+        "CommitFailedException",
+    )
     assert "run" not in catalog.load_table((ns, "a")).properties
 
-    good = [change("a", str(a.metadata.table_uuid), "2"), change("b", str(b.metadata.table_uuid), "2")]
-    assert client.call("POST", "/transactions/commit", json={"table-changes": good}).status_code == 204
+    good = [
+        change("a", str(a.metadata.table_uuid), "2"),
+        change("b", str(b.metadata.table_uuid), "2"),
+    ]
+    assert (
+        client.call("POST", "/transactions/commit", json={"table-changes": good}).status_code == 204
+    )
     assert catalog.load_table((ns, "a")).properties["run"] == "2"
     assert catalog.load_table((ns, "b")).properties["run"] == "2"
 
@@ -187,18 +242,27 @@ def test_rename_register_and_purge(client: Client, catalog_server: CatalogServer
     assert rename("t", "t2").status_code == 204
     location = catalog.load_table((ns, "t2")).metadata_location
 
-    registered = client.call("POST", f"/namespaces/{ns}/register", json={"name": "copy", "metadata-location": location})
+    registered = client.call(
+        "POST", f"/namespaces/{ns}/register", json={"name": "copy", "metadata-location": location}
+    )
     assert registered.status_code == 200 and registered.json()["metadata-location"] == location
     assert catalog.load_table((ns, "copy")).scan().to_arrow().num_rows == 1
 
     assert client.call("DELETE", f"/namespaces/{ns}/tables/copy").status_code == 204
     assert Path(location.removeprefix("file://")).exists()  # plain drop keeps files
-    assert client.call("DELETE", f"/namespaces/{ns}/tables/t2", params={"purgeRequested": "true"}).status_code == 204
+    assert (
+        client.call(
+            "DELETE", f"/namespaces/{ns}/tables/t2", params={"purgeRequested": "true"}
+        ).status_code
+        == 204
+    )
     assert not Path(location.removeprefix("file://")).exists()
     assert_error(client.call("DELETE", f"/namespaces/{ns}/tables/t2"), 404, "NoSuchTableException")
 
 
-def test_server_log_never_contains_the_secret(client: Client, catalog_server: CatalogServer) -> None:
+def test_server_log_never_contains_the_secret(
+    client: Client, catalog_server: CatalogServer
+) -> None:
     client.call("GET", "/namespaces")
     log_text = catalog_server.process.log_file.read_text()
     assert catalog_server.client_secret not in log_text

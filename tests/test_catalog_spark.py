@@ -31,7 +31,9 @@ def test_spark_writes_merges_maintains_and_pyiceberg_reads(
     table = f"{spark_catalog}.{ns}.orders"
     spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
     spark.sql(f"CREATE TABLE {table} (id BIGINT, status STRING) USING iceberg")
-    assert [r.tableName for r in spark.sql(f"SHOW TABLES IN {spark_catalog}.{ns}").collect()] == ["orders"]
+    assert [r.tableName for r in spark.sql(f"SHOW TABLES IN {spark_catalog}.{ns}").collect()] == [
+        "orders"
+    ]
 
     df = spark.createDataFrame([(1, "new"), (2, "new")], "id BIGINT, status STRING")
     df.writeTo(table).option("snapshot-property.tableflow.offsets", "p0:2").append()
@@ -51,7 +53,11 @@ def test_spark_writes_merges_maintains_and_pyiceberg_reads(
 
     pyiceberg_table = catalog_server.pyiceberg_catalog().load_table((ns, "orders"))
     rows = sorted(pyiceberg_table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
-    assert rows == [{"id": 1, "status": "new"}, {"id": 2, "status": "paid"}, {"id": 3, "status": "new"}]
+    assert rows == [
+        {"id": 1, "status": "new"},
+        {"id": 2, "status": "paid"},
+        {"id": 3, "status": "new"},
+    ]
     assert len(pyiceberg_table.snapshots()) == 1  # expire_snapshots kept only the rewrite
 
 
@@ -66,7 +72,9 @@ def test_snapshot_property_lands_in_summary_and_spark_reads_pyiceberg_writes(
 
     catalog = catalog_server.pyiceberg_catalog()
     pyiceberg_table = catalog.load_table((ns, "events"))
-    summary = pyiceberg_table.current_snapshot().summary  # type: ignore[union-attr]
+    snapshot = pyiceberg_table.current_snapshot()
+    assert snapshot is not None
+    summary = snapshot.summary
     assert summary is not None and summary["tableflow.run"] == "r1"
 
     pyiceberg_table.append(pa.table({"id": pa.array([10, 11], pa.int64())}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr, ValidationError
@@ -74,7 +75,7 @@ def test_errors_map_to_spec_status_and_type() -> None:
     assert error_info_for(RuntimeError("boom")) is None
 
 
-def test_client_credentials_auth_requires_a_secret(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_client_credentials_auth_requires_a_secret(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="TABLEFLOW_CATALOG_CLIENT_SECRET"):
         CatalogServerSettings(warehouse=tmp_path)
     settings = CatalogServerSettings(warehouse=tmp_path, auth="none")
@@ -85,7 +86,13 @@ def test_client_credentials_auth_requires_a_secret(tmp_path) -> None:  # type: i
 
 def test_log_filter_masks_secrets_in_query_strings() -> None:
     record = logging.LogRecord(
-        "uvicorn.access", logging.INFO, "", 0, '%s "%s %s"', ("1.2.3.4", "GET", "/v1/x?token=abc&a=1"), None
+        "uvicorn.access",
+        logging.INFO,
+        "",
+        0,
+        '%s "%s %s"',
+        ("1.2.3.4", "GET", "/v1/x?token=abc&a=1"),
+        None,
     )
     RedactSecretsFilter().filter(record)
     assert "abc" not in record.getMessage() and "a=1" in record.getMessage()

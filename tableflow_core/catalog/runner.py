@@ -57,6 +57,7 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
         access_log=settings.access_log,
         timeout_graceful_shutdown=5,
     )
+    _install_log_redaction()  # after Config, which (re)configures uvicorn's loggers
     return uvicorn.Server(config)
 
 
@@ -128,7 +129,6 @@ def serve_in_background(
     Use as `with serve_in_background(settings) as server: ... server.uri ...`,
     or keep the result and call `.stop()`.
     """
-    _install_log_redaction()
     service = _open_service(settings)
     sock = _bind(settings.host, settings.port)
     port = int(sock.getsockname()[1])
@@ -150,7 +150,6 @@ def serve_in_background(
 
 def serve_forever(settings: CatalogServerSettings) -> None:
     """Run in the foreground until SIGINT/SIGTERM."""
-    _install_log_redaction()
     service = _open_service(settings)
     try:
         sock = _bind(settings.host, settings.port)

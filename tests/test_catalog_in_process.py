@@ -1,0 +1,57 @@
+"""The library API: serve_in_background, auth none, and secrets kept out of the logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import requests
+from pydantic import SecretStr
+from pyiceberg.catalog import load_catalog
+
+from tableflow_core.catalog import CatalogServerSettings, serve_in_background
+
+
+def test_auth_none_serves_without_token(tmp_path: Path) -> None:
+    settings = CatalogServerSettings(warehouse=tmp_path / "wh", auth="none", access_log=False)
+    with serve_in_background(settings) as server:
+        assert server.credential is None
+        assert requests.get(server.uri + "/v1/config", timeout=10).status_code == 200
+        catalog = load_catalog("inproc", **server.pyiceberg_properties())
+        catalog.create_namespace("n")
+        table = catalog.create_table(("n", "t"), pa.schema([("id", pa.int64())]))
+        table.append(pa.table({"id": [1]}))
+        assert catalog.load_table(("n", "t")).scan().to_arrow().num_rows == 1
+    assert (tmp_path / "wh" / "catalog.db").exists()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.uri + "/v1/config", timeout=2)
+
+
+def test_access_log_never_shows_secret_or_token(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    secret = "very-secret-value-123"
+    settings = CatalogServerSettings(
+        warehouse=tmp_path / "wh", client_id="c", client_secret=SecretStr(secret), access_log=True
+    )
+    with serve_in_background(settings) as server:
+        token_response = requests.post(
+            server.uri + "/v1/oauth/tokens",
+            data={"grant_type": "client_credentials", "client_id": "c", "client_secret": secret},
+            timeout=10,
+        )
+        token = token_response.json()["access_token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        assert (
+            requests.get(server.uri + "/v1/namespaces", headers=headers, timeout=10).status_code
+            == 200
+        )
+        # A client that wrongly puts credentials in the query string must not leak them either.
+        requests.get(server.uri + f"/v1/config?token={token}&client_secret={secret}", timeout=10)
+        catalog = load_catalog("leak", **server.pyiceberg_properties())
+        catalog.list_namespaces()
+    output = capfd.readouterr()
+    logged = output.out + output.err
+    assert "/v1/namespaces" in logged  # the access log is on
+    assert secret not in logged and token not in logged
