@@ -32,7 +32,9 @@ def mock_registry() -> RegistrySettings:
     return RegistrySettings(url=f"mock://{uuid.uuid4().hex}")
 
 
-def avro_bytes(registry: RegistrySettings, topic: str, schema: dict[str, Any], value: Any, key: bool = False) -> bytes:
+def avro_bytes(
+    registry: RegistrySettings, topic: str, schema: dict[str, Any], value: Any, key: bool = False
+) -> bytes:
     serializer = AvroSerializer(registry.client(), json.dumps(schema))
     field = MessageField.KEY if key else MessageField.VALUE
     data = serializer(value, SerializationContext(topic, field))
@@ -40,11 +42,19 @@ def avro_bytes(registry: RegistrySettings, topic: str, schema: dict[str, Any], v
     return data
 
 
-def message(topic: str, offset: int, value: bytes | None, key: bytes | None = None, partition: int = 0) -> KafkaMessage:
+def message(
+    topic: str, offset: int, value: bytes | None, key: bytes | None = None, partition: int = 0
+) -> KafkaMessage:
     return KafkaMessage(topic, partition, offset, 1_700_000_000_123, key, value, (("h", b"v"),))
 
 
-def decode(registry: RegistrySettings, topic: str, target: pa.Schema, values: list[bytes | None], **spec: Any) -> Any:
+def decode(
+    registry: RegistrySettings,
+    topic: str,
+    target: pa.Schema,
+    values: list[bytes | None],
+    **spec: Any,
+) -> Any:
     decoder = build_decoder(
         DecoderSpec(
             topic=topic,
@@ -74,35 +84,134 @@ MAPPING_ROWS: list[tuple[str, Any, pa.DataType, Any, Any]] = [
     ("double", "double", pa.float64(), 2.25, 2.25),
     ("string", "string", pa.string(), "héllo", "héllo"),
     ("bytes", "bytes", pa.binary(), b"\x00\x01", b"\x00\x01"),
-    ("decimal_bytes", {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
-     pa.decimal128(10, 2), Decimal("12345678.91"), Decimal("12345678.91")),
-    ("decimal_fixed", {"type": "fixed", "name": "D", "size": 8, "logicalType": "decimal", "precision": 18, "scale": 4},
-     pa.decimal128(18, 4), Decimal("-12.3456"), Decimal("-12.3456")),
-    ("decimal_wide", {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 1},
-     pa.string(), Decimal("1234567890123456789012345678901234567.8"), "1234567890123456789012345678901234567.8"),
-    ("date", {"type": "int", "logicalType": "date"}, pa.date32(), dt.date(2024, 2, 29), dt.date(2024, 2, 29)),
-    ("time_millis", {"type": "int", "logicalType": "time-millis"}, pa.int64(), dt.time(1, 2, 3, 4000), 3_723_004_000),
-    ("time_micros", {"type": "long", "logicalType": "time-micros"}, pa.int64(), dt.time(1, 2, 3, 4005), 3_723_004_005),
-    ("ts_millis", {"type": "long", "logicalType": "timestamp-millis"}, pa.timestamp("us", tz="UTC"),
-     TS, TS.replace(microsecond=123000)),
-    ("ts_micros", {"type": "long", "logicalType": "timestamp-micros"}, pa.timestamp("us", tz="UTC"), TS, TS),
-    ("local_ts_millis", {"type": "long", "logicalType": "local-timestamp-millis"}, pa.timestamp("us"),
-     LOCAL_TS, LOCAL_TS.replace(microsecond=123000)),
-    ("local_ts_micros", {"type": "long", "logicalType": "local-timestamp-micros"}, pa.timestamp("us"),
-     LOCAL_TS, LOCAL_TS),
-    ("uuid", {"type": "string", "logicalType": "uuid"}, pa.string(),
-     uuid.UUID("12345678-1234-5678-1234-567812345678"), "12345678-1234-5678-1234-567812345678"),
+    (
+        "decimal_bytes",
+        {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        pa.decimal128(10, 2),
+        Decimal("12345678.91"),
+        Decimal("12345678.91"),
+    ),
+    (
+        "decimal_fixed",
+        {
+            "type": "fixed",
+            "name": "D",
+            "size": 8,
+            "logicalType": "decimal",
+            "precision": 18,
+            "scale": 4,
+        },
+        pa.decimal128(18, 4),
+        Decimal("-12.3456"),
+        Decimal("-12.3456"),
+    ),
+    (
+        "decimal_wide",
+        {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 1},
+        pa.string(),
+        Decimal("1234567890123456789012345678901234567.8"),
+        "1234567890123456789012345678901234567.8",
+    ),
+    (
+        "date",
+        {"type": "int", "logicalType": "date"},
+        pa.date32(),
+        dt.date(2024, 2, 29),
+        dt.date(2024, 2, 29),
+    ),
+    (
+        "time_millis",
+        {"type": "int", "logicalType": "time-millis"},
+        pa.int64(),
+        dt.time(1, 2, 3, 4000),
+        3_723_004_000,
+    ),
+    (
+        "time_micros",
+        {"type": "long", "logicalType": "time-micros"},
+        pa.int64(),
+        dt.time(1, 2, 3, 4005),
+        3_723_004_005,
+    ),
+    (
+        "ts_millis",
+        {"type": "long", "logicalType": "timestamp-millis"},
+        pa.timestamp("us", tz="UTC"),
+        TS,
+        TS.replace(microsecond=123000),
+    ),
+    (
+        "ts_micros",
+        {"type": "long", "logicalType": "timestamp-micros"},
+        pa.timestamp("us", tz="UTC"),
+        TS,
+        TS,
+    ),
+    (
+        "local_ts_millis",
+        {"type": "long", "logicalType": "local-timestamp-millis"},
+        pa.timestamp("us"),
+        LOCAL_TS,
+        LOCAL_TS.replace(microsecond=123000),
+    ),
+    (
+        "local_ts_micros",
+        {"type": "long", "logicalType": "local-timestamp-micros"},
+        pa.timestamp("us"),
+        LOCAL_TS,
+        LOCAL_TS,
+    ),
+    (
+        "uuid",
+        {"type": "string", "logicalType": "uuid"},
+        pa.string(),
+        uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "12345678-1234-5678-1234-567812345678",
+    ),
     ("nullable", ["null", "string"], pa.string(), None, None),
     ("int_or_long", ["null", "int", "long"], pa.int64(), 7, 7),
-    ("multi_union", ["null", "int", "string"], pa.struct([("member0", pa.int32()), ("member1", pa.string())]),
-     "x", {"member0": None, "member1": "x"}),
-    ("enum", {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}, pa.string(), "GREEN", "GREEN"),
+    (
+        "multi_union",
+        ["null", "int", "string"],
+        pa.struct([("member0", pa.int32()), ("member1", pa.string())]),
+        "x",
+        {"member0": None, "member1": "x"},
+    ),
+    (
+        "enum",
+        {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]},
+        pa.string(),
+        "GREEN",
+        "GREEN",
+    ),
     ("fixed", {"type": "fixed", "name": "F4", "size": 4}, pa.binary(), b"abcd", b"abcd"),
-    ("array", {"type": "array", "items": "long"}, pa.list_(pa.field("element", pa.int64())), [1, 2], [1, 2]),
-    ("map", {"type": "map", "values": "int"},
-     pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.int32())), {"a": 1}, [("a", 1)]),
-    ("nested", record([{"name": "x", "type": "int"}, {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}}], "Inner"),
-     pa.struct([("x", pa.int32()), ("ts", pa.timestamp("us", tz="UTC"))]), {"x": 1, "ts": TS}, {"x": 1, "ts": TS}),
+    (
+        "array",
+        {"type": "array", "items": "long"},
+        pa.list_(pa.field("element", pa.int64())),
+        [1, 2],
+        [1, 2],
+    ),
+    (
+        "map",
+        {"type": "map", "values": "int"},
+        pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.int32())),
+        {"a": 1},
+        [("a", 1)],
+    ),
+    (
+        "nested",
+        record(
+            [
+                {"name": "x", "type": "int"},
+                {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            ],
+            "Inner",
+        ),
+        pa.struct([("x", pa.int32()), ("ts", pa.timestamp("us", tz="UTC"))]),
+        {"x": 1, "ts": TS},
+        {"x": 1, "ts": TS},
+    ),
 ]
 
 
@@ -125,7 +234,9 @@ def test_every_mapping_row_maps_and_round_trips() -> None:
     assert row["ts_micros"].tzinfo is not None and row["local_ts_micros"].tzinfo is None
 
 
-def resolve_schema_after_register(registry: RegistrySettings, topic: str, schema: dict[str, Any]) -> pa.Schema:
+def resolve_schema_after_register(
+    registry: RegistrySettings, topic: str, schema: dict[str, Any]
+) -> pa.Schema:
     registry.client().register_schema(f"{topic}-value", Schema(json.dumps(schema), "AVRO"))
     return resolve_schema(topic, FormatSpec(format="avro"), None, (), registry).arrow_schema
 
@@ -193,7 +304,9 @@ def test_newer_writer_into_an_older_target_drops_the_new_field() -> None:
     registry = mock_registry()
     topic = "older-target"
     registry.client().register_schema(f"{topic}-value", Schema(json.dumps(V1), "AVRO"))
-    target = resolve_schema(topic, FormatSpec(format="avro", version=1), None, (), registry).arrow_schema
+    target = resolve_schema(
+        topic, FormatSpec(format="avro", version=1), None, (), registry
+    ).arrow_schema
     new = avro_bytes(registry, topic, V2, {"id": 2, "qty": 9, "note": "hi"})
     result = decode(registry, topic, target, [new])
     assert result.batch.to_pylist() == [{"id": 2, "qty": 9}]
@@ -230,10 +343,18 @@ def test_bad_records_become_failures_naming_the_record(mangle: Any, reason: str)
         DecoderSpec(topic, FormatSpec(format="avro"), None, (), registry, serialize_schema(target))
     )
     bad = mangle(good)
-    result = decoder.decode([message(topic, 41, good, partition=3), message(topic, 42, bad, key=b"k", partition=3)])
+    result = decoder.decode(
+        [message(topic, 41, good, partition=3), message(topic, 42, bad, key=b"k", partition=3)]
+    )
     assert result.batch.num_rows == 1
     [failure] = result.failures
-    assert (failure.topic, failure.partition, failure.offset, failure.key, failure.value) == (topic, 3, 42, b"k", bad)
+    assert (failure.topic, failure.partition, failure.offset, failure.key, failure.value) == (
+        topic,
+        3,
+        42,
+        b"k",
+        bad,
+    )
     assert reason in failure.reason
     assert failure.describe().startswith("bad[3]@42: ")
 
@@ -245,22 +366,45 @@ def test_metadata_columns_and_avro_key() -> None:
     key = avro_bytes(registry, topic, key_schema, {"user_id": 77}, key=True)
     value = avro_bytes(registry, topic, V1, {"id": 1, "qty": 2})
     metadata = ("topic", "partition", "offset", "timestamp", "key", "headers")
-    resolved = resolve_schema(topic, FormatSpec(format="avro"), FormatSpec(format="avro"), metadata, registry)
+    resolved = resolve_schema(
+        topic, FormatSpec(format="avro"), FormatSpec(format="avro"), metadata, registry
+    )
     target = resolved.arrow_schema
-    assert target.names == ["id", "qty", "_kafka_topic", "_kafka_partition", "_kafka_offset",
-                            "_kafka_timestamp", "_kafka_key", "_kafka_headers"]
+    assert target.names == [
+        "id",
+        "qty",
+        "_kafka_topic",
+        "_kafka_partition",
+        "_kafka_offset",
+        "_kafka_timestamp",
+        "_kafka_key",
+        "_kafka_headers",
+    ]
     assert resolved.registry_version == 1 and resolved.subject == f"{topic}-value"
     decoder = build_decoder(
-        DecoderSpec(topic, FormatSpec(format="avro"), FormatSpec(format="avro"), metadata, registry,
-                    serialize_schema(target))
+        DecoderSpec(
+            topic,
+            FormatSpec(format="avro"),
+            FormatSpec(format="avro"),
+            metadata,
+            registry,
+            serialize_schema(target),
+        )
     )
-    result = decoder.decode([message(topic, 9, value, key=key, partition=2), message(topic, 10, None, key=key)])
+    result = decoder.decode(
+        [message(topic, 9, value, key=key, partition=2), message(topic, 10, None, key=key)]
+    )
     assert result.tombstones == 1
     [row] = result.batch.to_pylist()
     assert row == {
-        "id": 1, "qty": 2, "_kafka_topic": topic, "_kafka_partition": 2, "_kafka_offset": 9,
+        "id": 1,
+        "qty": 2,
+        "_kafka_topic": topic,
+        "_kafka_partition": 2,
+        "_kafka_offset": 9,
         "_kafka_timestamp": dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC),
-        "_kafka_key": {"user_id": 77}, "_kafka_headers": [("h", b"v")],
+        "_kafka_key": {"user_id": 77},
+        "_kafka_headers": [("h", b"v")],
     }
 
 

@@ -182,7 +182,9 @@ def _field(
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
-    return bool(getattr(field, "is_repeated", field.label == _F.LABEL_REPEATED))
+    if hasattr(field, "is_repeated"):  # protobuf >= 6 dropped `label`
+        return bool(field.is_repeated)
+    return bool(field.label == _F.LABEL_REPEATED)
 
 
 def _is_map(field: FieldDescriptor) -> bool:
