@@ -25,7 +25,7 @@ from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import SchemaResolutionError, resolve_schema
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def mock_registry() -> RegistrySettings:

@@ -22,7 +22,7 @@ from tableflow_core.schemas.json_schema_types import map_json_schema
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-07/schema#",

@@ -14,7 +14,7 @@ from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serializ
 from tableflow_core.schemas.formats import FormatSpec, JsonColumn
 from tableflow_core.schemas.resolve import resolve_schema
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def run(

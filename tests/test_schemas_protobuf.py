@@ -33,7 +33,7 @@ from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
 
 F = descriptor_pb2.FieldDescriptorProto
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _field(
