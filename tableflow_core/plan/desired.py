@@ -18,7 +18,6 @@ from tableflow_core.plan.actions import PartitionTerm, SortTerm
 # Table properties tableflow writes to remember how a table was made.
 MODE_PROPERTY = "tableflow.mode"
 TOPIC_PROPERTY = "tableflow.topic"
-COMMENT_PROPERTY = "comment"
 # Iceberg consumes these at creation; they never appear as properties afterwards.
 RESERVED_PROPERTIES = frozenset({"format-version"})
 
@@ -40,14 +39,15 @@ def sort_terms(table: Table) -> tuple[SortTerm, ...]:
 
 
 def managed_properties(table: Table) -> dict[str, str]:
-    """Properties the table must carry: the user's plus tableflow's own markers."""
+    """Properties the table must carry: the user's plus tableflow's own markers.
+
+    (`description` is not written as `comment`: Spark reserves that property name.)
+    """
     from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 
     props = {**DEFAULT_TABLE_PROPERTIES, **table.properties}
     props[MODE_PROPERTY] = table.mode
     props[TOPIC_PROPERTY] = table.topic
-    if table.description:
-        props[COMMENT_PROPERTY] = table.description
     return props
 
 

@@ -1,0 +1,1 @@
+"""One task class per CLI command (dbt style): parsing lives in cli/, doing lives here."""

@@ -1,0 +1,222 @@
+"""Reading actual state: catalog tables, registry schemas, Kafka offsets (no JVM).
+
+All reads run concurrently on a thread pool (they are network round trips). A
+component that is down fails the whole read with a message naming it and its
+address; a problem limited to one table (missing subject, missing topic) is
+recorded against that table and becomes a plan blocker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tableflow_core.config.project import Project, Table
+from tableflow_core.plan.actions import PartitionTerm, SortTerm
+from tableflow_core.plan.desired import format_spec, start_from_value
+from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
+from tableflow_core.targets.catalog import CatalogHandle
+from tableflow_core.targets.kafka import kafka_consumer_config
+from tableflow_core.targets.registry import registry_settings
+
+T = TypeVar("T")
+KAFKA_TIMEOUT_S = 10.0
+_TRANSFORM = re.compile(r"^(?P<name>[a-z]+)(?:\[(?P<param>\d+)\])?$")
+
+
+class WorldReadError(RuntimeError):
+    """A component (catalog, schema registry, Kafka) could not be read."""
+
+    def __init__(self, component: str, address: str, detail: str) -> None:
+        self.component = component
+        self.address = address
+        super().__init__(f"{component} at {address} is not reachable or failed: {detail}")
+
+
+@dataclass(frozen=True)
+class Readers:
+    """The I/O functions the world reader uses (replaceable in tests and benchmarks)."""
+
+    resolve_schema: Callable[..., Any]
+    get_watermarks: Callable[..., Mapping[int, tuple[int, int]]]
+    offsets_for_timestamp: Callable[..., Mapping[int, int]]
+
+
+def default_readers() -> Readers:
+    from tableflow_core.kafka.admin import get_watermarks, offsets_for_timestamp
+    from tableflow_core.schemas.resolve import resolve_schema
+
+    return Readers(resolve_schema, get_watermarks, offsets_for_timestamp)
+
+
+def partition_terms_of(table: Any) -> tuple[PartitionTerm, ...]:
+    schema = table.schema()
+    terms = []
+    for field in table.spec().fields:
+        match = _TRANSFORM.match(str(field.transform))
+        name = match.group("name") if match else str(field.transform)
+        param = match.group("param") if match else None
+        if name == "void":
+            continue
+        terms.append(
+            PartitionTerm(
+                column=schema.find_column_name(field.source_id) or str(field.source_id),
+                transform=name,  # type: ignore[arg-type]
+                param=int(param) if param else None,
+            )
+        )
+    return tuple(terms)
+
+
+def sort_terms_of(table: Any) -> tuple[SortTerm, ...]:
+    schema = table.schema()
+    return tuple(
+        SortTerm(
+            column=schema.find_column_name(f.source_id) or str(f.source_id),
+            descending=str(f.direction).lower().endswith("desc"),
+            nulls_first="first" in str(f.null_order).lower(),
+        )
+        for f in table.sort_order().fields
+    )
+
+
+def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
+    from tableflow_core.state.offsets import read_committed_offsets
+
+    committed = read_committed_offsets(table)
+    metadata = table.metadata
+    return ObservedTable(
+        identifier=identifier,
+        schema=table.schema(),
+        schema_id=metadata.current_schema_id,
+        partition_spec_id=metadata.default_spec_id,
+        partition_by=partition_terms_of(table),
+        sort_order_id=metadata.default_sort_order_id,
+        sort_by=sort_terms_of(table),
+        properties=dict(metadata.properties),
+        snapshot_id=metadata.current_snapshot_id,
+        metadata_location=table.metadata_location,
+        committed=dict(committed.offsets) if committed and committed.topic == topic else None,
+    )
+
+
+def read_world(
+    project: Project,
+    tables: tuple[Table, ...],
+    handle: CatalogHandle,
+    *,
+    list_undeclared: bool = True,
+    read_kafka: bool = True,
+    readers: Readers | None = None,
+    max_workers: int = 16,
+) -> WorldState:
+    io = readers or default_readers()
+    catalog = handle.catalog
+    target = project.target
+    kafka_conf = kafka_consumer_config(target.kafka)
+    registry = registry_settings(target.schema_registry)
+    registry_address = target.schema_registry.url if target.schema_registry else "(none)"
+    kafka_address = target.kafka.bootstrap_servers
+
+    def catalog_call(fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except Exception as exc:
+            if _is_missing(exc):
+                raise
+            raise WorldReadError("catalog", handle.address, project.redact(str(exc))) from exc
+
+    with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tableflow-world") as pool:
+        namespaces_f = pool.submit(catalog_call, lambda: {tuple(ns) for ns in catalog.list_namespaces()})
+        table_f = {t.name: pool.submit(_load_table, catalog_call, catalog, t) for t in tables}
+        schema_f = {
+            t.name: pool.submit(
+                io.resolve_schema,
+                t.topic,
+                format_spec(t.value),
+                format_spec(t.key),
+                t.metadata_columns,
+                registry,
+            )
+            for t in tables
+        }
+        topics = sorted({t.topic for t in tables}) if read_kafka else []
+        watermark_f = {
+            topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S) for topic in topics
+        }
+        namespaces: set[tuple[str, ...]] = _result(namespaces_f)
+        listed: set[str] = set()
+        if list_undeclared:
+            wanted = {t.namespace for t in project.tables} & namespaces
+            listing = {
+                ns: pool.submit(catalog_call, lambda ns=ns: catalog.list_tables(ns)) for ns in wanted
+            }
+            for future in listing.values():
+                listed.update(".".join(identifier) for identifier in _result(future))
+        problems: dict[str, list[str]] = {}
+        observed: dict[str, ObservedTable] = {}
+        for t in tables:
+            loaded = _result(table_f[t.name])
+            if loaded is not None:
+                observed[t.identifier] = observe_table(t.identifier, loaded, t.topic)
+        schemas: dict[str, Any] = {}
+        for t in tables:
+            try:
+                schemas[t.name] = schema_f[t.name].result()
+            except Exception as exc:
+                if type(exc).__name__ == "SchemaResolutionError":
+                    problems.setdefault(t.name, []).append(f"schema: {exc}")
+                else:
+                    raise WorldReadError(
+                        "schema registry", registry_address, project.redact(str(exc))
+                    ) from exc
+        topic_states: dict[str, TopicState] = {}
+        for topic, future in watermark_f.items():
+            try:
+                topic_states[topic] = TopicState(topic, dict(future.result()))
+            except Exception as exc:
+                text = str(exc)
+                if type(exc).__name__ == "KafkaMetadataError" and (
+                    "not found" in text or "UNKNOWN_TOPIC" in text
+                ):
+                    for t in tables:
+                        if t.topic == topic:
+                            problems.setdefault(t.name, []).append(f"kafka: {exc}")
+                    continue
+                raise WorldReadError("kafka", kafka_address, project.redact(str(exc))) from exc
+        # A timestamp start only matters for partitions the table never read.
+        for t in tables:
+            start = start_from_value(t)
+            state = topic_states.get(t.topic)
+            seen = observed.get(t.identifier)
+            if isinstance(start, int) and state is not None and (seen is None or not seen.committed):
+                found = io.offsets_for_timestamp(kafka_conf, t.topic, start, KAFKA_TIMEOUT_S)
+                topic_states[t.topic] = TopicState(t.topic, state.watermarks, dict(found))
+    return WorldState(
+        namespaces=frozenset(namespaces),
+        tables=observed,
+        listed_tables=frozenset(listed),
+        schemas=schemas,
+        topics=topic_states,
+        problems={k: tuple(v) for k, v in problems.items()},
+    )
+
+
+def _is_missing(exc: BaseException) -> bool:
+    return type(exc).__name__ in ("NoSuchTableError", "NoSuchNamespaceError")
+
+
+def _load_table(catalog_call: Callable[[Callable[[], Any]], Any], catalog: Any, table: Table) -> Any:
+    try:
+        return catalog_call(lambda: catalog.load_table((*table.namespace, table.table)))
+    except Exception as exc:
+        if _is_missing(exc):
+            return None
+        raise
+
+
+def _result(future: Future[T]) -> T:
+    return future.result()

@@ -1,0 +1,147 @@
+"""Opening the target's Iceberg catalog for pyiceberg (plan) and Spark (apply).
+
+For an `embedded` catalog: if something answers on its configured host:port (the
+server of `tableflow dev up`, or `tableflow catalog serve`), use it; otherwise run
+the server in this process on a background thread for the duration of the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tableflow_core.config.models import (
+    EmbeddedCatalog,
+    GlueCatalog,
+    HiveCatalog,
+    RestCatalog,
+    SqlCatalog,
+)
+from tableflow_core.config.project import Project
+
+
+class CatalogUnavailableError(RuntimeError):
+    """The catalog cannot be reached or opened."""
+
+
+@dataclass
+class CatalogHandle:
+    catalog: Any  # pyiceberg.catalog.Catalog
+    spark_name: str
+    spark_properties: dict[str, str]
+    address: str  # shown in error messages (never carries secrets)
+    started_server: bool = False
+    _server: Any = field(default=None, repr=False)
+
+
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+def _embedded(project: Project, config: EmbeddedCatalog) -> tuple[dict[str, str], dict[str, str], str, Any]:
+    from tableflow_core.catalog.clients import pyiceberg_catalog_properties, spark_catalog_properties
+    from tableflow_core.dev.processes import port_is_open
+
+    credential = None
+    if config.auth.mode == "client_credentials":
+        credential = f"{config.auth.client_id}:{_secret(config.auth.client_secret)}"
+    server = None
+    if config.port and port_is_open(config.host, config.port):
+        uri = f"http://{config.host}:{config.port}"
+    else:
+        from tableflow_core.catalog.runner import serve_in_background
+        from tableflow_core.catalog.settings import CatalogServerSettings
+
+        settings = CatalogServerSettings(
+            host=config.host,
+            port=config.port,
+            warehouse=project.resolve_path(config.warehouse),
+            database_url=config.database_url,
+            auth="none" if config.auth.mode == "none" else "client-credentials",
+            client_id=config.auth.client_id or "tableflow",
+            client_secret=config.auth.client_secret,
+            catalog_name=config.name,
+            log_level="warning",
+            access_log=False,
+        )
+        try:
+            server = serve_in_background(settings)
+        except (OSError, RuntimeError) as exc:
+            raise CatalogUnavailableError(
+                f"catalog: cannot start the embedded catalog on {config.host}:{config.port}: {exc}"
+            ) from exc
+        uri = server.uri
+    return (
+        pyiceberg_catalog_properties(uri, credential),
+        spark_catalog_properties(uri, credential),
+        uri,
+        server,
+    )
+
+
+def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
+    props = {"type": "rest", "uri": config.uri, **config.properties}
+    if config.warehouse:
+        props["warehouse"] = config.warehouse
+    if config.credential is not None:
+        props["credential"] = config.credential.get_secret_value()
+    if config.token is not None:
+        props["token"] = config.token.get_secret_value()
+    return props, dict(props), config.uri
+
+
+def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str, str], str]:
+    warehouse = config.warehouse
+    if "://" not in warehouse:
+        warehouse = project.resolve_path(warehouse).as_uri()
+    pyiceberg_props = {"type": "sql", "uri": config.uri, "warehouse": warehouse, **config.properties}
+    spark_props = {"type": "jdbc", "uri": config.jdbc_uri or "", "warehouse": warehouse, **config.properties}
+    return pyiceberg_props, spark_props, config.uri.split("@")[-1]
+
+
+def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str, str], str]:
+    props = {"type": config.type, "warehouse": config.warehouse, **config.properties}
+    if isinstance(config, HiveCatalog):
+        props["uri"] = config.uri
+        return props, dict(props), config.uri
+    if config.region:
+        props["glue.region"] = config.region
+    return props, dict(props), f"glue ({config.region or 'default region'})"
+
+
+@contextlib.contextmanager
+def open_catalog(project: Project) -> Iterator[CatalogHandle]:
+    """The target's catalog; an in-process embedded server stops when the block ends."""
+    from pyiceberg.catalog import load_catalog
+
+    config = project.target.catalog
+    server = None
+    if isinstance(config, EmbeddedCatalog):
+        pyiceberg_props, spark_props, address, server = _embedded(project, config)
+    elif isinstance(config, RestCatalog):
+        pyiceberg_props, spark_props, address = _rest(config)
+    elif isinstance(config, SqlCatalog):
+        pyiceberg_props, spark_props, address = _sql(project, config)
+    else:
+        pyiceberg_props, spark_props, address = _other(config)
+    try:
+        try:
+            catalog = load_catalog(config.name, **pyiceberg_props)
+        except Exception as exc:
+            raise CatalogUnavailableError(
+                f"catalog: cannot connect to {config.type} catalog at {address}: "
+                f"{project.redact(str(exc))}"
+            ) from exc
+        yield CatalogHandle(
+            catalog=catalog,
+            spark_name=config.name,
+            spark_properties=spark_props,
+            address=address,
+            started_server=server is not None,
+            _server=server,
+        )
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,49 @@
+"""`tableflow plan`: read the world, build the plan. Never starts a JVM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+from tableflow_core.config.project import Project, Table
+from tableflow_core.plan.builder import build_plan
+from tableflow_core.plan.plan import Plan, PlanOptions
+from tableflow_core.plan.world import Readers, read_world
+from tableflow_core.targets.catalog import open_catalog
+
+
+@dataclass
+class PlanTask:
+    project: Project
+    tables: tuple[Table, ...]
+    selectors: tuple[str, ...] = ()
+    options: PlanOptions = PlanOptions()
+    readers: Readers | None = None
+
+    def run(self) -> Plan:
+        # Undeclared tables are only judged when the whole project is planned.
+        report_undeclared = not self.selectors
+        with open_catalog(self.project) as handle:
+            world = read_world(
+                self.project,
+                self.tables,
+                handle,
+                list_undeclared=report_undeclared,
+                readers=self.readers,
+            )
+        return build_plan(
+            self.project,
+            self.tables,
+            world,
+            options=self.options,
+            selectors=self.selectors,
+            report_undeclared=report_undeclared,
+            tableflow_version=tableflow_version(),
+        )
+
+
+def tableflow_version() -> str:
+    try:
+        return version("tableflow")
+    except PackageNotFoundError:
+        return "0+unknown"
