@@ -264,6 +264,7 @@ def ingest(
     finally:
         _drop_branch(spark, identifier, branch)
     committed_state = read_table_state(spark, identifier)
+    drop_stale_branches(spark, identifier, committed_state)
     new_snapshot = committed_state.current_snapshot_id
     summary = next(
         (s.summary for s in committed_state.snapshots if s.snapshot_id == new_snapshot), {}

@@ -14,6 +14,7 @@ from tableflow_core.engine.ddl import (
     target_arrow_schema,
 )
 from tableflow_core.engine.ingest import DecoderFactory, IngestOutcome, ingest
+from tableflow_core.engine.schema_compare import diff_table_schema
 from tableflow_core.engine.table_state import read_table_state, table_exists
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.admin import get_watermarks, offsets_for_timestamp
@@ -31,10 +32,8 @@ def ensure_table(spark: SparkSession, spec: IngestSpec) -> list[str]:
         return [f"created {spec.identifier}"]
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from tableflow_core.schemas.evolution import diff_schemas, iceberg_schema_for
-
     current_arrow: pa.Schema = to_arrow_schema(spark.table(spec.identifier).schema)
-    diff = diff_schemas(iceberg_schema_for(current_arrow), desired)
+    diff = diff_table_schema(current_arrow, desired)
     if diff.incompatible:
         raise SchemaEvolutionError(
             f"table {spec.table_name} ({spec.identifier}) cannot follow the schema of topic "

@@ -1,0 +1,230 @@
+"""End to end: real noida-db, real registry, real Spark + Iceberg runtime, REST catalog.
+
+One topic of 100k Avro records over 4 partitions is produced once and shared.
+Results are read back with pyiceberg and DuckDB (independent readers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tableflow_core.engine.ingest import IngestError, IngestOutcome
+from tableflow_core.engine.materialize import materialize
+from tableflow_core.engine.spark_session import register_catalog
+from tableflow_core.engine.test_hooks import CRASH_ENV
+from tableflow_core.ingest.spec import IngestSpec
+from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.test_engine_helpers import (
+    InterimDecoderSpec,
+    duckdb_connection,
+    interim_decoder,
+    produce_avro,
+    target_schema,
+)
+
+pytestmark = pytest.mark.slow
+CATALOG = "tf_engine"
+RECORDS = 100_000
+PARTITIONS = 4
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Env:
+    bootstrap: str
+    registry_url: str
+    catalog: CatalogServer
+    namespace: str
+
+    @property
+    def kafka_conf(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    def spec(self, topic: str, version: int = 1, **kwargs: Any) -> IngestSpec:
+        decoder = InterimDecoderSpec(
+            topic, self.registry_url, target_schema(version).serialize().to_pybytes()
+        )
+        return IngestSpec(
+            table_name=f"t_{topic}",
+            catalog=CATALOG,
+            namespace=(self.namespace,),
+            table=unique_name("t").replace("-", "_"),
+            topic=topic,
+            decoder=decoder,
+            **kwargs,
+        )
+
+
+@pytest.fixture(scope="module")
+def env(
+    spark: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+    catalog_server: CatalogServer,
+) -> Iterator[Env]:
+    register_catalog(spark, CATALOG, catalog_server.spark_properties())
+    namespace = unique_namespace("eng")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{namespace}")
+    yield Env(kafka_broker.bootstrap, schema_registry.url, catalog_server, namespace)
+
+
+def payment(i: int) -> dict[str, Any]:
+    return {"id": i, "name": f"n{i % 97}", "amount": (i % 1000) / 4}
+
+
+EXPECTED_ID_SUM = RECORDS * (RECORDS - 1) // 2
+EXPECTED_AMOUNT_SUM = sum((i % 1000) / 4 for i in range(RECORDS))
+
+
+@pytest.fixture(scope="module")
+def big_topic(env: Env, kafka_broker: KafkaBroker) -> str:
+    topic = kafka_broker.create_topic(unique_name("payments"), PARTITIONS)
+    produce_avro(
+        env.bootstrap, env.registry_url, topic, [payment(i) for i in range(RECORDS)], PARTITIONS
+    )
+    return topic
+
+
+def run(spark: Any, env: Env, spec: IngestSpec) -> IngestOutcome:
+    return materialize(spark, spec, env.kafka_conf, decoder_factory=interim_decoder)
+
+
+def read_back(env: Env, spec: IngestSpec) -> tuple[int, int, float, int]:
+    """(rows, sum(id), sum(amount), distinct ids) by pyiceberg, checked against DuckDB."""
+    table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec.table}")
+    arrow = table.scan().to_arrow()
+    by_pyiceberg = (
+        arrow.num_rows,
+        sum(arrow["id"].to_pylist()),
+        round(sum(arrow["amount"].to_pylist()), 3),
+        len(set(arrow["id"].to_pylist())),
+    )
+    con = duckdb_connection()
+    rows, ids, amount, distinct = con.execute(
+        "SELECT count(*), coalesce(sum(id), 0), coalesce(sum(amount), 0), count(DISTINCT id) "
+        f"FROM iceberg_scan('{table.metadata_location}')"
+    ).fetchone()  # type: ignore[misc]
+    assert (rows, ids, round(amount, 3), distinct) == by_pyiceberg
+    return by_pyiceberg
+
+
+def test_100k_records_land_exactly_once(spark: Any, env: Env, big_topic: str) -> None:
+    spec = env.spec(big_topic, max_records_per_task=30_000)
+    outcome = run(spark, env, spec)
+    assert outcome.records_written == RECORDS
+    assert outcome.offsets_after == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
+    assert read_back(env, spec) == (
+        RECORDS,
+        EXPECTED_ID_SUM,
+        round(EXPECTED_AMOUNT_SUM, 3),
+        RECORDS,
+    )
+    again = run(spark, env, spec)
+    assert again.records_written == 0 and again.offsets_after == outcome.offsets_after
+    assert read_back(env, spec)[0] == RECORDS
+
+
+CRASH_SCRIPT = """
+import json, sys
+from tableflow_core.engine.spark_session import build_spark_session
+from tableflow_core.engine.materialize import materialize
+from tableflow_core.ingest.spec import IngestSpec
+from tests.test_engine_helpers import InterimDecoderSpec, interim_decoder, target_schema
+args = json.loads(sys.argv[1])
+spark = build_spark_session("local[2]", catalogs={args["catalog"]: args["catalog_props"]})
+decoder = InterimDecoderSpec(args["topic"], args["registry"], target_schema(1).serialize().to_pybytes())
+spec = IngestSpec(table_name="crash", catalog=args["catalog"], namespace=(args["namespace"],),
+                  table=args["table"], topic=args["topic"], decoder=decoder,
+                  max_records_per_run=args["cap"])
+outcome = materialize(spark, spec, {"bootstrap.servers": args["bootstrap"]}, decoder_factory=interim_decoder)
+print("OUTCOME", outcome.records_written)
+"""
+
+
+def run_in_subprocess(env: Env, spec: IngestSpec, cap: int | None, crash_at: str | None) -> int:
+    args = {
+        "catalog": CATALOG, "catalog_props": env.catalog.spark_properties(),
+        "topic": spec.topic, "registry": env.registry_url, "namespace": env.namespace,
+        "table": spec.table, "cap": cap, "bootstrap": env.bootstrap,
+    }  # fmt: skip
+    child_env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    if crash_at:
+        child_env[CRASH_ENV] = crash_at
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASH_SCRIPT, json.dumps(args)],
+        cwd=REPO, env=child_env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        # The Spark JVM of a killed driver must not outlive it: stop our own group.
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+    if crash_at is None:
+        assert proc.returncode == 0, output[-3000:]
+    else:
+        assert proc.returncode == -9, output[-3000:]
+    return proc.returncode
+
+
+def test_sigkill_before_and_after_commit_then_rerun(spark: Any, env: Env, big_topic: str) -> None:
+    spec = env.spec(big_topic)
+    run_in_subprocess(env, spec, cap=40_000, crash_at="before_commit")
+    assert read_back(env, spec)[0] == 0  # the branch write is invisible on main
+    run_in_subprocess(env, spec, cap=40_000, crash_at="after_commit")
+    assert read_back(env, spec)[0] == 40_000  # committed just before the kill
+    outcome = run(spark, env, spec)
+    assert outcome.records_written == RECORDS - 40_000
+    assert read_back(env, spec) == (
+        RECORDS,
+        EXPECTED_ID_SUM,
+        round(EXPECTED_AMOUNT_SUM, 3),
+        RECORDS,
+    )
+    refs = spark.sql(f"SELECT name FROM {spec.identifier}.refs").collect()
+    assert [r.name for r in refs if r.name != "main"] == []  # crashed runs' branches cleaned up
+
+
+def test_bad_records_fail_the_run_naming_the_offset(
+    spark: Any, env: Env, kafka_broker: KafkaBroker
+) -> None:
+    from tests.test_engine_helpers import produce_raw
+
+    topic = kafka_broker.create_topic(unique_name("bad"), 1)
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(5)], 1)
+    produce_raw(env.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
+    spec = env.spec(topic)
+    with pytest.raises(IngestError) as caught:
+        run(spark, env, spec)
+    message = str(caught.value)
+    assert f"topic {topic!r} partition 0 offset 5" in message
+    assert "offset 6" in message
+    assert [f.offset for f in caught.value.failures] == [5, 6]
+    assert read_back(env, spec)[0] == 0
+
+
+def test_schema_v2_adds_a_column(spark: Any, env: Env, kafka_broker: KafkaBroker) -> None:
+    topic = kafka_broker.create_topic(unique_name("evolve"), 2)
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10)], 2)
+    spec_v1 = env.spec(topic)
+    run(spark, env, spec_v1)
+    v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
+    produce_avro(env.bootstrap, env.registry_url, topic, v2_records, 2, version=2)
+    spec_v2 = env.spec(topic, version=2)
+    spec_v2 = IngestSpec(**{**spec_v2.__dict__, "table": spec_v1.table})
+    outcome = run(spark, env, spec_v2)
+    assert outcome.records_written == 6
+    table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec_v1.table}")
+    rows = {r["id"]: r["country"] for r in table.scan().to_arrow().to_pylist()}
+    assert rows == {i: (f"c{i}" if i >= 10 else None) for i in range(16)}
