@@ -87,7 +87,7 @@ def map_avro_schema(schema_text: str) -> AvroMapping:
     arrow_type, adapter = walker.visit(schema, namespace="", path="")
     rewritten = _rewrite_logical_types(copy.deepcopy(schema))
     try:
-        reader_schema = fastavro.parse_schema(rewritten, _write_hint=False)
+        reader_schema = fastavro.parse_schema(rewritten)
     except Exception as exc:  # fastavro raises several types for invalid schemas
         raise SchemaMappingError(f"invalid Avro schema: {exc}") from exc
     is_record = isinstance(schema, dict) and schema.get("type") == "record"
