@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
@@ -118,3 +119,20 @@ def test_protobuf_through_the_real_registry(schema_registry: Any) -> None:
         dt.datetime(2024, 1, 2, tzinfo=UTC),
     )
     assert target.field("created").type == pa.timestamp("us", tz="UTC")
+
+
+def test_registry_down_stops_decoding_instead_of_skipping_records() -> None:
+    from tableflow_core.dev.processes import free_port
+    from tableflow_core.schemas.decoding import DecodingError
+    from tableflow_core.schemas.resolve import SchemaResolutionError
+
+    down = RegistrySettings(url=f"http://127.0.0.1:{free_port('127.0.0.1')}")
+    target = pa.schema([("id", pa.int64())])
+    decoder = build_decoder(
+        DecoderSpec("t", FormatSpec(format="avro"), None, (), down, serialize_schema(target))
+    )
+    framed = b"\x00" + (1).to_bytes(4, "big") + b"\x02"
+    with pytest.raises(DecodingError, match=r"t\[0\]@7: schema registry"):
+        decoder.decode([KafkaMessage("t", 0, 7, None, None, framed)])
+    with pytest.raises(SchemaResolutionError, match="unreachable"):
+        resolve_schema("t", FormatSpec(format="avro"), None, (), down)
