@@ -64,7 +64,9 @@ def test_avro_round_trip(kafka_broker: KafkaBroker, schema_registry: SchemaRegis
     client = schema_registry.client()
     serializer = AvroSerializer(client, json.dumps(AVRO_SCHEMA))
     deserializer = AvroDeserializer(schema_registry.client())  # fresh cache: fetches by id
-    values = [{"id": f"p{i}", "cents": i * 101, "note": None if i % 2 else f"n{i}"} for i in range(50)]
+    values = [
+        {"id": f"p{i}", "cents": i * 101, "note": None if i % 2 else f"n{i}"} for i in range(50)
+    ]
     topic, decoded = _round_trip(kafka_broker, serializer, deserializer, values)
     assert decoded == values
     latest = client.get_latest_version(f"{topic}-value")
@@ -72,7 +74,9 @@ def test_avro_round_trip(kafka_broker: KafkaBroker, schema_registry: SchemaRegis
     assert json.loads(latest.schema.schema_str) == AVRO_SCHEMA
 
 
-def test_json_schema_round_trip(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> None:
+def test_json_schema_round_trip(
+    kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
     client = schema_registry.client()
     serializer = JSONSerializer(json.dumps(JSON_SCHEMA), client)
     deserializer = JSONDeserializer(None, schema_registry_client=schema_registry.client())
@@ -97,12 +101,16 @@ def _order_message_class() -> type:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tableflowtest.Order"))
 
 
-def test_protobuf_round_trip(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> None:
+def test_protobuf_round_trip(
+    kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
     order_class = _order_message_class()
     client = schema_registry.client()
     serializer = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
     deserializer = ProtobufDeserializer(
-        order_class, {"use.deprecated.format": False}, schema_registry_client=schema_registry.client()
+        order_class,
+        {"use.deprecated.format": False},
+        schema_registry_client=schema_registry.client(),
     )
     values = [order_class(order_id=f"o{i}", quantity=i, tags=["a", f"t{i}"]) for i in range(20)]
     topic, decoded = _round_trip(kafka_broker, serializer, deserializer, values)

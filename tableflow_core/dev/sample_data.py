@@ -108,27 +108,44 @@ def _address(rng: random.Random) -> dict[str, str]:
     }
 
 
+def _address_pool(rng: random.Random, size: int = 1024) -> list[dict[str, str]]:
+    """Pre-drawn addresses: drawing one per record would dominate generation time."""
+    return [_address(rng) for _ in range(size)]
+
+
 def generate_orders(count: int, seed: int = 0, version: int = 1) -> Iterator[SampleRecord]:
-    """`count` orders with unique keys `o-<seed>-<index>`; amounts between 1.00 and 5000.00."""
+    """`count` orders with unique keys `o-<seed>-<index>`; amounts between 1.00 and 5000.00.
+
+    Written for speed (a few microseconds per record): `rng.random()` instead of
+    `randint`, addresses drawn from a seeded pool.
+    """
     rng = random.Random(seed)
+    draw = rng.random
+    addresses = _address_pool(rng)
+    n_addresses, n_status, n_currency, n_tags = (
+        len(addresses),
+        len(ORDER_STATUSES),
+        len(CURRENCIES),
+        len(TAGS),
+    )
     for index in range(count):
-        amount_cents = rng.randint(100, 500_000)
-        tag_count = rng.randrange(3)
+        order_id = f"o-{seed}-{index:09d}"
+        tag_count = int(draw() * 3)
         value: dict[str, Any] = {
-            "order_id": f"o-{seed}-{index:09d}",
-            "customer_id": rng.randint(1, 100_000),
-            "status": ORDER_STATUSES[rng.randrange(len(ORDER_STATUSES))],
-            "amount": Decimal(amount_cents).scaleb(-2),
-            "currency": CURRENCIES[rng.randrange(len(CURRENCIES))],
-            "quantity": rng.randint(1, 10),
-            "created_at": EPOCH + timedelta(milliseconds=index * 1000 + rng.randrange(1000)),
-            "shipping_address": _address(rng),
-            "tags": [TAGS[rng.randrange(len(TAGS))] for _ in range(tag_count)],
-            "coupon": f"SAVE{rng.randint(5, 30)}" if rng.random() < 0.2 else None,
+            "order_id": order_id,
+            "customer_id": 1 + int(draw() * 100_000),
+            "status": ORDER_STATUSES[int(draw() * n_status)],
+            "amount": Decimal(100 + int(draw() * 499_901)).scaleb(-2),
+            "currency": CURRENCIES[int(draw() * n_currency)],
+            "quantity": 1 + int(draw() * 10),
+            "created_at": EPOCH + timedelta(milliseconds=index * 1000 + int(draw() * 1000)),
+            "shipping_address": dict(addresses[int(draw() * n_addresses)]),
+            "tags": [TAGS[int(draw() * n_tags)] for _ in range(tag_count)],
+            "coupon": f"SAVE{5 + int(draw() * 26)}" if draw() < 0.2 else None,
         }
         if version >= 2:
             value["channel"] = CHANNELS[index % len(CHANNELS)]
-        yield SampleRecord(value["order_id"], value)
+        yield SampleRecord(order_id, value)
 
 
 def generate_customers(
