@@ -1,0 +1,83 @@
+"""`tableflow apply [PLAN_FILE]`: make the tables match the project and ingest new records."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tableflow_core.cli.commands.plan import run_plan, show_plan
+from tableflow_core.cli.context import CliContext
+
+
+@click.command("apply")
+@click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
+@click.option("--allow-destructive", is_flag=True, help="Allow replacing tables (drops their data).")
+@click.option("--prune", is_flag=True, help="Drop undeclared tables in the project's namespaces.")
+@click.option("--lock-timeout", type=float, default=0.0, show_default=True, help="Seconds to wait for another apply holding the same tables.")
+@click.option("--max-parallel", type=int, default=4, show_default=True, help="Tables processed concurrently in the Spark application.")
+@click.option("--show-dag", is_flag=True, help="Print the DAG of tasks before running it.")
+@click.pass_obj
+def command(
+    ctx: CliContext,
+    plan_file: Path | None,
+    auto_approve: bool,
+    allow_destructive: bool,
+    prune: bool,
+    lock_timeout: float,
+    max_parallel: int,
+    show_dag: bool,
+) -> None:
+    """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
+    from tableflow_core.plan.plan_file import PlanFileError, StalePlanError, load_plan
+    from tableflow_core.plan.world import WorldReadError
+    from tableflow_core.runner.lock import LockTimeoutError
+    from tableflow_core.targets.catalog import CatalogUnavailableError
+    from tableflow_core.tasks.apply import ApplyTask, PlanNotApplicableError
+
+    project = ctx.load_project()
+    if plan_file is not None:
+        try:
+            plan = load_plan(plan_file)
+        except PlanFileError as exc:
+            ctx.fail(str(exc))
+        if plan.project != project.name or plan.target != project.target_name:
+            ctx.fail(
+                f"{plan_file} is a plan for project {plan.project} target {plan.target}, "
+                f"not {project.name} target {project.target_name}"
+            )
+    else:
+        plan = run_plan(ctx, allow_destructive, prune)
+    show_plan(ctx, plan, "human", show_dag)
+    if plan.blockers:
+        ctx.fail("the plan is blocked (see above); nothing was changed.")
+    if not plan.has_changes:
+        ctx.console.print("Nothing to apply.")
+        return
+    if plan_file is None and not auto_approve:
+        if not sys.stdin.isatty():
+            ctx.fail(
+                "apply needs confirmation but stdin is not a terminal: "
+                "pass --auto-approve, or save a plan with `plan --out FILE` and `apply FILE`."
+            )
+        if not click.confirm("Apply this plan?", default=False):
+            ctx.fail("apply cancelled; nothing was changed.")
+    task = ApplyTask(project, plan, console=ctx.err_console, lock_timeout_s=lock_timeout, max_parallel=max_parallel)
+    try:
+        results = task.run()
+    except (StalePlanError, LockTimeoutError, PlanNotApplicableError, WorldReadError, CatalogUnavailableError) as exc:
+        ctx.fail(f"{exc}\nNothing was changed.")
+    for result in results.tables:
+        style = {"success": "green", "no_changes": "green", "error": "bold red", "skipped": "yellow"}[result.status]
+        detail = (
+            f"{result.records_written:,} records written, offsets {result.offsets_before} -> {result.offsets_after}"
+            if result.status == "success"
+            else (result.error or "")
+        )
+        ctx.console.print(f"[{style}]{result.status:>10}[/] {result.table}: {detail}", highlight=False)
+    ctx.console.print(results.summary_line(), highlight=False)
+    ctx.console.print("Results written to target/run_results.json", highlight=False)
+    if results.status != "success":
+        raise SystemExit(1)

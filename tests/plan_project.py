@@ -1,0 +1,46 @@
+"""Writing throwaway tableflow projects against the test stack (used by test_plan_*/test_apply_*)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def write_project(
+    root: Path,
+    *,
+    bootstrap: str,
+    registry_url: str,
+    catalog_uri: str,
+    credential: str,
+    namespace: str,
+    tables: list[dict[str, Any]],
+) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    project = {
+        "name": "shop",
+        "default_target": "test",
+        "targets": {
+            "test": {
+                "kafka": {
+                    "bootstrap_servers": bootstrap,
+                    "config": {"receive.message.max.bytes": 2147483647},
+                },
+                "schema_registry": {"url": registry_url},
+                "catalog": {
+                    "type": "rest",
+                    "name": "tf_test",
+                    "uri": catalog_uri,
+                    "credential": credential,
+                    "properties": {"oauth2-server-uri": catalog_uri + "/v1/oauth/tokens", "scope": "catalog"},
+                },
+            }
+        },
+        "defaults": {"namespace": namespace},
+    }
+    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    (root / "tables").mkdir(exist_ok=True)
+    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}, sort_keys=False))
+    return root
