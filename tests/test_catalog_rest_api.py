@@ -247,6 +247,15 @@ def test_rename_register_and_purge(client: Client, catalog_server: CatalogServer
     )
     assert registered.status_code == 200 and registered.json()["metadata-location"] == location
     assert catalog.load_table((ns, "copy")).scan().to_arrow().num_rows == 1
+    other_location = catalog.load_table((ns, "other")).metadata_location
+    again = {"name": "copy", "metadata-location": other_location}
+    assert_error(
+        client.call("POST", f"/namespaces/{ns}/register", json=again), 409, "AlreadyExistsException"
+    )
+    overwritten = client.call(
+        "POST", f"/namespaces/{ns}/register", json={**again, "overwrite": True}
+    )
+    assert overwritten.json()["metadata-location"] == other_location
 
     assert client.call("DELETE", f"/namespaces/{ns}/tables/copy").status_code == 204
     assert Path(location.removeprefix("file://")).exists()  # plain drop keeps files
