@@ -1,0 +1,222 @@
+"""The pure builder with hand-made world states: no I/O, one test per action kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pyarrow as pa
+import pytest
+from rich.console import Console
+
+from tableflow_core.config.loader import load_project
+from tableflow_core.plan.actions import PartitionTerm
+from tableflow_core.plan.builder import build_plan
+from tableflow_core.plan.desired import managed_properties
+from tableflow_core.plan.plan import PlanOptions
+from tableflow_core.plan.plan_file import load_plan, save_plan, stale_reasons
+from tableflow_core.plan.render_human import render_human
+from tableflow_core.plan.render_json import generate_schema, plan_document, shipped_schema
+from tableflow_core.plan.render_markdown import render_markdown
+from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
+from tableflow_core.schemas.evolution import iceberg_schema_for
+from tableflow_core.schemas.resolve import ResolvedSchema, schema_fingerprint
+from tests.plan_project import write_project
+
+V1 = pa.schema([pa.field("id", pa.string()), pa.field("amount", pa.int32()), pa.field("ts", pa.timestamp("us", tz="UTC"))])
+V2 = pa.schema([*V1, pa.field("channel", pa.string())])
+
+
+def resolved(schema: pa.Schema, version: int = 1) -> ResolvedSchema:
+    return ResolvedSchema(schema, 10 + version, version, "orders-value", schema_fingerprint(schema))
+
+
+def make_project(tmp_path: Path, **table_overrides):
+    table = {"name": "orders", "topic": "orders", "partition_by": ["day(ts)"], **table_overrides}
+    root = write_project(
+        tmp_path / "p", bootstrap="127.0.0.1:1", registry_url="http://127.0.0.1:1",
+        catalog_uri="http://127.0.0.1:1", credential="a:b", namespace="shop", tables=[table],
+    )  # fmt: skip
+    return load_project(root)
+
+
+def observed(project, schema=V1, **overrides) -> ObservedTable:
+    table = project.tables[0]
+    values = {
+        "identifier": "shop.orders",
+        "schema": iceberg_schema_for(schema),
+        "schema_id": 0,
+        "partition_by": (PartitionTerm(column="ts", transform="day"),),
+        "properties": {**managed_properties(table), "tableflow.mode": "append"},
+        "snapshot_id": 5,
+        "committed": {0: 10, 1: 4},
+        **overrides,
+    }
+    return ObservedTable(**values)
+
+
+def world(project, table=None, schema=V1, watermarks=None, **extra) -> WorldState:
+    tables = {"shop.orders": table} if table is not None else {}
+    return WorldState(
+        namespaces=frozenset({("shop",)}) if table is not None else frozenset(),
+        tables=tables,
+        listed_tables=frozenset(tables),
+        schemas={"orders": resolved(schema)},
+        topics={"orders": TopicState("orders", watermarks or {0: (0, 10), 1: (0, 4)})},
+        **extra,
+    )
+
+
+def kinds(plan):
+    return [a.kind for a in plan.actions]
+
+
+def test_empty_catalog_creates_namespace_table_and_ingests(tmp_path):
+    project = make_project(tmp_path)
+    plan = build_plan(project, project.tables, world(project))
+    assert kinds(plan) == ["create_namespace", "create_table", "ingest"]
+    assert plan.actions[2].records == 14
+    assert plan.summary.to_create == 1 and plan.has_changes
+    assert [t.id for t in plan.dag.tasks] == ["namespace:shop", "ddl:orders", "ingest:orders"]
+    assert plan.dag.task("ingest:orders").depends_on == ("ddl:orders",)
+
+
+def test_up_to_date_table_has_no_changes(tmp_path):
+    project = make_project(tmp_path)
+    plan = build_plan(project, project.tables, world(project, observed(project)))
+    assert plan.actions == () and not plan.has_changes and not plan.blockers
+    assert plan.summary_line() == "Plan: 0 to create, 0 to update, 0 to replace, 0 tables to ingest (0 records)"
+
+
+def test_lag_per_partition_and_cap(tmp_path):
+    project = make_project(tmp_path, max_records_per_run=6)
+    plan = build_plan(project, project.tables, world(project, observed(project), watermarks={0: (0, 15), 1: (0, 10)}))
+    (ingest,) = plan.actions
+    assert ingest.kind == "ingest" and ingest.pending == 11 and ingest.records == 6
+    assert {p.partition: (p.committed, p.lag, p.start, p.read_to) for p in ingest.partitions} == {
+        0: (10, 5, 10, 13), 1: (4, 6, 4, 7)
+    }
+    assert sum(r.size for r in ingest.ranges) == 6
+
+
+def test_added_registry_field_is_in_place_evolution(tmp_path):
+    project = make_project(tmp_path)
+    plan = build_plan(project, project.tables, world(project, observed(project), schema=V2))
+    (evolve,) = plan.actions
+    assert evolve.kind == "evolve_schema"
+    assert [(c.kind, c.path) for c in evolve.changes] == [("add_column", "channel")]
+    assert plan.summary.to_update == 1 and not plan.blockers
+
+
+def test_properties_partition_and_sort_changes(tmp_path):
+    project = make_project(tmp_path, properties={"write.target-file-size-bytes": "1000"}, sort_by=["id desc"])
+    old_props = {k: v for k, v in managed_properties(project.tables[0]).items() if k != "write.target-file-size-bytes"}
+    plan = build_plan(project, project.tables, world(project, observed(project, partition_by=(), properties=old_props)))
+    assert kinds(plan) == ["change_partition_spec", "change_sort_order", "update_properties"]
+    props = plan.actions[2]
+    assert props.set == {"write.target-file-size-bytes": "1000"} and props.previous == {"write.target-file-size-bytes": None}
+    assert plan.summary.to_update == 1
+
+
+def test_incompatible_schema_is_a_blocked_replace(tmp_path):
+    project = make_project(tmp_path)
+    narrowed = pa.schema([pa.field("id", pa.string()), pa.field("amount", pa.string()), pa.field("ts", pa.timestamp("us", tz="UTC"))])
+    plan = build_plan(project, project.tables, world(project, observed(project), schema=narrowed))
+    assert kinds(plan)[0] == "replace_table"
+    assert [b.kind for b in plan.blockers] == ["destructive"]
+    # A replaced table starts over: the ingest reads from the beginning.
+    assert plan.actions[1].records == 14
+    allowed = build_plan(project, project.tables, world(project, observed(project), schema=narrowed), options=PlanOptions(allow_destructive=True))
+    assert not allowed.blockers and allowed.summary.to_replace == 1
+
+
+def test_switch_to_upsert_is_destructive_and_not_supported_yet(tmp_path):
+    project = make_project(tmp_path, mode="upsert", key_columns=["id"])
+    for allow in (False, True):
+        plan = build_plan(project, project.tables, world(project, observed(project)), options=PlanOptions(allow_destructive=allow))
+        assert kinds(plan)[0] == "replace_table"
+        assert "mode append -> upsert" in plan.actions[0].reasons
+        not_supported = [b for b in plan.blockers if b.kind == "not_supported"]
+        assert [b.key for b in not_supported] == ["mode"]
+        assert not_supported[0].location.endswith("tables.yml:" + str(project.tables[0].key_lines["mode"]))
+        assert any(b.kind == "destructive" for b in plan.blockers) is (not allow)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        ({"transforms": [{"type": "filter", "where": "amount > 0"}]}, "transforms"),
+        ({"checks": [{"type": "not_null", "columns": ["id"]}]}, "checks"),
+        ({"on_error": "skip"}, "on_error"),
+        ({"on_error": "dlq", "dlq": {"type": "kafka", "topic": "bad"}}, "dlq"),
+    ],
+)
+def test_unbuilt_capabilities_are_refused_with_their_location(tmp_path, overrides, key):
+    project = make_project(tmp_path, **overrides)
+    plan = build_plan(project, project.tables, world(project))
+    keys = {b.key for b in plan.blockers if b.kind == "not_supported"}
+    assert key in keys
+    blocker = next(b for b in plan.blockers if b.key == key)
+    assert "not supported yet" in blocker.message and ":" in blocker.location
+
+
+def test_undeclared_tables_reported_or_pruned(tmp_path):
+    project = make_project(tmp_path)
+    state = world(project, observed(project))
+    state = WorldState(**{**state.__dict__, "listed_tables": frozenset({"shop.orders", "shop.legacy"})})
+    plan = build_plan(project, project.tables, state)
+    assert kinds(plan) == ["undeclared_table"] and not plan.has_changes
+    pruned = build_plan(project, project.tables, state, options=PlanOptions(prune=True))
+    assert kinds(pruned) == ["drop_table"] and pruned.summary.to_drop == 1
+    assert [t.id for t in pruned.dag.tasks] == ["drop:shop.legacy"]
+
+
+def test_world_problems_become_blockers(tmp_path):
+    project = make_project(tmp_path)
+    state = WorldState(problems={"orders": ("schema: subject 'orders-value' not found",)})
+    plan = build_plan(project, project.tables, state)
+    assert [b.kind for b in plan.blockers] == ["invalid"] and "not found" in plan.blockers[0].message
+
+
+def test_json_output_validates_against_the_shipped_schema(tmp_path):
+    assert shipped_schema() == generate_schema(), "regenerate tableflow_core/plan/schema/plan.schema.json"
+    project = make_project(tmp_path, mode="upsert", key_columns=["id"])
+    for state in (world(project), world(project, observed(project)), world(project, observed(project), schema=V2)):
+        document = plan_document(build_plan(project, project.tables, state))
+        jsonschema.validate(document, shipped_schema())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**document, "actions": [{"kind": "explode"}]}, shipped_schema())
+
+
+def test_plan_file_round_trip_and_staleness(tmp_path):
+    project = make_project(tmp_path)
+    plan = build_plan(project, project.tables, world(project, observed(project)))
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    loaded = load_plan(path)
+    assert loaded == plan
+    same = build_plan(project, project.tables, world(project, observed(project)))
+    from tableflow_core.plan.desired import config_hash
+
+    assert stale_reasons(loaded, same.fingerprints, config_hash(project, project.tables)) == []
+    moved = build_plan(project, project.tables, world(project, observed(project, snapshot_id=6, committed={0: 12, 1: 4})))
+    reasons = stale_reasons(loaded, moved.fingerprints, "other")
+    assert any("configuration" in r for r in reasons)
+    assert any("current snapshot id was 5, now 6" in r for r in reasons)
+    assert any("committed offsets was {0: 10, 1: 4}, now {0: 12, 1: 4}" in r for r in reasons)
+
+
+def test_renderers(tmp_path):
+    project = make_project(tmp_path, mode="upsert", key_columns=["id"])
+    plan = build_plan(project, project.tables, world(project, observed(project), schema=V2))
+    console = Console(record=True, width=200)
+    render_human(plan, console, show_dag=True)
+    text = console.export_text()
+    assert "-/+ table (replace: drops data) shop.orders" in text
+    assert "! " in text and "mode upsert is not supported yet" in text
+    assert text.index("not supported yet") < text.index("--allow-destructive")
+    assert "ddl:orders: replace_table" in text
+    markdown = render_markdown(plan)
+    assert markdown.startswith("### tableflow plan") and "| `-/+` | orders |" in markdown
+    assert json.loads(json.dumps(plan_document(plan)))["summary"]["blocked"] == 2
