@@ -1,9 +1,7 @@
 """Shared helpers for the engine tests (no tests here).
 
 `produce_avro` writes Confluent-framed Avro with a schema registered in the real
-registry. `InterimDecoderSpec`/`interim_decoder` are a tiny decoder with the
-DECODING contract's shape (decode(messages) -> result with .batch and .failures),
-used until tableflow_core.schemas.decoding lands.
+registry; `duckdb_connection` is the independent reader.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import io
 import json
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -20,8 +17,6 @@ import fastavro
 import pyarrow as pa
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-from tableflow_core.kafka.messages import KafkaMessage
 
 
 def avro_schema(version: int = 1) -> dict[str, Any]:
@@ -89,71 +84,6 @@ def produce_raw(bootstrap: str, topic: str, values: Sequence[bytes], partition: 
     for value in values:
         producer.produce(topic, value, partition=partition)
     producer.flush(30)
-
-
-@dataclass(frozen=True)
-class InterimDecoderSpec:
-    topic: str
-    registry_url: str
-    target_schema_ipc: bytes
-
-
-@dataclass(frozen=True)
-class InterimFailure:
-    topic: str
-    partition: int
-    offset: int
-    reason: str
-    key: bytes | None = None
-    value: bytes | None = None
-
-
-@dataclass
-class InterimResult:
-    batch: pa.RecordBatch
-    failures: list[InterimFailure] = field(default_factory=list)
-
-
-class InterimDecoder:
-    def __init__(self, spec: InterimDecoderSpec) -> None:
-        self.spec = spec
-        self.schema = pa.ipc.read_schema(pa.py_buffer(spec.target_schema_ipc))
-        self.client = SchemaRegistryClient({"url": spec.registry_url})
-        self.writers: dict[int, Any] = {}
-
-    def _writer(self, schema_id: int) -> Any:
-        if schema_id not in self.writers:
-            text = self.client.get_schema(schema_id).schema_str
-            self.writers[schema_id] = fastavro.parse_schema(json.loads(text))
-        return self.writers[schema_id]
-
-    def decode(self, messages: Sequence[KafkaMessage]) -> InterimResult:
-        rows: list[dict[str, Any]] = []
-        failures: list[InterimFailure] = []
-        for msg in messages:
-            value = msg.value or b""
-            try:
-                if len(value) < 5 or value[0] != 0:
-                    raise ValueError("wrong magic byte")
-                (schema_id,) = struct.unpack(">I", value[1:5])
-                record = fastavro.schemaless_reader(
-                    io.BytesIO(value[5:]), self._writer(schema_id), None
-                )
-            except Exception as exc:
-                failures.append(
-                    InterimFailure(msg.topic, msg.partition, msg.offset, str(exc)[:200])
-                )
-                continue
-            assert isinstance(record, dict)
-            record["_kafka_partition"] = msg.partition
-            record["_kafka_offset"] = msg.offset
-            rows.append(record)
-        batch = pa.RecordBatch.from_pylist(rows, schema=self.schema)
-        return InterimResult(batch, failures)
-
-
-def interim_decoder(spec: InterimDecoderSpec) -> InterimDecoder:
-    return InterimDecoder(spec)
 
 
 def duckdb_connection() -> duckdb.DuckDBPyConnection:

@@ -22,15 +22,13 @@ from tableflow_core.engine.materialize import materialize
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.engine.test_hooks import CRASH_ENV
 from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
+from tableflow_core.schemas.formats import METADATA_COLUMNS, FormatSpec
+from tableflow_core.schemas.registry import RegistrySettings
+from tableflow_core.schemas.resolve import resolve_schema
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
-from tests.test_engine_helpers import (
-    InterimDecoderSpec,
-    duckdb_connection,
-    interim_decoder,
-    produce_avro,
-    target_schema,
-)
+from tests.test_engine_helpers import duckdb_connection, produce_avro
 
 pytestmark = pytest.mark.slow
 CATALOG = "tf_engine"
@@ -50,9 +48,13 @@ class Env:
     def kafka_conf(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap}
 
-    def spec(self, topic: str, version: int = 1, **kwargs: Any) -> IngestSpec:
-        decoder = InterimDecoderSpec(
-            topic, self.registry_url, target_schema(version).serialize().to_pybytes()
+    def spec(self, topic: str, **kwargs: Any) -> IngestSpec:
+        """A spec decoding the registry's latest Avro schema of `<topic>-value`."""
+        registry = RegistrySettings(url=self.registry_url)
+        value = FormatSpec(format="avro")
+        resolved = resolve_schema(topic, value, None, METADATA_COLUMNS, registry)
+        decoder = DecoderSpec(
+            topic, value, None, METADATA_COLUMNS, registry, serialize_schema(resolved.arrow_schema)
         )
         return IngestSpec(
             table_name=f"t_{topic}",
@@ -96,7 +98,7 @@ def big_topic(env: Env, kafka_broker: KafkaBroker) -> str:
 
 
 def run(spark: Any, env: Env, spec: IngestSpec) -> IngestOutcome:
-    return materialize(spark, spec, env.kafka_conf, decoder_factory=interim_decoder)
+    return materialize(spark, spec, env.kafka_conf)
 
 
 def read_back(env: Env, spec: IngestSpec) -> tuple[int, int, float, int]:
@@ -139,14 +141,14 @@ import json, sys
 from tableflow_core.engine.spark_session import build_spark_session
 from tableflow_core.engine.materialize import materialize
 from tableflow_core.ingest.spec import IngestSpec
-from tests.test_engine_helpers import InterimDecoderSpec, interim_decoder, target_schema
+from tests.test_engine_ingest import Env
+from tests.fixtures.catalog import CatalogServer
 args = json.loads(sys.argv[1])
 spark = build_spark_session("local[2]", catalogs={args["catalog"]: args["catalog_props"]})
-decoder = InterimDecoderSpec(args["topic"], args["registry"], target_schema(1).serialize().to_pybytes())
-spec = IngestSpec(table_name="crash", catalog=args["catalog"], namespace=(args["namespace"],),
-                  table=args["table"], topic=args["topic"], decoder=decoder,
-                  max_records_per_run=args["cap"])
-outcome = materialize(spark, spec, {"bootstrap.servers": args["bootstrap"]}, decoder_factory=interim_decoder)
+env = Env(args["bootstrap"], args["registry"], None, args["namespace"])
+spec = env.spec(args["topic"], max_records_per_run=args["cap"])
+spec = IngestSpec(**{**spec.__dict__, "table": args["table"]})
+outcome = materialize(spark, spec, env.kafka_conf)
 print("OUTCOME", outcome.records_written)
 """
 
@@ -221,10 +223,14 @@ def test_schema_v2_adds_a_column(spark: Any, env: Env, kafka_broker: KafkaBroker
     run(spark, env, spec_v1)
     v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
     produce_avro(env.bootstrap, env.registry_url, topic, v2_records, 2, version=2)
-    spec_v2 = env.spec(topic, version=2)
+    spec_v2 = env.spec(topic)  # resolves v2 now
     spec_v2 = IngestSpec(**{**spec_v2.__dict__, "table": spec_v1.table})
     outcome = run(spark, env, spec_v2)
     assert outcome.records_written == 6
     table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec_v1.table}")
-    rows = {r["id"]: r["country"] for r in table.scan().to_arrow().to_pylist()}
+    arrow = table.scan().to_arrow()
+    rows = {r["id"]: r["country"] for r in arrow.to_pylist()}
     assert rows == {i: (f"c{i}" if i >= 10 else None) for i in range(16)}
+    assert arrow.schema.names[-1] == "country"  # added after the existing columns
+    assert set(arrow["_kafka_topic"].to_pylist()) == {topic}
+    assert sorted(arrow["_kafka_offset"].to_pylist()) == sorted([*range(8), *range(8)])
