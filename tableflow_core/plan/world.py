@@ -167,7 +167,7 @@ def read_world(
             try:
                 schemas[t.name] = schema_f[t.name].result()
             except Exception as exc:
-                if type(exc).__name__ == "SchemaResolutionError":
+                if type(exc).__name__ == "SchemaResolutionError" and not _registry_down(exc):
                     problems.setdefault(t.name, []).append(f"schema: {exc}")
                 else:
                     raise WorldReadError(
@@ -203,6 +203,16 @@ def read_world(
         topics=topic_states,
         problems={k: tuple(v) for k, v in problems.items()},
     )
+
+
+def _registry_down(exc: BaseException) -> bool:
+    """A resolution error caused by the registry being unreachable or failing (5xx)."""
+    cause = exc.__cause__
+    if cause is None:
+        return False
+    if type(cause).__name__ == "SchemaRegistryError":
+        return int(getattr(cause, "http_status_code", 0) or 0) >= 500
+    return True
 
 
 def _is_missing(exc: BaseException) -> bool:
