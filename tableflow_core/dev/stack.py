@@ -60,6 +60,10 @@ class StackSettings(BaseModel):
     registry_port: int = Field(18081, ge=1, le=65535)
     catalog_port: int = Field(18181, ge=1, le=65535)
     registry_basic_auth_user: str | None = None  # password from $TABLEFLOW_REGISTRY_PASSWORD
+    # The project's embedded-catalog warehouse and database, so `tableflow dev up` serves
+    # the same tables `plan`/`apply` use; default: under data_dir.
+    catalog_warehouse_dir: Path | None = None
+    catalog_database_url: str | None = None
     start_timeout_seconds: float = 60.0
 
     @classmethod
@@ -80,7 +84,7 @@ class StackSettings(BaseModel):
 
     @property
     def catalog_warehouse(self) -> Path:
-        return self.data_dir / "catalog" / "warehouse"
+        return self.catalog_warehouse_dir or self.data_dir / "catalog" / "warehouse"
 
     @property
     def catalog_database(self) -> Path:
@@ -280,7 +284,7 @@ def _spec(settings: StackSettings, name: str) -> _Spec | None:
         "--warehouse",
         str(settings.catalog_warehouse),
         "--database-url",
-        f"sqlite:///{settings.catalog_database}",
+        settings.catalog_database_url or f"sqlite:///{settings.catalog_database}",
         "--auth",
         "none",
     ]

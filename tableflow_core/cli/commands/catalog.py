@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import click
+
+from tableflow_core.cli.context import CliContext
+from tableflow_core.config.models import EmbeddedCatalog
+
+
+@click.group("catalog")
+def command() -> None:
+    """The embedded Iceberg REST catalog."""
+
+
+@command.command("serve")
+@click.option("--host", help="Bind address (default: from the target's catalog).")
+@click.option("--port", type=int, help="Port (default: from the target's catalog).")
+@click.pass_obj
+def serve(ctx: CliContext, host: str | None, port: int | None) -> None:
+    """Run the target's embedded catalog server in the foreground."""
+    from tableflow_core.catalog import serve_forever
+    from tableflow_core.catalog.project_settings import embedded_server_settings
+
+    project = ctx.load_project()
+    config = project.target.catalog
+    if not isinstance(config, EmbeddedCatalog):
+        ctx.fail(
+            f"target {project.target_name!r} uses a {config.type} catalog; only `embedded` is served by tableflow"
+        )
+    overrides: dict[str, object] = {}
+    if host:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    try:
+        settings = embedded_server_settings(project, config, **overrides)
+    except ValueError as exc:
+        ctx.fail(str(exc))
+    ctx.err_console.print(
+        f"Serving catalog {config.name!r} on http://{settings.host}:{settings.port} "
+        f"(warehouse {settings.warehouse}, auth {settings.auth})"
+    )
+    serve_forever(settings)

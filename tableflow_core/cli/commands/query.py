@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import click
+from rich.table import Table as RichTable
+
+from tableflow_core.cli.context import CliContext
+
+
+@click.command("query")
+@click.argument("sql")
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows shown at most.")
+@click.pass_obj
+def command(ctx: CliContext, sql: str, limit: int) -> None:
+    """Run SQL with DuckDB against the target's Iceberg REST catalog.
+
+    Tables are named `namespace.table` (the first table's namespace is the default
+    schema) or `<catalog>.namespace.table`.
+    """
+    from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
+    from tableflow_core.targets.catalog import CatalogUnavailableError, open_catalog
+
+    project = ctx.load_project()
+    default_schema = project.tables[0].namespace[0] if project.tables else None
+    try:
+        with open_catalog(project) as handle:
+            props = handle.spark_properties
+            if props.get("type") != "rest":
+                ctx.fail("tableflow query needs a REST catalog (embedded or rest)")
+            con = duckdb_connection()
+            attach_rest_catalog(
+                con,
+                handle.spark_name,
+                props["uri"],
+                props.get("credential"),
+                default_schema=default_schema,
+            )
+            result = con.sql(sql)
+            columns = result.columns
+            rows = result.fetchmany(limit)
+    except CatalogUnavailableError as exc:
+        ctx.fail(str(exc))
+    except Exception as exc:  # duckdb errors: show the message, not a traceback
+        ctx.fail(f"query failed: {exc}")
+    table = RichTable()
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("NULL" if value is None else str(value) for value in row))
+    ctx.console.print(table)

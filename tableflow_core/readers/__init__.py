@@ -1,0 +1,1 @@
+"""Independent readers of the tables tableflow writes (DuckDB)."""
