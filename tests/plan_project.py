@@ -34,7 +34,10 @@ def write_project(
                     "name": "tf_test",
                     "uri": catalog_uri,
                     "credential": credential,
-                    "properties": {"oauth2-server-uri": catalog_uri + "/v1/oauth/tokens", "scope": "catalog"},
+                    "properties": {
+                        "oauth2-server-uri": catalog_uri + "/v1/oauth/tokens",
+                        "scope": "catalog",
+                    },
                 },
             }
         },

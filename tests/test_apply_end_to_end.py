@@ -24,7 +24,9 @@ def plan_of(root):
     return project, PlanTask(project, project.tables).run()
 
 
-def test_plan_apply_plan_then_lag_then_stale(tmp_path, kafka_broker, schema_registry, catalog_server, spark):
+def test_plan_apply_plan_then_lag_then_stale(
+    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+):
     topic = unique_name("orders")
     namespace = unique_namespace("shop")
     produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 200, partitions=4)
@@ -54,7 +56,9 @@ def test_plan_apply_plan_then_lag_then_stale(tmp_path, kafka_broker, schema_regi
     assert {"order_id", "amount", "_kafka_offset"} <= {c.name for c in create.columns}
     ingest = next(a for a in plan.actions if isinstance(a, Ingest))
     assert ingest.records == 200 and sum(p.lag for p in ingest.partitions) == 200
-    assert plan.summary_line().startswith("Plan: 1 to create, 0 to update, 0 to replace, 1 tables to ingest (200 records)")
+    assert plan.summary_line().startswith(
+        "Plan: 1 to create, 0 to update, 0 to replace, 1 tables to ingest (200 records)"
+    )
 
     # 2. Apply creates and ingests, on the shared Spark session.
     results = ApplyTask(project, plan, spark=spark).run()
@@ -72,7 +76,9 @@ def test_plan_apply_plan_then_lag_then_stale(tmp_path, kafka_broker, schema_regi
     assert "No changes" in outcome.output
 
     # 4. More records: plan shows exactly that lag (exit code 2).
-    more = produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 30, partitions=4, seed=7)
+    more = produce_sample(
+        "orders", kafka_broker.bootstrap, schema_registry.url, topic, 30, partitions=4, seed=7
+    )
     project, plan = plan_of(root)
     (ingest,) = [a for a in plan.actions if isinstance(a, Ingest)]
     assert [a.kind for a in plan.actions] == ["ingest"]

@@ -24,7 +24,13 @@ from tableflow_core.schemas.evolution import iceberg_schema_for
 from tableflow_core.schemas.resolve import ResolvedSchema, schema_fingerprint
 from tests.plan_project import write_project
 
-V1 = pa.schema([pa.field("id", pa.string()), pa.field("amount", pa.int32()), pa.field("ts", pa.timestamp("us", tz="UTC"))])
+V1 = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("amount", pa.int32()),
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
 V2 = pa.schema([*V1, pa.field("channel", pa.string())])
 
 
@@ -86,16 +92,24 @@ def test_up_to_date_table_has_no_changes(tmp_path):
     project = make_project(tmp_path)
     plan = build_plan(project, project.tables, world(project, observed(project)))
     assert plan.actions == () and not plan.has_changes and not plan.blockers
-    assert plan.summary_line() == "Plan: 0 to create, 0 to update, 0 to replace, 0 tables to ingest (0 records)"
+    assert (
+        plan.summary_line()
+        == "Plan: 0 to create, 0 to update, 0 to replace, 0 tables to ingest (0 records)"
+    )
 
 
 def test_lag_per_partition_and_cap(tmp_path):
     project = make_project(tmp_path, max_records_per_run=6)
-    plan = build_plan(project, project.tables, world(project, observed(project), watermarks={0: (0, 15), 1: (0, 10)}))
+    plan = build_plan(
+        project,
+        project.tables,
+        world(project, observed(project), watermarks={0: (0, 15), 1: (0, 10)}),
+    )
     (ingest,) = plan.actions
     assert ingest.kind == "ingest" and ingest.pending == 11 and ingest.records == 6
     assert {p.partition: (p.committed, p.lag, p.start, p.read_to) for p in ingest.partitions} == {
-        0: (10, 5, 10, 13), 1: (4, 6, 4, 7)
+        0: (10, 5, 10, 13),
+        1: (4, 6, 4, 7),
     }
     assert sum(r.size for r in ingest.ranges) == 6
 
@@ -110,36 +124,66 @@ def test_added_registry_field_is_in_place_evolution(tmp_path):
 
 
 def test_properties_partition_and_sort_changes(tmp_path):
-    project = make_project(tmp_path, properties={"write.target-file-size-bytes": "1000"}, sort_by=["id desc"])
-    old_props = {k: v for k, v in managed_properties(project.tables[0]).items() if k != "write.target-file-size-bytes"}
-    plan = build_plan(project, project.tables, world(project, observed(project, partition_by=(), properties=old_props)))
+    project = make_project(
+        tmp_path, properties={"write.target-file-size-bytes": "1000"}, sort_by=["id desc"]
+    )
+    old_props = {
+        k: v
+        for k, v in managed_properties(project.tables[0]).items()
+        if k != "write.target-file-size-bytes"
+    }
+    plan = build_plan(
+        project,
+        project.tables,
+        world(project, observed(project, partition_by=(), properties=old_props)),
+    )
     assert kinds(plan) == ["change_partition_spec", "change_sort_order", "update_properties"]
     props = plan.actions[2]
-    assert props.set == {"write.target-file-size-bytes": "1000"} and props.previous == {"write.target-file-size-bytes": None}
+    assert props.set == {"write.target-file-size-bytes": "1000"} and props.previous == {
+        "write.target-file-size-bytes": None
+    }
     assert plan.summary.to_update == 1
 
 
 def test_incompatible_schema_is_a_blocked_replace(tmp_path):
     project = make_project(tmp_path)
-    narrowed = pa.schema([pa.field("id", pa.string()), pa.field("amount", pa.string()), pa.field("ts", pa.timestamp("us", tz="UTC"))])
+    narrowed = pa.schema(
+        [
+            pa.field("id", pa.string()),
+            pa.field("amount", pa.string()),
+            pa.field("ts", pa.timestamp("us", tz="UTC")),
+        ]
+    )
     plan = build_plan(project, project.tables, world(project, observed(project), schema=narrowed))
     assert kinds(plan)[0] == "replace_table"
     assert [b.kind for b in plan.blockers] == ["destructive"]
     # A replaced table starts over: the ingest reads from the beginning.
     assert plan.actions[1].records == 14
-    allowed = build_plan(project, project.tables, world(project, observed(project), schema=narrowed), options=PlanOptions(allow_destructive=True))
+    allowed = build_plan(
+        project,
+        project.tables,
+        world(project, observed(project), schema=narrowed),
+        options=PlanOptions(allow_destructive=True),
+    )
     assert not allowed.blockers and allowed.summary.to_replace == 1
 
 
 def test_switch_to_upsert_is_destructive_and_not_supported_yet(tmp_path):
     project = make_project(tmp_path, mode="upsert", key_columns=["id"])
     for allow in (False, True):
-        plan = build_plan(project, project.tables, world(project, observed(project)), options=PlanOptions(allow_destructive=allow))
+        plan = build_plan(
+            project,
+            project.tables,
+            world(project, observed(project)),
+            options=PlanOptions(allow_destructive=allow),
+        )
         assert kinds(plan)[0] == "replace_table"
         assert "mode append -> upsert" in plan.actions[0].reasons
         not_supported = [b for b in plan.blockers if b.kind == "not_supported"]
         assert [b.key for b in not_supported] == ["mode"]
-        assert not_supported[0].location.endswith("tables.yml:" + str(project.tables[0].key_lines["mode"]))
+        assert not_supported[0].location.endswith(
+            "tables.yml:" + str(project.tables[0].key_lines["mode"])
+        )
         assert any(b.kind == "destructive" for b in plan.blockers) is (not allow)
 
 
@@ -164,7 +208,9 @@ def test_unbuilt_capabilities_are_refused_with_their_location(tmp_path, override
 def test_undeclared_tables_reported_or_pruned(tmp_path):
     project = make_project(tmp_path)
     state = world(project, observed(project))
-    state = WorldState(**{**state.__dict__, "listed_tables": frozenset({"shop.orders", "shop.legacy"})})
+    state = WorldState(
+        **{**state.__dict__, "listed_tables": frozenset({"shop.orders", "shop.legacy"})}
+    )
     plan = build_plan(project, project.tables, state)
     assert kinds(plan) == ["undeclared_table"] and not plan.has_changes
     pruned = build_plan(project, project.tables, state, options=PlanOptions(prune=True))
@@ -176,13 +222,21 @@ def test_world_problems_become_blockers(tmp_path):
     project = make_project(tmp_path)
     state = WorldState(problems={"orders": ("schema: subject 'orders-value' not found",)})
     plan = build_plan(project, project.tables, state)
-    assert [b.kind for b in plan.blockers] == ["invalid"] and "not found" in plan.blockers[0].message
+    assert [b.kind for b in plan.blockers] == ["invalid"] and "not found" in plan.blockers[
+        0
+    ].message
 
 
 def test_json_output_validates_against_the_shipped_schema(tmp_path):
-    assert shipped_schema() == generate_schema(), "regenerate tableflow_core/plan/schema/plan.schema.json"
+    assert shipped_schema() == generate_schema(), (
+        "regenerate tableflow_core/plan/schema/plan.schema.json"
+    )
     project = make_project(tmp_path, mode="upsert", key_columns=["id"])
-    for state in (world(project), world(project, observed(project)), world(project, observed(project), schema=V2)):
+    for state in (
+        world(project),
+        world(project, observed(project)),
+        world(project, observed(project), schema=V2),
+    ):
         document = plan_document(build_plan(project, project.tables, state))
         jsonschema.validate(document, shipped_schema())
     with pytest.raises(jsonschema.ValidationError):
@@ -200,7 +254,11 @@ def test_plan_file_round_trip_and_staleness(tmp_path):
     from tableflow_core.plan.desired import config_hash
 
     assert stale_reasons(loaded, same.fingerprints, config_hash(project, project.tables)) == []
-    moved = build_plan(project, project.tables, world(project, observed(project, snapshot_id=6, committed={0: 12, 1: 4})))
+    moved = build_plan(
+        project,
+        project.tables,
+        world(project, observed(project, snapshot_id=6, committed={0: 12, 1: 4})),
+    )
     reasons = stale_reasons(loaded, moved.fingerprints, "other")
     assert any("configuration" in r for r in reasons)
     assert any("current snapshot id was 5, now 6" in r for r in reasons)

@@ -38,21 +38,35 @@ def project_root(tmp_path, kafka_broker, schema_registry, catalog_server):
     create = next(a for a in plan.actions if a.kind == "create_table")
     catalog = catalog_server.pyiceberg_catalog()
     catalog.create_namespace(namespace)
-    from tableflow_core.schemas.resolve import resolve_schema  # noqa: F401  (the schema the plan saw)
     from tableflow_core.plan.world import read_world
+    from tableflow_core.schemas.resolve import resolve_schema  # noqa: F401  (the schema the plan saw)
     from tableflow_core.targets.catalog import open_catalog
 
     with open_catalog(project) as handle:
         resolved = read_world(project, project.tables, handle).schemas["orders"]
-    catalog.create_table((namespace, "orders"), iceberg_schema_for(resolved.arrow_schema), properties=create.properties)
+    catalog.create_table(
+        (namespace, "orders"),
+        iceberg_schema_for(resolved.arrow_schema),
+        properties=create.properties,
+    )
     return root, topic
 
 
-def test_registry_field_added_is_an_in_place_change_and_upsert_is_refused(project_root, kafka_broker, schema_registry):
+def test_registry_field_added_is_an_in_place_change_and_upsert_is_refused(
+    project_root, kafka_broker, schema_registry
+):
     root, topic = project_root
     project = load_project(root)
     assert PlanTask(project, project.tables).run().actions == ()
-    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 1, partitions=2, schema_version=2)
+    produce_sample(
+        "orders",
+        kafka_broker.bootstrap,
+        schema_registry.url,
+        topic,
+        1,
+        partitions=2,
+        schema_version=2,
+    )
     plan = PlanTask(project, project.tables).run()
     evolve = next(a for a in plan.actions if a.kind == "evolve_schema")
     assert [(c.kind, c.path) for c in evolve.changes] == [("add_column", "channel")]
@@ -67,9 +81,13 @@ def test_registry_field_added_is_an_in_place_change_and_upsert_is_refused(projec
         plan = PlanTask(project, project.tables, options=PlanOptions(allow_destructive=allow)).run()
         assert plan.actions[0].kind == "replace_table"
         assert [b.kind for b in plan.blockers if b.kind == "not_supported"] == ["not_supported"]
-    outcome = CliRunner().invoke(cli, ["--project-dir", str(root), "plan", "--allow-destructive", "--json"])
+    outcome = CliRunner().invoke(
+        cli, ["--project-dir", str(root), "plan", "--allow-destructive", "--json"]
+    )
     assert outcome.exit_code == 1
-    assert json.loads(outcome.output)["blockers"][0]["message"] == "mode upsert is not supported yet"
+    assert (
+        json.loads(outcome.output)["blockers"][0]["message"] == "mode upsert is not supported yet"
+    )
 
 
 def test_plan_never_imports_pyspark(project_root):
@@ -89,7 +107,9 @@ def test_registry_down_names_the_component(project_root):
     root, _ = project_root
     project = load_project(root, var_overrides={})
     text = (root / "tableflow_project.yml").read_text()
-    (root / "tableflow_project.yml").write_text(text.replace(project.target.schema_registry.url, "http://127.0.0.1:9"))
+    (root / "tableflow_project.yml").write_text(
+        text.replace(project.target.schema_registry.url, "http://127.0.0.1:9")
+    )
     project = load_project(root)
     with pytest.raises(WorldReadError, match=r"schema registry at http://127.0.0.1:9"):
         PlanTask(project, project.tables).run()

@@ -37,7 +37,11 @@ def test_independent_tasks_run_concurrently_and_failures_skip_dependents():
     outcomes = execute_dag(graph, run, max_workers=3)
     assert peak[0] == 3
     assert {k: v.status for k, v in outcomes.items()} == {
-        "a": "success", "b": "success", "bad": "error", "after_bad": "skipped", "after_a": "success"
+        "a": "success",
+        "b": "success",
+        "bad": "error",
+        "after_bad": "skipped",
+        "after_a": "success",
     }
     assert outcomes["bad"].error == "broker down"
 
@@ -52,10 +56,15 @@ def test_cycles_and_unknown_dependencies_are_rejected():
 def test_second_apply_waits_then_fails_naming_the_holder(tmp_path):
     with table_locks(tmp_path, ["orders", "customers"], command="tableflow apply #1"):
         started = time.monotonic()
-        with pytest.raises(LockTimeoutError) as error, table_locks(tmp_path, ["orders"], timeout_s=0.5):
+        with (
+            pytest.raises(LockTimeoutError) as error,
+            table_locks(tmp_path, ["orders"], timeout_s=0.5),
+        ):
             pass
         assert time.monotonic() - started >= 0.5
-        assert "table orders is locked by pid" in str(error.value) and "tableflow apply #1" in str(error.value)
+        assert "table orders is locked by pid" in str(error.value) and "tableflow apply #1" in str(
+            error.value
+        )
         with table_locks(tmp_path, ["payments"], timeout_s=0):
             pass  # other tables stay free
     with table_locks(tmp_path, ["orders"], timeout_s=0):
@@ -73,7 +82,10 @@ def test_lock_of_a_killed_process_is_free(tmp_path):
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(LockTimeoutError, match=f"pid {holder.pid}"), table_locks(tmp_path, ["orders"]):
+        with (
+            pytest.raises(LockTimeoutError, match=f"pid {holder.pid}"),
+            table_locks(tmp_path, ["orders"]),
+        ):
             pass
         holder.kill()
         holder.wait()

@@ -26,7 +26,6 @@ from tableflow_core.plan.actions import (
     UndeclaredTable,
     UpdateProperties,
 )
-from tableflow_core.runner.dag import compile_dag
 from tableflow_core.plan.desired import (
     MODE_PROPERTY,
     TOPIC_PROPERTY,
@@ -39,6 +38,7 @@ from tableflow_core.plan.desired import (
 )
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
 from tableflow_core.plan.world_state import ObservedTable, WorldState
+from tableflow_core.runner.dag import compile_dag
 
 # (current iceberg schema, desired arrow schema) -> object with .changes and .incompatible
 SchemaDiffer = Callable[[Any, Any], Any]
@@ -274,14 +274,18 @@ def _ingest_action(
     dead_letter = None
     if table.on_error == "dlq" and table.dlq is not None:
         dlq = table.dlq
-        dead_letter = f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
+        dead_letter = (
+            f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
+        )
     return Ingest(
         id=f"ingest:{table.name}",
         table=table.name,
         identifier=table.identifier,
         topic=table.topic,
         partitions=partitions,
-        ranges=tuple(OffsetSpan(partition=r.partition, start=r.start, end=r.end) for r in offsets.ranges),
+        ranges=tuple(
+            OffsetSpan(partition=r.partition, start=r.start, end=r.end) for r in offsets.ranges
+        ),
         records=offsets.total_records,
         pending=sum(p.lag for p in partitions),
         checks=tuple(_describe_check(c) for c in table.checks),
@@ -292,9 +296,15 @@ def _ingest_action(
 
 
 def _describe_check(check: Any) -> str:
-    target = getattr(check, "columns", None) or getattr(check, "column", None) or getattr(check, "name", "")
+    target = (
+        getattr(check, "columns", None)
+        or getattr(check, "column", None)
+        or getattr(check, "name", "")
+    )
     shown = ", ".join(target) if isinstance(target, list) else str(target)
-    return f"{check.type}({shown}) [{check.severity}]" if shown else f"{check.type} [{check.severity}]"
+    return (
+        f"{check.type}({shown}) [{check.severity}]" if shown else f"{check.type} [{check.severity}]"
+    )
 
 
 def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> list[Action]:

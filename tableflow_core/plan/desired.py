@@ -7,7 +7,7 @@ import json
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -55,7 +55,7 @@ def comparable_properties(props: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
 
 
-def start_from_value(table: Table) -> str | int:
+def start_from_value(table: Table) -> Literal["earliest", "latest"] | int:
     """`earliest`, `latest` or a timestamp in epoch milliseconds."""
     if isinstance(table.start_from, StartFrom):
         moment = datetime.fromisoformat(table.start_from.timestamp.replace("Z", "+00:00"))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.plan.actions import Action, Blocker, Ingest
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION: Literal[1] = 1
 
 
 class Frozen(BaseModel):
@@ -95,9 +95,7 @@ class Plan(Frozen):
             return sum(1 for a in self.actions if a.kind in kinds)
 
         updated_tables = {
-            a.table
-            for a in self.actions
-            if a.change == "update" and a.table is not None
+            a.table for a in self.actions if a.change == "update" and a.table is not None
         }
         ingests = [a for a in self.actions if isinstance(a, Ingest)]
         return Summary(

@@ -56,7 +56,10 @@ def action_lines(action: object) -> list[Text]:
             lines.append(Text(f"      partitioned by {parts}", style=style))
         if action.sort_by:
             lines.append(
-                Text(f"      sorted by {', '.join(s.expression() for s in action.sort_by)}", style=style)
+                Text(
+                    f"      sorted by {', '.join(s.expression() for s in action.sort_by)}",
+                    style=style,
+                )
             )
     elif isinstance(action, EvolveSchema):
         lines.append(_line(symbol, style, f"schema of {identifier}"))
@@ -79,7 +82,11 @@ def action_lines(action: object) -> list[Text]:
         lines.append(_line(symbol, style, f"sort order of {identifier}: {before} -> {after}"))
     elif isinstance(action, Ingest):
         lines.append(
-            _line(symbol, style, f"ingest {action.records:,} records from topic {action.topic} into {identifier}")
+            _line(
+                symbol,
+                style,
+                f"ingest {action.records:,} records from topic {action.topic} into {identifier}",
+            )
         )
         for p in action.partitions:
             committed = "never read" if p.committed is None else f"committed {p.committed}"
@@ -92,7 +99,10 @@ def action_lines(action: object) -> list[Text]:
             )
         if action.records < action.pending:
             lines.append(
-                Text(f"      capped by max_records_per_run: {action.pending - action.records:,} left for later runs", style=style)
+                Text(
+                    f"      capped by max_records_per_run: {action.pending - action.records:,} left for later runs",
+                    style=style,
+                )
             )
         for check in action.checks:
             lines.append(Text(f"      check {check}", style=style))
@@ -104,7 +114,11 @@ def action_lines(action: object) -> list[Text]:
         lines.append(_line(symbol, style, f"drop table {identifier} (not declared; --prune)"))
     elif kind == "undeclared_table":
         lines.append(
-            _line(symbol, style, f"table {identifier} is in the catalog but not in the project (kept; --prune drops it)")
+            _line(
+                symbol,
+                style,
+                f"table {identifier} is in the catalog but not in the project (kept; --prune drops it)",
+            )
         )
     return lines
 
@@ -117,17 +131,24 @@ def blocker_line(blocker: Blocker) -> Text:
 
 
 def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
-    console.print(Text(f"tableflow plan for project {plan.project}, target {plan.target}", style="bold"))
+    console.print(
+        Text(f"tableflow plan for project {plan.project}, target {plan.target}", style="bold")
+    )
     if not plan.actions and not plan.blockers:
-        console.print(Text("No changes. The tables are up to date with the project and their topics.", style="green"))
+        console.print(
+            Text(
+                "No changes. The tables are up to date with the project and their topics.",
+                style="green",
+            )
+        )
     groups: dict[str | None, list[object]] = {}
     for action in plan.actions:
         groups.setdefault(action.table, []).append(action)
     for table, actions in groups.items():
         console.print()
         console.print(Text(f"table {table}" if table else "catalog", style="bold underline"))
-        for action in actions:
-            for line in action_lines(action):
+        for table_action in actions:
+            for line in action_lines(table_action):
                 console.print(line)
     if plan.blockers:
         console.print()
@@ -137,8 +158,8 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
     if show_dag and plan.dag.tasks:
         console.print()
         console.print(Text("Apply DAG (independent tables run concurrently):", style="bold"))
-        for line in render_dag(plan.dag):
-            console.print(Text(f"  {line}"))
+        for dag_line in render_dag(plan.dag):
+            console.print(Text(f"  {dag_line}"))
     console.print()
     style = "bold red" if plan.blockers else "bold"
     console.print(Text(plan.summary_line(), style=style))

@@ -9,7 +9,11 @@ from tableflow_core.plan.render_human import SYMBOLS, _ordered_blockers, action_
 def render_markdown(plan: Plan) -> str:
     out = [f"### tableflow plan: `{plan.project}` / target `{plan.target}`", ""]
     s = plan.summary
-    status = ":no_entry: blocked" if plan.blockers else (":pencil2: changes" if plan.has_changes else ":white_check_mark: no changes")
+    status = (
+        ":no_entry: blocked"
+        if plan.blockers
+        else (":pencil2: changes" if plan.has_changes else ":white_check_mark: no changes")
+    )
     out.append(f"**{plan.summary_line()}** — {status}")
     out.append("")
     if plan.actions:
@@ -17,7 +21,9 @@ def render_markdown(plan: Plan) -> str:
         for action in plan.actions:
             symbol = SYMBOLS[action.change][0]
             detail = _detail(action)
-            out.append(f"| `{symbol}` | {action.table or ''} | {action.kind} `{action.identifier}` | {detail} |")
+            out.append(
+                f"| `{symbol}` | {action.table or ''} | {action.kind} `{action.identifier}` | {detail} |"
+            )
         out.append("")
         out += ["<details><summary>Full diff</summary>", "", "```diff"]
         for action in plan.actions:
@@ -39,4 +45,3 @@ def _detail(action: object) -> str:
     lines = action_lines(action)
     first = lines[0].plain.split(" ", 1)[1] if lines else ""
     return first.replace("|", "\\|")
-

@@ -64,7 +64,7 @@ def partition_terms_of(table: Any) -> tuple[PartitionTerm, ...]:
         terms.append(
             PartitionTerm(
                 column=schema.find_column_name(field.source_id) or str(field.source_id),
-                transform=name,  # type: ignore[arg-type]
+                transform=name,
                 param=int(param) if param else None,
             )
         )
@@ -130,7 +130,9 @@ def read_world(
             raise WorldReadError("catalog", handle.address, project.redact(str(exc))) from exc
 
     with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tableflow-world") as pool:
-        namespaces_f = pool.submit(catalog_call, lambda: {tuple(ns) for ns in catalog.list_namespaces()})
+        namespaces_f = pool.submit(
+            catalog_call, lambda: {tuple(ns) for ns in catalog.list_namespaces()}
+        )
         table_f = {t.name: pool.submit(_load_table, catalog_call, catalog, t) for t in tables}
         schema_f = {
             t.name: pool.submit(
@@ -145,14 +147,16 @@ def read_world(
         }
         topics = sorted({t.topic for t in tables}) if read_kafka else []
         watermark_f = {
-            topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S) for topic in topics
+            topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S)
+            for topic in topics
         }
         namespaces: set[tuple[str, ...]] = _result(namespaces_f)
         listed: set[str] = set()
         if list_undeclared:
             wanted = {t.namespace for t in project.tables} & namespaces
             listing = {
-                ns: pool.submit(catalog_call, lambda ns=ns: catalog.list_tables(ns)) for ns in wanted
+                ns: pool.submit(catalog_call, lambda ns=ns: catalog.list_tables(ns))
+                for ns in wanted
             }
             for future in listing.values():
                 listed.update(".".join(identifier) for identifier in _result(future))
@@ -192,7 +196,11 @@ def read_world(
             start = start_from_value(t)
             state = topic_states.get(t.topic)
             seen = observed.get(t.identifier)
-            if isinstance(start, int) and state is not None and (seen is None or not seen.committed):
+            if (
+                isinstance(start, int)
+                and state is not None
+                and (seen is None or not seen.committed)
+            ):
                 found = io.offsets_for_timestamp(kafka_conf, t.topic, start, KAFKA_TIMEOUT_S)
                 topic_states[t.topic] = TopicState(t.topic, state.watermarks, dict(found))
     return WorldState(
@@ -219,7 +227,9 @@ def _is_missing(exc: BaseException) -> bool:
     return type(exc).__name__ in ("NoSuchTableError", "NoSuchNamespaceError")
 
 
-def _load_table(catalog_call: Callable[[Callable[[], Any]], Any], catalog: Any, table: Table) -> Any:
+def _load_table(
+    catalog_call: Callable[[Callable[[], Any]], Any], catalog: Any, table: Table
+) -> Any:
     try:
         return catalog_call(lambda: catalog.load_table((*table.namespace, table.table)))
     except Exception as exc:

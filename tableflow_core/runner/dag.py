@@ -28,11 +28,21 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
             task_id = f"namespace:{action.identifier}"
             namespace_task[action.identifier] = task_id
             tasks.append(
-                DagTask(id=task_id, kind="create_namespace", actions=(action.id,), stages=("create_namespace",))
+                DagTask(
+                    id=task_id,
+                    kind="create_namespace",
+                    actions=(action.id,),
+                    stages=("create_namespace",),
+                )
             )
         elif action.kind == "drop_table":
             tasks.append(
-                DagTask(id=f"drop:{action.identifier}", kind="drop_table", actions=(action.id,), stages=("drop_table",))
+                DagTask(
+                    id=f"drop:{action.identifier}",
+                    kind="drop_table",
+                    actions=(action.id,),
+                    stages=("drop_table",),
+                )
             )
     for name in sorted({a.table for a in actions if a.table is not None}):
         table_actions = [a for a in actions if a.table == name]

@@ -48,14 +48,18 @@ def execute_dag(
     def timed(task: DagTask) -> Any:
         return run_task(task)
 
-    with ThreadPoolExecutor(max_workers=max(1, max_workers), thread_name_prefix="tableflow-task") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, max_workers), thread_name_prefix="tableflow-task"
+    ) as pool:
         while pending or running:
             for task_id in [t.id for t in ordered if t.id in pending]:
                 task = pending[task_id]
                 deps = [outcomes.get(d) for d in task.depends_on]
                 if any(d is not None and d.status != "success" for d in deps):
                     failed = next(d for d in deps if d is not None and d.status != "success")
-                    outcome = TaskOutcome(task_id, "skipped", error=f"skipped: {failed.task_id} did not succeed")
+                    outcome = TaskOutcome(
+                        task_id, "skipped", error=f"skipped: {failed.task_id} did not succeed"
+                    )
                     outcomes[task_id] = outcome
                     del pending[task_id]
                     notify("end", task, outcome)
@@ -75,7 +79,9 @@ def execute_dag(
                 else:
                     detail = describe_error(error)
                     if not detail:
-                        detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+                        detail = "".join(
+                            traceback.format_exception_only(type(error), error)
+                        ).strip()
                     outcome = TaskOutcome(task.id, "error", None, detail, elapsed)
                 outcomes[task.id] = outcome
                 notify("end", task, outcome)

@@ -77,7 +77,7 @@ def table_locks(
     try:
         for table in sorted(set(tables)):
             path = _lock_path(lock_dir, table)
-            handle = open(path, "a+")  # noqa: SIM115 - kept open while the lock is held
+            handle: IO[str] = open(path, "a+")  # noqa: SIM115 - kept open while the lock is held
             while not _try_lock(handle):
                 if time.monotonic() - started >= timeout_s:
                     handle.close()

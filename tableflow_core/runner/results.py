@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RUN_RESULTS_VERSION = 1
+RUN_RESULTS_VERSION: Literal[1] = 1
 
 
 class TableResult(BaseModel):

@@ -40,8 +40,13 @@ def _secret(value: Any) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
-def _embedded(project: Project, config: EmbeddedCatalog) -> tuple[dict[str, str], dict[str, str], str, Any]:
-    from tableflow_core.catalog.clients import pyiceberg_catalog_properties, spark_catalog_properties
+def _embedded(
+    project: Project, config: EmbeddedCatalog
+) -> tuple[dict[str, str], dict[str, str], str, Any]:
+    from tableflow_core.catalog.clients import (
+        pyiceberg_catalog_properties,
+        spark_catalog_properties,
+    )
     from tableflow_core.dev.processes import port_is_open
 
     credential = None
@@ -96,8 +101,18 @@ def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str
     warehouse = config.warehouse
     if "://" not in warehouse:
         warehouse = project.resolve_path(warehouse).as_uri()
-    pyiceberg_props = {"type": "sql", "uri": config.uri, "warehouse": warehouse, **config.properties}
-    spark_props = {"type": "jdbc", "uri": config.jdbc_uri or "", "warehouse": warehouse, **config.properties}
+    pyiceberg_props = {
+        "type": "sql",
+        "uri": config.uri,
+        "warehouse": warehouse,
+        **config.properties,
+    }
+    spark_props = {
+        "type": "jdbc",
+        "uri": config.jdbc_uri or "",
+        "warehouse": warehouse,
+        **config.properties,
+    }
     return pyiceberg_props, spark_props, config.uri.split("@")[-1]
 
 

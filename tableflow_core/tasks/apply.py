@@ -62,21 +62,31 @@ class ApplyTask:
     def run(self) -> RunResults:
         plan = self.plan
         if plan.blockers:
-            reasons = "\n".join(f"  - {b.message} ({b.location or b.table})" for b in plan.blockers)
-            raise PlanNotApplicableError(f"the plan cannot be applied:\n{reasons}")
+            listed = "\n".join(f"  - {b.message} ({b.location or b.table})" for b in plan.blockers)
+            raise PlanNotApplicableError(f"the plan cannot be applied:\n{listed}")
         tables = tuple(self.project.table(name) for name in plan.tables)
         started_at, began = datetime.now(UTC), time.monotonic()
         lock_dir = self.project.root / "target" / "locks"
-        with table_locks(lock_dir, plan.tables, self.lock_timeout_s), open_catalog(self.project) as handle:
-            world = read_world(self.project, tables, handle, list_undeclared=False, read_kafka=False)
-            current = [_fingerprint(t, world.tables.get(t.identifier), world.schemas.get(t.name)) for t in tables]
+        with (
+            table_locks(lock_dir, plan.tables, self.lock_timeout_s),
+            open_catalog(self.project) as handle,
+        ):
+            world = read_world(
+                self.project, tables, handle, list_undeclared=False, read_kafka=False
+            )
+            current = [
+                _fingerprint(t, world.tables.get(t.identifier), world.schemas.get(t.name))
+                for t in tables
+            ]
             reasons = stale_reasons(plan, current, config_hash(self.project, tables))
             if reasons:
                 raise StalePlanError(reasons)
             outcomes: dict[str, TaskOutcome] = {}
             if plan.dag.tasks:
                 spark = self._spark(handle)
-                runner = _TaskRunner(self.project, plan, spark, handle, world.schemas, self.decoder_factory)
+                runner = _TaskRunner(
+                    self.project, plan, spark, handle, world.schemas, self.decoder_factory
+                )
                 with ApplyProgress(self.console, len(plan.dag.tasks)) as progress:
                     outcomes = execute_dag(
                         plan.dag,
@@ -85,8 +95,12 @@ class ApplyTask:
                         on_event=progress.on_event,
                         describe_error=lambda exc: _describe(self.project, exc),
                     )
-        results = _results(self.project, plan, tables, outcomes, started_at, time.monotonic() - began)
-        write_run_results(results, self.results_path or self.project.root / "target" / "run_results.json")
+        results = _results(
+            self.project, plan, tables, outcomes, started_at, time.monotonic() - began
+        )
+        write_run_results(
+            results, self.results_path or self.project.root / "target" / "run_results.json"
+        )
         return results
 
     def _spark(self, handle: CatalogHandle) -> SparkSession:
@@ -97,7 +111,10 @@ class ApplyTask:
             settings = self.project.target.spark
             conf = {"spark.scheduler.mode": "FAIR", **{k: str(v) for k, v in settings.conf.items()}}
             spark = build_spark_session(
-                settings.master, settings.app_name, conf, list(settings.packages),
+                settings.master,
+                settings.app_name,
+                conf,
+                list(settings.packages),
                 {handle.spark_name: handle.spark_properties},
             )
         else:
@@ -169,11 +186,15 @@ class _TaskRunner:
                 PartitionFieldSpec(p.column, p.transform, p.param) for p in table.partition_by
             ),
             sort_by=tuple(
-                SortFieldSpec(s.column, s.direction == "desc", (s.nulls or ("first" if s.direction == "asc" else "last")) == "first")
+                SortFieldSpec(
+                    s.column,
+                    s.direction == "desc",
+                    (s.nulls or ("first" if s.direction == "asc" else "last")) == "first",
+                )
                 for s in table.sort_by
             ),
             properties=tuple(sorted(managed_properties(table).items())),
-            start_from=start_from_value(table),  # type: ignore[arg-type]
+            start_from=start_from_value(table),
             max_records_per_run=table.max_records_per_run,
         )
 
@@ -200,14 +221,20 @@ class _TaskRunner:
             from tableflow_core.ingest.spec import PartitionFieldSpec
 
             def field_sql(term: Any) -> str:
-                return ddl.partition_sql(PartitionFieldSpec(term.column, term.transform, term.param))
+                return ddl.partition_sql(
+                    PartitionFieldSpec(term.column, term.transform, term.param)
+                )
 
             for term in action.current:
                 if term not in action.desired:
-                    self.spark.sql(f"ALTER TABLE {spec.identifier} DROP PARTITION FIELD {field_sql(term)}")
+                    self.spark.sql(
+                        f"ALTER TABLE {spec.identifier} DROP PARTITION FIELD {field_sql(term)}"
+                    )
             for term in action.desired:
                 if term not in action.current:
-                    self.spark.sql(f"ALTER TABLE {spec.identifier} ADD PARTITION FIELD {field_sql(term)}")
+                    self.spark.sql(
+                        f"ALTER TABLE {spec.identifier} ADD PARTITION FIELD {field_sql(term)}"
+                    )
         elif isinstance(action, ChangeSortOrder):
             if action.desired:
                 order = ", ".join(ddl.sort_sql(s) for s in spec.sort_by)
@@ -233,7 +260,12 @@ class _TaskRunner:
         if self.decoder_factory is not None:
             kwargs["decoder_factory"] = self.decoder_factory
         return ingest(
-            self.spark, spec, ranges, kafka_consumer_config(self.project.target.kafka), expected, **kwargs
+            self.spark,
+            spec,
+            ranges,
+            kafka_consumer_config(self.project.target.kafka),
+            expected,
+            **kwargs,
         )
 
 
@@ -265,7 +297,9 @@ def _results(
         else:
             status = "success"
         ddl = tuple(a for t in tasks if t.kind == "ddl" for a in t.actions)
-        ingest = next((o.value for o in mine if o.task_id == f"ingest:{table.name}" and o.value), None)
+        ingest = next(
+            (o.value for o in mine if o.task_id == f"ingest:{table.name}" and o.value), None
+        )
         values: dict[str, Any] = {}
         if ingest is not None:
             values = {

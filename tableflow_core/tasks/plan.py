@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
 from tableflow_core.config.project import Project, Table
@@ -17,7 +17,7 @@ class PlanTask:
     project: Project
     tables: tuple[Table, ...]
     selectors: tuple[str, ...] = ()
-    options: PlanOptions = PlanOptions()
+    options: PlanOptions = field(default_factory=PlanOptions)
     readers: Readers | None = None
 
     def run(self) -> Plan:

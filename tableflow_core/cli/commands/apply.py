@@ -14,10 +14,24 @@ from tableflow_core.cli.context import CliContext
 @click.command("apply")
 @click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="Apply without asking for confirmation.")
-@click.option("--allow-destructive", is_flag=True, help="Allow replacing tables (drops their data).")
+@click.option(
+    "--allow-destructive", is_flag=True, help="Allow replacing tables (drops their data)."
+)
 @click.option("--prune", is_flag=True, help="Drop undeclared tables in the project's namespaces.")
-@click.option("--lock-timeout", type=float, default=0.0, show_default=True, help="Seconds to wait for another apply holding the same tables.")
-@click.option("--max-parallel", type=int, default=4, show_default=True, help="Tables processed concurrently in the Spark application.")
+@click.option(
+    "--lock-timeout",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for another apply holding the same tables.",
+)
+@click.option(
+    "--max-parallel",
+    type=int,
+    default=4,
+    show_default=True,
+    help="Tables processed concurrently in the Spark application.",
+)
 @click.option("--show-dag", is_flag=True, help="Print the DAG of tasks before running it.")
 @click.pass_obj
 def command(
@@ -64,19 +78,38 @@ def command(
             )
         if not click.confirm("Apply this plan?", default=False):
             ctx.fail("apply cancelled; nothing was changed.")
-    task = ApplyTask(project, plan, console=ctx.err_console, lock_timeout_s=lock_timeout, max_parallel=max_parallel)
+    task = ApplyTask(
+        project,
+        plan,
+        console=ctx.err_console,
+        lock_timeout_s=lock_timeout,
+        max_parallel=max_parallel,
+    )
     try:
         results = task.run()
-    except (StalePlanError, LockTimeoutError, PlanNotApplicableError, WorldReadError, CatalogUnavailableError) as exc:
+    except (
+        StalePlanError,
+        LockTimeoutError,
+        PlanNotApplicableError,
+        WorldReadError,
+        CatalogUnavailableError,
+    ) as exc:
         ctx.fail(f"{exc}\nNothing was changed.")
     for result in results.tables:
-        style = {"success": "green", "no_changes": "green", "error": "bold red", "skipped": "yellow"}[result.status]
+        style = {
+            "success": "green",
+            "no_changes": "green",
+            "error": "bold red",
+            "skipped": "yellow",
+        }[result.status]
         detail = (
             f"{result.records_written:,} records written, offsets {result.offsets_before} -> {result.offsets_after}"
             if result.status == "success"
             else (result.error or "")
         )
-        ctx.console.print(f"[{style}]{result.status:>10}[/] {result.table}: {detail}", highlight=False)
+        ctx.console.print(
+            f"[{style}]{result.status:>10}[/] {result.table}: {detail}", highlight=False
+        )
     ctx.console.print(results.summary_line(), highlight=False)
     ctx.console.print("Results written to target/run_results.json", highlight=False)
     if results.status != "success":

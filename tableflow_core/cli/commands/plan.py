@@ -48,7 +48,9 @@ def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -
 
 
 @click.command("plan")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (docs/plan-json-schema.md).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the plan as JSON (docs/plan-json-schema.md)."
+)
 @click.option(
     "--format",
     "output_format",
@@ -57,10 +59,23 @@ def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -
     show_default=True,
     help="Output format; markdown suits pull-request comments.",
 )
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), help="Save the plan for `tableflow apply FILE`.")
-@click.option("--detailed-exitcode", is_flag=True, help="Exit 0: no changes, 1: error, 2: changes present.")
-@click.option("--allow-destructive", is_flag=True, help="Allow replacing tables (drops their data).")
-@click.option("--prune", is_flag=True, help="Drop catalog tables in the project's namespaces the project no longer declares.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Save the plan for `tableflow apply FILE`.",
+)
+@click.option(
+    "--detailed-exitcode", is_flag=True, help="Exit 0: no changes, 1: error, 2: changes present."
+)
+@click.option(
+    "--allow-destructive", is_flag=True, help="Allow replacing tables (drops their data)."
+)
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Drop catalog tables in the project's namespaces the project no longer declares.",
+)
 @click.option("--show-dag", is_flag=True, help="Also print the DAG of tasks apply would run.")
 @click.pass_obj
 def command(
@@ -80,7 +95,9 @@ def command(
         from tableflow_core.plan.plan_file import save_plan
 
         save_plan(plan, out)
-        ctx.err_console.print(f"Saved the plan to {out}; apply it with `tableflow apply {out}`.", highlight=False)
+        ctx.err_console.print(
+            f"Saved the plan to {out}; apply it with `tableflow apply {out}`.", highlight=False
+        )
     if plan.blockers:
         raise SystemExit(EXIT_ERROR)
     if detailed_exitcode and plan.has_changes:
