@@ -234,3 +234,66 @@ def test_schema_v2_adds_a_column(spark: Any, env: Env, kafka_broker: KafkaBroker
     assert arrow.schema.names[-1] == "country"  # added after the existing columns
     assert set(arrow["_kafka_topic"].to_pylist()) == {topic}
     assert sorted(arrow["_kafka_offset"].to_pylist()) == sorted([*range(8), *range(8)])
+
+
+def test_offsets_survive_compaction_and_expiry(
+    spark: Any, env: Env, kafka_broker: KafkaBroker
+) -> None:
+    from tableflow_core.engine.maintenance import compact, expire_snapshots
+    from tableflow_core.engine.table_state import read_table_state
+    from tableflow_core.state.offsets import read_committed_offsets
+
+    topic = kafka_broker.create_topic(unique_name("maint"), 2)
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10)], 2)
+    spec = env.spec(topic)
+    run(spark, env, spec)
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10, 20)], 2)
+    run(spark, env, spec)  # two commits -> several small files
+    compact(spark, spec)
+    state = read_table_state(spark, spec.identifier)
+    current = next(s for s in state.snapshots if s.snapshot_id == state.current_snapshot_id)
+    assert (
+        current.summary.get("operation") in (None, "replace")
+        and "tableflow.offsets" not in current.summary
+    )
+    assert state.committed_offsets(topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
+
+    expire_snapshots(spark, spec, older_than_iso="2999-01-01 00:00:00", retain_last=1)
+    state = read_table_state(spark, spec.identifier)
+    assert len(state.snapshots) == 1
+    found = state.committed_offsets(topic)
+    assert found is not None and found.source == "property" and found.offsets == {0: 10, 1: 10}
+    table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec.table}")
+    assert read_committed_offsets(table, topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
+
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(20, 24)], 2)
+    assert run(spark, env, spec).records_written == 4
+    rows, ids, _, distinct = read_back(env, spec)
+    assert (rows, ids, distinct) == (24, sum(range(24)), 24)
+
+
+def test_a_concurrent_commit_makes_the_run_refuse(
+    spark: Any, env: Env, kafka_broker: KafkaBroker
+) -> None:
+    from tableflow_core.engine.ingest import (
+        ConcurrentCommitError,
+        _fast_forward_main,
+        ingest,
+    )
+    from tableflow_core.engine.table_state import read_table_state
+    from tableflow_core.kafka.offsets import OffsetRange
+
+    topic = kafka_broker.create_topic(unique_name("race"), 1)
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(6)], 1)
+    spec = env.spec(topic, max_records_per_run=3)
+    run(spark, env, spec)  # commits offsets {0: 3}
+    # planned from stale offsets: refused before anything is read
+    with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
+        ingest(spark, spec, [OffsetRange(topic, 0, 0, 6)], env.kafka_conf, {})
+    # main moves after our branch was cut: fast_forward refuses atomically
+    base = read_table_state(spark, spec.identifier).current_snapshot_id
+    spark.sql(f"ALTER TABLE {spec.identifier} CREATE BRANCH race_test AS OF VERSION {base}")
+    run(spark, env, spec)  # another run commits offsets {0: 6}
+    with pytest.raises(ConcurrentCommitError, match="another commit landed"):
+        _fast_forward_main(spark, spec, "race_test", {0: 3})
+    assert read_back(env, spec)[0] == 6

@@ -292,7 +292,8 @@ def _fast_forward_main(
             f"table => '{table_arg}', branch => 'main', to => '{branch}')"
         )
     except Exception as exc:
-        if "not an ancestor" in str(exc) or "CommitFailed" in str(exc):
+        # "Ref does not exist": a later run dropped our branch because main moved past it.
+        if any(s in str(exc) for s in ("not an ancestor", "CommitFailed", "Ref does not exist")):
             raise ConcurrentCommitError(
                 f"table {spec.table_name} ({spec.identifier}): another commit landed on main "
                 f"while this run wrote (planned from offsets {dict(expected_start)}); this "

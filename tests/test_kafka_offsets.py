@@ -1,0 +1,69 @@
+"""Offset range planning (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tableflow_core.kafka.offsets import (
+    OffsetRange,
+    offsets_after,
+    plan_offset_ranges,
+    plan_offsets,
+)
+
+T = "orders"
+
+
+def covered(ranges: list[OffsetRange] | tuple[OffsetRange, ...], partition: int) -> list[int]:
+    return [o for r in ranges if r.partition == partition for o in range(r.start, r.end)]
+
+
+def test_reads_from_committed_to_high_watermark_split_per_task() -> None:
+    plan = plan_offsets(T, {0: 10, 1: 0}, {0: (0, 100), 1: (0, 5)}, max_records_per_task=40)
+    assert plan.ranges == (
+        OffsetRange(T, 0, 10, 50),
+        OffsetRange(T, 0, 50, 90),
+        OffsetRange(T, 0, 90, 100),
+        OffsetRange(T, 1, 0, 5),
+    )
+    assert plan.gaps == ()
+    assert offsets_after(plan.start_offsets, plan.ranges) == {0: 100, 1: 5}
+
+
+def test_new_partitions_and_start_positions() -> None:
+    watermarks = {0: (3, 10), 1: (0, 7)}
+    assert covered(plan_offsets(T, {}, watermarks, "earliest").ranges, 0) == list(range(3, 10))
+    latest = plan_offsets(T, {}, watermarks, "latest")
+    assert latest.ranges == () and latest.start_offsets == {0: 10, 1: 7}
+    by_time = plan_offsets(T, {}, watermarks, 1_700_000_000_000, offsets_for_time={0: 8, 1: -1})
+    assert by_time.ranges == (OffsetRange(T, 0, 8, 10),)
+    # a partition added to the topic after the table started uses start_from
+    assert plan_offsets(T, {0: 10}, watermarks, "earliest").ranges == (OffsetRange(T, 1, 0, 7),)
+
+
+def test_retention_gap_is_reported_not_hidden() -> None:
+    plan = plan_offsets(T, {0: 5}, {0: (20, 30)})
+    assert plan.ranges == (OffsetRange(T, 0, 20, 30),)
+    (gap,) = plan.gaps
+    assert gap.missing == 15
+    assert "partition 0" in gap.describe() and "5..19" in gap.describe()
+
+
+def test_run_cap_is_fair_and_contiguous() -> None:
+    watermarks = {0: (0, 1000), 1: (0, 10), 2: (0, 1000)}
+    plan = plan_offsets(T, {}, watermarks, max_records_per_run=300, max_records_per_task=100)
+    assert plan.total_records == 300
+    assert covered(plan.ranges, 1) == list(range(10))  # small partition fully read
+    assert covered(plan.ranges, 0) == list(range(145))  # leftover shared fairly
+    assert covered(plan.ranges, 2) == list(range(145))
+    # the next run continues exactly where this one stopped
+    nxt = plan_offsets(T, offsets_after(plan.start_offsets, plan.ranges), watermarks)
+    assert covered(nxt.ranges, 0) == list(range(145, 1000))
+    assert covered(nxt.ranges, 1) == []
+
+
+def test_contract_entry_point_and_validation() -> None:
+    ranges = plan_offset_ranges({0: 0}, {0: (0, 3)}, "earliest", None, 2, topic=T)
+    assert ranges == [OffsetRange(T, 0, 0, 2), OffsetRange(T, 0, 2, 3)]
+    with pytest.raises(ValueError):
+        plan_offsets(T, {}, {0: (0, 1)}, max_records_per_task=0)
