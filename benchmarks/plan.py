@@ -19,22 +19,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tableflow_core.catalog.runner import serve_in_background  # noqa: E402
-from tableflow_core.catalog.settings import CatalogServerSettings  # noqa: E402
-from tableflow_core.config.loader import load_project  # noqa: E402
-from tableflow_core.dev import broker  # noqa: E402
-from tableflow_core.dev.processes import free_port  # noqa: E402
-from tableflow_core.dev.producer import produce_sample  # noqa: E402
-from tableflow_core.dev.registry import registry_url, start_registry  # noqa: E402
-from tableflow_core.kafka.admin import get_watermarks  # noqa: E402
-from tableflow_core.plan.desired import format_spec  # noqa: E402
-from tableflow_core.plan.world import read_world  # noqa: E402
-from tableflow_core.schemas.evolution import iceberg_schema_for  # noqa: E402
-from tableflow_core.schemas.registry import RegistrySettings  # noqa: E402
-from tableflow_core.targets.catalog import open_catalog  # noqa: E402
-from tableflow_core.targets.kafka import kafka_consumer_config  # noqa: E402
-from tableflow_core.tasks.plan import PlanTask  # noqa: E402
-from tests.plan_project import write_project  # noqa: E402
+from tableflow_core.catalog.runner import serve_in_background
+from tableflow_core.catalog.settings import CatalogServerSettings
+from tableflow_core.config.loader import load_project
+from tableflow_core.dev import broker
+from tableflow_core.dev.processes import free_port
+from tableflow_core.dev.producer import produce_sample
+from tableflow_core.dev.registry import registry_url, start_registry
+from tableflow_core.kafka.admin import get_watermarks
+from tableflow_core.plan.desired import format_spec
+from tableflow_core.plan.world import read_world
+from tableflow_core.schemas.evolution import iceberg_schema_for
+from tableflow_core.schemas.registry import RegistrySettings
+from tableflow_core.targets.catalog import open_catalog
+from tableflow_core.targets.kafka import kafka_consumer_config
+from tableflow_core.tasks.plan import PlanTask
+from tests.plan_project import write_project
 
 
 def main() -> None:
