@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.loader import load_project
@@ -48,5 +49,6 @@ class CliContext:
         """Print an error (secrets redacted) and exit."""
         if self._project is not None:
             message = self._project.redact(message)
-        self.err_console.print(f"[bold red]Error:[/] {message}", markup=True, highlight=False)
+        # Messages quote user input (e.g. `[tables[0].mode]`): escape it, never parse it as markup.
+        self.err_console.print(f"[bold red]Error:[/] {escape(message)}", markup=True, highlight=False)
         raise SystemExit(code)
