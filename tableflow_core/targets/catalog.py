@@ -56,21 +56,10 @@ def _embedded(
     if config.port and port_is_open(config.host, config.port):
         uri = f"http://{config.host}:{config.port}"
     else:
+        from tableflow_core.catalog.project_settings import embedded_server_settings
         from tableflow_core.catalog.runner import serve_in_background
-        from tableflow_core.catalog.settings import CatalogServerSettings
 
-        settings = CatalogServerSettings(
-            host=config.host,
-            port=config.port,
-            warehouse=project.resolve_path(config.warehouse),
-            database_url=config.database_url,
-            auth="none" if config.auth.mode == "none" else "client-credentials",
-            client_id=config.auth.client_id or "tableflow",
-            client_secret=config.auth.client_secret,
-            catalog_name=config.name,
-            log_level="warning",
-            access_log=False,
-        )
+        settings = embedded_server_settings(project, config, log_level="warning", access_log=False)
         try:
             server = serve_in_background(settings)
         except (OSError, RuntimeError) as exc:
