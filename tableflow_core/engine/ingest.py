@@ -285,7 +285,8 @@ def ingest(
 def _fast_forward_main(
     spark: SparkSession, spec: IngestSpec, branch: str, expected_start: Mapping[int, int]
 ) -> None:
-    table_arg = ".".join((*spec.namespace, spec.table))
+    # Fully qualified: a bare "ns.table" is misread when the namespace equals a catalog name.
+    table_arg = spec.identifier.replace("'", "\\'")
     try:
         spark.sql(
             f"CALL {quote_ident(spec.catalog)}.system.fast_forward("

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def _table_arg(spec: IngestSpec) -> str:
-    return ".".join((*spec.namespace, spec.table))
+    # Fully qualified: a bare "ns.table" is misread when the namespace equals a catalog name.
+    return spec.identifier.replace("'", "\\'")
 
 
 def preserve_offsets(spark: SparkSession, spec: IngestSpec) -> dict[int, int] | None:

@@ -1,0 +1,91 @@
+"""Table creation DDL: partition transforms, properties and sort order, read back by pyiceberg."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tableflow_core.engine.ddl import SchemaEvolutionError, apply_schema_changes, create_table
+from tableflow_core.engine.schema_compare import top_level_diff
+from tableflow_core.engine.spark_session import register_catalog
+from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec
+from tableflow_core.schemas.decoding import serialize_schema
+from tests.fixtures.catalog import CatalogServer, unique_namespace
+
+CATALOG = "tf_ddl"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("customer", pa.string()),
+        pa.field("qty", pa.int32()),
+        pa.field("point", pa.struct([pa.field("x", pa.float64())])),
+        pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("_kafka_headers", pa.map_(pa.string(), pa.binary())),
+    ]
+)
+
+
+class _Decoder:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.target_schema_ipc = serialize_schema(schema)
+
+
+def spec_for(namespace: str, schema: pa.Schema, **kwargs: Any) -> IngestSpec:
+    return IngestSpec(
+        "orders", CATALOG, (namespace,), "orders", "orders", _Decoder(schema), **kwargs
+    )
+
+
+def test_create_table_with_partitioning_properties_and_sort_order(
+    spark: Any, catalog_server: CatalogServer
+) -> None:
+    register_catalog(spark, CATALOG, catalog_server.spark_properties())
+    namespace = unique_namespace("ddl")
+    spec = spec_for(
+        namespace,
+        SCHEMA,
+        partition_by=(
+            PartitionFieldSpec("_kafka_timestamp", "day"),
+            PartitionFieldSpec("id", "bucket", 8),
+            PartitionFieldSpec("customer", "truncate", 4),
+        ),
+        sort_by=(
+            SortFieldSpec("customer"),
+            SortFieldSpec("id", descending=True, nulls_first=False),
+        ),
+        properties=(("write.target-file-size-bytes", "134217728"),),
+    )
+    create_table(spark, spec, SCHEMA)
+    table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
+        ("_kafka_timestamp_day", "day"),
+        ("id_bucket", "bucket[8]"),
+        ("customer_trunc", "truncate[4]"),
+    ]
+    props = table.properties
+    assert props["write.parquet.compression-codec"] == "zstd"
+    assert props["write.target-file-size-bytes"] == "134217728"
+    assert table.format_version == 2
+    assert [str(f.direction) for f in table.sort_order().fields] == [
+        "ASC",
+        "DESC",
+    ]
+    assert table.schema().find_field("id").required
+
+    # evolution: a new optional nested-free column and a widening, applied in place
+    evolved = SCHEMA.set(2, pa.field("qty", pa.int64())).append(pa.field("note", pa.string()))
+    spec2 = spec_for(namespace, evolved)
+    apply_schema_changes(spark, spec2, top_level_diff(SCHEMA, evolved))
+    table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
+    assert str(table.schema().find_field("qty").field_type) == "long"
+    assert table.schema().column_names[-1] == "note"
+
+    # incompatible: string -> long is refused and nothing changes
+    broken = evolved.set(1, pa.field("customer", pa.int64()))
+    with pytest.raises(SchemaEvolutionError, match="customer"):
+        apply_schema_changes(spark, spec_for(namespace, broken), top_level_diff(evolved, broken))
+    table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
+    assert str(table.schema().find_field("customer").field_type) == "string"
