@@ -50,5 +50,7 @@ class CliContext:
         if self._project is not None:
             message = self._project.redact(message)
         # Messages quote user input (e.g. `[tables[0].mode]`): escape it, never parse it as markup.
-        self.err_console.print(f"[bold red]Error:[/] {escape(message)}", markup=True, highlight=False)
+        self.err_console.print(
+            f"[bold red]Error:[/] {escape(message)}", markup=True, highlight=False
+        )
         raise SystemExit(code)
