@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 ICEBERG_RUNTIME_PACKAGE = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
@@ -71,10 +74,14 @@ def build_spark_session(
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # Everything is on this machine: bind to loopback instead of guessing an interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
+    merged["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
     merged["spark.sql.extensions"] = (
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
     )
