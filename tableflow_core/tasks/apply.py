@@ -104,22 +104,26 @@ class ApplyTask:
         return results
 
     def _spark(self, handle: CatalogHandle) -> SparkSession:
-        from tableflow_core.engine.spark_session import build_spark_session, register_catalog
+        from tableflow_core.engine.spark_session import register_catalog
 
-        spark = self.spark
-        if spark is None:
-            settings = self.project.target.spark
-            conf = {"spark.scheduler.mode": "FAIR", **{k: str(v) for k, v in settings.conf.items()}}
-            spark = build_spark_session(
-                settings.master,
-                settings.app_name,
-                conf,
-                list(settings.packages),
-                {handle.spark_name: handle.spark_properties},
-            )
-        else:
-            register_catalog(spark, handle.spark_name, handle.spark_properties)
-        return spark
+        if self.spark is None:
+            return project_spark_session(self.project, {handle.spark_name: handle.spark_properties})
+        register_catalog(self.spark, handle.spark_name, handle.spark_properties)
+        return self.spark
+
+
+def project_spark_session(
+    project: Project, catalogs: dict[str, dict[str, str]] | None = None
+) -> SparkSession:
+    """The Spark application the target's `spark` settings describe (FAIR scheduling:
+    each table's jobs run in their own pool)."""
+    from tableflow_core.engine.spark_session import build_spark_session
+
+    settings = project.target.spark
+    conf = {"spark.scheduler.mode": "FAIR", **{k: str(v) for k, v in settings.conf.items()}}
+    return build_spark_session(
+        settings.master, settings.app_name, conf, list(settings.packages), catalogs
+    )
 
 
 @dataclass

@@ -1,0 +1,69 @@
+"""`tableflow run`: refresh tables on their `refresh_interval`, in one Spark application."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from tableflow_core.cli.context import CliContext
+
+
+@click.command("run")
+@click.option("--once", is_flag=True, help="Refresh every selected table once, then exit.")
+@click.option(
+    "--max-cycles", type=click.IntRange(min=1), help="Stop after this many refresh cycles."
+)
+@click.pass_obj
+def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
+    """Keep the selected tables fresh: plan and apply each when its refresh_interval is due.
+
+    Destructive changes are never applied here (run `tableflow apply` for those); a
+    table that is blocked or fails is reported and retried at its next interval.
+    Stops on Ctrl-C or SIGTERM after the current cycle.
+    """
+    from tableflow_core.tasks.apply import project_spark_session
+    from tableflow_core.tasks.run import CycleReport, RunTask
+
+    project = ctx.load_project()
+    tables = ctx.selected_tables()
+    stop = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        ctx.err_console.print("Stopping after the current cycle...")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    def show(report: CycleReport) -> None:
+        names = ", ".join(report.tables)
+        if report.error:
+            ctx.console.print(
+                f"[bold red]cycle failed[/] ({names}): {report.error}", highlight=False
+            )
+        for name in report.blocked:
+            ctx.console.print(
+                f"[yellow]blocked[/] {name}: run `tableflow plan --select {name}` for why"
+            )
+        if report.results is not None:
+            ctx.console.print(report.results.summary_line(), highlight=False)
+        elif not report.error and not report.blocked:
+            ctx.console.print(f"up to date: {names}", highlight=False)
+
+    intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
+    ctx.console.print(f"Refreshing {len(tables)} table(s): {intervals}", highlight=False)
+    reports = RunTask(
+        project,
+        tables,
+        spark_factory=lambda: project_spark_session(project),
+        once=once,
+        max_cycles=max_cycles,
+        stop=stop,
+        console=ctx.err_console,
+        on_cycle=show,
+    ).run()
+    if once and not all(report.ok for report in reports):
+        raise SystemExit(1)

@@ -1,0 +1,34 @@
+"""When each table is due for a refresh (pure; times are monotonic seconds)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The next time each table is due; immutable, each step returns a new one."""
+
+    next_due: Mapping[str, float]
+
+    @classmethod
+    def all_due(cls, tables: Iterable[str], now: float) -> Schedule:
+        return cls({name: now for name in tables})
+
+    def due(self, now: float) -> tuple[str, ...]:
+        """Tables due at `now`, in a stable order."""
+        return tuple(sorted(name for name, at in self.next_due.items() if at <= now))
+
+    def after_refresh(
+        self, refreshed: Iterable[str], intervals: Mapping[str, float], now: float
+    ) -> Schedule:
+        """Refreshed tables are next due one interval from `now` (not from when they were
+        due: a slow run never makes the next one start late-and-immediately)."""
+        updated = dict(self.next_due)
+        for name in refreshed:
+            updated[name] = now + intervals[name]
+        return Schedule(updated)
+
+    def seconds_until_next(self, now: float) -> float:
+        return max(0.0, min(self.next_due.values(), default=now) - now)

@@ -1,0 +1,99 @@
+"""`tableflow run`: keep tables fresh, each on its `refresh_interval`.
+
+One Spark application serves every cycle, so executors' Python workers and the
+JIT stay warm between refreshes. Each cycle plans the due tables and applies the
+plan; a table that cannot be planned or applied is reported and retried at its
+next interval, and never stops the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from tableflow_core.config.project import Project, Table
+from tableflow_core.plan.plan import Plan, PlanOptions
+from tableflow_core.runner.results import RunResults
+from tableflow_core.runner.schedule import Schedule
+from tableflow_core.tasks.apply import ApplyTask
+from tableflow_core.tasks.plan import PlanTask
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one refresh cycle did."""
+
+    tables: tuple[str, ...]
+    blocked: tuple[str, ...] = ()  # tables whose plan has blockers (not applied)
+    results: RunResults | None = None
+    error: str | None = None  # the cycle failed before any table ran (e.g. broker down)
+
+    @property
+    def ok(self) -> bool:
+        failed = self.results is not None and self.results.status != "success"
+        return self.error is None and not self.blocked and not failed
+
+
+@dataclass
+class RunTask:
+    project: Project
+    tables: tuple[Table, ...]
+    spark_factory: Callable[[], SparkSession]
+    once: bool = False
+    max_cycles: int | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    on_cycle: Callable[[CycleReport], None] | None = None
+    clock: Callable[[], float] = time.monotonic
+
+    def run(self) -> list[CycleReport]:
+        intervals = {t.name: t.refresh_interval_s for t in self.tables}
+        schedule = Schedule.all_due(intervals, self.clock())
+        reports: list[CycleReport] = []
+        spark: SparkSession | None = None
+        while not self.stop.is_set():
+            due = schedule.due(self.clock())
+            if due:
+                if spark is None:
+                    spark = self.spark_factory()
+                report = self._cycle(due, spark)
+                reports.append(report)
+                if self.on_cycle is not None:
+                    self.on_cycle(report)
+                schedule = schedule.after_refresh(due, intervals, self.clock())
+                if self.once or (self.max_cycles is not None and len(reports) >= self.max_cycles):
+                    break
+            self.stop.wait(schedule.seconds_until_next(self.clock()))
+        return reports
+
+    def _cycle(self, due: tuple[str, ...], spark: SparkSession) -> CycleReport:
+        tables = tuple(t for t in self.tables if t.name in due)
+        try:
+            plan = self._plan(tables)
+            blocked = tuple(sorted({b.table for b in plan.blockers if b.table}))
+            if plan.blockers and not blocked:
+                # A target-level blocker (e.g. unsupported catalog): nothing can run.
+                return CycleReport(due, due, None, "; ".join(b.message for b in plan.blockers))
+            if blocked:
+                runnable = tuple(t for t in tables if t.name not in blocked)
+                plan = self._plan(runnable) if runnable else plan
+                if not runnable:
+                    return CycleReport(due, blocked)
+            if not plan.has_changes:
+                return CycleReport(due, blocked)
+            results = ApplyTask(self.project, plan, spark=spark, console=self.console).run()
+            return CycleReport(due, blocked, results)
+        except Exception as exc:  # keep the scheduler alive; the table retries next interval
+            return CycleReport(due, error=self.project.redact(f"{type(exc).__name__}: {exc}"))
+
+    def _plan(self, tables: tuple[Table, ...]) -> Plan:
+        names = tuple(t.name for t in tables)
+        return PlanTask(self.project, tables, selectors=names, options=PlanOptions()).run()

@@ -1,0 +1,77 @@
+"""`tableflow run`: the schedule (pure) and refresh cycles against the real stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from tableflow_core.config.loader import load_project
+from tableflow_core.dev.producer import produce_sample
+from tableflow_core.runner.schedule import Schedule
+from tableflow_core.tasks.run import RunTask
+from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.stack import unique_name
+from tests.plan_project import write_project
+
+
+def test_everything_is_due_at_start_then_each_table_on_its_interval() -> None:
+    schedule = Schedule.all_due(["a", "b"], now=100.0)
+    assert schedule.due(100.0) == ("a", "b")
+    schedule = schedule.after_refresh(["a", "b"], {"a": 60.0, "b": 300.0}, now=103.0)
+    assert schedule.due(104.0) == ()
+    assert schedule.seconds_until_next(104.0) == pytest.approx(59.0)
+    assert schedule.due(163.0) == ("a",)
+    schedule = schedule.after_refresh(["a"], {"a": 60.0, "b": 300.0}, now=170.0)
+    assert schedule.next_due == {"a": 230.0, "b": 403.0}
+
+
+def test_a_slow_refresh_does_not_make_the_next_one_immediate() -> None:
+    schedule = Schedule.all_due(["a"], now=0.0)
+    # The refresh took longer than the interval: next is one interval after it ended.
+    schedule = schedule.after_refresh(["a"], {"a": 10.0}, now=25.0)
+    assert schedule.due(25.0) == ()
+    assert schedule.seconds_until_next(25.0) == pytest.approx(10.0)
+
+
+@pytest.mark.slow
+def test_cycles_ingest_new_records_and_report_blocked_tables(
+    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+) -> None:
+    topic = unique_name("orders")
+    namespace = unique_namespace("runs")
+    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 120, partitions=2)
+    root = write_project(
+        tmp_path / "project",
+        bootstrap=kafka_broker.bootstrap,
+        registry_url=schema_registry.url,
+        catalog_uri=catalog_server.uri,
+        credential=catalog_server.credential,
+        namespace=namespace,
+        tables=[
+            {"name": "orders", "topic": topic, "refresh_interval": "1s"},
+            # Upsert is not built yet: the plan blocks this table, the other still runs.
+            {"name": "latest", "topic": topic, "mode": "upsert", "key_columns": ["order_id"]},
+        ],
+    )
+    project = load_project(root)
+
+    def rows() -> int:
+        catalog = catalog_server.pyiceberg_catalog()
+        return catalog.load_table(f"{namespace}.orders").scan().to_arrow().num_rows
+
+    first = RunTask(project, project.tables, spark_factory=lambda: spark, once=True).run()
+    assert len(first) == 1
+    assert first[0].blocked == ("latest",)
+    assert first[0].results is not None and first[0].results.status == "success"
+    assert not first[0].ok  # a blocked table makes `run --once` exit 1
+    assert rows() == 120
+
+    produce_sample(
+        "orders", kafka_broker.bootstrap, schema_registry.url, topic, 30, partitions=2, seed=1
+    )
+    orders_only = tuple(t for t in project.tables if t.name == "orders")
+    # Two cycles one refresh_interval (1 s) apart: new records, then nothing new.
+    cycles = RunTask(project, orders_only, spark_factory=lambda: spark, max_cycles=2).run()
+    assert [c.ok for c in cycles] == [True, True]
+    assert cycles[0].results is not None and cycles[0].results.tables[0].records_written == 30
+    assert cycles[1].results is None  # plan had no changes
+    assert rows() == 150
