@@ -229,3 +229,20 @@ def test_template_is_valid_after_copy(tmp_path: Path) -> None:
     (tmp_path / "p" / "tableflow_project.yml").write_text(text)
     project = load_project(tmp_path / "p")
     assert [t.name for t in project.tables] == ["orders"]
+
+
+def test_format_options_are_checked_against_the_format(tmp_path: Path) -> None:
+    tables = {
+        "a.yml": "tables:\n"
+        "  - name: a\n    topic: a\n    value: {format: avro, message: x.Y}\n"
+        "  - name: b\n    topic: b\n    value:\n      format: json\n      columns:\n"
+        "        - {name: amount, type: 'decimal(10,2)', path: order.amount}\n"
+        "        - {name: ts, type: datetime}\n",
+    }
+    problems = problems_of(write_project(tmp_path, tables=tables))
+    assert any("message only applies to format protobuf" in p for p in problems)
+    assert any(
+        p.startswith("tables/a.yml:11 [tables[1].value.columns[1].type]") and "'datetime'" in p
+        for p in problems
+    )
+    assert len(problems) == 2  # decimal(10,2) with a path is valid

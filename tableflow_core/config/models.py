@@ -8,7 +8,7 @@ Field descriptions double as the generated reference in docs/reference.md.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -241,20 +241,41 @@ FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes
 REGISTRY_FORMATS = ("avro", "json_schema", "protobuf")
 
 
+# Column types a plain-JSON column may declare (Iceberg type names), plus `decimal(P,S)`.
+JsonColumnType = Literal[
+    "string",
+    "int",
+    "long",
+    "float",
+    "double",
+    "boolean",
+    "date",
+    "timestamp",
+    "timestamptz",
+    "binary",
+    "json",
+]
+DECIMAL_TYPE = re.compile(r"^decimal\(\s*\d+\s*,\s*\d+\s*\)$")
+
+
 class JsonColumn(ConfigModel):
-    name: str = Field(pattern=IDENTIFIER, description="Column name (a top-level JSON key).")
-    type: Literal[
+    name: str = Field(pattern=IDENTIFIER, description="Column name.")
+    type: str = Field(
         "string",
-        "int",
-        "long",
-        "float",
-        "double",
-        "boolean",
-        "date",
-        "timestamp",
-        "timestamptz",
-        "json",
-    ] = Field(description="Column type; `json` keeps the raw JSON text of the value.")
+        description="string, int, long, float, double, boolean, date, timestamp, timestamptz, "
+        "binary (base64 text), json (keeps the sub-document as JSON text) or `decimal(P,S)`.",
+    )
+    path: str | None = Field(
+        None, description="Dotted path into the JSON object; default the column name."
+    )
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in get_args(JsonColumnType) and not DECIMAL_TYPE.match(value):
+            allowed = ", ".join(get_args(JsonColumnType))
+            raise ValueError(f"unknown column type {value!r}; use one of {allowed} or decimal(P,S)")
+        return value
 
 
 class Format(ConfigModel):
@@ -269,6 +290,10 @@ class Format(ConfigModel):
     version: int | Literal["latest"] = Field(
         "latest", description="Registry version: `latest` or a pinned number."
     )
+    message: str | None = Field(
+        None,
+        description="Protobuf only: fully-qualified message name (default: the schema's first message).",
+    )
     columns: list[JsonColumn] | None = Field(
         None,
         description="Plain `json` only: the columns to extract; without it the raw JSON lands in `value`.",
@@ -282,6 +307,8 @@ class Format(ConfigModel):
             )
         if self.columns is not None and self.format != "json":
             raise ValueError("columns only apply to format json")
+        if self.message is not None and self.format != "protobuf":
+            raise ValueError("message only applies to format protobuf")
         return self
 
 

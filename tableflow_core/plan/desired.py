@@ -68,12 +68,16 @@ def format_spec(fmt: Format) -> Any:
     from tableflow_core.schemas.formats import FormatSpec, JsonColumn
 
     columns = (
-        tuple(JsonColumn(name=c.name, type=c.type) for c in fmt.columns)
+        tuple(JsonColumn(name=c.name, type=c.type, path=c.path) for c in fmt.columns)
         if fmt.columns is not None
         else None
     )
     return FormatSpec(
-        format=fmt.format, subject=fmt.subject, version=fmt.version, json_columns=columns
+        format=fmt.format,
+        subject=fmt.subject,
+        version=fmt.version,
+        message=fmt.message,
+        json_columns=columns,
     )
 
 

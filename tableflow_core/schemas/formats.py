@@ -7,24 +7,11 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from tableflow_core.config.models import JsonColumnType
+
 FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
 
 REGISTRY_FORMATS: frozenset[str] = frozenset({"avro", "json_schema", "protobuf"})
-
-# Column types a plain-JSON `json_columns` entry may declare (Iceberg type names).
-JsonColumnType = Literal[
-    "string",
-    "int",
-    "long",
-    "float",
-    "double",
-    "boolean",
-    "date",
-    "timestamp",
-    "timestamptz",
-    "binary",
-    "json",
-]
 
 
 class JsonColumn(BaseModel):
