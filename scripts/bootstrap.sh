@@ -28,8 +28,12 @@ fi
 stamp=.venv/.tableflow-install-stamp
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
-  echo "Installing tableflow and its dependencies into .venv ..."
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "Installing tableflow and its dependencies into .venv (log: .venv/install.log) ..."
+  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e ".[dev]"; } \
+      > .venv/install.log 2>&1; then
+    tail -n 40 .venv/install.log >&2
+    echo "Installing failed; the whole log is in .venv/install.log" >&2
+    exit 1
+  fi
   echo "$wanted" > "$stamp"
 fi
