@@ -246,3 +246,11 @@ def test_format_options_are_checked_against_the_format(tmp_path: Path) -> None:
         for p in problems
     )
     assert len(problems) == 2  # decimal(10,2) with a path is valid
+
+
+def test_spark_reserved_table_properties_are_refused(tmp_path: Path) -> None:
+    tables = {"a.yml": "tables:\n  - name: a\n    topic: a\n    properties:\n      owner: me\n"}
+    problems = problems_of(write_project(tmp_path, tables=tables))
+    assert len(problems) == 1
+    assert problems[0].startswith("tables/a.yml:4 [tables[0].properties]")
+    assert "['owner'] are reserved by Spark" in problems[0]

@@ -22,12 +22,26 @@ from pydantic import (
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Table properties Spark manages itself and refuses in TBLPROPERTIES.
+SPARK_RESERVED_PROPERTIES = frozenset(
+    {"provider", "location", "owner", "external", "comment", "is_managed_location"}
+)
 
 
 class ConfigModel(BaseModel):
     """Base for every config model: strict keys, immutable, documented."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def check_table_properties(properties: dict[str, str]) -> dict[str, str]:
+    reserved = sorted(SPARK_RESERVED_PROPERTIES.intersection(properties))
+    if reserved:
+        raise ValueError(
+            f"table properties {reserved} are reserved by Spark and cannot be set "
+            "(use `description` for a table comment; the warehouse decides locations)"
+        )
+    return properties
 
 
 def parse_duration_seconds(text: str) -> float:
@@ -558,6 +572,11 @@ class TableDefaults(ConfigModel):
         parse_duration_seconds(value)
         return value
 
+    @field_validator("properties")
+    @classmethod
+    def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_table_properties(value)
+
 
 class TableConfig(ConfigModel):
     """One topic materialized as one Iceberg table."""
@@ -623,6 +642,11 @@ class TableConfig(ConfigModel):
         if value is not None:
             parse_duration_seconds(value)
         return value
+
+    @field_validator("properties")
+    @classmethod
+    def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_table_properties(value)
 
     @model_validator(mode="after")
     def _mode_consistency(self) -> TableConfig:

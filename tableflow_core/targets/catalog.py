@@ -81,6 +81,7 @@ def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
         props["warehouse"] = config.warehouse
     if config.credential is not None:
         props["credential"] = config.credential.get_secret_value()
+        props.setdefault("rest.auth.type", "oauth2")  # Spark warns when it has to infer this
     if config.token is not None:
         props["token"] = config.token.get_secret_value()
     return props, dict(props), config.uri
