@@ -97,3 +97,25 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
         (path,) = Path(package.__file__).parent.glob(f"extensions/*/{name}.duckdb_extension")
         con.execute(f"LOAD '{path}'")
     return con
+
+
+def test_root_cause_finds_the_executor_error_inside_a_spark_trace() -> None:
+    from tableflow_core.engine.ingest import root_cause
+
+    spark_text = (
+        "\n  An error occurred while calling o123.append.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 failed\n"
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/x/range_reader.py", line 61, in read_range\n'
+        "tableflow_core.kafka.range_reader.KafkaReadError: topic 'pay' partition 1 range [0, 20): "
+        "Offset out of range\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(X.scala:1)\n"
+    )
+    assert root_cause(RuntimeError(spark_text)) == (
+        "KafkaReadError: topic 'pay' partition 1 range [0, 20): Offset out of range"
+    )
+    plain = "java.lang.IllegalStateException: Cannot write to table\n\tat org.x.Y(Y.java:1)"
+    assert (
+        root_cause(RuntimeError(plain)) == "java.lang.IllegalStateException: Cannot write to table"
+    )
+    assert root_cause(RuntimeError("")) == "RuntimeError"

@@ -120,6 +120,33 @@ def _read_and_decode(
     return run
 
 
+# The last line of a Python traceback inside a Spark error: "pkg.module.SomeError: message".
+_PYTHON_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def root_cause(error: BaseException, limit: int = 500) -> str:
+    """The most telling line of a Spark job failure.
+
+    Spark wraps a task's Python exception in a JVM stack trace whose first line is often
+    empty or generic; the executor's own error (e.g. `KafkaReadError: topic 'x'
+    partition 0 range [0, 20): ...`) is the line users need.
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    error_lines = [line for line in lines if _PYTHON_ERROR_LINE.match(line)]
+    ours = [line for line in error_lines if line.startswith("tableflow_core.")]
+    if ours:
+        return _short_class(ours[-1])[:limit]
+    if error_lines:
+        return error_lines[0][:limit]
+    return (lines[0] if lines else type(error).__name__)[:limit]
+
+
+def _short_class(line: str) -> str:
+    """'tableflow_core.kafka.range_reader.KafkaReadError: msg' -> 'KafkaReadError: msg'."""
+    qualified, _, message = line.partition(": ")
+    return f"{qualified.rsplit('.', 1)[-1]}: {message}"
+
+
 def _decode_failures(error: BaseException) -> list[FailedRecord] | None:
     match = _FAILURE_PATTERN.search(str(error))
     if match is None:
@@ -250,7 +277,7 @@ def ingest(
             if failures is None:
                 raise IngestError(
                     f"table {spec.table_name} ({identifier}), topic {spec.topic!r}: the write "
-                    f"failed, nothing was committed: {str(exc).splitlines()[0][:500]}"
+                    f"failed, nothing was committed: {root_cause(exc)}"
                 ) from exc
             listed = "; ".join(f.describe() for f in failures)
             raise IngestError(
