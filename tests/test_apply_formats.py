@@ -148,3 +148,50 @@ def test_json_schema_and_plain_json_tables_with_metadata_columns(
         "/item/9",
         pytest.approx(1.5 * sum(range(COUNT))),
     )
+
+
+def test_protobuf_topic_through_apply(
+    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    from tests.test_registry_serdes import _order_message_class
+
+    order_class = _order_message_class()
+    topic = kafka_broker.create_topic(unique_name("proto_orders"), partitions=2)
+    serialize = ProtobufSerializer(
+        order_class, schema_registry.client(), {"use.deprecated.format": False}
+    )
+    producer = Producer(kafka_broker.producer_config())
+    for i in range(COUNT):
+        message = order_class(order_id=f"o{i}", quantity=i, tags=["a", f"t{i}"])
+        producer.produce(
+            topic, value=serialize(message, SerializationContext(topic, MessageField.VALUE))
+        )
+    assert producer.flush(30) == 0
+
+    namespace = unique_namespace("proto")
+    root = write_project(
+        tmp_path / "project",
+        bootstrap=kafka_broker.bootstrap,
+        registry_url=schema_registry.url,
+        catalog_uri=catalog_server.uri,
+        credential=catalog_server.credential,
+        namespace=namespace,
+        tables=[{"name": "orders", "topic": topic, "value": {"format": "protobuf"}}],
+    )
+    project = load_project(root)
+    results = ApplyTask(project, PlanTask(project, project.tables).run(), spark=spark).run()
+    assert results.status == "success", results.errors
+
+    table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
+    row = (
+        duckdb_connection()
+        .sql(
+            f"SELECT count(*), sum(quantity), count(DISTINCT order_id), max(len(tags)), "
+            f"list_sort(list_distinct(flatten(list(tags))))[1] "
+            f"FROM iceberg_scan('{table.metadata_location}')"
+        )
+        .fetchone()
+    )
+    assert row == (COUNT, sum(range(COUNT)), COUNT, 2, "a")
