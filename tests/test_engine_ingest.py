@@ -297,3 +297,39 @@ def test_a_concurrent_commit_makes_the_run_refuse(
     with pytest.raises(ConcurrentCommitError, match="another commit landed"):
         _fast_forward_main(spark, spec, "race_test", {0: 3})
     assert read_back(env, spec)[0] == 6
+
+
+def test_a_compaction_during_the_write_is_retried_exactly_once(
+    spark: Any, env: Env, kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tableflow_core.engine.ingest as ingest_module
+
+    topic = kafka_broker.create_topic(unique_name("compacted"), 1)
+    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(8)], 1)
+    spec = env.spec(topic, max_records_per_run=4)
+    run(spark, env, spec)  # 4 rows, offsets {0: 4}
+
+    # The first publish finds that a real compaction moved main after the branch was cut
+    # (a replace snapshot: data unchanged, committed offsets unchanged).
+    real_fast_forward = ingest_module._fast_forward_main
+    compactions: list[str] = []
+
+    def compaction_lands_first(*args: Any) -> None:
+        if not compactions:
+            table_arg = spec.identifier.replace("'", "\\'")
+            spark.sql(
+                f"CALL {CATALOG}.system.rewrite_data_files(table => '{table_arg}', "
+                "options => map('rewrite-all', 'true'))"
+            )
+            compactions.append("done")
+        real_fast_forward(*args)
+
+    monkeypatch.setattr(ingest_module, "_fast_forward_main", compaction_lands_first)
+    outcome = run(spark, env, spec)
+    assert compactions == ["done"]
+    assert outcome.offsets_after == {0: 8}
+    assert any("commit retried 1 time(s)" in w for w in outcome.warnings)
+    rows, id_sum, _, distinct = read_back(env, spec)
+    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
+    monkeypatch.undo()
+    assert run(spark, env, spec).records_written == 0  # offsets were found after the retry

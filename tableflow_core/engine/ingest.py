@@ -19,7 +19,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.engine.ddl import spark_schema_for, target_arrow_schema
@@ -62,6 +62,10 @@ class IngestError(RuntimeError):
 
 class ConcurrentCommitError(IngestError):
     """Someone else committed to the table since this run was planned: re-plan and retry."""
+
+
+class MainMovedError(ConcurrentCommitError):
+    """`main` moved while this run wrote its branch (the run's data stays invisible)."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,7 @@ def ingest(
     start_offsets: Mapping[int, int] | None = None,
     decoder_factory: DecoderFactory | None = None,
     warnings: Sequence[str] = (),
+    max_commit_attempts: int = 3,
 ) -> IngestOutcome:
     """Read `ranges`, append them to the table and commit their offsets atomically.
 
@@ -229,7 +234,40 @@ def ingest(
     table that never committed). `start_offsets`: where each partition of the plan
     starts (defaults to the range starts); recorded for partitions without ranges so
     a later run never re-applies `start_from` to them.
+
+    Commit conflicts are retried: when `main` moved during the write but its committed
+    offsets did not (a compaction, a manual commit), the run writes again from the new
+    `main`, up to `max_commit_attempts` times. When another run committed offsets, the
+    plan is stale and ConcurrentCommitError is raised at once.
     """
+    began = time.monotonic()
+    for attempt in range(1, max_commit_attempts + 1):
+        try:
+            outcome = _ingest_once(
+                spark, spec, ranges, kafka_conf, expected_start, start_offsets, decoder_factory
+            )
+        except MainMovedError:
+            if attempt == max_commit_attempts:
+                raise
+            continue
+        retried = (f"commit retried {attempt - 1} time(s): main moved during the write",)
+        return replace(
+            outcome,
+            duration_s=time.monotonic() - began,
+            warnings=(*warnings, *(retried if attempt > 1 else ())),
+        )
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _ingest_once(
+    spark: SparkSession,
+    spec: IngestSpec,
+    ranges: Sequence[OffsetRange],
+    kafka_conf: Mapping[str, str],
+    expected_start: Mapping[int, int],
+    start_offsets: Mapping[int, int] | None,
+    decoder_factory: DecoderFactory | None,
+) -> IngestOutcome:
     began = time.monotonic()
     identifier = spec.identifier
     state = read_table_state(spark, identifier)
@@ -246,7 +284,6 @@ def ingest(
             before,
             state.current_snapshot_id,
             time.monotonic() - began,
-            tuple(warnings),
         )
 
     drop_stale_branches(spark, identifier, state)
@@ -305,7 +342,6 @@ def ingest(
         offsets_after=after,
         snapshot_id=new_snapshot,
         duration_s=time.monotonic() - began,
-        warnings=tuple(warnings),
     )
 
 
@@ -322,7 +358,7 @@ def _fast_forward_main(
     except Exception as exc:
         # "Ref does not exist": a later run dropped our branch because main moved past it.
         if any(s in str(exc) for s in ("not an ancestor", "CommitFailed", "Ref does not exist")):
-            raise ConcurrentCommitError(
+            raise MainMovedError(
                 f"table {spec.table_name} ({spec.identifier}): another commit landed on main "
                 f"while this run wrote (planned from offsets {dict(expected_start)}); this "
                 "run's data was discarded, nothing was committed. Plan again."
