@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.catalog",
     "tests.fixtures.spark",
+    "tests.fixtures.projects",
 ]

@@ -14,7 +14,6 @@ from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import unique_name
-from tests.plan_project import write_project
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +24,12 @@ def plan_of(root):
 
 
 def test_plan_apply_plan_then_lag_then_stale(
-    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+    tmp_path, stack_project, kafka_broker, schema_registry, catalog_server, spark
 ):
     topic = unique_name("orders")
     namespace = unique_namespace("shop")
     produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 200, partitions=4)
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=schema_registry.url,
-        catalog_uri=catalog_server.uri,
-        credential=catalog_server.credential,
+    root = stack_project(
         namespace=namespace,
         tables=[
             {

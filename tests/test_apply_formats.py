@@ -21,7 +21,6 @@ from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import unique_name
-from tests.plan_project import write_project
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +43,7 @@ COUNT = 40
 
 
 def test_json_schema_and_plain_json_tables_with_metadata_columns(
-    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+    stack_project, kafka_broker, schema_registry, catalog_server, spark
 ) -> None:
     payments, clicks = unique_name("payments"), unique_name("clicks")
     kafka_broker.create_topics({payments: 2, clicks: 1})
@@ -73,12 +72,7 @@ def test_json_schema_and_plain_json_tables_with_metadata_columns(
     produced_to = datetime.now(UTC)
 
     namespace = unique_namespace("fmt")
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=schema_registry.url,
-        catalog_uri=catalog_server.uri,
-        credential=catalog_server.credential,
+    root = stack_project(
         namespace=namespace,
         tables=[
             {
@@ -151,7 +145,7 @@ def test_json_schema_and_plain_json_tables_with_metadata_columns(
 
 
 def test_protobuf_topic_through_apply(
-    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+    stack_project, kafka_broker, schema_registry, catalog_server, spark
 ) -> None:
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
@@ -171,12 +165,7 @@ def test_protobuf_topic_through_apply(
     assert producer.flush(30) == 0
 
     namespace = unique_namespace("proto")
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=schema_registry.url,
-        catalog_uri=catalog_server.uri,
-        credential=catalog_server.credential,
+    root = stack_project(
         namespace=namespace,
         tables=[{"name": "orders", "topic": topic, "value": {"format": "protobuf"}}],
     )

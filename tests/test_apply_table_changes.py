@@ -30,17 +30,12 @@ def edit_table(root: Path, **changes: object) -> None:
 
 
 def test_properties_partition_spec_and_sort_order_change_in_place(
-    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+    stack_project, kafka_broker, schema_registry, catalog_server, spark
 ) -> None:
     topic = unique_name("orders")
     namespace = unique_namespace("ddl")
     produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 50, partitions=2)
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=schema_registry.url,
-        catalog_uri=catalog_server.uri,
-        credential=catalog_server.credential,
+    root = stack_project(
         namespace=namespace,
         tables=[{"name": "orders", "topic": topic, "properties": {"team": "sales"}}],
     )

@@ -10,7 +10,6 @@ from tableflow_core.runner.schedule import Schedule
 from tableflow_core.tasks.run import RunTask
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import unique_name
-from tests.plan_project import write_project
 
 
 def test_everything_is_due_at_start_then_each_table_on_its_interval() -> None:
@@ -34,17 +33,12 @@ def test_a_slow_refresh_does_not_make_the_next_one_immediate() -> None:
 
 @pytest.mark.slow
 def test_cycles_ingest_new_records_and_report_blocked_tables(
-    tmp_path, kafka_broker, schema_registry, catalog_server, spark
+    stack_project, kafka_broker, schema_registry, catalog_server, spark
 ) -> None:
     topic = unique_name("orders")
     namespace = unique_namespace("runs")
     produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 120, partitions=2)
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=schema_registry.url,
-        catalog_uri=catalog_server.uri,
-        credential=catalog_server.credential,
+    root = stack_project(
         namespace=namespace,
         tables=[
             {"name": "orders", "topic": topic, "refresh_interval": "1s"},

@@ -145,55 +145,48 @@ class EmbeddedCatalog(ConfigModel):
     )
 
 
-class RestCatalog(ConfigModel):
+class ExternalCatalog(ConfigModel):
+    """What every catalog tableflow connects to (rather than serves) has."""
+
+    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="Extra catalog properties, passed through."
+    )
+
+
+class RestCatalog(ExternalCatalog):
     """Any Iceberg REST catalog (Polaris, Unity, Glue REST, Confluent Tableflow, Nessie...)."""
 
     type: Literal["rest"] = "rest"
-    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
     uri: str = Field(description="REST endpoint, e.g. `https://catalog.example.com/api/catalog`.")
     warehouse: str | None = Field(None, description="Warehouse identifier sent to the server.")
     credential: SecretStr | None = Field(None, description="`client_id:client_secret`; secret.")
     token: SecretStr | None = Field(None, description="Static bearer token; secret.")
-    properties: dict[str, str] = Field(
-        default_factory=dict, description="Extra catalog properties."
-    )
 
 
-class SqlCatalog(ConfigModel):
+class SqlCatalog(ExternalCatalog):
     """pyiceberg/Iceberg JDBC-style SQL catalog."""
 
     type: Literal["sql"] = "sql"
-    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
     uri: str = Field(description="SQLAlchemy URL (pyiceberg) of the catalog database.")
     jdbc_uri: str | None = Field(None, description="JDBC URL Spark uses for the same database.")
     warehouse: str = Field(description="Warehouse location.")
-    properties: dict[str, str] = Field(
-        default_factory=dict, description="Extra catalog properties."
-    )
 
 
-class GlueCatalog(ConfigModel):
+class GlueCatalog(ExternalCatalog):
     """AWS Glue Data Catalog."""
 
     type: Literal["glue"] = "glue"
-    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
     warehouse: str = Field(description="s3:// warehouse location.")
     region: str | None = Field(None, description="AWS region.")
-    properties: dict[str, str] = Field(
-        default_factory=dict, description="Extra catalog properties."
-    )
 
 
-class HiveCatalog(ConfigModel):
+class HiveCatalog(ExternalCatalog):
     """Hive Metastore."""
 
     type: Literal["hive"] = "hive"
-    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
     uri: str = Field(description="thrift://host:9083")
     warehouse: str = Field(description="Warehouse location.")
-    properties: dict[str, str] = Field(
-        default_factory=dict, description="Extra catalog properties."
-    )
 
 
 CatalogConfig = Annotated[
