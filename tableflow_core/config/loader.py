@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, SecretStr
 
 from tableflow_core.config.errors import ConfigError, ConfigProblem
@@ -16,8 +15,9 @@ from tableflow_core.config.models import (
     TableConfig,
     TableDefaults,
     TableFile,
+    parse_duration_seconds,
 )
-from tableflow_core.config.project import Project, SourceLocation, Table, refresh_seconds
+from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.config.rendering import render_template
 from tableflow_core.config.validation import validate_document
 from tableflow_core.config.yaml_source import YamlDocument, load_yaml
@@ -181,7 +181,9 @@ def _resolve_table(
         checks=tuple(table.checks),
         on_error=table.on_error or defaults.on_error,
         dlq=table.dlq,
-        refresh_interval_s=refresh_seconds(table.refresh_interval or defaults.refresh_interval),
+        refresh_interval_s=parse_duration_seconds(
+            table.refresh_interval or defaults.refresh_interval
+        ),
         publish_to=tuple(table.publish_to),
         tags=tuple(dict.fromkeys([*defaults.tags, *table.tags])),
         description=table.description,
@@ -265,7 +267,3 @@ def _collect_secrets(value: Any) -> list[str]:
         for item in value:
             found.extend(_collect_secrets(item))
     return found
-
-
-def dump_yaml(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False)

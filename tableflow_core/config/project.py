@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tableflow_core.config.models import (
     Check,
@@ -21,7 +21,6 @@ from tableflow_core.config.models import (
     StartFrom,
     Target,
     Transform,
-    parse_duration_seconds,
 )
 
 
@@ -109,16 +108,3 @@ class Project:
         """A path from the config, relative to the project root unless absolute."""
         candidate = Path(path).expanduser()
         return candidate if candidate.is_absolute() else (self.root / candidate).resolve()
-
-
-def refresh_seconds(text: str) -> float:
-    return parse_duration_seconds(text)
-
-
-def plain_dict(value: Any) -> Any:
-    """JSON-friendly view of config values with secrets masked."""
-    from pydantic import BaseModel
-
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True)
-    return value

@@ -69,7 +69,10 @@ def _index_node(
             if key in seen:
                 problems.append(
                     ConfigProblem(
-                        f"duplicate key {key!r}", file, key_node.start_mark.line + 1, _dotted(path)
+                        f"duplicate key {key!r}",
+                        file,
+                        key_node.start_mark.line + 1,
+                        dotted_path(path),
                     )
                 )
             seen.add(key)
@@ -79,10 +82,6 @@ def _index_node(
         for index, item in enumerate(node.value):
             lines[(*path, index)] = item.start_mark.line + 1
             _index_node(item, (*path, index), lines, problems, file)
-
-
-def _dotted(path: FieldPath) -> str:
-    return dotted_path(path)
 
 
 def dotted_path(path: FieldPath) -> str:
