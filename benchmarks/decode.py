@@ -20,29 +20,13 @@ import fastavro
 import pyarrow as pa
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
-
-SCHEMA = {
-    "type": "record",
-    "name": "Event",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "user", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "qty", "type": "int"},
-        {"name": "active", "type": "boolean"},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "city", "type": ["null", "string"], "default": None},
-        {"name": "score", "type": "float"},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    ],
-}
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import free_port
@@ -45,22 +46,6 @@ from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
 
 HOST = "127.0.0.1"
-SCHEMA = {
-    "type": "record",
-    "name": "Event",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "user", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "qty", "type": "int"},
-        {"name": "active", "type": "boolean"},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "city", "type": ["null", "string"], "default": None},
-        {"name": "score", "type": "float"},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    ],
-}
 
 
 def record(i: int) -> dict[str, object]:
