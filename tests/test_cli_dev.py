@@ -27,6 +27,20 @@ def run(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedP
     )
 
 
+def records_in(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records in `topic`: the sum of its partitions' end offsets."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "t", "receive.message.max.bytes": 2147483647}
+    )
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        )
+    finally:
+        consumer.close()
+
+
 @pytest.fixture(scope="module")
 def dev_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     base = tmp_path_factory.mktemp("devcli")
@@ -57,17 +71,7 @@ def test_dev_up_status_produce_query_down(dev_project: tuple[Path, dict[str, str
     assert "Produced 3,000 orders records" in produced.stdout
 
     bootstrap = f"127.0.0.1:{env['TABLEFLOW_KAFKA_PORT']}"
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "t", "receive.message.max.bytes": 2147483647}
-    )
-    try:
-        ends = [
-            consumer.get_watermark_offsets(TopicPartition("orders", p), timeout=10)[1]
-            for p in range(4)
-        ]
-    finally:
-        consumer.close()
-    assert sum(ends) == 3000
+    assert records_in(bootstrap, "orders", partitions=4) == 3000
 
     # The catalog `dev up` serves is the project's embedded catalog: a table made
     # through it is what `tableflow query` reads with DuckDB.
@@ -95,17 +99,7 @@ def test_dev_up_status_produce_query_down(dev_project: tuple[Path, dict[str, str
 
     # Data survives down/up: the topic still holds every record.
     assert run(project, env, "dev", "up").returncode == 0
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "t2", "receive.message.max.bytes": 2147483647}
-    )
-    try:
-        ends = [
-            consumer.get_watermark_offsets(TopicPartition("orders", p), timeout=10)[1]
-            for p in range(4)
-        ]
-    finally:
-        consumer.close()
-    assert sum(ends) == 3000
+    assert records_in(bootstrap, "orders", partitions=4) == 3000
 
 
 def test_dev_on_a_target_without_dev_stack_is_refused(
