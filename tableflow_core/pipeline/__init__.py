@@ -1,0 +1,1 @@
+"""The table pipeline: per table, typed stages from Kafka ranges to a published commit."""

@@ -1,0 +1,38 @@
+"""The shape of a bad record, shared by every stage that can reject one.
+
+A record that cannot land as declared (undecodable, does not fit the table, fails a
+transform or a row-level check) travels as data in this shape: the original bytes, where
+it came from, and why it was rejected. The dead-letter sinks (Kafka topic, Iceberg table)
+and the run's accounting read it; nothing about a bad record travels as exception text.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pyarrow as pa
+
+BadRecordStage = Literal["decode", "transform", "check"]
+BAD_RECORD_STAGES: tuple[BadRecordStage, ...] = ("decode", "transform", "check")
+
+HEADER_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+
+# Column order is part of the contract: the Iceberg DLQ table is created from it.
+BAD_RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("source_topic", pa.string(), nullable=False),
+        pa.field("source_partition", pa.int32(), nullable=False),
+        pa.field("source_offset", pa.int64(), nullable=False),
+        pa.field("source_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+        pa.field("stage", pa.string(), nullable=False),
+        pa.field("error_class", pa.string(), nullable=False),
+        pa.field("error_message", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("failed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
