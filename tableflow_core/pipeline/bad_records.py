@@ -36,3 +36,21 @@ BAD_RECORD_SCHEMA = pa.schema(
         pa.field("failed_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+
+# Rows rejected after decoding (by a transform or a row-level check) carry only where they
+# came from and why; the dead-letter stage fetches their original bytes from Kafka by
+# (partition, offset) and turns them into BAD_RECORD_SCHEMA rows.
+REJECTED_ROW_SCHEMA = pa.schema(
+    [
+        pa.field("source_partition", pa.int32(), nullable=False),
+        pa.field("source_offset", pa.int64(), nullable=False),
+        pa.field("stage", pa.string(), nullable=False),
+        pa.field("error_class", pa.string(), nullable=False),
+        pa.field("error_message", pa.string(), nullable=False),
+    ]
+)
+
+# Hidden columns every decoded batch carries through transforms and checks (ordering for
+# dedup and upsert, and the way back to the source record); the write stage drops them.
+SOURCE_PARTITION_COLUMN = "__tf_partition"
+SOURCE_OFFSET_COLUMN = "__tf_offset"
