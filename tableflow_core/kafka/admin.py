@@ -29,12 +29,27 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
     return conf
 
 
-def _partitions(consumer: Any, topic: str, timeout: float) -> list[int]:
-    metadata = consumer.list_topics(topic, timeout=timeout)
+def brokers_of(kafka_conf: Mapping[str, Any]) -> str:
+    """The broker address(es) a configuration points at, for error messages."""
+    return str(kafka_conf.get("bootstrap.servers") or kafka_conf.get("metadata.broker.list") or "?")
+
+
+def _partitions(consumer: Any, topic: str, timeout: float, brokers: str = "?") -> list[int]:
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaMetadataError(
+            f"topic {topic!r}: broker(s) {brokers} did not answer a metadata request within "
+            f"{timeout:.0f}s: {exc}"
+        ) from exc
     topic_meta = metadata.topics.get(topic)
     if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
         reason = topic_meta.error if topic_meta is not None else "not found"
-        raise KafkaMetadataError(f"topic {topic!r}: cannot read metadata ({reason})")
+        raise KafkaMetadataError(
+            f"topic {topic!r} on broker(s) {brokers}: cannot read metadata ({reason})"
+        )
     return sorted(topic_meta.partitions)
 
 
@@ -47,14 +62,16 @@ def get_watermarks(
     consumer = Consumer(consumer_conf(consumer_config))
     try:
         result: dict[int, tuple[int, int]] = {}
-        for partition in _partitions(consumer, topic, timeout):
+        brokers = brokers_of(consumer_config)
+        for partition in _partitions(consumer, topic, timeout, brokers):
             try:
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=timeout, cached=False
                 )
             except KafkaException as exc:
                 raise KafkaMetadataError(
-                    f"topic {topic!r} partition {partition}: cannot read watermarks: {exc}"
+                    f"topic {topic!r} partition {partition} on broker(s) {brokers}: cannot read "
+                    f"watermarks: {exc}"
                 ) from exc
             result[partition] = (int(low), int(high))
         return result
@@ -71,7 +88,8 @@ def offsets_for_timestamp(
     consumer = Consumer(consumer_conf(consumer_config))
     try:
         wanted = [
-            TopicPartition(topic, p, timestamp_ms) for p in _partitions(consumer, topic, timeout)
+            TopicPartition(topic, p, timestamp_ms)
+            for p in _partitions(consumer, topic, timeout, brokers_of(consumer_config))
         ]
         found = consumer.offsets_for_times(wanted, timeout=timeout)
         return {tp.partition: int(tp.offset) for tp in found}

@@ -1,0 +1,41 @@
+"""What every bad-record sink is: a frame of BAD_RECORD_SCHEMA rows in, counts out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+Outcome = Literal["skipped", "dead_lettered"]
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What sinks need from the run: connections and identity."""
+
+    table: str  # the project table the bad records came from
+    run_id: str
+    kafka_conf: Mapping[str, str] = field(default_factory=dict)  # for Kafka dead-letter topics
+    spark_catalog: str = ""  # Spark catalog name of the target, for Iceberg dead-letter tables
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """Where the bad records went, per source partition (for the run's accounting)."""
+
+    outcome: Outcome
+    destination: str  # e.g. "kafka topic orders-dlq", "iceberg table ops.dlq", "skipped"
+    per_partition: dict[int, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_partition.values())
+
+
+class BadRecordSink(Protocol):
+    def write(self, bad: DataFrame) -> SinkResult:
+        """Route every row of `bad` (BAD_RECORD_SCHEMA); raise if any could not be."""
+        ...

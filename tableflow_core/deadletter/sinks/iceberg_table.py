@@ -1,0 +1,137 @@
+"""Dead-lettering to an Iceberg table, written by Spark with the Iceberg runtime.
+
+The write is idempotent: one MERGE INTO ... ON (source_topic, source_partition,
+source_offset, stage) WHEN NOT MATCHED THEN INSERT *. A re-run after a crash between
+this write and the table's publish routes the same records again and the MERGE adds
+nothing for them. MERGE rather than an anti-join followed by an append: the check and
+the insert are one statement and one commit, and when another writer commits in between
+Iceberg's commit retry or our retry re-runs the match against the new snapshot, so two
+writers never both insert the same record.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tableflow_core.config.models import IcebergDeadLetter
+from tableflow_core.deadletter.errors import DeadLetterTableError
+from tableflow_core.deadletter.frames import count_by_partition, spark_schema
+from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult
+from tableflow_core.deadletter.table_plan import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
+from tableflow_core.ingest.spec import quote_ident
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+MERGE_ATTEMPTS = 4
+# Commit conflicts with a concurrent writer: safe to retry, the MERGE is idempotent.
+_RETRYABLE = ("CommitFailedException", "ValidationException", "conflicting files")
+
+
+def spark_identifier(catalog: str, identifier: str) -> str:
+    parts = [catalog, *identifier.split(".")] if catalog else identifier.split(".")
+    return ".".join(quote_ident(p) for p in parts)
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def create_dlq_table_sql(
+    catalog: str, identifier: str, properties: Mapping[str, str] | None = None
+) -> list[str]:
+    """CREATE NAMESPACE / CREATE TABLE IF NOT EXISTS statements for a dead-letter table."""
+    columns = ", ".join(
+        f"{quote_ident(f.name)} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+        for f in spark_schema(dlq_table_schema()).fields
+    )
+    namespace = spark_identifier(catalog, identifier.rsplit(".", 1)[0])
+    props = {**(properties or dlq_properties(())), "write.merge.isolation-level": "snapshot"}
+    table = spark_identifier(catalog, identifier)
+    tblproperties = ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in sorted(props.items()))
+    order = ", ".join(quote_ident(c) for c in DLQ_KEY_COLUMNS[:3])
+    return [
+        f"CREATE NAMESPACE IF NOT EXISTS {namespace}",
+        f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg "
+        f"TBLPROPERTIES ({tblproperties})",
+        f"ALTER TABLE {table} WRITE ORDERED BY {order}",
+    ]
+
+
+def create_dlq_table(
+    spark: SparkSession,
+    catalog: str,
+    identifier: str,
+    properties: Mapping[str, str] | None = None,
+) -> None:
+    """Execute a plan's create-dead-letter-table action (see table_plan.dlq_table_actions)."""
+    for statement in create_dlq_table_sql(catalog, identifier, properties):
+        spark.sql(statement)
+
+
+def merge_sql(target: str, source_view: str) -> str:
+    on = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in DLQ_KEY_COLUMNS)
+    return (
+        f"MERGE INTO {target} AS t USING {quote_ident(source_view)} AS s ON {on} "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+
+
+@dataclass(frozen=True)
+class IcebergTableSink:
+    target: IcebergDeadLetter
+    context: SinkContext
+
+    @property
+    def spark_target(self) -> str:
+        return spark_identifier(self.context.spark_catalog, self.target.table)
+
+    def write(self, bad: DataFrame) -> SinkResult:
+        per_partition = count_by_partition(bad)
+        result = SinkResult("dead_lettered", f"iceberg table {self.target.table}", per_partition)
+        if not per_partition:
+            return result
+        spark = bad.sparkSession
+        self._check_table(spark)
+        view = f"tableflow_dlq_{uuid.uuid4().hex}"
+        bad.createOrReplaceTempView(view)
+        try:
+            self._merge(spark, merge_sql(self.spark_target, view))
+        finally:
+            spark.catalog.dropTempView(view)
+        return result
+
+    def _check_table(self, spark: SparkSession) -> None:
+        try:
+            columns = spark.table(self.spark_target).columns
+        except Exception as exc:
+            raise DeadLetterTableError(
+                f"table {self.context.table}: dead-letter table {self.target.table} in catalog "
+                f"{self.context.spark_catalog!r} cannot be read (not created by apply?): "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from exc
+        wanted = dlq_table_schema().names
+        if columns != wanted:
+            raise DeadLetterTableError(
+                f"dead-letter table {self.target.table} has columns {columns}, expected {wanted}"
+            )
+
+    def _merge(self, spark: SparkSession, statement: str) -> None:
+        for attempt in range(1, MERGE_ATTEMPTS + 1):
+            try:
+                spark.sql(statement)
+                return
+            except Exception as exc:
+                text = str(exc)
+                if attempt < MERGE_ATTEMPTS and any(s in text for s in _RETRYABLE):
+                    time.sleep(0.2 * attempt)
+                    continue
+                first = text.splitlines()[0] if text else type(exc).__name__
+                raise DeadLetterTableError(
+                    f"table {self.context.table}: writing bad records to dead-letter table "
+                    f"{self.target.table} (catalog {self.context.spark_catalog!r}) failed: {first}"
+                ) from exc

@@ -1,0 +1,125 @@
+"""Suspending a table under `tableflow run` (on_error: fail) and reading why (plan).
+
+The suspension is a table property, `tableflow.suspended`, set through the catalog: any
+machine running `plan` or `run` sees it, and a property change adds no snapshot, so it
+never moves `main` and the next run's fast-forward publishing is unaffected.
+`run` skips suspended tables and keeps the others running; an `apply` that succeeds
+for the table clears it (`clear_suspension`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from tableflow_core.deadletter.errors import SuspensionError
+
+SUSPENDED_PROPERTY = "tableflow.suspended"
+
+
+@dataclass(frozen=True)
+class Suspension:
+    """Why a table stopped: the record at fault and the error."""
+
+    reason: str
+    topic: str
+    partition: int | None
+    offset: int | None
+    run_id: str
+    suspended_at: str  # ISO-8601, UTC
+
+    @classmethod
+    def now(
+        cls, reason: str, topic: str, partition: int | None, offset: int | None, run_id: str
+    ) -> Suspension:
+        return cls(reason, topic, partition, offset, run_id, datetime.now(UTC).isoformat())
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def where(self) -> str:
+        if self.partition is None:
+            return f"topic {self.topic!r}"
+        if self.offset is None:
+            return f"topic {self.topic!r} partition {self.partition}"
+        return f"topic {self.topic!r} partition {self.partition} offset {self.offset}"
+
+    def describe(self) -> str:
+        """One line for `plan` and `run` output."""
+        return (
+            f"suspended since {self.suspended_at} (run {self.run_id}): {self.where()}: "
+            f"{self.reason}. Fix the cause (or set on_error: skip/dlq) and run "
+            "`tableflow apply` for this table to resume."
+        )
+
+
+def read_suspension(properties: Mapping[str, str]) -> Suspension | None:
+    """The table's suspension from its properties (pure: plan passes what it observed)."""
+    raw = properties.get(SUSPENDED_PROPERTY)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        return Suspension(**data)
+    except (ValueError, TypeError) as exc:
+        # Someone edited the property by hand: still suspended, with what it says.
+        return Suspension(
+            f"unreadable suspension record ({exc}): {raw[:200]}", "?", None, None, "?", "?"
+        )
+
+
+def describe_suspension(properties: Mapping[str, str]) -> str | None:
+    """ "suspended since ... because ..." for plan, or None when the table runs normally."""
+    suspension = read_suspension(properties)
+    return None if suspension is None else suspension.describe()
+
+
+def _load(catalog: Any, identifier: str) -> Any:
+    try:
+        return catalog.load_table(identifier)
+    except Exception as exc:
+        raise SuspensionError(
+            f"table {identifier}: cannot load it from catalog {getattr(catalog, 'name', '?')!r} "
+            f"({_catalog_address(catalog)}): {exc}"
+        ) from exc
+
+
+def _catalog_address(catalog: Any) -> str:
+    properties = getattr(catalog, "properties", {}) or {}
+    return str(properties.get("uri") or properties.get("warehouse") or "address unknown")
+
+
+def suspend(catalog: Any, identifier: str, suspension: Suspension) -> None:
+    """Record the suspension on the table (a pyiceberg catalog; no snapshot is added)."""
+    table = _load(catalog, identifier)
+    try:
+        with table.transaction() as transaction:
+            transaction.set_properties({SUSPENDED_PROPERTY: suspension.encode()})
+    except Exception as exc:
+        raise SuspensionError(
+            f"table {identifier}: cannot record its suspension in catalog "
+            f"{_catalog_address(catalog)} ({suspension.where()}: {suspension.reason}): {exc}"
+        ) from exc
+
+
+def clear_suspension(catalog: Any, identifier: str) -> bool:
+    """Remove the suspension; True if there was one."""
+    table = _load(catalog, identifier)
+    if SUSPENDED_PROPERTY not in table.properties:
+        return False
+    try:
+        with table.transaction() as transaction:
+            transaction.remove_properties(SUSPENDED_PROPERTY)
+    except Exception as exc:
+        raise SuspensionError(
+            f"table {identifier}: cannot clear its suspension in catalog "
+            f"{_catalog_address(catalog)}: {exc}"
+        ) from exc
+    return True
+
+
+def current_suspension(catalog: Any, identifier: str) -> Suspension | None:
+    return read_suspension(_load(catalog, identifier).properties)
