@@ -15,6 +15,7 @@ from tableflow_core.config.models import (
     TableConfig,
     TableDefaults,
     TableFile,
+    needs_dead_letter_target,
     parse_duration_seconds,
 )
 from tableflow_core.config.project import Project, SourceLocation, Table
@@ -93,6 +94,7 @@ def load_project(
                 )
     problems.extend(_duplicate_problems(tables))
     problems.extend(_reference_problems(tables, config, target_name))
+    problems.extend(_dead_letter_problems(tables))
     if problems:
         raise ConfigError(problems, root)
     return Project(
@@ -180,7 +182,7 @@ def _resolve_table(
         transforms=tuple(table.transforms),
         checks=tuple(table.checks),
         on_error=table.on_error or defaults.on_error,
-        dlq=table.dlq,
+        dlq=table.dlq or defaults.dlq,
         refresh_interval_s=parse_duration_seconds(
             table.refresh_interval or defaults.refresh_interval
         ),
@@ -249,6 +251,26 @@ def _reference_problems(
                     location.line,
                 )
             )
+    return problems
+
+
+def _dead_letter_problems(tables: list[Table]) -> list[ConfigProblem]:
+    """on_error dlq (or a check's on_failure dlq) needs a target, here or in `defaults`."""
+    problems: list[ConfigProblem] = []
+    for table in tables:
+        key = needs_dead_letter_target(table.on_error, table.checks)
+        if key is None or table.dlq is not None:
+            continue
+        location = table.location_of(key)
+        problems.append(
+            ConfigProblem(
+                f"table {table.name!r}: {key} routes bad records to a dead-letter queue but no "
+                "`dlq` target is set: add `dlq: {type: kafka, topic: ...}` or "
+                "`dlq: {type: iceberg, table: ns.table}` to the table or to `defaults`",
+                location.file,
+                location.line,
+            )
+        )
     return problems
 
 

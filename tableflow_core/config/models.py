@@ -8,6 +8,7 @@ Field descriptions double as the generated reference in docs/reference.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -516,14 +517,26 @@ Check = Annotated[
 ]
 
 
+KAFKA_TOPIC = r"^[A-Za-z0-9._-]{1,249}$"
+QUALIFIED_TABLE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+
+
 class KafkaDeadLetter(ConfigModel):
     type: Literal["kafka"]
-    topic: str = Field(description="Topic receiving bad records with error headers.")
+    topic: str = Field(
+        pattern=KAFKA_TOPIC,
+        description="Existing topic receiving each bad record's original key, value and "
+        "headers plus `tableflow.error.*` headers (at-least-once; see docs/error-handling.md).",
+    )
 
 
 class IcebergDeadLetter(ConfigModel):
     type: Literal["iceberg"]
-    table: str = Field(description="`namespace.table` receiving bad records with error columns.")
+    table: str = Field(
+        pattern=QUALIFIED_TABLE,
+        description="`namespace.table` receiving bad records with error columns; created by "
+        "plan/apply, written idempotently.",
+    )
 
 
 DeadLetterTarget = Annotated[KafkaDeadLetter | IcebergDeadLetter, Field(discriminator="type")]
@@ -551,7 +564,14 @@ class TableDefaults(ConfigModel):
     metadata_columns: list[MetadataColumn] | None = Field(
         None, description="Default metadata columns."
     )
-    on_error: Literal["fail", "skip", "dlq"] = Field("fail", description="Default error handling.")
+    on_error: Literal["fail", "skip", "dlq"] = Field(
+        "fail",
+        description="Default error handling for bad records: fail (stop; `run` suspends the "
+        "table), skip (count and drop) or dlq (send to the dead-letter target).",
+    )
+    dlq: DeadLetterTarget | None = Field(
+        None, description="Default dead-letter target for tables with on_error (or a check) dlq."
+    )
     refresh_interval: str = Field("5m", description="Default refresh interval.")
     tags: list[str] = Field(default_factory=list, description="Tags added to every table.")
     start_from: Literal["earliest", "latest"] | StartFrom = Field(
@@ -569,6 +589,15 @@ class TableDefaults(ConfigModel):
     @classmethod
     def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
         return check_table_properties(value)
+
+    @model_validator(mode="after")
+    def _dlq_target(self) -> TableDefaults:
+        if self.on_error == "dlq" and self.dlq is None:
+            raise ValueError(
+                "defaults.on_error dlq needs a default dead-letter target: add `dlq: {type: "
+                "kafka, topic: ...}` or `dlq: {type: iceberg, table: ns.table}` to `defaults`"
+            )
+        return self
 
 
 class TableConfig(ConfigModel):
@@ -616,10 +645,14 @@ class TableConfig(ConfigModel):
     transforms: list[Transform] = Field(default_factory=list, description="Ordered transforms.")
     checks: list[Check] = Field(default_factory=list, description="Data-quality checks.")
     on_error: Literal["fail", "skip", "dlq"] | None = Field(
-        None, description="What to do with bad records."
+        None,
+        description="What to do with bad records: fail, skip or dlq (default from `defaults`).",
     )
     dlq: DeadLetterTarget | None = Field(
-        None, description="Dead-letter target when on_error is dlq."
+        None,
+        description="Dead-letter target (`{type: kafka, topic: ...}` or `{type: iceberg, "
+        "table: ns.table}`) for on_error dlq and checks with on_failure dlq; default from "
+        "`defaults`.",
     )
     refresh_interval: str | None = Field(
         None, description="How often `tableflow run` refreshes it, e.g. `5m`."
@@ -647,9 +680,18 @@ class TableConfig(ConfigModel):
             raise ValueError("mode upsert needs key_columns")
         if self.mode != "upsert" and self.key_columns:
             raise ValueError("key_columns only apply to mode upsert")
-        if self.on_error == "dlq" and self.dlq is None:
-            raise ValueError("on_error dlq needs a dlq target")
+        # on_error dlq without a `dlq` here may inherit `defaults.dlq`: the loader checks
+        # the resolved table (config/loader.py, _dead_letter_problems).
         return self
+
+
+def needs_dead_letter_target(on_error: str, checks: Sequence[Any]) -> str | None:
+    """The key that routes bad records to a dead-letter target, if any ("on_error", "checks")."""
+    if on_error == "dlq":
+        return "on_error"
+    if any(getattr(check, "on_failure", None) == "dlq" for check in checks):
+        return "checks"
+    return None
 
 
 class TableFile(ConfigModel):
