@@ -517,26 +517,44 @@ Check = Annotated[
 ]
 
 
-KAFKA_TOPIC = r"^[A-Za-z0-9._-]{1,249}$"
-QUALIFIED_TABLE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$"
+KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+QUALIFIED_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 class KafkaDeadLetter(ConfigModel):
     type: Literal["kafka"]
     topic: str = Field(
-        pattern=KAFKA_TOPIC,
         description="Existing topic receiving each bad record's original key, value and "
         "headers plus `tableflow.error.*` headers (at-least-once; see docs/error-handling.md).",
     )
+
+    @field_validator("topic")
+    @classmethod
+    def _valid_topic(cls, value: str) -> str:
+        if not KAFKA_TOPIC.match(value):
+            raise ValueError(
+                f"invalid dead-letter topic name {value!r}: use 1-249 letters, digits, '.', "
+                "'_' or '-'"
+            )
+        return value
 
 
 class IcebergDeadLetter(ConfigModel):
     type: Literal["iceberg"]
     table: str = Field(
-        pattern=QUALIFIED_TABLE,
         description="`namespace.table` receiving bad records with error columns; created by "
         "plan/apply, written idempotently.",
     )
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if not QUALIFIED_TABLE.match(value):
+            raise ValueError(
+                f"invalid dead-letter table {value!r}: write it as `namespace.table` "
+                "(identifiers of letters, digits and underscores)"
+            )
+        return value
 
 
 DeadLetterTarget = Annotated[KafkaDeadLetter | IcebergDeadLetter, Field(discriminator="type")]
