@@ -121,8 +121,8 @@ def read_range(
                     done = True
                 elif time.monotonic() - last_progress > idle_timeout_s:
                     raise KafkaReadError(
-                        f"{where}: no progress for {idle_timeout_s:.0f}s at offset {next_offset} "
-                        f"(broker(s) {brokers} not answering?){broker_errors.suffix()}"
+                        f"{where}: no progress for {idle_timeout_s:.0f}s at offset {next_offset}"
+                        f"{broker_errors.suffix()}"
                     )
         if chunk:
             yield chunk
