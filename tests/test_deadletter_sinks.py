@@ -32,6 +32,7 @@ from tableflow_core.deadletter.errors import (
 from tableflow_core.deadletter.frames import spark_schema
 from tableflow_core.deadletter.headers import decode_error_headers
 from tableflow_core.deadletter.originals import fetch_originals
+from tableflow_core.deadletter.replay import replay_records
 from tableflow_core.deadletter.sinks import SinkContext, kafka_topic, route_bad_records
 from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
 from tableflow_core.dev.processes import free_port
@@ -231,7 +232,11 @@ def _dlq_rows(catalog_server: CatalogServer, identifier: str) -> list[dict[str, 
 
 
 def test_iceberg_dlq_written_twice_holds_no_duplicates(
-    spark: Any, spark_catalog: str, catalog_server: CatalogServer, poison: Poison
+    spark: Any,
+    spark_catalog: str,
+    catalog_server: CatalogServer,
+    kafka_broker: KafkaBroker,
+    poison: Poison,
 ) -> None:
     identifier = f"{unique_namespace('dlq')}.bad_records"
     create_dlq_table(spark, spark_catalog, identifier)
@@ -295,6 +300,14 @@ def test_iceberg_dlq_written_twice_holds_no_duplicates(
         dead_lettered=first.per_partition,
     ).check()
     assert accounting.totals["read"] == 11
+
+    # Replay (docs/error-handling.md): the DLQ rows re-produced carry the original bytes.
+    replay_topic = kafka_broker.create_topic(unique_name("replay"), 1)
+    assert replay_records(poison.kafka_conf, replay_topic, rows) == 6
+    replayed = _consume_all(kafka_broker.bootstrap, replay_topic, 6)
+    originals = {(r.key, r.value) for r in poison.produced.values()}
+    assert len(replayed) == 6 and {(m.key(), m.value()) for m in replayed} <= originals
+    assert all(m.headers()[-1][0] == "tableflow.replayed.from" for m in replayed)
 
 
 def test_iceberg_sink_refuses_a_missing_table(
