@@ -77,37 +77,40 @@ def describe_suspension(properties: Mapping[str, str]) -> str | None:
     return None if suspension is None else suspension.describe()
 
 
-def _load(catalog: Any, identifier: str) -> Any:
+def _catalog(catalog: Any, address: str | None) -> str:
+    # `address` is CatalogHandle.address (never carries secrets); the catalog's own
+    # properties may (a SQL catalog's database URI), so they are not shown.
+    name = getattr(catalog, "name", "?")
+    return f"catalog {name!r} at {address}" if address else f"catalog {name!r}"
+
+
+def _load(catalog: Any, identifier: str, address: str | None) -> Any:
     try:
         return catalog.load_table(identifier)
     except Exception as exc:
         raise SuspensionError(
-            f"table {identifier}: cannot load it from catalog {getattr(catalog, 'name', '?')!r} "
-            f"({_catalog_address(catalog)}): {exc}"
+            f"table {identifier}: cannot load it from {_catalog(catalog, address)}: {exc}"
         ) from exc
 
 
-def _catalog_address(catalog: Any) -> str:
-    properties = getattr(catalog, "properties", {}) or {}
-    return str(properties.get("uri") or properties.get("warehouse") or "address unknown")
-
-
-def suspend(catalog: Any, identifier: str, suspension: Suspension) -> None:
+def suspend(
+    catalog: Any, identifier: str, suspension: Suspension, address: str | None = None
+) -> None:
     """Record the suspension on the table (a pyiceberg catalog; no snapshot is added)."""
-    table = _load(catalog, identifier)
+    table = _load(catalog, identifier, address)
     try:
         with table.transaction() as transaction:
             transaction.set_properties({SUSPENDED_PROPERTY: suspension.encode()})
     except Exception as exc:
         raise SuspensionError(
-            f"table {identifier}: cannot record its suspension in catalog "
-            f"{_catalog_address(catalog)} ({suspension.where()}: {suspension.reason}): {exc}"
+            f"table {identifier}: cannot record its suspension in {_catalog(catalog, address)} "
+            f"({suspension.where()}: {suspension.reason}): {exc}"
         ) from exc
 
 
-def clear_suspension(catalog: Any, identifier: str) -> bool:
+def clear_suspension(catalog: Any, identifier: str, address: str | None = None) -> bool:
     """Remove the suspension; True if there was one."""
-    table = _load(catalog, identifier)
+    table = _load(catalog, identifier, address)
     if SUSPENDED_PROPERTY not in table.properties:
         return False
     try:
@@ -115,11 +118,13 @@ def clear_suspension(catalog: Any, identifier: str) -> bool:
             transaction.remove_properties(SUSPENDED_PROPERTY)
     except Exception as exc:
         raise SuspensionError(
-            f"table {identifier}: cannot clear its suspension in catalog "
-            f"{_catalog_address(catalog)}: {exc}"
+            f"table {identifier}: cannot clear its suspension in {_catalog(catalog, address)}: "
+            f"{exc}"
         ) from exc
     return True
 
 
-def current_suspension(catalog: Any, identifier: str) -> Suspension | None:
-    return read_suspension(_load(catalog, identifier).properties)
+def current_suspension(
+    catalog: Any, identifier: str, address: str | None = None
+) -> Suspension | None:
+    return read_suspension(_load(catalog, identifier, address).properties)
