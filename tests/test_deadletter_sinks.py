@@ -48,6 +48,7 @@ from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.test_cli_basics import tableflow
 from tests.test_engine_helpers import duckdb_connection
 
 pytestmark = pytest.mark.slow
@@ -237,6 +238,7 @@ def test_iceberg_dlq_written_twice_holds_no_duplicates(
     spark_catalog: str,
     catalog_server: CatalogServer,
     kafka_broker: KafkaBroker,
+    stack_project: Any,
     poison: Poison,
 ) -> None:
     identifier = f"{unique_namespace('dlq')}.bad_records"
@@ -283,6 +285,28 @@ def test_iceberg_dlq_written_twice_holds_no_duplicates(
         f"FROM iceberg_scan('{table.metadata_location}')"
     ).fetchone() or (None, None, None)
     assert (count, distinct, decode_rows) == (6, 6, 4)
+
+    # `tableflow query` reads the dead-letter table (DuckDB attached to the REST catalog).
+    project = stack_project(
+        namespace=identifier.split(".")[0],
+        tables=[
+            {
+                "name": "payments",
+                "topic": poison.topic,
+                "on_error": "dlq",
+                "dlq": {"type": "iceberg", "table": identifier},
+            }
+        ],
+    )
+    value_bytes = sum(len(r["value"]) for r in rows)
+    queried = tableflow(
+        "query",
+        f"SELECT count(*) AS n, count(DISTINCT source_offset) AS d, sum(octet_length(value)) "
+        f"AS b, max(len(headers)) AS h FROM {identifier}",
+        cwd=project,
+    )
+    assert queried.returncode == 0, queried.stderr
+    assert [int(x) for x in queried.stdout.split("│")[-5:-1]] == [6, 6, value_bytes, 2]
 
     # Every offset of the poison topic lands in exactly one place: the table or the DLQ.
     dead = {(r["source_partition"], r["source_offset"]) for r in rows}

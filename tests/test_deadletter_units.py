@@ -25,6 +25,8 @@ from tableflow_core.deadletter.headers import (
     decode_error_headers,
 )
 from tableflow_core.deadletter.originals import offset_spans, originals_for_rows
+from tableflow_core.deadletter.policy import policy_for
+from tableflow_core.deadletter.sinks import SinkResult, counts_by_outcome
 from tableflow_core.deadletter.suspension import (
     SUSPENDED_PROPERTY,
     Suspension,
@@ -283,3 +285,35 @@ def test_suspension_is_read_from_table_properties() -> None:
     assert describe_suspension({"other": "x"}) is None
     garbled = read_suspension({SUSPENDED_PROPERTY: "{not json"})
     assert garbled is not None and "unreadable" in garbled.reason
+
+
+def test_policy_for_prefers_a_checks_own_on_failure(tmp_path: Path) -> None:
+    tables = """\
+tables:
+  - name: a
+    topic: a
+    on_error: skip
+    dlq: {type: kafka, topic: a-dlq}
+    checks:
+      - {type: not_null, columns: [id], on_failure: dlq}
+      - {type: range, column: amount, min: 0}
+"""
+    table = load(tmp_path, tables).tables[0]  # type: ignore[attr-defined]
+    own, inherited = table.checks
+    assert policy_for(table, "check", own) == "dlq"
+    assert policy_for(table, "check", inherited) == "skip"
+    assert policy_for(table, "decode") == policy_for(table, "transform") == "skip"
+
+
+def test_counts_by_outcome_feed_the_accounting() -> None:
+    results = [
+        SinkResult("skipped", "skipped", {0: 2}),
+        SinkResult("dead_lettered", "kafka topic x", {0: 1, 1: 4}),
+        SinkResult("dead_lettered", "kafka topic x", {1: 1}),
+    ]
+    counts = counts_by_outcome(results)
+    assert counts == {"skipped": {0: 2}, "dead_lettered": {0: 1, 1: 5}}
+    accounting = RunAccounting.from_counts(
+        "a", "t", "r", read={0: 5, 1: 5}, written={0: 2}, **counts
+    ).check()
+    assert accounting.totals["dead_lettered"] == 6

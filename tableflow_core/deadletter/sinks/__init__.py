@@ -8,12 +8,13 @@ dispatches on the target's config model type (KafkaDeadLetter, IcebergDeadLetter
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from tableflow_core.config.models import IcebergDeadLetter, KafkaDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterError
 from tableflow_core.deadletter.frames import require_columns
+from tableflow_core.deadletter.policy import Policy
 from tableflow_core.deadletter.sinks.base import BadRecordSink, SinkContext, SinkResult
 from tableflow_core.deadletter.sinks.fail import FailSink
 from tableflow_core.deadletter.sinks.iceberg_table import IcebergTableSink
@@ -24,8 +25,6 @@ from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-Policy = Literal["fail", "skip", "dlq"]
 
 DEAD_LETTER_SINKS: dict[type, Callable[[Any, SinkContext], BadRecordSink]] = {
     KafkaDeadLetter: KafkaTopicSink,
@@ -41,6 +40,7 @@ __all__ = [
     "BadRecordSink",
     "SinkContext",
     "SinkResult",
+    "counts_by_outcome",
     "route_bad_records",
     "sink_for",
 ]
@@ -73,3 +73,14 @@ def route_bad_records(
         return sink.write(unique)
     finally:
         unique.unpersist()
+
+
+def counts_by_outcome(results: Iterable[SinkResult]) -> dict[str, dict[int, int]]:
+    """{"skipped": {partition: n}, "dead_lettered": {...}} summed over several routings,
+    ready for `RunAccounting.from_counts(..., **counts_by_outcome(results))`."""
+    totals: dict[str, dict[int, int]] = {"skipped": {}, "dead_lettered": {}}
+    for result in results:
+        bucket = totals[result.outcome]
+        for partition, count in result.per_partition.items():
+            bucket[partition] = bucket.get(partition, 0) + count
+    return totals

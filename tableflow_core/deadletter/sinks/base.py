@@ -20,6 +20,7 @@ class SinkContext:
     run_id: str
     kafka_conf: Mapping[str, str] = field(default_factory=dict)  # for Kafka dead-letter topics
     spark_catalog: str = ""  # Spark catalog name of the target, for Iceberg dead-letter tables
+    catalog_address: str = ""  # CatalogHandle.address, named when the catalog fails
 
 
 @dataclass(frozen=True)

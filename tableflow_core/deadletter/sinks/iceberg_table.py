@@ -87,6 +87,12 @@ class IcebergTableSink:
     context: SinkContext
 
     @property
+    def catalog(self) -> str:
+        address = self.context.catalog_address
+        name = repr(self.context.spark_catalog)
+        return f"catalog {name} at {address}" if address else f"catalog {name}"
+
+    @property
     def spark_target(self) -> str:
         return spark_identifier(self.context.spark_catalog, self.target.table)
 
@@ -110,8 +116,8 @@ class IcebergTableSink:
             columns = spark.table(self.spark_target).columns
         except Exception as exc:
             raise DeadLetterTableError(
-                f"table {self.context.table}: dead-letter table {self.target.table} in catalog "
-                f"{self.context.spark_catalog!r} cannot be read (not created by apply?): "
+                f"table {self.context.table}: dead-letter table {self.target.table} in "
+                f"{self.catalog} cannot be read (not created by apply?): "
                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
             ) from exc
         wanted = dlq_table_schema().names
@@ -133,5 +139,5 @@ class IcebergTableSink:
                 first = text.splitlines()[0] if text else type(exc).__name__
                 raise DeadLetterTableError(
                     f"table {self.context.table}: writing bad records to dead-letter table "
-                    f"{self.target.table} (catalog {self.context.spark_catalog!r}) failed: {first}"
+                    f"{self.target.table} ({self.catalog}) failed: {first}"
                 ) from exc
