@@ -36,6 +36,7 @@ from tableflow_core.deadletter.originals import fetch_originals
 from tableflow_core.deadletter.replay import replay_records
 from tableflow_core.deadletter.sinks import SinkContext, kafka_topic, route_bad_records
 from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
+from tableflow_core.deadletter.suspension import Suspension
 from tableflow_core.dev.processes import free_port
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.kafka.admin import get_watermarks
@@ -301,8 +302,9 @@ def test_iceberg_dlq_written_twice_holds_no_duplicates(
     value_bytes = sum(len(r["value"]) for r in rows)
     queried = tableflow(
         "query",
-        f"SELECT count(*) AS n, count(DISTINCT source_offset) AS d, sum(octet_length(value)) "
-        f"AS b, max(len(headers)) AS h FROM {identifier}",
+        f"SELECT count(*) AS n, count(DISTINCT (source_partition, source_offset)) AS d, "
+        f"sum(octet_length(value))"
+        f" AS b, max(len(headers)) AS h FROM {identifier}",
         cwd=project,
     )
     assert queried.returncode == 0, queried.stderr
@@ -416,6 +418,11 @@ def test_skip_counts_and_fail_names_the_first_offset(spark: Any, poison: Poison)
     message = str(info.value)
     assert f"topic {poison.topic!r} partition 0 offset 1 (decode)" in message
     assert "and more" in message
+    suspension = Suspension.from_failure(info.value, poison.topic, "s")
+    assert (suspension.partition, suspension.offset) == (0, 1)
+    assert suspension.reason.startswith("DecodeFailure: ") and suspension.reason.endswith(
+        "(decode)"
+    )
 
 
 def test_kafka_dlq_delivery_failure_names_the_broker(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class DeadLetterError(RuntimeError):
     """Bad records could not be routed as the table's policy says."""
 
 
+@dataclass(frozen=True)
+class BadRecordRef:
+    """Where a bad record is and why it is bad (no bytes)."""
+
+    topic: str
+    partition: int
+    offset: int
+    stage: str
+    error_class: str
+    error_message: str
+
+    def describe(self) -> str:
+        return (
+            f"topic {self.topic!r} partition {self.partition} offset {self.offset} "
+            f"({self.stage}): {self.error_class}: {self.error_message}"
+        )
+
+
 class BadRecordsFailure(DeadLetterError):
-    """`on_error: fail` met bad records: the run stops and names the first offsets."""
+    """`on_error: fail` met bad records: the run stops and names the first offsets.
+
+    `records` holds the first ones, lowest partition and offset first (for suspension).
+    """
+
+    def __init__(self, message: str, records: tuple[BadRecordRef, ...] = ()) -> None:
+        super().__init__(message)
+        self.records = records
 
 
 class OriginalRecordMissingError(DeadLetterError):

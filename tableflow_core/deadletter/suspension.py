@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tableflow_core.deadletter.errors import SuspensionError
+from tableflow_core.deadletter.errors import BadRecordsFailure, SuspensionError
 
 SUSPENDED_PROPERTY = "tableflow.suspended"
 
@@ -36,6 +36,15 @@ class Suspension:
         cls, reason: str, topic: str, partition: int | None, offset: int | None, run_id: str
     ) -> Suspension:
         return cls(reason, topic, partition, offset, run_id, datetime.now(UTC).isoformat())
+
+    @classmethod
+    def from_failure(cls, failure: BadRecordsFailure, topic: str, run_id: str) -> Suspension:
+        """The suspension for a run stopped by `on_error: fail` (its first bad record)."""
+        if not failure.records:
+            return cls.now(str(failure), topic, None, None, run_id)
+        first = failure.records[0]
+        reason = f"{first.error_class}: {first.error_message} ({first.stage})"
+        return cls.now(reason, first.topic, first.partition, first.offset, run_id)
 
     def encode(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tableflow_core.deadletter.errors import BadRecordsFailure
+from tableflow_core.deadletter.errors import BadRecordRef, BadRecordsFailure
 from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult
 
 if TYPE_CHECKING:
@@ -34,13 +34,21 @@ class FailSink:
         )
         if not first:
             return SinkResult("skipped", "none", {})
-        listed = "; ".join(
-            f"topic {r['source_topic']!r} partition {r['source_partition']} offset "
-            f"{r['source_offset']} ({r['stage']}): {r['error_class']}: {r['error_message']}"
+        records = tuple(
+            BadRecordRef(
+                r["source_topic"],
+                r["source_partition"],
+                r["source_offset"],
+                r["stage"],
+                r["error_class"],
+                r["error_message"],
+            )
             for r in first[:MAX_LISTED]
         )
+        listed = "; ".join(record.describe() for record in records)
         more = " (and more)" if len(first) > MAX_LISTED else ""
         raise BadRecordsFailure(
             f"table {self.context.table}: bad record(s) and on_error is fail, nothing was "
-            f"committed: {listed}{more}"
+            f"committed: {listed}{more}",
+            records,
         )
