@@ -95,3 +95,4 @@ def test_catalog_stopped_mid_run_is_named_by_the_dlq_sink(spark: Any, tmp_path: 
         route_bad_records(bad, "dlq", target, context)
     message = str(info.value)
     assert f"catalog '{name}' at {server.uri}" in message and "ops.bad_records" in message
+    assert "Connection refused" in message and "An error occurred while calling" not in message

@@ -354,7 +354,9 @@ def test_iceberg_sink_refuses_a_missing_table(
     target = IcebergDeadLetter(type="iceberg", table=f"{unique_namespace('nope')}.missing")
     bad = fetch_originals(spark, poison.rejected_frame(spark), poison.topic, poison.kafka_conf, "r")
     context = SinkContext(table="payments", run_id="r", spark_catalog=spark_catalog)
-    with pytest.raises(DeadLetterTableError, match=r"missing in catalog 'tf_deadletter'"):
+    with pytest.raises(
+        DeadLetterTableError, match=r"missing in catalog 'tf_deadletter' does not exist"
+    ):
         route_bad_records(bad, "dlq", target, context)
 
 

@@ -18,6 +18,7 @@ from tableflow_core.deadletter.accounting import (
     merge_accounts,
 )
 from tableflow_core.deadletter.errors import AccountingError, OriginalRecordMissingError
+from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.deadletter.headers import (
     DEDUP_HEADERS,
     SOURCE_OFFSET,
@@ -317,3 +318,17 @@ def test_counts_by_outcome_feed_the_accounting() -> None:
         "a", "t", "r", read={0: 5, 1: 5}, written={0: 2}, **counts
     ).check()
     assert accounting.totals["dead_lettered"] == 6
+
+
+def test_spark_error_summary_finds_the_root_cause() -> None:
+    text = (
+        "An error occurred while calling o107.append.\n"
+        ": org.apache.iceberg.exceptions.RESTException: Error occurred while processing POST\n"
+        "\tat org.apache.iceberg.rest.HTTPClient.execute(HTTPClient.java:1)\n"
+        "Caused by: java.net.ConnectException: Connection refused\n"
+    )
+    assert spark_error_summary(RuntimeError(text)) == (
+        "RESTException: Error occurred while processing POST "
+        "(caused by ConnectException: Connection refused)"
+    )
+    assert spark_error_summary(RuntimeError("plain words")) == "plain words"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from tableflow_core.config.models import IcebergDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterTableError
-from tableflow_core.deadletter.frames import count_by_partition, spark_schema
+from tableflow_core.deadletter.frames import count_by_partition, spark_error_summary, spark_schema
 from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult
 from tableflow_core.deadletter.table_plan import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
 from tableflow_core.ingest.spec import quote_ident
@@ -115,10 +115,13 @@ class IcebergTableSink:
         try:
             columns = spark.table(self.spark_target).columns
         except Exception as exc:
+            missing = "TABLE_OR_VIEW_NOT_FOUND" in str(exc)
+            hint = (
+                " does not exist (created by `tableflow apply`)" if missing else " cannot be read"
+            )
             raise DeadLetterTableError(
                 f"table {self.context.table}: dead-letter table {self.target.table} in "
-                f"{self.catalog} cannot be read (not created by apply?): "
-                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                f"{self.catalog}{hint}: {spark_error_summary(exc)}"
             ) from exc
         wanted = dlq_table_schema().names
         if columns != wanted:
@@ -136,8 +139,7 @@ class IcebergTableSink:
                 if attempt < MERGE_ATTEMPTS and any(s in text for s in _RETRYABLE):
                     time.sleep(0.2 * attempt)
                     continue
-                first = text.splitlines()[0] if text else type(exc).__name__
                 raise DeadLetterTableError(
                     f"table {self.context.table}: writing bad records to dead-letter table "
-                    f"{self.target.table} ({self.catalog}) failed: {first}"
+                    f"{self.target.table} ({self.catalog}) failed: {spark_error_summary(exc)}"
                 ) from exc
