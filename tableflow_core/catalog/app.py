@@ -130,7 +130,10 @@ def _install_error_handlers(app: FastAPI) -> None:
 def create_app(settings: CatalogServerSettings, service: CatalogService | None = None) -> FastAPI:
     """The ASGI app. Opens the catalog database unless a `service` is given."""
     service = service or CatalogService.open(
-        settings.resolved_database_url, settings.warehouse_uri, settings.catalog_name
+        settings.resolved_database_url,
+        settings.warehouse_uri,
+        settings.catalog_name,
+        settings.allowed_locations,
     )
     authority = (
         TokenAuthority(settings.client_id, settings.client_secret, settings.token_ttl_seconds)
