@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tableflow_core.registry.store import GLOBAL, RegistryStore, StoredSchema, S
 
 DEFAULT_COMPATIBILITY = CompatibilityLevel.BACKWARD
 _MAX_VERSION = 2**31 - 1
+_VERSION = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 
 
 class SchemaRegistry:
@@ -285,14 +287,14 @@ class SchemaRegistry:
 
 
 def _parse_version(version: str) -> int | None:
-    """None means latest."""
+    """None means latest. Strict: "latest", "-1" or a positive integer in canonical
+    decimal; Python's int() would also take " 1", "1_0", "+1" or full-width digits."""
     if version in ("latest", "-1"):
         return None
-    try:
-        number = int(version)
-    except ValueError:
-        raise errors.invalid_version(version) from None
-    if not 1 <= number <= _MAX_VERSION:
+    if not _VERSION.fullmatch(version):
+        raise errors.invalid_version(version)
+    number = int(version)
+    if number > _MAX_VERSION:
         raise errors.invalid_version(version)
     return number
 
