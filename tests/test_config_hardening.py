@@ -273,3 +273,16 @@ def test_cli_exits_1_with_the_file_never_a_traceback(tmp_path: Path, project: by
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert "tableflow_project.yml" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "value", ["{a: [", "&a [*a, *a]\n", "[" * 100_000, "{a: !!python/name:os.system }"]
+)
+def test_bad_vars_option_is_a_usage_error_not_a_traceback(tmp_path: Path, value: str) -> None:
+    write(tmp_path, PROJECT)
+    result = CliRunner().invoke(
+        cli, ["--project-dir", str(tmp_path), "--vars", value, "validate"], env={"TF_SECRET": "s"}
+    )
+    assert result.exit_code in (1, 2), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
