@@ -250,6 +250,11 @@ def test_add_schema_with_duplicate_field_ids_is_refused(api: Api, catalog: RestC
             "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1, "blob-metadata": []}},
          "snapshot 12345 does not exist"),
         ({"action": "set-statistics"}, "statistics"),
+        ({"action": "add-spec", "spec": {"spec-id": 1, "fields": [
+            {"source-id": 1, "field-id": 1000, "name": "t", "transform": "truncate[-1]"}]}},
+         "truncate"),
+        ({"action": "add-schema", "schema": {"type": "struct", "schema-id": 1, "fields": [
+            {"id": 2, "name": "d", "type": "decimal(99,99)", "required": False}]}}, ""),
     ],
 )  # fmt: skip
 def test_invalid_updates_are_refused(

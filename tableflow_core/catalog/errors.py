@@ -19,6 +19,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
 
 class NotAuthorizedError(Exception):
@@ -66,6 +67,9 @@ _STATUS_BY_EXCEPTION: tuple[tuple[type[Exception], int, str], ...] = (
     (UnsupportedOperationError, 501, "UnsupportedOperationException"),
     (NotImplementedError, 501, "UnsupportedOperationException"),
     (ValidationError, 400, "BadRequestException"),
+    # pyiceberg's models raise their own ValidationError (not a ValueError) from validators,
+    # e.g. for a transform like `truncate[-1]` or a type like `decimal(99,99)`.
+    (IcebergValidationError, 400, "BadRequestException"),
     (ValueError, 400, "BadRequestException"),
 )
 
