@@ -162,3 +162,42 @@ def test_valid_versions_still_work(schema_registry: SchemaRegistryServer, versio
         f"{schema_registry.url}/subjects/{subject}/versions/{version}", timeout=10
     )
     assert response.status_code == 200 and response.json()["version"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"schema": '"string"', "schemaType": 1}, 422, 42201),
+        ({"schema": '"string"', "schemaType": ["AVRO"]}, 422, 42201),
+        ({"schema": "[" * 100_000}, 422, 42201),
+        ({"schema": "[" * 100_000, "schemaType": "JSON"}, 422, 42201),
+    ],
+)
+def test_malformed_register_bodies_are_4xx(
+    schema_registry: SchemaRegistryServer, body: dict[str, Any], status: int, code: int
+) -> None:
+    response = _post(f"{schema_registry.url}/subjects/{unique_name('m')}/versions", body)
+    assert response.status_code == status, response.text
+    assert response.json()["error_code"] == code
+
+
+def test_deeply_nested_request_body_is_400(schema_registry: SchemaRegistryServer) -> None:
+    response = requests.post(
+        f"{schema_registry.url}/subjects/{unique_name('m')}/versions",
+        data="[" * 100_000,
+        headers={"Content-Type": CONTENT_TYPE},
+        timeout=30,
+    )
+    assert response.status_code == 400, response.text
+
+
+@pytest.mark.parametrize("schema_id", ["0", "-1", "99999999999999999999999"])
+def test_out_of_range_schema_ids_are_404(
+    schema_registry: SchemaRegistryServer, schema_id: str
+) -> None:
+    for suffix in ("", "/schema", "/versions", "/subjects"):
+        response = requests.get(
+            f"{schema_registry.url}/schemas/ids/{schema_id}{suffix}", timeout=10
+        )
+        assert response.status_code == 404, (suffix, response.text)
+        assert response.json()["error_code"] == 40403

@@ -63,6 +63,8 @@ async def _body(request: Request) -> object:
         return json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("request body nests too deeply") from None
 
 
 class BasicAuthMiddleware:

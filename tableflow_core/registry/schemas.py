@@ -39,9 +39,11 @@ class SchemaType(StrEnum):
     PROTOBUF = "PROTOBUF"
 
     @classmethod
-    def parse(cls, value: str | None) -> SchemaType:
+    def parse(cls, value: object) -> SchemaType:
         if value is None or value == "":
             return cls.AVRO
+        if not isinstance(value, str):
+            raise invalid_schema(f"schemaType must be a string, not {type(value).__name__}")
         try:
             return cls(value.upper())
         except ValueError:
@@ -105,9 +107,11 @@ def canonical_text(definition: SchemaDefinition) -> str:
         return definition.schema.strip()
     try:
         parsed = json.loads(definition.schema)
+        return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
     except json.JSONDecodeError as exc:
         raise invalid_schema(f"not valid JSON: {exc}") from None
-    return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise invalid_schema("the schema nests too deeply") from None
 
 
 def fingerprint(definition: SchemaDefinition) -> str:
@@ -255,6 +259,8 @@ def validate(definition: SchemaDefinition, referenced: list[str]) -> None:
             parsed = json.loads(definition.schema)
         except json.JSONDecodeError as exc:
             raise invalid_schema(f"not valid JSON: {exc}") from None
+        except RecursionError:
+            raise invalid_schema("the schema nests too deeply") from None
         if not isinstance(parsed, dict | bool):
             raise invalid_schema("a JSON Schema must be an object or a boolean")
     else:

@@ -21,6 +21,7 @@ from tableflow_core.registry.store import GLOBAL, RegistryStore, StoredSchema, S
 
 DEFAULT_COMPATIBILITY = CompatibilityLevel.BACKWARD
 _MAX_VERSION = 2**31 - 1
+_MAX_SCHEMA_ID = 2**63 - 1
 _VERSION = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 
 
@@ -250,6 +251,8 @@ class SchemaRegistry:
     # -- helpers ---------------------------------------------------------------------------
 
     def _stored(self, schema_id: int) -> StoredSchema:
+        if not 1 <= schema_id <= _MAX_SCHEMA_ID:  # SQLite integers are 64-bit
+            raise errors.schema_not_found(f"Schema {schema_id} not found")
         stored = self._store.schema_by_id(schema_id)
         if stored is None:
             raise errors.schema_not_found(f"Schema {schema_id} not found")
