@@ -190,7 +190,7 @@ def test_a_few_aliases_are_fine(tmp_path: Path) -> None:
 )
 def test_hostile_yaml_is_a_located_error(tmp_path: Path, text: str, needle: str) -> None:
     found = problems(write(tmp_path, text))
-    assert len(found) == 1 and found[0].startswith("tableflow_project.yml"), found
+    assert len(found) == 1 and found[0].startswith("tableflow_project.yml:1"), found
     assert needle in found[0]
 
 

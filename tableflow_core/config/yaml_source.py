@@ -71,6 +71,7 @@ def load_yaml(text: str, file: Path) -> YamlDocument:
 
     Raises ConfigError with the file and line for syntax errors and duplicate keys.
     """
+    node: yaml.Node | None = None
     try:
         _check_bounds(text, file)
         loader = yaml.SafeLoader(text)
@@ -79,6 +80,10 @@ def load_yaml(text: str, file: Path) -> YamlDocument:
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
+    except (ValueError, OverflowError) as exc:
+        # PyYAML's constructors: a timestamp like 2020-13-45, an int past Python's digit limit.
+        line = _failing_scalar_line(node) if node is not None else None
+        raise ConfigError([ConfigProblem(f"invalid YAML value: {exc}", file, line)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -86,9 +91,6 @@ def load_yaml(text: str, file: Path) -> YamlDocument:
         raise ConfigError([ConfigProblem(f"invalid YAML: {problem}", file, line)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem(f"invalid YAML: {exc}", file)]) from None
-    except (ValueError, OverflowError) as exc:
-        # PyYAML's constructors: a timestamp like 2020-13-45, an int past Python's digit limit.
-        raise ConfigError([ConfigProblem(f"invalid YAML value: {exc}", file)]) from None
     lines: dict[FieldPath, int] = {}
     problems: list[ConfigProblem] = []
     if node is not None:
@@ -143,6 +145,27 @@ def _check_bounds(text: str, file: Path) -> None:
                 file,
                 line,
             )
+
+
+def _failing_scalar_line(root: yaml.Node) -> int | None:
+    """The line of the first scalar PyYAML cannot construct (bounded: checked tree)."""
+    loader = yaml.SafeLoader("")
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            try:
+                loader.construct_object(node)
+            except (ValueError, OverflowError):
+                return node.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in reversed(node.value) for n in reversed(pair))
+    return None
 
 
 def _raise(message: str, file: Path, line: int | None) -> None:
