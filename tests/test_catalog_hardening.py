@@ -376,3 +376,22 @@ def _table(catalog: RestCatalog, name: str) -> Any:
 def _commit(api: Api, table: str, updates: list[dict[str, Any]]) -> requests.Response:
     body = {"requirements": [], "updates": updates}
     return api.call("POST", f"/namespaces/h/tables/{table}", json=body)
+
+
+def test_table_under_a_legacy_namespace_location_outside_is_refused(tmp_path: Path) -> None:
+    from tableflow_core.catalog.locations import LocationNotAllowedError
+    from tableflow_core.catalog.models import CreateTableBody
+    from tableflow_core.catalog.service import CatalogService
+
+    warehouse = tmp_path / "wh"
+    warehouse.mkdir()
+    service = CatalogService.open(f"sqlite:///{warehouse / 'c.db'}", warehouse.as_uri())
+    try:
+        # written before namespace locations were checked: straight into SqlCatalog
+        service.catalog.create_namespace(("legacy",), {"location": str(tmp_path / "outside")})
+        body = CreateTableBody.model_validate({"name": "t", "schema": _schema_json()})
+        with pytest.raises(LocationNotAllowedError):
+            service.create_table(("legacy",), body)
+        assert not (tmp_path / "outside").exists()
+    finally:
+        service.close()

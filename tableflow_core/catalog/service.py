@@ -235,10 +235,15 @@ class CatalogService:
         spec = request.partition_spec or UNPARTITIONED_PARTITION_SPEC
         order = request.write_order or UNSORTED_SORT_ORDER
         self._check_new_table(request)
-        if request.stage_create:
-            location = self.catalog._resolve_table_location(
+        # Resolved here (the namespace's `location` or the warehouse) so the final
+        # location is checked too, also for namespaces created before locations were.
+        location = self.locations.check(
+            self.catalog._resolve_table_location(
                 request.location, Catalog.namespace_to_string(namespace), request.name
-            )
+            ),
+            "table location",
+        )
+        if request.stage_create:
             metadata = new_table_metadata(
                 location=location,
                 schema=request.table_schema,
@@ -251,7 +256,7 @@ class CatalogService:
             table = self.catalog.create_table(
                 identifier,
                 schema=request.table_schema,
-                location=request.location,
+                location=location,
                 partition_spec=spec,
                 sort_order=order,
                 properties=request.properties,
