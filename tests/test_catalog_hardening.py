@@ -395,3 +395,23 @@ def test_table_under_a_legacy_namespace_location_outside_is_refused(tmp_path: Pa
         assert not (tmp_path / "outside").exists()
     finally:
         service.close()
+
+
+def test_plan_apply_catalog_without_auth_config_uses_a_private_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tableflow_core.targets.catalog import open_catalog
+
+    monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
+    (tmp_path / "tableflow_project.yml").write_text(
+        "name: p\ntargets:\n  dev:\n    kafka: {bootstrap_servers: 'b:1'}\n"
+        "    catalog: {type: embedded, port: 0, warehouse: ./wh}\n"
+    )
+    with open_catalog(load_project(tmp_path)) as handle:
+        assert handle.started_server
+        credential = handle.spark_properties["credential"]
+        assert credential.startswith("tableflow:") and len(credential) > 30
+        handle.catalog.create_namespace("n")
+        assert handle.catalog.list_namespaces() == [("n",)]
+        uri = handle.spark_properties["uri"]
+        assert requests.get(uri + "/v1/namespaces", timeout=10).status_code == 401
