@@ -80,7 +80,7 @@ def test_auth_defaults_to_client_credentials_when_left_out(
     config = project.target.catalog
     assert isinstance(config, EmbeddedCatalog) and config.auth.mode == "client_credentials"
     monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
-    with pytest.raises(ValidationError, match="needs a client secret"):
+    with pytest.raises(ValueError, match="needs a client secret"):
         embedded_server_settings(project, config)
     monkeypatch.setenv(CLIENT_SECRET_ENV, "from-the-env")
     settings = embedded_server_settings(project, config)
@@ -415,3 +415,26 @@ def test_plan_apply_catalog_without_auth_config_uses_a_private_secret(
         assert handle.catalog.list_namespaces() == [("n",)]
         uri = handle.spark_properties["uri"]
         assert requests.get(uri + "/v1/namespaces", timeout=10).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("catalog", "needle"),
+    [
+        ("{type: embedded, port: 0}", "needs a client secret"),
+        ("{type: embedded, port: 0, host: 0.0.0.0, auth: {mode: none}}", "auth 'none' is refused"),
+    ],
+)
+def test_catalog_serve_refuses_unsafe_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, catalog: str, needle: str
+) -> None:
+    from click.testing import CliRunner
+
+    from tableflow_core.cli.main import cli
+
+    monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
+    (tmp_path / "tableflow_project.yml").write_text(
+        f"name: p\ntargets:\n  dev:\n    kafka: {{bootstrap_servers: 'b:1'}}\n    catalog: {catalog}\n"
+    )
+    result = CliRunner().invoke(cli, ["--project-dir", str(tmp_path), "catalog", "serve"])
+    assert result.exit_code == 1
+    assert needle in " ".join(result.output.split())

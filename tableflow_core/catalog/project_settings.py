@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 from tableflow_core.config.models import EmbeddedCatalog
@@ -43,7 +43,7 @@ def embedded_server_settings(
     `tableflow dev up`, `tableflow catalog serve` and the in-process server of
     plan/apply all use this, so they serve the same tables. `client_credentials` (the
     default) needs a secret: `catalog.auth.client_secret` or $TABLEFLOW_CATALOG_CLIENT_SECRET.
-    Raises ValueError (pydantic's ValidationError) for settings that are not allowed:
+    Raises ValueError for settings that are not allowed:
     no secret, or auth none on a non-loopback address.
     """
     return _settings(project, config, embedded_client_secret(config), overrides)
@@ -77,4 +77,9 @@ def _settings(
         "catalog_name": config.name,
     }
     values.update(overrides)
-    return CatalogServerSettings(**values)
+    try:
+        return CatalogServerSettings(**values)
+    except ValidationError as exc:
+        # One readable sentence per problem (pydantic's text would also dump the inputs).
+        messages = [str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()]
+        raise ValueError("catalog: " + "; ".join(messages)) from None
