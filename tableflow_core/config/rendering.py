@@ -16,12 +16,14 @@ jinja's sandbox, with repetition and output size bounded.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import filters as jinja_filters
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tableflow_core.config.errors import ConfigProblem
 from tableflow_core.config.yaml_source import FieldPath, YamlDocument, dotted_path
@@ -45,10 +47,40 @@ class RenderError(Exception):
     """A template in one value cannot be rendered (message is shown to the user)."""
 
 
-class _BoundedSandbox(SandboxedEnvironment):
-    """The sandbox, plus limits on `*`, `**` and `range` so a value cannot eat the machine."""
+# Widths and precisions in `%` and `str.format` specs: `'%999999999s' % x` allocates first.
+_PERCENT_SPEC = re.compile(r"%[-+ #0]*(\d+|\*)?(?:\.(\d+|\*))?")
+_BRACE_SPEC = re.compile(r"\{[^{}]*:[^{}]*?(\d+|\{)(?:\.(\d+|\{))?[^{}]*\}")
 
-    intercepted_binops = frozenset({"*", "**"})
+
+def _check_format(fmt: object) -> None:
+    if not isinstance(fmt, str):
+        return
+    for pattern in (_PERCENT_SPEC, _BRACE_SPEC):
+        for match in pattern.finditer(fmt):
+            for group in match.groups():
+                if group in ("*", "{") or (group and int(group) > MAX_OUTPUT_CHARS):
+                    raise RenderError("format width or precision is too large")
+
+
+def _bounded_width(filter_function: Callable[..., Any]) -> Callable[..., Any]:
+    """A jinja filter whose numeric arguments (widths) are bounded."""
+
+    def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        for arg in (*args, *kwargs.values()):
+            if isinstance(arg, int) and not isinstance(arg, bool) and arg > MAX_OUTPUT_CHARS:
+                raise RenderError("filter width is too large")
+        if filter_function is jinja_filters.do_format:
+            _check_format(value)
+        return filter_function(value, *args, **kwargs)
+
+    return bounded
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox (values from var() cannot be mutated either), plus limits on `*`, `**`,
+    `%`, `str.format` widths, width filters and `range` so a value cannot eat the machine."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and isinstance(right, int | float) and abs(right) > MAX_EXPONENT:
@@ -61,7 +93,16 @@ class _BoundedSandbox(SandboxedEnvironment):
                     and len(seq) * count > MAX_OUTPUT_CHARS
                 ):
                     raise RenderError("repetition produces a value that is too large")
+        if operator == "%":
+            _check_format(left)
         return super().call_binop(context, operator, left, right)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        _check_format(getattr(value, "__self__", None))
+        return wrapped
 
 
 def _bounded_range(*args: int) -> range:
@@ -75,6 +116,8 @@ _ENVIRONMENT = _BoundedSandbox(
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
 )
 _ENVIRONMENT.globals["range"] = _bounded_range
+for _name in ("center", "indent", "format"):
+    _ENVIRONMENT.filters[_name] = _bounded_width(_ENVIRONMENT.filters[_name])
 
 
 @dataclass(frozen=True)
