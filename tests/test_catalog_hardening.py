@@ -438,3 +438,26 @@ def test_catalog_serve_refuses_unsafe_settings(
     result = CliRunner().invoke(cli, ["--project-dir", str(tmp_path), "catalog", "serve"])
     assert result.exit_code == 1
     assert needle in " ".join(result.output.split())
+
+
+def test_oversized_request_body_is_refused(api: Api) -> None:
+    from tableflow_core.catalog.app import MAX_BODY_BYTES
+
+    big = b'{"namespace": ["big"], "properties": {"a": "' + b"x" * MAX_BODY_BYTES + b'"}}'
+    response = api.call(
+        "POST", "/namespaces", data=big, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted while streaming
+        yield b'{"namespace": ["big"], "properties": {"a": "'
+        for _ in range(MAX_BODY_BYTES // (1024 * 1024) + 1):
+            yield b"x" * (1024 * 1024)
+        yield b'"}}'
+
+    streamed = api.call(
+        "POST", "/namespaces", data=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert streamed.status_code == 413, streamed.text
+    assert api.call("GET", "/namespaces/big").status_code == 404

@@ -30,6 +30,10 @@ class BadRequestError(ValueError):
     """Malformed request (HTTP 400)."""
 
 
+class RequestTooLargeError(Exception):
+    """A request body over the server's limit (HTTP 413)."""
+
+
 class UnprocessableEntityError(ValueError):
     """Well-formed but contradictory request, e.g. a key both updated and removed (HTTP 422)."""
 
@@ -63,6 +67,7 @@ _STATUS_BY_EXCEPTION: tuple[tuple[type[Exception], int, str], ...] = (
     (TableAlreadyExistsError, 409, "AlreadyExistsException"),
     (NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
     (CommitFailedException, 409, "CommitFailedException"),
+    (RequestTooLargeError, 413, "RequestTooLargeException"),
     (UnprocessableEntityError, 422, "UnprocessableEntityException"),
     (UnsupportedOperationError, 501, "UnsupportedOperationException"),
     (NotImplementedError, 501, "UnsupportedOperationException"),
