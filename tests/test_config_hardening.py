@@ -290,3 +290,9 @@ def test_bad_vars_option_is_a_usage_error_not_a_traceback(tmp_path: Path, value:
     assert result.exit_code in (1, 2), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
+
+
+def test_template_errors_never_echo_environment_values(tmp_path: Path) -> None:
+    text = PROJECT.replace("env_var('TF_SECRET')", "{}[env_var('TF_SECRET')]")
+    found = problems(write(tmp_path, text), environ={"TF_SECRET": "hunter2-secret"})
+    assert len(found) == 1 and "hunter2-secret" not in found[0] and "**********" in found[0]

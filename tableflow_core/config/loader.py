@@ -153,12 +153,13 @@ def _default_target(
         )
     if not is_template(value):
         return value
+    context = RenderContext(overrides, "", environ)
     try:
-        return render_value(value, RenderContext(overrides, "", environ))
+        return render_value(value, context)
     except RenderError as exc:
-        raise ConfigError(
-            [ConfigProblem(str(exc), raw.file, raw.line_of(("default_target",)), "default_target")]
-        ) from None
+        message = context.redact(str(exc))
+        line = raw.line_of(("default_target",))
+        raise ConfigError([ConfigProblem(message, raw.file, line, "default_target")]) from None
 
 
 def _declared_vars(

@@ -133,6 +133,8 @@ class RenderContext:
     environ: Mapping[str, str] | None = None
     strict_vars: bool = True
     _env: Mapping[str, str] = field(init=False, repr=False)
+    # Every value env_var() returned: error messages must not echo them (they may be secrets).
+    _env_values_read: set[str] = field(init=False, repr=False, default_factory=set)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_env", os.environ if self.environ is None else self.environ)
@@ -141,12 +143,20 @@ class RenderContext:
         if not isinstance(name, str):
             raise RenderError(f"env_var() needs a variable name string, not {type(name).__name__}")
         if name in self._env:
-            return self._env[name]
+            value = self._env[name]
+            self._env_values_read.add(value)
+            return value
         if default is _MISSING:
             raise RenderError(
                 f"environment variable {name!r} is not set and env_var() has no default"
             )
         return str(default)
+
+    def redact(self, message: str) -> str:
+        for value in sorted(self._env_values_read, key=len, reverse=True):
+            if len(value) >= 3:
+                message = message.replace(value, "**********")
+        return message
 
     def var(self, name: Any, default: Any = _MISSING) -> Any:
         if not isinstance(name, str):
@@ -228,6 +238,11 @@ def render_tree(
         return render_value(value, context)
     except RenderError as exc:
         problems.append(
-            ConfigProblem(str(exc), document.file, document.line_of(at), dotted_path(at) or None)
+            ConfigProblem(
+                context.redact(str(exc)),
+                document.file,
+                document.line_of(at),
+                dotted_path(at) or None,
+            )
         )
         return value
