@@ -296,3 +296,12 @@ def test_template_errors_never_echo_environment_values(tmp_path: Path) -> None:
     text = PROJECT.replace("env_var('TF_SECRET')", "{}[env_var('TF_SECRET')]")
     found = problems(write(tmp_path, text), environ={"TF_SECRET": "hunter2-secret"})
     assert len(found) == 1 and "hunter2-secret" not in found[0] and "**********" in found[0]
+
+
+def test_a_bad_template_in_vars_is_reported_once(tmp_path: Path) -> None:
+    text = PROJECT + "vars:\n  a: \"{{ env_var('NOPE') }}\"\n"
+    found = problems(write(tmp_path, text), environ={"TF_SECRET": "s"})
+    assert found == [
+        "tableflow_project.yml:14 [vars.a]: environment variable 'NOPE' is not set and "
+        "env_var() has no default"
+    ]

@@ -75,7 +75,8 @@ def load_project(
     document, render_problems = render_document(raw, context)
     problems.extend(render_problems)
     if problems:
-        raise ConfigError(problems, root)
+        # `vars:` is rendered twice (alone first, then with the file): report its errors once.
+        raise ConfigError(list(dict.fromkeys(problems)), root)
     config, problems = validate_document(ProjectConfig, document)
     if config is None:
         raise ConfigError(problems, root)
