@@ -41,7 +41,7 @@ MAX_COLUMNS = 10_000
 
 
 def schema_problems(schema: Schema) -> list[str]:
-    """Duplicate or non-positive field ids, duplicate names at one level, too many columns."""
+    """Duplicate field ids, duplicate names at one level, unknown identifier fields, size."""
     problems: list[str] = []
     seen: set[int] = set()
     for count, field in enumerate(_all_fields(schema.as_struct()), start=1):
