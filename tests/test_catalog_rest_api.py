@@ -137,7 +137,9 @@ def test_table_errors(client: Client, catalog_server: CatalogServer) -> None:
         "BadRequestException",
     )
     assert_error(
-        client.call("POST", f"/namespaces/{ns}/tables/nope", json={"updates": []}),
+        client.call(
+            "POST", f"/namespaces/{ns}/tables/nope", json={"requirements": [], "updates": []}
+        ),
         404,
         "NoSuchTableException",
     )

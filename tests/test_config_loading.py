@@ -166,7 +166,8 @@ def test_missing_env_var_without_default_names_file_and_line(tmp_path: Path) -> 
         '"127.0.0.1:9999"', "\"{{ env_var('TF_SURELY_UNSET') }}\""
     )
     assert problems_of(write_project(tmp_path, project_text), environ={}) == [
-        "tableflow_project.yml:5: environment variable 'TF_SURELY_UNSET' is not set and env_var() has no default"
+        "tableflow_project.yml:5 [targets.dev.kafka.bootstrap_servers]: "
+        "environment variable 'TF_SURELY_UNSET' is not set and env_var() has no default"
     ]
 
 

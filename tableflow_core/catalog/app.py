@@ -7,7 +7,8 @@ models. Sync handlers run on FastAPI's thread pool; the service does the locking
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +31,7 @@ from tableflow_core.catalog.errors import (
     ErrorInfo,
     NoSuchViewError,
     NotAuthorizedError,
+    RequestTooLargeError,
     UnsupportedOperationError,
     error_info_for,
     handled_exception_types,
@@ -71,6 +73,48 @@ SUPPORTED_ENDPOINTS = [
 ]
 
 
+# Commit bodies carry metadata updates, a few MB at most; this only stops abuse.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class BodyLimitMiddleware:
+    """413 for a body over `limit`: on Content-Length at once, else while it streams in."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], limit: int) -> None:
+        self._app = app
+        self._limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self._limit:
+            response = _error(_too_large(self._limit))
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self._limit:
+                raise RequestTooLargeError(_too_large(self._limit).message)
+            return message
+
+        await self._app(scope, limited, send)
+
+
+def _too_large(limit: int) -> ErrorInfo:
+    return ErrorInfo(413, "RequestTooLargeException", f"Request body is larger than {limit} bytes")
+
+
 def parse_namespace(encoded: str) -> Identifier:
     return tuple(encoded.split(NAMESPACE_SEPARATOR))
 
@@ -108,6 +152,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(ErrorInfo(400, "BadRequestException", "Invalid request: " + "; ".join(parts)))
 
     async def http_error(_request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc.__cause__, RequestTooLargeError):  # FastAPI wraps body read errors
+            return _error(_too_large(MAX_BODY_BYTES))
         status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
         detail = exc.detail if isinstance(exc, StarletteHTTPException) else "error"
         return _error(
@@ -130,7 +176,10 @@ def _install_error_handlers(app: FastAPI) -> None:
 def create_app(settings: CatalogServerSettings, service: CatalogService | None = None) -> FastAPI:
     """The ASGI app. Opens the catalog database unless a `service` is given."""
     service = service or CatalogService.open(
-        settings.resolved_database_url, settings.warehouse_uri, settings.catalog_name
+        settings.resolved_database_url,
+        settings.warehouse_uri,
+        settings.catalog_name,
+        settings.allowed_locations,
     )
     authority = (
         TokenAuthority(settings.client_id, settings.client_secret, settings.token_ttl_seconds)
@@ -138,6 +187,7 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         else None
     )
     app = FastAPI(title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     app.state.service = service
     _install_error_handlers(app)
 

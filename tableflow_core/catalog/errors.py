@@ -19,6 +19,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
 
 class NotAuthorizedError(Exception):
@@ -27,6 +28,10 @@ class NotAuthorizedError(Exception):
 
 class BadRequestError(ValueError):
     """Malformed request (HTTP 400)."""
+
+
+class RequestTooLargeError(Exception):
+    """A request body over the server's limit (HTTP 413)."""
 
 
 class UnprocessableEntityError(ValueError):
@@ -62,10 +67,14 @@ _STATUS_BY_EXCEPTION: tuple[tuple[type[Exception], int, str], ...] = (
     (TableAlreadyExistsError, 409, "AlreadyExistsException"),
     (NamespaceNotEmptyError, 409, "NamespaceNotEmptyException"),
     (CommitFailedException, 409, "CommitFailedException"),
+    (RequestTooLargeError, 413, "RequestTooLargeException"),
     (UnprocessableEntityError, 422, "UnprocessableEntityException"),
     (UnsupportedOperationError, 501, "UnsupportedOperationException"),
     (NotImplementedError, 501, "UnsupportedOperationException"),
     (ValidationError, 400, "BadRequestException"),
+    # pyiceberg's models raise their own ValidationError (not a ValueError) from validators,
+    # e.g. for a transform like `truncate[-1]` or a type like `decimal(99,99)`.
+    (IcebergValidationError, 400, "BadRequestException"),
     (ValueError, 400, "BadRequestException"),
 )
 

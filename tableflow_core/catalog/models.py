@@ -8,6 +8,8 @@ single-table commit body carries no `identifier`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator
 from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.partitioning import PartitionSpec
@@ -34,9 +36,24 @@ class CreateTableBody(CreateTableRequest):
 
 
 class CommitTableBody(IcebergBaseModel):
+    """The spec's CommitTableRequest: `requirements` and `updates` are both required."""
+
     identifier: TableIdentifier | None = None
-    requirements: tuple[TableRequirement, ...] = Field(default_factory=tuple)
-    updates: tuple[TableUpdate, ...] = Field(default_factory=tuple)
+    requirements: tuple[TableRequirement, ...]
+    updates: tuple[TableUpdate, ...]
+
+    @field_validator("updates", mode="before")
+    @classmethod
+    def _statistics_present(cls, updates: Any) -> Any:
+        # pyiceberg's SetStatisticsUpdate reads data["statistics"] before validating it.
+        for update in updates if isinstance(updates, list | tuple) else ():
+            if not isinstance(update, dict):
+                continue
+            if update.get("action") == "set-statistics" and not isinstance(
+                update.get("statistics"), dict
+            ):
+                raise ValueError("set-statistics needs a `statistics` object")
+        return updates
 
 
 class CommitTransactionBody(IcebergBaseModel):

@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+from collections.abc import Mapping
 from typing import Any
 
-from tableflow_core.catalog.settings import CatalogServerSettings
+from pydantic import SecretStr, ValidationError
+
+from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 from tableflow_core.config.models import EmbeddedCatalog
 from tableflow_core.config.project import Project
+
+
+def embedded_client_secret(
+    config: EmbeddedCatalog, environ: Mapping[str, str] | None = None
+) -> SecretStr | None:
+    """The client secret of `client_credentials`: from the project, else the environment."""
+    if config.auth.client_secret is not None and config.auth.client_secret.get_secret_value():
+        return config.auth.client_secret
+    value = (os.environ if environ is None else environ).get(CLIENT_SECRET_ENV)
+    return SecretStr(value) if value else None
+
+
+def embedded_client_credential(
+    config: EmbeddedCatalog, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """`client_id:client_secret` for clients of the embedded catalog; None with auth none
+    or when no secret is known (then only an in-process server, with its own secret, works)."""
+    if config.auth.mode == "none":
+        return None
+    secret = embedded_client_secret(config, environ)
+    return f"{config.auth.client_id}:{secret.get_secret_value()}" if secret else None
 
 
 def embedded_server_settings(
@@ -15,17 +41,45 @@ def embedded_server_settings(
     """Server settings serving the project's warehouse and catalog database.
 
     `tableflow dev up`, `tableflow catalog serve` and the in-process server of
-    plan/apply all use this, so they serve the same tables.
+    plan/apply all use this, so they serve the same tables. `client_credentials` (the
+    default) needs a secret: `catalog.auth.client_secret` or $TABLEFLOW_CATALOG_CLIENT_SECRET.
+    Raises ValueError for settings that are not allowed:
+    no secret, or auth none on a non-loopback address.
     """
+    return _settings(project, config, embedded_client_secret(config), overrides)
+
+
+def in_process_server_settings(
+    project: Project, config: EmbeddedCatalog, **overrides: Any
+) -> CatalogServerSettings:
+    """Like `embedded_server_settings`, for a server only this process talks to
+    (plan/apply): without a configured secret it draws a random one."""
+    secret = embedded_client_secret(config)
+    if secret is None and config.auth.mode == "client_credentials":
+        secret = SecretStr(secrets.token_urlsafe(32))
+    return _settings(project, config, secret, overrides)
+
+
+def _settings(
+    project: Project,
+    config: EmbeddedCatalog,
+    secret: SecretStr | None,
+    overrides: dict[str, Any],
+) -> CatalogServerSettings:
     values: dict[str, Any] = {
         "host": config.host,
         "port": config.port,
         "warehouse": project.resolve_path(config.warehouse),
         "database_url": config.database_url,
         "auth": "none" if config.auth.mode == "none" else "client-credentials",
-        "client_id": config.auth.client_id or "tableflow",
-        "client_secret": config.auth.client_secret,
+        "client_id": config.auth.client_id,
+        "client_secret": secret,
         "catalog_name": config.name,
     }
     values.update(overrides)
-    return CatalogServerSettings(**values)
+    try:
+        return CatalogServerSettings(**values)
+    except ValidationError as exc:
+        # One readable sentence per problem (pydantic's text would also dump the inputs).
+        messages = [str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()]
+        raise ValueError("catalog: " + "; ".join(messages)) from None

@@ -64,7 +64,10 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
 def _open_service(settings: CatalogServerSettings) -> CatalogService:
     settings.warehouse.mkdir(parents=True, exist_ok=True)
     return CatalogService.open(
-        settings.resolved_database_url, settings.warehouse_uri, settings.catalog_name
+        settings.resolved_database_url,
+        settings.warehouse_uri,
+        settings.catalog_name,
+        settings.allowed_locations,
     )
 
 

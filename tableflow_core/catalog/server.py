@@ -45,6 +45,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--auth", choices=["none", "client-credentials"], default="client-credentials"
     )
     parser.add_argument("--client-id", default="tableflow")
+    parser.add_argument(
+        "--allow-location",
+        action="append",
+        default=[],
+        metavar="URI",
+        help="a location prefix besides the warehouse where tables may live (repeatable)",
+    )
     parser.add_argument("--token-ttl-seconds", type=int, default=3600)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", action="store_true")
@@ -62,6 +69,7 @@ def settings_from_args(
         warehouse=args.warehouse,
         database_url=args.database_url,
         auth=args.auth,
+        allowed_locations=tuple(args.allow_location),
         client_id=args.client_id,
         client_secret=SecretStr(secret) if secret else None,
         token_ttl_seconds=args.token_ttl_seconds,

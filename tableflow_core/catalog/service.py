@@ -24,6 +24,7 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
@@ -34,8 +35,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tableflow_core.catalog.errors import BadRequestError, UnprocessableEntityError
+from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
 from tableflow_core.catalog.models import CreateTableBody
+from tableflow_core.catalog.updates import check_schema, check_transforms, checked_updates
 
 log = logging.getLogger(__name__)
 
@@ -100,31 +103,67 @@ def _tune_sqlite(engine: Engine) -> None:
     engine.dispose()
 
 
-def validate_namespace(namespace: Identifier) -> Identifier:
-    if not namespace or any(not part for part in namespace):
-        raise BadRequestError("Namespace must have at least one non-empty level")
-    if any("." in part for part in namespace):
+MAX_NAME_LENGTH = 255
+MAX_NAMESPACE_LEVELS = 16
+
+
+def _name_problem(name: object) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    if "." in name:
         # SqlCatalog stores namespaces as dotted strings: a dot inside a level is ambiguous.
-        raise BadRequestError(f"Namespace levels cannot contain '.': {list(namespace)}")
+        return "cannot contain '.'"
+    if any(c in name for c in "/\\") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "cannot contain '/', '\\' or control characters"
+    return None
+
+
+def validate_namespace(namespace: Identifier) -> Identifier:
+    if not namespace:
+        raise BadRequestError("Namespace must have at least one non-empty level")
+    if len(namespace) > MAX_NAMESPACE_LEVELS:
+        raise BadRequestError(f"Namespace has more than {MAX_NAMESPACE_LEVELS} levels")
+    for level in namespace:
+        if problem := _name_problem(level):
+            raise BadRequestError(f"Invalid namespace level: {problem}")
     return namespace
 
 
 def validate_table_name(name: str) -> str:
-    if not name or "." in name:
-        raise BadRequestError(f"Invalid table name {name!r}: must be non-empty without '.'")
+    if problem := _name_problem(name):
+        raise BadRequestError(f"Invalid table name: {problem}")
     return name
+
+
+def validate_identifier(identifier: Identifier) -> Identifier:
+    validate_namespace(identifier[:-1])
+    validate_table_name(identifier[-1])
+    return identifier
 
 
 class CatalogService:
     """Everything the REST routes do, as plain method calls."""
 
-    def __init__(self, catalog: SqlCatalog) -> None:
+    def __init__(self, catalog: SqlCatalog, locations: LocationPolicy | None = None) -> None:
         self.catalog = catalog
+        self.locations = locations or LocationPolicy.for_warehouse(catalog.properties["warehouse"])
         self._locks = TableLocks()
 
     @classmethod
-    def open(cls, database_url: str, warehouse_uri: str, name: str = "tableflow") -> CatalogService:
-        return cls(open_sql_catalog(name, database_url, warehouse_uri))
+    def open(
+        cls,
+        database_url: str,
+        warehouse_uri: str,
+        name: str = "tableflow",
+        allowed_locations: Sequence[str] = (),
+    ) -> CatalogService:
+        """`allowed_locations`: prefixes besides the warehouse where tables may live."""
+        return cls(
+            open_sql_catalog(name, database_url, warehouse_uri),
+            LocationPolicy.for_warehouse(warehouse_uri, allowed_locations),
+        )
 
     def close(self) -> None:
         self.catalog.close()
@@ -138,6 +177,7 @@ class CatalogService:
 
     def create_namespace(self, namespace: Identifier, properties: dict[str, str]) -> dict[str, str]:
         validate_namespace(namespace)
+        self._check_namespace_properties(properties)
         self.catalog.create_namespace(namespace, {**properties, **NAMESPACE_MARKER})
         return self.load_namespace(namespace)
 
@@ -153,11 +193,16 @@ class CatalogService:
     ) -> PropertiesUpdate:
         if overlap := set(removals) & set(updates):
             raise UnprocessableEntityError(f"Keys both updated and removed: {sorted(overlap)}")
+        self._check_namespace_properties(updates)
         current = self.load_namespace(namespace)
         removable = [key for key in removals if key in current]
         missing = [key for key in removals if key not in current]
         self.catalog.update_namespace_properties(namespace, set(removable), updates)
         return PropertiesUpdate(updated=sorted(updates), removed=sorted(removable), missing=missing)
+
+    def _check_namespace_properties(self, properties: dict[str, str]) -> None:
+        if "location" in properties:
+            self.locations.check(properties["location"], "namespace location")
 
     def drop_namespace(self, namespace: Identifier) -> None:
         self.catalog.drop_namespace(validate_namespace(namespace))
@@ -171,10 +216,10 @@ class CatalogService:
         return sorted(self.catalog.list_tables(namespace))
 
     def table_exists(self, identifier: Identifier) -> bool:
-        return self.catalog.table_exists(identifier)
+        return self.catalog.table_exists(validate_identifier(identifier))
 
     def load_table(self, identifier: Identifier) -> LoadedTable:
-        table = self.catalog.load_table(identifier)
+        table = self.catalog.load_table(validate_identifier(identifier))
         return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
 
     def create_table(self, namespace: Identifier, request: CreateTableBody) -> LoadedTable:
@@ -189,10 +234,16 @@ class CatalogService:
             raise TableAlreadyExistsError(f"Table already exists: {'.'.join(identifier)}")
         spec = request.partition_spec or UNPARTITIONED_PARTITION_SPEC
         order = request.write_order or UNSORTED_SORT_ORDER
-        if request.stage_create:
-            location = self.catalog._resolve_table_location(
+        self._check_new_table(request)
+        # Resolved here (the namespace's `location` or the warehouse) so the final
+        # location is checked too, also for namespaces created before locations were.
+        location = self.locations.check(
+            self.catalog._resolve_table_location(
                 request.location, Catalog.namespace_to_string(namespace), request.name
-            )
+            ),
+            "table location",
+        )
+        if request.stage_create:
             metadata = new_table_metadata(
                 location=location,
                 schema=request.table_schema,
@@ -205,17 +256,56 @@ class CatalogService:
             table = self.catalog.create_table(
                 identifier,
                 schema=request.table_schema,
-                location=request.location,
+                location=location,
                 partition_spec=spec,
                 sort_order=order,
                 properties=request.properties,
             )
         return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
 
+    def _check_new_table(self, request: CreateTableBody) -> None:
+        check_schema(request.table_schema)
+        if request.location is not None:
+            self.locations.check(request.location, "table location")
+        self.locations.check_properties(request.properties, "table")
+        if request.partition_spec is not None:
+            check_transforms(
+                request.table_schema,
+                [
+                    (f.source_id, f.transform, f"partition field {f.name!r}")
+                    for f in request.partition_spec.fields
+                ],
+                "partition-spec",
+            )
+        if request.write_order is not None:
+            check_transforms(
+                request.table_schema,
+                [(f.source_id, f.transform, "sort field") for f in request.write_order.fields],
+                "write-order",
+            )
+
+    def _check_registrable(self, metadata_location: str) -> None:
+        """The file is inside the warehouse and holds table metadata that stays there too.
+
+        Every failure to read it gets the same answer, so whether a file exists
+        (inside the warehouse) is not told apart from it being invalid.
+        """
+        self.locations.check(metadata_location, "metadata-location")
+        try:
+            io = load_file_io(self.catalog.properties, metadata_location)
+            metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+        except Exception:
+            raise BadRequestError(
+                "metadata-location is not a readable Iceberg table metadata file"
+            ) from None
+        self.locations.check(metadata.location, "the registered table's location")
+        self.locations.check_properties(metadata.properties, "the registered table's")
+
     def register_table(
         self, namespace: Identifier, name: str, metadata_location: str, overwrite: bool
     ) -> LoadedTable:
         identifier = (*validate_namespace(namespace), validate_table_name(name))
+        self._check_registrable(metadata_location)
         with self._locks.holding([identifier]):
             if overwrite and self.catalog.table_exists(identifier):
                 self._set_metadata_location(identifier, metadata_location)
@@ -224,6 +314,7 @@ class CatalogService:
         return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
 
     def drop_table(self, identifier: Identifier, purge: bool) -> None:
+        validate_identifier(identifier)
         with self._locks.holding([identifier]):
             if purge:
                 self.catalog.purge_table(identifier)
@@ -231,8 +322,8 @@ class CatalogService:
                 self.catalog.drop_table(identifier)
 
     def rename_table(self, source: Identifier, destination: Identifier) -> None:
-        validate_namespace(destination[:-1])
-        validate_table_name(destination[-1])
+        validate_identifier(source)
+        validate_identifier(destination)
         with self._locks.holding([source, destination]):
             if not self.catalog.table_exists(source):
                 raise NoSuchTableError(f"Table does not exist: {'.'.join(source)}")
@@ -250,7 +341,7 @@ class CatalogService:
         metadata, write the new metadata files, then swap all metadata locations in one
         database transaction (compare-and-swap on the previous location).
         """
-        identifiers = [change.identifier for change in changes]
+        identifiers = [validate_identifier(change.identifier) for change in changes]
         if len(set(identifiers)) != len(identifiers):
             raise BadRequestError("A transaction may change each table only once")
         with self._locks.holding(identifiers):
@@ -285,8 +376,13 @@ class CatalogService:
             validate_table_name(change.identifier[-1])
             if not self.catalog.namespace_exists(namespace):
                 raise NoSuchNamespaceError(f"Namespace does not exist: {'.'.join(namespace)}")
+        for requirement in change.requirements:
+            # Requirements first: a stale client gets 409 CommitFailed, not a 400 below.
+            requirement.validate(current.metadata if current else None)
+        base = current.metadata if current else self.catalog._empty_table_metadata()
+        updates = checked_updates(base, change.updates, self.locations)
         staged = self.catalog._update_and_stage_table(
-            current, change.identifier, change.requirements, change.updates
+            current, change.identifier, change.requirements, updates
         )
         if current is not None and staged.metadata == current.metadata:
             # Nothing changed: keep the current file rather than write an identical one.

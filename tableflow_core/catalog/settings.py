@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -10,6 +11,16 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 CLIENT_SECRET_ENV = "TABLEFLOW_CATALOG_CLIENT_SECRET"
 
 AuthMode = Literal["none", "client-credentials"]
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (no name resolution but `localhost`)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class CatalogServerSettings(BaseModel):
@@ -21,6 +32,10 @@ class CatalogServerSettings(BaseModel):
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of the catalog database; default sqlite:///<warehouse>/catalog.db",
+    )
+    allowed_locations: tuple[str, ...] = Field(
+        default=(),
+        description="Location prefixes (URIs) besides the warehouse where tables may put files",
     )
     auth: AuthMode = "client-credentials"
     client_id: str = "tableflow"
@@ -43,8 +58,18 @@ class CatalogServerSettings(BaseModel):
             self.client_secret and self.client_secret.get_secret_value()
         ):
             raise ValueError(
-                f"auth 'client-credentials' needs a client secret: set {CLIENT_SECRET_ENV} "
-                "(or choose auth 'none' explicitly)"
+                f"auth 'client-credentials' (the default) needs a client secret: set "
+                f"{CLIENT_SECRET_ENV} or catalog.auth.client_secret (or choose auth 'none' "
+                "explicitly, on a loopback address only)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _no_auth_only_on_loopback(self) -> CatalogServerSettings:
+        if self.auth == "none" and not is_loopback(self.host):
+            raise ValueError(
+                f"auth 'none' is refused on {self.host!r}: without authentication the catalog "
+                "only binds to a loopback address (127.0.0.1, ::1, localhost)"
             )
         return self
 

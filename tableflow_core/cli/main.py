@@ -21,10 +21,14 @@ def _parse_vars(
         return {}
     try:
         parsed = json.loads(value)
-    except json.JSONDecodeError:
-        import yaml
+    except (json.JSONDecodeError, RecursionError):
+        from tableflow_core.config.errors import ConfigError
+        from tableflow_core.config.yaml_source import load_yaml
 
-        parsed = yaml.safe_load(value)
+        try:  # the project's bounded YAML loader: no alias bombs, no deep nesting
+            parsed = load_yaml(value, Path("--vars")).data
+        except ConfigError as exc:
+            raise click.BadParameter(exc.render()) from None
     if not isinstance(parsed, dict):
         raise click.BadParameter('expected a JSON or YAML mapping, e.g. \'{"namespace": "test"}\'')
     return parsed

@@ -20,10 +20,7 @@ class ConfigProblem:
         if self.file is not None:
             shown = self.file
             if root is not None:
-                try:
-                    shown = self.file.resolve().relative_to(root.resolve())
-                except ValueError:
-                    shown = self.file
+                shown = _relative(self.file, root)
             where = f"{shown}:{self.line}" if self.line else f"{shown}"
         field = f" [{self.field_path}]" if self.field_path else ""
         prefix = f"{where}{field}: " if where or field else ""
@@ -40,3 +37,14 @@ class ConfigError(Exception):
 
     def render(self) -> str:
         return "\n".join(problem.render(self.root) for problem in self.problems)
+
+
+def _relative(file: Path, root: Path) -> Path:
+    """`file` relative to `root` if it is inside (as written, or once links are resolved)."""
+    base = root.resolve()
+    for candidate in (file, file.resolve()):
+        try:
+            return candidate.relative_to(base)
+        except ValueError:
+            continue
+    return file

@@ -19,9 +19,21 @@ from tableflow_core.config.models import (
     parse_duration_seconds,
 )
 from tableflow_core.config.project import Project, SourceLocation, Table
-from tableflow_core.config.rendering import render_template
+from tableflow_core.config.rendering import (
+    RenderContext,
+    RenderError,
+    is_template,
+    render_document,
+    render_tree,
+    render_value,
+)
 from tableflow_core.config.validation import validate_document
-from tableflow_core.config.yaml_source import YamlDocument, load_yaml
+from tableflow_core.config.yaml_source import (
+    YamlDocument,
+    dotted_path,
+    load_yaml,
+    read_project_file,
+)
 
 PROJECT_FILE = "tableflow_project.yml"
 TABLE_FILE_SUFFIXES = (".yml", ".yaml")
@@ -48,19 +60,24 @@ def load_project(
 ) -> Project:
     """Load and validate the project in `project_dir` for `target` (default: default_target).
 
-    Collects every problem across all files before raising one ConfigError.
+    Collects every problem across all files before raising one ConfigError; every
+    bad project ends in a ConfigError naming the file (and line where there is one).
     """
     root = project_dir.resolve()
     project_file = find_project_file(root)
-    raw_text = project_file.read_text()
-    target_name = target or _default_target(raw_text, project_file)
-    overrides = dict(var_overrides or {})
-    # First pass only reads the file's own `vars:`; the second renders with them.
-    first_pass = _render_and_parse(
-        raw_text, project_file, overrides, target_name, environ, strict_vars=False
-    )
-    variables = {**_declared_vars(first_pass), **overrides}
-    document = _render_and_parse(raw_text, project_file, variables, target_name, environ)
+    if var_overrides is not None and not isinstance(var_overrides, Mapping):
+        raise ConfigError([ConfigProblem("--vars must be a mapping of names to values")], root)
+    overrides = {str(key): value for key, value in (var_overrides or {}).items()}
+    raw = _parse_file(project_file, root)
+    target_name = target or _default_target(raw, overrides, environ)
+    # The file's own `vars:` block is rendered first (var() there sees only --vars).
+    variables, problems = _declared_vars(raw, overrides, target_name, environ)
+    context = RenderContext({**variables, **overrides}, target_name, environ)
+    document, render_problems = render_document(raw, context)
+    problems.extend(render_problems)
+    if problems:
+        # `vars:` is rendered twice (alone first, then with the file): report its errors once.
+        raise ConfigError(list(dict.fromkeys(problems)), root)
     config, problems = validate_document(ProjectConfig, document)
     if config is None:
         raise ConfigError(problems, root)
@@ -79,11 +96,16 @@ def load_project(
     tables: list[Table] = []
     for index, table_config in enumerate(config.tables):
         tables.append(_resolve_table(table_config, config.defaults, document, ("tables", index)))
-    for table_file in _table_files(root, config.table_paths):
-        table_doc = _render_and_parse(
-            table_file.read_text(), table_file, variables, target_name, environ
-        )
-        if table_doc.data is None:
+    table_files, path_problems = _table_files(root, config.table_paths, document)
+    problems.extend(path_problems)
+    for table_file in table_files:
+        try:
+            table_doc, file_problems = render_document(_parse_file(table_file, root), context)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+            continue
+        problems.extend(file_problems)
+        if file_problems or table_doc.data is None:
             continue
         parsed, file_problems = validate_document(TableFile, table_doc)
         problems.extend(file_problems)
@@ -107,48 +129,106 @@ def load_project(
     )
 
 
-def _default_target(raw_text: str, file: Path) -> str:
-    """`default_target` read before rendering (rendering needs the target name)."""
-    for line in raw_text.splitlines():
-        stripped = line.strip()
-        if line.startswith("default_target:"):
-            value = stripped.split(":", 1)[1].strip().strip("'\"")
-            if value and "{" not in value:
-                return value
-    return "dev"
+def _parse_file(file: Path, root: Path) -> YamlDocument:
+    try:
+        return load_yaml(read_project_file(file), file)
+    except ConfigError as exc:
+        raise ConfigError(exc.problems, root) from None
 
 
-def _render_and_parse(
-    text: str,
-    file: Path,
-    variables: Mapping[str, Any],
+def _default_target(
+    raw: YamlDocument, overrides: Mapping[str, Any], environ: Mapping[str, str] | None
+) -> str:
+    """`default_target`, rendered before the target is known (`target.name` is empty there)."""
+    value = raw.data.get("default_target") if isinstance(raw.data, dict) else None
+    if value is None:
+        return "dev"
+    if not isinstance(value, str):
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "default_target must be a string",
+                    raw.file,
+                    raw.line_of(("default_target",)),
+                    "default_target",
+                )
+            ]
+        )
+    if not is_template(value):
+        return value
+    context = RenderContext(overrides, "", environ)
+    try:
+        return render_value(value, context)
+    except RenderError as exc:
+        message = context.redact(str(exc))
+        line = raw.line_of(("default_target",))
+        raise ConfigError([ConfigProblem(message, raw.file, line, "default_target")]) from None
+
+
+def _declared_vars(
+    raw: YamlDocument,
+    overrides: Mapping[str, Any],
     target_name: str,
     environ: Mapping[str, str] | None,
-    strict_vars: bool = True,
-) -> YamlDocument:
-    rendered = render_template(text, file, variables, target_name, environ, strict_vars=strict_vars)
-    return load_yaml(rendered, file)
+) -> tuple[dict[str, Any], list[ConfigProblem]]:
+    data = raw.data if isinstance(raw.data, dict) else {}
+    declared = data.get("vars")
+    if not isinstance(declared, dict):
+        return {}, []  # validation reports a `vars` that is not a mapping
+    problems: list[ConfigProblem] = []
+    context = RenderContext(overrides, target_name, environ, strict_vars=False)
+    rendered = render_tree(raw, declared, ("vars",), context, problems)
+    return {str(key): value for key, value in rendered.items()}, problems
 
 
-def _declared_vars(document: YamlDocument) -> dict[str, Any]:
-    data = document.data if isinstance(document.data, dict) else {}
-    declared = data.get("vars") or {}
-    return dict(declared) if isinstance(declared, dict) else {}
-
-
-def _table_files(root: Path, table_paths: list[str]) -> list[Path]:
+def _table_files(
+    root: Path, table_paths: list[str], document: YamlDocument
+) -> tuple[list[Path], list[ConfigProblem]]:
+    """Table files under `table_paths`; each path, and each file found, must stay inside the project."""
     files: list[Path] = []
-    for folder in table_paths:
-        base = (root / folder).resolve()
+    problems: list[ConfigProblem] = []
+    for index, folder in enumerate(table_paths):
+        where = ("table_paths", index)
+        try:
+            base = (root / folder).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            problems.append(
+                ConfigProblem(
+                    f"invalid table path {folder!r}: {exc}",
+                    document.file,
+                    document.line_of(where),
+                    dotted_path(where),
+                )
+            )
+            continue
+        if not base.is_relative_to(root):
+            problems.append(
+                ConfigProblem(
+                    f"table path {folder!r} is outside the project directory",
+                    document.file,
+                    document.line_of(where),
+                    dotted_path(where),
+                )
+            )
+            continue
         if not base.exists():
             continue
         if base.is_file():
-            files.append(base)
-            continue
-        files.extend(
-            sorted(p for p in base.rglob("*") if p.suffix in TABLE_FILE_SUFFIXES and p.is_file())
-        )
-    return files
+            candidates = [base]
+        else:
+            candidates = sorted(p for p in base.rglob("*") if p.suffix in TABLE_FILE_SUFFIXES)
+        for path in candidates:
+            resolved = path.resolve()
+            if not resolved.is_relative_to(root):
+                problems.append(
+                    ConfigProblem(
+                        "table file is a link to a file outside the project directory",
+                        path,
+                    )
+                )
+            elif resolved.is_file() and resolved not in files:
+                files.append(resolved)
+    return files, problems
 
 
 def _resolve_table(

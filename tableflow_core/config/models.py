@@ -107,20 +107,19 @@ class SchemaRegistryConnection(ConfigModel):
 
 
 class EmbeddedCatalogAuth(ConfigModel):
-    """Auth of the embedded REST catalog server."""
+    """Auth of the embedded REST catalog server (the default when `auth:` is left out)."""
 
     mode: Literal["none", "client_credentials"] = Field(
         "client_credentials",
-        description="`none` is for local development only and must be chosen explicitly.",
+        description="`none` is for local development only, must be chosen explicitly and "
+        "is refused unless the server binds to a loopback address.",
     )
-    client_id: str | None = Field(None, description="OAuth2 client id engines use.")
-    client_secret: SecretStr | None = Field(None, description="OAuth2 client secret; secret.")
-
-    @model_validator(mode="after")
-    def _credentials_present(self) -> EmbeddedCatalogAuth:
-        if self.mode == "client_credentials" and (not self.client_id or not self.client_secret):
-            raise ValueError("auth mode client_credentials needs client_id and client_secret")
-        return self
+    client_id: str = Field("tableflow", min_length=1, description="OAuth2 client id engines use.")
+    client_secret: SecretStr | None = Field(
+        None,
+        description="OAuth2 client secret; secret. Default: `$TABLEFLOW_CATALOG_CLIENT_SECRET`; "
+        "a server started inside `plan`/`apply` without one uses a random secret of its own.",
+    )
 
 
 class EmbeddedCatalog(ConfigModel):
@@ -141,7 +140,7 @@ class EmbeddedCatalog(ConfigModel):
     host: str = Field("127.0.0.1", description="Address the server binds to.")
     port: int = Field(8181, ge=0, le=65535, description="Port; 0 picks a free one.")
     auth: EmbeddedCatalogAuth = Field(
-        default_factory=lambda: EmbeddedCatalogAuth(mode="none"),
+        default_factory=EmbeddedCatalogAuth,
         description="Client credentials engines must present.",
     )
 

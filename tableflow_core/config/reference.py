@@ -55,7 +55,8 @@ HEADER = """# Configuration reference
 Generated from `tableflow_core/config/models.py` by
 `python -m tableflow_core.config.reference > docs/reference.md`; a test fails when
 it is out of date. Every model rejects unknown keys (with a "did you mean"
-suggestion). Values are rendered with Jinja2 first: `{{ env_var('NAME', 'default') }}`,
+suggestion). String values are rendered with Jinja2 (sandboxed, after YAML parsing, so a
+rendered value is always a string of data): `{{ env_var('NAME', 'default') }}`,
 `{{ var('name') }}`, `{{ target.name }}`. Secret fields are masked in every output.
 """
 

@@ -1,21 +1,38 @@
-"""Jinja2 rendering of project files before YAML parsing.
+"""Jinja2 rendering of the string values of parsed project files (as dbt does).
 
-Available in every file: `env_var('NAME', default)`, `var('name', default)` and
-`target.name`. Rendering is strict: an undefined variable is an error.
+Files are parsed as YAML first; then every string value holding `{{`, `{%` or `{#`
+is rendered on its own. What a template produces is therefore always data: a secret
+from `env_var()` with a `"`, `\\` or newline in it stays exactly that string and can
+never add keys or break the file. Keys are not rendered.
+
+A rendered value is always a string; the config models convert it where a field
+wants a number or a boolean (`port: "{{ env_var('PORT', '8181') }}"` becomes 8181).
+
+Available in every value: `env_var('NAME', default)`, `var('name', default)` and
+`target.name`. Rendering is strict (an undefined variable is an error) and runs in
+jinja's sandbox, with repetition and output size bounded.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from pathlib import Path
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
+from jinja2 import filters as jinja_filters
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from tableflow_core.config.errors import ConfigError, ConfigProblem
+from tableflow_core.config.errors import ConfigProblem
+from tableflow_core.config.yaml_source import FieldPath, YamlDocument, dotted_path
 
 _MISSING = object()
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+MAX_OUTPUT_CHARS = 100_000
+MAX_RANGE_ITEMS = 10_000
+MAX_EXPONENT = 256
 
 
 class _TargetContext:
@@ -26,71 +43,206 @@ class _TargetContext:
         return self.name
 
 
-def render_template(
-    text: str,
-    file: Path,
-    variables: Mapping[str, Any],
-    target_name: str,
-    environ: Mapping[str, str] | None = None,
-    strict_vars: bool = True,
-) -> str:
-    """Render `text`; errors name `file` and the template line.
+class RenderError(Exception):
+    """A template in one value cannot be rendered (message is shown to the user)."""
 
-    `strict_vars=False` is the first pass over the project file, made only to read
-    its own `vars:` block: undefined project variables render as empty strings.
+
+# Widths and precisions in `%` and `str.format` specs: `'%999999999s' % x` allocates first.
+_PERCENT_SPEC = re.compile(r"%[-+ #0]*(\d+|\*)?(?:\.(\d+|\*))?")
+_BRACE_SPEC = re.compile(r"\{[^{}]*:[^{}]*?(\d+|\{)(?:\.(\d+|\{))?[^{}]*\}")
+
+
+def _check_format(fmt: object) -> None:
+    if not isinstance(fmt, str):
+        return
+    for pattern in (_PERCENT_SPEC, _BRACE_SPEC):
+        for match in pattern.finditer(fmt):
+            for group in match.groups():
+                if group in ("*", "{") or (group and int(group) > MAX_OUTPUT_CHARS):
+                    raise RenderError("format width or precision is too large")
+
+
+def _bounded_width(filter_function: Callable[..., Any]) -> Callable[..., Any]:
+    """A jinja filter whose numeric arguments (widths) are bounded."""
+
+    def bounded(value: Any, *args: Any, **kwargs: Any) -> Any:
+        for arg in (*args, *kwargs.values()):
+            if isinstance(arg, int) and not isinstance(arg, bool) and arg > MAX_OUTPUT_CHARS:
+                raise RenderError("filter width is too large")
+        if filter_function is jinja_filters.do_format:
+            _check_format(value)
+        return filter_function(value, *args, **kwargs)
+
+    return bounded
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox (values from var() cannot be mutated either), plus limits on `*`, `**`,
+    `%`, `str.format` widths, width filters and `range` so a value cannot eat the machine."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int | float) and abs(right) > MAX_EXPONENT:
+            raise RenderError(f"exponent {right} is too large")
+        if operator == "*":
+            for seq, count in ((left, right), (right, left)):
+                if (
+                    isinstance(seq, str | list | tuple)
+                    and isinstance(count, int)
+                    and len(seq) * count > MAX_OUTPUT_CHARS
+                ):
+                    raise RenderError("repetition produces a value that is too large")
+        if operator == "%":
+            _check_format(left)
+        return super().call_binop(context, operator, left, right)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        _check_format(getattr(value, "__self__", None))
+        return wrapped
+
+
+def _bounded_range(*args: int) -> range:
+    result = range(*args)
+    if len(result) > MAX_RANGE_ITEMS:
+        raise RenderError(f"range() of more than {MAX_RANGE_ITEMS} items")
+    return result
+
+
+_ENVIRONMENT = _BoundedSandbox(
+    undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+)
+_ENVIRONMENT.globals["range"] = _bounded_range
+for _name in ("center", "indent", "format"):
+    _ENVIRONMENT.filters[_name] = _bounded_width(_ENVIRONMENT.filters[_name])
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What templates can see.
+
+    `strict_vars=False` renders the project file's own `vars:` block: a var() not
+    given on the command line renders as an empty string there.
     """
-    env_source = os.environ if environ is None else environ
 
-    def env_var(name: str, default: Any = _MISSING) -> str:
-        if name in env_source:
-            return env_source[name]
+    variables: Mapping[str, Any]
+    target_name: str
+    environ: Mapping[str, str] | None = None
+    strict_vars: bool = True
+    _env: Mapping[str, str] = field(init=False, repr=False)
+    # Every value env_var() returned: error messages must not echo them (they may be secrets).
+    _env_values_read: set[str] = field(init=False, repr=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_env", os.environ if self.environ is None else self.environ)
+
+    def env_var(self, name: Any, default: Any = _MISSING) -> str:
+        if not isinstance(name, str):
+            raise RenderError(f"env_var() needs a variable name string, not {type(name).__name__}")
+        if name in self._env:
+            value = self._env[name]
+            self._env_values_read.add(value)
+            return value
         if default is _MISSING:
-            raise _RenderError(
+            raise RenderError(
                 f"environment variable {name!r} is not set and env_var() has no default"
             )
         return str(default)
 
-    def var(name: str, default: Any = _MISSING) -> Any:
-        if name in variables:
-            return variables[name]
+    def redact(self, message: str) -> str:
+        for value in sorted(self._env_values_read, key=len, reverse=True):
+            if len(value) >= 3:
+                message = message.replace(value, "**********")
+        return message
+
+    def var(self, name: Any, default: Any = _MISSING) -> Any:
+        if not isinstance(name, str):
+            raise RenderError(f"var() needs a variable name string, not {type(name).__name__}")
+        if name in self.variables:
+            return self.variables[name]
         if default is _MISSING:
-            if not strict_vars:
+            if not self.strict_vars:
                 return ""
-            raise _RenderError(
+            raise RenderError(
                 f"project variable {name!r} is not defined in `vars` and var() has no default"
             )
         return default
 
-    environment = jinja2.Environment(
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+
+def is_template(value: object) -> bool:
+    return isinstance(value, str) and any(marker in value for marker in TEMPLATE_MARKERS)
+
+
+def render_value(text: str, context: RenderContext) -> str:
+    """Render one value; raises RenderError with a message fit for the user."""
     try:
-        template = environment.from_string(text)
-        return template.render(env_var=env_var, var=var, target=_TargetContext(target_name))
-    except _RenderError as exc:
-        raise ConfigError([ConfigProblem(str(exc), file, _template_line(exc))]) from None
+        template = _ENVIRONMENT.from_string(text)
+        rendered = template.render(
+            env_var=context.env_var, var=context.var, target=_TargetContext(context.target_name)
+        )
+    except RenderError:
+        raise
     except jinja2.TemplateSyntaxError as exc:
-        raise ConfigError(
-            [ConfigProblem(f"template syntax error: {exc.message}", file, exc.lineno)]
-        ) from None
+        raise RenderError(f"template syntax error: {exc.message}") from None
     except jinja2.UndefinedError as exc:
-        raise ConfigError(
-            [ConfigProblem(f"template error: {exc.message}", file, _template_line(exc))]
-        ) from None
+        raise RenderError(f"template error: {exc.message}") from None
+    except jinja2.exceptions.SecurityError as exc:
+        raise RenderError(f"template not allowed: {exc}") from None
+    except (RecursionError, MemoryError):
+        raise RenderError("template is too large or too deeply nested") from None
+    except Exception as exc:
+        # Anything else a template can do wrong (a TypeError from `var()` misuse,
+        # a ZeroDivisionError...) is the user's template, not a crash of ours.
+        raise RenderError(f"template error: {type(exc).__name__}: {exc}") from None
+    if len(rendered) > MAX_OUTPUT_CHARS:
+        raise RenderError(f"template renders to more than {MAX_OUTPUT_CHARS} characters")
+    return rendered
 
 
-class _RenderError(Exception):
-    pass
+def render_document(
+    document: YamlDocument, context: RenderContext
+) -> tuple[YamlDocument, list[ConfigProblem]]:
+    """A copy of `document` with every string value rendered.
+
+    Every failing value is reported (file, line, field), not just the first.
+    """
+    problems: list[ConfigProblem] = []
+    data = render_tree(document, document.data, (), context, problems)
+    return YamlDocument(file=document.file, data=data, lines=document.lines), problems
 
 
-def _template_line(exc: BaseException) -> int | None:
-    """The template line a render-time exception was raised from, if jinja recorded it."""
-    tb = exc.__traceback__
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == "<template>":
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
+def render_tree(
+    document: YamlDocument,
+    value: Any,
+    at: FieldPath,
+    context: RenderContext,
+    problems: list[ConfigProblem],
+) -> Any:
+    """`value` (found at `at` in `document`) with its string values rendered; never raises."""
+    if isinstance(value, dict):
+        return {
+            key: render_tree(document, item, (*at, str(key)), context, problems)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            render_tree(document, item, (*at, index), context, problems)
+            for index, item in enumerate(value)
+        ]
+    if not is_template(value):
+        return value
+    try:
+        return render_value(value, context)
+    except RenderError as exc:
+        problems.append(
+            ConfigProblem(
+                context.redact(str(exc)),
+                document.file,
+                document.line_of(at),
+                dotted_path(at) or None,
+            )
+        )
+        return value

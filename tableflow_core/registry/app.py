@@ -13,12 +13,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tableflow_core.registry.errors import RegistryError, bad_request
 from tableflow_core.registry.service import SchemaRegistry
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+# Confluent's default `max.request.size`-like bound; a schema is kilobytes.
+MAX_BODY_BYTES = 16 * 1024 * 1024
 _log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
@@ -39,12 +42,29 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "false").strip().lower() == "true"
 
 
+def _too_large() -> RegistryError:
+    return RegistryError(413, 413, f"Request body is larger than {MAX_BODY_BYTES} bytes")
+
+
 async def _body(request: Request) -> object:
-    raw = await request.body()
+    """The JSON body, read in chunks and refused (413) past MAX_BODY_BYTES."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         return json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("request body nests too deeply") from None
 
 
 class BasicAuthMiddleware:
@@ -108,50 +128,52 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_schema_routes(app: FastAPI, registry: SchemaRegistry) -> None:
+    # Routes that touch the store are plain `def` (FastAPI's thread pool) or hand the
+    # work to run_in_threadpool: a slow request never blocks the event loop.
     @app.get("/")
-    async def root() -> dict[str, Any]:
+    def root() -> dict[str, Any]:
         return {}
 
     @app.get("/schemas/types")
-    async def schema_types() -> list[str]:
+    def schema_types() -> list[str]:
         return ["JSON", "PROTOBUF", "AVRO"]
 
     @app.get("/schemas")
-    async def list_schemas() -> list[dict[str, Any]]:
+    def list_schemas() -> list[dict[str, Any]]:
         return registry.list_schemas()
 
     @app.get("/schemas/ids/{schema_id}")
-    async def schema_by_id(schema_id: int) -> dict[str, Any]:
+    def schema_by_id(schema_id: int) -> dict[str, Any]:
         return registry.schema(schema_id)
 
     @app.get("/schemas/ids/{schema_id}/schema")
-    async def raw_schema_by_id(schema_id: int) -> Response:
+    def raw_schema_by_id(schema_id: int) -> Response:
         return Response(registry.schema_text(schema_id), media_type=CONTENT_TYPE)
 
     @app.get("/schemas/guids/{guid}")
-    async def schema_by_guid(guid: str) -> dict[str, Any]:
+    def schema_by_guid(guid: str) -> dict[str, Any]:
         return registry.schema_by_guid(guid)
 
     @app.get("/schemas/ids/{schema_id}/versions")
-    async def schema_versions(schema_id: int, request: Request) -> list[dict[str, Any]]:
+    def schema_versions(schema_id: int, request: Request) -> list[dict[str, Any]]:
         subject = request.query_params.get("subject")
         return registry.schema_versions(schema_id, subject, _flag(request, "deleted"))
 
     @app.get("/associations/resources/{namespace}/{resource}")
-    async def associations(namespace: str, resource: str) -> list[dict[str, Any]]:
+    def associations(namespace: str, resource: str) -> list[dict[str, Any]]:
         """confluent-kafka 2.16's default subject strategy asks this first; none are kept here,
         so clients fall back to TopicNameStrategy (`<topic>-value`)."""
         return []
 
     @app.get("/schemas/ids/{schema_id}/subjects")
-    async def schema_subjects(schema_id: int, request: Request) -> list[str]:
+    def schema_subjects(schema_id: int, request: Request) -> list[str]:
         subject = request.query_params.get("subject")
         return registry.schema_subjects(schema_id, subject, _flag(request, "deleted"))
 
 
 def _add_subject_routes(app: FastAPI, registry: SchemaRegistry) -> None:
     @app.get("/subjects")
-    async def subjects(request: Request) -> list[str]:
+    def subjects(request: Request) -> list[str]:
         return registry.subjects(
             request.query_params.get("subjectPrefix"),
             _flag(request, "deleted"),
@@ -160,67 +182,73 @@ def _add_subject_routes(app: FastAPI, registry: SchemaRegistry) -> None:
 
     @app.post("/subjects/{subject}/versions")
     async def register(subject: str, request: Request) -> dict[str, Any]:
-        return registry.register(subject, await _body(request))
+        # Parsing and compatibility checks are CPU work: off the event loop.
+        return await run_in_threadpool(registry.register, subject, await _body(request))
 
     @app.post("/subjects/{subject}")
     async def lookup(subject: str, request: Request) -> dict[str, Any]:
-        return registry.lookup(subject, await _body(request), _flag(request, "deleted"))
+        body = await _body(request)
+        return await run_in_threadpool(registry.lookup, subject, body, _flag(request, "deleted"))
 
     @app.get("/subjects/{subject}/versions")
-    async def versions(subject: str, request: Request) -> list[int]:
+    def versions(subject: str, request: Request) -> list[int]:
         return registry.versions(subject, _flag(request, "deleted"), _flag(request, "deleted_only"))
 
     @app.get("/subjects/{subject}/versions/{version}")
-    async def version(subject: str, version: str, request: Request) -> dict[str, Any]:
+    def version(subject: str, version: str, request: Request) -> dict[str, Any]:
         return registry.version(subject, version, _flag(request, "deleted"))
 
     @app.get("/subjects/{subject}/versions/{version}/schema")
-    async def version_schema(subject: str, version: str, request: Request) -> Response:
+    def version_schema(subject: str, version: str, request: Request) -> Response:
         text = registry.version_schema_text(subject, version, _flag(request, "deleted"))
         return Response(text, media_type=CONTENT_TYPE)
 
     @app.get("/subjects/{subject}/versions/{version}/referencedby")
-    async def referenced_by(subject: str, version: str) -> list[int]:
+    def referenced_by(subject: str, version: str) -> list[int]:
         return registry.referenced_by(subject, version)
 
     @app.delete("/subjects/{subject}")
-    async def delete_subject(subject: str, request: Request) -> list[int]:
+    def delete_subject(subject: str, request: Request) -> list[int]:
         return registry.delete_subject(subject, _flag(request, "permanent"))
 
     @app.delete("/subjects/{subject}/versions/{version}")
-    async def delete_version(subject: str, version: str, request: Request) -> int:
+    def delete_version(subject: str, version: str, request: Request) -> int:
         return registry.delete_version(subject, version, _flag(request, "permanent"))
 
 
 def _add_config_routes(app: FastAPI, registry: SchemaRegistry) -> None:
     @app.get("/config")
-    async def get_global_config() -> dict[str, str]:
+    def get_global_config() -> dict[str, str]:
         return registry.compatibility(None)
 
     @app.put("/config")
     async def put_global_config(request: Request) -> dict[str, str]:
-        return registry.set_compatibility(None, await _body(request))
+        body = await _body(request)
+        return await run_in_threadpool(registry.set_compatibility, None, body)
 
     @app.delete("/config")
-    async def delete_global_config() -> dict[str, str]:
+    def delete_global_config() -> dict[str, str]:
         return registry.delete_compatibility(None)
 
     @app.get("/config/{subject}")
-    async def get_subject_config(subject: str, request: Request) -> dict[str, str]:
+    def get_subject_config(subject: str, request: Request) -> dict[str, str]:
         return registry.compatibility(subject, _flag(request, "defaultToGlobal"))
 
     @app.put("/config/{subject}")
     async def put_subject_config(subject: str, request: Request) -> dict[str, str]:
-        return registry.set_compatibility(subject, await _body(request))
+        body = await _body(request)
+        return await run_in_threadpool(registry.set_compatibility, subject, body)
 
     @app.delete("/config/{subject}")
-    async def delete_subject_config(subject: str) -> dict[str, str]:
+    def delete_subject_config(subject: str) -> dict[str, str]:
         return registry.delete_compatibility(subject)
 
     @app.post("/compatibility/subjects/{subject}/versions/{version}")
     async def check_version(subject: str, version: str, request: Request) -> dict[str, Any]:
-        return registry.test_compatibility(subject, version, await _body(request))
+        body = await _body(request)
+        return await run_in_threadpool(registry.test_compatibility, subject, version, body)
 
     @app.post("/compatibility/subjects/{subject}/versions")
     async def check_all(subject: str, request: Request) -> dict[str, Any]:
-        return registry.test_compatibility(subject, None, await _body(request))
+        body = await _body(request)
+        return await run_in_threadpool(registry.test_compatibility, subject, None, body)

@@ -105,11 +105,24 @@ def check_level(
     return messages
 
 
+# Problems kept per check: a problem deep inside a named type reused many times would
+# otherwise be reported once per path to it.
+MAX_PROBLEMS = 50
+
+
 class _Resolver:
+    """Checks writer against reader, each pair of named record types once (memoized).
+
+    Without the memo, a record type referenced by two fields of a record that is itself
+    referenced twice (and so on) is checked 2^depth times.
+    """
+
     def __init__(self, writer_named: dict[str, Any], reader_named: dict[str, Any]) -> None:
         self._writer_named = writer_named
         self._reader_named = reader_named
         self._in_progress: set[tuple[str, str]] = set()  # recursive named types
+        # (writer name, reader name) -> problems with paths relative to the record
+        self._records: dict[tuple[str, str], list[Incompatibility]] = {}
 
     def check(self, writer: Any, reader: Any, path: str) -> list[Incompatibility]:
         writer = _resolve(writer, self._writer_named)
@@ -201,6 +214,16 @@ class _Resolver:
         key = (writer["name"], reader["name"])
         if key in self._in_progress:
             return []  # recursion: assume compatible, the outer frame checks the rest
+        if key not in self._records:
+            self._records[key] = self._check_record_fields(writer, reader, key)[:MAX_PROBLEMS]
+        return [
+            Incompatibility(p.error_type, path + p.path, p.description) for p in self._records[key]
+        ]
+
+    def _check_record_fields(
+        self, writer: Any, reader: Any, key: tuple[str, str]
+    ) -> list[Incompatibility]:
+        path = ""
         self._in_progress.add(key)
         try:
             writer_fields = {f["name"]: f for f in writer.get("fields", [])}

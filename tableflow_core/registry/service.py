@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from tableflow_core.registry.store import GLOBAL, RegistryStore, StoredSchema, S
 
 DEFAULT_COMPATIBILITY = CompatibilityLevel.BACKWARD
 _MAX_VERSION = 2**31 - 1
+_MAX_SCHEMA_ID = 2**63 - 1
+_VERSION = re.compile(r"[1-9][0-9]{0,9}", re.ASCII)
 
 
 class SchemaRegistry:
@@ -248,6 +251,8 @@ class SchemaRegistry:
     # -- helpers ---------------------------------------------------------------------------
 
     def _stored(self, schema_id: int) -> StoredSchema:
+        if not 1 <= schema_id <= _MAX_SCHEMA_ID:  # SQLite integers are 64-bit
+            raise errors.schema_not_found(f"Schema {schema_id} not found")
         stored = self._store.schema_by_id(schema_id)
         if stored is None:
             raise errors.schema_not_found(f"Schema {schema_id} not found")
@@ -285,14 +290,14 @@ class SchemaRegistry:
 
 
 def _parse_version(version: str) -> int | None:
-    """None means latest."""
+    """None means latest. Strict: "latest", "-1" or a positive integer in canonical
+    decimal; Python's int() would also take " 1", "1_0", "+1" or full-width digits."""
     if version in ("latest", "-1"):
         return None
-    try:
-        number = int(version)
-    except ValueError:
-        raise errors.invalid_version(version) from None
-    if not 1 <= number <= _MAX_VERSION:
+    if not _VERSION.fullmatch(version):
+        raise errors.invalid_version(version)
+    number = int(version)
+    if number > _MAX_VERSION:
         raise errors.invalid_version(version)
     return number
 

@@ -47,26 +47,28 @@ def _embedded(
         pyiceberg_catalog_properties,
         spark_catalog_properties,
     )
+    from tableflow_core.catalog.project_settings import embedded_client_credential
     from tableflow_core.dev.processes import port_is_open
 
-    credential = None
-    if config.auth.mode == "client_credentials":
-        credential = f"{config.auth.client_id}:{_secret(config.auth.client_secret)}"
+    credential = embedded_client_credential(config)
     server = None
     if config.port and port_is_open(config.host, config.port):
         uri = f"http://{config.host}:{config.port}"
     else:
-        from tableflow_core.catalog.project_settings import embedded_server_settings
+        from tableflow_core.catalog.project_settings import in_process_server_settings
         from tableflow_core.catalog.runner import serve_in_background
 
-        settings = embedded_server_settings(project, config, log_level="warning", access_log=False)
         try:
+            settings = in_process_server_settings(
+                project, config, log_level="warning", access_log=False
+            )
             server = serve_in_background(settings)
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:
             raise CatalogUnavailableError(
                 f"catalog: cannot start the embedded catalog on {config.host}:{config.port}: {exc}"
             ) from exc
         uri = server.uri
+        credential = server.credential
     return (
         pyiceberg_catalog_properties(uri, credential),
         spark_catalog_properties(uri, credential),
