@@ -46,17 +46,21 @@ def _add_field(
 
 
 def shop_messages(package: str | None = None) -> ShopMessages:
-    """Two files: `<pkg>/common.proto` (Money) and `<pkg>/shop.proto` importing it."""
+    """Two files: `<pkg>_common.proto` (Money) and `<pkg>_shop.proto` importing it.
+
+    (No `/` in the file names: the serializer registers an import under a subject named
+    after its file, and the dev registry cannot route a subject holding a `/`.)
+    """
     package = package or f"shop{uuid.uuid4().hex[:8]}"
     common = descriptor_pb2.FileDescriptorProto(
-        name=f"{package}/common.proto", package=f"{package}.common", syntax="proto3"
+        name=f"{package}_common.proto", package=f"{package}.common", syntax="proto3"
     )
     money = common.message_type.add(name="Money")
     _add_field(money, "units", 1, F.TYPE_INT64)
     _add_field(money, "currency", 2, F.TYPE_STRING)
 
     shop = descriptor_pb2.FileDescriptorProto(
-        name=f"{package}/shop.proto", package=package, syntax="proto3"
+        name=f"{package}_shop.proto", package=package, syntax="proto3"
     )
     shop.dependency.extend([common.name, "google/protobuf/timestamp.proto"])
     status = shop.enum_type.add(name="Status")

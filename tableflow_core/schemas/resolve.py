@@ -171,4 +171,6 @@ def _arrow_type(
         where = (
             f"subject {registered.subject!r} version {registered.version}" if registered else side
         )
-        raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from exc
+        # No __cause__: plan.world reads a caused resolution error as "registry down", but
+        # an unmappable schema is the table's problem (a plan blocker), not an outage.
+        raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from None
