@@ -52,7 +52,9 @@ def test_safe_changes_are_classified() -> None:
         SchemaChange("add_column", "items.element.qty", "int"),
         SchemaChange("add_column", "note", "string"),
         SchemaChange(
-            "keep_column", "name", "not in the topic's schema any more: kept; new rows get null"
+            "keep_column",
+            "name",
+            "not in the topic's schema any more: kept (optional); new rows get null",
         ),
     }
 

@@ -89,7 +89,7 @@ def _diff_struct(
     wanted = {f.name for f in desired.fields}
     for old in current.fields:
         if old.name not in wanted and (old.required or old.doc != KEPT_COLUMN_DOC):
-            now = "kept, now optional" if old.required else "kept"
+            now = "kept, now optional" if old.required else "kept (optional)"
             changes.append(
                 SchemaChange(
                     "keep_column",
