@@ -2,10 +2,10 @@
 and dev registry -> `tableflow apply` (Spark + Iceberg) -> read back by pyiceberg AND
 DuckDB, compared value by value; then `plan` converges (no changes).
 
-One apply for all formats (five tables, concurrent in one Spark application) keeps the
-test lean. The Protobuf tables cover a file of every construct, and a schema with a
-helper message declared first, the records' message second, a nested type and an
-import (a registry reference).
+One apply for all formats (six tables, concurrent in one Spark application) keeps the
+test lean. The Protobuf tables cover a file of every construct, every other scalar and
+wrapper type, and a schema with a helper message declared first, the records' message
+second, a nested type and an import (a registry reference).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, message_factory, struct_pb2, wrappers_pb2
+from google.protobuf.descriptor_pool import DescriptorPool
 
 from tableflow_core.config.loader import load_project
 from tableflow_core.readers.duckdb_reader import duckdb_connection
@@ -35,6 +37,7 @@ from tests.test_schemas_protobuf_messages import an_order, serialize, shop_messa
 pytestmark = pytest.mark.slow
 
 UTC = dt.UTC
+F = descriptor_pb2.FieldDescriptorProto
 T0 = dt.datetime(2026, 11, 1, 10, 11, 12, 345678, tzinfo=UTC)
 LOCAL = dt.datetime(2026, 11, 1, 23, 59, 58, 123456)  # wall clock, no zone
 NANOS = 1_700_000_000_123_456_789
@@ -234,6 +237,62 @@ def proto_all_cases(order_cls: Any) -> list[tuple[Any, dict[str, Any]]]:
     return [(full_order(order_cls), full_row), (sparse, sparse_row)]
 
 
+# The scalar types and wrappers the `build_file` message does not have.
+PROTO_SCALARS = {
+    "i32": (F.TYPE_INT32, "", -7),
+    "s64": (F.TYPE_SINT64, "", -(2**62)),
+    "sf32": (F.TYPE_SFIXED32, "", -5),
+    "sf64": (F.TYPE_SFIXED64, "", -(2**63)),
+    "f32": (F.TYPE_FIXED32, "", 2**32 - 1),
+    "f64": (F.TYPE_FIXED64, "", 2**64 - 2),
+    "w_i32": (F.TYPE_MESSAGE, "Int32Value", -1),
+    "w_i64": (F.TYPE_MESSAGE, "Int64Value", 2**63 - 1),
+    "w_u32": (F.TYPE_MESSAGE, "UInt32Value", 2**32 - 1),
+    "w_u64": (F.TYPE_MESSAGE, "UInt64Value", 2**64 - 1),
+    "w_f": (F.TYPE_MESSAGE, "FloatValue", 0.75),
+    "w_b": (F.TYPE_MESSAGE, "BoolValue", False),
+    "w_s": (F.TYPE_MESSAGE, "StringValue", "wrapped"),
+    "w_by": (F.TYPE_MESSAGE, "BytesValue", b"\x00w"),
+    "js_v": (F.TYPE_MESSAGE, "Value", None),
+    "js_l": (F.TYPE_MESSAGE, "ListValue", None),
+}
+
+
+def proto_scalars_cases() -> list[tuple[Any, dict[str, Any]]]:
+    package = f"scalars{uuid.uuid4().hex[:8]}"
+    file = descriptor_pb2.FileDescriptorProto(
+        name=f"{package}.proto", package=package, syntax="proto3"
+    )
+    file.dependency.extend(["google/protobuf/wrappers.proto", "google/protobuf/struct.proto"])
+    message = file.message_type.add(name="Scalars")
+    message.field.add(name="id", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    for number, (name, (ftype, wrapper, _)) in enumerate(PROTO_SCALARS.items(), start=2):
+        field = message.field.add(name=name, number=number, type=ftype, label=F.LABEL_OPTIONAL)
+        if wrapper:
+            field.type_name = f".google.protobuf.{wrapper}"
+    pool = DescriptorPool()
+    for dependency in (wrappers_pb2, struct_pb2):
+        pool.AddSerializedFile(dependency.DESCRIPTOR.serialized_pb)
+    pool.Add(file)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Scalars"))
+    full = cls(id=1)
+    row: dict[str, Any] = {"id": 1}
+    for name, (_, wrapper, value) in PROTO_SCALARS.items():
+        if not wrapper:
+            setattr(full, name, value)
+            row[name] = Decimal(value) if name == "f64" else value
+        elif value is not None:
+            getattr(full, name).value = value
+            row[name] = Decimal(value) if name == "w_u64" else value
+    full.js_v.string_value = "v"
+    full.js_l.values.add().number_value = 2
+    row.update(js_v='"v"', js_l="[2.0]")
+    empty_row = {name: None for name in row} | {
+        "id": 2, "i32": 0, "s64": 0, "sf32": 0, "sf64": 0, "f32": 0, "f64": Decimal(0),
+    }  # fmt: skip
+    return [(full, row), (cls(id=2), empty_row)]
+
+
 def normalize(value: Any) -> Any:
     """One representation for both readers: maps as dicts, instants in UTC.
 
@@ -276,7 +335,7 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
     client = schema_registry.client()
     topics = {
         name: unique_name(f"matrix_{name}")
-        for name in ("avro", "json_schema", "plain", "proto_all", "proto_shop")
+        for name in ("avro", "json_schema", "plain", "proto_all", "proto_shop", "proto_scalars")
     }
     kafka_broker.create_topics({t: 1 for t in topics.values()})
     producer = Producer(kafka_broker.producer_config())
@@ -305,6 +364,13 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
         [m for m, _ in proto_all],
         lambda m: serialize(client, topics["proto_all"], m),
     )
+    proto_scalars = proto_scalars_cases()
+    produce(
+        producer,
+        topics["proto_scalars"],
+        [m for m, _ in proto_scalars],
+        lambda m: serialize(client, topics["proto_scalars"], m),
+    )
     shop = shop_messages()
     orders = [an_order(shop, i) for i in range(3)]
     produce(
@@ -323,6 +389,11 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
         },
         {"name": "proto_all", "topic": topics["proto_all"], "value": {"format": "protobuf"}},
         {
+            "name": "proto_scalars",
+            "topic": topics["proto_scalars"],
+            "value": {"format": "protobuf"},
+        },
+        {
             "name": "proto_shop",
             "topic": topics["proto_shop"],
             "value": {"format": "protobuf", "message": "Order"},
@@ -334,7 +405,7 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
     ambiguous = stack_project(
         namespace=namespace,
         name="ambiguous",
-        tables=[{**tables[4], "value": {"format": "protobuf"}}],
+        tables=[{**tables[-1], "value": {"format": "protobuf"}}],
     )
     project = load_project(ambiguous)
     [blocker] = PlanTask(project, project.tables).run().blockers
@@ -354,6 +425,7 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
         "json_schema": [row for _, row in json_cases],
         "plain": [row for _, row in plain],
         "proto_all": [row for _, row in proto_all],
+        "proto_scalars": [row for _, row in proto_scalars],
         "proto_shop": [
             {
                 "id": i,
