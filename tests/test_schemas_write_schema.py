@@ -72,6 +72,16 @@ def test_plan_shows_the_removed_field_once_then_converges() -> None:
         NestedField(5, "extra", StringType(), required=False),
     )
     assert diff_schemas(after_apply, V2).is_empty
+    # `legacy` comes back: plan clears the mark once (so a later removal shows again)
+    back = pa.schema([*V2, pa.field("legacy", pa.string())])
+    assert diff_schemas(after_apply, back).changes == (
+        SchemaChange("restore_column", "legacy", "back in the topic's schema"),
+    )
+    restored = Schema(
+        *[f for f in after_apply.fields if f.name != "legacy"],
+        NestedField(3, "legacy", StringType(), required=False, doc=""),
+    )
+    assert diff_schemas(restored, back).is_empty
     assert table_write_schema(V2, after_apply) == pa.schema(
         [*V2, pa.field("legacy", pa.string())], metadata=V2.metadata
     )

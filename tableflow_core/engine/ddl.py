@@ -120,17 +120,20 @@ def schema_change_statements(spec: IngestSpec, change: Any, desired: pa.Schema) 
     """The ALTER TABLE statements of one SchemaChange.
 
     `keep_column` (a column the topic's schema no longer has) makes it optional and marks
-    it with KEPT_COLUMN_DOC, so that the next plan does not show it again.
+    it with KEPT_COLUMN_DOC, so that the next plan does not show it again;
+    `restore_column` (the field is back) clears the mark.
     """
-    if change.kind != "keep_column":
-        return [schema_change_sql(spec, change, desired)]
     from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
 
     column = f"{spec.identifier} ALTER COLUMN {_column_path(change.path)}"
-    return [
-        f"ALTER TABLE {column} DROP NOT NULL",
-        f"ALTER TABLE {column} COMMENT {_string_literal(KEPT_COLUMN_DOC)}",
-    ]
+    if change.kind == "keep_column":
+        return [
+            f"ALTER TABLE {column} DROP NOT NULL",
+            f"ALTER TABLE {column} COMMENT {_string_literal(KEPT_COLUMN_DOC)}",
+        ]
+    if change.kind == "restore_column":
+        return [f"ALTER TABLE {column} COMMENT ''"]
+    return [schema_change_sql(spec, change, desired)]
 
 
 def schema_change_sql(spec: IngestSpec, change: Any, desired: pa.Schema) -> str:

@@ -64,4 +64,5 @@ def diff_table_schema(current: pa.Schema, desired: pa.Schema) -> Any:
     except ImportError:
         return top_level_diff(current, desired)
     diff = diff_schemas(iceberg_schema_for(current), desired)
-    return SchemaDiff(tuple(c for c in diff.changes if c.kind != "keep_column"), diff.incompatible)
+    kept = ("keep_column", "restore_column")
+    return SchemaDiff(tuple(c for c in diff.changes if c.kind not in kept), diff.incompatible)
