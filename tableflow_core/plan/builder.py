@@ -89,7 +89,6 @@ def build_plan(
                     Blocker(kind="invalid", table=table.name, message="no schema could be resolved")
                 )
             continue
-        blockers.extend(column_checks.column_blockers(table, _write_schema(resolved, observed)))
         ns = table.namespace
         if observed is None and ns not in world.namespaces and ns not in planned_namespaces:
             planned_namespaces.add(ns)
@@ -97,6 +96,8 @@ def build_plan(
                 CreateNamespace(id=f"create_namespace:{'.'.join(ns)}", identifier=".".join(ns))
             )
         table_actions, replaced = _table_changes(table, observed, resolved, differ)
+        kept_from = None if replaced else observed  # a replaced table keeps no columns
+        blockers.extend(column_checks.column_blockers(table, _write_schema(resolved, kept_from)))
         actions.extend(table_actions)
         if replaced and not options.allow_destructive:
             reasons = "; ".join(table_actions[0].reasons)  # type: ignore[union-attr]
