@@ -36,7 +36,7 @@ def test_safe_changes_are_classified() -> None:
             ("id", pa.int64()),
             ("price", pa.float64()),
             ("amount", pa.decimal128(12, 2)),
-            # "name" is gone from the new schema: kept in the table, not a change
+            # "name" is gone from the new schema: kept in the table (shown once)
             ("address", pa.struct([("city", pa.string()), ("zip", pa.string())])),
             ("items", pa.list_(pa.struct([("sku", pa.string()), ("qty", pa.int32())]))),
             ("note", pa.string()),
@@ -51,6 +51,11 @@ def test_safe_changes_are_classified() -> None:
         SchemaChange("add_column", "address.zip", "string"),
         SchemaChange("add_column", "items.element.qty", "int"),
         SchemaChange("add_column", "note", "string"),
+        SchemaChange(
+            "keep_column",
+            "name",
+            "not in the topic's schema any more: kept (optional); new rows get null",
+        ),
     }
 
 
@@ -80,7 +85,10 @@ def test_incompatible_changes_have_reasons() -> None:
         ]
     )
     diff = diff_schemas(iceberg_schema_for(BASE), desired)
-    assert diff.changes == (SchemaChange("widen_type", "price", "float -> double"),)
+    assert [c for c in diff.changes if c.kind != "keep_column"] == [
+        SchemaChange("widen_type", "price", "float -> double")
+    ]
+    assert {c.path for c in diff.changes if c.kind == "keep_column"} == {"name", "items"}
     assert len(diff.incompatible) == 3
     assert diff.incompatible[0].startswith("column id: type int cannot change to string")
     assert "decimal(10, 2) cannot change to decimal(12, 4)" in diff.incompatible[1]

@@ -299,7 +299,8 @@ class Format(ConfigModel):
     )
     message: str | None = Field(
         None,
-        description="Protobuf only: fully-qualified message name (default: the schema's first message).",
+        description="Protobuf only: the message the records hold (simple or fully-qualified "
+        "name); needed when the schema has several top-level messages.",
     )
     columns: list[JsonColumn] | None = Field(
         None,

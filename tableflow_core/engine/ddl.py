@@ -18,12 +18,18 @@ class SchemaEvolutionError(RuntimeError):
 
 
 def spark_schema_for(arrow_schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow schema: tz-less Arrow timestamps are TimestampNTZType.
+
+    (Spark's default maps every Arrow timestamp to TimestampType, which Iceberg stores as
+    `timestamptz`: a local-timestamp column would then never match the registry schema.)
+    """
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(arrow_schema)
+    return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
 
 
 def target_arrow_schema(spec: IngestSpec) -> pa.Schema:
+    """The table's write schema (`schemas.write_schema.table_write_schema`), as the decoder's."""
     return pa.ipc.read_schema(pa.py_buffer(spec.decoder.target_schema_ipc))
 
 
@@ -110,6 +116,26 @@ def _column_path(path: str) -> str:
     return ".".join(quote_ident(p) for p in path.split("."))
 
 
+def schema_change_statements(spec: IngestSpec, change: Any, desired: pa.Schema) -> list[str]:
+    """The ALTER TABLE statements of one SchemaChange.
+
+    `keep_column` (a column the topic's schema no longer has) makes it optional and marks
+    it with KEPT_COLUMN_DOC, so that the next plan does not show it again;
+    `restore_column` (the field is back) clears the mark.
+    """
+    from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
+
+    column = f"{spec.identifier} ALTER COLUMN {_column_path(change.path)}"
+    if change.kind == "keep_column":
+        return [
+            f"ALTER TABLE {column} DROP NOT NULL",
+            f"ALTER TABLE {column} COMMENT {_string_literal(KEPT_COLUMN_DOC)}",
+        ]
+    if change.kind == "restore_column":
+        return [f"ALTER TABLE {column} COMMENT ''"]
+    return [schema_change_sql(spec, change, desired)]
+
+
 def schema_change_sql(spec: IngestSpec, change: Any, desired: pa.Schema) -> str:
     """One ALTER TABLE statement for a SchemaChange (add_column/widen_type/make_optional)."""
     column = _column_path(change.path)
@@ -133,6 +159,10 @@ def apply_schema_changes(spark: SparkSession, spec: IngestSpec, diff: Any) -> No
             f"{spec.topic!r}: {reasons}. Nothing was changed or committed."
         )
     desired = target_arrow_schema(spec)
-    statements = [schema_change_sql(spec, change, desired) for change in diff.changes]
+    statements = [
+        statement
+        for change in diff.changes
+        for statement in schema_change_statements(spec, change, desired)
+    ]
     for statement in statements:
         spark.sql(statement)

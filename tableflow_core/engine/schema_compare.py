@@ -54,8 +54,15 @@ def top_level_diff(current: pa.Schema, desired: pa.Schema) -> Diff:
 
 
 def diff_table_schema(current: pa.Schema, desired: pa.Schema) -> Any:
+    """Changes that make the table (`current`, as Spark shows it) take `desired`.
+
+    Columns `desired` lacks are not reported: a Spark schema carries no column docs, so
+    whether they were already kept is unknown here (`plan` reports them, from the catalog).
+    """
     try:
-        from tableflow_core.schemas.evolution import diff_schemas, iceberg_schema_for
+        from tableflow_core.schemas.evolution import SchemaDiff, diff_schemas, iceberg_schema_for
     except ImportError:
         return top_level_diff(current, desired)
-    return diff_schemas(iceberg_schema_for(current), desired)
+    diff = diff_schemas(iceberg_schema_for(current), desired)
+    kept = ("keep_column", "restore_column")
+    return SchemaDiff(tuple(c for c in diff.changes if c.kind not in kept), diff.incompatible)

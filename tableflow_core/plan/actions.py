@@ -30,7 +30,7 @@ class Column(Frozen):
 class SchemaChangeItem(Frozen):
     """One in-place schema change (from schemas.evolution.diff_schemas)."""
 
-    kind: Literal["add_column", "widen_type", "make_optional"]
+    kind: Literal["add_column", "widen_type", "make_optional", "keep_column", "restore_column"]
     path: str
     detail: str = ""
 

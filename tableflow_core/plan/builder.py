@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tableflow_core.config.project import Project, Table
-from tableflow_core.plan import capabilities
+from tableflow_core.plan import capabilities, column_checks
 from tableflow_core.plan.actions import (
     Action,
     Blocker,
@@ -79,7 +79,7 @@ def build_plan(
     for table in sorted(tables, key=lambda t: t.name):
         blockers.extend(capabilities.table_blockers(table))
         for problem in world.problems.get(table.name, ()):
-            blockers.append(Blocker(kind="invalid", table=table.name, message=problem))
+            blockers.append(column_checks.problem_blocker(table, problem))
         observed = world.tables.get(table.identifier)
         resolved = world.schemas.get(table.name)
         fingerprints.append(_fingerprint(table, observed, resolved))
@@ -96,6 +96,8 @@ def build_plan(
                 CreateNamespace(id=f"create_namespace:{'.'.join(ns)}", identifier=".".join(ns))
             )
         table_actions, replaced = _table_changes(table, observed, resolved, differ)
+        kept_from = None if replaced else observed  # a replaced table keeps no columns
+        blockers.extend(column_checks.column_blockers(table, _write_schema(resolved, kept_from)))
         actions.extend(table_actions)
         if replaced and not options.allow_destructive:
             reasons = "; ".join(table_actions[0].reasons)  # type: ignore[union-attr]
@@ -135,6 +137,12 @@ def build_plan(
         fingerprints=tuple(fingerprints),
         dag=compile_dag(ordered, {t.name: t for t in tables}),
     )
+
+
+def _write_schema(resolved: Any, observed: ObservedTable | None) -> Any:
+    from tableflow_core.schemas.write_schema import table_write_schema
+
+    return table_write_schema(resolved.arrow_schema, observed.schema if observed else None)
 
 
 def _table_changes(

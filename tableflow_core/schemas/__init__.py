@@ -10,6 +10,8 @@ Modules:
 - `resolve`: `resolve_schema` (used by `plan` and `apply`, no JVM).
 - `decoding`: `build_decoder` -> RecordDecoder turning Kafka messages into RecordBatches.
 - `evolution`: `diff_schemas` and `iceberg_schema_for`.
+- `write_schema`: `table_write_schema`, the union of the resolved schema and the table's
+  columns that plan and apply both write with (columns a writer dropped are kept).
 
 See docs/type-mapping.md for the type mapping table.
 """

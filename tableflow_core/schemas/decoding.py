@@ -33,6 +33,7 @@ from tableflow_core.schemas.payloads import (
     payload_decoder,
 )
 from tableflow_core.schemas.registry import RegistrySettings
+from tableflow_core.schemas.resolve import protobuf_message
 
 
 class MessageLike(Protocol):
@@ -113,12 +114,22 @@ class _Decoder:
     def __init__(self, spec: DecoderSpec) -> None:
         self._spec = spec
         self._target = spec.target_schema
-        self._values = payload_decoder(spec.value, spec.registry, as_columns=True)
+        self._values = payload_decoder(
+            spec.value,
+            spec.registry,
+            as_columns=True,
+            message=protobuf_message(self._target, "value"),
+        )
         self._keys: PayloadDecoder | None = None
         metadata = set(spec.metadata_columns)
         if "key" in metadata:
             key_spec = spec.key or FormatSpec(format="bytes")
-            self._keys = payload_decoder(key_spec, spec.registry, as_columns=False)
+            self._keys = payload_decoder(
+                key_spec,
+                spec.registry,
+                as_columns=False,
+                message=protobuf_message(self._target, "key"),
+            )
         self._metadata = metadata
         names = set(self._target.names)
         self._key_column = metadata_column_name("key") if "key" in metadata else None

@@ -4,9 +4,12 @@ Safe, in-place changes (`SchemaDiff.changes`): new optional columns (also nested
 fields), type widening Iceberg allows (int -> long, float -> double, decimal precision
 increase at the same scale), required -> optional. Everything else is `incompatible`.
 
-A column the new schema no longer has is NOT a change: it stays in the table and new rows
-hold null there (dropping it would destroy data). A desired type narrower than the
-table's (e.g. int into a long column) is not a change either: values are widened on write.
+A column the new schema no longer has is never dropped (that would destroy data): it stays
+in the table, optional, and new rows hold null there (`schemas.write_schema`). The first
+plan that sees it gone shows a `keep_column` change ("kept, now optional"); apply marks the
+column (its doc) so later plans converge. When the field comes back, `restore_column`
+clears the mark. A desired type narrower than the table's (e.g.
+int into a long column) is not a change: values are widened on write.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from pyiceberg.types import (
     StructType,
 )
 
-ChangeKind = Literal["add_column", "widen_type", "make_optional"]
+from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
+
+ChangeKind = Literal["add_column", "widen_type", "make_optional", "keep_column", "restore_column"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,22 @@ def _diff_struct(
         if old is None:
             changes.append(SchemaChange("add_column", path, str(field.field_type)))
             continue
+        if old.doc == KEPT_COLUMN_DOC:
+            # A kept column is back in the writer schema: clear the mark, so that a later
+            # removal is shown again and the column comment does not say it is gone.
+            changes.append(SchemaChange("restore_column", path, "back in the topic's schema"))
         _diff_field(old, field, path, changes, incompatible)
+    wanted = {f.name for f in desired.fields}
+    for old in current.fields:
+        if old.name not in wanted and (old.required or old.doc != KEPT_COLUMN_DOC):
+            now = "kept, now optional" if old.required else "kept (optional)"
+            changes.append(
+                SchemaChange(
+                    "keep_column",
+                    _join(prefix, old.name),
+                    f"not in the topic's schema any more: {now}; new rows get null",
+                )
+            )
 
 
 def _diff_field(

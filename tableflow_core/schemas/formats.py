@@ -37,7 +37,8 @@ class FormatSpec(BaseModel):
 
     - `subject`: registry subject; default `<topic>-value` / `<topic>-key`.
     - `version`: registry version the table schema follows (`latest` by default).
-    - `message`: Protobuf only: fully-qualified message name (default: the first message).
+    - `message`: Protobuf only: the message the records hold (simple or fully-qualified
+      name); without it the schema must have exactly one top-level message.
     - `json_columns`: plain `json` only: declared columns. Without them a plain JSON
       value lands as one `value` string column holding the JSON text.
     """

@@ -177,13 +177,23 @@ class JsonSchemaPayloadDecoder:
 
 
 class ProtobufPayloadDecoder:
+    """Decodes each record as the message its Confluent message-index path names.
+
+    `message` (full name): the message type the table holds; a record of another message
+    type is a bad record (PayloadError), never a row of nulls. None: any message.
+    """
+
     temporal = TemporalAs.INT
 
-    def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
+    def __init__(
+        self, client: SchemaRegistryClient, as_columns: bool, message: str | None = None
+    ) -> None:
         self._client = client
         self._as_columns = as_columns
+        self._expected = message
         self._files = _SchemaCache(self._load)
         self._messages: dict[tuple[int, tuple[int, ...]], tuple[Any, protobuf_types.Converter]] = {}
+        self._wrong: dict[tuple[int, tuple[int, ...]], str] = {}
 
     def _load(self, schema_id: int) -> Any:
         schema = _fetch_schema(self._client, schema_id, fmt="serialized")
@@ -197,9 +207,22 @@ class ProtobufPayloadDecoder:
         key = (schema_id, indexes)
         found = self._messages.get(key)
         if found is None:
+            if key in self._wrong:
+                raise PayloadError(self._wrong[key])
             file = self._files.get(schema_id)
             try:
                 descriptor = protobuf_types.message_descriptor(file, indexes)
+            except SchemaMappingError as exc:
+                raise PayloadError(f"schema id {schema_id}: {exc}") from exc
+            if self._expected is not None and descriptor.full_name != self._expected:
+                reason = (
+                    f"record holds Protobuf message {descriptor.full_name!r} (schema id "
+                    f"{schema_id}, message indexes {list(indexes)}), the table holds "
+                    f"{self._expected!r} messages"
+                )
+                self._wrong[key] = reason
+                raise PayloadError(reason)
+            try:
                 mapping = protobuf_types.map_message(descriptor)
             except SchemaMappingError as exc:
                 raise PayloadError(f"schema id {schema_id}: {exc}") from exc
@@ -261,9 +284,15 @@ class BytesPayloadDecoder:
 
 
 def payload_decoder(
-    spec: FormatSpec, registry: RegistrySettings | None, as_columns: bool
+    spec: FormatSpec,
+    registry: RegistrySettings | None,
+    as_columns: bool,
+    message: str | None = None,
 ) -> PayloadDecoder:
-    """The decoder for one side (value: `as_columns=True`; key: the whole value)."""
+    """The decoder for one side (value: `as_columns=True`; key: the whole value).
+
+    `message`: Protobuf only, the full name of the message the side's records must hold.
+    """
     if spec.uses_registry:
         if registry is None:
             raise ValueError(f"format {spec.format!r} needs a schema registry, none is configured")
@@ -272,7 +301,7 @@ def payload_decoder(
             return AvroPayloadDecoder(client, as_columns)
         if spec.format == "json_schema":
             return JsonSchemaPayloadDecoder(client, as_columns)
-        return ProtobufPayloadDecoder(client, as_columns)
+        return ProtobufPayloadDecoder(client, as_columns, message)
     if spec.format == "json":
         return PlainJsonPayloadDecoder(spec, as_columns)
     if spec.format == "string":

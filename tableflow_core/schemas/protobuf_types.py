@@ -109,20 +109,61 @@ def message_descriptor(file: FileDescriptor, indexes: Sequence[int]) -> Descript
 
 
 def message_by_name(file: FileDescriptor, name: str | None) -> Descriptor:
-    """A message by (fully-qualified or simple) name; default: the file's first message."""
+    """The table's message: by (fully-qualified or simple) name, or the file's only one.
+
+    Records name their message by its index path in the subject's own file (Confluent wire
+    format), so the message must be declared there (top level or nested), not in an import.
+    Without a name, a schema with several top-level messages is ambiguous: the first one
+    is often a helper type, and guessing it silently turned records into rows of nulls.
+    """
     messages = list(file.message_types_by_name.values())
     if not messages:
         raise SchemaMappingError("the Protobuf schema declares no message")
     if name is None:
-        return messages[0]
-    try:
-        return file.pool.FindMessageTypeByName(name)
-    except KeyError:
-        package = file.package
+        if len(messages) == 1:
+            return messages[0]
+        listed = ", ".join(m.full_name for m in messages)
+        raise SchemaMappingError(
+            f"the Protobuf schema declares {len(messages)} top-level messages ({listed}); "
+            "set `message:` in the table's value (or key) format to the one the topic's "
+            "records hold"
+        )
+    found = _find_message(file, name)
+    if found.file is not file:
+        raise SchemaMappingError(
+            f"message {found.full_name!r} is declared in the imported file {found.file.name!r}, "
+            "not in the subject's schema: records can only hold the subject's own messages"
+        )
+    return found
+
+
+def _find_message(file: FileDescriptor, name: str) -> Descriptor:
+    package = file.package
+    for candidate in (name, f"{package}.{name}" if package else name):
         try:
-            return file.pool.FindMessageTypeByName(f"{package}.{name}" if package else name)
+            return file.pool.FindMessageTypeByName(candidate)
         except KeyError:
-            raise SchemaMappingError(f"message {name!r} not found in the Protobuf schema") from None
+            continue
+    declared = ", ".join(m.full_name for m in file.message_types_by_name.values())
+    raise SchemaMappingError(
+        f"message {name!r} not found in the Protobuf schema (it declares {declared})"
+    )
+
+
+def message_index_path(descriptor: Descriptor) -> tuple[int, ...]:
+    """The Confluent message-index path of a message of its file (e.g. (1, 0))."""
+    path: list[int] = []
+    current: Descriptor | None = descriptor
+    while current is not None:
+        parent = current.containing_type
+        siblings = (
+            list(parent.nested_types)
+            if parent is not None
+            else list(current.file.message_types_by_name.values())
+        )
+        path.append([s.full_name for s in siblings].index(current.full_name))
+        current = parent
+    return tuple(reversed(path))
 
 
 def message_class(descriptor: Descriptor) -> type[Message]:

@@ -41,6 +41,20 @@ def schema_fingerprint(schema: pa.Schema) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+# Schema metadata naming the Protobuf message a side's records must hold (full name): the
+# decoder fails a record of any other message type instead of landing it as nulls.
+PROTOBUF_MESSAGE_METADATA = {
+    "value": b"tableflow.value.protobuf_message",
+    "key": b"tableflow.key.protobuf_message",
+}
+
+
+def protobuf_message(schema: pa.Schema, side: str) -> str | None:
+    """The Protobuf message full name the table's `side` ("value"/"key") records must hold."""
+    found = (schema.metadata or {}).get(PROTOBUF_MESSAGE_METADATA[side])
+    return found.decode("utf-8") if found is not None else None
+
+
 def resolve_schema(
     topic: str,
     value: FormatSpec,
@@ -49,7 +63,12 @@ def resolve_schema(
     registry: RegistrySettings | None,
 ) -> ResolvedSchema:
     registered = _registered(topic, value, is_key=False, registry=registry)
-    value_type, is_record = _arrow_type(topic, value, registered, registry, is_key=False)
+    value_type, is_record, value_message = _arrow_type(
+        topic, value, registered, registry, is_key=False
+    )
+    messages: dict[bytes, bytes] = {}
+    if value_message is not None:
+        messages[PROTOBUF_MESSAGE_METADATA["value"]] = value_message.encode("utf-8")
     if is_record:
         assert isinstance(value_type, pa.StructType)
         fields = [value_type.field(i) for i in range(value_type.num_fields)]
@@ -59,7 +78,11 @@ def resolve_schema(
         key_type = pa.binary()
         if "key" in metadata_columns and key is not None:
             key_registered = _registered(topic, key, is_key=True, registry=registry)
-            key_type = _arrow_type(topic, key, key_registered, registry, is_key=True)[0]
+            key_type, _, key_message = _arrow_type(
+                topic, key, key_registered, registry, is_key=True
+            )
+            if key_message is not None:
+                messages[PROTOBUF_MESSAGE_METADATA["key"]] = key_message.encode("utf-8")
         fields.extend(metadata_field(name, key_type) for name in metadata_columns)
     names = [f.name for f in fields]
     clashes = sorted({n for n in names if names.count(n) > 1})
@@ -68,7 +91,7 @@ def resolve_schema(
             f"topic {topic!r}: columns {clashes} appear twice (a value field clashes with a "
             "metadata column name)"
         )
-    schema = pa.schema(fields)
+    schema = pa.schema(fields, metadata=messages or None)
     return ResolvedSchema(
         arrow_schema=schema,
         registry_schema_id=registered.schema_id if registered else None,
@@ -122,29 +145,32 @@ def _arrow_type(
     registered: RegisteredSchema | None,
     registry: RegistrySettings | None,
     is_key: bool,
-) -> tuple[pa.DataType, bool]:
-    """The Arrow type of one side's whole value, and whether it is a record (-> columns)."""
+) -> tuple[pa.DataType, bool, str | None]:
+    """One side's whole value: its Arrow type, whether it is a record (-> columns) and,
+    for Protobuf, the full name of the message its records hold."""
     try:
         if registered is not None:
             schema = registered.schema
             if spec.format == "avro":
                 avro = avro_types.map_avro_schema(schema.schema_str or "")
-                return avro.arrow_type, avro.is_record
+                return avro.arrow_type, avro.is_record, None
             if spec.format == "json_schema":
                 json_schema = json_schema_types.map_json_schema(schema.schema_str or "")
-                return json_schema.arrow_type, json_schema.is_record
+                return json_schema.arrow_type, json_schema.is_record, None
             assert registry is not None
             file = protobuf_types.file_descriptor_for(schema, registry.client())
             descriptor = protobuf_types.message_by_name(file, spec.message)
-            return protobuf_types.map_message(descriptor).arrow_type, True
+            return protobuf_types.map_message(descriptor).arrow_type, True, descriptor.full_name
         if spec.format == "json":
             if is_key:
-                return pa.string(), False
-            return pa.struct(json_fields(spec.json_columns)), True
-        return (pa.string() if spec.format == "string" else pa.binary()), False
+                return pa.string(), False, None
+            return pa.struct(json_fields(spec.json_columns)), True, None
+        return (pa.string() if spec.format == "string" else pa.binary()), False, None
     except SchemaMappingError as exc:
         side = "key" if is_key else "value"
         where = (
             f"subject {registered.subject!r} version {registered.version}" if registered else side
         )
-        raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from exc
+        # No __cause__: plan.world reads a caused resolution error as "registry down", but
+        # an unmappable schema is the table's problem (a plan blocker), not an outage.
+        raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from None

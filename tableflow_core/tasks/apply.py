@@ -85,8 +85,9 @@ class ApplyTask:
             if plan.dag.tasks:
                 spark = self._spark(handle)
                 runner = _TaskRunner(
-                    self.project, plan, spark, handle, world.schemas, self.decoder_factory
-                )
+                    self.project, plan, spark, handle, _write_schemas(plan, tables, world),
+                    self.decoder_factory,
+                )  # fmt: skip
                 with ApplyProgress(self.console, len(plan.dag.tasks)) as progress:
                     outcomes = execute_dag(
                         plan.dag,
@@ -271,6 +272,19 @@ class _TaskRunner:
             expected,
             **kwargs,
         )
+
+
+def _write_schemas(plan: Plan, tables: tuple[Table, ...], world: Any) -> dict[str, Any]:
+    """Resolved schemas widened to the tables' write schemas (columns a writer dropped stay)."""
+    from tableflow_core.schemas.write_schema import write_resolved_schemas
+
+    replaced = {a.table for a in plan.actions if a.kind == "replace_table"}
+    current = {
+        t.name: world.tables[t.identifier].schema
+        for t in tables
+        if t.identifier in world.tables and t.name not in replaced
+    }
+    return write_resolved_schemas(world.schemas, current)
 
 
 def _describe(project: Project, exc: BaseException) -> str:
