@@ -59,6 +59,18 @@ def duckdb_rows(location: str) -> list[dict[str, Any]]:
     return _sorted([dict(zip(names, row, strict=True)) for row in result.fetchall()])
 
 
+def duckdb_ids_where(location: str, where: str) -> list[int]:
+    """A filtered scan: the Delta stats written from Iceberg's bounds must not skip a match."""
+    import duckdb
+
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    con.execute(f"LOAD '{extension_path('duckdb_extension_delta', 'delta')}'")
+    query = f"SELECT id FROM delta_scan(?) WHERE {where} ORDER BY id"
+    return [row[0] for row in con.execute(query, [normalize_location(location)]).fetchall()]
+
+
 def assert_same_rows(table: Any) -> list[dict[str, Any]]:
     """The three readers agree; returns the rows."""
     expected = iceberg_rows(table)
@@ -118,6 +130,9 @@ def test_appends_schema_evolution_and_overwrite_read_the_same_as_delta(
     second = sync_delta_log(table)
     assert (second.files_added, second.files_removed, second.version) == (1, 0, first.version + 1)
     assert len(assert_same_rows(table)) == 8
+    location = table.metadata.location
+    assert duckdb_ids_where(location, "id >= 4 AND id <= 6") == [4, 5, 6]
+    assert duckdb_ids_where(location, "name IS NULL") == []
 
     # Schema evolution: the older files lack `note`, every reader sees null there.
     with table.update_schema() as update:

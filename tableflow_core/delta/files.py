@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote, unquote, urlparse
+from typing import Any, cast
+from urllib.parse import unquote, urlparse
 
 from pyiceberg import types as it
 from pyiceberg.conversions import from_bytes
@@ -60,8 +60,13 @@ def relative_path(location: str, file_path: str) -> str:
 
 
 def delta_path(relative: str) -> str:
-    """Delta add/remove paths are URI-encoded relative paths."""
-    return quote(relative, safe="/")
+    """The path written in add/remove actions: the relative path as it is on storage.
+
+    The Delta protocol asks for URI-encoded paths, but delta-rs 1.6 and DuckDB's delta
+    extension 1.5.5 both open the path verbatim (a `%3D` is not found), and Iceberg's
+    partition directories (`ts_day=2024-01-02`) are already URI-safe.
+    """
+    return relative
 
 
 def file_stats(data_file: Any, schema: IcebergSchema) -> str:
@@ -76,8 +81,9 @@ def file_stats(data_file: Any, schema: IcebergSchema) -> str:
             nulls[field.name] = int(null_counts[field.field_id])
         convert = _EXACT_BOUNDS.get(type(field.field_type))
         if convert is not None and field.field_id in lower and field.field_id in upper:
-            mins[field.name] = convert(from_bytes(field.field_type, lower[field.field_id]))
-            maxs[field.name] = convert(from_bytes(field.field_type, upper[field.field_id]))
+            primitive = cast(it.PrimitiveType, field.field_type)
+            mins[field.name] = convert(from_bytes(primitive, lower[field.field_id]))
+            maxs[field.name] = convert(from_bytes(primitive, upper[field.field_id]))
     if nulls:
         stats["nullCount"] = nulls
     if mins:
@@ -85,8 +91,33 @@ def file_stats(data_file: Any, schema: IcebergSchema) -> str:
     return json.dumps(stats, separators=(",", ":"))
 
 
+def _referenced_paths(io: Any, delete_file: Any) -> set[str]:
+    """The data files a position delete file points at (its `file_path` column)."""
+    import pyarrow.parquet as pq
+
+    with io.new_input(delete_file.file_path).open() as stream:
+        column = pq.read_table(stream, columns=["file_path"]).column("file_path")
+    return {normalize_location(str(path)) for path in column.unique().to_pylist()}
+
+
+def _live_deletes(io: Any, delete_files: list[Any], live_paths: set[str]) -> list[str]:
+    """Delete files that still delete rows of live data files (dangling ones do not count).
+
+    Equality deletes always count; a position delete counts when a file it points at is
+    still live (after compaction it points at rewritten files only: dangling).
+    """
+    live = []
+    for delete_file in delete_files:
+        if delete_file.content == DataFileContent.POSITION_DELETES and not (
+            _referenced_paths(io, delete_file) & live_paths
+        ):
+            continue
+        live.append(str(delete_file.file_path))
+    return live
+
+
 def live_data_files(table: Any) -> dict[str, LiveFile]:
-    """{relative path: file} of the current snapshot; refuses snapshots with delete files."""
+    """{relative path: file} of the current snapshot; refuses snapshots with live delete files."""
     snapshot = table.current_snapshot()
     if snapshot is None:
         return {}
@@ -95,18 +126,17 @@ def live_data_files(table: Any) -> dict[str, LiveFile]:
     schema = table.schema()
     times = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
     files: dict[str, LiveFile] = {}
-    deletes = 0
+    delete_files: list[Any] = []
+    live_paths: set[str] = set()
     for manifest in snapshot.manifests(io):
         entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
         if manifest.content == ManifestContent.DELETES:
-            deletes += len(entries)
+            delete_files.extend(entry.data_file for entry in entries)
             continue
         for entry in entries:
             data_file = entry.data_file
-            if data_file.content != DataFileContent.DATA:
-                deletes += 1
-                continue
             relative = relative_path(location, data_file.file_path)
+            live_paths.add(normalize_location(data_file.file_path))
             files[relative] = LiveFile(
                 path=relative,
                 size=int(data_file.file_size_in_bytes),
@@ -114,11 +144,12 @@ def live_data_files(table: Any) -> dict[str, LiveFile]:
                 added_ms=times.get(entry.snapshot_id or -1, snapshot.timestamp_ms),
                 stats=file_stats(data_file, schema),
             )
+    deletes = _live_deletes(io, delete_files, live_paths)
     if deletes:
         raise DeltaSyncError(
-            f"snapshot {snapshot.snapshot_id} has {deletes} delete file(s) (upserts or row "
-            "deletes): Delta would show the deleted rows again; tableflow does not write Delta "
-            "deletion vectors. Compact the deletes away (rewrite_data_files) or keep this table "
-            "Iceberg-only"
+            f"snapshot {snapshot.snapshot_id} has {len(deletes)} delete file(s) (upserts or row "
+            "deletes) applying to live data files: Delta would show the deleted rows again "
+            "(tableflow does not write Delta deletion vectors). Compact the table "
+            "(rewrite_data_files) to apply them, or keep this table Iceberg-only"
         )
     return files

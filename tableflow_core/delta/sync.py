@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 from tableflow_core.delta.files import LiveFile, delta_path, live_data_files, normalize_location
 from tableflow_core.delta.schema import added_fields, check_mirrorable, delta_schema
@@ -143,7 +142,7 @@ def sync_delta_log(
     delta = DeltaTable(uri, storage_options=options)
     new_fields = added_fields(delta.schema(), desired)
     actions = _pyarrow_table(delta.get_add_actions(flatten=False)).to_pylist()
-    existing = {unquote(str(a["path"])): int(a["size_bytes"]) for a in actions}
+    existing = {str(a["path"]): int(a["size_bytes"]) for a in actions}
     to_add = sorted(set(files) - set(existing))
     to_remove = sorted(set(existing) - set(files))
     if not (new_fields or to_add or to_remove):
