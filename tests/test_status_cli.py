@@ -114,3 +114,12 @@ def test_status_after_apply_shows_lag_commit_run_dlq_and_suspension(
     assert "suspended: paused by test" in human.output
     assert f"{namespace}.dead_letters: 3 (check 1, decode 2)" in human.output
     assert f"{namespace}.orders" in human.output and "…" not in human.output
+
+    # The docs site, enriched from the same stack: catalog schema and live status.
+    docs = CliRunner().invoke(cli, ["--project-dir", str(root), "docs", "generate"])
+    assert docs.exit_code == 0, docs.output
+    page = (root / "target" / "docs" / "tables" / "orders.html").read_text()
+    assert "the catalog (Iceberg schema" in page and ">order_id<" in page
+    assert "suspended (paused by test)" in page and f"{namespace}.dead_letters: 3" in page
+    idle_page = (root / "target" / "docs" / "tables" / "idle.html").read_text()
+    assert "the schema registry (subject" in idle_page and "not created yet" in idle_page
