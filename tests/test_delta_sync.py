@@ -193,3 +193,41 @@ def test_unsupported_type_is_refused_with_the_column(catalog_server: CatalogServ
     with pytest.raises(DeltaSyncError, match="u: uuid"):
         sync_delta_log(table)
     assert not Path(normalize_location(table.metadata.location), "_delta_log").exists()
+
+
+def test_a_concurrent_delta_commit_fails_the_sync_and_the_next_sync_repairs(
+    catalog_server: CatalogServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltalake import DeltaTable
+
+    catalog = catalog_server.pyiceberg_catalog()
+    ns = unique_namespace("delta")
+    catalog.create_namespace(ns)
+    table = catalog.create_table((ns, "raced"), SCHEMA)
+    table.append(_batch(range(0, 3)))
+    sync_delta_log(table)
+    table.append(_batch(range(3, 6)))
+    root = normalize_location(table.metadata.location)
+    original = DeltaTable.create_write_transaction
+
+    def racing(self: DeltaTable, *args: Any, **kwargs: Any) -> None:
+        # Another sync commits between our read of the log and our commit.
+        from deltalake import CommitProperties
+        from deltalake.transaction import Transaction
+
+        other = DeltaTable(root)
+        original(
+            other,
+            [],
+            "append",
+            other.schema(),
+            commit_properties=CommitProperties(app_transactions=[Transaction(APP_ID, 99)]),
+        )
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", racing)
+    with pytest.raises(DeltaSyncError, match="changed while syncing"):
+        sync_delta_log(table)
+    monkeypatch.setattr(DeltaTable, "create_write_transaction", original)
+    assert sync_delta_log(table).files_added == 1
+    assert len(assert_same_rows(table)) == 6

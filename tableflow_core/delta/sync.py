@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tableflow_core.delta.errors import DeltaSyncError
 from tableflow_core.delta.files import LiveFile, delta_path, live_data_files, normalize_location
 from tableflow_core.delta.schema import added_fields, check_mirrorable, delta_schema
 
@@ -68,7 +69,11 @@ def _commit_properties(table: Any, with_transaction: bool) -> Any:
         metadata[SNAPSHOT_ID_KEY] = str(snapshot.snapshot_id)
         if with_transaction:
             transactions.append(Transaction(APP_ID, int(snapshot.sequence_number or 0)))
-    return CommitProperties(custom_metadata=metadata, app_transactions=transactions or None)
+    # No blind retry on a concurrent commit: the actions were computed from the Delta
+    # table as read; rebasing them could add a file twice. The next sync recomputes.
+    return CommitProperties(
+        custom_metadata=metadata, app_transactions=transactions or None, max_commit_retries=0
+    )
 
 
 def mirrored_snapshot_id(
@@ -108,12 +113,24 @@ def sync_delta_log(
 
     `table` is a pyiceberg Table (load it fresh: the current snapshot is mirrored).
     Raises DeltaSyncError (before writing anything) when the table cannot be read as
-    Delta: delete files, renamed/retyped/dropped columns, unsupported types.
+    Delta: delete files, renamed/retyped/dropped columns, unsupported types; and when
+    another writer committed to the Delta log meanwhile (the file actions are not
+    committed then; syncing again recomputes them from the new state).
     """
+    from deltalake.exceptions import CommitFailedError
+
+    try:
+        return _sync(table, dict(storage_options or {}))
+    except CommitFailedError as exc:
+        raise DeltaSyncError(
+            f"the Delta log at {table.metadata.location} changed while syncing ({exc}); sync again"
+        ) from exc
+
+
+def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
     from deltalake import DeltaTable
     from deltalake.transaction import RemoveAction, create_table_with_add_actions
 
-    options = dict(storage_options or {})
     current_schema = table.schema()
     check_mirrorable(table.schemas().values(), current_schema)
     files = live_data_files(table)
