@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from tableflow_core.cli.main import cli
 from tableflow_core.config.loader import load_project
+from tableflow_core.delta import sync_delta_log
 from tableflow_core.dev.producer import produce_sample
 from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.tasks.apply import ApplyTask
@@ -64,6 +65,7 @@ def test_status_after_apply_shows_lag_commit_run_dlq_and_suspension(
     iceberg = catalog.load_table((namespace, "orders"))
     with iceberg.transaction() as tx:
         tx.set_properties({"tableflow.suspended": "paused by test"})
+    sync_delta_log(catalog.load_table((namespace, "orders")))
     dead = catalog.create_table((namespace, "dead_letters"), BAD_RECORD_SCHEMA)
     dead.append(_bad_rows(topic, ["decode", "decode", "check"]))
     dead.append(_bad_rows("another-topic", ["decode"]))
@@ -72,7 +74,11 @@ def test_status_after_apply_shows_lag_commit_run_dlq_and_suspension(
     stack_project(
         namespace=namespace,
         tables=[
-            {**tables[0], "dlq": {"type": "iceberg", "table": f"{namespace}.dead_letters"}},
+            {
+                **tables[0],
+                "dlq": {"type": "iceberg", "table": f"{namespace}.dead_letters"},
+                "formats": ["iceberg", "delta"],
+            },
             {
                 "name": "idle",
                 "topic": idle_topic,
@@ -103,11 +109,17 @@ def test_status_after_apply_shows_lag_commit_run_dlq_and_suspension(
         "records": 3,
         "by_stage": {"decode": 2, "check": 1},
     }
+    assert orders["delta"] == {
+        "exists": True,
+        "mirrored_snapshot_id": current.snapshot_id,
+        "in_sync": True,
+    }
     assert orders["problems"] == []
 
     assert idle["state"] == "not_created" and idle["exists"] is False
     assert idle["lag"] == 12 and idle["snapshot_id"] is None and idle["last_run"] is None
     assert idle["dlq"]["exists"] is False and idle["dlq"]["records"] == 0
+    assert idle["delta"] is None
 
     human = CliRunner().invoke(cli, ["--project-dir", str(root), "status"])
     assert human.exit_code == 0, human.output

@@ -63,6 +63,15 @@ class LastRun:
 
 
 @dataclass(frozen=True)
+class DeltaStatus:
+    """The Delta log over the table's files (tables with `formats: [.., delta]`)."""
+
+    exists: bool
+    mirrored_snapshot_id: int | None  # the Iceberg snapshot the Delta log was synced to
+    in_sync: bool  # mirrors the table's current snapshot
+
+
+@dataclass(frozen=True)
 class TableStatus:
     name: str
     identifier: str
@@ -83,6 +92,7 @@ class TableStatus:
     suspended_reason: str | None = None
     last_run: LastRun | None = None
     dlq: DlqStatus | None = None
+    delta: DeltaStatus | None = None
     problems: tuple[str, ...] = ()
 
 
@@ -215,6 +225,18 @@ def _dlq_status(catalog: Any, table: Table) -> DlqStatus | None:
     return DlqStatus("iceberg", dlq.table, True, rows.num_rows, by_stage)
 
 
+def _delta_status(location: str, snapshot: Any) -> DeltaStatus:
+    from deltalake import DeltaTable
+
+    from tableflow_core.delta import mirrored_snapshot_id
+    from tableflow_core.delta.sync import delta_uri
+
+    exists = DeltaTable.is_deltatable(delta_uri(location))
+    mirrored = mirrored_snapshot_id(location) if exists else None
+    current = snapshot.snapshot_id if snapshot is not None else None
+    return DeltaStatus(exists, mirrored, exists and mirrored == current)
+
+
 @dataclass
 class StatusTask:
     project: Project
@@ -314,6 +336,11 @@ class StatusTask:
             "suspended": suspended,
             "suspended_reason": reason,
         }
+        if "delta" in table.formats:
+            try:
+                values["delta"] = _delta_status(metadata.location, snapshot)
+            except Exception as exc:
+                problems.append(f"delta: {self.project.redact(str(exc))}")
         if snapshot is not None:
             summary = snapshot.summary
             values.update(

@@ -63,6 +63,17 @@ def _dlq(status: TableStatus) -> str:
     return f"{dlq.target}: {dlq.records:,}" + (f" ({stages})" if stages else "")
 
 
+def _formats(status: TableStatus) -> str:
+    delta = status.delta
+    if delta is None:
+        return ", ".join(status.formats)
+    if not delta.exists:
+        return "iceberg, delta (no Delta log yet)"
+    return "iceberg, delta" + (
+        "" if delta.in_sync else f" (at snapshot {delta.mirrored_snapshot_id})"
+    )
+
+
 def render_status(status: ProjectStatus, console: Console) -> None:
     table = RichTable(
         title=f"{status.project} ({status.target}) at {status.generated_at}", title_justify="left"
@@ -77,6 +88,7 @@ def render_status(status: ProjectStatus, console: Console) -> None:
         ("snapshot", "right"),
         ("last run", "left"),
         ("dlq", "left"),
+        ("formats", "left"),
     ):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for t in status.tables:
@@ -91,6 +103,7 @@ def render_status(status: ProjectStatus, console: Console) -> None:
             "-" if t.snapshot_id is None else str(t.snapshot_id),
             _last_run(t),
             _dlq(t),
+            _formats(t),
         )
     console.print(table)
     for t in status.tables:
