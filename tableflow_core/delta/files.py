@@ -128,8 +128,14 @@ def live_data_files(table: Any) -> dict[str, LiveFile]:
     files: dict[str, LiveFile] = {}
     delete_files: list[Any] = []
     live_paths: set[str] = set()
-    for manifest in snapshot.manifests(io):
-        entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    manifests = snapshot.manifests(io)
+    # Manifests are independent files: read them concurrently, as pyiceberg's scan does.
+    fetched = ExecutorFactory.get_or_create().map(
+        lambda m: m.fetch_manifest_entry(io, discard_deleted=True), manifests
+    )
+    for manifest, entries in zip(manifests, fetched, strict=True):
         if manifest.content == ManifestContent.DELETES:
             delete_files.extend(entry.data_file for entry in entries)
             continue

@@ -4,12 +4,12 @@ The Delta table lives at the Iceberg table's location: `_delta_log/` beside
 `metadata/` and `data/`. Every sync compares the snapshot's live data files with the
 Delta table's and commits one Delta version with add actions for new files and
 remove actions for files gone (compaction), after an ADD COLUMNS version when the
-Iceberg schema gained columns. Nothing changed: no version is written.
-
-Each version written records the Iceberg snapshot it mirrors: the commit info
-carries `tableflow.iceberg.snapshot-id` and the metadata location, and the data
-commit carries the app transaction `tableflow.iceberg` whose version is the
-snapshot's sequence number.
+Iceberg schema gained columns. The last version of a sync records the Iceberg snapshot
+it mirrors: the commit info carries `tableflow.iceberg.snapshot-id` and the metadata
+location, and the app transaction `tableflow.iceberg` has the snapshot's sequence
+number as version. A new snapshot without file changes gets an empty version (so the
+recorded snapshot stays current); syncing again the same snapshot writes nothing and
+reads no manifest.
 """
 
 from __future__ import annotations
@@ -58,17 +58,17 @@ def _add_action(live: LiveFile, data_change: bool) -> Any:
     )
 
 
-def _commit_properties(table: Any, with_transaction: bool) -> Any:
+def _commit_properties(table: Any, final: bool) -> Any:
+    """Only the final commit of a sync names the snapshot: it is then fully mirrored."""
     from deltalake import CommitProperties
     from deltalake.transaction import Transaction
 
     snapshot = table.current_snapshot()
     metadata: dict[str, Any] = {METADATA_LOCATION_KEY: table.metadata_location}
     transactions = []
-    if snapshot is not None:
+    if snapshot is not None and final:
         metadata[SNAPSHOT_ID_KEY] = str(snapshot.snapshot_id)
-        if with_transaction:
-            transactions.append(Transaction(APP_ID, int(snapshot.sequence_number or 0)))
+        transactions.append(Transaction(APP_ID, int(snapshot.sequence_number or 0)))
     # No blind retry on a concurrent commit: the actions were computed from the Delta
     # table as read; rebasing them could add a file twice. The next sync recomputes.
     return CommitProperties(
@@ -133,7 +133,6 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
 
     current_schema = table.schema()
     check_mirrorable(table.schemas().values(), current_schema)
-    files = live_data_files(table)
     desired = delta_schema(current_schema)
     location = table.metadata.location
     uri = delta_uri(location)
@@ -141,6 +140,7 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
     snapshot_id = snapshot.snapshot_id if snapshot is not None else None
 
     if not DeltaTable.is_deltatable(uri, options):
+        files = live_data_files(table)
         create_table_with_add_actions(
             uri,
             desired,
@@ -148,7 +148,7 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
             mode="error",
             name=".".join(table.name()),
             storage_options=options,
-            commit_properties=_commit_properties(table, with_transaction=True),
+            commit_properties=_commit_properties(table, final=True),
         )
         created = DeltaTable(uri, storage_options=options)
         return DeltaSyncResult(
@@ -158,32 +158,37 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
     previous = mirrored_snapshot_id(location, options)
     delta = DeltaTable(uri, storage_options=options)
     new_fields = added_fields(delta.schema(), desired)
+    if previous is not None and previous == snapshot_id and not new_fields:
+        # The last complete sync was of this very snapshot: no manifest to read.
+        return DeltaSyncResult(location, previous, delta.version(), False, False, 0, 0, ())
+    files = live_data_files(table)
     actions = _pyarrow_table(delta.get_add_actions(flatten=False)).to_pylist()
     existing = {str(a["path"]): int(a["size_bytes"]) for a in actions}
     to_add = sorted(set(files) - set(existing))
     to_remove = sorted(set(existing) - set(files))
-    if not (new_fields or to_add or to_remove):
+    if not (new_fields or to_add or to_remove) and previous == snapshot_id:
         return DeltaSyncResult(location, previous, delta.version(), False, False, 0, 0, ())
 
     if new_fields:
         delta.alter.add_columns(
-            new_fields, commit_properties=_commit_properties(table, with_transaction=False)
+            new_fields, commit_properties=_commit_properties(table, final=False)
         )
         delta = DeltaTable(uri, storage_options=options)
-    if to_add or to_remove:
-        data_change = not _is_pure_rewrite(table, previous)
-        now_ms = int(time.time() * 1000)
-        file_actions: list[Any] = [_add_action(files[p], data_change) for p in to_add]
-        file_actions += [
-            RemoveAction(delta_path(p), data_change, now_ms, existing[p], {}) for p in to_remove
-        ]
-        delta.create_write_transaction(
-            file_actions,
-            "append",
-            delta.schema(),
-            commit_properties=_commit_properties(table, with_transaction=True),
-        )
-        delta = DeltaTable(uri, storage_options=options)
+    # The final commit records the snapshot, even when only the snapshot id moved (a commit
+    # without file changes): an empty version, so the next sync can skip the manifests.
+    data_change = not _is_pure_rewrite(table, previous)
+    now_ms = int(time.time() * 1000)
+    file_actions: list[Any] = [_add_action(files[p], data_change) for p in to_add]
+    file_actions += [
+        RemoveAction(delta_path(p), data_change, now_ms, existing[p], {}) for p in to_remove
+    ]
+    delta.create_write_transaction(
+        file_actions,
+        "append",
+        delta.schema(),
+        commit_properties=_commit_properties(table, final=True),
+    )
+    delta = DeltaTable(uri, storage_options=options)
     return DeltaSyncResult(
         location,
         snapshot_id,
