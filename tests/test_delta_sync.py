@@ -231,3 +231,33 @@ def test_a_concurrent_delta_commit_fails_the_sync_and_the_next_sync_repairs(
     monkeypatch.setattr(DeltaTable, "create_write_transaction", original)
     assert sync_delta_log(table).files_added == 1
     assert len(assert_same_rows(table)) == 6
+
+
+def test_rollback_and_a_snapshot_without_file_changes(catalog_server: CatalogServer) -> None:
+    catalog = catalog_server.pyiceberg_catalog()
+    ns = unique_namespace("delta")
+    catalog.create_namespace(ns)
+    table = catalog.create_table((ns, "rolled"), SCHEMA)
+    table.append(_batch(range(0, 3)))
+    first_snapshot = table.current_snapshot().snapshot_id
+    table.append(_batch(range(3, 6)))
+    sync_delta_log(table)
+    assert len(assert_same_rows(table)) == 6
+
+    # Back to the first snapshot: its later file disappears from the Delta table too.
+    table.manage_snapshots().set_current_snapshot(first_snapshot).commit()
+    rolled = sync_delta_log(table)
+    assert (rolled.files_added, rolled.files_removed) == (0, 1)
+    assert [r["id"] for r in assert_same_rows(table)] == [0, 1, 2]
+    assert mirrored_snapshot_id(table.metadata.location) == first_snapshot
+
+    # A commit without files (like an offsets-only ingest commit): an empty Delta version
+    # records the new snapshot; the next sync then reads nothing and writes nothing.
+    table.append(_batch(range(0, 0)), snapshot_properties={"tableflow.offsets": "{}"})
+    version = delta_version(table.metadata.location)
+    moved = sync_delta_log(table)
+    assert moved.committed and moved.version == version + 1
+    assert (moved.files_added, moved.files_removed) == (0, 0)
+    assert mirrored_snapshot_id(table.metadata.location) == table.current_snapshot().snapshot_id
+    assert not sync_delta_log(table).committed
+    assert [r["id"] for r in assert_same_rows(table)] == [0, 1, 2]
