@@ -33,7 +33,15 @@ def test_lag_counts_from_committed_or_where_a_new_table_starts() -> None:
 
 def test_suspension_property() -> None:
     assert suspension({}) == (False, None)
-    assert suspension({"tableflow.suspended": "false"}) == (False, None)
+    record = (
+        '{"offset": 42, "partition": 0, "reason": "DecodingError: bad magic byte (decode)", '
+        '"run_id": "r1", "suspended_at": "2026-11-22T08:00:00+00:00", "topic": "orders"}'
+    )
+    assert suspension({"tableflow.suspended": record}) == (
+        True,
+        "DecodingError: bad magic byte (decode) (topic orders, partition 0, offset 42, "
+        "since 2026-11-22T08:00:00+00:00)",
+    )
     assert suspension({"tableflow.suspended": "schema change at offset 42"}) == (
         True,
         "schema change at offset 42",

@@ -128,11 +128,25 @@ def partition_lags(
 
 
 def suspension(properties: Mapping[str, str]) -> tuple[bool, str | None]:
-    """`tableflow.suspended` table property: absent/false/empty = running, else its value."""
+    """`tableflow.suspended` table property: present = suspended, with a readable reason.
+
+    `tableflow run` writes a JSON record (reason, topic, partition, offset, run_id,
+    suspended_at); any other text (set by hand) is shown as it is.
+    """
     raw = properties.get(SUSPENDED_PROPERTY)
-    if raw is None or raw.strip().lower() in ("", "false", "0", "no"):
+    if raw is None:
         return False, None
-    return True, raw
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return True, raw
+    if not isinstance(record, dict) or "reason" not in record:
+        return True, raw
+    where = [f"topic {record['topic']}"] if record.get("topic") not in (None, "?") else []
+    where += [f"{k} {record[k]}" for k in ("partition", "offset") if record.get(k) is not None]
+    if record.get("suspended_at") not in (None, "?"):
+        where.append(f"since {record['suspended_at']}")
+    return True, str(record["reason"]) + (f" ({', '.join(where)})" if where else "")
 
 
 def last_runs(path: Path) -> tuple[dict[str, LastRun], str | None]:
