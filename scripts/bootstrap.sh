@@ -22,6 +22,15 @@ if ! command -v java >/dev/null 2>&1; then
   fi
 fi
 
+# The docs-site test looks at `tableflow docs generate` in a real headless browser.
+# Debian's chromium: ~33 s to install here (apt-get install, package lists already fetched).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "Installing chromium (headless browser for the docs-site test)..."
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   "$python_bin" -m venv .venv
 fi

@@ -11,7 +11,19 @@ import click
 from tableflow_core.cli.context import CliContext
 
 # One module per command under tableflow_core/cli/commands/; each exposes `command`.
-COMMAND_MODULES = ("init", "validate", "compile", "dev", "catalog", "query", "plan", "apply", "run")
+COMMAND_MODULES = (
+    "init",
+    "validate",
+    "compile",
+    "dev",
+    "catalog",
+    "query",
+    "plan",
+    "apply",
+    "run",
+    "status",
+    "docs",
+)
 
 
 def _parse_vars(

@@ -271,6 +271,7 @@ def _resolve_table(
         description=table.description,
         source=SourceLocation(document.file, document.line_of(path)),
         key_lines=key_lines,
+        formats=tuple(table.formats or defaults.formats),
     )
 
 

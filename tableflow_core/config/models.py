@@ -567,6 +567,21 @@ class StartFrom(ConfigModel):
 
 
 MetadataColumn = Literal["topic", "partition", "offset", "timestamp", "key", "headers"]
+TableFormatName = Literal["iceberg", "delta"]
+
+
+def check_table_formats(value: list[TableFormatName] | None) -> list[TableFormatName] | None:
+    """Iceberg is the table itself (the Delta log mirrors its files), so it is always listed."""
+    if value is None:
+        return value
+    if "iceberg" not in value:
+        raise ValueError(
+            "formats must include iceberg: the Delta log mirrors the Iceberg table's files, "
+            "e.g. `formats: [iceberg, delta]`"
+        )
+    if len(set(value)) != len(value):
+        raise ValueError(f"formats lists a format twice: {value}")
+    return value
 
 
 class TableDefaults(ConfigModel):
@@ -596,6 +611,16 @@ class TableDefaults(ConfigModel):
         "earliest", description="Default start."
     )
     max_records_per_run: int | None = Field(None, ge=1, description="Default per-run cap.")
+    formats: list[TableFormatName] = Field(
+        default_factory=lambda: list[TableFormatName](["iceberg"]),
+        description="Default table formats: `[iceberg]` or `[iceberg, delta]` (docs/delta.md).",
+    )
+
+    @field_validator("formats")
+    @classmethod
+    def _valid_default_formats(cls, value: list[TableFormatName]) -> list[TableFormatName]:
+        check_table_formats(value)
+        return value
 
     @field_validator("refresh_interval")
     @classmethod
@@ -679,6 +704,17 @@ class TableConfig(ConfigModel):
         default_factory=list, description="Names from the target's `publish_catalogs`."
     )
     tags: list[str] = Field(default_factory=list, description="Tags for --select.")
+    formats: list[TableFormatName] | None = Field(
+        None,
+        description="Table formats to maintain: `[iceberg]` or `[iceberg, delta]`; `delta` writes "
+        "a Delta log over the same Parquet files after every commit (docs/delta.md). "
+        "Default from `defaults`.",
+    )
+
+    @field_validator("formats")
+    @classmethod
+    def _valid_formats(cls, value: list[TableFormatName] | None) -> list[TableFormatName] | None:
+        return check_table_formats(value)
 
     @field_validator("refresh_interval")
     @classmethod

@@ -19,6 +19,7 @@ from tableflow_core.config.models import (
     ProjectConfig,
     SortField,
     StartFrom,
+    TableFormatName,
     Target,
     Transform,
 )
@@ -62,6 +63,8 @@ class Table:
     source: SourceLocation
     # Line of each key the user wrote for this table (for "not supported yet" and plan messages).
     key_lines: dict[str, int] = field(default_factory=dict)
+    # Table formats kept: always iceberg, plus delta (a Delta log over the same files).
+    formats: tuple[TableFormatName, ...] = ("iceberg",)
 
     @property
     def identifier(self) -> str:
