@@ -5,7 +5,6 @@ from pathlib import Path
 import click
 
 from tableflow_core.cli.context import CliContext
-from tableflow_core.tasks.init import InitError, InitTask
 
 
 @click.command("init")
@@ -14,6 +13,8 @@ from tableflow_core.tasks.init import InitError, InitTask
 @click.pass_obj
 def command(ctx: CliContext, directory: Path, name: str | None) -> None:
     """Create a new project in DIRECTORY from the template."""
+    from tableflow_core.tasks.init import InitError, InitTask
+
     try:
         created = InitTask(directory, name).run()
     except InitError as exc:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tableflow_core.cli.context import EXIT_ERROR, CliContext
-from tableflow_core.plan.plan import Plan, PlanOptions
+
+if TYPE_CHECKING:
+    from tableflow_core.plan.plan import Plan
 
 EXIT_CHANGES = 2
 
 
 def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
     """Shared by plan and apply (without a plan file)."""
+    from tableflow_core.plan.plan import PlanOptions
     from tableflow_core.plan.world import WorldReadError
     from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.plan import PlanTask

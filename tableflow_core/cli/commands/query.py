@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table as RichTable
 
 from tableflow_core.cli.context import CliContext
 
@@ -41,6 +40,8 @@ def command(ctx: CliContext, sql: str, limit: int) -> None:
         ctx.fail(str(exc))
     except Exception as exc:  # duckdb errors: show the message, not a traceback
         ctx.fail(f"query failed: {exc}")
+    from rich.table import Table as RichTable
+
     table = RichTable()
     for column in columns:
         table.add_column(column)
