@@ -64,7 +64,9 @@ def command(
             )
     else:
         plan = run_plan(ctx, allow_destructive, prune)
-    show_plan(ctx, plan, "human", show_dag)
+    # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
+    approved = plan_file is not None or auto_approve
+    show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
     if plan.blockers:
         ctx.fail("the plan is blocked (see above); nothing was changed.")
     if not plan.has_changes:

@@ -45,6 +45,10 @@ def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -
         from tableflow_core.plan.render_markdown import render_markdown
 
         click.echo(render_markdown(plan), nl=False)
+    elif output_format == "compact":
+        from tableflow_core.plan.render_human import render_compact
+
+        render_compact(plan, ctx.console)
     else:
         from tableflow_core.plan.render_human import render_human
 
