@@ -78,6 +78,18 @@ class CliContext:
         except SelectionError as exc:
             self.fail(str(exc))
 
+    def unreachable(self, exc: Exception) -> NoReturn:
+        """A component (Kafka, registry, catalog) is down: say which, and on a target
+        with a local stack, how to start it."""
+        message = f"{exc}\nNothing was changed."
+        project = self._project
+        if project is not None and project.target.dev_stack is not None:
+            message += (
+                f"\nTarget {project.target_name!r} uses the local stack: is it running? "
+                "Start it with `tableflow dev up` (and check it with `tableflow dev status`)."
+            )
+        self.fail(message)
+
     def fail(self, message: str, code: int = EXIT_ERROR) -> NoReturn:
         """Print an error (secrets redacted) and exit."""
         from rich.markup import escape

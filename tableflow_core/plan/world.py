@@ -24,6 +24,8 @@ from tableflow_core.targets.registry import registry_settings
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 10.0
+# A broker that does not accept a TCP connection within this is reported as down.
+KAFKA_CONNECT_TIMEOUT_S = 2.0
 _TRANSFORM = re.compile(r"^(?P<name>[a-z]+)(?:\[(?P<param>\d+)\])?$")
 
 
@@ -43,13 +45,19 @@ class Readers:
     resolve_schema: Callable[..., Any]
     get_watermarks: Callable[..., Mapping[int, tuple[int, int]]]
     offsets_for_timestamp: Callable[..., Mapping[int, int]]
+    # Fails fast (KafkaUnreachableError) when no bootstrap server answers at all.
+    probe_kafka: Callable[[str, float], None] = lambda _servers, _timeout: None
 
 
 def default_readers() -> Readers:
-    from tableflow_core.kafka.admin import get_watermarks, offsets_for_timestamp
+    from tableflow_core.kafka.admin import (
+        get_watermarks,
+        offsets_for_timestamp,
+        probe_bootstrap,
+    )
     from tableflow_core.schemas.resolve import resolve_schema
 
-    return Readers(resolve_schema, get_watermarks, offsets_for_timestamp)
+    return Readers(resolve_schema, get_watermarks, offsets_for_timestamp, probe_bootstrap)
 
 
 def partition_terms_of(table: Any) -> tuple[PartitionTerm, ...]:
@@ -103,6 +111,18 @@ def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
     )
 
 
+def probe_kafka(project: Project, readers: Readers | None = None) -> None:
+    """WorldReadError within ~KAFKA_CONNECT_TIMEOUT_S when no Kafka bootstrap server
+    answers. Cheap (one TCP connection): callers run it before slower work, such as
+    starting an embedded catalog, so a stack that is down is reported at once."""
+    io = readers or default_readers()
+    address = project.target.kafka.bootstrap_servers
+    try:
+        io.probe_kafka(address, KAFKA_CONNECT_TIMEOUT_S)
+    except Exception as exc:
+        raise WorldReadError("kafka", address, project.redact(str(exc))) from exc
+
+
 def read_world(
     project: Project,
     tables: tuple[Table, ...],
@@ -120,6 +140,9 @@ def read_world(
     registry = registry_settings(target.schema_registry)
     registry_address = target.schema_registry.url if target.schema_registry else "(none)"
     kafka_address = target.kafka.bootstrap_servers
+
+    if read_kafka and tables:
+        probe_kafka(project, io)
 
     def catalog_call(fn: Callable[[], T]) -> T:
         try:

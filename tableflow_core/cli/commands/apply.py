@@ -89,14 +89,10 @@ def command(
     )
     try:
         results = task.run()
-    except (
-        StalePlanError,
-        LockTimeoutError,
-        PlanNotApplicableError,
-        WorldReadError,
-        CatalogUnavailableError,
-    ) as exc:
+    except (StalePlanError, LockTimeoutError, PlanNotApplicableError) as exc:
         ctx.fail(f"{exc}\nNothing was changed.")
+    except (WorldReadError, CatalogUnavailableError) as exc:
+        ctx.unreachable(exc)
     for result in results.tables:
         style = {
             "success": "green",

@@ -18,7 +18,7 @@ EXIT_CHANGES = 2
 def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
     """Shared by plan and apply (without a plan file)."""
     from tableflow_core.plan.plan import PlanOptions
-    from tableflow_core.plan.world import WorldReadError
+    from tableflow_core.plan.world import WorldReadError, probe_kafka
     from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.plan import PlanTask
 
@@ -31,9 +31,13 @@ def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
         options=PlanOptions(allow_destructive=allow_destructive, prune=prune),
     )
     try:
+        if tables:
+            # Before the catalog (an embedded one starts a server): a stack that is
+            # down is reported in well under a second, not after timeouts.
+            probe_kafka(project)
         return task.run()
     except (WorldReadError, CatalogUnavailableError) as exc:
-        ctx.fail(f"{exc}\nNothing was changed.")
+        ctx.unreachable(exc)
 
 
 def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -> None:

@@ -49,7 +49,7 @@ def command(ctx: CliContext, sql: str, limit: int, output_format: str) -> None:
             columns = result.columns
             rows = result.fetchmany(limit)
     except CatalogUnavailableError as exc:
-        ctx.fail(str(exc))
+        ctx.unreachable(exc)
     except Exception as exc:  # duckdb errors: show the message, not a traceback
         ctx.fail(f"query failed: {exc}")
     if output_format in TEXT_FORMATS:
