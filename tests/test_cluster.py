@@ -57,50 +57,28 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
         "PYTHONPATH": str(REPO),
     }
     port = free_port(HOST)
+    master_command = [
+        str(spark_class()), "org.apache.spark.deploy.master.Master",
+        "--host", HOST, "--port", str(port), "--webui-port", str(free_port(HOST)),
+    ]  # fmt: skip
     master = start_background(
-        "spark-master",
-        [
-            str(spark_class()),
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            "--webui-port",
-            str(free_port(HOST)),
-        ],  # fmt: skip
-        HOST,
-        port,
-        log_file=base / "master.log",
-        env=env,
-        timeout=90,
+        "spark-master", master_command, HOST, port, base / "master.log", env=env, timeout=90
     )
     master_url = f"spark://{HOST}:{port}"
     try:
         worker_port = free_port(HOST)
         work_dir = base / "work"
+        worker_command = [
+            str(spark_class()), "org.apache.spark.deploy.worker.Worker",
+            "--host", HOST, "--port", str(worker_port), "--webui-port", str(free_port(HOST)),
+            "--cores", "1", "--memory", "1g", "--work-dir", str(work_dir), master_url,
+        ]  # fmt: skip
         worker = start_background(
             "spark-worker",
-            [
-                str(spark_class()),
-                "org.apache.spark.deploy.worker.Worker",
-                "--host",
-                HOST,
-                "--port",
-                str(worker_port),
-                "--webui-port",
-                str(free_port(HOST)),
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--work-dir",
-                str(work_dir),
-                master_url,
-            ],  # fmt: skip
+            worker_command,
             HOST,
             worker_port,
-            log_file=base / "worker.log",
+            base / "worker.log",
             env=env,
             timeout=90,
         )
