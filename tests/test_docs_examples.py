@@ -6,7 +6,7 @@ dev stack is this test session's broker and registry: the ports move through the
 environment variables the project reads (TABLEFLOW_KAFKA_PORT, ...); the embedded
 catalog starts in-process on a free port, over the copy's own warehouse. `tableflow`
 on PATH runs this checkout. Commands of one doc run in order, in one directory (a
-`cd` carries over to the next command).
+`cd` or an `export` carries over to the next command).
 
 A command that cannot run here goes in NOT_RUN with the reason; any other command
 runs, and must exit 0 (or N, with a `# exits N` comment).
@@ -34,7 +34,8 @@ NOT_RUN: dict[str, str] = {
     r"bash scripts/demo\.sh": "creates .venv and a stack on the default ports; CI runs it as its own job",
     r"bash scripts/test\.sh": "is the test suite itself",
     r"tableflow dev (up|down|status)\b": "the test session's fixtures are the stack (tests/test_cli_dev.py runs these)",
-    r"(export .*&& )?python -m tableflow_core\.catalog\.server\b": "serves in the foreground until stopped",
+    r"python -m tableflow_core\.catalog\.server\b": "serves in the foreground until stopped",
+    r'"\$SPARK_HOME"/bin/spark-class\b': "a long-running Spark master/worker (tests/test_cluster.py starts them)",
 }
 
 
@@ -131,10 +132,16 @@ def docs_stack(
 def test_doc_examples_run(doc: str, docs_stack: DocsStack) -> None:
     cwd = example_project(docs_stack.base / doc.replace("/", "_"))
     cwd_file = docs_stack.base / f"{doc.replace('/', '_')}.cwd"
+    env_file = docs_stack.base / f"{doc.replace('/', '_')}.env"
     for example in examples(REPO / doc):
         if reason_not_run(example) is not None:
             continue
-        script = f"{example.command}\nstatus=$?\npwd > '{cwd_file}'\nexit $status\n"
+        # The directory and exported variables carry over to the doc's next command.
+        script = (
+            f"[ -f '{env_file}' ] && source '{env_file}'\n{example.command}\nstatus=$?\n"
+            f"pwd > '{cwd_file}'\nexport -p | grep -v -E ' (PWD|OLDPWD|SHLVL)=' > '{env_file}'\n"
+            "exit $status\n"
+        )
         result = subprocess.run(
             ["bash", "-c", script],
             cwd=cwd,
