@@ -9,6 +9,7 @@ import click
 
 from tableflow_core.cli.commands.plan import run_plan, show_plan
 from tableflow_core.cli.context import CliContext
+from tableflow_core.text import plural
 
 
 @click.command("apply")
@@ -101,7 +102,7 @@ def command(
             "skipped": "yellow",
         }[result.status]
         detail = (
-            f"{result.records_written:,} records written, offsets {result.offsets_before} -> {result.offsets_after}"
+            f"{plural(result.records_written, 'record')} written, offsets {result.offsets_before} -> {result.offsets_after}"
             if result.status == "success"
             else (result.error or "")
         )
