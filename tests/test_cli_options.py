@@ -70,10 +70,11 @@ def test_validate_project_dir_after_subcommand(project: Path) -> None:
     assert "2 tables valid" in result.stdout
 
 
-def test_nested_commands_take_global_options(project: Path) -> None:
-    result = tableflow(
-        "dev", "status", "--project-dir", str(project), "--target", "prod", cwd=Path("/")
-    )
+@pytest.mark.parametrize("where", ["group", "subcommand"])
+def test_nested_commands_take_global_options(project: Path, where: str) -> None:
+    options = ("--project-dir", str(project), "--target", "prod")
+    args = ("dev", *options, "status") if where == "group" else ("dev", "status", *options)
+    result = tableflow(*args, cwd=Path("/"))
     assert result.returncode == 1
     assert "target 'prod' has no dev_stack section" in result.stderr
 

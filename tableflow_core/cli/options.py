@@ -128,14 +128,14 @@ def subcommand_options() -> list[click.Option]:
 
 
 def add_global_options(command: click.Command) -> click.Command:
-    """Give `command` (and, for a group, every subcommand) the global options.
+    """Give `command` (and, for a group, every subcommand) the global options:
+    `tableflow dev --target x up` and `tableflow dev up --target x` both work.
 
     An option a command already declares under the same flag keeps the command's meaning.
     """
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             add_global_options(sub)
-        return command
     taken = {opt for param in command.params for opt in getattr(param, "opts", ())}
     taken |= {opt for param in command.params for opt in getattr(param, "secondary_opts", ())}
     for option in subcommand_options():
