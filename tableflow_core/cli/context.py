@@ -78,7 +78,7 @@ class CliContext:
         except SelectionError as exc:
             self.fail(str(exc))
 
-    def unreachable(self, exc: Exception) -> NoReturn:
+    def unreachable(self, exc: Exception | str) -> NoReturn:
         """A component (Kafka, registry, catalog) is down: say which, and on a target
         with a local stack, how to start it."""
         message = f"{exc}\nNothing was changed."

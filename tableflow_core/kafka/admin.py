@@ -21,6 +21,9 @@ class KafkaUnreachableError(KafkaMetadataError):
     """No bootstrap server accepted a connection."""
 
 
+# A broker that does not accept a TCP connection within this is reported as down.
+CONNECT_TIMEOUT_S = 2.0
+
 LIBRDKAFKA_LOGGER = logging.getLogger("tableflow.kafka.librdkafka")
 
 
@@ -47,7 +50,7 @@ def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
     return addresses
 
 
-def probe_bootstrap(bootstrap_servers: str, timeout: float = 2.0) -> None:
+def probe_bootstrap(bootstrap_servers: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Raise KafkaUnreachableError unless some bootstrap server accepts a TCP connection.
 
     Takes milliseconds when a broker is down locally (refused) and `timeout` at most

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
@@ -24,8 +25,6 @@ from tableflow_core.targets.registry import registry_settings
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 10.0
-# A broker that does not accept a TCP connection within this is reported as down.
-KAFKA_CONNECT_TIMEOUT_S = 2.0
 _TRANSFORM = re.compile(r"^(?P<name>[a-z]+)(?:\[(?P<param>\d+)\])?$")
 
 
@@ -113,8 +112,8 @@ def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
 
 def probe_kafka(project: Project, readers: Readers | None = None) -> None:
     """WorldReadError within ~KAFKA_CONNECT_TIMEOUT_S when no Kafka bootstrap server
-    answers. Cheap (one TCP connection): callers run it before slower work, such as
-    starting an embedded catalog, so a stack that is down is reported at once."""
+    answers. Cheap (one TCP connection): read_world runs it before submitting any
+    librdkafka call, so a broker that is down is reported at once, not after timeouts."""
     io = readers or default_readers()
     address = project.target.kafka.bootstrap_servers
     try:

@@ -15,15 +15,29 @@ if TYPE_CHECKING:
 EXIT_CHANGES = 2
 
 
+def fail_fast_if_kafka_is_down(ctx: CliContext) -> None:
+    """One TCP connection before anything slow (importing the planner, starting an
+    embedded catalog): a stack that is down is reported at once."""
+    from tableflow_core.kafka.admin import KafkaUnreachableError, probe_bootstrap
+
+    address = ctx.load_project().target.kafka.bootstrap_servers
+    try:
+        probe_bootstrap(address)
+    except KafkaUnreachableError as exc:
+        ctx.unreachable(f"kafka at {address} is not reachable: {exc}")
+
+
 def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
     """Shared by plan and apply (without a plan file)."""
+    project = ctx.load_project()
+    tables = ctx.selected_tables()
+    if tables:
+        fail_fast_if_kafka_is_down(ctx)
     from tableflow_core.plan.plan import PlanOptions
-    from tableflow_core.plan.world import WorldReadError, probe_kafka
+    from tableflow_core.plan.world import WorldReadError
     from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.plan import PlanTask
 
-    project = ctx.load_project()
-    tables = ctx.selected_tables()
     task = PlanTask(
         project,
         tables,
@@ -31,10 +45,6 @@ def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
         options=PlanOptions(allow_destructive=allow_destructive, prune=prune),
     )
     try:
-        if tables:
-            # Before the catalog (an embedded one starts a server): a stack that is
-            # down is reported in well under a second, not after timeouts.
-            probe_kafka(project)
         return task.run()
     except (WorldReadError, CatalogUnavailableError) as exc:
         ctx.unreachable(exc)
