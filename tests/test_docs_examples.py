@@ -156,3 +156,22 @@ def test_doc_examples_run(doc: str, docs_stack: DocsStack) -> None:
         )
         if cwd_file.is_file():
             cwd = Path(cwd_file.read_text().strip())
+
+
+def test_extraction_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.docs_examples as harness
+
+    monkeypatch.setattr(harness, "REPO", tmp_path)
+    doc = tmp_path / "guide.md"
+    doc.write_text(
+        "Text\n\n```console\n$ tableflow plan --detailed-exitcode   # exits 2 with changes\n"
+        "Plan: 1 to create\n$ tableflow query \\\n    'SELECT 1'\n```\n\n"
+        "```yaml\n$ not: a command\n```\n\n```bash\ntableflow apply\n```\n"
+    )
+    found = harness.examples(doc)
+    assert [(e.line, e.command, e.expected_exit) for e in found] == [
+        (4, "tableflow plan --detailed-exitcode   # exits 2 with changes", 2),
+        (6, "tableflow query 'SELECT 1'", 0),
+    ]
+    (shell,) = harness.shell_blocks(doc)
+    assert (shell.line, shell.lang) == (14, "bash")
