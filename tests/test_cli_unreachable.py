@@ -94,3 +94,13 @@ def test_librdkafka_logs_go_to_python_logging_at_debug(
     assert all(r.levelno == logging.DEBUG for r in records)
     assert "Connection refused" in " ".join(r.getMessage() for r in records)
     assert "%3|" not in capfd.readouterr().err
+
+
+def test_dev_produce_with_the_stack_down(project: Path) -> None:
+    kafka = closed_port()
+    env = {"TABLEFLOW_KAFKA_PORT": str(kafka), "TABLEFLOW_REGISTRY_PORT": str(closed_port())}
+    result = tableflow("dev", "produce", "orders", "--count", "10", cwd=project, env=env)
+    assert result.returncode == 1
+    assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
+    assert "tableflow dev up" in result.stderr
+    assert "%3|" not in result.stderr

@@ -136,6 +136,13 @@ def produce(
     registry = project.target.schema_registry
     if registry is None:
         ctx.fail(f"target {project.target_name!r} has no schema_registry")
+    from tableflow_core.kafka.admin import KafkaUnreachableError, probe_bootstrap
+
+    bootstrap = project.target.kafka.bootstrap_servers
+    try:
+        probe_bootstrap(bootstrap)
+    except KafkaUnreachableError as exc:
+        ctx.unreachable(f"kafka at {bootstrap} is not reachable: {exc}")
     registry_config: dict[str, object] = {}
     if registry.basic_auth is not None:
         registry_config["basic.auth.user.info"] = (
@@ -154,7 +161,7 @@ def produce(
             registry_config=registry_config,
         )
     except Exception as exc:  # broker or registry down: say which, never a traceback
-        ctx.fail(f"producing to {topic or dataset} failed: {exc}")
+        ctx.fail(f"producing to {topic or dataset} failed: {exc or type(exc).__name__}")
     ctx.console.print(
         f"Produced {result.records:,} {dataset} records to [bold]{topic or dataset}[/] "
         f"({result.records_per_second:,.0f} records/s, schema id {result.schema_id})"
