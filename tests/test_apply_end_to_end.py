@@ -51,7 +51,7 @@ def test_plan_apply_plan_then_lag_then_stale(
     ingest = next(a for a in plan.actions if isinstance(a, Ingest))
     assert ingest.records == 200 and sum(p.lag for p in ingest.partitions) == 200
     assert plan.summary_line().startswith(
-        "Plan: 1 to create, 0 to update, 0 to replace, 1 tables to ingest (200 records)"
+        "Plan: 1 to create, 0 to update, 0 to replace, 1 table to ingest (200 records)"
     )
 
     # 2. Apply creates and ingests, on the shared Spark session.

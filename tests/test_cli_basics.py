@@ -31,7 +31,7 @@ def test_init_then_validate_then_compile(tmp_path: Path) -> None:
     assert (project / "tableflow_project.yml").is_file()
     validated = tableflow("validate", cwd=project)
     assert validated.returncode == 0, validated.stderr
-    assert "project myproj" in validated.stdout and "1 table(s) valid" in validated.stdout
+    assert "project myproj" in validated.stdout and "1 table valid" in validated.stdout
     compiled = tableflow("compile", cwd=project)
     assert compiled.returncode == 0, compiled.stderr
     data = json.loads(compiled.stdout)

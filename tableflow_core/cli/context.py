@@ -1,22 +1,38 @@
-"""What every command receives: global options and ways to load the project."""
+"""What every command receives: global options and ways to load the project.
+
+Imports of the project's heavier modules (pydantic models, rich) happen on first
+use, so `tableflow --help` stays fast.
+"""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from tableflow_core.config.errors import ConfigError
-from tableflow_core.config.loader import load_project
-from tableflow_core.config.project import Project, Table
-from tableflow_core.config.selection import SelectionError, select_tables
+    from tableflow_core.config.project import Project, Table
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+# Wide enough that no line of a plan, a query or a status table is ever wrapped or cut.
+NON_TTY_WIDTH = 100_000
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console for stdout or stderr; when it is not a terminal (CI logs, pipes),
+    never wrap and never truncate: lines keep their full length."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=NON_TTY_WIDTH, soft_wrap=True)
 
 
 @dataclass
@@ -25,12 +41,27 @@ class CliContext:
     target: str | None
     selectors: tuple[str, ...]
     vars: dict[str, Any]
-    console: Console = field(default_factory=Console)
-    err_console: Console = field(default_factory=lambda: Console(stderr=True))
+    _console: Console | None = field(default=None, repr=False)
+    _err_console: Console | None = field(default=None, repr=False)
     _project: Project | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            self._console = make_console()
+        return self._console
+
+    @property
+    def err_console(self) -> Console:
+        if self._err_console is None:
+            self._err_console = make_console(stderr=True)
+        return self._err_console
 
     def load_project(self) -> Project:
         """The project, loaded once; config errors end the command with exit 1."""
+        from tableflow_core.config.errors import ConfigError
+        from tableflow_core.config.loader import load_project
+
         if self._project is None:
             try:
                 self._project = load_project(self.project_dir, self.target, self.vars)
@@ -39,14 +70,30 @@ class CliContext:
         return self._project
 
     def selected_tables(self) -> tuple[Table, ...]:
+        from tableflow_core.config.selection import SelectionError, select_tables
+
         project = self.load_project()
         try:
             return select_tables(project.tables, self.selectors)
         except SelectionError as exc:
             self.fail(str(exc))
 
+    def unreachable(self, exc: Exception | str) -> NoReturn:
+        """A component (Kafka, registry, catalog) is down: say which, and on a target
+        with a local stack, how to start it."""
+        message = f"{exc}\nNothing was changed."
+        project = self._project
+        if project is not None and project.target.dev_stack is not None:
+            message += (
+                f"\nTarget {project.target_name!r} uses the local stack: is it running? "
+                "Start it with `tableflow dev up` (and check it with `tableflow dev status`)."
+            )
+        self.fail(message)
+
     def fail(self, message: str, code: int = EXIT_ERROR) -> NoReturn:
         """Print an error (secrets redacted) and exit."""
+        from rich.markup import escape
+
         if self._project is not None:
             message = self._project.redact(message)
         # Messages quote user input (e.g. `[tables[0].mode]`): escape it, never parse it as markup.

@@ -1,14 +1,20 @@
-"""The `tableflow` command line."""
+"""The `tableflow` command line.
+
+Commands are imported when used (or listed by --help), and each command imports its
+heavy dependencies (pyspark, pyiceberg, the catalog server...) inside its function:
+`tableflow --help` loads click and little else.
+"""
 
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from tableflow_core.cli.context import CliContext
+from tableflow_core.cli.options import add_global_options, group_options
 
 # One module per command under tableflow_core/cli/commands/; each exposes `command`.
 COMMAND_MODULES = (
@@ -26,52 +32,51 @@ COMMAND_MODULES = (
 )
 
 
-def _parse_vars(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> dict[str, object]:
-    if not value:
-        return {}
+def _load(module_name: str) -> click.Command | None:
     try:
-        parsed = json.loads(value)
-    except (json.JSONDecodeError, RecursionError):
-        from tableflow_core.config.errors import ConfigError
-        from tableflow_core.config.yaml_source import load_yaml
-
-        try:  # the project's bounded YAML loader: no alias bombs, no deep nesting
-            parsed = load_yaml(value, Path("--vars")).data
-        except ConfigError as exc:
-            raise click.BadParameter(exc.render()) from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter('expected a JSON or YAML mapping, e.g. \'{"namespace": "test"}\'')
-    return parsed
+        module = importlib.import_module(f"tableflow_core.cli.commands.{module_name}")
+    except ModuleNotFoundError as exc:
+        # A command whose module has not landed yet is simply absent.
+        if exc.name and exc.name.startswith("tableflow_core.cli.commands"):
+            return None
+        raise
+    command: click.Command = module.command
+    return add_global_options(command)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Loads a command's module only when that command is run or listed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._all_loaded = False
+
+    def _load_all(self) -> None:
+        if not self._all_loaded:
+            for name in COMMAND_MODULES:
+                command = _load(name)
+                if command is not None and command.name not in self.commands:
+                    self.add_command(command)
+            self._all_loaded = True
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            module_name = cmd_name.replace("-", "_")
+            command = _load(module_name) if module_name in COMMAND_MODULES else None
+            if command is not None and command.name == cmd_name:
+                self.add_command(command)
+            else:
+                self._load_all()
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load_all()
+        return sorted(self.commands)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tableflow")
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    envvar="TABLEFLOW_PROJECT_DIR",
-    show_default=True,
-    help="Folder holding tableflow_project.yml.",
-)
-@click.option(
-    "--target",
-    "-t",
-    envvar="TABLEFLOW_TARGET",
-    help="Target from the project (default: default_target).",
-)
-@click.option(
-    "--select",
-    "-s",
-    "selectors",
-    multiple=True,
-    help="Table names, globs or tag:NAME; repeat or comma-separate. Default: all tables.",
-)
-@click.option(
-    "--vars", "vars_", callback=_parse_vars, help="Override project vars (JSON or YAML mapping)."
-)
+@group_options
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -82,6 +87,9 @@ def cli(
 ) -> None:
     """tableflow: Kafka topics to Apache Iceberg tables, as code.
 
+    Global options (--project-dir, --target, --select, --vars) go before or after
+    the command: `tableflow --target prod plan` and `tableflow plan --target prod`.
+
     Exit codes: 0 ok, 1 error, 2 usage error (and, with plan --detailed-exitcode, changes present).
     """
     ctx.obj = CliContext(
@@ -89,20 +97,5 @@ def cli(
     )
 
 
-def _register_commands() -> None:
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"tableflow_core.cli.commands.{name}")
-        except ModuleNotFoundError as exc:
-            # A command whose module has not landed yet is simply absent.
-            if exc.name and exc.name.startswith("tableflow_core.cli.commands"):
-                continue
-            raise
-        cli.add_command(module.command)
-
-
-_register_commands()
-
-
 def main() -> None:
-    cli()
+    cli(prog_name="tableflow")

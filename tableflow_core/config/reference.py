@@ -52,7 +52,9 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
 
 HEADER = """# Configuration reference
 
-Generated from `tableflow_core/config/models.py` by
+Generated from `tableflow_core/config/models.py` (and, for what is marked
+**Not supported yet**, `tableflow_core/plan/capabilities.py`: plan refuses those with
+the key's file:line) by
 `python -m tableflow_core.config.reference > docs/reference.md`; a test fails when
 it is out of date. Every model rejects unknown keys (with a "did you mean"
 suggestion). String values are rendered with Jinja2 (sandboxed, after YAML parsing, so a
@@ -61,10 +63,40 @@ rendered value is always a string of data): `{{ env_var('NAME', 'default') }}`,
 """
 
 
+NOT_SUPPORTED = "**Not supported yet**"
+
+
+def _unsupported_keys() -> dict[str, str]:
+    """Table keys `plan` refuses (tableflow_core/plan/capabilities.py): key -> what."""
+    from tableflow_core.plan.capabilities import TABLE_GATES
+
+    return {gate.key: gate.what for gate in TABLE_GATES}
+
+
+def _section_note(heading: str) -> str | None:
+    """Why a whole section is not usable yet, from the same capability list."""
+    from tableflow_core.plan.capabilities import UNSUPPORTED_SPARK_CATALOGS
+
+    for catalog_type in sorted(UNSUPPORTED_SPARK_CATALOGS):
+        if heading == f"catalog: type {catalog_type}":
+            return (
+                f"{NOT_SUPPORTED} as the catalog `apply` writes to: plan refuses a target "
+                f"whose catalog is `{catalog_type}`."
+            )
+    for key, what in _unsupported_keys().items():
+        if heading.startswith((f"{key}[]", f"{key}:")):
+            return f"{NOT_SUPPORTED}: {what}; plan refuses tables that set `{key}`."
+    return None
+
+
 def render_reference() -> str:
     parts = [HEADER]
+    unsupported = _unsupported_keys()
     for heading, model in SECTIONS:
         parts.append(f"\n## `{heading}`\n")
+        note = _section_note(heading)
+        if note:
+            parts.append(f"\n{note}\n\n")
         doc = (model.__doc__ or "").strip()
         if doc:
             parts.append(f"{doc}\n")
@@ -73,6 +105,10 @@ def render_reference() -> str:
             key = field.alias or name
             default = _default(field)
             description = (field.description or "").replace("|", "\\|").replace("\n", " ")
+            if model in (models.TableConfig, models.TableDefaults) and key in unsupported:
+                description = (
+                    f"{NOT_SUPPORTED}: {unsupported[key]} (plan refuses it). {description}"
+                )
             parts.append(
                 f"| `{key}` | {_type_name(field.annotation)} | {default} | {description} |\n"
             )

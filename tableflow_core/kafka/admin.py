@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +17,58 @@ class KafkaMetadataError(RuntimeError):
     """The broker could not tell us about a topic (missing topic, broker down)."""
 
 
+class KafkaUnreachableError(KafkaMetadataError):
+    """No bootstrap server accepted a connection."""
+
+
+# A broker that does not accept a TCP connection within this is reported as down.
+CONNECT_TIMEOUT_S = 2.0
+
+LIBRDKAFKA_LOGGER = logging.getLogger("tableflow.kafka.librdkafka")
+
+
+class DebugLogger:
+    """librdkafka's log lines, routed to Python logging at DEBUG.
+
+    Without a logger librdkafka writes every connection retry to stderr (hundreds of
+    lines when a broker is down); tableflow reports the failure itself, once.
+    """
+
+    def log(self, _level: int, msg: str, *args: object) -> None:
+        LIBRDKAFKA_LOGGER.debug(msg, *args)
+
+
+def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
+    """`host:port,PLAINTEXT://host2:port2,[::1]:9092` -> [(host, port), ...]."""
+    addresses = []
+    for server in bootstrap_servers.split(","):
+        server = server.strip().rpartition("://")[2]
+        if not server:
+            continue
+        host, _, port = server.rpartition(":")
+        addresses.append((host.strip("[]") or server, int(port) if port.isdigit() else 9092))
+    return addresses
+
+
+def probe_bootstrap(bootstrap_servers: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise KafkaUnreachableError unless some bootstrap server accepts a TCP connection.
+
+    Takes milliseconds when a broker is down locally (refused) and `timeout` at most
+    per address otherwise, instead of librdkafka's silent retries until a metadata
+    timeout.
+    """
+    failures = []
+    for host, port in bootstrap_addresses(bootstrap_servers):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            failures.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise KafkaUnreachableError(
+        "cannot connect to any bootstrap server (" + "; ".join(failures) + ")"
+    )
+
+
 def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, Any]:
     """A consumer configuration for planning or reading: no group commits, no auto reset."""
     conf: dict[str, Any] = {
@@ -23,6 +77,7 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
+        "logger": DebugLogger(),
     }
     conf.update(kafka_conf)
     conf.update(overrides)

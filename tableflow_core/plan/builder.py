@@ -37,6 +37,7 @@ from tableflow_core.plan.desired import (
     start_from_value,
 )
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
+from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState
 from tableflow_core.runner.dag import compile_dag
 
@@ -53,7 +54,8 @@ def default_schema_differ() -> SchemaDiffer:
 
 def columns_of(arrow_schema: Any) -> tuple[Column, ...]:
     return tuple(
-        Column(name=f.name, type=str(f.type), required=not f.nullable) for f in arrow_schema
+        Column(name=f.name, type=iceberg_type_name(f.type), required=not f.nullable)
+        for f in arrow_schema
     )
 
 

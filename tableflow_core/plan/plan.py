@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.plan.actions import Action, Blocker, Ingest
+from tableflow_core.text import plural
 
 PLAN_FORMAT_VERSION: Literal[1] = 1
 
@@ -137,7 +138,7 @@ class Plan(Frozen):
         s = self.summary
         line = (
             f"Plan: {s.to_create} to create, {s.to_update} to update, {s.to_replace} to replace, "
-            f"{s.tables_to_ingest} tables to ingest ({s.records_to_ingest:,} records)"
+            f"{plural(s.tables_to_ingest, 'table')} to ingest ({plural(s.records_to_ingest, 'record')})"
         )
         if s.to_drop:
             line += f", {s.to_drop} to drop"

@@ -17,6 +17,7 @@ from tableflow_core.plan.actions import (
 )
 from tableflow_core.plan.plan import Plan
 from tableflow_core.runner.dag import render_dag
+from tableflow_core.text import plural
 
 SYMBOLS = {
     "create": ("+", "green"),
@@ -85,7 +86,7 @@ def action_lines(action: object) -> list[Text]:
             _line(
                 symbol,
                 style,
-                f"ingest {action.records:,} records from topic {action.topic} into {identifier}",
+                f"ingest {plural(action.records, 'record')} from topic {action.topic} into {identifier}",
             )
         )
         for p in action.partitions:
@@ -169,3 +170,31 @@ def _ordered_blockers(blockers: tuple[Blocker, ...]) -> list[Blocker]:
     """Not-supported first: it wins over destructive (see docs/plan-and-apply.md)."""
     rank = {"not_supported": 0, "invalid": 1, "destructive": 2}
     return sorted(blockers, key=lambda b: rank[b.kind])
+
+
+def _compact_action(action: object) -> str:
+    if isinstance(action, Ingest):
+        return f"ingest {plural(action.records, 'record')}"
+    return str(getattr(action, "kind", "")).replace("_", " ")
+
+
+def render_compact(plan: Plan, console: Console) -> None:
+    """What an approved plan will do, one line per table: for `apply PLAN_FILE` and
+    `apply --auto-approve`, where the full diff was already reviewed (or not wanted).
+    Blockers are always shown in full."""
+    console.print(
+        Text(f"Applying the plan for project {plan.project}, target {plan.target}", style="bold")
+    )
+    groups: dict[str | None, list[object]] = {}
+    for action in plan.actions:
+        if action.change != "report":
+            groups.setdefault(action.table, []).append(action)
+    for table, actions in groups.items():
+        what = ", ".join(_compact_action(a) for a in actions)
+        console.print(Text(f"  {table or 'catalog'}: {what}"))
+    if plan.blockers:
+        console.print(Text("Blocked:", style="bold red"))
+        for blocker in _ordered_blockers(plan.blockers):
+            console.print(blocker_line(blocker))
+    style = "bold red" if plan.blockers else "bold"
+    console.print(Text(plan.summary_line(), style=style))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tableflow_core.plan.plan import Plan
 from tableflow_core.plan.render_human import SYMBOLS, _ordered_blockers, action_lines, blocker_line
+from tableflow_core.text import plural
 
 
 def render_markdown(plan: Plan) -> str:
@@ -37,7 +38,9 @@ def render_markdown(plan: Plan) -> str:
             out.append(f"- {blocker_line(blocker).plain[2:]}")
         out.append("")
     if s.records_to_ingest:
-        out.append(f"{s.tables_to_ingest} tables to ingest, {s.records_to_ingest:,} records.")
+        out.append(
+            f"{plural(s.tables_to_ingest, 'table')} to ingest, {plural(s.records_to_ingest, 'record')}."
+        )
     return "\n".join(out).rstrip() + "\n"
 
 

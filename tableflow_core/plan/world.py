@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
@@ -43,13 +44,19 @@ class Readers:
     resolve_schema: Callable[..., Any]
     get_watermarks: Callable[..., Mapping[int, tuple[int, int]]]
     offsets_for_timestamp: Callable[..., Mapping[int, int]]
+    # Fails fast (KafkaUnreachableError) when no bootstrap server answers at all.
+    probe_kafka: Callable[[str, float], None] = lambda _servers, _timeout: None
 
 
 def default_readers() -> Readers:
-    from tableflow_core.kafka.admin import get_watermarks, offsets_for_timestamp
+    from tableflow_core.kafka.admin import (
+        get_watermarks,
+        offsets_for_timestamp,
+        probe_bootstrap,
+    )
     from tableflow_core.schemas.resolve import resolve_schema
 
-    return Readers(resolve_schema, get_watermarks, offsets_for_timestamp)
+    return Readers(resolve_schema, get_watermarks, offsets_for_timestamp, probe_bootstrap)
 
 
 def partition_terms_of(table: Any) -> tuple[PartitionTerm, ...]:
@@ -103,6 +110,18 @@ def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
     )
 
 
+def probe_kafka(project: Project, readers: Readers | None = None) -> None:
+    """WorldReadError within ~KAFKA_CONNECT_TIMEOUT_S when no Kafka bootstrap server
+    answers. Cheap (one TCP connection): read_world runs it before submitting any
+    librdkafka call, so a broker that is down is reported at once, not after timeouts."""
+    io = readers or default_readers()
+    address = project.target.kafka.bootstrap_servers
+    try:
+        io.probe_kafka(address, KAFKA_CONNECT_TIMEOUT_S)
+    except Exception as exc:
+        raise WorldReadError("kafka", address, project.redact(str(exc))) from exc
+
+
 def read_world(
     project: Project,
     tables: tuple[Table, ...],
@@ -120,6 +139,9 @@ def read_world(
     registry = registry_settings(target.schema_registry)
     registry_address = target.schema_registry.url if target.schema_registry else "(none)"
     kafka_address = target.kafka.bootstrap_servers
+
+    if read_kafka and tables:
+        probe_kafka(project, io)
 
     def catalog_call(fn: Callable[[], T]) -> T:
         try:

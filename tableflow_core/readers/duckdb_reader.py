@@ -5,7 +5,13 @@ The extensions come from the duckdb-extension-* wheels (no downloads at run time
 
 from __future__ import annotations
 
+import csv
+import datetime
+import functools
 import importlib
+import io
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import duckdb
@@ -65,3 +71,79 @@ def attach_rest_catalog(
 
 def _quote(text: str) -> str:
     return text.replace("'", "''")
+
+
+# Query results as text, for `tableflow query --format csv|json|markdown` (the `table`
+# format is drawn by rich in the CLI). Values are never truncated.
+
+
+def _text(value: object) -> str:
+    return "NULL" if value is None else str(value)
+
+
+@functools.singledispatch
+def json_value(value: object) -> object:
+    """A JSON-ready value; exact types (decimals, times, bytes) become strings."""
+    return str(value)
+
+
+@json_value.register(type(None))
+@json_value.register(bool)
+@json_value.register(int)
+@json_value.register(float)
+@json_value.register(str)
+def _json_plain(value: object) -> object:
+    return value
+
+
+@json_value.register(datetime.date)
+@json_value.register(datetime.time)
+def _json_time(value: datetime.date | datetime.time) -> object:
+    return value.isoformat()
+
+
+@json_value.register(bytes)
+def _json_bytes(value: bytes) -> object:
+    return value.hex()
+
+
+@json_value.register(list)
+@json_value.register(tuple)
+def _json_list(value: list[object] | tuple[object, ...]) -> object:
+    return [json_value(v) for v in value]
+
+
+@json_value.register(dict)
+def _json_dict(value: dict[object, object]) -> object:
+    return {str(k): json_value(v) for k, v in value.items()}
+
+
+def rows_as_csv(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return out.getvalue()
+
+
+def rows_as_json(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """One JSON array of objects (column name -> value)."""
+    records = [dict(zip(columns, (json_value(v) for v in row), strict=True)) for row in rows]
+    return json.dumps(records, indent=2) + "\n"
+
+
+def rows_as_markdown(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    def cell(value: object) -> str:
+        return _text(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |"]
+    lines.append("|" + "|".join("---" for _ in columns) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+TEXT_FORMATS: dict[str, Callable[[Sequence[str], Sequence[Sequence[object]]], str]] = {
+    "csv": rows_as_csv,
+    "json": rows_as_json,
+    "markdown": rows_as_markdown,
+}

@@ -6,8 +6,21 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-# The repo's top-level project_template/ (source checkouts and editable installs).
+# The template ships inside the package: tableflow_core/_template is a symlink to the
+# repository's top-level project_template/ (which stays part of the project's layout),
+# and setuptools copies the files it points at into wheels (pyproject.toml package-data).
+PACKAGED_TEMPLATE = Path(__file__).resolve().parents[1] / "_template"
+# A source checkout whose symlink was lost (e.g. an archive without links).
 SOURCE_TEMPLATE = Path(__file__).resolve().parents[2] / "project_template"
+
+# What a new project keeps out of git: local stack data and warehouse, plans, run results.
+GITIGNORE = """\
+# tableflow: local stack data and warehouse, run results, saved plans
+.tableflow/
+target/
+plan.json
+*.plan.json
+"""
 
 
 class InitError(Exception):
@@ -16,9 +29,13 @@ class InitError(Exception):
 
 def template_dir() -> Path:
     """The project template `init` copies."""
-    if (SOURCE_TEMPLATE / "tableflow_project.yml").is_file():
-        return SOURCE_TEMPLATE
-    raise InitError(f"project template missing from the installation (looked in {SOURCE_TEMPLATE})")
+    for candidate in (PACKAGED_TEMPLATE, SOURCE_TEMPLATE):
+        if (candidate / "tableflow_project.yml").is_file():
+            return candidate
+    raise InitError(
+        f"project template missing from the installation (looked in {PACKAGED_TEMPLATE} "
+        f"and {SOURCE_TEMPLATE})"
+    )
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,10 @@ class InitTask:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
             created.append(target)
+        gitignore = dest / ".gitignore"
+        if not gitignore.exists():
+            gitignore.write_text(GITIGNORE)
+            created.append(gitignore)
         name = self.project_name or _identifier(dest.resolve().name)
         project_file = dest / "tableflow_project.yml"
         project_file.write_text(project_file.read_text().replace("__PROJECT_NAME__", name))

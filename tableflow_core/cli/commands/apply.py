@@ -9,6 +9,7 @@ import click
 
 from tableflow_core.cli.commands.plan import run_plan, show_plan
 from tableflow_core.cli.context import CliContext
+from tableflow_core.text import plural
 
 
 @click.command("apply")
@@ -64,7 +65,9 @@ def command(
             )
     else:
         plan = run_plan(ctx, allow_destructive, prune)
-    show_plan(ctx, plan, "human", show_dag)
+    # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
+    approved = plan_file is not None or auto_approve
+    show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
     if plan.blockers:
         ctx.fail("the plan is blocked (see above); nothing was changed.")
     if not plan.has_changes:
@@ -87,14 +90,10 @@ def command(
     )
     try:
         results = task.run()
-    except (
-        StalePlanError,
-        LockTimeoutError,
-        PlanNotApplicableError,
-        WorldReadError,
-        CatalogUnavailableError,
-    ) as exc:
+    except (StalePlanError, LockTimeoutError, PlanNotApplicableError) as exc:
         ctx.fail(f"{exc}\nNothing was changed.")
+    except (WorldReadError, CatalogUnavailableError) as exc:
+        ctx.unreachable(exc)
     for result in results.tables:
         style = {
             "success": "green",
@@ -103,7 +102,7 @@ def command(
             "skipped": "yellow",
         }[result.status]
         detail = (
-            f"{result.records_written:,} records written, offsets {result.offsets_before} -> {result.offsets_after}"
+            f"{plural(result.records_written, 'record')} written, offsets {result.offsets_before} -> {result.offsets_after}"
             if result.status == "success"
             else (result.error or "")
         )

@@ -3,7 +3,6 @@ from __future__ import annotations
 import click
 
 from tableflow_core.cli.context import CliContext
-from tableflow_core.config.models import EmbeddedCatalog
 
 
 @click.group("catalog")
@@ -19,6 +18,7 @@ def serve(ctx: CliContext, host: str | None, port: int | None) -> None:
     """Run the target's embedded catalog server in the foreground."""
     from tableflow_core.catalog import serve_forever
     from tableflow_core.catalog.project_settings import embedded_server_settings
+    from tableflow_core.config.models import EmbeddedCatalog
 
     project = ctx.load_project()
     config = project.target.catalog

@@ -1,19 +1,21 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table as RichTable
 
-from tableflow_core.catalog.project_settings import embedded_server_settings
 from tableflow_core.cli.context import CliContext
-from tableflow_core.config.models import EmbeddedCatalog
-from tableflow_core.config.project import Project
-from tableflow_core.dev import stack
-from tableflow_core.dev.stack import StackError, StackSettings, StackStatus
+
+if TYPE_CHECKING:
+    from tableflow_core.config.project import Project
+    from tableflow_core.dev.stack import StackSettings, StackStatus
 
 
 def stack_settings(ctx: CliContext, project: Project) -> StackSettings:
+    from tableflow_core.catalog.project_settings import embedded_server_settings
+    from tableflow_core.config.models import EmbeddedCatalog
+    from tableflow_core.dev.stack import StackSettings
+
     ports = project.target.dev_stack
     if ports is None:
         ctx.fail(
@@ -36,6 +38,8 @@ def stack_settings(ctx: CliContext, project: Project) -> StackSettings:
 
 
 def print_status(ctx: CliContext, status: StackStatus, title: str) -> None:
+    from rich.table import Table as RichTable
+
     table = RichTable(title=title)
     for column in ("component", "state", "address", "pid", "detail"):
         table.add_column(column)
@@ -60,10 +64,12 @@ def command() -> None:
 @click.pass_obj
 def up(ctx: CliContext) -> None:
     """Start the stack (idempotent); data stays under the project and survives down/up."""
+    from tableflow_core.dev import stack
+
     settings = stack_settings(ctx, ctx.load_project())
     try:
         status = stack.up(settings)
-    except StackError as exc:
+    except stack.StackError as exc:
         ctx.fail(str(exc))
     print_status(ctx, status, "tableflow dev stack")
 
@@ -72,6 +78,8 @@ def up(ctx: CliContext) -> None:
 @click.pass_obj
 def status(ctx: CliContext) -> None:
     """Show what runs where."""
+    from tableflow_core.dev import stack
+
     settings = stack_settings(ctx, ctx.load_project())
     current = stack.status(settings)
     print_status(ctx, current, "tableflow dev stack")
@@ -83,10 +91,12 @@ def status(ctx: CliContext) -> None:
 @click.pass_obj
 def down(ctx: CliContext) -> None:
     """Stop what `dev up` started (nothing else); data is kept."""
+    from tableflow_core.dev import stack
+
     settings = stack_settings(ctx, ctx.load_project())
     try:
         stopped = stack.down(settings)
-    except StackError as exc:
+    except stack.StackError as exc:
         ctx.fail(str(exc))
     if not stopped:
         ctx.console.print("Nothing was running.")
@@ -126,6 +136,13 @@ def produce(
     registry = project.target.schema_registry
     if registry is None:
         ctx.fail(f"target {project.target_name!r} has no schema_registry")
+    from tableflow_core.kafka.admin import KafkaUnreachableError, probe_bootstrap
+
+    bootstrap = project.target.kafka.bootstrap_servers
+    try:
+        probe_bootstrap(bootstrap)
+    except KafkaUnreachableError as exc:
+        ctx.unreachable(f"kafka at {bootstrap} is not reachable: {exc}")
     registry_config: dict[str, object] = {}
     if registry.basic_auth is not None:
         registry_config["basic.auth.user.info"] = (
@@ -144,7 +161,7 @@ def produce(
             registry_config=registry_config,
         )
     except Exception as exc:  # broker or registry down: say which, never a traceback
-        ctx.fail(f"producing to {topic or dataset} failed: {exc}")
+        ctx.fail(f"producing to {topic or dataset} failed: {exc or type(exc).__name__}")
     ctx.console.print(
         f"Produced {result.records:,} {dataset} records to [bold]{topic or dataset}[/] "
         f"({result.records_per_second:,.0f} records/s, schema id {result.schema_id})"

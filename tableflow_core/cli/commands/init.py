@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from tableflow_core.cli.context import CliContext
-from tableflow_core.tasks.init import InitError, InitTask
+from tableflow_core.text import plural
 
 
 @click.command("init")
@@ -14,11 +14,13 @@ from tableflow_core.tasks.init import InitError, InitTask
 @click.pass_obj
 def command(ctx: CliContext, directory: Path, name: str | None) -> None:
     """Create a new project in DIRECTORY from the template."""
+    from tableflow_core.tasks.init import InitError, InitTask
+
     try:
         created = InitTask(directory, name).run()
     except InitError as exc:
         ctx.fail(str(exc))
-    ctx.console.print(f"Created project in [bold]{directory}[/] ({len(created)} files):")
+    ctx.console.print(f"Created project in [bold]{directory}[/] ({plural(len(created), 'file')}):")
     for path in created:
         ctx.console.print(f"  {path}")
     ctx.console.print(f"Next: cd {directory} && tableflow dev up && tableflow plan")

@@ -3,23 +3,41 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tableflow_core.cli.context import EXIT_ERROR, CliContext
-from tableflow_core.plan.plan import Plan, PlanOptions
+
+if TYPE_CHECKING:
+    from tableflow_core.plan.plan import Plan
 
 EXIT_CHANGES = 2
 
 
+def fail_fast_if_kafka_is_down(ctx: CliContext) -> None:
+    """One TCP connection before anything slow (importing the planner, starting an
+    embedded catalog): a stack that is down is reported at once."""
+    from tableflow_core.kafka.admin import KafkaUnreachableError, probe_bootstrap
+
+    address = ctx.load_project().target.kafka.bootstrap_servers
+    try:
+        probe_bootstrap(address)
+    except KafkaUnreachableError as exc:
+        ctx.unreachable(f"kafka at {address} is not reachable: {exc}")
+
+
 def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
     """Shared by plan and apply (without a plan file)."""
+    project = ctx.load_project()
+    tables = ctx.selected_tables()
+    if tables:
+        fail_fast_if_kafka_is_down(ctx)
+    from tableflow_core.plan.plan import PlanOptions
     from tableflow_core.plan.world import WorldReadError
     from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.plan import PlanTask
 
-    project = ctx.load_project()
-    tables = ctx.selected_tables()
     task = PlanTask(
         project,
         tables,
@@ -29,7 +47,7 @@ def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
     try:
         return task.run()
     except (WorldReadError, CatalogUnavailableError) as exc:
-        ctx.fail(f"{exc}\nNothing was changed.")
+        ctx.unreachable(exc)
 
 
 def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -> None:
@@ -41,6 +59,10 @@ def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -
         from tableflow_core.plan.render_markdown import render_markdown
 
         click.echo(render_markdown(plan), nl=False)
+    elif output_format == "compact":
+        from tableflow_core.plan.render_human import render_compact
+
+        render_compact(plan, ctx.console)
     else:
         from tableflow_core.plan.render_human import render_human
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table as RichTable
 
 from tableflow_core.cli.context import CliContext
 
@@ -9,14 +8,26 @@ from tableflow_core.cli.context import CliContext
 @click.command("query")
 @click.argument("sql")
 @click.option("--limit", type=int, default=100, show_default=True, help="Rows shown at most.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "csv", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="table for people; csv, json (an array of objects) or markdown for tools and docs.",
+)
 @click.pass_obj
-def command(ctx: CliContext, sql: str, limit: int) -> None:
+def command(ctx: CliContext, sql: str, limit: int, output_format: str) -> None:
     """Run SQL with DuckDB against the target's Iceberg REST catalog.
 
     Tables are named `namespace.table` (the first table's namespace is the default
     schema) or `<catalog>.namespace.table`.
     """
-    from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
+    from tableflow_core.readers.duckdb_reader import (
+        TEXT_FORMATS,
+        attach_rest_catalog,
+        duckdb_connection,
+    )
     from tableflow_core.targets.catalog import CatalogUnavailableError, open_catalog
 
     project = ctx.load_project()
@@ -38,9 +49,15 @@ def command(ctx: CliContext, sql: str, limit: int) -> None:
             columns = result.columns
             rows = result.fetchmany(limit)
     except CatalogUnavailableError as exc:
-        ctx.fail(str(exc))
+        ctx.unreachable(exc)
     except Exception as exc:  # duckdb errors: show the message, not a traceback
         ctx.fail(f"query failed: {exc}")
+    if output_format in TEXT_FORMATS:
+        click.echo(TEXT_FORMATS[output_format](columns, rows), nl=False)
+        return
+    from rich.table import Table as RichTable
+
+    # Off a terminal the console is unbounded (see make_console): no column is cut.
     table = RichTable()
     for column in columns:
         table.add_column(column)

@@ -9,6 +9,7 @@ from types import FrameType
 import click
 
 from tableflow_core.cli.context import CliContext
+from tableflow_core.text import plural
 
 
 @click.command("run")
@@ -54,7 +55,7 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
             ctx.console.print(f"up to date: {names}", highlight=False)
 
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
-    ctx.console.print(f"Refreshing {len(tables)} table(s): {intervals}", highlight=False)
+    ctx.console.print(f"Refreshing {plural(len(tables), 'table')}: {intervals}", highlight=False)
     reports = RunTask(
         project,
         tables,

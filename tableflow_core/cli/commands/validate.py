@@ -3,6 +3,7 @@ from __future__ import annotations
 import click
 
 from tableflow_core.cli.context import CliContext
+from tableflow_core.text import plural
 
 
 @click.command("validate")
@@ -13,7 +14,7 @@ def command(ctx: CliContext) -> None:
     tables = ctx.selected_tables()
     ctx.console.print(
         f"[green]OK[/] project [bold]{project.name}[/], target [bold]{project.target_name}[/]: "
-        f"{len(tables)} table(s) valid"
+        f"{plural(len(tables), 'table')} valid"
     )
     for table in tables:
         ctx.console.print(

@@ -1,0 +1,93 @@
+"""Command examples in README.md and docs/*.md, as tests/test_docs_examples.py runs them.
+
+Convention: commands go in ```console blocks, one per line starting with `$ ` (a
+trailing `\\` continues it on the next line). Lines without `$ ` in a console block are
+sample output and are not checked. A comment `# exits N` at the end of a command
+expects exit status N instead of 0.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
+SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "shell-session"})
+EXPECTED_EXIT = re.compile(r"#.*\bexits? (?P<code>\d+)\b")
+
+
+@dataclass(frozen=True)
+class Example:
+    doc: str  # path relative to the repository
+    line: int  # 1-based line of the `$ ` prompt
+    command: str
+
+    @property
+    def expected_exit(self) -> int:
+        match = EXPECTED_EXIT.search(self.command)
+        return int(match.group("code")) if match else 0
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}: $ {self.command}"
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: str
+    line: int  # 1-based line of the opening fence
+    lang: str
+    lines: tuple[str, ...]
+
+
+def documents() -> list[Path]:
+    """Every doc whose examples are run: README.md and docs/*.md (new docs included)."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def blocks(path: Path) -> list[Block]:
+    found: list[Block] = []
+    current: tuple[int, str, list[str]] | None = None
+    for number, text in enumerate(path.read_text().splitlines(), start=1):
+        fence = FENCE.match(text)
+        if current is None:
+            if fence:
+                current = (number, fence.group("lang").lower(), [])
+        elif fence and not fence.group("lang"):
+            start, lang, body = current
+            found.append(Block(str(path.relative_to(REPO)), start, lang, tuple(body)))
+            current = None
+        else:
+            current[2].append(text)
+    return found
+
+
+def examples(path: Path) -> list[Example]:
+    """The `$ ` commands of a doc's console blocks, continuation lines joined."""
+    result: list[Example] = []
+    for block in blocks(path):
+        if block.lang != "console":
+            continue
+        pending: tuple[int, str] | None = None
+        for offset, text in enumerate(block.lines, start=1):
+            stripped = text.strip()
+            if pending is not None:
+                start, command = pending
+                command += " " + stripped.removesuffix("\\").strip()
+                pending = (start, command) if stripped.endswith("\\") else None
+                if pending is None:
+                    result.append(Example(block.doc, start, command))
+                continue
+            if stripped.startswith("$ "):
+                command = stripped[2:].strip()
+                if command.endswith("\\"):
+                    pending = (block.line + offset, command.removesuffix("\\").strip())
+                else:
+                    result.append(Example(block.doc, block.line + offset, command))
+    return result
+
+
+def shell_blocks(path: Path) -> list[Block]:
+    """Blocks that look like commands but do not follow the console convention."""
+    return [b for b in blocks(path) if b.lang in SHELL_LANGS]
