@@ -235,3 +235,17 @@ def test_basic_auth(tmp_path: Path) -> None:
     finally:
         process.stop()
     assert password not in log_file.read_text()
+
+
+def test_subjects_with_a_slash(schema_registry: SchemaRegistryServer) -> None:
+    """Protobuf imports are registered under their file name, e.g. `acme/common.proto`."""
+    client = schema_registry.client()
+    subject = f"acme/{unique_name('common')}.proto"
+    schema_id = client.register_schema(subject, _record(name="Common"))
+    assert client.get_subjects().count(subject) == 1
+    latest = client.get_latest_version(subject)
+    assert (latest.subject, latest.schema_id, latest.version) == (subject, schema_id, 1)
+    assert client.get_versions(subject) == [1]
+    # Deleting version 1 of the subject must not be read as deleting a subject "…/versions/1".
+    assert client.delete_version(subject, 1) == 1
+    assert subject not in client.get_subjects()

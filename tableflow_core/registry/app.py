@@ -180,40 +180,42 @@ def _add_subject_routes(app: FastAPI, registry: SchemaRegistry) -> None:
             _flag(request, "deleted_only"),
         )
 
-    @app.post("/subjects/{subject}/versions")
+    # `:path`: subjects may hold '/' (Confluent's Protobuf serializer registers an import
+    # under its file name, e.g. `acme/common.proto`); clients send it as %2F.
+    @app.post("/subjects/{subject:path}/versions")
     async def register(subject: str, request: Request) -> dict[str, Any]:
         # Parsing and compatibility checks are CPU work: off the event loop.
         return await run_in_threadpool(registry.register, subject, await _body(request))
 
-    @app.post("/subjects/{subject}")
+    @app.post("/subjects/{subject:path}")
     async def lookup(subject: str, request: Request) -> dict[str, Any]:
         body = await _body(request)
         return await run_in_threadpool(registry.lookup, subject, body, _flag(request, "deleted"))
 
-    @app.get("/subjects/{subject}/versions")
+    @app.get("/subjects/{subject:path}/versions")
     def versions(subject: str, request: Request) -> list[int]:
         return registry.versions(subject, _flag(request, "deleted"), _flag(request, "deleted_only"))
 
-    @app.get("/subjects/{subject}/versions/{version}")
+    @app.get("/subjects/{subject:path}/versions/{version}")
     def version(subject: str, version: str, request: Request) -> dict[str, Any]:
         return registry.version(subject, version, _flag(request, "deleted"))
 
-    @app.get("/subjects/{subject}/versions/{version}/schema")
+    @app.get("/subjects/{subject:path}/versions/{version}/schema")
     def version_schema(subject: str, version: str, request: Request) -> Response:
         text = registry.version_schema_text(subject, version, _flag(request, "deleted"))
         return Response(text, media_type=CONTENT_TYPE)
 
-    @app.get("/subjects/{subject}/versions/{version}/referencedby")
+    @app.get("/subjects/{subject:path}/versions/{version}/referencedby")
     def referenced_by(subject: str, version: str) -> list[int]:
         return registry.referenced_by(subject, version)
 
-    @app.delete("/subjects/{subject}")
-    def delete_subject(subject: str, request: Request) -> list[int]:
-        return registry.delete_subject(subject, _flag(request, "permanent"))
-
-    @app.delete("/subjects/{subject}/versions/{version}")
+    @app.delete("/subjects/{subject:path}/versions/{version}")
     def delete_version(subject: str, version: str, request: Request) -> int:
         return registry.delete_version(subject, version, _flag(request, "permanent"))
+
+    @app.delete("/subjects/{subject:path}")
+    def delete_subject(subject: str, request: Request) -> list[int]:
+        return registry.delete_subject(subject, _flag(request, "permanent"))
 
 
 def _add_config_routes(app: FastAPI, registry: SchemaRegistry) -> None:
@@ -230,25 +232,25 @@ def _add_config_routes(app: FastAPI, registry: SchemaRegistry) -> None:
     def delete_global_config() -> dict[str, str]:
         return registry.delete_compatibility(None)
 
-    @app.get("/config/{subject}")
+    @app.get("/config/{subject:path}")
     def get_subject_config(subject: str, request: Request) -> dict[str, str]:
         return registry.compatibility(subject, _flag(request, "defaultToGlobal"))
 
-    @app.put("/config/{subject}")
+    @app.put("/config/{subject:path}")
     async def put_subject_config(subject: str, request: Request) -> dict[str, str]:
         body = await _body(request)
         return await run_in_threadpool(registry.set_compatibility, subject, body)
 
-    @app.delete("/config/{subject}")
+    @app.delete("/config/{subject:path}")
     def delete_subject_config(subject: str) -> dict[str, str]:
         return registry.delete_compatibility(subject)
 
-    @app.post("/compatibility/subjects/{subject}/versions/{version}")
+    @app.post("/compatibility/subjects/{subject:path}/versions/{version}")
     async def check_version(subject: str, version: str, request: Request) -> dict[str, Any]:
         body = await _body(request)
         return await run_in_threadpool(registry.test_compatibility, subject, version, body)
 
-    @app.post("/compatibility/subjects/{subject}/versions")
+    @app.post("/compatibility/subjects/{subject:path}/versions")
     async def check_all(subject: str, request: Request) -> dict[str, Any]:
         body = await _body(request)
         return await run_in_threadpool(registry.test_compatibility, subject, None, body)
