@@ -189,6 +189,11 @@ def _resolve_table(
         description=table.description,
         source=SourceLocation(document.file, document.line_of(path)),
         key_lines=key_lines,
+        maintenance=(
+            table.maintenance.merged_over(defaults.maintenance)
+            if table.maintenance is not None
+            else defaults.maintenance
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from tableflow_core.config.models import (
     Check,
     DeadLetterTarget,
     Format,
+    Maintenance,
     MetadataColumn,
     PartitionField,
     ProjectConfig,
@@ -62,6 +63,8 @@ class Table:
     source: SourceLocation
     # Line of each key the user wrote for this table (for "not supported yet" and plan messages).
     key_lines: dict[str, int] = field(default_factory=dict)
+    # The table's maintenance block over `defaults.maintenance` (None: no maintenance).
+    maintenance: Maintenance | None = None
 
     @property
     def identifier(self) -> str:
