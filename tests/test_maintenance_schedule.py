@@ -79,8 +79,12 @@ def test_bad_blocks_are_refused(block: dict[str, object], message: str) -> None:
 
 
 def test_table_keys_override_defaults_key_by_key() -> None:
-    defaults = Maintenance.model_validate({"every": "2h", "compact": True, "rewrite_manifests": True})
-    own = Maintenance.model_validate({"compact": {"min_input_files": 9}, "rewrite_manifests": False})
+    defaults = Maintenance.model_validate(
+        {"every": "2h", "compact": True, "rewrite_manifests": True}
+    )
+    own = Maintenance.model_validate(
+        {"compact": {"min_input_files": 9}, "rewrite_manifests": False}
+    )
     merged = own.merged_over(defaults)
     assert merged.every == "2h"
     assert merged.compact is not None and merged.compact.min_input_files == 9
@@ -116,7 +120,9 @@ def test_last_runs_decide_what_is_due() -> None:
         ("expire_snapshots", True),
     ]
     assert "forced" in forced[1].describe()
-    only = maintenance_due(table_with(block), properties, NOW, force=True, only=frozenset({"compact"}))
+    only = maintenance_due(
+        table_with(block), properties, NOW, force=True, only=frozenset({"compact"})
+    )
     assert [d.operation for d in only] == ["compact"]
 
 

@@ -65,9 +65,13 @@ def read_rows(catalog: Any, name: str) -> tuple[int, int]:
     table = catalog.load_table(name)
     arrow = table.scan().to_arrow()
     by_pyiceberg = (arrow.num_rows, sum(arrow["id"].to_pylist()))
-    rows, ids = duckdb_connection().execute(
-        f"SELECT count(*), coalesce(sum(id), 0) FROM iceberg_scan('{table.metadata_location}')"
-    ).fetchone()  # type: ignore[misc]
+    rows, ids = (
+        duckdb_connection()
+        .execute(
+            f"SELECT count(*), coalesce(sum(id), 0) FROM iceberg_scan('{table.metadata_location}')"
+        )
+        .fetchone()
+    )  # type: ignore[misc]
     assert (rows, ids) == by_pyiceberg
     return by_pyiceberg
 

@@ -34,7 +34,10 @@ def test_pointer_states() -> None:
 
 
 def test_embedded_and_hive_cannot_be_publish_targets() -> None:
-    for kind in ({"type": "embedded"}, {"type": "hive", "uri": "thrift://x:9083", "warehouse": "w"}):
+    for kind in (
+        {"type": "embedded"},
+        {"type": "hive", "uri": "thrift://x:9083", "warehouse": "w"},
+    ):
         with pytest.raises(ValidationError, match="cannot be published to"):
             Target.model_validate(
                 {"kafka": {"bootstrap_servers": "x:1"}, "publish_catalogs": {"p": kind}}

@@ -63,7 +63,9 @@ def parse_size_bytes(text: str) -> int:
     """'128MB', '1GB', '512KB', '1048576' -> bytes (binary units)."""
     match = SIZE_PATTERN.match(text)
     if not match:
-        raise ValueError(f"invalid size {text!r}: use a number and a unit (B, KB, MB, GB), e.g. '128MB'")
+        raise ValueError(
+            f"invalid size {text!r}: use a number and a unit (B, KB, MB, GB), e.g. '128MB'"
+        )
     return int(match.group(1)) * SIZE_UNITS[(match.group(2) or "B").upper()]
 
 

@@ -84,4 +84,3 @@ def current_metadata_location(spark: SparkSession, table: SparkTable) -> str | N
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
-

@@ -70,11 +70,7 @@ def _human(seconds: float) -> str:
 
 
 def configured_operations(block: Maintenance) -> dict[str, MaintenanceOperation]:
-    return {
-        op: settings
-        for op in RUN_ORDER
-        if (settings := getattr(block, op)) is not None
-    }
+    return {op: settings for op in RUN_ORDER if (settings := getattr(block, op)) is not None}
 
 
 def maintenance_due(

@@ -100,9 +100,7 @@ def publish_table(
             finally:
                 publisher.close()
             entries.append(
-                PublishedEntry(
-                    name, table.identifier, action, previous, current_metadata_location
-                )
+                PublishedEntry(name, table.identifier, action, previous, current_metadata_location)
             )
         except Exception as exc:
             entries.append(
