@@ -11,8 +11,7 @@ import click
 from tableflow_core.cli.context import CliContext
 
 # One module per command under tableflow_core/cli/commands/; each exposes `command`.
-COMMAND_MODULES = ("init", "validate", "compile", "dev", "catalog", "query", "plan", "apply", "run")
-COMMAND_MODULES += ("maintain",)
+COMMAND_MODULES = ("init", "validate", "compile", "dev", "catalog", "query", "plan", "apply", "run", "maintain")  # fmt: skip
 
 
 def _parse_vars(
