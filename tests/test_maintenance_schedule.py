@@ -145,3 +145,38 @@ def test_state_objects_with_properties_are_accepted() -> None:
     block = Maintenance.model_validate({"compact": True})
     assert maintenance_due(table_with(block), state, NOW) == []
     assert replace(state, properties={}).properties == {}
+
+
+def test_the_project_loader_merges_defaults_and_locates_errors(tmp_path: Path) -> None:
+    import yaml
+
+    from tableflow_core.config.errors import ConfigError
+    from tableflow_core.config.loader import load_project
+
+    project = {
+        "name": "shop",
+        "targets": {"dev": {"kafka": {"bootstrap_servers": "127.0.0.1:1"}}},
+        "defaults": {"maintenance": {"every": "2h", "compact": True}},
+        "tables": [
+            {"name": "a", "topic": "a", "value": {"format": "json"}},
+            {
+                "name": "b",
+                "topic": "b",
+                "value": {"format": "json"},
+                "maintenance": {"compact": False, "rewrite_manifests": True},
+            },
+        ],
+    }
+    (tmp_path / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    loaded = load_project(tmp_path)
+    a, b = loaded.table("a").maintenance, loaded.table("b").maintenance
+    assert a is not None and a.compact is not None and a.every == "2h"
+    assert b is not None and b.compact is None and b.rewrite_manifests is not None
+    assert b.every == "2h"
+
+    project["tables"][1]["maintenance"] = {"remove_orphans": {"older_than": "5m"}}  # type: ignore[index]
+    (tmp_path / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    with pytest.raises(ConfigError) as error:
+        load_project(tmp_path)
+    rendered = error.value.render()
+    assert "below the 1d floor" in rendered and "tableflow_project.yml:" in rendered
