@@ -48,6 +48,11 @@ def _call(spark: SparkSession, table: SparkTable, procedure: str, *args: str) ->
     return {"rows": len(rows)}
 
 
+def sql_string(text: str) -> str:
+    """A single-quoted Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _options(**values: object) -> str:
     pairs = ", ".join(f"'{k.replace('_', '-')}', '{v}'" for k, v in values.items())
     return f"options => map({pairs})"
@@ -139,7 +144,7 @@ def remove_orphans(
             (
                 f"table => '{table.procedure_arg}'",
                 f"older_than => {timestamp_literal(cutoff)}",
-                f"location => '{location.replace(chr(39), chr(92) + chr(39))}'",
+                f"location => {sql_string(location)}",
             )
         )
         try:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from tableflow_core.config.models import (
     MAINTENANCE_OPERATIONS,
@@ -28,7 +28,9 @@ RUN_ORDER = (
 assert set(RUN_ORDER) == set(MAINTENANCE_OPERATIONS)
 
 # Operations that only make sense for some tables.
-APPLIES: Mapping[str, Any] = {"rewrite_deletes": lambda table: table.mode == "upsert"}
+APPLIES: Mapping[str, Callable[[Table], bool]] = {
+    "rewrite_deletes": lambda table: table.mode == "upsert"
+}
 
 
 class HasProperties(Protocol):
