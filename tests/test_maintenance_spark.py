@@ -148,3 +148,47 @@ def test_remove_orphans_keeps_delta_log_and_young_files(
     assert young.exists()  # younger than older_than: may belong to a run in flight
     assert delta_entry.exists()
     assert read_rows(catalog, name) == rows_before
+
+
+def test_upsert_table_deletes_are_rewritten_and_compacted_away(
+    spark: Any, catalog_server: CatalogServer, namespace: str
+) -> None:
+    name = f"{namespace}.upserts"
+    identifier = f"{CATALOG}.{name}"
+    spark.sql(
+        f"CREATE TABLE {identifier} (id BIGINT, part INT, name STRING) USING iceberg "
+        "PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '2', "
+        "'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read')"
+    )
+    rows = [(i, i % 2, f"n{i}") for i in range(100)]
+    spark.createDataFrame(rows, "id long, part int, name string").repartition(3).writeTo(
+        identifier
+    ).append()
+    for batch in range(4):  # MERGE batches: updates land as position deletes + new rows
+        updates = [(i, i % 2, f"v{batch}") for i in range(batch, 100, 7)]
+        spark.createDataFrame(updates, "id long, part int, name string").createOrReplaceTempView(
+            "maint_updates"
+        )
+        spark.sql(
+            f"MERGE INTO {identifier} t USING maint_updates u ON t.id = u.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+    catalog = catalog_server.pyiceberg_catalog()
+
+    def contents() -> list[int]:
+        return catalog.load_table(name).inspect.files()["content"].to_pylist()
+
+    assert contents().count(1) >= 4  # position delete files
+    expected = read_rows(catalog, name)
+    names = sorted(catalog.load_table(name).scan().to_arrow()["name"].to_pylist())
+
+    block = Maintenance.model_validate(
+        {"compact": {"min_input_files": 2}, "rewrite_deletes": {"min_delete_files": 2}}
+    )
+    due = maintenance_due(table_with(block, mode="upsert"), {}, datetime.now(UTC))
+    assert [d.operation for d in due] == ["compact", "rewrite_deletes"]
+    report = run_maintenance(spark, identifier, due)
+    assert report.ok, report.summary_line()
+    assert contents().count(1) == 0  # deletes applied by compaction, dangling ones dropped
+    assert read_rows(catalog, name) == expected
+    assert sorted(catalog.load_table(name).scan().to_arrow()["name"].to_pylist()) == names

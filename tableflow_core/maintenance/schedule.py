@@ -57,8 +57,9 @@ class DueOperation:
         elif self.last_run is None:
             why = "never run"
         else:
-            ago = f", {_human(((now or self.last_run) - self.last_run).total_seconds())} ago"
-            why = f"last run {self.last_run.isoformat(timespec='seconds')}{ago if now else ''}"
+            why = f"last run {self.last_run.isoformat(timespec='seconds')}"
+            if now is not None:
+                why += f", {_human((now - self.last_run).total_seconds())} ago"
         return f"{self.operation} on {self.table} (every {_human(self.every_s)}; {why})"
 
 
