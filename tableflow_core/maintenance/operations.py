@@ -67,12 +67,28 @@ def timestamp_literal(moment: datetime) -> str:
 def compact(
     spark: SparkSession, table: SparkTable, settings: CompactSettings, now: datetime
 ) -> dict[str, Any]:
-    """Bin-pack small data files; the replace snapshot carries no offsets (readers walk past)."""
-    options = _options(
-        min_input_files=settings.min_input_files,
-        target_file_size_bytes=settings.target_file_size_bytes,
-    )
-    return _call(spark, table, "rewrite_data_files", options)
+    """Bin-pack small data files; the replace snapshot carries no offsets (readers walk past).
+
+    Rewritten files have their position deletes applied; on format v2+ tables the delete
+    files left pointing at no live data file are dropped in the same commit. That needs
+    the new files to get the rewrite's own sequence number (not the starting snapshot's,
+    Iceberg's default, which only matters for equality deletes: tableflow writes none),
+    or the last batch's delete files would still count as applicable.
+    """
+    values: dict[str, object] = {
+        "min_input_files": settings.min_input_files,
+        "target_file_size_bytes": settings.target_file_size_bytes,
+    }
+    if format_version(spark, table) >= 2:
+        values["remove_dangling_deletes"] = "true"
+        values["use_starting_sequence_number"] = "false"
+    return _call(spark, table, "rewrite_data_files", _options(**values))
+
+
+def format_version(spark: SparkSession, table: SparkTable) -> int:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {table.sql} ('format-version')").collect()
+    value = str(rows[0].value) if rows else "2"
+    return int(value) if value.isdigit() else 2
 
 
 def rewrite_deletes(
