@@ -64,3 +64,13 @@ def test_report_lines() -> None:
         "expire_snapshots: failed: boom"
     )
     assert MaintenanceReport("x", (), None, None).summary_line() == "x: nothing due"
+
+
+def test_maintain_refuses_unknown_operations() -> None:
+    from click.testing import CliRunner
+
+    from tableflow_core.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["maintain", "--only", "compact,vacuum"])
+    assert result.exit_code == 2
+    assert "unknown operation(s) vacuum" in result.output
