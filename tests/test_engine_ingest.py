@@ -239,8 +239,12 @@ def test_schema_v2_adds_a_column(spark: Any, env: Env, kafka_broker: KafkaBroker
 def test_offsets_survive_compaction_and_expiry(
     spark: Any, env: Env, kafka_broker: KafkaBroker
 ) -> None:
-    from tableflow_core.engine.maintenance import compact, expire_snapshots
+    from datetime import UTC, datetime
+
+    from tableflow_core.config.models import CompactSettings, ExpireSnapshotsSettings
     from tableflow_core.engine.table_state import read_table_state
+    from tableflow_core.maintenance.operations import compact, expire_snapshots
+    from tableflow_core.maintenance.target import SparkTable
     from tableflow_core.state.offsets import read_committed_offsets
 
     topic = kafka_broker.create_topic(unique_name("maint"), 2)
@@ -249,7 +253,8 @@ def test_offsets_survive_compaction_and_expiry(
     run(spark, env, spec)
     produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10, 20)], 2)
     run(spark, env, spec)  # two commits -> several small files
-    compact(spark, spec)
+    table_ref = SparkTable.parse(spec.identifier)
+    compact(spark, table_ref, CompactSettings(min_input_files=2), datetime.now(UTC))
     state = read_table_state(spark, spec.identifier)
     current = next(s for s in state.snapshots if s.snapshot_id == state.current_snapshot_id)
     assert (
@@ -258,7 +263,12 @@ def test_offsets_survive_compaction_and_expiry(
     )
     assert state.committed_offsets(topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
 
-    expire_snapshots(spark, spec, older_than_iso="2999-01-01 00:00:00", retain_last=1)
+    expire_snapshots(
+        spark,
+        table_ref,
+        ExpireSnapshotsSettings(older_than="0s", retain_last=1),
+        datetime(2999, 1, 1, tzinfo=UTC),
+    )
     state = read_table_state(spark, spec.identifier)
     assert len(state.snapshots) == 1
     found = state.committed_offsets(topic)

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "run",
     "status",
     "docs",
+    "maintain",
 )
 
 

@@ -272,6 +272,11 @@ def _resolve_table(
         source=SourceLocation(document.file, document.line_of(path)),
         key_lines=key_lines,
         formats=tuple(table.formats or defaults.formats),
+        maintenance=(
+            table.maintenance.merged_over(defaults.maintenance)
+            if table.maintenance is not None
+            else defaults.maintenance
+        ),
     )
 
 

@@ -23,6 +23,11 @@ from pydantic import (
 IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+SIZE_PATTERN = re.compile(r"^\s*(\d+)\s*(B|KB|MB|GB|TB)?\s*$", re.IGNORECASE)
+SIZE_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
+# remove_orphans never deletes files younger than this: a run in flight (on any host)
+# writes data files before it commits them, and they are "orphans" until it does.
+ORPHAN_MIN_AGE = "1d"
 # Table properties Spark manages itself and refuses in TBLPROPERTIES.
 SPARK_RESERVED_PROPERTIES = frozenset(
     {"provider", "location", "owner", "external", "comment", "is_managed_location"}
@@ -53,6 +58,22 @@ def parse_duration_seconds(text: str) -> float:
             f"invalid duration {text!r}: use a number and a unit (ms, s, m, h, d), e.g. '5m'"
         )
     return int(match.group(1)) * DURATION_UNITS_S[match.group(2)]
+
+
+def parse_size_bytes(text: str) -> int:
+    """'128MB', '1GB', '512KB', '1048576' -> bytes (binary units)."""
+    match = SIZE_PATTERN.match(text)
+    if not match:
+        raise ValueError(
+            f"invalid size {text!r}: use a number and a unit (B, KB, MB, GB), e.g. '128MB'"
+        )
+    return int(match.group(1)) * SIZE_UNITS[(match.group(2) or "B").upper()]
+
+
+def _check_duration(value: str | None) -> str | None:
+    if value is not None:
+        parse_duration_seconds(value)
+    return value
 
 
 # ---------------------------------------------------------------- connections
@@ -174,11 +195,24 @@ class SqlCatalog(ExternalCatalog):
 
 
 class GlueCatalog(ExternalCatalog):
-    """AWS Glue Data Catalog."""
+    """AWS Glue Data Catalog (credentials: these keys, else the AWS default chain)."""
 
     type: Literal["glue"] = "glue"
-    warehouse: str = Field(description="s3:// warehouse location.")
+    warehouse: str | None = Field(
+        None, description="s3:// warehouse location (not needed to publish to Glue)."
+    )
     region: str | None = Field(None, description="AWS region.")
+    catalog_id: str | None = Field(
+        None, description="Glue catalog id (the AWS account id); default the caller's account."
+    )
+    endpoint: str | None = Field(
+        None, description="Glue endpoint override (VPC endpoints, local test servers)."
+    )
+    access_key_id: str | None = Field(None, description="AWS access key id.")
+    secret_access_key: SecretStr | None = Field(
+        None, description="AWS secret access key; secret, never printed."
+    )
+    session_token: SecretStr | None = Field(None, description="AWS session token; secret.")
 
 
 class HiveCatalog(ExternalCatalog):
@@ -188,6 +222,8 @@ class HiveCatalog(ExternalCatalog):
     uri: str = Field(description="thrift://host:9083")
     warehouse: str = Field(description="Warehouse location.")
 
+
+PUBLISHABLE_CATALOG_TYPES = ("rest", "sql", "glue")
 
 CatalogConfig = Annotated[
     EmbeddedCatalog | RestCatalog | SqlCatalog | GlueCatalog | HiveCatalog,
@@ -234,12 +270,154 @@ class Target(ConfigModel):
     )
     publish_catalogs: dict[str, CatalogConfig] = Field(
         default_factory=dict,
-        description="Extra catalogs tables can be published to (registered, not copied), by name.",
+        description="Extra catalogs tables can be published to (registered, not copied), by name: "
+        "type rest (any Iceberg REST server: another tableflow catalog, Polaris, Unity), sql or glue.",
     )
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark application.")
     dev_stack: DevStackPorts | None = Field(
         None, description="Local stack settings, for `tableflow dev`."
     )
+
+    @field_validator("publish_catalogs")
+    @classmethod
+    def _publishable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, catalog in value.items():
+            if catalog.type not in PUBLISHABLE_CATALOG_TYPES:
+                raise ValueError(
+                    f"publish_catalogs.{name}: tables cannot be published to a {catalog.type} "
+                    f"catalog; use one of {', '.join(PUBLISHABLE_CATALOG_TYPES)} "
+                    "(another tableflow catalog is published to through its REST endpoint: type rest)"
+                )
+        return value
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+class MaintenanceOperation(ConfigModel):
+    """What every maintenance operation has."""
+
+    every: str | None = Field(
+        None, description="How often this operation runs; default the block's `every`."
+    )
+
+    _every = field_validator("every")(_check_duration)
+
+
+class CompactSettings(MaintenanceOperation):
+    """Compaction: bin-pack small data files (`rewrite_data_files`)."""
+
+    target_file_size: str = Field(
+        "128MB", description="Size of the files compaction writes, e.g. `128MB`."
+    )
+    min_input_files: int = Field(
+        5, ge=1, description="Compact a partition only when it has at least this many files."
+    )
+
+    @field_validator("target_file_size")
+    @classmethod
+    def _valid_size(cls, value: str) -> str:
+        parse_size_bytes(value)
+        return value
+
+    @property
+    def target_file_size_bytes(self) -> int:
+        return parse_size_bytes(self.target_file_size)
+
+
+class ExpireSnapshotsSettings(MaintenanceOperation):
+    """Snapshot expiry (`expire_snapshots`); the committed offsets are kept first."""
+
+    older_than: str = Field("7d", description="Expire snapshots older than this.")
+    retain_last: int = Field(3, ge=1, description="Always keep at least this many snapshots.")
+
+    _older = field_validator("older_than")(_check_duration)
+
+
+class RemoveOrphansSettings(MaintenanceOperation):
+    """Orphan-file removal (`remove_orphan_files`); never touches `_delta_log/`."""
+
+    older_than: str = Field(
+        "3d",
+        description=f"Only files older than this are removed; at least {ORPHAN_MIN_AGE}, so the "
+        "uncommitted files of a run in flight (on any host) are never taken for orphans.",
+    )
+
+    @field_validator("older_than")
+    @classmethod
+    def _at_least_the_floor(cls, value: str) -> str:
+        if parse_duration_seconds(value) < parse_duration_seconds(ORPHAN_MIN_AGE):
+            raise ValueError(
+                f"remove_orphans.older_than {value!r} is below the {ORPHAN_MIN_AGE} floor: younger "
+                "files may belong to a run that has not committed yet"
+            )
+        return value
+
+
+class RewriteDeletesSettings(MaintenanceOperation):
+    """Position-delete rewrite for upsert tables (`rewrite_position_delete_files`)."""
+
+    min_delete_files: int = Field(
+        10, ge=1, description="Rewrite when a partition has at least this many delete files."
+    )
+
+
+class RewriteManifestsSettings(MaintenanceOperation):
+    """Manifest rewrite (`rewrite_manifests`): fewer, clustered manifests speed up planning."""
+
+
+MAINTENANCE_OPERATIONS = (
+    "compact",
+    "expire_snapshots",
+    "remove_orphans",
+    "rewrite_deletes",
+    "rewrite_manifests",
+)
+
+
+def _enable(value: Any) -> Any:
+    # `op: true` means the operation with its defaults; `false`/null means off.
+    if value is True:
+        return {}
+    if value is False:
+        return None
+    return value
+
+
+class Maintenance(ConfigModel):
+    """Table maintenance, run by `tableflow maintain` when due. Operations not listed never run."""
+
+    every: str = Field("1h", description="How often each listed operation is due.")
+    compact: CompactSettings | None = Field(
+        None, description="Compaction; `true` for the defaults."
+    )
+    expire_snapshots: ExpireSnapshotsSettings | None = Field(
+        None, description="Snapshot expiry; `true` for the defaults."
+    )
+    remove_orphans: RemoveOrphansSettings | None = Field(
+        None, description="Orphan-file removal; `true` for the defaults."
+    )
+    rewrite_deletes: RewriteDeletesSettings | None = Field(
+        None, description="Position-delete rewrite (upsert tables); `true` for the defaults."
+    )
+    rewrite_manifests: RewriteManifestsSettings | None = Field(
+        None, description="Manifest rewrite; `true` to enable."
+    )
+
+    _every = field_validator("every")(_check_duration)
+
+    @field_validator(*MAINTENANCE_OPERATIONS, mode="before")
+    @classmethod
+    def _booleans(cls, value: Any) -> Any:
+        return _enable(value)
+
+    def merged_over(self, defaults: Maintenance | None) -> Maintenance:
+        """This block over the `defaults` one: the keys written here win, the others inherit."""
+        if defaults is None:
+            return self
+        inherited = {k: getattr(defaults, k) for k in defaults.model_fields_set}
+        own = {k: getattr(self, k) for k in self.model_fields_set}
+        return Maintenance.model_validate({**inherited, **own})
 
 
 # --------------------------------------------------------------------- tables
@@ -622,6 +800,10 @@ class TableDefaults(ConfigModel):
         check_table_formats(value)
         return value
 
+    maintenance: Maintenance | None = Field(
+        None, description="Default maintenance block; a table's own block overrides it key by key."
+    )
+
     @field_validator("refresh_interval")
     @classmethod
     def _valid_interval(cls, value: str) -> str:
@@ -702,6 +884,11 @@ class TableConfig(ConfigModel):
     )
     publish_to: list[str] = Field(
         default_factory=list, description="Names from the target's `publish_catalogs`."
+    )
+    maintenance: Maintenance | None = Field(
+        None,
+        description="Compaction, snapshot expiry, orphan removal, delete and manifest rewrites, "
+        "and how often (`tableflow maintain`); keys override `defaults.maintenance`.",
     )
     tags: list[str] = Field(default_factory=list, description="Tags for --select.")
     formats: list[TableFormatName] | None = Field(

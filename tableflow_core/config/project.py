@@ -14,6 +14,7 @@ from tableflow_core.config.models import (
     Check,
     DeadLetterTarget,
     Format,
+    Maintenance,
     MetadataColumn,
     PartitionField,
     ProjectConfig,
@@ -65,6 +66,8 @@ class Table:
     key_lines: dict[str, int] = field(default_factory=dict)
     # Table formats kept: always iceberg, plus delta (a Delta log over the same files).
     formats: tuple[TableFormatName, ...] = ("iceberg",)
+    # The table's maintenance block over `defaults.maintenance` (None: no maintenance).
+    maintenance: Maintenance | None = None
 
     @property
     def identifier(self) -> str:

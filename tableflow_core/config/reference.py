@@ -48,6 +48,12 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("checks[]: type row_count", models.RowCountCheck),
     ("dlq: type kafka", models.KafkaDeadLetter),
     ("dlq: type iceberg", models.IcebergDeadLetter),
+    ("maintenance (per table, or in defaults)", models.Maintenance),
+    ("maintenance.compact", models.CompactSettings),
+    ("maintenance.expire_snapshots", models.ExpireSnapshotsSettings),
+    ("maintenance.remove_orphans", models.RemoveOrphansSettings),
+    ("maintenance.rewrite_deletes", models.RewriteDeletesSettings),
+    ("maintenance.rewrite_manifests", models.RewriteManifestsSettings),
 )
 
 HEADER = """# Configuration reference

@@ -8,8 +8,8 @@ Finding them again:
 1. walk the ancestry of the current snapshot back to the newest snapshot carrying
    the key (compaction and other rewrite snapshots carry no custom summary);
 2. if the walk runs out of snapshots (expired), fall back to the table property
-   `tableflow.offsets`, which `engine.maintenance.expire_snapshots` writes before
-   expiring anything. See docs/exactly-once.md.
+   `tableflow.offsets`, which `maintenance.operations.expire_snapshots` writes
+   before expiring anything. See docs/exactly-once.md.
 """
 
 from __future__ import annotations

@@ -109,7 +109,9 @@ def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str
 
 
 def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str, str], str]:
-    props = {"type": config.type, "warehouse": config.warehouse, **config.properties}
+    props = {"type": config.type, **config.properties}
+    if config.warehouse:
+        props["warehouse"] = config.warehouse
     if isinstance(config, HiveCatalog):
         props["uri"] = config.uri
         return props, dict(props), config.uri

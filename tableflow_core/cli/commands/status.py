@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.console import Console
 from rich.table import Table as RichTable
 
 from tableflow_core.cli.context import CliContext
-from tableflow_core.tasks.status import ProjectStatus, TableStatus
+
+if TYPE_CHECKING:  # the task reads Kafka and the catalog: imported only when run
+    from rich.console import Console
+
+    from tableflow_core.tasks.status import ProjectStatus, TableStatus
 
 STATE_STYLE = {
     "ok": "green",

@@ -1,0 +1,100 @@
+"""`tableflow maintain`: compaction, snapshot expiry, orphan removal... when due."""
+
+from __future__ import annotations
+
+import click
+
+from tableflow_core.cli.context import CliContext
+from tableflow_core.config.models import MAINTENANCE_OPERATIONS
+
+
+def _operations(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> frozenset[str] | None:
+    names = {n.strip() for v in value for n in v.split(",") if n.strip()}
+    unknown = sorted(names - set(MAINTENANCE_OPERATIONS))
+    if unknown:
+        raise click.BadParameter(
+            f"unknown operation(s) {', '.join(unknown)}; use {', '.join(MAINTENANCE_OPERATIONS)}"
+        )
+    return frozenset(names) or None
+
+
+@click.command("maintain")
+@click.option(
+    "--select",
+    "-s",
+    "selectors",
+    multiple=True,
+    help="Table names, globs or tag:NAME (added to the global --select).",
+)
+@click.option("--dry-run", is_flag=True, help="Show what is due; change nothing (no Spark).")
+@click.option("--force", is_flag=True, help="Run every configured operation, due or not.")
+@click.option(
+    "--only",
+    multiple=True,
+    callback=_operations,
+    help="Only these operations (comma-separated): " + ", ".join(MAINTENANCE_OPERATIONS) + ".",
+)
+@click.option(
+    "--lock-timeout",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for an apply or run holding a table.",
+)
+@click.pass_obj
+def command(
+    ctx: CliContext,
+    selectors: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+    only: frozenset[str] | None,
+    lock_timeout: float,
+) -> None:
+    """Run the maintenance that is due on the selected tables (their `maintenance:` block).
+
+    Each table is maintained under its lock, so it never races an apply or run of the
+    same table from this project. Exit 1 if any operation failed.
+    """
+    from tableflow_core.targets.catalog import CatalogUnavailableError
+    from tableflow_core.tasks.maintain import MaintainTask, TableMaintenance
+
+    ctx.selectors = (*ctx.selectors, *selectors)
+    project = ctx.load_project()
+    tables = ctx.selected_tables()
+
+    def show(result: TableMaintenance) -> None:
+        if result.error:
+            ctx.console.print(
+                f"[bold red]failed[/] {result.table}: {result.error}", highlight=False
+            )
+            return
+        if result.note and not result.due:
+            ctx.console.print(f"{result.table}: {result.note}", highlight=False)
+            return
+        if result.report is None:
+            for due in result.due:
+                ctx.console.print(f"due: {due.describe()}", highlight=False)
+            return
+        for op in result.report.results:
+            colour = "green" if op.status == "success" else "bold red"
+            ctx.console.print(f"[{colour}]{result.table}[/] {op.describe()}", highlight=False)
+        if result.published is not None:
+            ctx.console.print(f"published {result.published.summary_line()}", highlight=False)
+
+    try:
+        results = MaintainTask(
+            project,
+            tables,
+            dry_run=dry_run,
+            force=force,
+            only=only,
+            lock_timeout_s=lock_timeout,
+            console=ctx.err_console,
+            on_table=show,
+        ).run()
+    except CatalogUnavailableError as exc:
+        ctx.fail(str(exc))
+    if not all(r.ok for r in results):
+        raise SystemExit(1)

@@ -1,0 +1,189 @@
+"""One function per maintenance operation, each one Iceberg Spark procedure call.
+
+Dispatched by `OPERATIONS[name]`. Each returns the procedure's output row as a dict
+(files rewritten, bytes, snapshots expired...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from tableflow_core.config.models import (
+    CompactSettings,
+    ExpireSnapshotsSettings,
+    MaintenanceOperation,
+    RemoveOrphansSettings,
+    RewriteDeletesSettings,
+    parse_duration_seconds,
+)
+from tableflow_core.maintenance.offsets import preserve_offsets
+from tableflow_core.maintenance.target import SparkTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# The only directories orphan removal scans. A Delta log written over the same files
+# (`<table>/_delta_log/`) is beside them, never inside, so it is never listed, let
+# alone deleted; Iceberg's hidden-path filter (names starting with `_` or `.`) is a
+# second guard.
+DATA_PATH_PROPERTY = "write.data.path"
+METADATA_PATH_PROPERTY = "write.metadata.path"
+PROTECTED_DIRECTORY = "_delta_log"
+
+
+class MaintenanceError(RuntimeError):
+    """A maintenance operation failed or would have broken the table's state."""
+
+
+Operation = Callable[["SparkSession", SparkTable, Any, datetime], dict[str, Any]]
+
+
+def _call(spark: SparkSession, table: SparkTable, procedure: str, *args: str) -> dict[str, Any]:
+    arguments = ", ".join((f"table => '{table.procedure_arg}'", *args))
+    rows = spark.sql(f"CALL {table.procedure(procedure)}({arguments})").collect()
+    if len(rows) == 1:
+        return {k: v for k, v in rows[0].asDict().items() if not isinstance(v, list | dict)}
+    return {"rows": len(rows)}
+
+
+def sql_string(text: str) -> str:
+    """A single-quoted Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _options(**values: object) -> str:
+    pairs = ", ".join(f"'{k.replace('_', '-')}', '{v}'" for k, v in values.items())
+    return f"options => map({pairs})"
+
+
+def timestamp_literal(moment: datetime) -> str:
+    """A Spark TIMESTAMP literal for an instant, independent of the session time zone."""
+    utc = moment.astimezone(UTC).replace(tzinfo=None)
+    return f"TIMESTAMP '{utc.isoformat(sep=' ', timespec='milliseconds')}Z'"
+
+
+def compact(
+    spark: SparkSession, table: SparkTable, settings: CompactSettings, now: datetime
+) -> dict[str, Any]:
+    """Bin-pack small data files; the replace snapshot carries no offsets (readers walk past).
+
+    Rewritten files have their position deletes applied; on format v2+ tables the delete
+    files left pointing at no live data file are dropped in the same commit. That needs
+    the new files to get the rewrite's own sequence number (not the starting snapshot's,
+    Iceberg's default, which only matters for equality deletes: tableflow writes none),
+    or the last batch's delete files would still count as applicable.
+    """
+    values: dict[str, object] = {
+        "min_input_files": settings.min_input_files,
+        "target_file_size_bytes": settings.target_file_size_bytes,
+    }
+    if format_version(spark, table) >= 2:
+        values["remove_dangling_deletes"] = "true"
+        values["use_starting_sequence_number"] = "false"
+    return _call(spark, table, "rewrite_data_files", _options(**values))
+
+
+def format_version(spark: SparkSession, table: SparkTable) -> int:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {table.sql} ('format-version')").collect()
+    value = str(rows[0].value) if rows else "2"
+    return int(value) if value.isdigit() else 2
+
+
+def rewrite_deletes(
+    spark: SparkSession, table: SparkTable, settings: RewriteDeletesSettings, now: datetime
+) -> dict[str, Any]:
+    """Compact position delete files and drop the dangling ones (upsert tables)."""
+    return _call(
+        spark,
+        table,
+        "rewrite_position_delete_files",
+        _options(min_input_files=settings.min_delete_files),
+    )
+
+
+def rewrite_manifests(
+    spark: SparkSession, table: SparkTable, settings: MaintenanceOperation, now: datetime
+) -> dict[str, Any]:
+    return _call(spark, table, "rewrite_manifests")
+
+
+def expire_snapshots(
+    spark: SparkSession, table: SparkTable, settings: ExpireSnapshotsSettings, now: datetime
+) -> dict[str, Any]:
+    """Expire old snapshots; the committed offsets are copied to the table property first."""
+    preserve_offsets(spark, table)
+    cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than))
+    return _call(
+        spark,
+        table,
+        "expire_snapshots",
+        f"older_than => {timestamp_literal(cutoff)}",
+        f"retain_last => {int(settings.retain_last)}",
+    )
+
+
+def table_location(spark: SparkSession, table: SparkTable) -> str:
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table.sql}").collect():
+        if str(row.col_name).strip() == "Location":
+            return str(row.data_type).rstrip("/")
+    raise MaintenanceError(f"{table}: Spark does not report the table's location")
+
+
+def orphan_scan_locations(location: str, properties: dict[str, str]) -> list[str]:
+    """The directories orphan removal scans: the table's data and metadata folders."""
+    scanned = [
+        properties.get(DATA_PATH_PROPERTY, f"{location}/data"),
+        properties.get(METADATA_PATH_PROPERTY, f"{location}/metadata"),
+    ]
+    for path in scanned:
+        if PROTECTED_DIRECTORY in path.rstrip("/").split("/"):
+            raise MaintenanceError(
+                f"refusing to remove orphans under {path}: it is inside a {PROTECTED_DIRECTORY} directory"
+            )
+    return scanned
+
+
+def remove_orphans(
+    spark: SparkSession, table: SparkTable, settings: RemoveOrphansSettings, now: datetime
+) -> dict[str, Any]:
+    """Delete files no snapshot references, older than `older_than` (never below the floor
+    the config enforces, so uncommitted files of runs in flight are safe)."""
+    from tableflow_core.engine.table_state import read_table_state
+
+    properties = read_table_state(spark, table.sql).properties
+    cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than))
+    removed = 0
+    for location in orphan_scan_locations(table_location(spark, table), properties):
+        arguments = ", ".join(
+            (
+                f"table => '{table.procedure_arg}'",
+                f"older_than => {timestamp_literal(cutoff)}",
+                f"location => {sql_string(location)}",
+            )
+        )
+        try:
+            rows = spark.sql(
+                f"CALL {table.procedure('remove_orphan_files')}({arguments})"
+            ).collect()
+        except Exception as exc:
+            if _missing_directory(exc):
+                continue  # e.g. no data written yet
+            raise
+        removed += len(rows)
+    return {"orphan_files_removed": removed}
+
+
+def _missing_directory(exc: Exception) -> bool:
+    text = str(exc)
+    return "FileNotFoundException" in text or "does not exist" in text
+
+
+OPERATIONS: dict[str, Operation] = {
+    "compact": compact,
+    "rewrite_deletes": rewrite_deletes,
+    "rewrite_manifests": rewrite_manifests,
+    "expire_snapshots": expire_snapshots,
+    "remove_orphans": remove_orphans,
+}

@@ -1,0 +1,86 @@
+"""Running due maintenance on one table (call it under the table's lock)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from tableflow_core.maintenance.last_run import last_run_properties
+from tableflow_core.maintenance.offsets import committed, set_offsets_property
+from tableflow_core.maintenance.operations import OPERATIONS, MaintenanceError
+from tableflow_core.maintenance.report import MaintenanceReport, OperationResult
+from tableflow_core.maintenance.schedule import DueOperation
+from tableflow_core.maintenance.target import SparkTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def run_maintenance(
+    spark: SparkSession,
+    identifier: str,
+    operations: Sequence[DueOperation],
+    *,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    redact: Callable[[str], str] = lambda text: text,
+) -> MaintenanceReport:
+    """Run `operations` in order on the Spark table `identifier` (`catalog.ns.table`).
+
+    An operation that fails is reported and the next ones still run (a failed
+    compaction must not stop expiry). Each successful operation's last-run time is
+    written to the table properties at the end. The committed offsets are checked
+    after the run: if they were lost, the ones read before are restored and
+    MaintenanceError is raised.
+    """
+    table = SparkTable.parse(identifier)
+    before = committed(spark, table)
+    results: list[OperationResult] = []
+    for due in operations:
+        began = time.monotonic()
+        try:
+            metrics = OPERATIONS[due.operation](spark, table, due.settings, now())
+        except Exception as exc:
+            results.append(
+                OperationResult(
+                    due.operation,
+                    "error",
+                    round(time.monotonic() - began, 3),
+                    error=redact(_first_line(exc)),
+                )
+            )
+            continue
+        results.append(
+            OperationResult(due.operation, "success", round(time.monotonic() - began, 3), metrics)
+        )
+    done = [r.operation for r in results if r.status == "success"]
+    if done:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in last_run_properties(done, now()).items())
+        spark.sql(f"ALTER TABLE {table.sql} SET TBLPROPERTIES ({pairs})")
+    after = committed(spark, table)
+    if before is not None and after is None:
+        set_offsets_property(spark, table, before)
+        raise MaintenanceError(
+            f"{table}: the committed offsets were no longer readable after maintenance "
+            f"({', '.join(done)}); restored {dict(before.offsets)} into the table property"
+        )
+    return MaintenanceReport(
+        identifier=str(table),
+        results=tuple(results),
+        offsets_before=dict(before.offsets) if before is not None else None,
+        offsets_after=dict(after.offsets) if after is not None else None,
+        metadata_location=current_metadata_location(spark, table),
+    )
+
+
+def current_metadata_location(spark: SparkSession, table: SparkTable) -> str | None:
+    rows = spark.sql(
+        f"SELECT file FROM {table.sql}.metadata_log_entries ORDER BY timestamp DESC LIMIT 1"
+    ).collect()
+    return str(rows[0].file) if rows else None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]

@@ -1,0 +1,147 @@
+"""`tableflow maintain`: run the maintenance that is due on the selected tables.
+
+What is due is read with pyiceberg (no JVM): `--dry-run` never starts Spark. Each
+table is maintained under its lock (`runner/lock.py`, the one apply and run take),
+so maintenance never races an ingest of the same table started from this project
+on this host; what is due is read again once the lock is held. After a table's
+maintenance commits, its new metadata pointer is published to the catalogs in its
+`publish_to`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from tableflow_core.config.project import Project, Table
+from tableflow_core.maintenance import (
+    DueOperation,
+    MaintenanceReport,
+    maintenance_due,
+    run_maintenance,
+)
+from tableflow_core.publish import PublishResult, publish_table
+from tableflow_core.runner.lock import table_locks
+from tableflow_core.targets.catalog import CatalogHandle, open_catalog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOCK_COMMAND = "tableflow maintain"
+
+
+@dataclass(frozen=True)
+class TableMaintenance:
+    """What `maintain` found and did for one table."""
+
+    table: str
+    due: tuple[DueOperation, ...] = ()
+    report: MaintenanceReport | None = None
+    published: PublishResult | None = None
+    note: str | None = None  # why nothing ran (table missing, nothing due)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.error is None
+            and (self.report is None or self.report.ok)
+            and (self.published is None or self.published.ok)
+        )
+
+
+def load_properties(handle: CatalogHandle, table: Table) -> dict[str, str] | None:
+    """The table's properties (None: the table does not exist)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return dict(handle.catalog.load_table((*table.namespace, table.table)).properties)
+    except NoSuchTableError:
+        return None
+
+
+def maintenance_spark_session(project: Project, handle: CatalogHandle) -> SparkSession:
+    """The target's Spark application, with the target's catalog registered."""
+    from tableflow_core.engine.spark_session import build_spark_session
+
+    settings = project.target.spark
+    return build_spark_session(
+        settings.master,
+        settings.app_name,
+        {k: str(v) for k, v in settings.conf.items()},
+        list(settings.packages),
+        {handle.spark_name: handle.spark_properties},
+    )
+
+
+@dataclass
+class MaintainTask:
+    project: Project
+    tables: tuple[Table, ...]
+    dry_run: bool = False
+    force: bool = False
+    only: frozenset[str] | None = None
+    lock_timeout_s: float = 0.0
+    spark: SparkSession | None = None  # reuse a session (tests); else one is built if needed
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    on_table: Callable[[TableMaintenance], None] | None = None
+
+    def due(
+        self, handle: CatalogHandle, table: Table
+    ) -> tuple[dict[str, str] | None, list[DueOperation]]:
+        properties = load_properties(handle, table)
+        return properties, maintenance_due(
+            table, properties, self.now(), force=self.force, only=self.only
+        )
+
+    def run(self) -> list[TableMaintenance]:
+        results: list[TableMaintenance] = []
+        with open_catalog(self.project) as handle:
+            for table in self.tables:
+                result = self._one(handle, table)
+                results.append(result)
+                if self.on_table is not None:
+                    self.on_table(result)
+        return results
+
+    def _one(self, handle: CatalogHandle, table: Table) -> TableMaintenance:
+        if table.maintenance is None and not self.force:
+            return TableMaintenance(table.name, note="no maintenance block")
+        properties, due = self.due(handle, table)
+        if properties is None:
+            return TableMaintenance(table.name, note="table does not exist yet")
+        if not due or self.dry_run:
+            return TableMaintenance(table.name, tuple(due), note=None if due else "nothing due")
+        lock_dir = self.project.root / "target" / "locks"
+        try:
+            with table_locks(lock_dir, [table.name], self.lock_timeout_s, command=LOCK_COMMAND):
+                _, due = self.due(handle, table)  # another host may have just done it
+                if not due:
+                    return TableMaintenance(table.name, note="nothing due")
+                spark = self._spark(handle)
+                identifier = ".".join((handle.spark_name, *table.namespace, table.table))
+                report = run_maintenance(
+                    spark, identifier, due, now=self.now, redact=self.project.redact
+                )
+                published = None
+                if table.publish_to and report.metadata_location:
+                    published = publish_table(self.project, table, report.metadata_location)
+                return TableMaintenance(table.name, tuple(due), report, published)
+        except Exception as exc:
+            return TableMaintenance(
+                table.name, tuple(due), error=self.project.redact(f"{type(exc).__name__}: {exc}")
+            )
+
+    def _spark(self, handle: CatalogHandle) -> Any:
+        from tableflow_core.engine.spark_session import register_catalog
+
+        if self.spark is None:
+            self.spark = maintenance_spark_session(self.project, handle)
+        else:
+            register_catalog(self.spark, handle.spark_name, handle.spark_properties)
+        return self.spark

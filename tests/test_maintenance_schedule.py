@@ -1,0 +1,182 @@
+"""Pure tests: the maintenance block, merging with defaults, what is due."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from tableflow_core.config.models import Format, Maintenance
+from tableflow_core.config.project import SourceLocation, Table
+from tableflow_core.maintenance import maintenance_due
+from tableflow_core.maintenance.last_run import last_run_properties, last_runs
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def table_with(maintenance: Maintenance | None, mode: str = "append") -> Table:
+    return Table(
+        name="orders",
+        topic="orders",
+        namespace=("shop",),
+        table="orders",
+        value=Format(format="json"),
+        key=Format(format="string"),
+        mode=mode,  # type: ignore[arg-type]
+        key_columns=("id",) if mode == "upsert" else (),
+        partition_by=(),
+        sort_by=(),
+        properties={},
+        metadata_columns=(),
+        start_from="earliest",
+        max_records_per_run=None,
+        transforms=(),
+        checks=(),
+        on_error="fail",
+        dlq=None,
+        refresh_interval_s=300,
+        publish_to=(),
+        tags=(),
+        description=None,
+        source=SourceLocation(Path("tables/orders.yml"), 1),
+        maintenance=maintenance,
+    )
+
+
+ISSUE_BLOCK = {
+    "every": "1h",
+    "compact": {"target_file_size": "128MB", "min_input_files": 5},
+    "expire_snapshots": {"older_than": "7d", "retain_last": 3},
+    "remove_orphans": {"older_than": "3d"},
+    "rewrite_deletes": {"min_delete_files": 10},
+    "rewrite_manifests": True,
+}
+
+
+def test_the_issue_block_parses() -> None:
+    block = Maintenance.model_validate(ISSUE_BLOCK)
+    assert block.compact is not None and block.compact.target_file_size_bytes == 128 * 1024**2
+    assert block.rewrite_manifests is not None
+    assert block.expire_snapshots is not None and block.expire_snapshots.retain_last == 3
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"every": "often"}, "invalid duration"),
+        ({"compact": {"target_file_size": "big"}}, "invalid size"),
+        ({"remove_orphans": {"older_than": "2h"}}, "below the 1d floor"),
+        ({"compact": {"min_input_file": 3}}, "min_input_file"),
+        ({"vacuum": True}, "vacuum"),
+    ],
+)
+def test_bad_blocks_are_refused(block: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Maintenance.model_validate(block)
+
+
+def test_table_keys_override_defaults_key_by_key() -> None:
+    defaults = Maintenance.model_validate(
+        {"every": "2h", "compact": True, "rewrite_manifests": True}
+    )
+    own = Maintenance.model_validate(
+        {"compact": {"min_input_files": 9}, "rewrite_manifests": False}
+    )
+    merged = own.merged_over(defaults)
+    assert merged.every == "2h"
+    assert merged.compact is not None and merged.compact.min_input_files == 9
+    assert merged.rewrite_manifests is None
+
+
+def test_never_run_operations_are_due_in_run_order() -> None:
+    due = maintenance_due(table_with(Maintenance.model_validate(ISSUE_BLOCK)), {}, NOW)
+    # rewrite_deletes only applies to upsert tables
+    assert [d.operation for d in due] == [
+        "compact",
+        "rewrite_manifests",
+        "expire_snapshots",
+        "remove_orphans",
+    ]
+    assert due[0].describe(NOW) == "compact on orders (every 1h; never run)"
+    upsert = table_with(Maintenance.model_validate(ISSUE_BLOCK), mode="upsert")
+    assert "rewrite_deletes" in [d.operation for d in maintenance_due(upsert, {}, NOW)]
+
+
+def test_last_runs_decide_what_is_due() -> None:
+    block = Maintenance.model_validate(
+        {"every": "1h", "compact": True, "expire_snapshots": {"every": "1d"}}
+    )
+    properties = last_run_properties(["compact", "expire_snapshots"], NOW - timedelta(hours=2))
+    assert set(last_runs(properties)) == {"compact", "expire_snapshots"}
+    due = maintenance_due(table_with(block), properties, NOW)
+    assert [d.operation for d in due] == ["compact"]
+    assert "last run 2026-11-22T10:00:00+00:00, 2h ago" in due[0].describe(NOW)
+    forced = maintenance_due(table_with(block), properties, NOW, force=True)
+    assert [(d.operation, d.forced) for d in forced] == [
+        ("compact", False),
+        ("expire_snapshots", True),
+    ]
+    assert "forced" in forced[1].describe()
+    only = maintenance_due(
+        table_with(block), properties, NOW, force=True, only=frozenset({"compact"})
+    )
+    assert [d.operation for d in only] == ["compact"]
+
+
+def test_nothing_is_due_without_a_block_or_a_table() -> None:
+    assert maintenance_due(table_with(None), {}, NOW) == []
+    block = Maintenance.model_validate(ISSUE_BLOCK)
+    assert maintenance_due(table_with(block), None, NOW) == []
+
+
+def test_an_unreadable_last_run_counts_as_never() -> None:
+    block = Maintenance.model_validate({"compact": True})
+    properties = {"tableflow.maintenance.compact.last-run": "yesterday"}
+    assert [d.last_run for d in maintenance_due(table_with(block), properties, NOW)] == [None]
+
+
+def test_state_objects_with_properties_are_accepted() -> None:
+    from tableflow_core.engine.table_state import TableState
+
+    state = TableState(1, (), {"main": 1}, last_run_properties(["compact"], NOW))
+    block = Maintenance.model_validate({"compact": True})
+    assert maintenance_due(table_with(block), state, NOW) == []
+    assert replace(state, properties={}).properties == {}
+
+
+def test_the_project_loader_merges_defaults_and_locates_errors(tmp_path: Path) -> None:
+    import yaml
+
+    from tableflow_core.config.errors import ConfigError
+    from tableflow_core.config.loader import load_project
+
+    project = {
+        "name": "shop",
+        "targets": {"dev": {"kafka": {"bootstrap_servers": "127.0.0.1:1"}}},
+        "defaults": {"maintenance": {"every": "2h", "compact": True}},
+        "tables": [
+            {"name": "a", "topic": "a", "value": {"format": "json"}},
+            {
+                "name": "b",
+                "topic": "b",
+                "value": {"format": "json"},
+                "maintenance": {"compact": False, "rewrite_manifests": True},
+            },
+        ],
+    }
+    (tmp_path / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    loaded = load_project(tmp_path)
+    a, b = loaded.table("a").maintenance, loaded.table("b").maintenance
+    assert a is not None and a.compact is not None and a.every == "2h"
+    assert b is not None and b.compact is None and b.rewrite_manifests is not None
+    assert b.every == "2h"
+
+    project["tables"][1]["maintenance"] = {"remove_orphans": {"older_than": "5m"}}  # type: ignore[index]
+    (tmp_path / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    with pytest.raises(ConfigError) as error:
+        load_project(tmp_path)
+    rendered = error.value.render()
+    assert "below the 1d floor" in rendered and "tableflow_project.yml:" in rendered
