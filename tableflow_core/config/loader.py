@@ -20,7 +20,7 @@ from tableflow_core.config.models import (
 from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.config.rendering import render_template
 from tableflow_core.config.validation import validate_document
-from tableflow_core.config.yaml_source import YamlDocument, load_yaml
+from tableflow_core.config.yaml_source import YamlDocument, dotted_path, load_yaml
 
 PROJECT_FILE = "tableflow_project.yml"
 TABLE_FILE_SUFFIXES = (".yml", ".yaml")
@@ -153,11 +153,12 @@ def _resolve_table(
     table: TableConfig, defaults: TableDefaults, document: YamlDocument, path: tuple[str | int, ...]
 ) -> Table:
     namespace = table.namespace or defaults.namespace or "default"
+    # Every key below the table, as a relative dotted path ("transforms[1].where"), so
+    # errors about one item of a list can point at its own line.
     key_lines = {
-        str(key): line
+        dotted_path(key_path[len(path) :]): line
         for key_path, line in document.lines.items()
-        if len(key_path) == len(path) + 1 and key_path[: len(path)] == path
-        for key in [key_path[-1]]
+        if len(key_path) > len(path) and key_path[: len(path)] == path
     }
     metadata = (
         table.metadata_columns if table.metadata_columns is not None else defaults.metadata_columns
