@@ -26,18 +26,15 @@ from tableflow_core.config.models import (
     RowCountCheck,
     UniqueCheck,
 )
-from tableflow_core.transforms.compile import StepError
+from tableflow_core.transforms.compile import StepError, resolve_columns
 from tableflow_core.transforms.locations import Locator, problem_at
 from tableflow_core.transforms.sql import (
     DIALECT,
-    HIDDEN_PREFIX,
     ExpressionError,
     check_references,
     infer_arrow_type,
     parse_expression,
-    resolve_column,
     spark_type,
-    unknown_column_message,
 )
 
 CheckKind = Literal["not_null", "unique", "accepted_values", "range", "expression", "row_count"]
@@ -99,16 +96,6 @@ def _literal(value: str | int | float | bool) -> str:
     return str(exp.convert(value).sql(dialect=DIALECT))
 
 
-def _resolve(names: Sequence[str], schema: pa.Schema, what: str, subkey: str) -> list[str]:
-    resolved = []
-    for name in names:
-        actual = resolve_column(name, schema) if not name.startswith(HIDDEN_PREFIX) else None
-        if actual is None:
-            raise StepError(unknown_column_message(name, schema, what), subkey)
-        resolved.append(actual)
-    return resolved
-
-
 @dataclass(frozen=True)
 class _Base:
     key: str
@@ -127,7 +114,7 @@ class _Base:
 
 
 def _not_null(c: NotNullCheck, schema: pa.Schema, base: _Base) -> list[CompiledCheck]:
-    columns = _resolve(c.columns, schema, "not_null", "columns")
+    columns = resolve_columns(c.columns, schema, "not_null", "columns")
     return [
         base.make(
             "not_null", f"not_null({col})", columns=(col,), failing_rows=f"{_quote(col)} IS NULL"
@@ -137,7 +124,7 @@ def _not_null(c: NotNullCheck, schema: pa.Schema, base: _Base) -> list[CompiledC
 
 
 def _unique(c: UniqueCheck, schema: pa.Schema, base: _Base) -> list[CompiledCheck]:
-    columns = _resolve(c.columns, schema, "unique", "columns")
+    columns = resolve_columns(c.columns, schema, "unique", "columns")
     for col in columns:
         if pa.types.is_map(schema.field(col).type):
             raise StepError(f"unique: column {col!r} is a map, which cannot be compared", "columns")
@@ -145,7 +132,7 @@ def _unique(c: UniqueCheck, schema: pa.Schema, base: _Base) -> list[CompiledChec
 
 
 def _accepted_values(c: AcceptedValuesCheck, schema: pa.Schema, base: _Base) -> list[CompiledCheck]:
-    (col,) = _resolve([c.column], schema, "accepted_values", "column")
+    (col,) = resolve_columns([c.column], schema, "accepted_values", "column", single=True)
     column_type = schema.field(col).type
     if pa.types.is_nested(column_type):
         raise StepError(f"accepted_values: column {col!r} is {spark_type(column_type)}", "column")
@@ -172,7 +159,7 @@ def _is_orderable_number(data_type: pa.DataType) -> bool:
 
 
 def _range(c: RangeCheck, schema: pa.Schema, base: _Base) -> list[CompiledCheck]:
-    (col,) = _resolve([c.column], schema, "range", "column")
+    (col,) = resolve_columns([c.column], schema, "range", "column", single=True)
     if c.min is None and c.max is None:
         raise StepError("range needs min, max or both")
     if c.min is not None and c.max is not None and c.min > c.max:

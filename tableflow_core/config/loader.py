@@ -101,7 +101,8 @@ def load_project(
         config_file=project_file,
         target_name=target_name,
         tables=tuple(tables),
-        secrets=frozenset(_collect_secrets(config)),
+        # Table files hold secrets too (mask salts).
+        secrets=frozenset(_collect_secrets([config, *(t.transforms for t in tables)])),
     )
 
 

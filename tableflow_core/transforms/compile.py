@@ -157,12 +157,23 @@ class StepError(ValueError):
 # ---------------------------------------------------------------- per transform
 
 
-def _resolve_all(names: Sequence[str], schema: pa.Schema, what: str, subkey: str) -> list[str]:
+def resolve_columns(
+    names: Sequence[str],
+    schema: pa.Schema,
+    what: str,
+    subkey: str,
+    *,
+    keyed: bool = False,
+    single: bool = False,
+) -> list[str]:
+    """Schema spellings of `names`, or a StepError located at the list item (or at the
+    mapping key when `keyed`, at `subkey` itself when `single`)."""
     resolved = []
-    for name in names:
+    for index, name in enumerate(names):
         actual = resolve_column(name, schema) if not name.startswith(HIDDEN_PREFIX) else None
         if actual is None:
-            raise StepError(unknown_column_message(name, schema, what), subkey)
+            where = subkey if single else f"{subkey}.{name}" if keyed else f"{subkey}[{index}]"
+            raise StepError(unknown_column_message(name, schema, what), where)
         resolved.append(actual)
     return resolved
 
@@ -177,13 +188,13 @@ def _is_nested(data_type: pa.DataType) -> bool:
 
 
 def _mask(t: MaskTransform, schema: pa.Schema, key: str) -> tuple[MaskStep, pa.Schema]:
-    columns = _resolve_all(t.columns, schema, "mask", "columns")
-    for column in columns:
+    columns = resolve_columns(t.columns, schema, "mask", "columns")
+    for index, column in enumerate(columns):
         if _is_nested(schema.field(column).type):
             raise StepError(
                 f"mask: column {column!r} is {spark_type(schema.field(column).type)}; masks apply to "
                 "primitive columns (derive the nested field into a column, then mask it)",
-                "columns",
+                f"columns[{index}]",
             )
     for column in columns:
         schema = _replace_type(schema, column, pa.string())
@@ -200,10 +211,12 @@ def _mask(t: MaskTransform, schema: pa.Schema, key: str) -> tuple[MaskStep, pa.S
 
 
 def _dedup(t: DedupTransform, schema: pa.Schema, key: str) -> tuple[DedupStep, pa.Schema]:
-    keys = _resolve_all(t.keys, schema, "dedup keys", "keys")
-    for name in keys:
+    keys = resolve_columns(t.keys, schema, "dedup keys", "keys")
+    for index, name in enumerate(keys):
         if pa.types.is_map(schema.field(name).type):
-            raise StepError(f"dedup: key {name!r} is a map, which cannot be compared", "keys")
+            raise StepError(
+                f"dedup: key {name!r} is a map, which cannot be compared", f"keys[{index}]"
+            )
     return DedupStep(key=key, keys=tuple(keys), keep=t.keep), schema
 
 
@@ -255,16 +268,15 @@ def _derive(t: DeriveTransform, schema: pa.Schema, key: str) -> tuple[DeriveStep
 
 
 def _rename(t: RenameTransform, schema: pa.Schema, key: str) -> tuple[RenameStep, pa.Schema]:
-    olds = _resolve_all(list(t.columns), schema, "rename", "columns")
+    olds = resolve_columns(list(t.columns), schema, "rename", "columns", keyed=True)
     renames = list(zip(olds, t.columns.values(), strict=True))
     remaining = {n.lower() for n in schema.names} - {o.lower() for o in olds}
-    for old, new in renames:
+    for (old, new), written in zip(renames, t.columns, strict=True):
+        where = f"columns.{written}"
         if not re.match(IDENTIFIER, new) or new.startswith(HIDDEN_PREFIX):
-            raise StepError(f"rename: {new!r} is not a valid column name", "columns")
+            raise StepError(f"rename: {new!r} is not a valid column name", where)
         if new.lower() in remaining:
-            raise StepError(
-                f"rename: {old!r} -> {new!r} collides with an existing column", "columns"
-            )
+            raise StepError(f"rename: {old!r} -> {new!r} collides with an existing column", where)
         remaining.add(new.lower())
     mapping = dict(renames)
     renamed = pa.schema([f.with_name(mapping.get(f.name, f.name)) for f in schema])
@@ -272,7 +284,7 @@ def _rename(t: RenameTransform, schema: pa.Schema, key: str) -> tuple[RenameStep
 
 
 def _drop(t: DropTransform, schema: pa.Schema, key: str) -> tuple[DropStep, pa.Schema]:
-    columns = _resolve_all(t.columns, schema, "drop", "columns")
+    columns = resolve_columns(t.columns, schema, "drop", "columns")
     kept = pa.schema([f for f in schema if f.name not in columns])
     if len(kept) == 0:
         raise StepError("drop: a table needs at least one column", "columns")
