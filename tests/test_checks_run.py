@@ -194,3 +194,25 @@ def test_skip_and_dlq_take_failing_rows_out_dlq_first(
     }
     assert run.report.rows_dead_lettered == 2 and run.report.rows_skipped == 2
     df.unpersist()
+
+
+def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSession) -> None:
+    schema = sample_schema("orders")
+    compiled = checks_for(
+        schema,
+        [
+            {"type": "not_null", "columns": ["order_id"]},
+            {"type": "expression", "name": "positive_amount", "expression": "amount > 0"},
+            {"type": "row_count", "min": 1},
+        ],
+    )
+    df = batch(spark, sample_rows("orders", 1)).limit(0).cache()
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    outcomes = {r.name: (r.outcome, r.failing, r.observed) for r in run.report.results}
+    assert outcomes == {
+        "not_null(order_id)": ("pass", 0, None),
+        "positive_amount": ("pass", 0, None),
+        "row_count": ("fail", None, 0),
+    }
+    assert "observed 0 rows (expected at least 1)" in run.report.failure_message()
+    df.unpersist()

@@ -24,6 +24,7 @@ transform stage's result is): GX runs several Spark jobs over it.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ CHECK_ERROR_CLASS = "CheckFailed"
 _REASON = "__tf_check_reason"
 _DLQ = "dlq"
 _SKIP = "skip"
+# great-expectations evaluates UnexpectedRowsExpectation on Spark through one
+# session-wide temp view named "tmp_view": two tables validating at once in the same
+# SparkSession would read each other's batch. Validations take turns.
+_GX_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -118,10 +123,11 @@ def _validate(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> list[_GxOutco
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(name="tableflow", data=batch, suite=suite)
     )
-    run = definition.run(
-        batch_parameters={"dataframe": df},
-        result_format={"result_format": "BASIC", "partial_unexpected_count": 0},
-    )
+    with _GX_LOCK:
+        run = definition.run(
+            batch_parameters={"dataframe": df},
+            result_format={"result_format": "BASIC", "partial_unexpected_count": 0},
+        )
     by_id = {r.expectation_config.id: r for r in run.results}
     return [_outcome(by_id[i]) for i in ids]
 
