@@ -95,7 +95,7 @@ class _Context:
     step_index: int
 
 
-def _keep(df: DataFrame) -> Column:
+def _kept() -> Column:
     return _col(FATE_COLUMN).isNull()
 
 
@@ -105,7 +105,7 @@ def _set_fate(
     """Give rows still kept that meet `condition` the fate `fate` (first fate wins)."""
     from pyspark.sql import functions as F
 
-    hit = _keep(df) & condition
+    hit = _kept() & condition
     updates = {FATE_COLUMN: F.when(hit, F.lit(fate)).otherwise(_col(FATE_COLUMN))}
     if error is not None:
         updates[ERROR_COLUMN] = F.when(hit, error).otherwise(_col(ERROR_COLUMN))
@@ -170,18 +170,46 @@ def _stars(count: Column) -> Column:
 
 
 def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
+    """Keep one row per key, by (partition, offset), shuffling whole rows only for
+    keys that repeat.
+
+    Duplicates are rare in most batches, and a window over the whole batch would
+    shuffle and sort every row. Instead: count the kept rows per key (a shuffle of the
+    key columns only, pre-aggregated map-side), join that small set of repeated keys
+    back (broadcast by adaptive execution when small) and rank only the rows whose key
+    repeats.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    keys = [_col(k) for k in step.keys]
+    repeated_names = [f"__tf_dup_key_{i}" for i in range(len(keys))]
+    repeated = (
+        df.filter(_kept())
+        .groupBy(*keys)
+        .count()
+        .filter(F.col("count") > 1)
+        .select(*[k.alias(n) for k, n in zip(keys, repeated_names, strict=True)])
+        .withColumn("__tf_repeats", F.lit(True))
+    )
+    condition = None
+    for key, name in zip(keys, repeated_names, strict=True):
+        term = key.eqNullSafe(_col(name))
+        condition = term if condition is None else condition & term
+    marked = df.join(repeated, on=condition, how="left").drop(*repeated_names)
+    repeats = _kept() & F.coalesce(_col("__tf_repeats"), F.lit(False))
+    single = marked.filter(~repeats).drop("__tf_repeats")
     order = [_col(SOURCE_PARTITION_COLUMN), _col(SOURCE_OFFSET_COLUMN)]
     if step.keep == "last":
         order = [c.desc() for c in order]
-    # Rows already filtered out or rejected sit in their own window partitions (fate is
-    # part of the partition key), so they never win over a kept row.
-    window = Window.partitionBy(*[_col(k) for k in step.keys], _col(FATE_COLUMN)).orderBy(*order)
     rank = "__tf_rank"
-    df = df.withColumn(rank, F.row_number().over(window))
-    return _set_fate(df, _col(rank) > 1, DUPLICATE).drop(rank)
+    ranked = (
+        marked.filter(repeats)
+        .drop("__tf_repeats")
+        .withColumn(rank, F.row_number().over(Window.partitionBy(*keys).orderBy(*order)))
+    )
+    duplicates = _set_fate(ranked, _col(rank) > 1, DUPLICATE).drop(rank)
+    return single.unionByName(duplicates)
 
 
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
