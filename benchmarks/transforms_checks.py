@@ -144,7 +144,6 @@ def main() -> int:
     def masks_dedup() -> None:
         result = apply_transforms(source, transforms, spark=spark)
         write(spark, result.df, f"t{next(counter)}")
-        result.unpersist()
 
     def five_checks() -> None:
         run = run_checks(source, checks, spark, table="bench.orders")

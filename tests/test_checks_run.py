@@ -151,7 +151,6 @@ def test_an_error_check_blocks_publishing_and_names_table_check_count_and_sample
         clear = orders[index]["order_id"]
         assert clear not in message
         assert hashlib.sha256((SALT + clear).encode()).hexdigest() in message
-    transformed.unpersist()
     source.unpersist()
 
 

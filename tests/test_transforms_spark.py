@@ -77,10 +77,9 @@ def test_masks_hash_redact_and_partial(spark: SparkSession) -> None:
     # A value no longer than what would be kept is starred entirely.
     assert [r["card"] for r in out] == ["************1111", "***", None]
     assert [r["note"] for r in out] == ["[x]", None, "[x]"]
-    assert result.counts.as_dict() == {
+    assert result.counts().as_dict() == {
         "rows_in": 3, "rows_out": 3, "filtered": 0, "duplicates": 0, "rejected": 0
     }  # fmt: skip
-    result.unpersist()
 
 
 def test_partial_keeps_first_and_last(spark: SparkSession) -> None:
@@ -102,7 +101,6 @@ def test_partial_keeps_first_and_last(spark: SparkSession) -> None:
     assert sorted(r["phone"] for r in rows_of(result.df)) == sorted(
         ["+41*******67", "*****", "123**67"]
     )
-    result.unpersist()
 
 
 def test_the_salt_never_appears_in_query_plans(
@@ -122,7 +120,6 @@ def test_the_salt_never_appears_in_query_plans(
     printed = capsys.readouterr().out
     assert "sha2" in printed and SALT not in printed
     assert SALT not in repr(steps) and SALT not in " ".join(steps.describe())
-    result.unpersist()
 
 
 def test_dedup_keeps_first_or_last_by_partition_and_offset(spark: SparkSession) -> None:
@@ -143,8 +140,7 @@ def test_dedup_keeps_first_or_last_by_partition_and_offset(spark: SparkSession) 
         out = rows_of(result.df)
         assert {(r["k"], r["v"]) for r in out} == expected
         assert all(SOURCE_PARTITION_COLUMN in r and SOURCE_OFFSET_COLUMN in r for r in out)
-        assert result.counts.duplicates == 3 and result.counts.rows_out == 3
-        result.unpersist()
+        assert result.counts().duplicates == 3 and result.counts().rows_out == 3
 
 
 def test_filter_derive_rename_drop(spark: SparkSession) -> None:
@@ -170,7 +166,8 @@ def test_filter_derive_rename_drop(spark: SparkSession) -> None:
         if (r["status"] != "CANCELLED" and r["coupon"] is None) or r["quantity"] > 1
     ]  # fmt: skip
     assert 0 < len(kept_source) < len(rows)
-    assert result.counts.as_dict() == {
+    by_id = {r["id"]: r for r in rows_of(result.df)}
+    assert result.counts().as_dict() == {
         "rows_in": len(rows), "rows_out": len(kept_source),
         "filtered": len(rows) - len(kept_source), "duplicates": 0, "rejected": 0,
     }  # fmt: skip
@@ -179,13 +176,11 @@ def test_filter_derive_rename_drop(spark: SparkSession) -> None:
         SOURCE_PARTITION_COLUMN,
         SOURCE_OFFSET_COLUMN,
     ]
-    by_id = {r["id"]: r for r in rows_of(result.df)}
     assert set(by_id) == {r["order_id"] for r in kept_source}
     for source in kept_source:
         row = by_id[source["order_id"]]
         assert row["city"] == source["shipping_address"]["city"].upper()
         assert row["units"] == source["quantity"] * 100000
-    result.unpersist()
 
 
 def test_a_derived_value_that_does_not_fit_its_planned_type_is_rejected(
@@ -210,10 +205,12 @@ def test_a_derived_value_that_does_not_fit_its_planned_type_is_rejected(
     assert steps.output_schema.field("total").type == pa.decimal128(10, 2)
     assert steps.output_schema.field("promo_day").type == pa.date32()
     result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
-    assert result.counts.rejected == 2 and result.counts.rows_out == 18
+    with pytest.raises(RuntimeError, match="after the first action"):
+        result.counts()
     rejected = sorted(
         rows_of(result.rejected_df), key=lambda r: r["source_offset"] * 4 + r["source_partition"]
     )
+    assert result.counts().rejected == 2 and result.counts().rows_out == 18
     assert [(r["source_partition"], r["source_offset"]) for r in rejected] == [(2, 1), (1, 2)]
     assert {r["stage"] for r in rejected} == {"transform"}
     assert {r["error_class"] for r in rejected} == {"TransformValueError"}
@@ -231,7 +228,6 @@ def test_a_derived_value_that_does_not_fit_its_planned_type_is_rejected(
     assert [f.name for f in REJECTED_ROW_SCHEMA] == result.rejected_df.columns
     days = {r["order_id"]: r["promo_day"] for r in rows_of(result.df)}
     assert str(days[rows[10]["order_id"]]) == "2026-02-03"
-    result.unpersist()
 
 
 def test_masked_values_never_reach_a_data_file_in_clear(
@@ -268,7 +264,6 @@ def test_masked_values_never_reach_a_data_file_in_clear(
     )
     spark.sql(f"CREATE TABLE {identifier} ({columns}) USING iceberg")
     result.df.drop(SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN).writeTo(identifier).append()
-    result.unpersist()
 
     files = [r.file_path for r in spark.sql(f"SELECT file_path FROM {identifier}.files").collect()]
     assert files
@@ -311,7 +306,6 @@ def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
         fresh = fresh.drop(SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
         count = fresh.count()
         fresh.writeTo(identifier).append()
-        result.unpersist()
         return count
 
     first = [{"k": "a", "region": "eu", "v": 1}, {"k": "a", "region": "us", "v": 2},
