@@ -17,8 +17,9 @@ failing counts. Every check maps onto a GX expectation:
 
 Sample failing rows and the rows taken out for `on_failure: skip|dlq` are selected in
 Spark with each check's failing-rows predicate (GX reports values, not rows); the
-tests hold both to the same counts. The input should be persisted by the caller (the
-transform stage's result is): GX runs several Spark jobs over it.
+tests hold both to the same counts. The caller should persist the input first: GX runs
+several Spark jobs over it, and `run_checks` counts it before anything else (which also
+completes the transform stage's counting observation).
 """
 
 from __future__ import annotations
