@@ -125,7 +125,8 @@ def load_project(
         config_file=project_file,
         target_name=target_name,
         tables=tuple(tables),
-        secrets=frozenset(_collect_secrets(config)),
+        # Table files hold secrets too (mask salts).
+        secrets=frozenset(_collect_secrets([config, *(t.transforms for t in tables)])),
     )
 
 
@@ -235,11 +236,12 @@ def _resolve_table(
     table: TableConfig, defaults: TableDefaults, document: YamlDocument, path: tuple[str | int, ...]
 ) -> Table:
     namespace = table.namespace or defaults.namespace or "default"
+    # Every key below the table, as a relative dotted path ("transforms[1].where"), so
+    # errors about one item of a list can point at its own line.
     key_lines = {
-        str(key): line
+        dotted_path(key_path[len(path) :]): line
         for key_path, line in document.lines.items()
-        if len(key_path) == len(path) + 1 and key_path[: len(path)] == path
-        for key in [key_path[-1]]
+        if len(key_path) > len(path) and key_path[: len(path)] == path
     }
     metadata = (
         table.metadata_columns if table.metadata_columns is not None else defaults.metadata_columns

@@ -586,14 +586,30 @@ class MaskTransform(ConfigModel):
         "hash",
         description="hash: salted SHA-256 hex; redact: replace with `replacement`; partial: keep edges.",
     )
-    salt: SecretStr | None = Field(None, description="Salt for `hash`; secret.")
+    salt: SecretStr | None = Field(
+        None,
+        description="Salt for `hash` (required); secret, never printed: "
+        "`\"{{ env_var('TABLEFLOW_MASK_SALT') }}\"`.",
+    )
     replacement: str = Field("****", description="Replacement for `redact`.")
     keep_first: int = Field(0, ge=0, description="`partial`: characters kept at the start.")
     keep_last: int = Field(4, ge=0, description="`partial`: characters kept at the end.")
 
+    @model_validator(mode="after")
+    def _salt_only_for_hash(self) -> MaskTransform:
+        # An unsalted SHA-256 of an email or a phone number is reversed by a dictionary.
+        if self.method == "hash" and self.salt is None:
+            raise ValueError(
+                "mask method hash needs a salt; keep it out of the file: "
+                "salt: \"{{ env_var('TABLEFLOW_MASK_SALT') }}\""
+            )
+        if self.method != "hash" and self.salt is not None:
+            raise ValueError("salt only applies to mask method hash")
+        return self
+
 
 class DedupTransform(ConfigModel):
-    """Drop duplicate records within a run (and against the table for upsert tables)."""
+    """Drop duplicate records within a run's batch (append tables: also against the table's rows)."""
 
     type: Literal["dedup"]
     keys: list[str] = Field(min_length=1, description="Columns identifying a duplicate.")

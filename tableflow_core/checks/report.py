@@ -1,0 +1,157 @@
+"""What the checks found in one batch: per-check results, the run's verdict, its records.
+
+Pure values: `run_results.json` takes `CheckReport.as_dict()`, the commit's snapshot
+summary takes `summary_properties()`, and a failing run raises `ChecksFailedError`
+whose message names the table, each failing check, its failing count and sample rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Outcome = Literal["pass", "warn", "fail"]
+Action = Literal["none", "skipped", "dead_lettered"]
+
+SUMMARY_PREFIX = "tableflow.checks"
+# Snapshot summary values are strings kept in table metadata: stay short.
+SUMMARY_MAX_CHARS = 500
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    kind: str
+    key: str
+    severity: Literal["error", "warn"]
+    on_failure: Literal["fail", "skip", "dlq"]
+    rows_evaluated: int
+    # Rows failing a row-level check; None for a batch-level check (row_count).
+    failing: int | None
+    outcome: Outcome
+    action: Action = "none"
+    observed: int | None = None
+    samples: tuple[dict[str, Any], ...] = ()
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.kind,
+            "key": self.key,
+            "severity": self.severity,
+            "on_failure": self.on_failure,
+            "rows_evaluated": self.rows_evaluated,
+            "failing": self.failing,
+            "outcome": self.outcome,
+            "action": self.action,
+            "observed": self.observed,
+            "samples": [json_safe(s) for s in self.samples],
+            "detail": self.detail,
+        }
+
+    def line(self) -> str:
+        if self.failing is None:
+            found = f"observed {self.observed} rows" + (f" ({self.detail})" if self.detail else "")
+        else:
+            found = f"{self.failing:,} of {self.rows_evaluated:,} rows failing"
+        action = {"none": "", "skipped": ", rows skipped", "dead_lettered": ", rows dead-lettered"}
+        return f"{self.name} [{self.severity}] {self.outcome}: {found}{action[self.action]}"
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    table: str
+    results: tuple[CheckResult, ...]
+    rows_evaluated: int
+    rows_skipped: int = 0
+    rows_dead_lettered: int = 0
+    duration_s: float = 0.0
+    engine: str = field(default="great_expectations")
+
+    @property
+    def outcome(self) -> Outcome:
+        outcomes = {r.outcome for r in self.results}
+        return "fail" if "fail" in outcomes else "warn" if "warn" in outcomes else "pass"
+
+    @property
+    def blocks_publish(self) -> bool:
+        """A check with severity error and on_failure fail failed: publish nothing."""
+        return self.outcome == "fail"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "outcome": self.outcome,
+            "rows_evaluated": self.rows_evaluated,
+            "rows_skipped": self.rows_skipped,
+            "rows_dead_lettered": self.rows_dead_lettered,
+            "duration_s": round(self.duration_s, 3),
+            "engine": self.engine,
+            "checks": [r.as_dict() for r in self.results],
+        }
+
+    def summary_properties(self) -> dict[str, str]:
+        """Short snapshot-summary properties for the commit that publishes the batch."""
+        counts = {
+            o: sum(1 for r in self.results if r.outcome == o) for o in ("pass", "warn", "fail")
+        }
+        properties = {
+            SUMMARY_PREFIX: f"{self.outcome}: {counts['pass']} passed, {counts['warn']} warned, "
+            f"{counts['fail']} failed",
+        }
+        noted = [
+            f"{r.name}={r.failing if r.failing is not None else r.observed}"
+            for r in self.results
+            if r.outcome != "pass"
+        ]
+        if noted:
+            properties[f"{SUMMARY_PREFIX}.failing"] = _clip(";".join(noted))
+        if self.rows_skipped:
+            properties[f"{SUMMARY_PREFIX}.skipped-rows"] = str(self.rows_skipped)
+        if self.rows_dead_lettered:
+            properties[f"{SUMMARY_PREFIX}.dead-lettered-rows"] = str(self.rows_dead_lettered)
+        return properties
+
+    def failure_message(self) -> str:
+        """Why nothing was published: table, each failing check, its count and sample rows."""
+        lines = [f"table {self.table}: data-quality checks failed; nothing was published"]
+        for result in self.results:
+            if result.outcome != "fail":
+                continue
+            lines.append(f"  {result.line()}")
+            for sample in result.samples:
+                lines.append(f"    e.g. {json.dumps(json_safe(sample), sort_keys=True)}")
+        return "\n".join(lines)
+
+    def raise_for_failures(self) -> None:
+        if self.blocks_publish:
+            raise ChecksFailedError(self)
+
+
+class ChecksFailedError(RuntimeError):
+    """A check with severity error (on_failure fail) failed: the batch must not be published."""
+
+    def __init__(self, report: CheckReport) -> None:
+        self.report = report
+        super().__init__(report.failure_message())
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SUMMARY_MAX_CHARS else text[: SUMMARY_MAX_CHARS - 3] + "..."
+
+
+def json_safe(value: Any) -> Any:
+    """Sample values as JSON (decimals and timestamps as text, bytes as hex)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, decimal.Decimal | dt.date | dt.datetime | dt.time):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return value

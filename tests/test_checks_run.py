@@ -1,0 +1,217 @@
+"""Checks run by great-expectations on real Spark batches: outcomes, counts, samples, splits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+from pydantic import TypeAdapter
+
+from tableflow_core.checks import ChecksFailedError, compile_checks
+from tableflow_core.checks.run import run_checks
+from tableflow_core.config.models import Check, Transform
+from tableflow_core.config.project import SourceLocation
+from tableflow_core.pipeline.bad_records import REJECTED_ROW_SCHEMA
+from tableflow_core.transforms import compile_transforms
+from tableflow_core.transforms.spark import apply_transforms
+from tests.transform_batches import frame, sample_rows, sample_schema, with_position
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = pytest.mark.slow
+
+CHECKS = TypeAdapter(list[Check])
+TRANSFORMS = TypeAdapter(list[Transform])
+SALT = "checks-salt-91b2"
+
+
+def here(key: str) -> SourceLocation:
+    return SourceLocation(Path("tables/orders.yml"), 1)
+
+
+def checks_for(schema: pa.Schema, checks: list[dict[str, Any]], **options: Any) -> Any:
+    return compile_checks(CHECKS.validate_python(checks), schema, here, **options)
+
+
+def position(index: int, partitions: int = 4) -> tuple[int, int]:
+    return index % partitions, index // partitions
+
+
+@pytest.fixture(scope="module")
+def orders() -> list[dict[str, Any]]:
+    rows = sample_rows("orders", 400, seed=7)
+    rows[11]["order_id"] = rows[10]["order_id"]  # one duplicated key: 2 failing rows
+    rows[20]["quantity"] = 0
+    rows[21]["quantity"] = 99
+    rows[30]["amount"] = Decimal("-5.00")
+    return rows
+
+
+def batch(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
+    return frame(spark, with_position([dict(r) for r in rows], sample_schema("orders"))).cache()
+
+
+def test_every_check_kind_counts_like_the_data(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    schema = sample_schema("orders")
+    compiled = checks_for(
+        schema,
+        [
+            {"type": "not_null", "columns": ["coupon", "order_id"], "severity": "warn"},
+            {"type": "unique", "columns": ["order_id"], "severity": "warn"},
+            {"type": "unique", "columns": ["customer_id", "currency"], "severity": "warn"},
+            {"type": "accepted_values", "column": "status", "severity": "warn",
+             "values": ["PLACED", "PAID", "SHIPPED", "DELIVERED"]},
+            {"type": "range", "column": "quantity", "min": 1, "max": 10, "severity": "warn"},
+            {"type": "expression", "name": "positive_amount", "severity": "warn",
+             "expression": "amount > 0 AND currency <> 'CHF'"},
+            {"type": "row_count", "min": 1, "max": 100, "severity": "warn"},
+        ],
+    )  # fmt: skip
+    df = batch(spark, orders)
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    results = {r.name: r for r in run.report.results}
+
+    def failing(predicate: Any) -> int:
+        return sum(1 for r in orders if predicate(r))
+
+    pairs: dict[tuple[int, str], int] = {}
+    for r in orders:
+        pairs[(r["customer_id"], r["currency"])] = (
+            pairs.get((r["customer_id"], r["currency"]), 0) + 1
+        )
+    expected = {
+        "not_null(coupon)": failing(lambda r: r["coupon"] is None),
+        "not_null(order_id)": 0,
+        "unique(order_id)": 2,
+        "unique(customer_id, currency)": sum(n for n in pairs.values() if n > 1),
+        "accepted_values(status)": failing(lambda r: r["status"] == "CANCELLED"),
+        "range(quantity)": 2,
+        "positive_amount": failing(lambda r: not (r["amount"] > 0 and r["currency"] != "CHF")),
+    }
+    assert {name: results[name].failing for name in expected} == expected
+    assert all(results[n].rows_evaluated == len(orders) for n in expected)
+    for name, count in expected.items():
+        assert results[name].outcome == ("warn" if count else "pass"), name
+        assert len(results[name].samples) == min(count, 3)
+    assert results["row_count"].failing is None and results["row_count"].observed == len(orders)
+    assert results["row_count"].outcome == "warn"
+    assert {s["quantity"] for s in results["range(quantity)"].samples} == {0, 99}
+    assert {
+        (s["kafka_partition"], s["kafka_offset"]) for s in results["range(quantity)"].samples
+    } == {position(20), position(21)}
+    # warn never blocks: every row is published.
+    assert not run.report.blocks_publish and run.passing_df.count() == len(orders)
+    assert run.rejected_count == 0 and run.skipped_count == 0
+    document = json.loads(json.dumps(run.report.as_dict()))
+    assert document["outcome"] == "warn" and len(document["checks"]) == 8
+    summary = run.report.summary_properties()
+    passed = sum(1 for count in expected.values() if count == 0)
+    assert summary["tableflow.checks"] == f"warn: {passed} passed, {8 - passed} warned, 0 failed"
+    assert "range(quantity)=2" in summary["tableflow.checks.failing"]
+    df.unpersist()
+
+
+def test_an_error_check_blocks_publishing_and_names_table_check_count_and_samples(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    # Masks run before checks: sample rows show masked values only.
+    schema = sample_schema("orders")
+    transforms = compile_transforms(
+        TRANSFORMS.validate_python(
+            [{"type": "mask", "columns": ["order_id"], "method": "hash", "salt": SALT}]
+        ),
+        schema,
+        here,
+    )
+    compiled = checks_for(
+        transforms.output_schema,
+        [
+            {"type": "range", "column": "quantity", "min": 1, "max": 10},
+            {"type": "not_null", "columns": ["currency"]},
+        ],
+    )
+    source = batch(spark, orders)
+    transformed = apply_transforms(source, transforms, spark=spark)
+    run = run_checks(transformed.df, compiled, spark, table="shop.orders")
+    assert run.report.blocks_publish and run.report.outcome == "fail"
+    with pytest.raises(ChecksFailedError) as raised:
+        run.report.raise_for_failures()
+    message = str(raised.value)
+    assert "shop.orders" in message and "range(quantity)" in message
+    assert "2 of 400 rows failing" in message and "not_null(currency)" not in message
+    for index in (20, 21):
+        clear = orders[index]["order_id"]
+        assert clear not in message
+        assert hashlib.sha256((SALT + clear).encode()).hexdigest() in message
+    source.unpersist()
+
+
+def test_skip_and_dlq_take_failing_rows_out_dlq_first(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    schema = sample_schema("orders")
+    compiled = checks_for(
+        schema,
+        [
+            {"type": "range", "column": "quantity", "min": 1, "max": 10, "on_failure": "dlq"},
+            {"type": "expression", "name": "small_quantity", "expression": "quantity < 50",
+             "on_failure": "skip"},
+            {"type": "unique", "columns": ["order_id"], "on_failure": "skip"},
+        ],
+        dead_letter_configured=True,
+    )  # fmt: skip
+    df = batch(spark, orders)
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    assert not run.report.blocks_publish
+    # quantity 99 fails both range (dlq) and small_quantity (skip): dead-lettering wins.
+    assert run.rejected_count == 2 and run.skipped_count == 2
+    rejected = run.rejected_df.collect()
+    assert {(r.source_partition, r.source_offset) for r in rejected} == {position(20), position(21)}
+    assert {r.stage for r in rejected} == {"check"} and {r.error_class for r in rejected} == {
+        "CheckFailed"
+    }
+    assert {r.error_message for r in rejected} == {"check range(quantity) failed"}
+    assert [f.name for f in REJECTED_ROW_SCHEMA] == run.rejected_df.columns
+    passing = run.passing_df
+    assert passing.columns == df.columns
+    assert passing.count() == len(orders) - 4
+    duplicated = orders[10]["order_id"]
+    assert passing.filter(passing.order_id == duplicated).count() == 0
+    actions = {r.name: r.action for r in run.report.results}
+    assert actions == {
+        "range(quantity)": "dead_lettered",
+        "small_quantity": "skipped",
+        "unique(order_id)": "skipped",
+    }
+    assert run.report.rows_dead_lettered == 2 and run.report.rows_skipped == 2
+    df.unpersist()
+
+
+def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSession) -> None:
+    schema = sample_schema("orders")
+    compiled = checks_for(
+        schema,
+        [
+            {"type": "not_null", "columns": ["order_id"]},
+            {"type": "expression", "name": "positive_amount", "expression": "amount > 0"},
+            {"type": "row_count", "min": 1},
+        ],
+    )
+    df = batch(spark, sample_rows("orders", 1)).limit(0).cache()
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    outcomes = {r.name: (r.outcome, r.failing, r.observed) for r in run.report.results}
+    assert outcomes == {
+        "not_null(order_id)": ("pass", 0, None),
+        "positive_amount": ("pass", 0, None),
+        "row_count": ("fail", None, 0),
+    }
+    assert "observed 0 rows (expected at least 1)" in run.report.failure_message()
+    df.unpersist()
