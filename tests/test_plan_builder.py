@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from tableflow_core.config.loader import load_project
+from tableflow_core.pipeline.shape import managed_properties
 from tableflow_core.plan.actions import PartitionTerm
 from tableflow_core.plan.builder import build_plan
-from tableflow_core.plan.desired import managed_properties
 from tableflow_core.plan.plan import PlanOptions
 from tableflow_core.plan.plan_file import load_plan, save_plan, stale_reasons
 from tableflow_core.plan.render_human import render_human

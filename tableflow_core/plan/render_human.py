@@ -15,8 +15,8 @@ from tableflow_core.plan.actions import (
     ReplaceTable,
     UpdateProperties,
 )
+from tableflow_core.plan.dag import render_dag
 from tableflow_core.plan.plan import Plan
-from tableflow_core.runner.dag import render_dag
 
 SYMBOLS = {
     "create": ("+", "green"),
