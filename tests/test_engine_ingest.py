@@ -6,94 +6,17 @@ Results are read back with pyiceberg and DuckDB (independent readers).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tableflow_core.config.loader import load_project
-from tableflow_core.config.project import Project
-from tableflow_core.engine.test_hooks import CRASH_ENV
-from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.plan.desired import format_spec
-from tableflow_core.runner.results import TableResult
-from tableflow_core.runner.table_spec import ingest_spec
-from tableflow_core.schemas.formats import METADATA_COLUMNS
-from tableflow_core.schemas.resolve import resolve_schema
-from tableflow_core.targets.catalog import open_catalog
-from tableflow_core.targets.registry import registry_settings
-from tableflow_core.tasks.apply import ApplyTask
-from tableflow_core.tasks.plan import PlanTask
-from tests.fixtures.catalog import CatalogServer, unique_namespace
-from tests.fixtures.projects import StackProject
+from tests.fixtures.apply_env import Env, apply, apply_ddl_only, run_cli_apply
 from tests.fixtures.stack import KafkaBroker, unique_name
 from tests.test_engine_helpers import duckdb_connection, produce_avro
 
 pytestmark = pytest.mark.slow
 RECORDS = 100_000
 PARTITIONS = 4
-REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass
-class Env:
-    """One project with one table `t` reading `topic`, run through plan + apply."""
-
-    root: Path
-    topic: str
-    namespace: str
-    catalog: CatalogServer
-    write_project: StackProject
-
-    def configure(self, **table: Any) -> None:
-        """(Re)write the project's table: `max_records_per_run`, `mode`, `key_columns`, ..."""
-        columns = table.pop("metadata_columns", list(METADATA_COLUMNS))
-        entry = {"name": "t", "topic": self.topic, "metadata_columns": columns, **table}
-        self.write_project(namespace=self.namespace, tables=[entry], name=self.root.name)
-
-    @property
-    def project(self) -> Project:
-        return load_project(self.root)
-
-    def spec(self) -> IngestSpec:
-        """The IngestSpec apply builds for the table (for engine-level tests)."""
-        project = self.project
-        table = project.table("t")
-        registry = registry_settings(project.target.schema_registry)
-        resolved = resolve_schema(
-            table.topic,
-            format_spec(table.value),
-            format_spec(table.key),
-            table.metadata_columns,
-            registry,
-        )
-        with open_catalog(project) as handle:
-            return ingest_spec(project, table, resolved, handle.spark_name)
-
-    def pyiceberg_table(self) -> Any:
-        return self.catalog.pyiceberg_catalog().load_table(f"{self.namespace}.t")
-
-
-@pytest.fixture
-def make_env(stack_project: StackProject, catalog_server: CatalogServer) -> Any:
-    def make(topic: str, **table: Any) -> Env:
-        name = unique_name("p").replace("-", "_")
-        env = Env(
-            Path(stack_project(namespace="x", tables=[], name=name)),
-            topic,
-            unique_namespace("eng"),
-            catalog_server,
-            stack_project,
-        )
-        env.configure(**table)
-        return env
-
-    return make
 
 
 def payment(i: int) -> dict[str, Any]:
@@ -115,17 +38,6 @@ def big_topic(kafka_broker: KafkaBroker, schema_registry: Any) -> str:
         PARTITIONS,
     )
     return topic
-
-
-def apply(spark: Any, env: Env, expect: str = "success") -> TableResult:
-    """`tableflow plan` then `tableflow apply`, as the CLI runs them, on the shared session."""
-    project = env.project
-    plan = PlanTask(project, project.tables).run()
-    assert not plan.blockers, plan.blockers
-    results = ApplyTask(project, plan, spark=spark).run()
-    (table,) = results.tables
-    assert table.status == expect or (expect == "success" and table.status == "no_changes"), table
-    return table
 
 
 def read_back(env: Env) -> tuple[int, int, float, int]:
@@ -163,31 +75,6 @@ def test_100k_records_land_exactly_once(spark: Any, make_env: Any, big_topic: st
     assert read_back(env)[0] == RECORDS
 
 
-def run_cli_apply(env: Env, crash_at: str | None) -> str:
-    """`tableflow apply --auto-approve` in its own process (its own Spark JVM)."""
-    child_env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    child_env["PYTHONPATH"] = str(REPO)
-    if crash_at:
-        child_env[CRASH_ENV] = crash_at
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tableflow_core", "--project-dir", str(env.root), "apply",
-         "--auto-approve"],
-        cwd=REPO, env=child_env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=300)
-    finally:
-        # The Spark JVM of a killed driver must not outlive it: stop our own group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-    if crash_at is None:
-        assert proc.returncode == 0, output[-3000:]
-    else:
-        assert proc.returncode == -9, output[-3000:]
-    return output
-
-
 def test_sigkill_before_and_after_commit_then_rerun(
     spark: Any, make_env: Any, big_topic: str
 ) -> None:
@@ -208,21 +95,6 @@ def test_sigkill_before_and_after_commit_then_rerun(
     )
     refs = spark.sql(f"SELECT name FROM {env.spec().identifier}.refs").collect()
     assert [r.name for r in refs if r.name != "main"] == []  # crashed runs' branches cleaned up
-
-
-def apply_ddl_only(spark: Any, env: Env) -> None:
-    """Create the table with apply (the crash tests then kill the ingest, not the DDL)."""
-    project = env.project
-    plan = PlanTask(project, project.tables).run()
-    ddl_only = plan.model_copy(
-        update={
-            "actions": tuple(a for a in plan.actions if a.kind != "ingest"),
-            "dag": plan.dag.model_copy(
-                update={"tasks": tuple(t for t in plan.dag.tasks if t.kind != "ingest")}
-            ),
-        }
-    )
-    assert ApplyTask(project, ddl_only, spark=spark).run().status == "success"
 
 
 def test_bad_records_fail_the_run_naming_the_offset(

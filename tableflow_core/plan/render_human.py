@@ -88,6 +88,11 @@ def action_lines(action: object) -> list[Text]:
                 f"ingest {action.records:,} records from topic {action.topic} into {identifier}",
             )
         )
+        key = f" by key ({', '.join(action.key_columns)})" if action.mode == "upsert" else ""
+        lines.append(Text(f"      mode {action.mode}{key}", style=style))
+        if action.stages:
+            stages = " -> ".join(stage.label() for stage in action.stages)
+            lines.append(Text(f"      pipeline: {stages}", style=style))
         for p in action.partitions:
             committed = "never read" if p.committed is None else f"committed {p.committed}"
             lines.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.spec import quote_ident
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -57,6 +58,7 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
         spark.sql(merge_sql(context.branch_identifier, view, columns, spec.key_columns))
     finally:
         spark.catalog.dropTempView(view)
+    crash_point("after_merge")
     empty = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
     writer = empty.writeTo(context.branch_identifier)
     for key, value in commit_properties(context).items():
