@@ -49,12 +49,12 @@ def stage_runner(
 
 
 def _load_runners() -> None:
-    for module in RUNNER_MODULES:
+    for module in RUNNER_MODULES:  # importing a module registers its runner (idempotent)
         importlib.import_module(f"tableflow_core.pipeline.runners.{module}")
 
 
 def runner_for(spec: StageSpec) -> StageRunner:
-    if not STAGE_RUNNERS:
+    if type(spec) not in STAGE_RUNNERS:
         _load_runners()
     try:
         return STAGE_RUNNERS[type(spec)]

@@ -36,7 +36,7 @@ def commit_properties(context: StageContext) -> dict[str, str]:
 
 @stage_runner(Write)
 def write(context: StageContext, spec: Write, batch: Batch) -> Batch:
-    if not WRITE_MODES:
+    if spec.mode not in WRITE_MODES:
         for module in MODE_MODULES:
             importlib.import_module(f"tableflow_core.pipeline.runners.{module}")
     mode = WRITE_MODES.get(spec.mode)
