@@ -84,14 +84,15 @@ class Topic:
 
     def produce(self, changes: list[Change]) -> None:
         producer = Producer(broker.producer_config(self.bootstrap))
-        for i, (key, value) in enumerate(changes):
+        for key, value in changes:
             payload = (
                 None if value is None else self._frame(self.value_header, self.value_schema, value)
             )
             key_bytes = self._frame(self.key_header, self.key_schema, {"id": key})
             while True:
                 try:
-                    producer.produce(self.name, payload, key=key_bytes, partition=i % PARTITIONS)
+                    # one partition per key, as a keyed producer does: the latest wins
+                    producer.produce(self.name, payload, key=key_bytes, partition=key % PARTITIONS)
                     break
                 except BufferError:
                     producer.poll(0.05)

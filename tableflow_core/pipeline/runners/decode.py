@@ -10,6 +10,7 @@ them, e.g. to name them in an error or send them to a dead-letter target).
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -68,6 +69,25 @@ def key_spec_of(context: StageContext) -> KeySpec | None:
     return KeySpec(key_format, spec.key_columns, spec.decoder.registry)
 
 
+OBSERVATION_TIMEOUT_S = 120.0
+
+
+def observed_metrics(observation: Any, timeout_s: float = OBSERVATION_TIMEOUT_S) -> dict[str, Any]:
+    """The decode observation's figures. Spark fills them when the write's job finishes;
+    `Observation.get` would block forever if a later stage dropped the observed frame from
+    the written lineage, so wait a bounded time and say so."""
+    result: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: result.update(observation.get), daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)
+    if waiter.is_alive():
+        raise RuntimeError(
+            "the decode stage's counts never arrived: a stage after decode must keep the "
+            "decoded frame in the lineage of what the write stage writes"
+        )
+    return result
+
+
 @stage_runner(Decode)
 def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     from pyspark.sql import Observation
@@ -98,7 +118,7 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
 
     def metric(name: str) -> Callable[[], int]:
-        return lambda: int(observation.get.get(name) or 0)
+        return lambda: int(observed_metrics(observation).get(name) or 0)
 
     counters: dict[str, Any] = {
         **batch.counters,
