@@ -215,9 +215,25 @@ def test_a_string_key_absent_from_the_value_becomes_a_column(tmp_path):
     assert [c.name for c in create.columns][-1] == "order_key"
     bad = make_project(tmp_path, mode="upsert", key_columns=["a", "b"])
     blocked = build_plan(bad, bad.tables, world(bad))
-    assert blocked.blockers[0].key == "key_columns" and "not fields of the value" in (
+    assert blocked.blockers[0].key == "key_columns" and "neither fields of the value" in (
         blocked.blockers[0].message
     )
+
+
+def test_registry_key_fields_absent_from_the_value_become_columns(tmp_path):
+    project = make_project(
+        tmp_path, mode="upsert", key_columns=["region", "id"], key={"format": "avro"}
+    )
+    key_schema = pa.schema([pa.field("region", pa.string()), pa.field("id", pa.int64())])
+    state = WorldState(**{**world(project).__dict__, "key_schemas": {"orders": key_schema}})
+    create = next(
+        a for a in build_plan(project, project.tables, state).actions if a.kind == "create_table"
+    )
+    # `id` is a value field (the value wins), `region` comes from the key
+    assert [(c.name, c.type) for c in create.columns][-2:] == [
+        ("ts", "timestamp[us, tz=UTC]"),
+        ("region", "string"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -19,38 +19,46 @@ from tests.test_engine_helpers import avro_schema, frame, register
 
 pytestmark = pytest.mark.slow
 
-KEY_SCHEMA = {
-    "type": "record",
-    "name": "PaymentKey",
-    "namespace": "tableflow.test",
-    "fields": [{"name": "id", "type": "long"}],
-}
+
+def key_schema(field: str) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "PaymentKey",
+        "namespace": "tableflow.test",
+        "fields": [{"name": field, "type": "long"}],
+    }
+
 
 # (partition, key, value or None for a tombstone); value = (name, amount) or with country
 Record = tuple[int, Any, Any]
 
 
 class Topic:
-    """A keyed topic: Avro record keys (`avro`) or UTF-8 string keys (`string`)."""
+    """A keyed topic: Avro record keys {id} (`avro`), Avro keys {key_id}, a field the
+    value lacks (`avro-key-field`), or UTF-8 string keys (`string`)."""
 
     def __init__(self, broker: KafkaBroker, registry_url: str, key_format: str) -> None:
         self.name = broker.create_topic(unique_name(f"upsert-{key_format}"), 2)
         self.bootstrap = broker.bootstrap
         self.registry_url = registry_url
         self.key_format = key_format
+        self.key_field = "key_id" if key_format == "avro-key-field" else "id"
+        self.key_schema = key_schema(self.key_field)
         self._key_id = (
-            register(registry_url, f"{self.name}-key", KEY_SCHEMA) if key_format == "avro" else 0
+            register(registry_url, f"{self.name}-key", self.key_schema)
+            if key_format.startswith("avro")
+            else 0
         )
 
     def produce(self, records: list[Record], version: int = 1) -> None:
         schema = avro_schema(version)
         value_id = register(self.registry_url, f"{self.name}-value", schema)
         parsed_value = fastavro.parse_schema(schema)
-        parsed_key = fastavro.parse_schema(KEY_SCHEMA)
+        parsed_key = fastavro.parse_schema(self.key_schema)
         producer = Producer({"bootstrap.servers": self.bootstrap})
         for partition, key, value in records:
-            if self.key_format == "avro":
-                key_bytes = frame(self._key_id, parsed_key, {"id": key})
+            if self.key_format.startswith("avro"):
+                key_bytes = frame(self._key_id, parsed_key, {self.key_field: key})
             else:
                 key_bytes = f"k{key}".encode()
             payload = None
@@ -64,8 +72,9 @@ class Topic:
 
 
 def table_config(topic: Topic) -> dict[str, Any]:
-    if topic.key_format == "avro":
-        return {"mode": "upsert", "key_columns": ["id"], "key": {"format": "avro"}}
+    if topic.key_format.startswith("avro"):
+        # `key_id` is not a value field: the column comes from the key's registry schema
+        return {"mode": "upsert", "key_columns": [topic.key_field], "key": {"format": "avro"}}
     # a string key absent from the value: one column, filled from the key
     return {"mode": "upsert", "key_columns": ["order_key"], "key": {"format": "string"}}
 
@@ -99,7 +108,7 @@ def rows_by_reader(env: Any, spark: Any, key: str) -> dict[Any, tuple[Any, ...]]
 
 
 def expect(topic: Topic, rows: dict[int, tuple[str, float]]) -> dict[Any, tuple[Any, ...]]:
-    key = (lambda i: i) if topic.key_format == "avro" else (lambda i: f"k{i}")
+    key = (lambda i: i) if topic.key_format.startswith("avro") else (lambda i: f"k{i}")
     return {key(i): (i, name, float(amount)) for i, (name, amount) in rows.items()}
 
 
@@ -125,7 +134,7 @@ RUN_2: list[Record] = [
 AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
 
 
-@pytest.mark.parametrize("key_format", ["avro", "string"])
+@pytest.mark.parametrize("key_format", ["avro", "string", "avro-key-field"])
 def test_upsert_last_record_per_key_wins_tombstones_delete(
     spark: Any,
     make_env: Any,
@@ -135,7 +144,7 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
 ) -> None:
     topic = Topic(kafka_broker, schema_registry.url, key_format)
     env = make_env(topic.name, metadata_columns=[], **table_config(topic))
-    key = "id" if key_format == "avro" else "order_key"
+    key = {"avro": "id", "string": "order_key", "avro-key-field": "key_id"}[key_format]
     topic.produce(RUN_1)
     first = apply(spark, env)
     assert first.records_read == len(RUN_1) and first.offsets_after == {0: 7, 1: 2}

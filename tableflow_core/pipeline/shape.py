@@ -39,6 +39,8 @@ KEY_PROPERTY = "tableflow.key-columns"
 SchemaStep = Callable[[Table, pa.Schema], pa.Schema]
 SCHEMA_STEPS: list[SchemaStep] = []
 
+# The one column a primitive payload resolves to (schemas.resolve.VALUE_COLUMN).
+PRIMITIVE_KEY_COLUMN = "value"
 # Key formats whose one-column type is known without the registry.
 _PRIMITIVE_KEY_TYPES: dict[str, pa.DataType] = {"string": pa.string(), "bytes": pa.binary()}
 
@@ -87,28 +89,45 @@ def managed_properties(table: Table) -> dict[str, str]:
     return props
 
 
-def _with_key_columns(table: Table, schema: pa.Schema) -> pa.Schema:
+def _key_fields(table: Table, key_schema: pa.Schema | None) -> dict[str, pa.Field]:
+    """The key's columns by name: a record key's fields, or a primitive key as the one key
+    column (its type from the registry, or string/bytes)."""
+    if key_schema is not None and key_schema.names != [PRIMITIVE_KEY_COLUMN]:
+        return {f.name: f for f in key_schema}
+    key_type = (
+        key_schema.field(PRIMITIVE_KEY_COLUMN).type
+        if key_schema is not None
+        else _PRIMITIVE_KEY_TYPES.get(table.key.format)
+    )
+    if key_type is None or len(table.key_columns) != 1:
+        return {}
+    return {table.key_columns[0]: pa.field(table.key_columns[0], key_type)}
+
+
+def _with_key_columns(table: Table, schema: pa.Schema, key_schema: pa.Schema | None) -> pa.Schema:
     """Upsert: key columns the value lacks come from the Kafka key (the value wins when
-    it has them). A string/bytes key is one column; a registry key's fields must be
-    value fields (the key is still decoded to find a tombstone's row)."""
+    it has them), appended after the value's columns."""
     missing = [c for c in table.key_columns if c not in schema.names]
     if not missing:
         return schema
-    key_type = _PRIMITIVE_KEY_TYPES.get(table.key.format)
-    if key_type is None or len(table.key_columns) != 1:
+    from_key = _key_fields(table, key_schema)
+    absent = [c for c in missing if c not in from_key]
+    if absent:
         raise ShapeError(
-            f"key column(s) {missing} are not fields of the value of topic {table.topic!r}; "
-            f"with a {table.key.format} key, key_columns must name value fields"
+            f"key column(s) {absent} are neither fields of the value of topic "
+            f"{table.topic!r} nor of its {table.key.format} key"
         )
-    return schema.append(pa.field(missing[0], key_type))
+    for name in missing:
+        schema = schema.append(from_key[name].with_name(name).with_nullable(True))
+    return schema
 
 
-def desired_shape(table: Table, resolved: Any) -> TableShape:
+def desired_shape(table: Table, resolved: Any, key_schema: pa.Schema | None = None) -> TableShape:
     """The shape `table` must have, given its topic's resolved schema (a ResolvedSchema or a
-    pa.Schema)."""
+    pa.Schema) and, for upsert tables with a registry key, the key's resolved schema."""
     schema: pa.Schema = resolved if isinstance(resolved, pa.Schema) else resolved.arrow_schema
     if table.mode == "upsert":
-        schema = _with_key_columns(table, schema)
+        schema = _with_key_columns(table, schema, key_schema)
     for step in SCHEMA_STEPS:
         schema = step(table, schema)
     return TableShape(

@@ -90,7 +90,7 @@ def build_plan(
                 )
             continue
         try:
-            shape = desired_shape(table, resolved)
+            shape = desired_shape(table, resolved, world.key_schemas.get(table.name))
         except ShapeError as exc:
             blockers.append(
                 Blocker(

@@ -31,6 +31,7 @@ class ApplyContext:
     handle: Any  # CatalogHandle
     schemas: Any  # table name -> ResolvedSchema
     decoder_factory: Callable[[Any], Any] | None = None
+    key_schemas: Any = None  # table name -> an upsert table's registry key schema
 
     def ident(self, dotted: str) -> str:
         return ".".join(quote_ident(p) for p in (self.handle.spark_name, *dotted.split(".")))
@@ -43,6 +44,7 @@ class ApplyContext:
             self.schemas[table_name],
             self.handle.spark_name,
             ingest.stages if ingest is not None else (),
+            (self.key_schemas or {}).get(table_name),
         )
 
 

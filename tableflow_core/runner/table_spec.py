@@ -18,11 +18,13 @@ def ingest_spec(
     resolved: Any,
     catalog: str,
     stages: tuple[Stage, ...] = (),
+    key_schema: Any = None,
 ) -> IngestSpec:
-    """`resolved`: the topic's ResolvedSchema; `stages`: the plan's (default: the table's)."""
+    """`resolved`: the topic's ResolvedSchema; `stages`: the plan's (default: the table's);
+    `key_schema`: an upsert table's registry key schema (WorldState.key_schemas)."""
     from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
 
-    shape = desired_shape(table, resolved)
+    shape = desired_shape(table, resolved, key_schema)
     decoder = DecoderSpec(
         topic=table.topic,
         value=format_spec(table.value),

@@ -70,7 +70,13 @@ class ApplyTask:
             if plan.dag.tasks:
                 spark = self._spark(handle)
                 context = ApplyContext(
-                    self.project, plan, spark, handle, world.schemas, self.decoder_factory
+                    self.project,
+                    plan,
+                    spark,
+                    handle,
+                    world.schemas,
+                    self.decoder_factory,
+                    world.key_schemas,
                 )
                 with ApplyProgress(self.console, len(plan.dag.tasks)) as progress:
                     outcomes = execute_dag(
