@@ -158,10 +158,9 @@ def final_rows(changes: list[Change]) -> tuple[pa.Table, list[int]]:
     return pa.Table.from_pylist(upserts), deletes
 
 
-def pyiceberg_side(work: Path, rows: int, changes: list[Change]) -> tuple[float, float, Any]:
-    """(load seconds, upsert+delete seconds, table) with pyiceberg's own API."""
+def pyiceberg_load(work: Path, rows: int) -> tuple[float, Any]:
+    """(seconds, table): the same initial rows with pyiceberg's own `append`."""
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.expressions import In
 
     catalog = SqlCatalog(
         "bench", uri=f"sqlite:///{work}/pyiceberg.db", warehouse=f"file://{work}/pyiceberg-wh"
@@ -171,17 +170,35 @@ def pyiceberg_side(work: Path, rows: int, changes: list[Change]) -> tuple[float,
     started = time.perf_counter()
     table = catalog.create_table("bench.events", initial.schema)
     table.append(initial)
-    load_s = time.perf_counter() - started
+    return time.perf_counter() - started, table
+
+
+def pyiceberg_upsert(table: Any, changes: list[Change]) -> float:
+    """Seconds for pyiceberg's own `upsert` (last record per key) + `delete` (tombstones)."""
+    from pyiceberg.expressions import In
+
     upserts, deletes = final_rows(changes)
     started = time.perf_counter()
     table.upsert(upserts.cast(table.schema().as_arrow()), join_cols=["id"])
     if deletes:
         table.delete(In("id", deletes))
-    return load_s, time.perf_counter() - started, table
+    return time.perf_counter() - started
 
 
-def scan_seconds(project_root: Path) -> tuple[float, float, int]:
-    """(pyiceberg full scan s, DuckDB iceberg_scan s, rows)."""
+def compact(project_root: Path, spark: Any) -> None:
+    """Rewrite every data file with its deletes applied (the embedded catalog runs meanwhile)."""
+    from tableflow_core.config.loader import load_project
+    from tableflow_core.targets.catalog import open_catalog
+
+    with open_catalog(load_project(project_root)):
+        spark.sql(
+            "CALL tableflow.system.rewrite_data_files(table => 'tableflow.bench.events', "
+            "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true'))"
+        )
+
+
+def scan_seconds(project_root: Path) -> tuple[float, float, int, int]:
+    """(pyiceberg full scan s, DuckDB iceberg_scan s, rows, delete files)."""
     from tableflow_core.config.loader import load_project
     from tableflow_core.readers.duckdb_reader import duckdb_connection
     from tableflow_core.targets.catalog import open_catalog
@@ -198,7 +215,8 @@ def scan_seconds(project_root: Path) -> tuple[float, float, int]:
         ).fetchone()  # type: ignore[misc]
         duck_s = time.perf_counter() - started
         assert duck_rows == rows, (duck_rows, rows)
-    return pyiceberg_s, duck_s, rows
+        delete_files = sum(1 for task in table.scan().plan_files() for _ in task.delete_files)
+    return pyiceberg_s, duck_s, rows, delete_files
 
 
 def table_summary(project_root: Path) -> tuple[int, float]:
@@ -230,13 +248,21 @@ def main() -> None:
         topic.produce([(i, record(i)) for i in range(args.rows)])
         root = write_project(work / "project", bootstrap, url, topic.name, args.cores)
         load_before = os.getloadavg()
+        print(f"rows {args.rows:,}, batch {args.batch:,} records (10% tombstones), "
+              f"{PARTITIONS} partitions, local[{args.cores}]; load average before: "
+              f"{load_before[0]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
         spark = build_spark_session(f"local[{args.cores}]", "tableflow-bench")
         load_s = tableflow_apply(root, spark)
+        py_load_s, py_table = pyiceberg_load(work, args.rows)
+        print(f"initial load  tableflow apply {load_s:8.2f} s   pyiceberg append {py_load_s:8.2f} s",
+              flush=True)  # fmt: skip
 
         changes = batch_changes(args.rows, args.batch, seed=1)
         topic.produce(changes)
         batch_s = tableflow_apply(root, spark)
-        py_load_s, py_upsert_s, py_table = pyiceberg_side(work, args.rows, changes)
+        py_upsert_s = pyiceberg_upsert(py_table, changes)
+        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
+              f"{py_upsert_s:8.2f} s   speed-up {py_upsert_s / batch_s:5.1f}x", flush=True)  # fmt: skip
         py_arrow = py_table.scan().to_arrow()
         ours = table_summary(root)
         theirs = (py_arrow.num_rows, round(pc.sum(py_arrow["amount"]).as_py(), 2))
@@ -246,29 +272,20 @@ def main() -> None:
         for seed in range(2, args.batches + 1):
             topic.produce(batch_changes(args.rows, args.batch, seed=seed))
             batch_times.append(tableflow_apply(root, spark))
+        if batch_times:
+            print(f"batches 2..{args.batches}: mean {sum(batch_times) / len(batch_times):.2f} s",
+                  flush=True)  # fmt: skip
         deletes = scan_seconds(root)
-        spark.sql(
-            "CALL tableflow.system.rewrite_data_files(table => 'tableflow.bench.events', "
-            "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true'))"
-        )
+        print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
+              f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows, {deletes[3]} delete files)",
+              flush=True)  # fmt: skip
+        compact(root, spark)
         compacted = scan_seconds(root)
         assert deletes[2] == compacted[2]
-        spark.stop()
-
-        print(f"rows {args.rows:,}, batch {args.batch:,} records (10% tombstones), "
-              f"{PARTITIONS} partitions, local[{args.cores}]; load average before: "
-              f"{load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")  # fmt: skip
-        print(
-            f"initial load  tableflow apply {load_s:8.2f} s   pyiceberg append {py_load_s:8.2f} s"
-        )
-        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
-              f"{py_upsert_s:8.2f} s   speed-up {py_upsert_s / batch_s:5.1f}x")  # fmt: skip
-        if batch_times:
-            print(f"batches 2..{args.batches}: mean {sum(batch_times) / len(batch_times):.2f} s")
-        print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
-              f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows)")  # fmt: skip
         print(f"scan after compaction:                  pyiceberg {compacted[0]:.2f} s, "
-              f"DuckDB {compacted[1]:.2f} s")  # fmt: skip
+              f"DuckDB {compacted[1]:.2f} s ({compacted[3]} delete files)")  # fmt: skip
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+        spark.stop()
     finally:
         kafka.stop()
         registry.stop()
