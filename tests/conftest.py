@@ -11,4 +11,5 @@ pytest_plugins = [
     "tests.fixtures.catalog",
     "tests.fixtures.spark",
     "tests.fixtures.projects",
+    "tests.fixtures.apply_env",
 ]

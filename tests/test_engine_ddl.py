@@ -8,10 +8,11 @@ import pyarrow as pa
 import pytest
 
 from tableflow_core.engine.ddl import SchemaEvolutionError, apply_schema_changes, create_table
-from tableflow_core.engine.schema_compare import top_level_diff
 from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec
+from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
 from tableflow_core.schemas.decoding import serialize_schema
+from tableflow_core.schemas.evolution import diff_schemas, iceberg_schema_for
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 
 CATALOG = "tf_ddl"
@@ -48,13 +49,13 @@ def test_create_table_with_partitioning_properties_and_sort_order(
         namespace,
         SCHEMA,
         partition_by=(
-            PartitionFieldSpec("_kafka_timestamp", "day"),
-            PartitionFieldSpec("id", "bucket", 8),
-            PartitionFieldSpec("customer", "truncate", 4),
+            PartitionTerm(column="_kafka_timestamp", transform="day"),
+            PartitionTerm(column="id", transform="bucket", param=8),
+            PartitionTerm(column="customer", transform="truncate", param=4),
         ),
         sort_by=(
-            SortFieldSpec("customer"),
-            SortFieldSpec("id", descending=True, nulls_first=False),
+            SortTerm(column="customer"),
+            SortTerm(column="id", descending=True, nulls_first=False),
         ),
         properties=(("write.target-file-size-bytes", "134217728"),),
     )
@@ -78,7 +79,7 @@ def test_create_table_with_partitioning_properties_and_sort_order(
     # evolution: a new optional nested-free column and a widening, applied in place
     evolved = SCHEMA.set(2, pa.field("qty", pa.int64())).append(pa.field("note", pa.string()))
     spec2 = spec_for(namespace, evolved)
-    apply_schema_changes(spark, spec2, top_level_diff(SCHEMA, evolved))
+    apply_schema_changes(spark, spec2, diff_schemas(iceberg_schema_for(SCHEMA), evolved))
     table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
     assert str(table.schema().find_field("qty").field_type) == "long"
     assert table.schema().column_names[-1] == "note"
@@ -86,6 +87,8 @@ def test_create_table_with_partitioning_properties_and_sort_order(
     # incompatible: string -> long is refused and nothing changes
     broken = evolved.set(1, pa.field("customer", pa.int64()))
     with pytest.raises(SchemaEvolutionError, match="customer"):
-        apply_schema_changes(spark, spec_for(namespace, broken), top_level_diff(evolved, broken))
+        apply_schema_changes(
+            spark, spec_for(namespace, broken), diff_schemas(iceberg_schema_for(evolved), broken)
+        )
     table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
     assert str(table.schema().find_field("customer").field_type) == "string"

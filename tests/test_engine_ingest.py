@@ -6,78 +6,17 @@ Results are read back with pyiceberg and DuckDB (independent readers).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tableflow_core.engine.ingest import IngestError, IngestOutcome
-from tableflow_core.engine.materialize import materialize
-from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.engine.test_hooks import CRASH_ENV
-from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
-from tableflow_core.schemas.formats import METADATA_COLUMNS, FormatSpec
-from tableflow_core.schemas.registry import RegistrySettings
-from tableflow_core.schemas.resolve import resolve_schema
-from tests.fixtures.catalog import CatalogServer, unique_namespace
-from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.fixtures.apply_env import Env, apply, apply_ddl_only, run_cli_apply
+from tests.fixtures.stack import KafkaBroker, unique_name
 from tests.test_engine_helpers import duckdb_connection, produce_avro
 
 pytestmark = pytest.mark.slow
-CATALOG = "tf_engine"
 RECORDS = 100_000
 PARTITIONS = 4
-REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class Env:
-    bootstrap: str
-    registry_url: str
-    catalog: CatalogServer
-    namespace: str
-
-    @property
-    def kafka_conf(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap}
-
-    def spec(self, topic: str, **kwargs: Any) -> IngestSpec:
-        """A spec decoding the registry's latest Avro schema of `<topic>-value`."""
-        registry = RegistrySettings(url=self.registry_url)
-        value = FormatSpec(format="avro")
-        resolved = resolve_schema(topic, value, None, METADATA_COLUMNS, registry)
-        decoder = DecoderSpec(
-            topic, value, None, METADATA_COLUMNS, registry, serialize_schema(resolved.arrow_schema)
-        )
-        return IngestSpec(
-            table_name=f"t_{topic}",
-            catalog=CATALOG,
-            namespace=(self.namespace,),
-            table=unique_name("t").replace("-", "_"),
-            topic=topic,
-            decoder=decoder,
-            **kwargs,
-        )
-
-
-@pytest.fixture(scope="module")
-def env(
-    spark: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
-    catalog_server: CatalogServer,
-) -> Iterator[Env]:
-    register_catalog(spark, CATALOG, catalog_server.spark_properties())
-    namespace = unique_namespace("eng")
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{namespace}")
-    yield Env(kafka_broker.bootstrap, schema_registry.url, catalog_server, namespace)
 
 
 def payment(i: int) -> dict[str, Any]:
@@ -89,21 +28,21 @@ EXPECTED_AMOUNT_SUM = sum((i % 1000) / 4 for i in range(RECORDS))
 
 
 @pytest.fixture(scope="module")
-def big_topic(env: Env, kafka_broker: KafkaBroker) -> str:
+def big_topic(kafka_broker: KafkaBroker, schema_registry: Any) -> str:
     topic = kafka_broker.create_topic(unique_name("payments"), PARTITIONS)
     produce_avro(
-        env.bootstrap, env.registry_url, topic, [payment(i) for i in range(RECORDS)], PARTITIONS
+        kafka_broker.bootstrap,
+        schema_registry.url,
+        topic,
+        [payment(i) for i in range(RECORDS)],
+        PARTITIONS,
     )
     return topic
 
 
-def run(spark: Any, env: Env, spec: IngestSpec) -> IngestOutcome:
-    return materialize(spark, spec, env.kafka_conf)
-
-
-def read_back(env: Env, spec: IngestSpec) -> tuple[int, int, float, int]:
+def read_back(env: Env) -> tuple[int, int, float, int]:
     """(rows, sum(id), sum(amount), distinct ids) by pyiceberg, checked against DuckDB."""
-    table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec.table}")
+    table = env.pyiceberg_table()
     arrow = table.scan().to_arrow()
     by_pyiceberg = (
         arrow.num_rows,
@@ -120,124 +59,110 @@ def read_back(env: Env, spec: IngestSpec) -> tuple[int, int, float, int]:
     return by_pyiceberg
 
 
-def test_100k_records_land_exactly_once(spark: Any, env: Env, big_topic: str) -> None:
-    spec = env.spec(big_topic, max_records_per_task=30_000)
-    outcome = run(spark, env, spec)
-    assert outcome.records_written == RECORDS
-    assert outcome.offsets_after == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
-    assert read_back(env, spec) == (
+def test_100k_records_land_exactly_once(spark: Any, make_env: Any, big_topic: str) -> None:
+    env = make_env(big_topic)
+    first = apply(spark, env)
+    assert first.records_written == RECORDS and first.records_read == RECORDS
+    assert first.offsets_after == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
+    assert read_back(env) == (
         RECORDS,
         EXPECTED_ID_SUM,
         round(EXPECTED_AMOUNT_SUM, 3),
         RECORDS,
     )
-    again = run(spark, env, spec)
-    assert again.records_written == 0 and again.offsets_after == outcome.offsets_after
-    assert read_back(env, spec)[0] == RECORDS
+    again = apply(spark, env)
+    assert again.status == "no_changes" and again.records_written == 0
+    assert read_back(env)[0] == RECORDS
 
 
-CRASH_SCRIPT = """
-import json, sys
-from tableflow_core.engine.spark_session import build_spark_session
-from tableflow_core.engine.materialize import materialize
-from tableflow_core.ingest.spec import IngestSpec
-from tests.test_engine_ingest import Env
-from tests.fixtures.catalog import CatalogServer
-args = json.loads(sys.argv[1])
-spark = build_spark_session("local[2]", catalogs={args["catalog"]: args["catalog_props"]})
-env = Env(args["bootstrap"], args["registry"], None, args["namespace"])
-spec = env.spec(args["topic"], max_records_per_run=args["cap"])
-spec = IngestSpec(**{**spec.__dict__, "table": args["table"]})
-outcome = materialize(spark, spec, env.kafka_conf)
-print("OUTCOME", outcome.records_written)
-"""
-
-
-def run_in_subprocess(env: Env, spec: IngestSpec, cap: int | None, crash_at: str | None) -> int:
-    args = {
-        "catalog": CATALOG, "catalog_props": env.catalog.spark_properties(),
-        "topic": spec.topic, "registry": env.registry_url, "namespace": env.namespace,
-        "table": spec.table, "cap": cap, "bootstrap": env.bootstrap,
-    }  # fmt: skip
-    child_env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
-    if crash_at:
-        child_env[CRASH_ENV] = crash_at
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CRASH_SCRIPT, json.dumps(args)],
-        cwd=REPO, env=child_env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        # The Spark JVM of a killed driver must not outlive it: stop our own group.
-        with __import__("contextlib").suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-    if crash_at is None:
-        assert proc.returncode == 0, output[-3000:]
-    else:
-        assert proc.returncode == -9, output[-3000:]
-    return proc.returncode
-
-
-def test_sigkill_before_and_after_commit_then_rerun(spark: Any, env: Env, big_topic: str) -> None:
-    spec = env.spec(big_topic)
-    run_in_subprocess(env, spec, cap=40_000, crash_at="before_commit")
-    assert read_back(env, spec)[0] == 0  # the branch write is invisible on main
-    run_in_subprocess(env, spec, cap=40_000, crash_at="after_commit")
-    assert read_back(env, spec)[0] == 40_000  # committed just before the kill
-    outcome = run(spark, env, spec)
+def test_sigkill_before_and_after_commit_then_rerun(
+    spark: Any, make_env: Any, big_topic: str
+) -> None:
+    env = make_env(big_topic, max_records_per_run=40_000)
+    apply_ddl_only(spark, env)
+    run_cli_apply(env, crash_at="before_commit")
+    assert read_back(env)[0] == 0  # the branch write is invisible on main
+    run_cli_apply(env, crash_at="after_commit")
+    assert read_back(env)[0] == 40_000  # committed just before the kill
+    env.configure()
+    outcome = apply(spark, env)
     assert outcome.records_written == RECORDS - 40_000
-    assert read_back(env, spec) == (
+    assert read_back(env) == (
         RECORDS,
         EXPECTED_ID_SUM,
         round(EXPECTED_AMOUNT_SUM, 3),
         RECORDS,
     )
-    refs = spark.sql(f"SELECT name FROM {spec.identifier}.refs").collect()
+    refs = spark.sql(f"SELECT name FROM {env.spec().identifier}.refs").collect()
     assert [r.name for r in refs if r.name != "main"] == []  # crashed runs' branches cleaned up
 
 
 def test_bad_records_fail_the_run_naming_the_offset(
-    spark: Any, env: Env, kafka_broker: KafkaBroker
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
     from tests.test_engine_helpers import produce_raw
 
     topic = kafka_broker.create_topic(unique_name("bad"), 1)
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(5)], 1)
-    produce_raw(env.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
-    spec = env.spec(topic)
-    with pytest.raises(IngestError) as caught:
-        run(spark, env, spec)
-    message = str(caught.value)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(5)], 1
+    )
+    produce_raw(kafka_broker.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
+    env = make_env(topic)
+    failed = apply(spark, env, expect="error")
+    message = failed.error or ""
+    assert "IngestError" in message and "2 record(s) could not be decoded" in message
     assert f"topic {topic!r} partition 0 offset 5" in message
-    assert "offset 6" in message
-    assert [f.offset for f in caught.value.failures] == [5, 6]
-    assert read_back(env, spec)[0] == 0
+    assert f"topic {topic!r} partition 0 offset 6" in message
+    assert read_back(env)[0] == 0
 
 
-def test_schema_v2_adds_a_column(spark: Any, env: Env, kafka_broker: KafkaBroker) -> None:
+def test_bad_records_travel_as_data(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """The engine's error carries the failed records; its message is not parsed back."""
+    from tableflow_core.engine.ingest import IngestError, ingest
+    from tableflow_core.kafka.offsets import OffsetRange
+    from tests.test_engine_helpers import produce_raw
+
+    topic = kafka_broker.create_topic(unique_name("bad"), 2)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(4)], 2
+    )
+    produce_raw(kafka_broker.bootstrap, topic, [b"junk"], partition=1)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    ranges = [OffsetRange(topic, 0, 0, 2), OffsetRange(topic, 1, 0, 3)]
+    with pytest.raises(IngestError) as caught:
+        ingest(spark, env.spec(), ranges, {"bootstrap.servers": kafka_broker.bootstrap}, {})
+    assert [(f.partition, f.offset) for f in caught.value.failures] == [(1, 2)]
+    # b"junk" is 4 bytes: shorter than the Confluent header (the decoder's own words)
+    assert "shorter than the 5-byte Confluent header" in caught.value.failures[0].reason
+
+
+def test_schema_v2_adds_a_column(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
     topic = kafka_broker.create_topic(unique_name("evolve"), 2)
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10)], 2)
-    spec_v1 = env.spec(topic)
-    run(spark, env, spec_v1)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply(spark, env)
     v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
-    produce_avro(env.bootstrap, env.registry_url, topic, v2_records, 2, version=2)
-    spec_v2 = env.spec(topic)  # resolves v2 now
-    spec_v2 = IngestSpec(**{**spec_v2.__dict__, "table": spec_v1.table})
-    outcome = run(spark, env, spec_v2)
+    produce_avro(bootstrap, registry, topic, v2_records, 2, version=2)
+    outcome = apply(spark, env)  # plans v2: evolve_schema then ingest
     assert outcome.records_written == 6
-    table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec_v1.table}")
-    arrow = table.scan().to_arrow()
+    assert any(d.startswith("evolve_schema") for d in outcome.ddl)
+    arrow = env.pyiceberg_table().scan().to_arrow()
     rows = {r["id"]: r["country"] for r in arrow.to_pylist()}
     assert rows == {i: (f"c{i}" if i >= 10 else None) for i in range(16)}
     assert arrow.schema.names[-1] == "country"  # added after the existing columns
     assert set(arrow["_kafka_topic"].to_pylist()) == {topic}
     assert sorted(arrow["_kafka_offset"].to_pylist()) == sorted([*range(8), *range(8)])
+    assert "__tf_partition" not in arrow.schema.names  # hidden columns never land
 
 
 def test_offsets_survive_compaction_and_expiry(
-    spark: Any, env: Env, kafka_broker: KafkaBroker
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
     from datetime import UTC, datetime
 
@@ -247,12 +172,14 @@ def test_offsets_survive_compaction_and_expiry(
     from tableflow_core.maintenance.target import SparkTable
     from tableflow_core.state.offsets import read_committed_offsets
 
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
     topic = kafka_broker.create_topic(unique_name("maint"), 2)
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10)], 2)
-    spec = env.spec(topic)
-    run(spark, env, spec)
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(10, 20)], 2)
-    run(spark, env, spec)  # two commits -> several small files
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply(spark, env)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 20)], 2)
+    apply(spark, env)  # two commits -> several small files
+    spec = env.spec()
     table_ref = SparkTable.parse(spec.identifier)
     compact(spark, table_ref, CompactSettings(min_input_files=2), datetime.now(UTC))
     state = read_table_state(spark, spec.identifier)
@@ -273,73 +200,83 @@ def test_offsets_survive_compaction_and_expiry(
     assert len(state.snapshots) == 1
     found = state.committed_offsets(topic)
     assert found is not None and found.source == "property" and found.offsets == {0: 10, 1: 10}
-    table = env.catalog.pyiceberg_catalog().load_table(f"{env.namespace}.{spec.table}")
+    table = env.pyiceberg_table()
     assert read_committed_offsets(table, topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
 
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(20, 24)], 2)
-    assert run(spark, env, spec).records_written == 4
-    rows, ids, _, distinct = read_back(env, spec)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(20, 24)], 2)
+    assert apply(spark, env).records_written == 4
+    rows, ids, _, distinct = read_back(env)
     assert (rows, ids, distinct) == (24, sum(range(24)), 24)
 
 
 def test_a_concurrent_commit_makes_the_run_refuse(
-    spark: Any, env: Env, kafka_broker: KafkaBroker
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
-    from tableflow_core.engine.ingest import (
-        ConcurrentCommitError,
-        _fast_forward_main,
-        ingest,
-    )
+    from tableflow_core.engine.ingest import ConcurrentCommitError, ingest
     from tableflow_core.engine.table_state import read_table_state
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.batch import StageContext
+    from tableflow_core.pipeline.runners.publish import fast_forward_main
 
     topic = kafka_broker.create_topic(unique_name("race"), 1)
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(6)], 1)
-    spec = env.spec(topic, max_records_per_run=3)
-    run(spark, env, spec)  # commits offsets {0: 3}
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
+    )
+    env = make_env(topic, max_records_per_run=3)
+    apply(spark, env)  # commits offsets {0: 3}
+    spec = env.spec()
+    conf = {"bootstrap.servers": kafka_broker.bootstrap}
     # planned from stale offsets: refused before anything is read
     with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
-        ingest(spark, spec, [OffsetRange(topic, 0, 0, 6)], env.kafka_conf, {})
+        ingest(spark, spec, [OffsetRange(topic, 0, 0, 6)], conf, {})
     # main moves after our branch was cut: fast_forward refuses atomically
     base = read_table_state(spark, spec.identifier).current_snapshot_id
     spark.sql(f"ALTER TABLE {spec.identifier} CREATE BRANCH race_test AS OF VERSION {base}")
-    run(spark, env, spec)  # another run commits offsets {0: 6}
+    apply(spark, env)  # another run commits offsets {0: 6}
+    context = StageContext(spark, spec, "race", "race_test", (), {0: 6}, {0: 3}, conf)
     with pytest.raises(ConcurrentCommitError, match="another commit landed"):
-        _fast_forward_main(spark, spec, "race_test", {0: 3})
-    assert read_back(env, spec)[0] == 6
+        fast_forward_main(context)
+    assert read_back(env)[0] == 6
 
 
 def test_a_compaction_during_the_write_is_retried_exactly_once(
-    spark: Any, env: Env, kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import tableflow_core.engine.ingest as ingest_module
+    import tableflow_core.pipeline.runners.publish as publish_module
 
     topic = kafka_broker.create_topic(unique_name("compacted"), 1)
-    produce_avro(env.bootstrap, env.registry_url, topic, [payment(i) for i in range(8)], 1)
-    spec = env.spec(topic, max_records_per_run=4)
-    run(spark, env, spec)  # 4 rows, offsets {0: 4}
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
+    )
+    env = make_env(topic, max_records_per_run=4)
+    apply(spark, env)  # 4 rows, offsets {0: 4}
+    spec = env.spec()
 
     # The first publish finds that a real compaction moved main after the branch was cut
     # (a replace snapshot: data unchanged, committed offsets unchanged).
-    real_fast_forward = ingest_module._fast_forward_main
+    real_fast_forward = publish_module.fast_forward_main
     compactions: list[str] = []
 
-    def compaction_lands_first(*args: Any) -> None:
+    def compaction_lands_first(context: Any) -> None:
         if not compactions:
             table_arg = spec.identifier.replace("'", "\\'")
             spark.sql(
-                f"CALL {CATALOG}.system.rewrite_data_files(table => '{table_arg}', "
+                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
                 "options => map('rewrite-all', 'true'))"
             )
             compactions.append("done")
-        real_fast_forward(*args)
+        real_fast_forward(context)
 
-    monkeypatch.setattr(ingest_module, "_fast_forward_main", compaction_lands_first)
-    outcome = run(spark, env, spec)
+    monkeypatch.setattr(publish_module, "fast_forward_main", compaction_lands_first)
+    outcome = apply(spark, env)
     assert compactions == ["done"]
     assert outcome.offsets_after == {0: 8}
     assert any("commit retried 1 time(s)" in w for w in outcome.warnings)
-    rows, id_sum, _, distinct = read_back(env, spec)
+    rows, id_sum, _, distinct = read_back(env)
     assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
     monkeypatch.undo()
-    assert run(spark, env, spec).records_written == 0  # offsets were found after the retry
+    assert apply(spark, env).records_written == 0  # offsets were found after the retry

@@ -1,8 +1,8 @@
 """Compaction while ingest keeps committing loses no commit (real broker, registry, Spark).
 
-One thread ingests a topic in small runs (the engine's `materialize`, what apply runs
-today), the other compacts the same table over and over. Every record must land
-exactly once and the committed offsets must reach the end of the topic.
+One thread ingests a topic in small runs through plan + apply (what `tableflow apply` and
+`tableflow run` do), the other compacts the same table over and over. Every record must
+land exactly once and the committed offsets must reach the end of the topic.
 """
 
 from __future__ import annotations
@@ -14,69 +14,55 @@ from typing import Any
 import pytest
 
 from tableflow_core.config.models import CompactSettings
-from tableflow_core.engine.ingest import ConcurrentCommitError
-from tableflow_core.engine.materialize import materialize
-from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.engine.table_state import read_table_state, table_exists
-from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.maintenance import DueOperation, run_maintenance
-from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
-from tableflow_core.schemas.formats import METADATA_COLUMNS, FormatSpec
-from tableflow_core.schemas.registry import RegistrySettings
-from tableflow_core.schemas.resolve import resolve_schema
+from tableflow_core.plan.plan_file import StalePlanError
 from tableflow_core.state.offsets import read_committed_offsets
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tableflow_core.tasks.apply import ApplyTask
+from tableflow_core.tasks.plan import PlanTask
+from tests.fixtures.catalog import CatalogServer
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.test_engine_helpers import duckdb_connection, produce_avro
 
 pytestmark = pytest.mark.slow
-CATALOG = "tf_maint_race"
 RECORDS = 120
 PER_RUN = 12
 
 
 def test_compaction_during_ingest_loses_no_commit(
     spark: Any,
+    make_env: Any,
     kafka_broker: KafkaBroker,
     schema_registry: SchemaRegistryServer,
     catalog_server: CatalogServer,
 ) -> None:
-    register_catalog(spark, CATALOG, catalog_server.spark_properties())
-    namespace = unique_namespace("race")
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{namespace}")
     topic = kafka_broker.create_topic(unique_name("race"), 2)
     records = [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(RECORDS)]
     produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records, 2)
-    registry = RegistrySettings(url=schema_registry.url)
-    value = FormatSpec(format="avro")
-    resolved = resolve_schema(topic, value, None, METADATA_COLUMNS, registry)
-    spec = IngestSpec(
-        table_name="race",
-        catalog=CATALOG,
-        namespace=(namespace,),
-        table="race",
-        topic=topic,
-        decoder=DecoderSpec(
-            topic, value, None, METADATA_COLUMNS, registry, serialize_schema(resolved.arrow_schema)
-        ),
-        max_records_per_run=PER_RUN,
-    )
-    kafka_conf = {"bootstrap.servers": kafka_broker.bootstrap}
-    compact = DueOperation("race", "compact", CompactSettings(min_input_files=2), 0, None)
+    env = make_env(topic, max_records_per_run=PER_RUN)
+    spec = env.spec()
+    namespace = env.namespace
+    compact = DueOperation("t", "compact", CompactSettings(min_input_files=2), 0, None)
 
     done = threading.Event()
-    outcome: dict[str, Any] = {"runs": 0, "refused": 0, "error": None}
+    outcome: dict[str, Any] = {"runs": 0, "refused": [], "error": None}
 
     def keep_ingesting() -> None:
         try:
             for _ in range(4 * RECORDS // PER_RUN):
+                project = env.project
+                plan = PlanTask(project, project.tables).run()
                 try:
-                    result = materialize(spark, spec, kafka_conf)
-                except ConcurrentCommitError:
-                    outcome["refused"] += 1  # nothing committed; `run` retries next interval
+                    results = ApplyTask(project, plan, spark=spark).run()
+                except StalePlanError as exc:  # a compaction landed after the plan
+                    outcome["refused"].append(str(exc))
+                    continue
+                (table,) = results.tables
+                if table.status != "success":  # nothing committed; `run` retries
+                    outcome["refused"].append(table.error or table.status)
                     continue
                 outcome["runs"] += 1
-                if sum(result.offsets_after.values()) >= RECORDS:
+                if sum(table.offsets_after.values()) >= RECORDS:
                     return
         except BaseException as exc:  # surfaced by the main thread
             outcome["error"] = exc
@@ -89,14 +75,16 @@ def test_compaction_during_ingest_loses_no_commit(
         time.sleep(0.2)
     compactions = 0
     while not done.is_set():
-        report = run_maintenance(spark, f"{CATALOG}.{namespace}.race", [compact])
+        report = run_maintenance(spark, f"{spec.catalog}.{namespace}.t", [compact])
         compactions += report.ok and bool(
             report.results[0].metrics.get("rewritten_data_files_count")
         )
     ingester.join(timeout=600)
     assert outcome["error"] is None, outcome["error"]
+    # A refused run is a commit conflict, never another failure.
+    assert all("commit" in text or "changed" in text for text in outcome["refused"]), outcome
 
-    table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.race")
+    table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.t")
     operations = [s.summary.operation.value for s in table.metadata.snapshots if s.summary]
     # Compactions really landed between ingest commits.
     assert compactions >= 2 and operations.count("replace") >= 2, (compactions, outcome)

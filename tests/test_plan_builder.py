@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from tableflow_core.config.loader import load_project
+from tableflow_core.pipeline.shape import managed_properties
 from tableflow_core.plan.actions import PartitionTerm
 from tableflow_core.plan.builder import build_plan
-from tableflow_core.plan.desired import managed_properties
 from tableflow_core.plan.plan import PlanOptions
 from tableflow_core.plan.plan_file import load_plan, save_plan, stale_reasons
 from tableflow_core.plan.render_human import render_human
@@ -168,7 +168,7 @@ def test_incompatible_schema_is_a_blocked_replace(tmp_path):
     assert not allowed.blockers and allowed.summary.to_replace == 1
 
 
-def test_switch_to_upsert_is_destructive_and_not_supported_yet(tmp_path):
+def test_switch_to_upsert_is_a_replace(tmp_path):
     project = make_project(tmp_path, mode="upsert", key_columns=["id"])
     for allow in (False, True):
         plan = build_plan(
@@ -179,12 +179,61 @@ def test_switch_to_upsert_is_destructive_and_not_supported_yet(tmp_path):
         )
         assert kinds(plan)[0] == "replace_table"
         assert "mode append -> upsert" in plan.actions[0].reasons
-        not_supported = [b for b in plan.blockers if b.kind == "not_supported"]
-        assert [b.key for b in not_supported] == ["mode"]
-        assert not_supported[0].location.endswith(
-            "tables.yml:" + str(project.tables[0].key_lines["mode"])
-        )
-        assert any(b.kind == "destructive" for b in plan.blockers) is (not allow)
+        assert [b.kind for b in plan.blockers] == ([] if allow else ["destructive"])
+
+
+def test_changing_key_columns_is_a_replace_and_plan_shows_mode_key_and_stages(tmp_path):
+    project = make_project(tmp_path, mode="upsert", key_columns=["id", "ts"])
+    table = project.tables[0]
+    props = {**managed_properties(table), "tableflow.key-columns": "id"}
+    plan = build_plan(project, project.tables, world(project, observed(project, properties=props)))
+    assert kinds(plan)[0] == "replace_table"
+    assert plan.actions[0].reasons == ("key columns (id) -> (id, ts)",)
+    assert plan.blockers[0].kind == "destructive"
+    ingest = next(a for a in plan.actions if a.kind == "ingest")
+    assert ingest.mode == "upsert" and ingest.key_columns == ("id", "ts")
+    assert [s.kind for s in ingest.stages] == [
+        "read_ranges", "decode", "route_bad_records", "write", "publish",
+    ]  # fmt: skip
+    assert ingest.stages[3].label() == "write(upsert, key id, ts)"
+    # the upsert properties: merge-on-read, and the key remembered on the table
+    create = build_plan(project, project.tables, world(project)).actions[1]
+    assert create.properties["write.merge.mode"] == "merge-on-read"
+    assert create.properties["tableflow.key-columns"] == "id,ts"
+    console = Console(record=True, width=200)
+    render_human(plan, console, show_dag=True)
+    text = console.export_text()
+    assert "mode upsert by key (id, ts)" in text
+    assert "pipeline: read_ranges -> decode(avro, key string) -> " in text
+    assert "ingest:orders: read_ranges -> decode(avro, key string)" in text
+
+
+def test_a_string_key_absent_from_the_value_becomes_a_column(tmp_path):
+    project = make_project(tmp_path, mode="upsert", key_columns=["order_key"])
+    plan = build_plan(project, project.tables, world(project))
+    create = next(a for a in plan.actions if a.kind == "create_table")
+    assert [c.name for c in create.columns][-1] == "order_key"
+    bad = make_project(tmp_path, mode="upsert", key_columns=["a", "b"])
+    blocked = build_plan(bad, bad.tables, world(bad))
+    assert blocked.blockers[0].key == "key_columns" and "neither fields of the value" in (
+        blocked.blockers[0].message
+    )
+
+
+def test_registry_key_fields_absent_from_the_value_become_columns(tmp_path):
+    project = make_project(
+        tmp_path, mode="upsert", key_columns=["region", "id"], key={"format": "avro"}
+    )
+    key_schema = pa.schema([pa.field("region", pa.string()), pa.field("id", pa.int64())])
+    state = WorldState(**{**world(project).__dict__, "key_schemas": {"orders": key_schema}})
+    create = next(
+        a for a in build_plan(project, project.tables, state).actions if a.kind == "create_table"
+    )
+    # `id` is a value field (the value wins), `region` comes from the key
+    assert [(c.name, c.type) for c in create.columns][-2:] == [
+        ("ts", "timestamptz"),
+        ("region", "string"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -272,9 +321,8 @@ def test_renderers(tmp_path):
     render_human(plan, console, show_dag=True)
     text = console.export_text()
     assert "-/+ table (replace: drops data) shop.orders" in text
-    assert "! " in text and "mode upsert is not supported yet" in text
-    assert text.index("not supported yet") < text.index("--allow-destructive")
+    assert "! " in text and "--allow-destructive" in text
     assert "ddl:orders: replace_table" in text
     markdown = render_markdown(plan)
     assert markdown.startswith("### tableflow plan") and "| `-/+` | orders |" in markdown
-    assert json.loads(json.dumps(plan_document(plan)))["summary"]["blocked"] == 2
+    assert json.loads(json.dumps(plan_document(plan)))["summary"]["blocked"] == 1

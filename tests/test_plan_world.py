@@ -52,7 +52,7 @@ def project_root(tmp_path, kafka_broker, schema_registry, catalog_server):
     return root, topic
 
 
-def test_registry_field_added_is_an_in_place_change_and_upsert_is_refused(
+def test_registry_field_added_is_an_in_place_change_and_upsert_is_a_replace(
     project_root, kafka_broker, schema_registry
 ):
     root, topic = project_root
@@ -80,14 +80,14 @@ def test_registry_field_added_is_an_in_place_change_and_upsert_is_refused(
     for allow in (False, True):
         plan = PlanTask(project, project.tables, options=PlanOptions(allow_destructive=allow)).run()
         assert plan.actions[0].kind == "replace_table"
-        assert [b.kind for b in plan.blockers if b.kind == "not_supported"] == ["not_supported"]
+        assert [b.kind for b in plan.blockers] == ([] if allow else ["destructive"])
     outcome = CliRunner().invoke(
         cli, ["--project-dir", str(root), "plan", "--allow-destructive", "--json"]
     )
-    assert outcome.exit_code == 1
-    assert (
-        json.loads(outcome.output)["blockers"][0]["message"] == "mode upsert is not supported yet"
-    )
+    assert outcome.exit_code == 0, outcome.output
+    document = json.loads(outcome.output)
+    assert document["actions"][0]["reasons"] == ["mode append -> upsert"]
+    assert document["actions"][0]["properties"]["tableflow.key-columns"] == "order_id"
 
 
 def test_plan_never_imports_pyspark(project_root):

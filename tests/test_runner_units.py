@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from tableflow_core.plan.plan import Dag, DagTask
-from tableflow_core.runner.dag import DagError, topological_order
+from tableflow_core.plan.dag import Dag, DagError, DagTask, topological_order
 from tableflow_core.runner.executor import execute_dag
 from tableflow_core.runner.lock import LockTimeoutError, table_locks
 

@@ -207,7 +207,6 @@ def test_checks_compile_against_the_transformed_schema(tmp_path: Path) -> None:
         ({"type": "range", "column": "status", "max": 3}, "status", "range checks numbers"),
         ({"type": "range", "column": "amount"}, "range", "needs min, max or both"),
         ({"type": "row_count", "min": 1, "on_failure": "skip"}, "on_failure", "has no rows to route"),
-        ({"type": "not_null", "columns": ["id"], "on_failure": "dlq"}, "on_failure", "needs the table's `dlq` target"),
         ({"type": "expression", "name": "e", "expression": "amount + 1"}, "amount + 1", "boolean predicate"),
         ({"type": "expression", "name": "e", "expression": "nope = 1"}, "nope", "unknown column 'nope'"),
     ],

@@ -1,71 +1,69 @@
-"""One exactly-once ingest run: Kafka ranges -> Spark tasks -> one Iceberg commit.
+"""One exactly-once run of a table's pipeline: Kafka ranges -> Spark tasks -> one publish.
 
 How a run commits (see docs/exactly-once.md):
 1. read the table's committed offsets at the current snapshot S of `main` and
    refuse to run unless they equal `expected_start`;
 2. create a private branch `tableflow_run_<id>` at S;
-3. Spark tasks read their offset ranges (mapInArrow), decode, and the Iceberg
-   runtime appends to the branch, with the new offsets in the snapshot summary;
-4. `fast_forward` main to the branch: Iceberg only does it if main is still an
-   ancestor of the branch, i.e. nobody committed to main since S. The catalog's
-   optimistic concurrency makes this check-and-set atomic.
+3. run the table's stages (pipeline/stages.py): Spark tasks read their offset ranges
+   (mapInArrow), decode, and the write stage writes the branch, whose head snapshot
+   carries the new offsets in its summary;
+4. publish: audits on the branch, then `fast_forward` main to the branch: Iceberg only
+   does it if main is still an ancestor of the branch, i.e. nobody committed to main
+   since S. The catalog's optimistic concurrency makes this check-and-set atomic.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.ddl import spark_schema_for, target_arrow_schema
 from tableflow_core.engine.table_state import TableState, read_table_state
-from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.spec import IngestSpec, quote_ident
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets
+from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.errors import (
+    ConcurrentCommitError,
+    FailedRecord,
+    IngestError,
+    MainMovedError,
+)
+from tableflow_core.pipeline.registry import run_stages
+from tableflow_core.pipeline.stages import (
+    Decode,
+    Publish,
+    ReadRanges,
+    RouteBadRecords,
+    Stage,
+    Write,
+)
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
+__all__ = [
+    "ConcurrentCommitError",
+    "FailedRecord",
+    "IngestError",
+    "IngestOutcome",
+    "MainMovedError",
+    "ingest",
+]
+
+# The append pipeline, for specs built without a plan (the plan always gives its stages).
+DEFAULT_STAGES: tuple[Stage, ...] = (
+    ReadRanges(),
+    Decode(value_format="avro"),
+    RouteBadRecords(),
+    Write(),
+    Publish(),
+)
+
 BRANCH_PREFIX = "tableflow_run_"
-_FAILURE_MARKER = "TABLEFLOW_DECODE_FAILURES"
-_FAILURE_PATTERN = re.compile(_FAILURE_MARKER + r" (\[.*?\]) END")
-MAX_REPORTED_FAILURES = 20
-
-
-@dataclass(frozen=True)
-class FailedRecord:
-    topic: str
-    partition: int
-    offset: int
-    reason: str
-
-    def describe(self) -> str:
-        return (
-            f"topic {self.topic!r} partition {self.partition} offset {self.offset}: {self.reason}"
-        )
-
-
-class IngestError(RuntimeError):
-    """The run failed and committed nothing; `failures` names the records at fault."""
-
-    def __init__(self, message: str, failures: Sequence[FailedRecord] = ()) -> None:
-        super().__init__(message)
-        self.failures = tuple(failures)
-
-
-class ConcurrentCommitError(IngestError):
-    """Someone else committed to the table since this run was planned: re-plan and retry."""
-
-
-class MainMovedError(ConcurrentCommitError):
-    """`main` moved while this run wrote its branch (the run's data stays invisible)."""
 
 
 @dataclass(frozen=True)
@@ -78,50 +76,10 @@ class IngestOutcome:
     snapshot_id: int | None
     duration_s: float
     warnings: tuple[str, ...] = field(default=())
+    tombstones: int = 0
 
 
 DecoderFactory = Callable[[Any], Any]
-
-
-def _default_decoder_factory(spec: Any) -> Any:
-    from tableflow_core.schemas.decoding import build_decoder
-
-    return build_decoder(spec)
-
-
-def _read_and_decode(
-    kafka_conf: dict[str, str],
-    decoder_spec: Any,
-    decoder_factory: DecoderFactory,
-    chunk_size: int,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function: each input row is a range; output rows are table rows."""
-
-    def run(range_batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from tableflow_core.kafka.range_reader import read_range
-
-        decoder = decoder_factory(decoder_spec)
-        for range_batch in range_batches:
-            for row in range_batch.to_pylist():
-                offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
-                for messages in read_range(kafka_conf, offset_range, chunk_size=chunk_size):
-                    result = decoder.decode(messages)
-                    if result.failures:
-                        details = [
-                            {
-                                "topic": f.topic,
-                                "partition": f.partition,
-                                "offset": f.offset,
-                                "reason": f.reason,
-                            }
-                            for f in result.failures[:MAX_REPORTED_FAILURES]
-                        ]
-                        # Parsed back on the driver by _decode_failures(); one line of JSON.
-                        raise RuntimeError(f"{_FAILURE_MARKER} {json.dumps(details)} END")
-                    if result.batch.num_rows:
-                        yield result.batch
-
-    return run
 
 
 # The last line of a Python traceback inside a Spark error: "pkg.module.SomeError: message".
@@ -149,13 +107,6 @@ def _short_class(line: str) -> str:
     """'tableflow_core.kafka.range_reader.KafkaReadError: msg' -> 'KafkaReadError: msg'."""
     qualified, _, message = line.partition(": ")
     return f"{qualified.rsplit('.', 1)[-1]}: {message}"
-
-
-def _decode_failures(error: BaseException) -> list[FailedRecord] | None:
-    match = _FAILURE_PATTERN.search(str(error))
-    if match is None:
-        return None
-    return [FailedRecord(**item) for item in json.loads(match.group(1))]
 
 
 def _committed_dict(state: TableState, topic: str) -> dict[int, int]:
@@ -201,12 +152,6 @@ def drop_stale_branches(spark: SparkSession, identifier: str, state: TableState)
     return dropped
 
 
-def _ranges_frame(spark: SparkSession, ranges: Sequence[OffsetRange]) -> Any:
-    rows = [(r.topic, r.partition, r.start, r.end) for r in ranges]
-    rdd = spark.sparkContext.parallelize(rows, len(rows))
-    return spark.createDataFrame(rdd, "topic string, partition int, start long, `end` long")
-
-
 def _ensure_snapshot(spark: SparkSession, spec: IngestSpec, state: TableState) -> TableState:
     """Branches need a snapshot to start from: give a new table an empty first commit."""
     if state.current_snapshot_id is not None:
@@ -227,6 +172,7 @@ def ingest(
     decoder_factory: DecoderFactory | None = None,
     warnings: Sequence[str] = (),
     max_commit_attempts: int = 3,
+    catalog: Any = None,
 ) -> IngestOutcome:
     """Read `ranges`, append them to the table and commit their offsets atomically.
 
@@ -244,7 +190,14 @@ def ingest(
     for attempt in range(1, max_commit_attempts + 1):
         try:
             outcome = _ingest_once(
-                spark, spec, ranges, kafka_conf, expected_start, start_offsets, decoder_factory
+                spark,
+                spec,
+                ranges,
+                kafka_conf,
+                expected_start,
+                start_offsets,
+                decoder_factory,
+                catalog,
             )
         except MainMovedError:
             if attempt == max_commit_attempts:
@@ -267,6 +220,7 @@ def _ingest_once(
     expected_start: Mapping[int, int],
     start_offsets: Mapping[int, int] | None,
     decoder_factory: DecoderFactory | None,
+    catalog: Any,
 ) -> IngestOutcome:
     began = time.monotonic()
     identifier = spec.identifier
@@ -290,77 +244,43 @@ def _ingest_once(
     state = _ensure_snapshot(spark, spec, state)
     _check_expected(state, spec, expected_start)
     base_snapshot = state.current_snapshot_id
-    branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:16]}"
+    run_id = uuid.uuid4().hex[:16]
+    branch = f"{BRANCH_PREFIX}{run_id}"
     spark.sql(
         f"ALTER TABLE {identifier} CREATE BRANCH {quote_ident(branch)} AS OF VERSION {base_snapshot}"
     )
+    context = StageContext(
+        spark=spark,
+        spec=spec,
+        run_id=run_id,
+        branch=branch,
+        ranges=tuple(ranges),
+        offsets_after=after,
+        expected_start=dict(expected_start),
+        kafka_conf=dict(kafka_conf),
+        catalog=catalog,
+        decoder_factory=decoder_factory,
+    )
     try:
-        arrow_schema = target_arrow_schema(spec)
-        mapper = _read_and_decode(
-            dict(kafka_conf),
-            spec.decoder,
-            decoder_factory or _default_decoder_factory,
-            spec.decode_chunk_size,
-        )
-        data = _ranges_frame(spark, ranges).mapInArrow(mapper, spark_schema_for(arrow_schema))
         try:
-            (
-                data.writeTo(f"{identifier}.{quote_ident('branch_' + branch)}")
-                .option(f"snapshot-property.{OFFSETS_KEY}", encode_offsets(spec.topic, after))
-                .append()
-            )
+            batch = run_stages(context, spec.stages or DEFAULT_STAGES, Batch())
+        except (IngestError, NotImplementedError):
+            raise
         except Exception as exc:
-            failures = _decode_failures(exc)
-            if failures is None:
-                raise IngestError(
-                    f"table {spec.table_name} ({identifier}), topic {spec.topic!r}: the write "
-                    f"failed, nothing was committed: {root_cause(exc)}"
-                ) from exc
-            listed = "; ".join(f.describe() for f in failures)
             raise IngestError(
-                f"table {spec.table_name} ({identifier}): {len(failures)} record(s) could not be "
-                f"decoded, nothing was committed: {listed}",
-                failures,
-            ) from None
-        crash_point("before_commit")
-        _fast_forward_main(spark, spec, branch, expected_start)
-        crash_point("after_commit")
+                f"{context.where()}: the write failed, nothing was committed: {root_cause(exc)}"
+            ) from exc
     finally:
         _drop_branch(spark, identifier, branch)
     committed_state = read_table_state(spark, identifier)
     drop_stale_branches(spark, identifier, committed_state)
-    new_snapshot = committed_state.current_snapshot_id
-    summary = next(
-        (s.summary for s in committed_state.snapshots if s.snapshot_id == new_snapshot), {}
-    )
-    written = int(summary.get("added-records", 0))
     return IngestOutcome(
-        records_read=written,
-        records_written=written,
-        failures=0,
+        records_read=batch.counter("records_read"),
+        records_written=batch.counter("records_read") - batch.counter("bad_records"),
+        failures=batch.counter("bad_records"),
         offsets_before=before,
         offsets_after=after,
-        snapshot_id=new_snapshot,
+        snapshot_id=committed_state.current_snapshot_id,
         duration_s=time.monotonic() - began,
+        tombstones=batch.counter("tombstones"),
     )
-
-
-def _fast_forward_main(
-    spark: SparkSession, spec: IngestSpec, branch: str, expected_start: Mapping[int, int]
-) -> None:
-    # Fully qualified: a bare "ns.table" is misread when the namespace equals a catalog name.
-    table_arg = spec.identifier.replace("'", "\\'")
-    try:
-        spark.sql(
-            f"CALL {quote_ident(spec.catalog)}.system.fast_forward("
-            f"table => '{table_arg}', branch => 'main', to => '{branch}')"
-        )
-    except Exception as exc:
-        # "Ref does not exist": a later run dropped our branch because main moved past it.
-        if any(s in str(exc) for s in ("not an ancestor", "CommitFailed", "Ref does not exist")):
-            raise MainMovedError(
-                f"table {spec.table_name} ({spec.identifier}): another commit landed on main "
-                f"while this run wrote (planned from offsets {dict(expected_start)}); this "
-                "run's data was discarded, nothing was committed. Plan again."
-            ) from exc
-        raise

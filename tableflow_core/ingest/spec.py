@@ -1,48 +1,21 @@
-"""IngestSpec: everything the engine needs to materialize one topic into one table."""
+"""IngestSpec: everything the engine needs to run one table's pipeline."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from tableflow_core.kafka.offsets import StartFrom
+from tableflow_core.pipeline.shape import DEFAULT_TABLE_PROPERTIES
+from tableflow_core.pipeline.stages import Mode, Stage
+from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
 
 if TYPE_CHECKING:
     from tableflow_core.schemas.decoding import DecoderSpec
 
-Transform = Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"]
-
-# Written on every table we create, unless the project overrides them.
-DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
-    "format-version": "2",
-    "write.format.default": "parquet",
-    "write.parquet.compression-codec": "zstd",
-}
-
-
-@dataclass(frozen=True)
-class PartitionFieldSpec:
-    column: str
-    transform: Transform = "identity"
-    param: int | None = None  # bucket count N or truncate width W
-
-    def __post_init__(self) -> None:
-        needs_param = self.transform in ("bucket", "truncate")
-        if needs_param and (self.param is None or self.param <= 0):
-            raise ValueError(
-                f"partition transform {self.transform} on {self.column!r} needs a positive param"
-            )
-        if not needs_param and self.param is not None:
-            raise ValueError(
-                f"partition transform {self.transform} on {self.column!r} takes no param"
-            )
-
-
-@dataclass(frozen=True)
-class SortFieldSpec:
-    column: str
-    descending: bool = False
-    nulls_first: bool = True
+# One representation of partition and sort terms (pipeline/terms.py); DDL uses these names.
+PartitionFieldSpec = PartitionTerm
+SortFieldSpec = SortTerm
 
 
 @dataclass(frozen=True)
@@ -53,14 +26,18 @@ class IngestSpec:
     table: str
     topic: str
     decoder: DecoderSpec | Any
-    partition_by: tuple[PartitionFieldSpec, ...] = ()
-    sort_by: tuple[SortFieldSpec, ...] = ()
+    partition_by: tuple[PartitionTerm, ...] = ()
+    sort_by: tuple[SortTerm, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
     start_from: StartFrom = "earliest"
     max_records_per_run: int | None = None
     max_records_per_task: int = 250_000
     # Messages decoded per call to the decoder inside a task (memory vs. overhead).
     decode_chunk_size: int = field(default=50_000)
+    mode: Mode = "append"
+    key_columns: tuple[str, ...] = ()
+    # The pipeline the plan emitted (pipeline/stages.py); () = the default append pipeline.
+    stages: tuple[Stage, ...] = ()
 
     @property
     def identifier(self) -> str:

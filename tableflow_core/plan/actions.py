@@ -12,6 +12,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.pipeline.stages import Mode, Stage
+from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
+
+__all__ = ["PartitionTerm", "SortTerm"]  # one representation: pipeline/terms.py
+
 Change = Literal["create", "update", "replace", "delete", "read", "report"]
 
 
@@ -33,34 +38,6 @@ class SchemaChangeItem(Frozen):
     kind: Literal["add_column", "widen_type", "make_optional", "keep_column", "restore_column"]
     path: str
     detail: str = ""
-
-
-class PartitionTerm(Frozen):
-    """One partition field: `column` under `transform` (`param` for bucket/truncate)."""
-
-    column: str
-    transform: Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"] = (
-        "identity"
-    )
-    param: int | None = None
-
-    def expression(self) -> str:
-        if self.transform == "identity":
-            return self.column
-        if self.param is not None:
-            return f"{self.transform}({self.param}, {self.column})"
-        return f"{self.transform}({self.column})"
-
-
-class SortTerm(Frozen):
-    column: str
-    descending: bool = False
-    nulls_first: bool = True
-
-    def expression(self) -> str:
-        direction = "desc" if self.descending else "asc"
-        nulls = "nulls first" if self.nulls_first else "nulls last"
-        return f"{self.column} {direction} {nulls}"
 
 
 class OffsetSpan(Frozen):
@@ -182,6 +159,11 @@ class Ingest(ActionBase):
     checks: tuple[str, ...] = Field(default=(), description="Quality checks that will run")
     dead_letter: str | None = Field(None, description="Where bad records go, if anywhere")
     on_error: Literal["fail", "skip", "dlq"] = "fail"
+    mode: Mode = Field("append", description="How rows land: append, or upsert by key")
+    key_columns: tuple[str, ...] = Field((), description="Upsert key columns")
+    stages: tuple[Stage, ...] = Field(
+        (), description="The table's pipeline, in the order the engine runs it"
+    )
     warnings: tuple[str, ...] = ()
 
 

@@ -7,6 +7,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.pipeline.shape import (
+    KEY_PROPERTY,
+    MODE_PROPERTY,
+    TOPIC_PROPERTY,
+    ShapeError,
+    TableShape,
+    desired_shape,
+)
+from tableflow_core.pipeline.stages import table_stages
 from tableflow_core.plan import capabilities, column_checks
 from tableflow_core.plan.actions import (
     Action,
@@ -26,20 +35,11 @@ from tableflow_core.plan.actions import (
     UndeclaredTable,
     UpdateProperties,
 )
-from tableflow_core.plan.desired import (
-    MODE_PROPERTY,
-    TOPIC_PROPERTY,
-    comparable_properties,
-    config_hash,
-    managed_properties,
-    partition_terms,
-    sort_terms,
-    start_from_value,
-)
+from tableflow_core.plan.dag import compile_dag
+from tableflow_core.plan.desired import comparable_properties, config_hash, start_from_value
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState
-from tableflow_core.runner.dag import compile_dag
 
 # (current iceberg schema, desired arrow schema) -> object with .changes and .incompatible
 SchemaDiffer = Callable[[Any, Any], Any]
@@ -84,12 +84,25 @@ def build_plan(
             blockers.append(column_checks.problem_blocker(table, problem))
         observed = world.tables.get(table.identifier)
         resolved = world.schemas.get(table.name)
-        fingerprints.append(_fingerprint(table, observed, resolved))
+        fingerprints.append(table_fingerprint(table, observed, resolved))
         if resolved is None:
             if not world.problems.get(table.name):
                 blockers.append(
                     Blocker(kind="invalid", table=table.name, message="no schema could be resolved")
                 )
+            continue
+        try:
+            shape = desired_shape(table, resolved, world.key_schemas.get(table.name))
+        except ShapeError as exc:
+            blockers.append(
+                Blocker(
+                    kind="invalid",
+                    table=table.name,
+                    key="key_columns",
+                    location=str(table.location_of("key_columns")),
+                    message=str(exc),
+                )
+            )
             continue
         ns = table.namespace
         if observed is None and ns not in world.namespaces and ns not in planned_namespaces:
@@ -97,9 +110,9 @@ def build_plan(
             actions.append(
                 CreateNamespace(id=f"create_namespace:{'.'.join(ns)}", identifier=".".join(ns))
             )
-        table_actions, replaced = _table_changes(table, observed, resolved, differ)
+        table_actions, replaced = _table_changes(table, observed, shape, differ)
         kept_from = None if replaced else observed  # a replaced table keeps no columns
-        blockers.extend(column_checks.column_blockers(table, _write_schema(resolved, kept_from)))
+        blockers.extend(column_checks.column_blockers(table, _write_schema(shape, kept_from)))
         actions.extend(table_actions)
         if replaced and not options.allow_destructive:
             reasons = "; ".join(table_actions[0].reasons)  # type: ignore[union-attr]
@@ -141,19 +154,19 @@ def build_plan(
     )
 
 
-def _write_schema(resolved: Any, observed: ObservedTable | None) -> Any:
+def _write_schema(shape: TableShape, observed: ObservedTable | None) -> Any:
     from tableflow_core.schemas.write_schema import table_write_schema
 
-    return table_write_schema(resolved.arrow_schema, observed.schema if observed else None)
+    return table_write_schema(shape.schema, observed.schema if observed else None)
 
 
 def _table_changes(
-    table: Table, observed: ObservedTable | None, resolved: Any, differ: SchemaDiffer
+    table: Table, observed: ObservedTable | None, shape: TableShape, differ: SchemaDiffer
 ) -> tuple[list[Action], bool]:
     """The DDL actions of one table and whether they amount to a replace."""
     name, identifier = table.name, table.identifier
-    desired_props = managed_properties(table)
-    columns = columns_of(resolved.arrow_schema)
+    desired_props = shape.properties
+    columns = columns_of(shape.schema)
     if observed is None:
         return [
             CreateTable(
@@ -161,8 +174,8 @@ def _table_changes(
                 table=name,
                 identifier=identifier,
                 columns=columns,
-                partition_by=partition_terms(table),
-                sort_by=sort_terms(table),
+                partition_by=shape.partition_by,
+                sort_by=shape.sort_by,
                 properties=desired_props,
             )
         ], False
@@ -172,9 +185,14 @@ def _table_changes(
     if current_topic is not None and current_topic != table.topic:
         reasons.append(f"topic {current_topic} -> {table.topic}")
     current_mode = observed.properties.get(MODE_PROPERTY, "append")
-    if current_mode != table.mode:
-        reasons.append(f"mode {current_mode} -> {table.mode}")
-    diff = differ(observed.schema, resolved.arrow_schema)
+    if current_mode != shape.mode:
+        reasons.append(f"mode {current_mode} -> {shape.mode}")
+    elif shape.mode == "upsert":
+        current_key = observed.properties.get(KEY_PROPERTY, "")
+        if current_key != ",".join(shape.key_columns):
+            wanted = ", ".join(shape.key_columns)
+            reasons.append(f"key columns ({current_key.replace(',', ', ')}) -> ({wanted})")
+    diff = differ(observed.schema, shape.schema)
     reasons.extend(f"incompatible schema: {reason}" for reason in diff.incompatible)
     if reasons:
         return [
@@ -184,8 +202,8 @@ def _table_changes(
                 identifier=identifier,
                 reasons=tuple(reasons),
                 columns=columns,
-                partition_by=partition_terms(table),
-                sort_by=sort_terms(table),
+                partition_by=shape.partition_by,
+                sort_by=shape.sort_by,
                 properties=desired_props,
             )
         ], True
@@ -203,7 +221,7 @@ def _table_changes(
                 ),
             )
         )
-    wanted_spec = partition_terms(table)
+    wanted_spec = shape.partition_by
     if wanted_spec != tuple(observed.partition_by):
         actions.append(
             ChangePartitionSpec(
@@ -214,7 +232,7 @@ def _table_changes(
                 desired=wanted_spec,
             )
         )
-    wanted_order = sort_terms(table)
+    wanted_order = shape.sort_by
     if wanted_order != tuple(observed.sort_by):
         actions.append(
             ChangeSortOrder(
@@ -301,6 +319,9 @@ def _ingest_action(
         checks=tuple(_describe_check(c) for c in table.checks),
         dead_letter=dead_letter,
         on_error=table.on_error,
+        mode=table.mode,
+        key_columns=table.key_columns,
+        stages=table_stages(table),
         warnings=tuple(g.describe() for g in offsets.gaps),
     )
 
@@ -333,7 +354,9 @@ def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> li
     return actions
 
 
-def _fingerprint(table: Table, observed: ObservedTable | None, resolved: Any) -> TableFingerprint:
+def table_fingerprint(
+    table: Table, observed: ObservedTable | None, resolved: Any
+) -> TableFingerprint:
     registry = {}
     if resolved is not None:
         registry = {

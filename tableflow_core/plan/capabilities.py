@@ -22,7 +22,6 @@ class TableGate:
 
 
 TABLE_GATES: tuple[TableGate, ...] = (
-    TableGate("mode", lambda t: t.mode == "upsert", "mode upsert"),
     TableGate("transforms", lambda t: bool(t.transforms), "transforms"),
     TableGate("checks", lambda t: bool(t.checks), "quality checks"),
     TableGate("on_error", lambda t: t.on_error != "fail", "on_error skip/dlq"),

@@ -1,4 +1,5 @@
-"""The project's tables as the values the builder compares and the engine consumes (pure)."""
+"""Config values the builder and the engine both need (pure). A table's desired shape is
+`pipeline.shape.desired_shape`."""
 
 from __future__ import annotations
 
@@ -13,42 +14,9 @@ from pydantic import BaseModel
 
 from tableflow_core.config.models import Format, StartFrom
 from tableflow_core.config.project import Project, Table
-from tableflow_core.plan.actions import PartitionTerm, SortTerm
 
-# Table properties tableflow writes to remember how a table was made.
-MODE_PROPERTY = "tableflow.mode"
-TOPIC_PROPERTY = "tableflow.topic"
 # Iceberg consumes these at creation; they never appear as properties afterwards.
 RESERVED_PROPERTIES = frozenset({"format-version"})
-
-
-def partition_terms(table: Table) -> tuple[PartitionTerm, ...]:
-    return tuple(
-        PartitionTerm(column=p.column, transform=p.transform, param=p.param)
-        for p in table.partition_by
-    )
-
-
-def sort_terms(table: Table) -> tuple[SortTerm, ...]:
-    terms = []
-    for s in table.sort_by:
-        descending = s.direction == "desc"
-        nulls_first = s.nulls == "first" if s.nulls else not descending
-        terms.append(SortTerm(column=s.column, descending=descending, nulls_first=nulls_first))
-    return tuple(terms)
-
-
-def managed_properties(table: Table) -> dict[str, str]:
-    """Properties the table must carry: the user's plus tableflow's own markers.
-
-    (`description` is not written as `comment`: Spark reserves that property name.)
-    """
-    from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
-
-    props = {**DEFAULT_TABLE_PROPERTIES, **table.properties}
-    props[MODE_PROPERTY] = table.mode
-    props[TOPIC_PROPERTY] = table.topic
-    return props
 
 
 def comparable_properties(props: dict[str, str]) -> dict[str, str]:

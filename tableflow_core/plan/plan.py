@@ -11,9 +11,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.plan.actions import Action, Blocker, Ingest
+from tableflow_core.plan.dag import Dag, DagTask
 from tableflow_core.text import plural
 
 PLAN_FORMAT_VERSION: Literal[1] = 1
+
+__all__ = ["Dag", "DagTask", "Plan", "PlanOptions", "Summary", "TableFingerprint"]
 
 
 class Frozen(BaseModel):
@@ -36,27 +39,6 @@ class TableFingerprint(Frozen):
     registry_schema_id: int | None = None
     registry_version: int | None = None
     schema_fingerprint: str | None = None
-
-
-class DagTask(Frozen):
-    """One node of the apply DAG. `stages` are the steps run inside it, in order."""
-
-    id: str
-    kind: Literal["create_namespace", "ddl", "ingest", "publish", "drop_table"]
-    table: str | None = None
-    depends_on: tuple[str, ...] = ()
-    actions: tuple[str, ...] = Field(default=(), description="Ids of the plan actions it performs")
-    stages: tuple[str, ...] = ()
-
-
-class Dag(Frozen):
-    tasks: tuple[DagTask, ...] = ()
-
-    def task(self, task_id: str) -> DagTask:
-        for task in self.tasks:
-            if task.id == task_id:
-                return task
-        raise KeyError(task_id)
 
 
 class PlanOptions(Frozen):

@@ -15,8 +15,8 @@ from tableflow_core.plan.actions import (
     ReplaceTable,
     UpdateProperties,
 )
+from tableflow_core.plan.dag import render_dag
 from tableflow_core.plan.plan import Plan
-from tableflow_core.runner.dag import render_dag
 from tableflow_core.text import plural
 
 SYMBOLS = {
@@ -89,6 +89,11 @@ def action_lines(action: object) -> list[Text]:
                 f"ingest {plural(action.records, 'record')} from topic {action.topic} into {identifier}",
             )
         )
+        key = f" by key ({', '.join(action.key_columns)})" if action.mode == "upsert" else ""
+        lines.append(Text(f"      mode {action.mode}{key}", style=style))
+        if action.stages:
+            stages = " -> ".join(stage.label() for stage in action.stages)
+            lines.append(Text(f"      pipeline: {stages}", style=style))
         for p in action.partitions:
             committed = "never read" if p.committed is None else f"committed {p.committed}"
             lines.append(

@@ -122,6 +122,12 @@ def probe_kafka(project: Project, readers: Readers | None = None) -> None:
         raise WorldReadError("kafka", address, project.redact(str(exc))) from exc
 
 
+def key_subject_spec(table: Table) -> Any:
+    """The key's format, resolved like a value: its subject named explicitly."""
+    spec = format_spec(table.key)
+    return spec.model_copy(update={"subject": spec.subject_for(table.topic, is_key=True)})
+
+
 def read_world(
     project: Project,
     tables: tuple[Table, ...],
@@ -167,6 +173,19 @@ def read_world(
             )
             for t in tables
         }
+        # Upsert: a registry key's own schema (its fields can be key columns).
+        key_f = {
+            t.name: pool.submit(
+                io.resolve_schema,
+                t.topic,
+                key_subject_spec(t),
+                None,
+                (),
+                registry,
+            )
+            for t in tables
+            if t.mode == "upsert" and format_spec(t.key).uses_registry
+        }
         topics = sorted({t.topic for t in tables}) if read_kafka else []
         watermark_f = {
             topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S)
@@ -195,6 +214,17 @@ def read_world(
             except Exception as exc:
                 if type(exc).__name__ == "SchemaResolutionError" and not _registry_down(exc):
                     problems.setdefault(t.name, []).append(f"schema: {exc}")
+                else:
+                    raise WorldReadError(
+                        "schema registry", registry_address, project.redact(str(exc))
+                    ) from exc
+        key_schemas: dict[str, Any] = {}
+        for name, future in key_f.items():
+            try:
+                key_schemas[name] = future.result().arrow_schema
+            except Exception as exc:
+                if type(exc).__name__ == "SchemaResolutionError" and not _registry_down(exc):
+                    problems.setdefault(name, []).append(f"key schema: {exc}")
                 else:
                     raise WorldReadError(
                         "schema registry", registry_address, project.redact(str(exc))
@@ -230,6 +260,7 @@ def read_world(
         tables=observed,
         listed_tables=frozenset(listed),
         schemas=schemas,
+        key_schemas=key_schemas,
         topics=topic_states,
         problems={k: tuple(v) for k, v in problems.items()},
     )

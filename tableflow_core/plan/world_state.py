@@ -44,6 +44,8 @@ class WorldState:
     # Every table identifier found in the namespaces the project uses (for undeclared tables).
     listed_tables: frozenset[str] = frozenset()
     schemas: Mapping[str, Any] = field(default_factory=dict)  # table name -> ResolvedSchema
+    # Upsert tables with a registry-encoded key: table name -> the key's pa.Schema.
+    key_schemas: Mapping[str, Any] = field(default_factory=dict)
     topics: Mapping[str, TopicState] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

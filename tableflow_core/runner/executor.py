@@ -13,8 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tableflow_core.plan.plan import Dag, DagTask
-from tableflow_core.runner.dag import topological_order
+from tableflow_core.plan.dag import Dag, DagTask, topological_order
 
 TaskStatus = Literal["success", "error", "skipped"]
 

@@ -8,7 +8,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from tableflow_core.plan.plan import DagTask
+from tableflow_core.plan.dag import DagTask
 from tableflow_core.runner.executor import TaskOutcome
 
 STATUS_STYLE = {"success": "green", "error": "bold red", "skipped": "yellow"}

@@ -26,6 +26,7 @@ class TableResult(BaseModel):
     snapshot_id: int | None = None
     duration_s: float = 0.0
     error: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 class RunResults(BaseModel):

@@ -1,19 +1,45 @@
-"""Compiling plan actions into a DAG of tasks, and ordering it.
+"""The apply DAG as data: compiling plan actions into tasks, and ordering them.
 
-Per table: DDL first (create / alter / replace), then ingest (read -> decode ->
-[transform] -> [check] -> write+commit, one Spark job: the stages run fused inside
-Spark tasks through mapInArrow), then publish to extra catalogs. Namespaces come
-before their tables; tables do not depend on each other, so the executor runs them
-concurrently.
+Per table: DDL first (create / alter / replace), then ingest (the table's pipeline of
+stages, pipeline/stages.py: read ranges -> decode -> transforms -> checks -> route bad
+records -> write -> publish), then publish to extra catalogs. Namespaces come before
+their tables; tables do not depend on each other, so the executor runs them
+concurrently. Pure: `runner/` executes a Dag, the plan never imports `runner/`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.plan.actions import DDL_KINDS
-from tableflow_core.plan.plan import Dag, DagTask
+
+
+class DagTask(BaseModel):
+    """One node of the apply DAG. `stages` are the steps run inside it, in order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    kind: Literal["create_namespace", "ddl", "ingest", "publish", "drop_table"]
+    table: str | None = None
+    depends_on: tuple[str, ...] = ()
+    actions: tuple[str, ...] = Field(default=(), description="Ids of the plan actions it performs")
+    stages: tuple[str, ...] = ()
+
+
+class Dag(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tasks: tuple[DagTask, ...] = ()
+
+    def task(self, task_id: str) -> DagTask:
+        for task in self.tasks:
+            if task.id == task_id:
+                return task
+        raise KeyError(task_id)
 
 
 class DagError(ValueError):
@@ -21,6 +47,7 @@ class DagError(ValueError):
 
 
 def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
+    """`tables`: the project's tables by name (for publish_to)."""
     tasks: list[DagTask] = []
     namespace_task: dict[str, str] = {}
     for action in actions:
@@ -65,12 +92,7 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
             )
         ingest = [a for a in table_actions if a.kind == "ingest"]
         if ingest:
-            stages = ["read", "decode"]
-            if config is not None and config.transforms:
-                stages.append("transform")
-            if config is not None and config.checks:
-                stages.append("check")
-            stages.append("write_commit")
+            stages = [stage.label() for stage in ingest[0].stages]
             task_id = f"ingest:{name}"
             tasks.append(
                 DagTask(

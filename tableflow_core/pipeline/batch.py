@@ -1,0 +1,67 @@
+"""What a stage runner receives (a context) and passes on (a batch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.kafka.offsets import OffsetRange
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything fixed for one table's run."""
+
+    spark: SparkSession
+    spec: IngestSpec
+    run_id: str
+    branch: str  # the run's private branch; stages write here, publish fast-forwards main
+    ranges: tuple[OffsetRange, ...]
+    offsets_after: Mapping[int, int]  # committed with the data
+    expected_start: Mapping[int, int]  # committed offsets the plan was made from
+    kafka_conf: Mapping[str, str]
+    catalog: Any = None  # the target's CatalogHandle (pyiceberg access), when apply has one
+    decoder_factory: Callable[[Any], Any] | None = None  # tests of failure paths
+
+    @property
+    def branch_identifier(self) -> str:
+        from tableflow_core.ingest.spec import quote_ident
+
+        return f"{self.spec.identifier}.{quote_ident('branch_' + self.branch)}"
+
+    def where(self) -> str:
+        return f"table {self.spec.table_name} ({self.spec.identifier}), topic {self.spec.topic!r}"
+
+
+# An audit runs after the write, on the branch, before publish; it raises to stop the run.
+Audit = Callable[["StageContext", "Batch"], None]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The data flowing between stages: lazy DataFrames until the write stage runs.
+
+    `good`: rows for the table (its columns + the hidden `__tf_*` columns).
+    `bad`: records rejected so far, in BAD_RECORD_SCHEMA shape (None: none possible).
+    `counters`: figures for the run results; values may be callables evaluated after
+    the write (Spark observations are filled by the write's single pass).
+    `audits`: checks on the written branch that decide whether publish may happen.
+    """
+
+    good: DataFrame | None = None
+    bad: DataFrame | None = None
+    counters: Mapping[str, Any] = field(default_factory=dict)
+    audits: Sequence[Audit] = ()
+    snapshot_id: int | None = None  # set by publish
+
+    def evolve(self, **changes: Any) -> Batch:
+        return replace(self, **changes)
+
+    def counter(self, name: str, default: int = 0) -> int:
+        value = self.counters.get(name, default)
+        return int(value() if callable(value) else value)

@@ -1,0 +1,48 @@
+"""Hidden columns the pipeline carries between stages (never written to the table)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from tableflow_core.pipeline.bad_records import (
+    BAD_RECORD_SCHEMA,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+)
+
+# Upsert tables: true on the key row of a tombstone (null value): the write stage deletes.
+TOMBSTONE_COLUMN = "__tf_tombstone"
+# Set on a record that could not be decoded (BAD_RECORD_SCHEMA), null on a good row.
+BAD_RECORD_COLUMN = "__tf_bad"
+
+HIDDEN_PREFIX = "__tf_"
+
+# Inside the decode output the struct's fields are nullable: a good row's struct is null.
+BAD_RECORD_STRUCT = pa.struct([f.with_nullable(True) for f in BAD_RECORD_SCHEMA])
+
+
+def source_fields(upsert: bool) -> list[pa.Field]:
+    """The hidden columns every decoded row carries, after the table's columns."""
+    fields = [
+        pa.field(SOURCE_PARTITION_COLUMN, pa.int32(), nullable=False),
+        pa.field(SOURCE_OFFSET_COLUMN, pa.int64(), nullable=False),
+    ]
+    if upsert:
+        fields.append(pa.field(TOMBSTONE_COLUMN, pa.bool_(), nullable=False))
+    return fields
+
+
+def decoded_schema(table_schema: pa.Schema, upsert: bool) -> pa.Schema:
+    """The decode stage's output: table columns, source position, the bad-record struct."""
+    # Every table column is nullable here: a bad record's row holds only its position.
+    return pa.schema(
+        [
+            *(f.with_nullable(True) for f in table_schema),
+            *source_fields(upsert),
+            pa.field(BAD_RECORD_COLUMN, BAD_RECORD_STRUCT),
+        ]
+    )
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(HIDDEN_PREFIX)

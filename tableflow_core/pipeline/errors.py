@@ -1,0 +1,35 @@
+"""The engine's errors: a run that raises one of these committed nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FailedRecord:
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"topic {self.topic!r} partition {self.partition} offset {self.offset}: {self.reason}"
+        )
+
+
+class IngestError(RuntimeError):
+    """The run failed and committed nothing; `failures` names the records at fault."""
+
+    def __init__(self, message: str, failures: Sequence[FailedRecord] = ()) -> None:
+        super().__init__(message)
+        self.failures = tuple(failures)
+
+
+class ConcurrentCommitError(IngestError):
+    """Someone else committed to the table since this run was planned: re-plan and retry."""
+
+
+class MainMovedError(ConcurrentCommitError):
+    """`main` moved while this run wrote its branch (the run's data stays invisible)."""

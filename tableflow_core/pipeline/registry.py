@@ -1,0 +1,68 @@
+"""Stage runners, found by the type of their stage spec.
+
+A runner is `(context, spec, batch) -> batch`. Each lives in its own module under
+`pipeline/runners/` and registers itself with `@stage_runner(SpecType)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.stages import StageSpec
+
+StageRunner = Callable[[StageContext, Any, Batch], Batch]
+S = TypeVar("S", bound=StageSpec)
+
+STAGE_RUNNERS: dict[type[StageSpec], StageRunner] = {}
+
+# Runner modules, imported once on first use (they import pyspark).
+RUNNER_MODULES: tuple[str, ...] = (
+    "read_ranges",
+    "decode",
+    "transform",
+    "check",
+    "route_bad_records",
+    "write",
+    "publish",
+)
+
+
+class UnknownStageError(LookupError):
+    """No runner is registered for a stage spec type."""
+
+
+def stage_runner(
+    spec_type: type[S],
+) -> Callable[
+    [Callable[[StageContext, S, Batch], Batch]], Callable[[StageContext, S, Batch], Batch]
+]:
+    def register(
+        runner: Callable[[StageContext, S, Batch], Batch],
+    ) -> Callable[[StageContext, S, Batch], Batch]:
+        STAGE_RUNNERS[spec_type] = runner
+        return runner
+
+    return register
+
+
+def _load_runners() -> None:
+    for module in RUNNER_MODULES:  # importing a module registers its runner (idempotent)
+        importlib.import_module(f"tableflow_core.pipeline.runners.{module}")
+
+
+def runner_for(spec: StageSpec) -> StageRunner:
+    if type(spec) not in STAGE_RUNNERS:
+        _load_runners()
+    try:
+        return STAGE_RUNNERS[type(spec)]
+    except KeyError:
+        raise UnknownStageError(f"no runner for stage {spec.label()!r}") from None
+
+
+def run_stages(context: StageContext, stages: Sequence[StageSpec], batch: Batch) -> Batch:
+    for spec in stages:
+        batch = runner_for(spec)(context, spec, batch)
+    return batch

@@ -1,0 +1,130 @@
+"""decode: read each range with confluent-kafka inside its Spark task and decode it.
+
+Reading and decoding are fused in one mapInArrow (a separate read stage would ship every
+raw record through one more Arrow round trip). The output carries good rows and bad
+records side by side (`pipeline/decode_chunks.py`); this stage splits them lazily. A Spark
+observation counts both during the write's single pass, so nothing is cached and Kafka is
+read once (the bad records are read again only when there are some and a stage needs
+them, e.g. to name them in an error or send them to a dead-letter target).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from tableflow_core.engine.ddl import spark_schema_for, target_arrow_schema
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN, decoded_schema
+from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
+from tableflow_core.pipeline.registry import stage_runner
+from tableflow_core.pipeline.stages import Decode
+
+DecoderFactory = Callable[[Any], Any]
+
+
+def _default_decoder_factory(spec: Any) -> Any:
+    from tableflow_core.schemas.decoding import build_decoder
+
+    return build_decoder(spec)
+
+
+def _mapper(
+    kafka_conf: dict[str, str],
+    decoder_spec: Any,
+    decoder_factory: DecoderFactory,
+    chunk_size: int,
+    key: KeySpec | None,
+    run_id: str,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function: each input row is a range; output rows are decoded rows."""
+
+    def run(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from tableflow_core.kafka.range_reader import read_range
+
+        chunks = ChunkDecoder(
+            decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id
+        )
+        for range_batch in range_batches:
+            for row in range_batch.to_pylist():
+                offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
+                for messages in read_range(kafka_conf, offset_range, chunk_size=chunk_size):
+                    yield from chunks.decode(messages)
+
+    return run
+
+
+def key_spec_of(context: StageContext) -> KeySpec | None:
+    spec = context.spec
+    if spec.mode != "upsert":
+        return None
+    from tableflow_core.schemas.formats import FormatSpec
+
+    key_format = spec.decoder.key or FormatSpec(format="string")
+    return KeySpec(key_format, spec.key_columns, spec.decoder.registry)
+
+
+OBSERVATION_TIMEOUT_S = 120.0
+
+
+def observed_metrics(observation: Any, timeout_s: float = OBSERVATION_TIMEOUT_S) -> dict[str, Any]:
+    """The decode observation's figures. Spark fills them when the write's job finishes;
+    `Observation.get` would block forever if a later stage dropped the observed frame from
+    the written lineage, so wait a bounded time and say so."""
+    result: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: result.update(observation.get), daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)
+    if waiter.is_alive():
+        raise RuntimeError(
+            "the decode stage's counts never arrived: a stage after decode must keep the "
+            "decoded frame in the lineage of what the write stage writes"
+        )
+    return result
+
+
+@stage_runner(Decode)
+def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    assert batch.good is not None, "decode needs the read_ranges stage before it"
+    key = key_spec_of(context)
+    table_schema = target_arrow_schema(context.spec)
+    output_schema = decoded_schema(table_schema, upsert=key is not None)
+    mapper = _mapper(
+        dict(context.kafka_conf),
+        context.spec.decoder,
+        context.decoder_factory or _default_decoder_factory,
+        context.spec.decode_chunk_size,
+        key,
+        context.run_id,
+    )
+    decoded = batch.good.mapInArrow(mapper, spark_schema_for(output_schema))
+    observation = Observation(f"tableflow_decode_{uuid.uuid4().hex}")
+    metrics = [
+        F.count(F.lit(1)).alias("records"),
+        F.count(F.col(BAD_RECORD_COLUMN)).alias("bad_records"),
+    ]
+    if key is not None:
+        metrics.append(F.count(F.when(F.col(TOMBSTONE_COLUMN), 1)).alias("tombstones"))
+    observed = decoded.observe(observation, *metrics)
+    good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
+    bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
+
+    def metric(name: str) -> Callable[[], int]:
+        return lambda: int(observed_metrics(observation).get(name) or 0)
+
+    counters: dict[str, Any] = {
+        **batch.counters,
+        "records_read": metric("records"),
+        "bad_records": metric("bad_records"),
+    }
+    if key is not None:
+        counters["tombstones"] = metric("tombstones")
+    return batch.evolve(good=good, bad=bad, counters=counters)

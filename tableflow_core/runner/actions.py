@@ -1,0 +1,198 @@
+"""Running one DAG task with Spark: task kinds and DDL actions, each found in a registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tableflow_core.config.project import Project
+from tableflow_core.ingest.spec import IngestSpec, quote_ident
+from tableflow_core.plan.actions import (
+    ChangePartitionSpec,
+    ChangeSortOrder,
+    CreateTable,
+    EvolveSchema,
+    Ingest,
+    ReplaceTable,
+    UpdateProperties,
+)
+from tableflow_core.plan.dag import DagTask
+from tableflow_core.plan.plan import Plan
+from tableflow_core.runner.table_spec import ingest_spec
+from tableflow_core.targets.kafka import kafka_consumer_config
+
+
+@dataclass
+class ApplyContext:
+    project: Project
+    plan: Plan
+    spark: Any
+    handle: Any  # CatalogHandle
+    schemas: Any  # table name -> ResolvedSchema
+    decoder_factory: Callable[[Any], Any] | None = None
+    key_schemas: Any = None  # table name -> an upsert table's registry key schema
+
+    def ident(self, dotted: str) -> str:
+        return ".".join(quote_ident(p) for p in (self.handle.spark_name, *dotted.split(".")))
+
+    def spec(self, table_name: str) -> IngestSpec:
+        ingest = next((a for a in self.plan.actions_for(table_name) if isinstance(a, Ingest)), None)
+        return ingest_spec(
+            self.project,
+            self.project.table(table_name),
+            self.schemas[table_name],
+            self.handle.spark_name,
+            ingest.stages if ingest is not None else (),
+            (self.key_schemas or {}).get(table_name),
+        )
+
+
+TaskRunner = Callable[[ApplyContext, DagTask], Any]
+TASK_RUNNERS: dict[str, TaskRunner] = {}
+ActionRunner = Callable[[ApplyContext, IngestSpec, Any], None]
+ACTION_RUNNERS: dict[type, ActionRunner] = {}
+
+
+def task_runner(kind: str) -> Callable[[TaskRunner], TaskRunner]:
+    def register(fn: TaskRunner) -> TaskRunner:
+        TASK_RUNNERS[kind] = fn
+        return fn
+
+    return register
+
+
+def action_runner(kind: type) -> Callable[[ActionRunner], ActionRunner]:
+    def register(fn: ActionRunner) -> ActionRunner:
+        ACTION_RUNNERS[kind] = fn
+        return fn
+
+    return register
+
+
+def run_task(context: ApplyContext, task: DagTask) -> Any:
+    sc = context.spark.sparkContext
+    # Each table's jobs get their own group and FAIR pool (no-op under FIFO mode).
+    sc.setJobGroup(f"tableflow:{task.id}", f"tableflow {task.id}", interruptOnCancel=True)
+    sc.setLocalProperty("spark.scheduler.pool", task.table or "tableflow")
+    runner = TASK_RUNNERS.get(task.kind)
+    if runner is None:
+        raise NotImplementedError(f"task kind {task.kind} is not supported yet")
+    return runner(context, task)
+
+
+@task_runner("create_namespace")
+def _create_namespace(context: ApplyContext, task: DagTask) -> None:
+    namespace = context.plan.action(task.actions[0]).identifier
+    context.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {context.ident(namespace)}")
+
+
+@task_runner("drop_table")
+def _drop_table(context: ApplyContext, task: DagTask) -> None:
+    identifier = context.plan.action(task.actions[0]).identifier
+    context.spark.sql(f"DROP TABLE IF EXISTS {context.ident(identifier)} PURGE")
+
+
+@task_runner("ddl")
+def _ddl(context: ApplyContext, task: DagTask) -> list[str]:
+    assert task.table is not None
+    spec = context.spec(task.table)
+    done = []
+    for action_id in task.actions:
+        action = context.plan.action(action_id)
+        runner = ACTION_RUNNERS.get(type(action))
+        if runner is None:
+            raise ValueError(f"unknown DDL action {action.kind}")
+        runner(context, spec, action)
+        done.append(action.id)
+    return done
+
+
+@task_runner("ingest")
+def _ingest(context: ApplyContext, task: DagTask) -> Any:
+    from tableflow_core.engine.ingest import ingest
+    from tableflow_core.kafka.offsets import OffsetRange
+
+    assert task.table is not None
+    spec = context.spec(task.table)
+    action = context.plan.action(task.actions[0])
+    assert isinstance(action, Ingest)
+    plan = context.plan
+    replaced = any(a.kind == "replace_table" for a in plan.actions_for(spec.table_name))
+    seen = plan.fingerprint(spec.table_name)
+    expected = {} if replaced or seen is None else dict(seen.committed_offsets or {})
+    ranges = [OffsetRange(action.topic, r.partition, r.start, r.end) for r in action.ranges]
+    return ingest(
+        context.spark,
+        spec,
+        ranges,
+        kafka_consumer_config(context.project.target.kafka),
+        expected,
+        start_offsets={p.partition: p.start for p in action.partitions},
+        warnings=list(action.warnings),
+        decoder_factory=context.decoder_factory,
+        catalog=context.handle,
+    )
+
+
+@action_runner(CreateTable)
+def _create_table(context: ApplyContext, spec: IngestSpec, action: CreateTable) -> None:
+    from tableflow_core.engine import ddl
+
+    ddl.create_table(context.spark, spec, spec.decoder.target_schema)
+
+
+@action_runner(ReplaceTable)
+def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable) -> None:
+    from tableflow_core.engine import ddl
+
+    context.spark.sql(f"DROP TABLE IF EXISTS {spec.identifier} PURGE")
+    ddl.create_table(context.spark, spec, spec.decoder.target_schema)
+
+
+@action_runner(EvolveSchema)
+def _evolve_schema(context: ApplyContext, spec: IngestSpec, action: EvolveSchema) -> None:
+    from tableflow_core.engine import ddl
+    from tableflow_core.schemas.evolution import SchemaChange, SchemaDiff
+
+    changes = tuple(SchemaChange(c.kind, c.path, c.detail) for c in action.changes)
+    ddl.apply_schema_changes(context.spark, spec, SchemaDiff(changes, ()))
+
+
+def _string_literal(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@action_runner(UpdateProperties)
+def _update_properties(context: ApplyContext, spec: IngestSpec, action: UpdateProperties) -> None:
+    pairs = ", ".join(f"{_string_literal(k)} = {_string_literal(v)}" for k, v in action.set.items())
+    context.spark.sql(f"ALTER TABLE {spec.identifier} SET TBLPROPERTIES ({pairs})")
+
+
+@action_runner(ChangePartitionSpec)
+def _change_partition_spec(
+    context: ApplyContext, spec: IngestSpec, action: ChangePartitionSpec
+) -> None:
+    from tableflow_core.engine.ddl import partition_sql
+
+    for term in action.current:
+        if term not in action.desired:
+            context.spark.sql(
+                f"ALTER TABLE {spec.identifier} DROP PARTITION FIELD {partition_sql(term)}"
+            )
+    for term in action.desired:
+        if term not in action.current:
+            context.spark.sql(
+                f"ALTER TABLE {spec.identifier} ADD PARTITION FIELD {partition_sql(term)}"
+            )
+
+
+@action_runner(ChangeSortOrder)
+def _change_sort_order(context: ApplyContext, spec: IngestSpec, action: ChangeSortOrder) -> None:
+    from tableflow_core.engine.ddl import sort_sql
+
+    if action.desired:
+        order = ", ".join(sort_sql(s) for s in action.desired)
+        context.spark.sql(f"ALTER TABLE {spec.identifier} WRITE ORDERED BY {order}")
+    else:
+        context.spark.sql(f"ALTER TABLE {spec.identifier} WRITE UNORDERED")

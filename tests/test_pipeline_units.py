@@ -1,0 +1,145 @@
+"""The pipeline's pure parts: stage specs, the registry, the desired shape, and the
+in-task chunk decoder (real decoder and serializers, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from tableflow_core.kafka.messages import KafkaMessage
+from tableflow_core.pipeline import stages
+from tableflow_core.pipeline.bad_records import (
+    BAD_RECORD_SCHEMA,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+)
+from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
+from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
+from tableflow_core.pipeline.registry import RUNNER_MODULES, STAGE_RUNNERS, runner_for
+from tableflow_core.pipeline.runners.write_upsert import merge_sql
+from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
+from tableflow_core.schemas.formats import FormatSpec
+
+TABLE = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
+
+
+def plain_json_decoder(schema: pa.Schema) -> Any:
+    value = FormatSpec(
+        format="json",
+        json_columns=(
+            {"name": "id", "type": "long"},  # type: ignore[arg-type]
+            {"name": "name", "type": "string"},  # type: ignore[arg-type]
+        ),
+    )
+    return build_decoder(DecoderSpec("t", value, None, (), None, serialize_schema(schema)))
+
+
+def message(offset: int, key: bytes | None, value: dict[str, Any] | bytes | None) -> KafkaMessage:
+    payload = json.dumps(value).encode() if isinstance(value, dict) else value
+    return KafkaMessage("t", 1, offset, 1_700_000_000_000, key, payload, (("h", b"v"),))
+
+
+def rows(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def test_every_stage_kind_has_a_runner_module() -> None:
+    kinds = [
+        stages.ReadRanges(),
+        stages.Decode(value_format="avro"),
+        stages.Transform(index=0, type="filter"),
+        stages.Check(index=0, type="not_null"),
+        stages.RouteBadRecords(),
+        stages.Write(),
+        stages.Publish(),
+    ]
+    for spec in kinds:
+        assert runner_for(spec) is STAGE_RUNNERS[type(spec)]
+    assert len(RUNNER_MODULES) == len(kinds)
+
+
+def test_append_chunk_carries_position_and_bad_records_as_data() -> None:
+    chunks = ChunkDecoder(plain_json_decoder(TABLE), TABLE, None, "run1")
+    out = list(
+        chunks.decode(
+            [
+                message(10, None, {"id": 1, "name": "a"}),
+                message(11, None, b"{not json"),
+                message(12, None, None),  # tombstone: no row in append mode
+                message(13, None, {"id": 2, "name": "b"}),
+            ]
+        )
+    )
+    assert all(b.schema == chunks.output_schema for b in out)
+    good = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is None]
+    bad = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is not None]
+    assert [(r["id"], r[SOURCE_PARTITION_COLUMN], r[SOURCE_OFFSET_COLUMN]) for r in good] == [
+        (1, 1, 10),
+        (2, 1, 13),
+    ]
+    (record,) = [r[BAD_RECORD_COLUMN] for r in bad]
+    assert set(record) == set(BAD_RECORD_SCHEMA.names)
+    assert (record["source_topic"], record["source_partition"], record["source_offset"]) == (
+        "t",
+        1,
+        11,
+    )
+    assert record["value"] == b"{not json" and record["stage"] == "decode"
+    assert record["headers"] == [{"key": "h", "value": b"v"}] and record["run_id"] == "run1"
+    assert bad[0]["id"] is None and bad[0][SOURCE_OFFSET_COLUMN] == 11
+
+
+def test_upsert_chunk_key_rows_tombstones_and_value_precedence() -> None:
+    table = TABLE.append(pa.field("order_key", pa.string()))
+    key = KeySpec(FormatSpec(format="string"), ("order_key",), None)
+    chunks = ChunkDecoder(plain_json_decoder(table), table, key, "run2")
+    out = rows(
+        list(
+            chunks.decode(
+                [
+                    message(0, b"k1", {"id": 1, "name": "a"}),
+                    message(1, b"k1", None),  # tombstone: a key row
+                    message(2, None, {"id": 3, "name": "c"}),  # no key: bad record
+                ]
+            )
+        )
+    )
+    by_offset = {r[SOURCE_OFFSET_COLUMN]: r for r in out}
+    assert by_offset[0]["order_key"] == "k1" and by_offset[0][TOMBSTONE_COLUMN] is False
+    assert by_offset[1]["order_key"] == "k1" and by_offset[1][TOMBSTONE_COLUMN] is True
+    assert by_offset[1]["id"] is None
+    assert "needs a key" in by_offset[2][BAD_RECORD_COLUMN]["error_message"]
+
+    # the value wins over the key when it carries the key column
+    valued = TABLE
+    key_id = KeySpec(FormatSpec(format="string"), ("name",), None)
+    chunks = ChunkDecoder(plain_json_decoder(valued), valued, key_id, "run3")
+    (row,) = rows(list(chunks.decode([message(5, b"from-key", {"id": 1, "name": "from-value"})])))
+    assert row["name"] == "from-value"
+    (tomb,) = rows(list(chunks.decode([message(6, b"from-key", None)])))
+    assert tomb["name"] == "from-key" and tomb[TOMBSTONE_COLUMN] is True
+
+
+def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:
+    sql = merge_sql("`c`.`ns`.`t`.`branch_x`", "v", ["id", "we`ird"], ("id",))
+    assert "ON t.`id` = s.`id`" in sql
+    assert "WHEN MATCHED AND s.`__tf_tombstone` THEN DELETE" in sql
+    assert "WHEN NOT MATCHED AND NOT s.`__tf_tombstone` THEN INSERT (`id`, `we``ird`)" in sql
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_stage_specs_round_trip_through_json(mode: str) -> None:
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(tuple[stages.Stage, ...])
+    specs = (
+        stages.ReadRanges(),
+        stages.Decode(value_format="avro", key_format="string"),
+        stages.RouteBadRecords(on_error="fail"),
+        stages.Write(mode=mode, key_columns=("id",) if mode == "upsert" else ()),  # type: ignore[arg-type]
+        stages.Publish(),
+    )
+    assert adapter.validate_json(adapter.dump_json(specs)) == specs

@@ -1,0 +1,205 @@
+"""Upsert tables end to end: real broker, registry, catalog server and Spark, through
+plan + apply; read back by pyiceberg, Spark and DuckDB (`tableflow query`'s reader).
+
+Records are produced to explicit partitions so one key can appear in several.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import fastavro
+import pytest
+from confluent_kafka import Producer
+
+from tests.fixtures.apply_env import apply, apply_ddl_only, run_cli_apply
+from tests.fixtures.stack import KafkaBroker, unique_name
+from tests.test_engine_helpers import avro_schema, frame, register
+
+pytestmark = pytest.mark.slow
+
+
+def key_schema(field: str) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "PaymentKey",
+        "namespace": "tableflow.test",
+        "fields": [{"name": field, "type": "long"}],
+    }
+
+
+# (partition, key, value or None for a tombstone); value = (name, amount) or with country
+Record = tuple[int, Any, Any]
+
+
+class Topic:
+    """A keyed topic: Avro record keys {id} (`avro`), Avro keys {key_id}, a field the
+    value lacks (`avro-key-field`), or UTF-8 string keys (`string`)."""
+
+    def __init__(self, broker: KafkaBroker, registry_url: str, key_format: str) -> None:
+        self.name = broker.create_topic(unique_name(f"upsert-{key_format}"), 2)
+        self.bootstrap = broker.bootstrap
+        self.registry_url = registry_url
+        self.key_format = key_format
+        self.key_field = "key_id" if key_format == "avro-key-field" else "id"
+        self.key_schema = key_schema(self.key_field)
+        self._key_id = (
+            register(registry_url, f"{self.name}-key", self.key_schema)
+            if key_format.startswith("avro")
+            else 0
+        )
+
+    def produce(self, records: list[Record], version: int = 1) -> None:
+        schema = avro_schema(version)
+        value_id = register(self.registry_url, f"{self.name}-value", schema)
+        parsed_value = fastavro.parse_schema(schema)
+        parsed_key = fastavro.parse_schema(self.key_schema)
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        for partition, key, value in records:
+            if self.key_format.startswith("avro"):
+                key_bytes = frame(self._key_id, parsed_key, {self.key_field: key})
+            else:
+                key_bytes = f"k{key}".encode()
+            payload = None
+            if value is not None:
+                record = {"id": key, "name": value[0], "amount": float(value[1])}
+                if version >= 2:
+                    record["country"] = value[2] if len(value) > 2 else None
+                payload = frame(value_id, parsed_value, record)
+            producer.produce(self.name, payload, key=key_bytes, partition=partition)
+        producer.flush(30)
+
+
+def table_config(topic: Topic) -> dict[str, Any]:
+    if topic.key_format.startswith("avro"):
+        # `key_id` is not a value field: the column comes from the key's registry schema
+        return {"mode": "upsert", "key_columns": [topic.key_field], "key": {"format": "avro"}}
+    # a string key absent from the value: one column, filled from the key
+    return {"mode": "upsert", "key_columns": ["order_key"], "key": {"format": "string"}}
+
+
+def rows_by_reader(env: Any, spark: Any, key: str) -> dict[Any, tuple[Any, ...]]:
+    """{key: (id, name, amount)} read by pyiceberg; Spark and DuckDB must agree."""
+    from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
+    from tableflow_core.targets.catalog import open_catalog
+
+    table = env.pyiceberg_table()
+    by_pyiceberg = {
+        r[key]: (r["id"], r["name"], r["amount"]) for r in table.scan().to_arrow().to_pylist()
+    }
+    assert len(by_pyiceberg) == table.scan().to_arrow().num_rows  # one row per key
+    spec = env.spec()
+    by_spark = {
+        r[key]: (r["id"], r["name"], r["amount"]) for r in spark.table(spec.identifier).collect()
+    }
+    assert by_spark == by_pyiceberg
+    project = env.project
+    with open_catalog(project) as handle:
+        props = handle.spark_properties
+        con = duckdb_connection()
+        attach_rest_catalog(con, handle.spark_name, props["uri"], props.get("credential"))
+        duck = con.sql(
+            f'SELECT "{key}", id, name, amount FROM {handle.spark_name}.{env.namespace}.t'
+        ).fetchall()
+    assert {r[0]: tuple(r[1:]) for r in duck} == by_pyiceberg
+    assert len(duck) == len(by_pyiceberg)
+    return by_pyiceberg
+
+
+def expect(topic: Topic, rows: dict[int, tuple[str, float]]) -> dict[Any, tuple[Any, ...]]:
+    key = (lambda i: i) if topic.key_format.startswith("avro") else (lambda i: f"k{i}")
+    return {key(i): (i, name, float(amount)) for i, (name, amount) in rows.items()}
+
+
+RUN_1: list[Record] = [
+    (0, 1, ("a", 1)),
+    (0, 2, ("b", 2)),
+    (0, 1, ("a2", 11)),  # same key again in the batch: the later offset wins
+    (0, 3, ("c", 3)),
+    (0, 3, None),  # tombstone for a key inserted in the same batch
+    (0, 3, ("c2", 33)),  # record after a tombstone re-inserts
+    (0, 99, None),  # tombstone for a key never seen: no-op
+    (1, 4, ("d", 4)),
+    (1, 1, ("z", 111)),  # key 1 in partition 1 too: (partition, offset) order -> wins
+]
+AFTER_1 = {1: ("z", 111), 2: ("b", 2), 3: ("c2", 33), 4: ("d", 4)}
+RUN_2: list[Record] = [
+    (0, 2, None),  # tombstone for a present key: deleted
+    (0, 5, ("e", 5)),
+    (0, 77, None),  # absent key: no-op
+    (1, 4, ("d2", 44)),
+    (1, 4, ("d3", 444)),
+]
+AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
+
+
+@pytest.mark.parametrize("key_format", ["avro", "string", "avro-key-field"])
+def test_upsert_last_record_per_key_wins_tombstones_delete(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    key_format: str,
+) -> None:
+    topic = Topic(kafka_broker, schema_registry.url, key_format)
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    key = {"avro": "id", "string": "order_key", "avro-key-field": "key_id"}[key_format]
+    topic.produce(RUN_1)
+    first = apply(spark, env)
+    assert first.records_read == len(RUN_1) and first.offsets_after == {0: 7, 1: 2}
+    assert rows_by_reader(env, spark, key) == expect(topic, AFTER_1)
+
+    topic.produce(RUN_2)
+    apply(spark, env)
+    assert rows_by_reader(env, spark, key) == expect(topic, AFTER_2)
+    # merge-on-read: the MERGE wrote position delete files, and readers applied them
+    deletes = spark.sql(f"SELECT count(*) FROM {env.spec().identifier}.delete_files").collect()[0][
+        0
+    ]
+    assert deletes >= 1
+
+    # schema evolution on an upsert table; re-insert of the key deleted in run 2
+    topic.produce([(0, 2, ("b2", 22, "fr")), (1, 5, ("e2", 55, "de"))], version=2)
+    evolved = apply(spark, env)
+    assert any(d.startswith("evolve_schema") for d in evolved.ddl)
+    after_3 = {**AFTER_2, 2: ("b2", 22), 5: ("e2", 55)}
+    assert rows_by_reader(env, spark, key) == expect(topic, after_3)
+    countries = {r["id"]: r["country"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert countries == {1: None, 2: "fr", 3: None, 4: None, 5: "de"}
+    assert apply(spark, env).status == "no_changes"
+
+
+def test_upsert_sigkill_between_merge_and_publish_then_rerun(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce(RUN_1)
+    apply(spark, env)
+    topic.produce(RUN_2)
+    for point in ("after_merge", "before_commit"):
+        run_cli_apply(env, crash_at=point)  # MERGE done on the run's branch, then kill -9
+        assert rows_by_reader(env, spark, "id") == expect(topic, AFTER_1)
+    rerun = apply(spark, env)
+    assert rerun.offsets_after == {0: 10, 1: 4}
+    assert rows_by_reader(env, spark, "id") == expect(topic, AFTER_2)
+    refs = spark.sql(f"SELECT name FROM {env.spec().identifier}.refs").collect()
+    assert [r.name for r in refs if r.name != "main"] == []
+
+
+def test_upsert_key_problems_are_bad_records(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce([(0, 1, ("a", 1))])
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    producer.produce(topic.name, b"\x00\x00\x00\x00\x01x", key=None, partition=0)
+    producer.flush(30)
+    apply_ddl_only(spark, env)
+    failed = apply(spark, env, expect="error")
+    assert f"topic {topic.name!r} partition 0 offset 1" in (failed.error or "")
+    assert "needs a key" in (failed.error or "")
+    assert env.pyiceberg_table().scan().to_arrow().num_rows == 0
+    assert json.dumps(failed.offsets_after) == "{}"
