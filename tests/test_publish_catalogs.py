@@ -35,8 +35,15 @@ GLUE_SECRET = "glue-secret-never-printed-7f3a"
 
 
 @pytest.fixture(scope="module")
-def second_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CatalogServer]:
-    server = start_catalog_server(tmp_path_factory.mktemp("second-catalog"))
+def second_catalog(
+    tmp_path_factory: pytest.TempPathFactory, catalog_server: CatalogServer
+) -> Iterator[CatalogServer]:
+    # The published pointer stays in the source catalog's warehouse: the second server
+    # confines locations to its own warehouse unless that one is allowed explicitly.
+    server = start_catalog_server(
+        tmp_path_factory.mktemp("second-catalog"),
+        allowed_locations=(catalog_server.warehouse.as_uri(),),
+    )
     yield server
     server.process.stop()
 

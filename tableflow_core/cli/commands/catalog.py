@@ -13,8 +13,18 @@ def command() -> None:
 @command.command("serve")
 @click.option("--host", help="Bind address (default: from the target's catalog).")
 @click.option("--port", type=int, help="Port (default: from the target's catalog).")
+@click.option(
+    "--allow-location",
+    "allowed_locations",
+    multiple=True,
+    metavar="PREFIX",
+    help="A location prefix besides the warehouse where tables may live (repeatable), "
+    "e.g. another project's warehouse whose tables are published here.",
+)
 @click.pass_obj
-def serve(ctx: CliContext, host: str | None, port: int | None) -> None:
+def serve(
+    ctx: CliContext, host: str | None, port: int | None, allowed_locations: tuple[str, ...]
+) -> None:
     """Run the target's embedded catalog server in the foreground."""
     from tableflow_core.catalog import serve_forever
     from tableflow_core.catalog.project_settings import embedded_server_settings
@@ -31,6 +41,8 @@ def serve(ctx: CliContext, host: str | None, port: int | None) -> None:
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
+    if allowed_locations:
+        overrides["allowed_locations"] = allowed_locations
     try:
         settings = embedded_server_settings(project, config, **overrides)
     except ValueError as exc:

@@ -134,5 +134,7 @@ def command(ctx: CliContext, as_json: bool) -> None:
         return
     console = ctx.console
     if not console.is_terminal:
+        from rich.console import Console
+
         console = Console(width=NON_TTY_WIDTH, no_color=True, highlight=False)
     render_status(status, console)
