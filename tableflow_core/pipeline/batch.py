@@ -43,6 +43,18 @@ Audit = Callable[["StageContext", "Batch"], None]
 
 
 @dataclass(frozen=True)
+class RejectedRows:
+    """Rows a transform or a row-level check took out of `good`, with where they go.
+
+    `rows` is in REJECTED_ROW_SCHEMA (pipeline/bad_records.py); `policy` is "skip" (counted
+    only) or "dlq" (route_bad_records fetches their original bytes and dead-letters them).
+    """
+
+    policy: str
+    rows: DataFrame
+
+
+@dataclass(frozen=True)
 class Batch:
     """The data flowing between stages: lazy DataFrames until the write stage runs.
 
@@ -50,12 +62,15 @@ class Batch:
     `bad`: records rejected so far, in BAD_RECORD_SCHEMA shape (None: none possible).
     `counters`: figures for the run results; values may be callables evaluated after
     the write (Spark observations are filled by the write's single pass).
+    `rejected`: rows taken out by transforms and row-level checks (route_bad_records
+    handles them by their policy).
     `audits`: checks on the written branch that decide whether publish may happen.
     """
 
     good: DataFrame | None = None
     bad: DataFrame | None = None
     counters: Mapping[str, Any] = field(default_factory=dict)
+    rejected: tuple[RejectedRows, ...] = ()
     audits: Sequence[Audit] = ()
     snapshot_id: int | None = None  # set by publish
 
