@@ -8,6 +8,7 @@ I/O, why a table cannot have the `delta` format (for the planner). See docs/delt
 
 from tableflow_core.delta.errors import DeltaSyncError
 from tableflow_core.delta.refusal import delta_refusal
+from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.delta.sync import (
     APP_ID,
     SNAPSHOT_ID_KEY,
@@ -23,5 +24,6 @@ __all__ = [
     "DeltaSyncResult",
     "delta_refusal",
     "mirrored_snapshot_id",
+    "storage_options_of",
     "sync_delta_log",
 ]

@@ -167,6 +167,28 @@ class Ingest(ActionBase):
     warnings: tuple[str, ...] = ()
 
 
+class PublishTable(ActionBase):
+    """Register or update the table's metadata pointer in catalogs of its `publish_to`
+    whose pointer is missing or stale (planned when nothing else commits to the table;
+    apply publishes after every commit anyway)."""
+
+    kind: Literal["publish_table"] = "publish_table"
+    change: Literal["update"] = "update"
+    catalogs: tuple[str, ...] = Field(
+        description="Catalogs to publish to (names in publish_catalogs)"
+    )
+    details: tuple[str, ...] = Field((), description="Why, one line per catalog")
+
+
+class MaintenanceDue(ActionBase):
+    """Maintenance due on the table: information only (`tableflow run` or
+    `tableflow maintain` runs it; apply does not)."""
+
+    kind: Literal["maintenance_due"] = "maintenance_due"
+    change: Literal["report"] = "report"
+    operations: tuple[str, ...] = Field(description="Each operation due and why")
+
+
 Action = Annotated[
     CreateNamespace
     | CreateTable
@@ -177,7 +199,9 @@ Action = Annotated[
     | ReplaceTable
     | UndeclaredTable
     | DropTable
-    | Ingest,
+    | Ingest
+    | PublishTable
+    | MaintenanceDue,
     Field(discriminator="kind"),
 ]
 

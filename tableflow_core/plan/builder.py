@@ -28,8 +28,10 @@ from tableflow_core.plan.actions import (
     DropTable,
     EvolveSchema,
     Ingest,
+    MaintenanceDue,
     OffsetSpan,
     PartitionLag,
+    PublishTable,
     ReplaceTable,
     SchemaChangeItem,
     UndeclaredTable,
@@ -132,6 +134,10 @@ def build_plan(
             blockers.append(Blocker(kind="invalid", table=table.name, message=ingest))
         elif ingest is not None:
             actions.append(ingest)
+        if observed is not None and not replaced:
+            commits = bool(table_actions) or isinstance(ingest, Ingest)
+            actions.extend(_publish_action(table, observed, world, commits))
+            actions.extend(_maintenance_action(table, observed, now or datetime.now(UTC)))
 
     if report_undeclared:
         actions.extend(_undeclared(project, world, options))
@@ -324,6 +330,57 @@ def _ingest_action(
         stages=table_stages(table),
         warnings=tuple(g.describe() for g in offsets.gaps),
     )
+
+
+def _publish_action(
+    table: Table, observed: ObservedTable, world: WorldState, commits: bool
+) -> list[Action]:
+    """Missing or stale published pointers, when nothing else commits to the table (a
+    commit publishes every catalog of `publish_to` anyway)."""
+    from tableflow_core.publish.state import published_state
+
+    if not table.publish_to or commits:
+        return []
+    error = world.publish_errors.get(table.name)
+    catalogs: tuple[str, ...]
+    details: tuple[str, ...]
+    if error is not None:
+        catalogs, details = tuple(table.publish_to), (f"cannot read the pointers: {error}",)
+    else:
+        pointers = world.published.get(table.name, {})
+        stale = [
+            s
+            for s in published_state(table, observed.metadata_location, pointers)
+            if s.needs_publish
+        ]
+        catalogs, details = tuple(s.catalog for s in stale), tuple(s.describe() for s in stale)
+    if not catalogs:
+        return []
+    return [
+        PublishTable(
+            id=f"publish_table:{table.name}",
+            table=table.name,
+            identifier=table.identifier,
+            catalogs=catalogs,
+            details=details,
+        )
+    ]
+
+
+def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) -> list[Action]:
+    from tableflow_core.maintenance.schedule import maintenance_due
+
+    due = maintenance_due(table, observed, now)
+    if not due:
+        return []
+    return [
+        MaintenanceDue(
+            id=f"maintenance_due:{table.name}",
+            table=table.name,
+            identifier=table.identifier,
+            operations=tuple(d.describe(now) for d in due),
+        )
+    ]
 
 
 def _describe_check(check: Any) -> str:

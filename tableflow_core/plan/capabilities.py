@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.delta import delta_refusal
 from tableflow_core.plan.actions import Blocker
 
 
@@ -26,7 +27,6 @@ TABLE_GATES: tuple[TableGate, ...] = (
     TableGate("checks", lambda t: bool(t.checks), "quality checks"),
     TableGate("on_error", lambda t: t.on_error != "fail", "on_error skip/dlq"),
     TableGate("dlq", lambda t: t.dlq is not None, "dead-letter targets (dlq)"),
-    TableGate("publish_to", lambda t: bool(t.publish_to), "publish_to (extra catalogs)"),
 )
 
 # Catalog types `apply` cannot write to from Spark yet (plan can read them with pyiceberg).
@@ -46,7 +46,24 @@ def table_blockers(table: Table) -> list[Blocker]:
                     message=f"{gate.what} is not supported yet",
                 )
             )
+    blockers.extend(_delta_blockers(table))
     return blockers
+
+
+def _delta_blockers(table: Table) -> list[Blocker]:
+    """`formats: [.., delta]` on a table whose writes a Delta log cannot mirror."""
+    reason = delta_refusal(table) if "delta" in table.formats else None
+    if reason is None:
+        return []
+    return [
+        Blocker(
+            kind="invalid",
+            table=table.name,
+            key="formats",
+            location=str(table.location_of("formats")),
+            message=reason,
+        )
+    ]
 
 
 def target_blockers(project: Project) -> list[Blocker]:

@@ -2,7 +2,10 @@
 
 Per table: DDL first (create / alter / replace), then ingest (the table's pipeline of
 stages, pipeline/stages.py: read ranges -> decode -> transforms -> checks -> route bad
-records -> write -> publish), then publish to extra catalogs. Namespaces come before
+records -> write -> publish), then, after whichever committed last, publish to extra
+catalogs (one task per catalog of `publish_to`) and sync the Delta log (tables with
+`formats: [.., delta]`). A `publish_table` action alone (stale pointers, nothing to
+commit) gives publish tasks for its catalogs only. Namespaces come before
 their tables; tables do not depend on each other, so the executor runs them
 concurrently. Pure: `runner/` executes a Dag, the plan never imports `runner/`.
 """
@@ -23,7 +26,7 @@ class DagTask(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
-    kind: Literal["create_namespace", "ddl", "ingest", "publish", "drop_table"]
+    kind: Literal["create_namespace", "ddl", "ingest", "publish", "sync_delta", "drop_table"]
     table: str | None = None
     depends_on: tuple[str, ...] = ()
     actions: tuple[str, ...] = Field(default=(), description="Ids of the plan actions it performs")
@@ -105,18 +108,41 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
                 )
             )
             last = task_id
-        if last is not None and config is not None:
-            for catalog in config.publish_to:
-                tasks.append(
-                    DagTask(
-                        id=f"publish:{name}:{catalog}",
-                        kind="publish",
-                        table=name,
-                        depends_on=(last,),
-                        stages=("register_in_catalog",),
-                    )
+        if config is None:
+            continue
+        publish = [a for a in table_actions if a.kind == "publish_table"]
+        catalogs: tuple[str, ...] = ()
+        if last is not None:
+            catalogs = tuple(config.publish_to)
+        elif publish:
+            catalogs = tuple(publish[0].catalogs)
+        for catalog in catalogs:
+            tasks.append(
+                DagTask(  # publish_catalog() reads the catalog back from the id
+                    id=f"publish:{name}:{catalog}",
+                    kind="publish",
+                    table=name,
+                    depends_on=(last,) if last else (),
+                    actions=(publish[0].id,) if publish else (),
+                    stages=("register_in_catalog",),
                 )
+            )
+        if last is not None and "delta" in getattr(config, "formats", ()):
+            tasks.append(
+                DagTask(
+                    id=f"delta:{name}",
+                    kind="sync_delta",
+                    table=name,
+                    depends_on=(last,),
+                    stages=("sync_delta_log",),
+                )
+            )
     return Dag(tasks=tuple(tasks))
+
+
+def publish_catalog(task: DagTask) -> str:
+    """The publish catalog of a `publish` task (`publish:<table>:<catalog>`)."""
+    return task.id.split(":", 2)[2]
 
 
 def topological_order(dag: Dag) -> list[DagTask]:

@@ -12,6 +12,8 @@ from tableflow_core.plan.actions import (
     CreateTable,
     EvolveSchema,
     Ingest,
+    MaintenanceDue,
+    PublishTable,
     ReplaceTable,
     UpdateProperties,
 )
@@ -116,6 +118,14 @@ def action_lines(action: object) -> list[Text]:
             lines.append(Text(f"      bad records -> {action.dead_letter}", style=style))
         for warning in action.warnings:
             lines.append(Text(f"      warning: {warning}", style="bold yellow"))
+    elif isinstance(action, PublishTable):
+        lines.append(_line(symbol, style, f"publish {identifier} to {', '.join(action.catalogs)}"))
+        for detail in action.details:
+            lines.append(Text(f"      {detail}", style=style))
+    elif isinstance(action, MaintenanceDue):
+        lines.append(_line(symbol, style, f"maintenance due on {identifier} (not run by apply)"))
+        for operation in action.operations:
+            lines.append(Text(f"      {operation}", style=style))
     elif kind == "drop_table":
         lines.append(_line(symbol, style, f"drop table {identifier} (not declared; --prune)"))
     elif kind == "undeclared_table":

@@ -135,6 +135,7 @@ def read_world(
     *,
     list_undeclared: bool = True,
     read_kafka: bool = True,
+    read_published: bool = True,
     readers: Readers | None = None,
     max_workers: int = 16,
 ) -> WorldState:
@@ -243,6 +244,11 @@ def read_world(
                             problems.setdefault(t.name, []).append(f"kafka: {exc}")
                     continue
                 raise WorldReadError("kafka", kafka_address, project.redact(str(exc))) from exc
+        published, publish_errors = (
+            _read_published(project, [t for t in tables if t.identifier in observed], pool)
+            if read_published
+            else ({}, {})
+        )
         # A timestamp start only matters for partitions the table never read.
         for t in tables:
             start = start_from_value(t)
@@ -263,7 +269,30 @@ def read_world(
         key_schemas=key_schemas,
         topics=topic_states,
         problems={k: tuple(v) for k, v in problems.items()},
+        published=published,
+        publish_errors=publish_errors,
     )
+
+
+def _read_published(
+    project: Project, tables: list[Table], pool: ThreadPoolExecutor
+) -> tuple[dict[str, dict[str, str | None]], dict[str, str]]:
+    """The pointers in each existing table's `publish_to` catalogs. A catalog that cannot
+    be read does not fail the plan: the table gets a publish action saying so, and apply
+    reports whether publishing then works."""
+    from tableflow_core.publish import read_published_pointers
+
+    futures = {
+        t.name: pool.submit(read_published_pointers, project, t) for t in tables if t.publish_to
+    }
+    published: dict[str, dict[str, str | None]] = {}
+    errors: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            published[name] = future.result()
+        except Exception as exc:
+            errors[name] = project.redact(f"{type(exc).__name__}: {exc}")[:500]
+    return published, errors
 
 
 def _registry_down(exc: BaseException) -> bool:

@@ -47,5 +47,9 @@ class WorldState:
     # Upsert tables with a registry-encoded key: table name -> the key's pa.Schema.
     key_schemas: Mapping[str, Any] = field(default_factory=dict)
     topics: Mapping[str, TopicState] = field(default_factory=dict)
+    # Tables with `publish_to`: table name -> {publish catalog -> pointer (None: not there)}.
+    published: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    # Tables whose published pointers could not be read: table name -> the (redacted) error.
+    publish_errors: Mapping[str, str] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -17,7 +17,7 @@ from tableflow_core.plan.actions import (
     ReplaceTable,
     UpdateProperties,
 )
-from tableflow_core.plan.dag import DagTask
+from tableflow_core.plan.dag import DagTask, publish_catalog
 from tableflow_core.plan.plan import Plan
 from tableflow_core.runner.table_spec import ingest_spec
 from tableflow_core.targets.kafka import kafka_consumer_config
@@ -133,6 +133,41 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
         decoder_factory=context.decoder_factory,
         catalog=context.handle,
     )
+
+
+def _load_table(context: ApplyContext, table_name: str) -> Any:
+    """The table as committed now (pyiceberg, read fresh from the catalog)."""
+    table = context.project.table(table_name)
+    return context.handle.catalog.load_table((*table.namespace, table.table))
+
+
+@task_runner("publish")
+def _publish(context: ApplyContext, task: DagTask) -> Any:
+    """Point one `publish_to` catalog at the table's current metadata. Runs after the
+    table's commits; a failure leaves the Iceberg commit in place and fails the task."""
+    from dataclasses import replace
+
+    from tableflow_core.publish import PublishError, publish_table
+
+    assert task.table is not None
+    table = context.project.table(task.table)
+    location = _load_table(context, task.table).metadata_location
+    one = replace(table, publish_to=(publish_catalog(task),))
+    result = publish_table(context.project, one, location)
+    if not result.ok:
+        raise PublishError(f"the table's commits stand; publishing failed: {result.summary_line()}")
+    return result
+
+
+@task_runner("sync_delta")
+def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
+    """Mirror the table's current snapshot in its Delta log (`formats: [.., delta]`)."""
+    from tableflow_core.delta import sync_delta_log
+    from tableflow_core.delta.storage import storage_options_of
+
+    assert task.table is not None
+    loaded = _load_table(context, task.table)
+    return sync_delta_log(loaded, storage_options=storage_options_of(loaded))
 
 
 @action_runner(CreateTable)

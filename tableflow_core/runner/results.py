@@ -27,6 +27,12 @@ class TableResult(BaseModel):
     duration_s: float = 0.0
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    published: tuple[str, ...] = Field(
+        default=(),
+        description="Catalogs of publish_to given the table's pointer after its commits "
+        "(a failed one makes the table's status error; its commits stand)",
+    )
+    delta_version: int | None = Field(None, description="The Delta log's version after the sync")
 
 
 class RunResults(BaseModel):

@@ -57,7 +57,12 @@ class ApplyTask:
             open_catalog(self.project) as handle,
         ):
             world = read_world(
-                self.project, tables, handle, list_undeclared=False, read_kafka=False
+                self.project,
+                tables,
+                handle,
+                list_undeclared=False,
+                read_kafka=False,
+                read_published=False,
             )
             current = [
                 table_fingerprint(t, world.tables.get(t.identifier), world.schemas.get(t.name))
@@ -172,6 +177,13 @@ def _results(
                 "snapshot_id": ingest.snapshot_id,
                 "warnings": tuple(ingest.warnings),
             }
+        kinds = {t.id: t.kind for t in tasks}
+        done = [o for o in mine if o.status == "success" and o.value is not None]
+        values["published"] = tuple(
+            e.describe() for o in done if kinds[o.task_id] == "publish" for e in o.value.entries
+        )
+        delta = next((o.value for o in done if kinds[o.task_id] == "sync_delta"), None)
+        values["delta_version"] = delta.version if delta is not None else None
         table_results.append(
             TableResult(
                 table=table.name,
