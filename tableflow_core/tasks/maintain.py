@@ -5,7 +5,8 @@ table is maintained under its lock (`runner/lock.py`, the one apply and run take
 so maintenance never races an ingest of the same table started from this project
 on this host; what is due is read again once the lock is held. After a table's
 maintenance commits, its new metadata pointer is published to the catalogs in its
-`publish_to`.
+`publish_to`, and the Delta log of a `formats: [.., delta]` table is synced (compaction
+changes its files). `tableflow run` calls this between refreshes of a table.
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ class TableMaintenance:
     published: PublishResult | None = None
     note: str | None = None  # why nothing ran (table missing, nothing due)
     error: str | None = None
+    delta: Any = None  # DeltaSyncResult after maintenance committed (delta tables)
+    delta_error: str | None = None
 
     @property
     def ok(self) -> bool:
         return (
             self.error is None
+            and self.delta_error is None
             and (self.report is None or self.report.ok)
             and (self.published is None or self.published.ok)
         )
@@ -131,11 +135,32 @@ class MaintainTask:
                 published = None
                 if table.publish_to and report.metadata_location:
                     published = publish_table(self.project, table, report.metadata_location)
-                return TableMaintenance(table.name, tuple(due), report, published)
+                delta, delta_error = None, None
+                if "delta" in table.formats and report.metadata_location:
+                    delta, delta_error = self._sync_delta(handle, table)
+                return TableMaintenance(
+                    table.name,
+                    tuple(due),
+                    report,
+                    published,
+                    delta=delta,
+                    delta_error=delta_error,
+                )
         except Exception as exc:
             return TableMaintenance(
                 table.name, tuple(due), error=self.project.redact(f"{type(exc).__name__}: {exc}")
             )
+
+    def _sync_delta(self, handle: CatalogHandle, table: Table) -> tuple[Any, str | None]:
+        """The Delta log mirrors the maintained snapshot; an error is reported, not raised
+        (the maintenance commits stand)."""
+        from tableflow_core.delta import storage_options_of, sync_delta_log
+
+        try:
+            loaded = handle.catalog.load_table((*table.namespace, table.table))
+            return sync_delta_log(loaded, storage_options=storage_options_of(loaded)), None
+        except Exception as exc:
+            return None, self.project.redact(f"delta log: {type(exc).__name__}: {exc}")[:500]
 
     def _spark(self, handle: CatalogHandle) -> Any:
         from tableflow_core.engine.spark_session import register_catalog

@@ -4,6 +4,11 @@ One Spark application serves every cycle, so executors' Python workers and the
 JIT stay warm between refreshes. Each cycle plans the due tables and applies the
 plan; a table that cannot be planned or applied is reported and retried at its
 next interval, and never stops the others.
+
+After a cycle's apply, the maintenance that is due on its tables runs (`MaintainTask`:
+under each table's lock, which the apply has released, so never racing the table's
+ingest; it publishes and syncs the Delta log after maintenance commits). Maintenance
+moves the table's metadata, so the next cycle plans afresh from it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -21,6 +26,7 @@ from tableflow_core.plan.plan import Plan, PlanOptions
 from tableflow_core.runner.results import RunResults
 from tableflow_core.runner.schedule import Schedule
 from tableflow_core.tasks.apply import ApplyTask
+from tableflow_core.tasks.maintain import MaintainTask, TableMaintenance
 from tableflow_core.tasks.plan import PlanTask
 
 if TYPE_CHECKING:
@@ -35,11 +41,13 @@ class CycleReport:
     blocked: tuple[str, ...] = ()  # tables whose plan has blockers (not applied)
     results: RunResults | None = None
     error: str | None = None  # the cycle failed before any table ran (e.g. broker down)
+    maintenance: tuple[TableMaintenance, ...] = ()  # tables with a `maintenance` block
 
     @property
     def ok(self) -> bool:
         failed = self.results is not None and self.results.status != "success"
-        return self.error is None and not self.blocked and not failed
+        maintained = all(m.ok for m in self.maintenance)
+        return self.error is None and not self.blocked and not failed and maintained
 
 
 @dataclass
@@ -64,7 +72,7 @@ class RunTask:
             if due:
                 if spark is None:
                     spark = self.spark_factory()
-                report = self._cycle(due, spark)
+                report = self._maintain(self._cycle(due, spark), spark)
                 reports.append(report)
                 if self.on_cycle is not None:
                     self.on_cycle(report)
@@ -93,6 +101,25 @@ class RunTask:
             return CycleReport(due, blocked, results)
         except Exception as exc:  # keep the scheduler alive; the table retries next interval
             return CycleReport(due, error=self.project.redact(f"{type(exc).__name__}: {exc}"))
+
+    def _maintain(self, report: CycleReport, spark: SparkSession) -> CycleReport:
+        """Run what maintenance is due on the cycle's tables (not blocked, and with a
+        `maintenance` block); after the apply, so never racing the tables' ingest."""
+        tables = tuple(
+            t
+            for t in self.tables
+            if t.name in report.tables
+            and t.name not in report.blocked
+            and t.maintenance is not None
+        )
+        if not tables or report.error is not None:
+            return report
+        try:
+            done = MaintainTask(self.project, tables, spark=spark, console=self.console).run()
+        except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
+            error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
+            return replace(report, error=error)
+        return replace(report, maintenance=tuple(done))
 
     def _plan(self, tables: tuple[Table, ...]) -> Plan:
         names = tuple(t.name for t in tables)

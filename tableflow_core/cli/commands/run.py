@@ -53,6 +53,16 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
             ctx.console.print(report.results.summary_line(), highlight=False)
         elif not report.error and not report.blocked:
             ctx.console.print(f"up to date: {names}", highlight=False)
+        for done in report.maintenance:
+            if done.error or done.delta_error:
+                ctx.console.print(
+                    f"[bold red]maintenance failed[/] {done.table}: {done.error or done.delta_error}",
+                    highlight=False,
+                )
+            if done.report is not None:
+                ctx.console.print(f"maintained {done.report.summary_line()}", highlight=False)
+            if done.published is not None:
+                ctx.console.print(f"published {done.published.summary_line()}", highlight=False)
 
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
     ctx.console.print(f"Refreshing {plural(len(tables), 'table')}: {intervals}", highlight=False)
