@@ -42,8 +42,14 @@ def test_cycles_ingest_new_records_and_report_blocked_tables(
         namespace=namespace,
         tables=[
             {"name": "orders", "topic": topic, "refresh_interval": "1s"},
-            # Upsert is not built yet: the plan blocks this table, the other still runs.
-            {"name": "latest", "topic": topic, "mode": "upsert", "key_columns": ["order_id"]},
+            # Delta cannot mirror upserts: the plan blocks this table, the other still runs.
+            {
+                "name": "latest",
+                "topic": topic,
+                "mode": "upsert",
+                "key_columns": ["order_id"],
+                "formats": ["iceberg", "delta"],
+            },
         ],
     )
     project = load_project(root)
