@@ -109,6 +109,12 @@ def command(
         ctx.console.print(
             f"[{style}]{result.status:>10}[/] {result.table}: {detail}", highlight=False
         )
+        for published in result.published:
+            ctx.console.print(f"           published {published}", highlight=False)
+        if result.delta_version is not None:
+            ctx.console.print(
+                f"           delta log at version {result.delta_version}", highlight=False
+            )
     ctx.console.print(results.summary_line(), highlight=False)
     ctx.console.print("Results written to target/run_results.json", highlight=False)
     if results.status != "success":
