@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from tableflow_core.config.loader import load_project
@@ -13,7 +14,10 @@ from tableflow_core.config.project import Project
 from tableflow_core.plan.actions import MaintenanceDue, PublishTable
 from tableflow_core.plan.builder import build_plan
 from tableflow_core.plan.dag import publish_catalog
+from tableflow_core.plan.plan_file import load_plan, save_plan
 from tableflow_core.plan.render_human import action_lines
+from tableflow_core.plan.render_json import plan_document, shipped_schema
+from tableflow_core.plan.render_markdown import render_markdown
 from tests.test_plan_builder import observed, world
 
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
@@ -65,6 +69,10 @@ def test_stale_and_missing_pointers_plan_a_publish_that_apply_runs_alone(tmp_pat
     assert [publish_catalog(t) for t in tasks] == ["lake", "other"]
     lines = [line.plain for line in action_lines(action)]
     assert lines[0] == "~ publish shop.orders to lake, other"
+    jsonschema.validate(plan_document(plan), shipped_schema())
+    save_plan(plan, tmp_path / "plan.json")
+    assert load_plan(tmp_path / "plan.json") == plan
+    assert "publish_table `shop.orders`" in render_markdown(plan)
 
 
 def test_current_pointers_plan_nothing(tmp_path: Path) -> None:
@@ -156,6 +164,7 @@ def test_due_maintenance_is_shown_and_does_not_make_changes(tmp_path: Path) -> N
         assert isinstance(action, MaintenanceDue) and action.operations == expected
         assert not plan.has_changes and not plan.blockers and plan.dag.tasks == ()
         assert "maintenance due on shop.orders" in action_lines(action)[0].plain
+        jsonschema.validate(plan_document(plan), shipped_schema())
     recent = {"tableflow.maintenance.compact.last-run": "2026-11-22T09:30:00+00:00"}
     table = observed(project, metadata_location=CURRENT)
     table = type(table)(**{**table.__dict__, "properties": {**table.properties, **recent}})
