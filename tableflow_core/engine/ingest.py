@@ -77,6 +77,7 @@ class IngestOutcome:
     duration_s: float
     warnings: tuple[str, ...] = field(default=())
     tombstones: int = 0
+    accounting: dict[str, Any] | None = None  # RunAccounting.to_json(), when routed
 
 
 DecoderFactory = Callable[[Any], Any]
@@ -283,4 +284,11 @@ def _ingest_once(
         snapshot_id=committed_state.current_snapshot_id,
         duration_s=time.monotonic() - began,
         tombstones=batch.counter("tombstones"),
+        accounting=_accounting(batch),
     )
+
+
+def _accounting(batch: Batch) -> dict[str, Any] | None:
+    value = batch.counters.get("accounting")
+    result = value() if callable(value) else value
+    return dict(result) if result is not None else None

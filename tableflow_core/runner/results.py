@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,11 @@ class TableResult(BaseModel):
     duration_s: float = 0.0
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    accounting: dict[str, Any] | None = Field(
+        None,
+        description="Where every record read went, per partition and in total "
+        "(deadletter/accounting.py RunAccounting.to_json()); None when nothing was read",
+    )
 
 
 class RunResults(BaseModel):

@@ -172,6 +172,15 @@ def _results(
                 "snapshot_id": ingest.snapshot_id,
                 "warnings": tuple(ingest.warnings),
             }
+            accounting = getattr(ingest, "accounting", None)
+            if accounting is not None:
+                totals = accounting["totals"]
+                values.update(
+                    records_written=totals["written"],
+                    records_skipped=totals["skipped"],
+                    records_dead_lettered=totals["dead_lettered"],
+                    accounting=accounting,
+                )
         table_results.append(
             TableResult(
                 table=table.name,
