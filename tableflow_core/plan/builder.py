@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.deadletter.table_plan import dlq_table_actions, iceberg_dlq_users
 from tableflow_core.pipeline.shape import (
     KEY_PROPERTY,
     MODE_PROPERTY,
@@ -132,6 +133,12 @@ def build_plan(
             blockers.append(Blocker(kind="invalid", table=table.name, message=ingest))
         elif ingest is not None:
             actions.append(ingest)
+
+    dlq_actions, dlq_blockers = dlq_table_actions(
+        tables, world.dlq_tables, world.namespaces | planned_namespaces
+    )
+    actions.extend(dlq_actions)
+    blockers.extend(dlq_blockers)
 
     if report_undeclared:
         actions.extend(_undeclared(project, world, options))
@@ -339,7 +346,7 @@ def _describe_check(check: Any) -> str:
 
 
 def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> list[Action]:
-    declared = {t.identifier for t in project.tables}
+    declared = {t.identifier for t in project.tables} | set(iceberg_dlq_users(project.tables))
     namespaces = {".".join(t.namespace) for t in project.tables}
     actions: list[Action] = []
     for identifier in sorted(world.listed_tables - declared):

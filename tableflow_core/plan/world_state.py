@@ -47,5 +47,7 @@ class WorldState:
     # Upsert tables with a registry-encoded key: table name -> the key's pa.Schema.
     key_schemas: Mapping[str, Any] = field(default_factory=dict)
     topics: Mapping[str, TopicState] = field(default_factory=dict)
+    # Existing Iceberg dead-letter tables: `ns.table` -> their column names.
+    dlq_tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

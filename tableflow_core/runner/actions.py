@@ -87,6 +87,17 @@ def _create_namespace(context: ApplyContext, task: DagTask) -> None:
     context.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {context.ident(namespace)}")
 
 
+@task_runner("create_dlq_table")
+def _create_dlq_table(context: ApplyContext, task: DagTask) -> None:
+    from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
+
+    action = context.plan.action(task.actions[0])
+    assert isinstance(action, CreateTable)
+    create_dlq_table(
+        context.spark, context.handle.spark_name, action.identifier, dict(action.properties)
+    )
+
+
 @task_runner("drop_table")
 def _drop_table(context: ApplyContext, task: DagTask) -> None:
     identifier = context.plan.action(task.actions[0]).identifier
