@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from tableflow_core.deadletter.table_plan import is_dlq_action
 from tableflow_core.plan.actions import (
     Blocker,
     ChangePartitionSpec,
@@ -45,6 +46,7 @@ def action_lines(action: object) -> list[Text]:
         lines.append(_line(symbol, style, f"namespace {identifier}"))
     elif isinstance(action, CreateTable | ReplaceTable):
         verb = "table" if isinstance(action, CreateTable) else "table (replace: drops data)"
+        verb = "dead-letter table" if is_dlq_action(action) else verb
         lines.append(_line(symbol, style, f"{verb} {identifier}"))
         if isinstance(action, ReplaceTable):
             for reason in action.reasons:
