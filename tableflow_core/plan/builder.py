@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.deadletter.suspension import describe_suspension
 from tableflow_core.deadletter.table_plan import dlq_table_actions, iceberg_dlq_users
 from tableflow_core.pipeline.shape import (
     KEY_PROPERTY,
@@ -78,6 +79,7 @@ def build_plan(
     blockers: list[Blocker] = list(capabilities.target_blockers(project))
     fingerprints: list[TableFingerprint] = []
     planned_namespaces: set[tuple[str, ...]] = set()
+    suspended: dict[str, str] = {}
 
     for table in sorted(tables, key=lambda t: t.name):
         blockers.extend(capabilities.table_blockers(table))
@@ -86,6 +88,9 @@ def build_plan(
         observed = world.tables.get(table.identifier)
         resolved = world.schemas.get(table.name)
         fingerprints.append(table_fingerprint(table, observed, resolved))
+        why = describe_suspension(observed.properties) if observed is not None else None
+        if why is not None:
+            suspended[table.name] = why
         if resolved is None:
             if not world.problems.get(table.name):
                 blockers.append(
@@ -158,6 +163,7 @@ def build_plan(
         blockers=tuple(blockers),
         fingerprints=tuple(fingerprints),
         dag=compile_dag(ordered, {t.name: t for t in tables}),
+        suspended=suspended,
     )
 
 

@@ -158,6 +158,9 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
         for table_action in actions:
             for line in action_lines(table_action):
                 console.print(line)
+    for name, why in sorted(plan.suspended.items()):
+        console.print()
+        console.print(Text(f"! {name}: {why}", style="bold yellow"))
     if plan.blockers:
         console.print()
         console.print(Text("Blocked:", style="bold red"))

@@ -43,6 +43,8 @@ class ApplyTask:
     results_path: Path | None = None
     # Optional decoder factory passed to the engine (tests of failure paths).
     decoder_factory: Callable[[Any], Any] | None = None
+    # `tableflow run`: a table stopped by bad records (on_error fail) is suspended.
+    suspend_on_bad_records: bool = False
 
     def run(self) -> RunResults:
         plan = self.plan
@@ -77,6 +79,7 @@ class ApplyTask:
                     _write_schemas(plan, tables, world),
                     self.decoder_factory,
                     world.key_schemas,
+                    self.suspend_on_bad_records,
                 )
                 with ApplyProgress(self.console, len(plan.dag.tasks)) as progress:
                     outcomes = execute_dag(

@@ -50,6 +50,7 @@ def _fail_if_any(context: StageContext, batch: Batch) -> None:
         f"table {context.spec.table_name} ({context.spec.identifier}): {count} record(s) "
         f"could not be decoded, nothing was committed{more}: {listed}",
         failures,
+        run_id=context.run_id,
     )
 
 
