@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tableflow_core.config.loader import load_project
 from tableflow_core.deadletter.accounting import ACCOUNTING_KEY, RunAccounting
 from tableflow_core.deadletter.headers import (
     SOURCE_OFFSET,
@@ -28,10 +29,14 @@ from tableflow_core.deadletter.headers import (
     STAGE,
     decode_error_headers,
 )
+from tableflow_core.deadletter.suspension import SUSPENDED_PROPERTY
 from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.runner.results import TableResult
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.state.offsets import OFFSETS_KEY
+from tableflow_core.tasks.apply import ApplyTask
+from tableflow_core.tasks.plan import PlanTask
+from tableflow_core.tasks.run import RunTask
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
@@ -219,3 +224,52 @@ def test_dlq_kafka_topic_every_offset_once(
     written = {(i // 100, i % 100) for i in table_ids(env)}
     assert dead == BAD and written == GOOD
     assert_accounting(env, result, "dead_lettered")
+
+
+def test_run_suspends_a_failing_table_keeps_the_others_and_apply_resumes_it(
+    spark: Any, stack_project: Any, catalog_server: Any, poison: Poison
+) -> None:
+    namespace = unique_namespace("susp")
+    strict = {"name": "strict", "topic": poison.topic, "metadata_columns": []}
+    lenient = {**strict, "name": "lenient", "on_error": "skip"}
+    root = stack_project(namespace=namespace, tables=[strict, lenient], name="susp")
+    project = load_project(root)
+    catalog = catalog_server.pyiceberg_catalog()
+
+    (report,) = RunTask(project, project.tables, spark_factory=lambda: spark, once=True).run()
+    assert list(report.suspended) == ["strict"] and not report.ok
+    assert (
+        "topic" in report.suspended["strict"]
+        and "partition 0 offset 1" in report.suspended["strict"]
+    )
+    assert report.results is not None
+    by_name = {t.table: t for t in report.results.tables}
+    assert by_name["lenient"].status == "success" and by_name["lenient"].records_skipped == 4
+    assert catalog.load_table(f"{namespace}.lenient").scan().to_arrow().num_rows == len(GOOD)
+    strict_table = catalog.load_table(f"{namespace}.strict")
+    assert SUSPENDED_PROPERTY in strict_table.properties
+    assert strict_table.scan().to_arrow().num_rows == 0
+
+    planned = tableflow("plan", cwd=root)
+    assert planned.returncode == 0, planned.stderr
+    assert "! strict: suspended since" in planned.stdout
+    assert "partition 0 offset 1" in planned.stdout
+
+    # The next cycle skips the suspended table (nothing applied for it).
+    (again,) = RunTask(project, project.tables, spark_factory=lambda: spark, once=True).run()
+    assert list(again.suspended) == ["strict"]
+    assert again.results is None or "strict" not in {t.table for t in again.results.tables}
+
+    # Fixed (here: skip the bad records): a successful apply clears the suspension.
+    stack_project(
+        namespace=namespace, tables=[{**strict, "on_error": "skip"}, lenient], name="susp"
+    )
+    project = load_project(root)
+    plan = PlanTask(project, project.tables).run()
+    assert "strict" in plan.suspended and not plan.blockers
+    results = ApplyTask(project, plan, spark=spark).run()
+    assert results.status == "success", results
+    strict_table = catalog.load_table(f"{namespace}.strict")
+    assert SUSPENDED_PROPERTY not in strict_table.properties
+    assert strict_table.scan().to_arrow().num_rows == len(GOOD)
+    assert PlanTask(project, project.tables).run().suspended == {}
