@@ -10,9 +10,13 @@ then a re-run, leaves no duplicate dead-letter rows and no lost offsets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,7 +42,7 @@ from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tableflow_core.tasks.run import RunTask
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
-from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.catalog import start_catalog_server, unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.test_cli_basics import tableflow
 
@@ -273,3 +277,37 @@ def test_run_suspends_a_failing_table_keeps_the_others_and_apply_resumes_it(
     assert SUSPENDED_PROPERTY not in strict_table.properties
     assert strict_table.scan().to_arrow().num_rows == len(GOOD)
     assert PlanTask(project, project.tables).run().suspended == {}
+
+
+def test_catalog_stopped_mid_run_is_named_with_its_address(
+    spark: Any, make_env: Any, poison: Poison, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    from tableflow_core.engine import ddl
+    from tableflow_core.engine.ingest import IngestError, ingest
+    from tableflow_core.engine.spark_session import register_catalog
+    from tableflow_core.ingest.spec import quote_ident
+    from tableflow_core.kafka.offsets import OffsetRange
+
+    env = make_env(poison.topic, metadata_columns=[], on_error="skip")
+    server = start_catalog_server(tmp_path / "own-catalog")
+    name = f"tf_gone_{uuid.uuid4().hex[:8]}"
+    try:
+        register_catalog(spark, name, server.spark_properties())
+        spec = dataclasses.replace(env.spec(), catalog=name)
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote_ident(name)}.{env.namespace}")
+        ddl.create_table(spark, spec, spec.decoder.target_schema)
+    finally:
+        server.process.stop()
+    with pytest.raises(IngestError) as info:
+        ingest(
+            spark,
+            spec,
+            [OffsetRange(poison.topic, 0, 0, len(LAYOUT[0]))],
+            {"bootstrap.servers": kafka_broker.bootstrap},
+            {},
+            catalog=SimpleNamespace(address=server.uri),
+        )
+    message = str(info.value)
+    assert f"catalog '{name}' at {server.uri}" in message, message
+    assert "An error occurred while calling" not in message, message
+    assert "Connection refused" in message or "ConnectException" in message, message
