@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from tableflow_core.config.loader import load_project
+from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.pipeline.shape import managed_properties
 from tableflow_core.plan.actions import PartitionTerm
 from tableflow_core.plan.builder import build_plan
@@ -241,8 +242,6 @@ def test_registry_key_fields_absent_from_the_value_become_columns(tmp_path):
     [
         ({"transforms": [{"type": "filter", "where": "amount > 0"}]}, "transforms"),
         ({"checks": [{"type": "not_null", "columns": ["id"]}]}, "checks"),
-        ({"on_error": "skip"}, "on_error"),
-        ({"on_error": "dlq", "dlq": {"type": "kafka", "topic": "bad"}}, "dlq"),
     ],
 )
 def test_unbuilt_capabilities_are_refused_with_their_location(tmp_path, overrides, key):
@@ -326,3 +325,49 @@ def test_renderers(tmp_path):
     markdown = render_markdown(plan)
     assert markdown.startswith("### tableflow plan") and "| `-/+` | orders |" in markdown
     assert json.loads(json.dumps(plan_document(plan)))["summary"]["blocked"] == 1
+
+
+def test_iceberg_dead_letter_table_is_created_before_the_ingest_that_uses_it(tmp_path):
+    project = make_project(
+        tmp_path, on_error="dlq", dlq={"type": "iceberg", "table": "ops.bad_records"}
+    )
+    state = world(project, observed(project), watermarks={0: (0, 20), 1: (0, 4)})
+    plan = build_plan(project, project.tables, state)
+    assert not plan.blockers
+    assert "create_dlq_table:ops.bad_records" in [a.id for a in plan.actions]
+    assert "create_namespace:ops" in [a.id for a in plan.actions]
+    ingest = plan.dag.task("ingest:orders")
+    assert "dlq:ops.bad_records" in ingest.depends_on
+    assert plan.dag.task("dlq:ops.bad_records").depends_on == ("namespace:ops",)
+    assert "route_bad_records(dlq)" in ingest.stages
+
+    # Existing with the dead-letter columns: nothing to do, and not reported as undeclared.
+    columns = tuple(f.name for f in BAD_RECORD_SCHEMA)
+    state = world(project, observed(project), dlq_tables={"ops.bad_records": columns})
+    state = WorldState(
+        **{
+            **state.__dict__,
+            "namespaces": frozenset({("shop",), ("ops",)}),
+            "listed_tables": frozenset({"shop.orders", "shop.bad"}),
+        }
+    )
+    plan = build_plan(project, project.tables, state)
+    assert not [a for a in plan.actions if "ops" in a.id]
+    assert not plan.blockers
+
+    # Existing with other columns: refused, not altered.
+    state = world(project, observed(project), dlq_tables={"ops.bad_records": ("a", "b")})
+    plan = build_plan(project, project.tables, state)
+    (blocker,) = plan.blockers
+    assert blocker.key == "dlq" and "exists with columns ['a', 'b']" in blocker.message
+
+
+def test_dead_letter_table_in_a_project_namespace_is_not_undeclared(tmp_path):
+    project = make_project(tmp_path, on_error="dlq", dlq={"type": "iceberg", "table": "shop.bad"})
+    columns = tuple(f.name for f in BAD_RECORD_SCHEMA)
+    state = world(project, observed(project), dlq_tables={"shop.bad": columns})
+    state = WorldState(
+        **{**state.__dict__, "listed_tables": frozenset({"shop.orders", "shop.bad"})}
+    )
+    plan = build_plan(project, project.tables, state, options=PlanOptions(prune=True))
+    assert [a.kind for a in plan.actions if "shop.bad" in a.id] == []

@@ -77,6 +77,7 @@ class IngestOutcome:
     duration_s: float
     warnings: tuple[str, ...] = field(default=())
     tombstones: int = 0
+    accounting: dict[str, Any] | None = None  # RunAccounting.to_json(), when routed
 
 
 DecoderFactory = Callable[[Any], Any]
@@ -101,6 +102,24 @@ def root_cause(error: BaseException, limit: int = 500) -> str:
     if error_lines:
         return error_lines[0][:limit]
     return (lines[0] if lines else type(error).__name__)[:limit]
+
+
+def failure_cause(error: BaseException) -> str:
+    """Our executor's error when a task raised one, else the JVM's root cause (e.g.
+    `HttpHostConnectException: ... Connection refused`), never py4j's "An error occurred
+    while calling o107.append"."""
+    from tableflow_core.deadletter.frames import spark_error_summary
+
+    lines = [line.strip() for line in str(error).splitlines()]
+    if any(_PYTHON_ERROR_LINE.match(line) and line.startswith("tableflow_core.") for line in lines):
+        return root_cause(error)
+    return spark_error_summary(error)
+
+
+def _catalog_named(spec: IngestSpec, handle: Any) -> str:
+    address = getattr(handle, "address", None)
+    name = repr(spec.catalog)
+    return f"catalog {name} at {address}" if address else f"catalog {name}"
 
 
 def _short_class(line: str) -> str:
@@ -203,6 +222,13 @@ def ingest(
             if attempt == max_commit_attempts:
                 raise
             continue
+        except (IngestError, NotImplementedError):
+            raise
+        except Exception as exc:  # state reads, branch DDL: name the catalog, not py4j's call
+            raise IngestError(
+                f"table {spec.table_name} ({spec.identifier}) in {_catalog_named(spec, catalog)}: "
+                f"the run failed, nothing was committed: {failure_cause(exc)}"
+            ) from exc
         retried = (f"commit retried {attempt - 1} time(s): main moved during the write",)
         return replace(
             outcome,
@@ -268,7 +294,8 @@ def _ingest_once(
             raise
         except Exception as exc:
             raise IngestError(
-                f"{context.where()}: the write failed, nothing was committed: {root_cause(exc)}"
+                f"{context.where()} in {_catalog_named(spec, catalog)}: the write failed, "
+                f"nothing was committed: {failure_cause(exc)}"
             ) from exc
     finally:
         _drop_branch(spark, identifier, branch)
@@ -283,4 +310,11 @@ def _ingest_once(
         snapshot_id=committed_state.current_snapshot_id,
         duration_s=time.monotonic() - began,
         tombstones=batch.counter("tombstones"),
+        accounting=_accounting(batch),
     )
+
+
+def _accounting(batch: Batch) -> dict[str, Any] | None:
+    value = batch.counters.get("accounting")
+    result = value() if callable(value) else value
+    return dict(result) if result is not None else None

@@ -38,6 +38,8 @@ class IngestSpec:
     key_columns: tuple[str, ...] = ()
     # The pipeline the plan emitted (pipeline/stages.py); () = the default append pipeline.
     stages: tuple[Stage, ...] = ()
+    # The table's dead-letter target config (KafkaDeadLetter / IcebergDeadLetter), if any.
+    dead_letter: Any = None
 
     @property
     def identifier(self) -> str:

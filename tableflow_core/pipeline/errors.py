@@ -22,9 +22,12 @@ class FailedRecord:
 class IngestError(RuntimeError):
     """The run failed and committed nothing; `failures` names the records at fault."""
 
-    def __init__(self, message: str, failures: Sequence[FailedRecord] = ()) -> None:
+    def __init__(
+        self, message: str, failures: Sequence[FailedRecord] = (), run_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.failures = tuple(failures)
+        self.run_id = run_id
 
 
 class ConcurrentCommitError(IngestError):

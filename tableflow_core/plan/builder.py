@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.deadletter.suspension import describe_suspension
+from tableflow_core.deadletter.table_plan import dlq_table_actions, iceberg_dlq_users
 from tableflow_core.pipeline.shape import (
     KEY_PROPERTY,
     MODE_PROPERTY,
@@ -79,6 +81,7 @@ def build_plan(
     blockers: list[Blocker] = list(capabilities.target_blockers(project))
     fingerprints: list[TableFingerprint] = []
     planned_namespaces: set[tuple[str, ...]] = set()
+    suspended: dict[str, str] = {}
 
     for table in sorted(tables, key=lambda t: t.name):
         blockers.extend(capabilities.table_blockers(table))
@@ -87,6 +90,9 @@ def build_plan(
         observed = world.tables.get(table.identifier)
         resolved = world.schemas.get(table.name)
         fingerprints.append(table_fingerprint(table, observed, resolved))
+        why = describe_suspension(observed.properties) if observed is not None else None
+        if why is not None:
+            suspended[table.name] = why
         if resolved is None:
             if not world.problems.get(table.name):
                 blockers.append(
@@ -139,6 +145,12 @@ def build_plan(
             actions.extend(_publish_action(table, observed, world, commits))
             actions.extend(_maintenance_action(table, observed, now or datetime.now(UTC)))
 
+    dlq_actions, dlq_blockers = dlq_table_actions(
+        tables, world.dlq_tables, world.namespaces | planned_namespaces
+    )
+    actions.extend(dlq_actions)
+    blockers.extend(dlq_blockers)
+
     if report_undeclared:
         actions.extend(_undeclared(project, world, options))
 
@@ -157,6 +169,7 @@ def build_plan(
         blockers=tuple(blockers),
         fingerprints=tuple(fingerprints),
         dag=compile_dag(ordered, {t.name: t for t in tables}),
+        suspended=suspended,
     )
 
 
@@ -396,7 +409,7 @@ def _describe_check(check: Any) -> str:
 
 
 def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> list[Action]:
-    declared = {t.identifier for t in project.tables}
+    declared = {t.identifier for t in project.tables} | set(iceberg_dlq_users(project.tables))
     namespaces = {".".join(t.namespace) for t in project.tables}
     actions: list[Action] = []
     for identifier in sorted(world.listed_tables - declared):

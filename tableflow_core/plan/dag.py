@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.deadletter.table_plan import is_dlq_action
 from tableflow_core.plan.actions import DDL_KINDS
 
 
@@ -26,7 +27,15 @@ class DagTask(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
-    kind: Literal["create_namespace", "ddl", "ingest", "publish", "sync_delta", "drop_table"]
+    kind: Literal[
+        "create_namespace",
+        "create_dlq_table",
+        "ddl",
+        "ingest",
+        "publish",
+        "sync_delta",
+        "drop_table",
+    ]
     table: str | None = None
     depends_on: tuple[str, ...] = ()
     actions: tuple[str, ...] = Field(default=(), description="Ids of the plan actions it performs")
@@ -53,6 +62,7 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
     """`tables`: the project's tables by name (for publish_to)."""
     tasks: list[DagTask] = []
     namespace_task: dict[str, str] = {}
+    dlq_task: dict[str, str] = {}  # dead-letter table identifier -> its creating task
     for action in actions:
         if action.kind == "create_namespace":
             task_id = f"namespace:{action.identifier}"
@@ -63,6 +73,18 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
                     kind="create_namespace",
                     actions=(action.id,),
                     stages=("create_namespace",),
+                )
+            )
+        elif is_dlq_action(action):
+            namespace = action.identifier.rsplit(".", 1)[0]
+            dlq_task[action.identifier] = f"dlq:{action.identifier}"
+            tasks.append(
+                DagTask(
+                    id=dlq_task[action.identifier],
+                    kind="create_dlq_table",
+                    depends_on=(namespace_task[namespace],) if namespace in namespace_task else (),
+                    actions=(action.id,),
+                    stages=("create_dlq_table",),
                 )
             )
         elif action.kind == "drop_table":
@@ -97,12 +119,15 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
         if ingest:
             stages = [stage.label() for stage in ingest[0].stages]
             task_id = f"ingest:{name}"
+            dlq = getattr(getattr(config, "dlq", None), "table", None)
             tasks.append(
                 DagTask(
                     id=task_id,
                     kind="ingest",
                     table=name,
-                    depends_on=(last,) if last else (),
+                    depends_on=tuple(
+                        t for t in (last, dlq_task.get(dlq) if dlq else None) if t is not None
+                    ),
                     actions=(ingest[0].id,),
                     stages=tuple(stages),
                 )

@@ -71,6 +71,10 @@ class Plan(Frozen):
     blockers: tuple[Blocker, ...] = ()
     fingerprints: tuple[TableFingerprint, ...] = ()
     dag: Dag = Dag()
+    suspended: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tables suspended by `tableflow run` (on_error fail): name -> why",
+    )
 
     @property
     def summary(self) -> Summary:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
+from tableflow_core.deadletter.table_plan import is_dlq_action
 from tableflow_core.plan.actions import (
     Blocker,
     ChangePartitionSpec,
@@ -47,6 +48,7 @@ def action_lines(action: object) -> list[Text]:
         lines.append(_line(symbol, style, f"namespace {identifier}"))
     elif isinstance(action, CreateTable | ReplaceTable):
         verb = "table" if isinstance(action, CreateTable) else "table (replace: drops data)"
+        verb = "dead-letter table" if is_dlq_action(action) else verb
         lines.append(_line(symbol, style, f"{verb} {identifier}"))
         if isinstance(action, ReplaceTable):
             for reason in action.reasons:
@@ -166,6 +168,9 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
         for table_action in actions:
             for line in action_lines(table_action):
                 console.print(line)
+    for name, why in sorted(plan.suspended.items()):
+        console.print()
+        console.print(Text(f"! {name}: {why}", style="bold yellow"))
     if plan.blockers:
         console.print()
         console.print(Text("Blocked:", style="bold red"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.deadletter.table_plan import iceberg_dlq_users
 from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.desired import format_spec, start_from_value
@@ -187,6 +188,10 @@ def read_world(
             for t in tables
             if t.mode == "upsert" and format_spec(t.key).uses_registry
         }
+        dlq_f = {
+            identifier: pool.submit(_load_identifier, catalog_call, catalog, identifier)
+            for identifier in sorted(iceberg_dlq_users(tables))
+        }
         topics = sorted({t.topic for t in tables}) if read_kafka else []
         watermark_f = {
             topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S)
@@ -208,6 +213,11 @@ def read_world(
             loaded = _result(table_f[t.name])
             if loaded is not None:
                 observed[t.identifier] = observe_table(t.identifier, loaded, t.topic)
+        dlq_tables = {
+            identifier: tuple(f.name for f in loaded.schema().fields)
+            for identifier, future in dlq_f.items()
+            if (loaded := _result(future)) is not None
+        }
         schemas: dict[str, Any] = {}
         for t in tables:
             try:
@@ -271,6 +281,7 @@ def read_world(
         problems={k: tuple(v) for k, v in problems.items()},
         published=published,
         publish_errors=publish_errors,
+        dlq_tables=dlq_tables,
     )
 
 
@@ -312,8 +323,14 @@ def _is_missing(exc: BaseException) -> bool:
 def _load_table(
     catalog_call: Callable[[Callable[[], Any]], Any], catalog: Any, table: Table
 ) -> Any:
+    return _load_identifier(catalog_call, catalog, ".".join((*table.namespace, table.table)))
+
+
+def _load_identifier(
+    catalog_call: Callable[[Callable[[], Any]], Any], catalog: Any, identifier: str
+) -> Any:
     try:
-        return catalog_call(lambda: catalog.load_table((*table.namespace, table.table)))
+        return catalog_call(lambda: catalog.load_table(tuple(identifier.split("."))))
     except Exception as exc:
         if _is_missing(exc):
             return None

@@ -51,5 +51,7 @@ class WorldState:
     published: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
     # Tables whose published pointers could not be read: table name -> the (redacted) error.
     publish_errors: Mapping[str, str] = field(default_factory=dict)
+    # Existing Iceberg dead-letter tables: `ns.table` -> their column names.
+    dlq_tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

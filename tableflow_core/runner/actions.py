@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ class ApplyContext:
     schemas: Any  # table name -> ResolvedSchema
     decoder_factory: Callable[[Any], Any] | None = None
     key_schemas: Any = None  # table name -> an upsert table's registry key schema
+    suspend_on_bad_records: bool = False  # `tableflow run`: suspend instead of only failing
 
     def ident(self, dotted: str) -> str:
         return ".".join(quote_ident(p) for p in (self.handle.spark_name, *dotted.split(".")))
@@ -87,6 +89,17 @@ def _create_namespace(context: ApplyContext, task: DagTask) -> None:
     context.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {context.ident(namespace)}")
 
 
+@task_runner("create_dlq_table")
+def _create_dlq_table(context: ApplyContext, task: DagTask) -> None:
+    from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
+
+    action = context.plan.action(task.actions[0])
+    assert isinstance(action, CreateTable)
+    create_dlq_table(
+        context.spark, context.handle.spark_name, action.identifier, dict(action.properties)
+    )
+
+
 @task_runner("drop_table")
 def _drop_table(context: ApplyContext, task: DagTask) -> None:
     identifier = context.plan.action(task.actions[0]).identifier
@@ -122,17 +135,57 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
     seen = plan.fingerprint(spec.table_name)
     expected = {} if replaced or seen is None else dict(seen.committed_offsets or {})
     ranges = [OffsetRange(action.topic, r.partition, r.start, r.end) for r in action.ranges]
-    return ingest(
-        context.spark,
-        spec,
-        ranges,
-        kafka_consumer_config(context.project.target.kafka),
-        expected,
-        start_offsets={p.partition: p.start for p in action.partitions},
-        warnings=list(action.warnings),
-        decoder_factory=context.decoder_factory,
-        catalog=context.handle,
-    )
+    with _suspending(context, spec):
+        outcome = ingest(
+            context.spark,
+            spec,
+            ranges,
+            kafka_consumer_config(context.project.target.kafka),
+            expected,
+            start_offsets={p.partition: p.start for p in action.partitions},
+            warnings=list(action.warnings),
+            decoder_factory=context.decoder_factory,
+            catalog=context.handle,
+        )
+    if spec.table_name in plan.suspended:  # a successful apply resumes the table
+        from tableflow_core.deadletter.suspension import clear_suspension
+
+        identifier = ".".join((*spec.namespace, spec.table))
+        clear_suspension(context.handle.catalog, identifier, context.handle.address)
+    return outcome
+
+
+@contextmanager
+def _suspending(context: ApplyContext, spec: IngestSpec) -> Iterator[None]:
+    """Under `tableflow run`, a run stopped by bad records (on_error fail) suspends the
+    table (a table property naming the offset) instead of only failing."""
+    from tableflow_core.pipeline.errors import ConcurrentCommitError, IngestError
+
+    try:
+        yield
+    except IngestError as exc:
+        if not context.suspend_on_bad_records or not exc.failures:
+            raise
+        if isinstance(exc, ConcurrentCommitError):
+            raise
+        from tableflow_core.deadletter.suspension import Suspension, suspend
+
+        first = exc.failures[0]
+        suspension = Suspension.now(
+            first.reason, first.topic, first.partition, first.offset, exc.run_id or "?"
+        )
+        identifier = ".".join((*spec.namespace, spec.table))
+        suspend(context.handle.catalog, identifier, suspension, context.handle.address)
+        raise TableSuspendedError(
+            f"table {spec.table_name} {suspension.describe()} ({exc})"
+        ) from exc
+
+
+SUSPENDED_MARK = "suspended since"  # in the error text of a table `run` just suspended
+
+
+class TableSuspendedError(RuntimeError):
+    """`tableflow run` suspended the table: its run stopped on bad records."""
 
 
 def _load_table(context: ApplyContext, table_name: str) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,11 @@ class TableResult(BaseModel):
         "(a failed one makes the table's status error; its commits stand)",
     )
     delta_version: int | None = Field(None, description="The Delta log's version after the sync")
+    accounting: dict[str, Any] | None = Field(
+        None,
+        description="Where every record read went, per partition and in total "
+        "(deadletter/accounting.py RunAccounting.to_json()); None when nothing was read",
+    )
 
 
 class RunResults(BaseModel):

@@ -48,4 +48,5 @@ def ingest_spec(
         mode=shape.mode,
         key_columns=shape.key_columns,
         stages=stages or table_stages(table),
+        dead_letter=table.dlq,
     )

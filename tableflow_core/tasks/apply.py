@@ -43,6 +43,8 @@ class ApplyTask:
     results_path: Path | None = None
     # Optional decoder factory passed to the engine (tests of failure paths).
     decoder_factory: Callable[[Any], Any] | None = None
+    # `tableflow run`: a table stopped by bad records (on_error fail) is suspended.
+    suspend_on_bad_records: bool = False
 
     def run(self) -> RunResults:
         plan = self.plan
@@ -82,6 +84,7 @@ class ApplyTask:
                     _write_schemas(plan, tables, world),
                     self.decoder_factory,
                     world.key_schemas,
+                    self.suspend_on_bad_records,
                 )
                 with ApplyProgress(self.console, len(plan.dag.tasks)) as progress:
                     outcomes = execute_dag(
@@ -177,6 +180,15 @@ def _results(
                 "snapshot_id": ingest.snapshot_id,
                 "warnings": tuple(ingest.warnings),
             }
+            accounting = getattr(ingest, "accounting", None)
+            if accounting is not None:
+                totals = accounting["totals"]
+                values.update(
+                    records_written=totals["written"],
+                    records_skipped=totals["skipped"],
+                    records_dead_lettered=totals["dead_lettered"],
+                    accounting=accounting,
+                )
         kinds = {t.id: t.kind for t in tasks}
         done = [o for o in mine if o.status == "success" and o.value is not None]
         values["published"] = tuple(

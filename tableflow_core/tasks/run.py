@@ -23,6 +23,7 @@ from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
 from tableflow_core.plan.plan import Plan, PlanOptions
+from tableflow_core.runner.actions import SUSPENDED_MARK
 from tableflow_core.runner.results import RunResults
 from tableflow_core.runner.schedule import Schedule
 from tableflow_core.tasks.apply import ApplyTask
@@ -42,12 +43,21 @@ class CycleReport:
     results: RunResults | None = None
     error: str | None = None  # the cycle failed before any table ran (e.g. broker down)
     maintenance: tuple[TableMaintenance, ...] = ()  # tables with a `maintenance` block
+    # Suspended tables (on_error fail met a bad record): name -> why; not run until an
+    # apply of the table succeeds.
+    suspended: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         failed = self.results is not None and self.results.status != "success"
         maintained = all(m.ok for m in self.maintenance)
-        return self.error is None and not self.blocked and not failed and maintained
+        return (
+            self.error is None
+            and not self.blocked
+            and not failed
+            and maintained
+            and not self.suspended
+        )
 
 
 @dataclass
@@ -86,19 +96,25 @@ class RunTask:
         tables = tuple(t for t in self.tables if t.name in due)
         try:
             plan = self._plan(tables)
+            suspended = dict(plan.suspended)
             blocked = tuple(sorted({b.table for b in plan.blockers if b.table}))
             if plan.blockers and not blocked:
                 # A target-level blocker (e.g. unsupported catalog): nothing can run.
                 return CycleReport(due, due, None, "; ".join(b.message for b in plan.blockers))
-            if blocked:
-                runnable = tuple(t for t in tables if t.name not in blocked)
+            if blocked or suspended:
+                runnable = tuple(t for t in tables if t.name not in {*blocked, *suspended})
                 plan = self._plan(runnable) if runnable else plan
                 if not runnable:
-                    return CycleReport(due, blocked)
+                    return CycleReport(due, blocked, suspended=suspended)
             if not plan.has_changes:
-                return CycleReport(due, blocked)
-            results = ApplyTask(self.project, plan, spark=spark, console=self.console).run()
-            return CycleReport(due, blocked, results)
+                return CycleReport(due, blocked, suspended=suspended)
+            results = ApplyTask(
+                self.project, plan, spark=spark, console=self.console, suspend_on_bad_records=True
+            ).run()
+            for table in results.tables:
+                if table.status == "error" and table.error and SUSPENDED_MARK in table.error:
+                    suspended[table.table] = table.error
+            return CycleReport(due, blocked, results, suspended=suspended)
         except Exception as exc:  # keep the scheduler alive; the table retries next interval
             return CycleReport(due, error=self.project.redact(f"{type(exc).__name__}: {exc}"))
 

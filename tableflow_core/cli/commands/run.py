@@ -49,9 +49,11 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
             ctx.console.print(
                 f"[yellow]blocked[/] {name}: run `tableflow plan --select {name}` for why"
             )
+        for name, why in sorted(report.suspended.items()):
+            ctx.console.print(f"[bold yellow]suspended[/] {name}: {why}", highlight=False)
         if report.results is not None:
             ctx.console.print(report.results.summary_line(), highlight=False)
-        elif not report.error and not report.blocked:
+        elif not report.error and not report.blocked and not report.suspended:
             ctx.console.print(f"up to date: {names}", highlight=False)
         for done in report.maintenance:
             if done.error or done.delta_error:

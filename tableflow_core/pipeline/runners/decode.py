@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from tableflow_core.engine.ddl import spark_schema_for, target_arrow_schema
 from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN, decoded_schema
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
@@ -113,6 +114,12 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     ]
     if key is not None:
         metrics.append(F.count(F.when(F.col(TOMBSTONE_COLUMN), 1)).alias("tombstones"))
+    # Per partition, for the run's accounting (deadletter/accounting.py).
+    partitions = sorted({r.partition for r in context.ranges})
+    metrics.extend(
+        F.count(F.when(F.col(SOURCE_PARTITION_COLUMN) == p, 1)).alias(f"records_p{p}")
+        for p in partitions
+    )
     observed = decoded.observe(observation, *metrics)
     good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
     bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
@@ -127,4 +134,7 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     }
     if key is not None:
         counters["tombstones"] = metric("tombstones")
+    counters["records_read_by_partition"] = lambda: {
+        p: int(observed_metrics(observation).get(f"records_p{p}") or 0) for p in partitions
+    }
     return batch.evolve(good=good, bad=bad, counters=counters)

@@ -4,16 +4,20 @@ Policies are found in `POLICIES` by name. `fail` (built in) adds an audit: after
 write, if the decode observation counted bad records, the run stops before publish with
 an error naming the table, topic, partitions and offsets. `skip` and `dlq` plug in here
 (the dead-letter issue): a policy receives the batch and may add audits or sinks; a DLQ
-sink is a function taking a DataFrame in BAD_RECORD_SCHEMA.
+sink is a function taking a DataFrame in BAD_RECORD_SCHEMA. `skip` and `dlq` live in
+`dead_letter.py` (routing by the dead-letter library, then the run's accounting); under
+`fail`, rows rejected by transforms or checks with their own policy go there too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.errors import FailedRecord, IngestError
 from tableflow_core.pipeline.registry import stage_runner
+from tableflow_core.pipeline.runners.dead_letter import route_and_account
 from tableflow_core.pipeline.stages import RouteBadRecords
 
 MAX_REPORTED_FAILURES = 20
@@ -46,14 +50,18 @@ def _fail_if_any(context: StageContext, batch: Batch) -> None:
         f"table {context.spec.table_name} ({context.spec.identifier}): {count} record(s) "
         f"could not be decoded, nothing was committed{more}: {listed}",
         failures,
+        run_id=context.run_id,
     )
 
 
 def fail(context: StageContext, spec: RouteBadRecords, batch: Batch) -> Batch:
-    return batch.evolve(audits=(*batch.audits, _fail_if_any))
+    batch = batch.evolve(audits=(*batch.audits, _fail_if_any))
+    return route_and_account(context, spec, batch, route_decode=False) if batch.rejected else batch
 
 
 POLICIES["fail"] = fail
+POLICIES["skip"] = partial(route_and_account, route_decode=True)
+POLICIES["dlq"] = partial(route_and_account, route_decode=True)
 
 
 @stage_runner(RouteBadRecords)

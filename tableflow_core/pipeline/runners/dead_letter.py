@@ -1,0 +1,172 @@
+"""`on_error: skip | dlq` and rejected rows: routing through the dead-letter library,
+then the run's accounting, all on the written branch before publish.
+
+`route_and_account` adds an observation on the rows going to the write (written rows and
+tombstones per partition, counted by the write's single pass) and one audit that runs
+after the write, before publish:
+
+1. decode failures (`batch.bad`), evaluated only when the decode observation counted
+   some, go to `deadletter.sinks.route_bad_records` by the table's policy; rows a
+   transform or check rejected (`batch.rejected`) go by their own policy (a `dlq` one
+   has its original bytes fetched from Kafka first);
+2. `RunAccounting.from_counts(...).check()` refuses to publish when a partition does not
+   balance;
+3. an empty append on the branch carries the offsets and the accounting in its snapshot
+   summary, so publish makes data, offsets and accounting visible together.
+
+The dead-letter writes happen before publish: a crash in between re-runs the same
+offsets, and the Iceberg sink's MERGE adds no duplicates (a Kafka sink sends again).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tableflow_core.deadletter.accounting import RunAccounting
+from tableflow_core.deadletter.sinks import (
+    POLICY_SINKS,
+    SinkContext,
+    SinkResult,
+    counts_by_outcome,
+    route_bad_records,
+)
+from tableflow_core.engine.test_hooks import crash_point
+from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
+from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
+from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
+from tableflow_core.pipeline.runners.write import commit_properties
+from tableflow_core.pipeline.stages import RouteBadRecords
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Batch.counters key: a callable giving the run's accounting (RunAccounting.to_json()).
+ACCOUNTING_COUNTER = "accounting"
+# Batch.counters key transforms may set: {partition: rows filtered on purpose} (callable).
+FILTERED_COUNTER = "filtered_by_partition"
+READ_COUNTER = "records_read_by_partition"  # set by the decode stage
+
+
+def sink_context(context: StageContext) -> SinkContext:
+    handle = context.catalog
+    return SinkContext(
+        table=context.spec.table_name,
+        run_id=context.run_id,
+        kafka_conf=dict(context.kafka_conf),
+        spark_catalog=context.spec.catalog,
+        catalog_address=str(getattr(handle, "address", "") or ""),
+    )
+
+
+def _mapping(counters: Mapping[str, Any], name: str) -> dict[int, int]:
+    value = counters.get(name, {})
+    value = value() if callable(value) else value
+    return {int(p): int(n) for p, n in dict(value).items()}
+
+
+def _observe_written(
+    context: StageContext, good: DataFrame
+) -> tuple[DataFrame, Callable[[], dict[str, dict[int, int]]]]:
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from tableflow_core.pipeline.runners.decode import observed_metrics
+
+    partitions = sorted({r.partition for r in context.ranges})
+    upsert = TOMBSTONE_COLUMN in good.columns
+    metrics = []
+    for p in partitions:
+        in_p = F.col(SOURCE_PARTITION_COLUMN) == p
+        written = in_p & ~F.col(TOMBSTONE_COLUMN) if upsert else in_p
+        metrics.append(F.count(F.when(written, 1)).alias(f"written_p{p}"))
+        if upsert:
+            metrics.append(
+                F.count(F.when(in_p & F.col(TOMBSTONE_COLUMN), 1)).alias(f"tombstones_p{p}")
+            )
+    observation = Observation(f"tableflow_written_{uuid.uuid4().hex}")
+    observed = good.observe(observation, *metrics)
+
+    def counts() -> dict[str, dict[int, int]]:
+        figures = observed_metrics(observation)
+        return {
+            name: {p: int(figures.get(f"{name}_p{p}") or 0) for p in partitions}
+            for name in ("written", "tombstones")
+        }
+
+    return observed, counts
+
+
+def _route_rejected(
+    context: StageContext, rejected: RejectedRows, sinks: SinkContext
+) -> SinkResult:
+    if rejected.policy == "dlq":
+        from tableflow_core.deadletter.originals import fetch_originals
+
+        originals = fetch_originals(
+            context.spark,
+            rejected.rows,
+            context.spec.topic,
+            dict(context.kafka_conf),
+            context.run_id,
+        )
+        return route_bad_records(originals, "dlq", context.spec.dead_letter, sinks)
+    return POLICY_SINKS["skip"](sinks).write(rejected.rows)
+
+
+def route_and_account(
+    context: StageContext, spec: RouteBadRecords, batch: Batch, *, route_decode: bool
+) -> Batch:
+    """Observe what is written; after the write, route bad records and account for all.
+
+    `route_decode`: decode failures go by `spec.on_error` here (skip / dlq); under `fail`
+    the fail audit has already stopped the run when there were any.
+    """
+    assert batch.good is not None, "route_bad_records needs the decode stage before it"
+    good, written_counts = _observe_written(context, batch.good)
+    holder: dict[str, RunAccounting] = {}
+
+    def audit(context: StageContext, batch: Batch) -> None:
+        sinks = sink_context(context)
+        results: list[SinkResult] = []
+        if route_decode and batch.bad is not None and batch.counter("bad_records"):
+            results.append(
+                route_bad_records(batch.bad, spec.on_error, context.spec.dead_letter, sinks)
+            )
+        results.extend(_route_rejected(context, r, sinks) for r in batch.rejected)
+        observed = written_counts()
+        accounting = RunAccounting.from_counts(
+            context.spec.table_name,
+            context.spec.topic,
+            context.run_id,
+            read=_mapping(batch.counters, READ_COUNTER),
+            written=observed["written"],
+            tombstones=observed["tombstones"],
+            filtered=_mapping(batch.counters, FILTERED_COUNTER),
+            **counts_by_outcome(results),
+        ).check()
+        holder["accounting"] = accounting
+        crash_point("after_dead_letter")
+        _commit_accounting(context, accounting)
+
+    def accounting_json() -> dict[str, Any] | None:
+        found = holder.get("accounting")
+        return found.to_json() if found is not None else None
+
+    return batch.evolve(
+        good=good,
+        audits=(*batch.audits, audit),
+        counters={**batch.counters, ACCOUNTING_COUNTER: accounting_json},
+    )
+
+
+def _commit_accounting(context: StageContext, accounting: RunAccounting) -> None:
+    """An empty append on the branch whose snapshot carries offsets and accounting."""
+    spark = context.spark
+    empty = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
+    writer = empty.writeTo(context.branch_identifier)
+    properties = {**commit_properties(context), **accounting.snapshot_summary()}
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.append()
