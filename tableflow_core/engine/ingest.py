@@ -77,6 +77,9 @@ class IngestOutcome:
     duration_s: float
     warnings: tuple[str, ...] = field(default=())
     tombstones: int = 0
+    rows_skipped: int = 0  # taken out by transforms (on_error skip) and skip checks
+    transforms: dict[str, int] | None = None  # transforms' counts (run_results.json)
+    checks: dict[str, Any] | None = None  # CheckReport.as_dict() (run_results.json)
 
 
 DecoderFactory = Callable[[Any], Any]
@@ -276,11 +279,26 @@ def _ingest_once(
     drop_stale_branches(spark, identifier, committed_state)
     return IngestOutcome(
         records_read=batch.counter("records_read"),
-        records_written=batch.counter("records_read") - batch.counter("bad_records"),
+        records_written=_records_written(batch),
         failures=batch.counter("bad_records"),
         offsets_before=before,
         offsets_after=after,
         snapshot_id=committed_state.current_snapshot_id,
         duration_s=time.monotonic() - began,
         tombstones=batch.counter("tombstones"),
+        rows_skipped=batch.counter("rows_skipped"),
+        transforms=_result(batch, "transforms"),
+        checks=_result(batch, "checks"),
     )
+
+
+def _records_written(batch: Batch) -> int:
+    if "transformed_rows" not in batch.counters:
+        return batch.counter("records_read") - batch.counter("bad_records")
+    taken_out = batch.counter("check_skipped") + batch.counter("check_dead_lettered")
+    return batch.counter("transformed_rows") - taken_out
+
+
+def _result(batch: Batch, name: str) -> Any:
+    value = batch.results.get(name)
+    return value() if callable(value) else value

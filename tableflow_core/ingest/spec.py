@@ -38,6 +38,8 @@ class IngestSpec:
     key_columns: tuple[str, ...] = ()
     # The pipeline the plan emitted (pipeline/stages.py); () = the default append pipeline.
     stages: tuple[Stage, ...] = ()
+    # The table's transforms and checks (pipeline/compiled.py CompiledTable); None: neither.
+    compiled: Any = None
 
     @property
     def identifier(self) -> str:

@@ -65,6 +65,8 @@ class Batch:
     `rejected`: rows taken out by transforms and row-level checks (route_bad_records
     handles them by their policy).
     `audits`: checks on the written branch that decide whether publish may happen.
+    `snapshot_properties`: extra summary properties of the commit the write makes.
+    `results`: per-stage reports for run_results.json (values may be callables, as counters).
     """
 
     good: DataFrame | None = None
@@ -72,6 +74,8 @@ class Batch:
     counters: Mapping[str, Any] = field(default_factory=dict)
     rejected: tuple[RejectedRows, ...] = ()
     audits: Sequence[Audit] = ()
+    snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    results: Mapping[str, Any] = field(default_factory=dict)
     snapshot_id: int | None = None  # set by publish
 
     def evolve(self, **changes: Any) -> Batch:

@@ -22,8 +22,6 @@ class TableGate:
 
 
 TABLE_GATES: tuple[TableGate, ...] = (
-    TableGate("transforms", lambda t: bool(t.transforms), "transforms"),
-    TableGate("checks", lambda t: bool(t.checks), "quality checks"),
     TableGate("on_error", lambda t: t.on_error != "fail", "on_error skip/dlq"),
     TableGate("dlq", lambda t: t.dlq is not None, "dead-letter targets (dlq)"),
     TableGate("publish_to", lambda t: bool(t.publish_to), "publish_to (extra catalogs)"),

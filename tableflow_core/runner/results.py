@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +27,12 @@ class TableResult(BaseModel):
     duration_s: float = 0.0
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    transforms: dict[str, int] | None = Field(
+        None, description="The transforms' counts: rows in/out, filtered, duplicates, rejected"
+    )
+    checks: dict[str, Any] | None = Field(
+        None, description="The data-quality checks' report (CheckReport.as_dict())"
+    )
 
 
 class RunResults(BaseModel):

@@ -166,11 +166,13 @@ def _results(
             values = {
                 "records_read": ingest.records_read,
                 "records_written": ingest.records_written,
-                "records_skipped": ingest.failures,
+                "records_skipped": ingest.failures + ingest.rows_skipped,
                 "offsets_before": dict(ingest.offsets_before),
                 "offsets_after": dict(ingest.offsets_after),
                 "snapshot_id": ingest.snapshot_id,
                 "warnings": tuple(ingest.warnings),
+                "transforms": ingest.transforms,
+                "checks": ingest.checks,
             }
         table_results.append(
             TableResult(
