@@ -46,6 +46,12 @@ class IngestSpec:
         """The Spark SQL identifier, quoted: `cat`.`ns`.`table`."""
         return ".".join(quote_ident(part) for part in (self.catalog, *self.namespace, self.table))
 
+    def table_schema(self) -> Any:
+        """The table's columns (pa.Schema): the decoded record's, or after the transforms."""
+        if self.compiled is not None:
+            return self.compiled.output_schema
+        return self.decoder.target_schema
+
     def table_properties(self) -> dict[str, str]:
         return {**DEFAULT_TABLE_PROPERTIES, **dict(self.properties)}
 

@@ -122,10 +122,12 @@ def _write_schemas(plan: Plan, tables: tuple[Table, ...], world: Any) -> dict[st
     from tableflow_core.schemas.write_schema import write_resolved_schemas
 
     replaced = {a.table for a in plan.actions if a.kind == "replace_table"}
+    # A table with transforms decodes the topic's own schema: the table's columns are
+    # what the transforms make of it, not columns of the record.
     current = {
         t.name: world.tables[t.identifier].schema
         for t in tables
-        if t.identifier in world.tables and t.name not in replaced
+        if t.identifier in world.tables and t.name not in replaced and not t.transforms
     }
     return write_resolved_schemas(world.schemas, current)
 

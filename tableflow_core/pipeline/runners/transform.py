@@ -23,9 +23,28 @@ from tableflow_core.pipeline.stages import RouteBadRecords, Transform
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation
 
-    from tableflow_core.transforms.spark import TransformResult
+    from tableflow_core.transforms.spark import TransformCounts, TransformResult
 
 MAX_REPORTED_REJECTS = 5
+
+
+def transform_counts(result: TransformResult) -> TransformCounts:
+    """The transforms' counts, waiting (bounded) for Spark to deliver the observation:
+    it arrives asynchronously after the action that read the batch."""
+    import dataclasses
+
+    from tableflow_core.pipeline.runners.decode import observed_metrics
+    from tableflow_core.transforms.spark import TransformCounts
+
+    observed = observed_metrics(result.observation)
+    fields = dataclasses.fields(TransformCounts)
+    return TransformCounts(**{f.name: int(observed[f.name]) for f in fields})
+
+
+def _observed_rows(observation: Observation) -> int:
+    from tableflow_core.pipeline.runners.decode import observed_metrics
+
+    return int(observed_metrics(observation)["rows"])
 
 
 def table_on_error(context: StageContext) -> str:
@@ -47,7 +66,7 @@ def _rows_after(good: DataFrame) -> tuple[DataFrame, Observation]:
 
 def _fail_on_rejects(result: TransformResult) -> Any:
     def audit(context: StageContext, batch: Batch) -> None:
-        rejected = result.counts().rejected
+        rejected = transform_counts(result).rejected
         if not rejected:
             return
         rows = (
@@ -85,18 +104,18 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     good, after = _rows_after(good)
 
     def counts() -> dict[str, int]:
-        figures = result.counts().as_dict()
-        figures["already_in_table"] = figures["rows_out"] - int(after.get["rows"])
+        figures = transform_counts(result).as_dict()
+        figures["already_in_table"] = figures["rows_out"] - _observed_rows(after)
         return figures
 
     on_error = table_on_error(context)
     counters = {
         **batch.counters,
-        "transformed_rows": lambda: int(after.get["rows"]),
-        "transform_rejected": lambda: result.counts().rejected,
+        "transformed_rows": lambda: _observed_rows(after),
+        "transform_rejected": lambda: transform_counts(result).rejected,
     }
     if on_error == "skip":
-        counters["rows_skipped"] = lambda: result.counts().rejected
+        counters["rows_skipped"] = lambda: transform_counts(result).rejected
     audits = tuple(batch.audits)
     rejected = tuple(batch.rejected)
     if on_error == "fail":
