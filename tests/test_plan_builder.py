@@ -297,7 +297,9 @@ def test_a_transform_or_check_that_cannot_run_is_a_blocker_at_its_line(tmp_path)
     (blocker,) = plan.blockers  # the checks are compiled only over a valid output schema
     assert blocker.kind == "invalid" and blocker.table == "orders"
     assert blocker.key == "transforms[0].where"
-    assert "unknown column 'amout'" in blocker.message and "did you mean 'amount'" in blocker.message
+    assert (
+        "unknown column 'amout'" in blocker.message and "did you mean 'amount'" in blocker.message
+    )
     file, line = blocker.location.rsplit(":", 1)
     assert file.endswith(".yml") and int(line) > 1
     written = Path(file).read_text().splitlines()[int(line) - 1]

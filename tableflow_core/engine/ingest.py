@@ -293,10 +293,11 @@ def _ingest_once(
 
 
 def _records_written(batch: Batch) -> int:
-    if "transformed_rows" not in batch.counters:
-        return batch.counter("records_read") - batch.counter("bad_records")
-    taken_out = batch.counter("check_skipped") + batch.counter("check_dead_lettered")
-    return batch.counter("transformed_rows") - taken_out
+    """Rows decoded (or left by the transforms), less those the checks took out."""
+    good = batch.counter("records_read") - batch.counter("bad_records")
+    if "transformed_rows" in batch.counters:
+        good = batch.counter("transformed_rows")
+    return good - batch.counter("check_skipped") - batch.counter("check_dead_lettered")
 
 
 def _result(batch: Batch, name: str) -> Any:
