@@ -274,6 +274,8 @@ def _ingest_once(
                 f"{context.where()}: the write failed, nothing was committed: {root_cause(exc)}"
             ) from exc
     finally:
+        for cleanup in context.cleanups:
+            cleanup()
         _drop_branch(spark, identifier, branch)
     committed_state = read_table_state(spark, identifier)
     drop_stale_branches(spark, identifier, committed_state)

@@ -27,6 +27,8 @@ class StageContext:
     kafka_conf: Mapping[str, str]
     catalog: Any = None  # the target's CatalogHandle (pyiceberg access), when apply has one
     decoder_factory: Callable[[Any], Any] | None = None  # tests of failure paths
+    # Run by the engine when the run ends, committed or not (e.g. unpersist a cached batch).
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def branch_identifier(self) -> str:

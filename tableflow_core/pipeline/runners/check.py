@@ -38,6 +38,11 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     assert batch.good is not None, "check needs the decode stage before it"
     # great-expectations reads the batch several times: read Kafka and transform once.
     persisted = batch.good.persist()
+
+    def release() -> None:
+        persisted.unpersist()
+
+    context.cleanups.append(release)
     run = run_checks(
         persisted,
         compiled.checks,
@@ -47,7 +52,6 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     try:
         run.report.raise_for_failures()
     except ChecksFailedError as exc:
-        persisted.unpersist()
         raise ChecksFailed(str(exc)) from exc
     skipped = run.skipped_count + batch.counter("rows_skipped")
     counters = {
