@@ -285,6 +285,11 @@ def test_transforms_and_checks_plan_the_output_schema_and_one_line_each(tmp_path
     text = console.export_text()
     assert "derive cents BIGINT = CAST(amount * 100 AS BIGINT)" in text
     assert "check not_null(order_id) (warn: warn)" in text
+    assert "drop amount" in render_markdown(plan)
+    document = plan_document(plan)
+    jsonschema.validate(document, shipped_schema())
+    (ingest_json,) = [a for a in document["actions"] if a["kind"] == "ingest"]
+    assert ingest_json["stages"][2]["description"] == "filter where amount > 0"
 
 
 def test_a_transform_or_check_that_cannot_run_is_a_blocker_at_its_line(tmp_path):
