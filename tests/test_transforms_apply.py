@@ -220,3 +220,21 @@ def test_checks_error_blocks_publish_warn_is_reported_skip_drops_rows(
         a for a in PlanTask(env.project, env.project.tables).run().actions if a.kind == "ingest"
     )
     assert ingest.records == 2  # the offsets did not move: the next run reads them again
+
+
+def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    orders = Orders(kafka_broker, schema_registry.url)
+    derive = {"type": "derive", "column": "code", "expression": "CAST(card AS INT)"}
+    env = make_env(orders.name, metadata_columns=[], transforms=[derive])
+    orders.produce(
+        ("o1", "a@x", "42", None, "PAID", 1.0, 1), ("o2", "b@x", "n/a", None, "PAID", 2.0, 1)
+    )
+    failed = apply(spark, env, expect="error")
+    assert failed.error is not None
+    assert "1 row(s) rejected by the transforms" in failed.error
+    assert "partition 0 offset 1" in failed.error and "n/a" in failed.error
+    table = env.pyiceberg_table()
+    assert table.scan().to_arrow().num_rows == 0  # nothing lost silently, nothing published
+    assert [c.name for c in table.schema().columns][-1] == "code"
