@@ -237,20 +237,69 @@ def test_registry_key_fields_absent_from_the_value_become_columns(tmp_path):
     ]
 
 
-@pytest.mark.parametrize(
-    "overrides, key",
-    [
-        ({"transforms": [{"type": "filter", "where": "amount > 0"}]}, "transforms"),
-        ({"checks": [{"type": "not_null", "columns": ["id"]}]}, "checks"),
-    ],
-)
-def test_unbuilt_capabilities_are_refused_with_their_location(tmp_path, overrides, key):
-    project = make_project(tmp_path, **overrides)
+def test_transforms_and_checks_plan_the_output_schema_and_one_line_each(tmp_path):
+    project = make_project(
+        tmp_path,
+        transforms=[
+            {"type": "filter", "where": "amount > 0"},
+            {"type": "derive", "column": "cents", "expression": "CAST(amount * 100 AS BIGINT)"},
+            {"type": "rename", "columns": {"id": "order_id"}},
+            {"type": "drop", "columns": ["amount"]},
+        ],
+        checks=[{"type": "not_null", "columns": ["order_id"], "severity": "warn"}],
+    )
     plan = build_plan(project, project.tables, world(project))
-    keys = {b.key for b in plan.blockers if b.kind == "not_supported"}
-    assert key in keys
-    blocker = next(b for b in plan.blockers if b.key == key)
-    assert "not supported yet" in blocker.message and ":" in blocker.location
+    assert not plan.blockers
+    create = next(a for a in plan.actions if a.kind == "create_table")
+    assert [(c.name, c.type) for c in create.columns] == [
+        ("order_id", "string"),
+        ("ts", "timestamptz"),
+        ("cents", "long"),
+    ]
+    ingest = next(a for a in plan.actions if a.kind == "ingest")
+    described = [s.description for s in ingest.stages if s.kind in ("transform", "check")]
+    assert described == [
+        "filter where amount > 0",
+        "derive cents BIGINT = CAST(amount * 100 AS BIGINT)",
+        "rename id -> order_id",
+        "drop amount",
+        "check not_null(order_id) (warn: warn)",
+    ]
+    console = Console(record=True, width=200)
+    render_human(plan, console)
+    text = console.export_text()
+    assert "derive cents BIGINT = CAST(amount * 100 AS BIGINT)" in text
+    assert "check not_null(order_id) (warn: warn)" in text
+    assert "drop amount" in render_markdown(plan)
+    document = plan_document(plan)
+    jsonschema.validate(document, shipped_schema())
+    (ingest_json,) = [a for a in document["actions"] if a["kind"] == "ingest"]
+    assert ingest_json["stages"][2]["description"] == "filter where amount > 0"
+
+
+def test_a_transform_or_check_that_cannot_run_is_a_blocker_at_its_line(tmp_path):
+    project = make_project(
+        tmp_path,
+        transforms=[{"type": "filter", "where": "amout > 0"}],
+        checks=[{"type": "not_null", "columns": ["nope"]}],
+    )
+    plan = build_plan(project, project.tables, world(project))
+    (blocker,) = plan.blockers  # the checks are compiled only over a valid output schema
+    assert blocker.kind == "invalid" and blocker.table == "orders"
+    assert blocker.key == "transforms[0].where"
+    assert (
+        "unknown column 'amout'" in blocker.message and "did you mean 'amount'" in blocker.message
+    )
+    file, line = blocker.location.rsplit(":", 1)
+    assert file.endswith(".yml") and int(line) > 1
+    written = Path(file).read_text().splitlines()[int(line) - 1]
+    assert "amout" in written
+    assert not any(a.kind in ("create_table", "ingest") for a in plan.actions)
+
+    project = make_project(tmp_path / "checks", checks=[{"type": "not_null", "columns": ["nope"]}])
+    (blocker,) = build_plan(project, project.tables, world(project)).blockers
+    assert blocker.key.startswith("checks[0]") and "nope" in blocker.message
+    assert Path(blocker.location.rsplit(":", 1)[0]).exists()
 
 
 def test_undeclared_tables_reported_or_pruned(tmp_path):

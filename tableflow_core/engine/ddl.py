@@ -29,7 +29,14 @@ def spark_schema_for(arrow_schema: pa.Schema) -> StructType:
 
 
 def target_arrow_schema(spec: IngestSpec) -> pa.Schema:
-    """The table's write schema (`schemas.write_schema.table_write_schema`), as the decoder's."""
+    """The table's write schema (`schemas.write_schema.table_write_schema`), after the
+    transforms when the table has some."""
+    schema: pa.Schema = spec.table_schema()
+    return schema
+
+
+def decoded_arrow_schema(spec: IngestSpec) -> pa.Schema:
+    """The decoder's output: the table's columns before any transform."""
     return pa.ipc.read_schema(pa.py_buffer(spec.decoder.target_schema_ipc))
 
 

@@ -78,6 +78,9 @@ class IngestOutcome:
     warnings: tuple[str, ...] = field(default=())
     tombstones: int = 0
     accounting: dict[str, Any] | None = None  # RunAccounting.to_json(), when routed
+    rows_skipped: int = 0  # taken out by transforms (on_error skip) and skip checks
+    transforms: dict[str, int] | None = None  # transforms' counts (run_results.json)
+    checks: dict[str, Any] | None = None  # CheckReport.as_dict() (run_results.json)
 
 
 DecoderFactory = Callable[[Any], Any]
@@ -298,12 +301,14 @@ def _ingest_once(
                 f"nothing was committed: {failure_cause(exc)}"
             ) from exc
     finally:
+        for cleanup in context.cleanups:
+            cleanup()
         _drop_branch(spark, identifier, branch)
     committed_state = read_table_state(spark, identifier)
     drop_stale_branches(spark, identifier, committed_state)
     return IngestOutcome(
         records_read=batch.counter("records_read"),
-        records_written=batch.counter("records_read") - batch.counter("bad_records"),
+        records_written=_records_written(batch),
         failures=batch.counter("bad_records"),
         offsets_before=before,
         offsets_after=after,
@@ -311,6 +316,9 @@ def _ingest_once(
         duration_s=time.monotonic() - began,
         tombstones=batch.counter("tombstones"),
         accounting=_accounting(batch),
+        rows_skipped=batch.counter("rows_skipped"),
+        transforms=_result(batch, "transforms"),
+        checks=_result(batch, "checks"),
     )
 
 
@@ -318,3 +326,16 @@ def _accounting(batch: Batch) -> dict[str, Any] | None:
     value = batch.counters.get("accounting")
     result = value() if callable(value) else value
     return dict(result) if result is not None else None
+
+
+def _records_written(batch: Batch) -> int:
+    """Rows decoded (or left by the transforms), less those the checks took out."""
+    good = batch.counter("records_read") - batch.counter("bad_records")
+    if "transformed_rows" in batch.counters:
+        good = batch.counter("transformed_rows")
+    return good - batch.counter("check_skipped") - batch.counter("check_dead_lettered")
+
+
+def _result(batch: Batch, name: str) -> Any:
+    value = batch.results.get(name)
+    return value() if callable(value) else value

@@ -40,11 +40,19 @@ class IngestSpec:
     stages: tuple[Stage, ...] = ()
     # The table's dead-letter target config (KafkaDeadLetter / IcebergDeadLetter), if any.
     dead_letter: Any = None
+    # The table's transforms and checks (pipeline/compiled.py CompiledTable); None: neither.
+    compiled: Any = None
 
     @property
     def identifier(self) -> str:
         """The Spark SQL identifier, quoted: `cat`.`ns`.`table`."""
         return ".".join(quote_ident(part) for part in (self.catalog, *self.namespace, self.table))
+
+    def table_schema(self) -> Any:
+        """The table's columns (pa.Schema): the decoded record's, or after the transforms."""
+        if self.compiled is not None:
+            return self.compiled.output_schema
+        return self.decoder.target_schema
 
     def table_properties(self) -> dict[str, str]:
         return {**DEFAULT_TABLE_PROPERTIES, **dict(self.properties)}

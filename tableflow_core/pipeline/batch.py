@@ -27,6 +27,8 @@ class StageContext:
     kafka_conf: Mapping[str, str]
     catalog: Any = None  # the target's CatalogHandle (pyiceberg access), when apply has one
     decoder_factory: Callable[[Any], Any] | None = None  # tests of failure paths
+    # Run by the engine when the run ends, committed or not (e.g. unpersist a cached batch).
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def branch_identifier(self) -> str:
@@ -65,6 +67,8 @@ class Batch:
     `rejected`: rows taken out by transforms and row-level checks (route_bad_records
     handles them by their policy).
     `audits`: checks on the written branch that decide whether publish may happen.
+    `snapshot_properties`: extra summary properties of the commit the write makes.
+    `results`: per-stage reports for run_results.json (values may be callables, as counters).
     """
 
     good: DataFrame | None = None
@@ -72,6 +76,8 @@ class Batch:
     counters: Mapping[str, Any] = field(default_factory=dict)
     rejected: tuple[RejectedRows, ...] = ()
     audits: Sequence[Audit] = ()
+    snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    results: Mapping[str, Any] = field(default_factory=dict)
     snapshot_id: int | None = None  # set by publish
 
     def evolve(self, **changes: Any) -> Batch:

@@ -57,6 +57,8 @@ class TableShape:
     mode: Mode
     key_columns: tuple[str, ...]
     properties: dict[str, str] = field(default_factory=dict)
+    # The decoded record's columns, before the SCHEMA_STEPS (what the decode stage produces).
+    decoded_schema: pa.Schema | None = None
 
 
 def partition_terms(table: Table) -> tuple[PartitionTerm, ...]:
@@ -129,6 +131,7 @@ def desired_shape(table: Table, resolved: Any, key_schema: pa.Schema | None = No
     schema: pa.Schema = resolved if isinstance(resolved, pa.Schema) else resolved.arrow_schema
     if table.mode == "upsert":
         schema = _with_key_columns(table, schema, key_schema)
+    decoded = schema
     for step in SCHEMA_STEPS:
         schema = step(table, schema)
     return TableShape(
@@ -138,4 +141,17 @@ def desired_shape(table: Table, resolved: Any, key_schema: pa.Schema | None = No
         mode=table.mode,
         key_columns=table.key_columns,
         properties=managed_properties(table),
+        decoded_schema=decoded,
     )
+
+
+def _transforms_step(table: Table, schema: pa.Schema) -> pa.Schema:
+    """The table's columns after its transforms (raises ConfigError at file:line)."""
+    if not table.transforms:
+        return schema
+    from tableflow_core.pipeline.compiled import compile_table_transforms
+
+    return compile_table_transforms(table, schema).output_schema
+
+
+SCHEMA_STEPS.append(_transforms_step)

@@ -10,7 +10,7 @@ per kind under `pipeline/runners/`). Adding a stage kind: a spec class here (and
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,24 +50,26 @@ class Decode(StageSpec):
 
 
 class Transform(StageSpec):
-    """The table's transform number `index` (its runner comes with the transforms issue)."""
+    """The table's transform number `index` (pipeline/runners/transform.py)."""
 
     kind: Literal["transform"] = "transform"
     index: int
     type: str
+    description: str | None = Field(None, description="What it does, as plan shows it")
 
     def label(self) -> str:
         return f"transform({self.type})"
 
 
 class Check(StageSpec):
-    """The table's check number `index`: row-level checks reject rows, table-level ones
-    audit the branch before publish (its runner comes with the checks issue)."""
+    """The table's check number `index`, run on the batch before the write
+    (pipeline/runners/check.py)."""
 
     kind: Literal["check"] = "check"
     index: int
     type: str
     severity: Literal["error", "warn"] = "error"
+    description: str | None = Field(None, description="What it checks, as plan shows it")
 
     def label(self) -> str:
         return f"check({self.type})"
@@ -110,16 +112,22 @@ Stage = Annotated[
 ]
 
 
-def table_stages(table: Table) -> tuple[Stage, ...]:
-    """The stages of one table's ingest, in order (pure)."""
+def table_stages(table: Table, compiled: Any = None) -> tuple[Stage, ...]:
+    """The stages of one table's ingest, in order (pure). `compiled`: the table's
+    CompiledTable (pipeline/compiled.py), for the transforms' and checks' descriptions."""
+    transform_lines, check_lines = _descriptions(compiled)
     upsert = table.mode == "upsert"
     stages: list[Stage] = [
         ReadRanges(),
         Decode(value_format=table.value.format, key_format=table.key.format if upsert else None),
     ]
-    stages.extend(Transform(index=i, type=t.type) for i, t in enumerate(table.transforms))
     stages.extend(
-        Check(index=i, type=c.type, severity=c.severity) for i, c in enumerate(table.checks)
+        Transform(index=i, type=t.type, description=transform_lines.get(i))
+        for i, t in enumerate(table.transforms)
+    )
+    stages.extend(
+        Check(index=i, type=c.type, severity=c.severity, description=check_lines.get(i))
+        for i, c in enumerate(table.checks)
     )
     dead_letter = None
     if table.on_error == "dlq" and table.dlq is not None:
@@ -131,3 +139,16 @@ def table_stages(table: Table) -> tuple[Stage, ...]:
     stages.append(Write(mode=table.mode, key_columns=table.key_columns))
     stages.append(Publish())
     return tuple(stages)
+
+
+def _descriptions(compiled: Any) -> tuple[dict[int, str], dict[int, str]]:
+    """Transform index -> its line; check index -> its lines (a check on several columns
+    compiles to one check per column)."""
+    if compiled is None:
+        return {}, {}
+    transforms = {i: step.describe() for i, step in enumerate(compiled.transforms.steps)}
+    checks: dict[int, list[str]] = {}
+    for check in compiled.checks.checks:
+        index = int(check.key.split("[", 1)[1].split("]", 1)[0])
+        checks.setdefault(index, []).append(check.describe())
+    return transforms, {i: "; ".join(lines) for i, lines in checks.items()}

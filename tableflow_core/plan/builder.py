@@ -6,9 +6,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from tableflow_core.config.project import Project, Table
+from tableflow_core.config.errors import ConfigError
+from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
 from tableflow_core.deadletter.table_plan import dlq_table_actions, iceberg_dlq_users
+from tableflow_core.pipeline.compiled import CompiledTable, compile_table
 from tableflow_core.pipeline.shape import (
     KEY_PROPERTY,
     MODE_PROPERTY,
@@ -101,6 +103,9 @@ def build_plan(
             continue
         try:
             shape = desired_shape(table, resolved, world.key_schemas.get(table.name))
+        except ConfigError as exc:  # a transform cannot run on this schema
+            blockers.extend(_config_blockers(table, exc))
+            continue
         except ShapeError as exc:
             blockers.append(
                 Blocker(
@@ -134,8 +139,12 @@ def build_plan(
                     "pass --allow-destructive to allow it",
                 )
             )
+        compiled = _compiled(table, shape)
+        if isinstance(compiled, ConfigError):
+            blockers.extend(_config_blockers(table, compiled))
+            continue
         committed = None if (observed is None or replaced) else observed.committed
-        ingest = _ingest_action(table, committed, world, max_records_per_task)
+        ingest = _ingest_action(table, committed, world, max_records_per_task, compiled)
         if isinstance(ingest, str):
             blockers.append(Blocker(kind="invalid", table=table.name, message=ingest))
         elif ingest is not None:
@@ -285,6 +294,7 @@ def _ingest_action(
     committed: Any,
     world: WorldState,
     max_records_per_task: int,
+    compiled: CompiledTable | None = None,
 ) -> Ingest | str | None:
     """The ingest action, None when nothing is pending, or a problem text."""
     from tableflow_core.kafka.offsets import plan_offsets
@@ -340,7 +350,7 @@ def _ingest_action(
         on_error=table.on_error,
         mode=table.mode,
         key_columns=table.key_columns,
-        stages=table_stages(table),
+        stages=table_stages(table, compiled),
         warnings=tuple(g.describe() for g in offsets.gaps),
     )
 
@@ -393,6 +403,32 @@ def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) ->
             identifier=table.identifier,
             operations=tuple(d.describe(now) for d in due),
         )
+    ]
+
+
+def _compiled(table: Table, shape: TableShape) -> CompiledTable | ConfigError | None:
+    """The table's transforms and checks compiled as apply will (pure, no Spark)."""
+    if not (table.transforms or table.checks) or shape.decoded_schema is None:
+        return None
+    try:
+        return compile_table(table, shape.decoded_schema)
+    except ConfigError as exc:
+        return exc
+
+
+def _config_blockers(table: Table, error: ConfigError) -> list[Blocker]:
+    """One blocker per transform or check that cannot run, at its file:line."""
+    return [
+        Blocker(
+            kind="invalid",
+            table=table.name,
+            key=problem.field_path,
+            location=str(SourceLocation(problem.file, problem.line))
+            if problem.file is not None
+            else str(table.source),
+            message=problem.message,
+        )
+        for problem in error.problems
     ]
 
 

@@ -22,10 +22,7 @@ class TableGate:
     what: str
 
 
-TABLE_GATES: tuple[TableGate, ...] = (
-    TableGate("transforms", lambda t: bool(t.transforms), "transforms"),
-    TableGate("checks", lambda t: bool(t.checks), "quality checks"),
-)
+TABLE_GATES: tuple[TableGate, ...] = ()
 
 # Catalog types `apply` cannot write to from Spark yet (plan can read them with pyiceberg).
 UNSUPPORTED_SPARK_CATALOGS: frozenset[str] = frozenset({"glue", "hive"})

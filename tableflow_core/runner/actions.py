@@ -227,7 +227,7 @@ def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
 def _create_table(context: ApplyContext, spec: IngestSpec, action: CreateTable) -> None:
     from tableflow_core.engine import ddl
 
-    ddl.create_table(context.spark, spec, spec.decoder.target_schema)
+    ddl.create_table(context.spark, spec, spec.table_schema())
 
 
 @action_runner(ReplaceTable)
@@ -235,7 +235,7 @@ def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable
     from tableflow_core.engine import ddl
 
     context.spark.sql(f"DROP TABLE IF EXISTS {spec.identifier} PURGE")
-    ddl.create_table(context.spark, spec, spec.decoder.target_schema)
+    ddl.create_table(context.spark, spec, spec.table_schema())
 
 
 @action_runner(EvolveSchema)

@@ -38,6 +38,12 @@ class TableResult(BaseModel):
         description="Where every record read went, per partition and in total "
         "(deadletter/accounting.py RunAccounting.to_json()); None when nothing was read",
     )
+    transforms: dict[str, int] | None = Field(
+        None, description="The transforms' counts: rows in/out, filtered, duplicates, rejected"
+    )
+    checks: dict[str, Any] | None = Field(
+        None, description="The data-quality checks' report (CheckReport.as_dict())"
+    )
 
 
 class RunResults(BaseModel):

@@ -31,7 +31,7 @@ def ingest_spec(
         key=format_spec(table.key),
         metadata_columns=table.metadata_columns,
         registry=registry_settings(project.target.schema_registry),
-        target_schema_ipc=serialize_schema(shape.schema),
+        target_schema_ipc=serialize_schema(shape.decoded_schema or shape.schema),
     )
     return IngestSpec(
         table_name=table.name,
@@ -49,4 +49,14 @@ def ingest_spec(
         key_columns=shape.key_columns,
         stages=stages or table_stages(table),
         dead_letter=table.dlq,
+        compiled=_compiled(table, shape.decoded_schema),
     )
+
+
+def _compiled(table: Table, decoded_schema: Any) -> Any:
+    """The table's transforms and checks, compiled as plan compiled them (None: neither)."""
+    if not (table.transforms or table.checks) or decoded_schema is None:
+        return None
+    from tableflow_core.pipeline.compiled import compile_table
+
+    return compile_table(table, decoded_schema)

@@ -130,10 +130,12 @@ def _write_schemas(plan: Plan, tables: tuple[Table, ...], world: Any) -> dict[st
     from tableflow_core.schemas.write_schema import write_resolved_schemas
 
     replaced = {a.table for a in plan.actions if a.kind == "replace_table"}
+    # A table with transforms decodes the topic's own schema: the table's columns are
+    # what the transforms make of it, not columns of the record.
     current = {
         t.name: world.tables[t.identifier].schema
         for t in tables
-        if t.identifier in world.tables and t.name not in replaced
+        if t.identifier in world.tables and t.name not in replaced and not t.transforms
     }
     return write_resolved_schemas(world.schemas, current)
 
@@ -174,11 +176,13 @@ def _results(
             values = {
                 "records_read": ingest.records_read,
                 "records_written": ingest.records_written,
-                "records_skipped": ingest.failures,
+                "records_skipped": ingest.failures + ingest.rows_skipped,
                 "offsets_before": dict(ingest.offsets_before),
                 "offsets_after": dict(ingest.offsets_after),
                 "snapshot_id": ingest.snapshot_id,
                 "warnings": tuple(ingest.warnings),
+                "transforms": ingest.transforms,
+                "checks": ingest.checks,
             }
             accounting = getattr(ingest, "accounting", None)
             if accounting is not None:

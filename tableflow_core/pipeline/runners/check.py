@@ -1,27 +1,72 @@
-"""check: the table's quality checks, one stage each (filled in by the checks issue).
+"""check: the table's data-quality checks (issue #10), run as one validation.
 
-A row-level check moves failing rows from `batch.good` to `batch.bad` (stage "check");
-a table-level check appends an audit to `batch.audits`, run on the written branch before
-publish. Register one with `CHECKS[<config type>] = runner`. Until then plan refuses
-checks (plan/capabilities.py), so reaching this runner is a bug.
+Plan emits one Check stage per configured check (one line each in `plan`); all of them
+run at the first, as one great-expectations validation over the persisted batch
+(`checks.run.run_checks`); the later check stages pass the batch on. Then:
+
+- a failing check with severity error (on_failure fail) stops the run before anything
+  is written: nothing is published, the offsets do not move, the error names the table,
+  each failing check, its failing count and sample rows;
+- failing rows of skip checks are dropped and counted, of dlq checks appended to
+  `batch.rejected` for route_bad_records;
+- the report goes to run_results.json (`batch.results["checks"]`) and its summary into
+  the snapshot summary of the commit the write makes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
+from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Check
 
-# config check `type` -> (context, the check's stage spec, batch) -> batch
-CHECKS: dict[str, Callable[[StageContext, Any, Batch], Batch]] = {}
+
+class ChecksFailed(IngestError):
+    """A check with severity error and on_failure fail failed: nothing was published."""
 
 
 @stage_runner(Check)
 def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
-    runner = CHECKS.get(spec.type)
-    if runner is None:
-        raise NotImplementedError(f"{context.where()}: check {spec.type} is not supported yet")
-    return runner(context, spec, batch)
+    compiled = context.spec.compiled
+    if compiled is None:
+        raise NotImplementedError(f"{context.where()}: checks were not compiled for this run")
+    if spec.index != 0:
+        return batch  # every check ran at the first check stage
+    from tableflow_core.checks import ChecksFailedError
+    from tableflow_core.checks.run import run_checks
+
+    assert batch.good is not None, "check needs the decode stage before it"
+    # great-expectations reads the batch several times: read Kafka and transform once.
+    persisted = batch.good.persist()
+
+    def release() -> None:
+        persisted.unpersist()
+
+    context.cleanups.append(release)
+    run = run_checks(
+        persisted,
+        compiled.checks,
+        context.spark,
+        table=f"{context.spec.table_name} ({context.spec.identifier})",
+    )
+    try:
+        run.report.raise_for_failures()
+    except ChecksFailedError as exc:
+        raise ChecksFailed(str(exc)) from exc
+    skipped = run.skipped_count + batch.counter("rows_skipped")
+    counters = {
+        **batch.counters,
+        "rows_skipped": skipped,
+        "check_skipped": run.skipped_count,
+        "check_dead_lettered": run.rejected_count,
+    }
+    rejected = tuple(batch.rejected)
+    if run.rejected_count:
+        rejected = (*rejected, RejectedRows(policy="dlq", rows=run.rejected_df))
+    return batch.evolve(
+        good=run.passing_df,
+        counters=counters,
+        rejected=rejected,
+        snapshot_properties={**batch.snapshot_properties, **run.report.summary_properties()},
+        results={**batch.results, "checks": run.report.as_dict()},
+    )

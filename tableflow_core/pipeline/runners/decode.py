@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tableflow_core.engine.ddl import spark_schema_for, target_arrow_schema
+from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -96,7 +96,7 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
 
     assert batch.good is not None, "decode needs the read_ranges stage before it"
     key = key_spec_of(context)
-    table_schema = target_arrow_schema(context.spec)
+    table_schema = decoded_arrow_schema(context.spec)
     output_schema = decoded_schema(table_schema, upsert=key is not None)
     mapper = _mapper(
         dict(context.kafka_conf),

@@ -1,27 +1,131 @@
-"""transform: the table's transforms, one stage each (filled in by the transforms issue).
+"""transform: the table's transforms (issue #10), run as one compiled chain.
 
-A transform runner maps `batch.good` to a new DataFrame, keeping the hidden `__tf_*`
-columns; rows it rejects are added to `batch.bad` (BAD_RECORD_SCHEMA, stage "transform").
-Register one with `TRANSFORMS[<config type>] = runner`. Until then plan refuses
-transforms (plan/capabilities.py), so reaching this runner is a bug.
+Plan emits one Transform stage per configured transform (one line each in `plan`); the
+chain is compiled once (`IngestSpec.compiled`, pipeline/compiled.py) and runs at the
+first of them as one projection with one counting observation
+(`transforms.spark.apply_transforms`); the later stages of the chain pass the batch on.
+Append tables with a `dedup` then drop rows whose key is already in the table (the
+run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
+
+Rows a derive rejects go by the table's `on_error`: `fail` adds an audit that stops the
+run before publish; `skip` and `dlq` reach route_bad_records as `batch.rejected`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
+from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.stages import Transform
+from tableflow_core.pipeline.stages import RouteBadRecords, Transform
 
-# config transform `type` -> (context, the table's transform config, batch) -> batch
-TRANSFORMS: dict[str, Callable[[StageContext, Any, Batch], Batch]] = {}
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
+
+    from tableflow_core.transforms.spark import TransformCounts, TransformResult
+
+MAX_REPORTED_REJECTS = 5
+
+
+def transform_counts(result: TransformResult) -> TransformCounts:
+    """The transforms' counts, waiting (bounded) for Spark to deliver the observation:
+    it arrives asynchronously after the action that read the batch."""
+    import dataclasses
+
+    from tableflow_core.pipeline.runners.decode import observed_metrics
+    from tableflow_core.transforms.spark import TransformCounts
+
+    observed = observed_metrics(result.observation)
+    fields = dataclasses.fields(TransformCounts)
+    return TransformCounts(**{f.name: int(observed[f.name]) for f in fields})
+
+
+def _observed_rows(observation: Observation) -> int:
+    from tableflow_core.pipeline.runners.decode import observed_metrics
+
+    return int(observed_metrics(observation)["rows"])
+
+
+def table_on_error(context: StageContext) -> str:
+    """The table's `on_error`, as its route_bad_records stage carries it."""
+    routes = [s for s in context.spec.stages if isinstance(s, RouteBadRecords)]
+    return routes[0].on_error if routes else "fail"
+
+
+def _rows_after(good: DataFrame) -> tuple[DataFrame, Observation]:
+    """Count the rows leaving the stage during the first action that reads them."""
+    import uuid
+
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    observation = Observation(f"tableflow_transformed_{uuid.uuid4().hex}")
+    return good.observe(observation, F.count(F.lit(1)).alias("rows")), observation
+
+
+def _fail_on_rejects(result: TransformResult) -> Any:
+    def audit(context: StageContext, batch: Batch) -> None:
+        rejected = transform_counts(result).rejected
+        if not rejected:
+            return
+        rows = (
+            result.rejected_df.orderBy("source_partition", "source_offset")
+            .limit(MAX_REPORTED_REJECTS)
+            .collect()
+        )
+        listed = "; ".join(
+            f"partition {r['source_partition']} offset {r['source_offset']}: {r['error_message']}"
+            for r in rows
+        )
+        raise IngestError(
+            f"table {context.spec.table_name} ({context.spec.identifier}): {rejected} row(s) "
+            f"rejected by the transforms (on_error fail), nothing was committed: {listed}"
+        )
+
+    return audit
 
 
 @stage_runner(Transform)
 def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
-    runner = TRANSFORMS.get(spec.type)
-    if runner is None:
-        raise NotImplementedError(f"{context.where()}: transform {spec.type} is not supported yet")
-    return runner(context, spec, batch)
+    compiled = context.spec.compiled
+    if compiled is None:
+        raise NotImplementedError(f"{context.where()}: transforms were not compiled for this run")
+    if spec.index != 0:
+        return batch  # the whole chain ran at the first transform stage
+    from tableflow_core.transforms.spark import apply_transforms, dedup_against_table
+
+    assert batch.good is not None, "transform needs the decode stage before it"
+    chain = compiled.transforms
+    result = apply_transforms(batch.good, chain, spark=context.spark)
+    good = result.df
+    if context.spec.mode == "append" and chain.dedup_keys:
+        good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
+    good, after = _rows_after(good)
+
+    def counts() -> dict[str, int]:
+        figures = transform_counts(result).as_dict()
+        figures["already_in_table"] = figures["rows_out"] - _observed_rows(after)
+        return figures
+
+    on_error = table_on_error(context)
+    counters = {
+        **batch.counters,
+        "transformed_rows": lambda: _observed_rows(after),
+        "transform_rejected": lambda: transform_counts(result).rejected,
+    }
+    if on_error == "skip":
+        counters["rows_skipped"] = lambda: transform_counts(result).rejected
+    audits = tuple(batch.audits)
+    rejected = tuple(batch.rejected)
+    if on_error == "fail":
+        audits = (*audits, _fail_on_rejects(result))
+    else:
+        rejected = (*rejected, RejectedRows(policy=on_error, rows=result.rejected_df))
+    return batch.evolve(
+        good=good,
+        counters=counters,
+        audits=audits,
+        rejected=rejected,
+        results={**batch.results, "transforms": counts},
+    )

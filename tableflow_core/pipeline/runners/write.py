@@ -29,9 +29,11 @@ def write_mode(name: str) -> Callable[[WriteMode], WriteMode]:
     return register
 
 
-def commit_properties(context: StageContext) -> dict[str, str]:
-    """Snapshot properties of the commit that carries the run's offsets."""
-    return {OFFSETS_KEY: encode_offsets(context.spec.topic, dict(context.offsets_after))}
+def commit_properties(context: StageContext, batch: Batch | None = None) -> dict[str, str]:
+    """Snapshot properties of the commit that carries the run's offsets (and what the
+    stages before the write reported, e.g. the checks' summary)."""
+    extra = dict(batch.snapshot_properties) if batch is not None else {}
+    return {**extra, OFFSETS_KEY: encode_offsets(context.spec.topic, dict(context.offsets_after))}
 
 
 @stage_runner(Write)

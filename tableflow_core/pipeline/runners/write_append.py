@@ -13,7 +13,7 @@ def append(context: StageContext, spec: Write, batch: Batch) -> Batch:
     assert batch.good is not None
     rows = batch.good.drop(*[c for c in batch.good.columns if is_hidden(c)])
     writer = rows.writeTo(context.branch_identifier)
-    for key, value in commit_properties(context).items():
+    for key, value in commit_properties(context, batch).items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()
     return batch

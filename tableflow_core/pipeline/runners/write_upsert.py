@@ -61,7 +61,7 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     crash_point("after_merge")
     empty = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
     writer = empty.writeTo(context.branch_identifier)
-    for key, value in commit_properties(context).items():
+    for key, value in commit_properties(context, batch).items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()
     return batch

@@ -1,0 +1,240 @@
+"""Transforms and checks end to end: real broker, registry, catalog server and Spark,
+through plan + apply; read back by pyiceberg, DuckDB and the Parquet files themselves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tableflow_core.state.offsets import OFFSETS_KEY
+from tableflow_core.tasks.plan import PlanTask
+from tests.fixtures.apply_env import Env, apply
+from tests.fixtures.stack import KafkaBroker, unique_name
+
+pytestmark = pytest.mark.slow
+
+SALT = "pepper-3f9a"
+ORDER_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "tableflow.test",
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "email", "type": "string"},
+        {"name": "card", "type": "string"},
+        {"name": "notes", "type": ["null", "string"], "default": None},
+        {"name": "status", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "quantity", "type": "long"},
+    ],
+}
+TRANSFORMS: list[dict[str, Any]] = [
+    {"type": "dedup", "keys": ["order_id"], "keep": "last"},
+    {"type": "filter", "where": "status <> 'TEST'"},
+    {"type": "derive", "column": "total", "expression": "CAST(amount * quantity AS DOUBLE)"},
+    {"type": "mask", "columns": ["email"], "method": "hash",
+     "salt": "{{ env_var('TF_TEST_MASK_SALT') }}"},
+    {"type": "mask", "columns": ["card"], "method": "partial", "keep_first": 0, "keep_last": 4},
+    {"type": "mask", "columns": ["notes"], "method": "redact", "replacement": "****"},
+    {"type": "rename", "columns": {"order_id": "id"}},
+    {"type": "drop", "columns": ["quantity"]},
+]  # fmt: skip
+
+
+class Orders:
+    def __init__(self, broker: KafkaBroker, registry_url: str) -> None:
+        self.name = broker.create_topic(unique_name("orders-tf"), 1)
+        self.bootstrap = broker.bootstrap
+        client = SchemaRegistryClient({"url": registry_url})
+        self.serializer = AvroSerializer(client, json.dumps(ORDER_SCHEMA))
+
+    def produce(self, *orders: tuple[str, str, str, str | None, str, float, int]) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        context = SerializationContext(self.name, MessageField.VALUE)
+        for order_id, email, card, notes, status, amount, quantity in orders:
+            value = {"order_id": order_id, "email": email, "card": card, "notes": notes,
+                     "status": status, "amount": amount, "quantity": quantity}  # fmt: skip
+            producer.produce(self.name, self.serializer(value, context), partition=0)
+        producer.flush(30)
+
+
+def hashed(value: str) -> str:
+    return hashlib.sha256((SALT + value).encode()).hexdigest()
+
+
+def rows(env: Env) -> dict[str, dict[str, Any]]:
+    """The table by id, read by pyiceberg; DuckDB must read the same rows."""
+    from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
+    from tableflow_core.targets.catalog import open_catalog
+
+    by_pyiceberg = {r["id"]: r for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    with open_catalog(env.project) as handle:
+        props = handle.spark_properties
+        con = duckdb_connection()
+        attach_rest_catalog(con, handle.spark_name, props["uri"], props.get("credential"))
+        cursor = con.sql(f"SELECT * FROM {handle.spark_name}.{env.namespace}.t")
+        names = [d[0] for d in cursor.description]
+        by_duckdb = {r[0]: dict(zip(names, r, strict=True)) for r in cursor.fetchall()}
+    assert names[0] == "id"
+    assert by_duckdb == by_pyiceberg
+    return by_pyiceberg
+
+
+def data_files(env: Env) -> list[Path]:
+    table = env.pyiceberg_table()
+    return [Path(urlparse(t.file.file_path).path) for t in table.scan().plan_files()]
+
+
+def run_results(env: Env) -> dict[str, Any]:
+    document = json.loads((env.root / "target" / "run_results.json").read_text())
+    (table,) = document["tables"]
+    return dict(table)
+
+
+def test_masks_dedup_filter_derive_rename_drop_land_masked_and_once(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TF_TEST_MASK_SALT", SALT)
+    orders = Orders(kafka_broker, schema_registry.url)
+    env = make_env(orders.name, metadata_columns=[], transforms=TRANSFORMS)
+    orders.produce(
+        ("o1", "alice@example.com", "4111111111111111", "ring the bell", "PAID", 10.0, 1),
+        ("o2", "bob@example.com", "5500000000000004", None, "TEST", 5.0, 2),  # filtered
+        ("o1", "alice@example.com", "4111111111111111", "ring twice", "PAID", 12.0, 2),  # last
+        ("o3", "carol@example.com", "378282246310005", None, "PAID", 7.5, 3),
+    )
+    plan = PlanTask(env.project, env.project.tables).run()
+    create = next(a for a in plan.actions if a.kind == "create_table")
+    assert [c.name for c in create.columns] == ["id", "email", "card", "notes", "status",
+                                               "amount", "total"]  # fmt: skip
+    assert SALT not in plan.model_dump_json()
+    first = apply(spark, env)
+    assert first.records_read == 4 and first.records_written == 2
+    assert first.transforms is not None
+    assert first.transforms["filtered"] == 1 and first.transforms["duplicates"] == 1
+    assert first.transforms["rows_out"] == 2
+    assert rows(env) == {
+        "o1": {"id": "o1", "email": hashed("alice@example.com"), "card": "************1111",
+               "notes": "****", "status": "PAID", "amount": 12.0, "total": 24.0},
+        "o3": {"id": "o3", "email": hashed("carol@example.com"), "card": "***********0005",
+               "notes": None, "status": "PAID", "amount": 7.5, "total": 22.5},
+    }  # fmt: skip
+
+    # a replayed key is not written again (dedup against the table); a new one is
+    orders.produce(
+        ("o1", "alice@example.com", "4111111111111111", "again", "PAID", 99.0, 1),
+        ("o4", "dave@example.com", "6011111111111117", "gate code 4471", "PLACED", 3.0, 1),
+    )
+    second = apply(spark, env)
+    assert second.records_read == 2 and second.records_written == 1
+    assert second.offsets_after == {0: 6}
+    assert second.transforms is not None and second.transforms["already_in_table"] == 1
+    landed = rows(env)
+    assert sorted(landed) == ["o1", "o3", "o4"] and landed["o1"]["amount"] == 12.0
+    assert landed["o4"]["email"] == hashed("dave@example.com")
+    assert run_results(env)["transforms"]["already_in_table"] == 1
+
+    # no clear masked value anywhere in the data files: values, statistics, raw bytes
+    clear = ["alice@example.com", "carol@example.com", "dave@example.com", "4111111111111111",
+             "378282246310005", "6011111111111117", "ring twice", "gate code 4471", SALT]  # fmt: skip
+    files = data_files(env)
+    assert files
+    for path in files:
+        raw = path.read_bytes()
+        values = json.dumps(pq.read_table(path).to_pylist())
+        metadata = str(pq.ParquetFile(path).metadata.to_dict())
+        for text in clear:
+            assert text.encode() not in raw, (path, text)
+            assert text not in values and text not in metadata
+
+
+def test_checks_error_blocks_publish_warn_is_reported_skip_drops_rows(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    orders = Orders(kafka_broker, schema_registry.url)
+    checks: list[dict[str, Any]] = [
+        {"type": "range", "column": "quantity", "min": 1, "max": 100, "on_failure": "skip"},
+        {"type": "accepted_values", "column": "status", "values": ["PAID", "PLACED"],
+         "severity": "warn"},
+        {"type": "row_count", "min": 1},
+    ]  # fmt: skip
+    env = make_env(orders.name, metadata_columns=[], checks=checks)
+    orders.produce(
+        ("o1", "a@x", "1", None, "PAID", 1.0, 1),
+        ("o2", "b@x", "2", None, "PAID", 2.0, 0),  # out of range: skipped
+        ("o3", "c@x", "3", None, "WEIRD", 3.0, 2),  # not accepted: warned, written
+    )
+    first = apply(spark, env)
+    assert first.records_read == 3 and first.records_written == 2 and first.records_skipped == 1
+    assert sorted(r["order_id"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()) == [
+        "o1",
+        "o3",
+    ]
+    report = run_results(env)["checks"]
+    assert report["outcome"] == "warn" and report["rows_skipped"] == 1
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["range(quantity)"]["failing"] == 1
+    assert by_name["range(quantity)"]["action"] == "skipped"
+    assert by_name["accepted_values(status)"]["outcome"] == "warn"
+    assert by_name["accepted_values(status)"]["failing"] == 1
+    assert by_name["row_count"]["outcome"] == "pass"
+    snapshot = env.pyiceberg_table().current_snapshot()
+    summary = snapshot.summary.additional_properties
+    # a skip check that took rows out warns (the batch was published without them)
+    assert summary["tableflow.checks"] == "warn: 1 passed, 2 warned, 0 failed"
+    assert summary["tableflow.checks.failing"] == "range(quantity)=1;accepted_values(status)=1"
+    assert summary["tableflow.checks.skipped-rows"] == "1"
+    assert OFFSETS_KEY in summary
+
+    # severity error (on_failure: the table's on_error, fail): nothing is published
+    env.configure(
+        metadata_columns=[],
+        checks=[*checks, {"type": "expression", "name": "small_orders",
+                          "expression": "amount < 1000"}],
+    )  # fmt: skip
+    orders.produce(
+        ("o4", "d@x", "4", None, "PAID", 5000.0, 1), ("o5", "e@x", "5", None, "PAID", 5.0, 1)
+    )
+    failed = apply(spark, env, expect="error")
+    assert failed.error is not None
+    assert "small_orders" in failed.error and "1 of 2 rows failing" in failed.error
+    assert "nothing was published" in failed.error
+    table = env.pyiceberg_table()
+    assert table.current_snapshot().snapshot_id == snapshot.snapshot_id
+    assert table.scan().to_arrow().num_rows == 2
+    ingest = next(
+        a for a in PlanTask(env.project, env.project.tables).run().actions if a.kind == "ingest"
+    )
+    assert ingest.records == 2  # the offsets did not move: the next run reads them again
+
+
+def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    orders = Orders(kafka_broker, schema_registry.url)
+    derive = {"type": "derive", "column": "code", "expression": "CAST(card AS INT)"}
+    env = make_env(orders.name, metadata_columns=[], transforms=[derive])
+    orders.produce(
+        ("o1", "a@x", "42", None, "PAID", 1.0, 1), ("o2", "b@x", "n/a", None, "PAID", 2.0, 1)
+    )
+    failed = apply(spark, env, expect="error")
+    assert failed.error is not None
+    assert "1 row(s) rejected by the transforms" in failed.error
+    assert "partition 0 offset 1" in failed.error and "n/a" in failed.error
+    table = env.pyiceberg_table()
+    assert table.scan().to_arrow().num_rows == 0  # nothing lost silently, nothing published
+    assert [c.name for c in table.schema().columns][-1] == "code"
