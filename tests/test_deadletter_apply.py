@@ -148,6 +148,28 @@ def test_skip_counts_bad_records_and_commits_past_them(
     assert_accounting(env, result, "skipped")
 
 
+def test_skip_with_a_filter_accounts_filtered_rows_apart(
+    spark: Any, make_env: Any, poison: Poison
+) -> None:
+    env = make_env(
+        poison.topic,
+        metadata_columns=[],
+        on_error="skip",
+        transforms=[{"type": "filter", "where": "id % 2 = 0"}],
+    )
+    result = apply(spark, env)
+    kept = sorted(_id(p, o) for p, o in GOOD if _id(p, o) % 2 == 0)
+    assert table_ids(env) == kept
+    accounting = result.accounting
+    assert accounting is not None
+    totals = {k: accounting["totals"][k] for k in ("read", "written", "filtered", "skipped")}
+    assert totals == {"read": 10, "written": len(kept), "filtered": 6 - len(kept), "skipped": 4}
+    by_partition = {p["partition"]: p for p in accounting["partitions"]}
+    for partition in LAYOUT:
+        good = [_id(p, o) for p, o in GOOD if p == partition]
+        assert by_partition[partition]["filtered"] == sum(i % 2 for i in good)
+
+
 def dlq_rows(env: Env, identifier: str) -> list[dict[str, Any]]:
     """The dead-letter table's rows, read by pyiceberg (not the writer)."""
     rows = env.catalog.pyiceberg_catalog().load_table(identifier).scan().to_arrow().to_pylist()

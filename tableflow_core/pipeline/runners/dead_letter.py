@@ -44,9 +44,8 @@ if TYPE_CHECKING:
 
 # Batch.counters key: a callable giving the run's accounting (RunAccounting.to_json()).
 ACCOUNTING_COUNTER = "accounting"
-# Batch.counters key transforms may set: {partition: rows filtered on purpose} (callable).
-FILTERED_COUNTER = "filtered_by_partition"
 READ_COUNTER = "records_read_by_partition"  # set by the decode stage
+BAD_COUNTER = "bad_records_by_partition"  # set by the decode stage
 
 
 def sink_context(context: StageContext) -> SinkContext:
@@ -64,6 +63,30 @@ def _mapping(counters: Mapping[str, Any], name: str) -> dict[int, int]:
     value = counters.get(name, {})
     value = value() if callable(value) else value
     return {int(p): int(n) for p, n in dict(value).items()}
+
+
+def _filtered(
+    read: Mapping[int, int],
+    bad: Mapping[int, int],
+    observed: Mapping[str, Mapping[int, int]],
+    rejected: list[SinkResult],
+) -> dict[int, int]:
+    """Rows taken out of the batch on purpose (transform filters and dedup, skip checks):
+    the decoded good rows that neither reached the write nor were routed as rejected.
+
+    Measured apart from the sinks' own counts (two observations: after decode, before the
+    write), so a negative figure (a row counted twice) fails the accounting's check.
+    """
+    routed = counts_by_outcome(rejected)
+    return {
+        p: read.get(p, 0)
+        - bad.get(p, 0)
+        - observed["written"].get(p, 0)
+        - observed["tombstones"].get(p, 0)
+        - routed["skipped"].get(p, 0)
+        - routed["dead_lettered"].get(p, 0)
+        for p in read
+    }
 
 
 def _observe_written(
@@ -134,17 +157,18 @@ def route_and_account(
             results.append(
                 route_bad_records(batch.bad, spec.on_error, context.spec.dead_letter, sinks)
             )
-        results.extend(_route_rejected(context, r, sinks) for r in batch.rejected)
+        rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
         observed = written_counts()
+        read = _mapping(batch.counters, READ_COUNTER)
         accounting = RunAccounting.from_counts(
             context.spec.table_name,
             context.spec.topic,
             context.run_id,
-            read=_mapping(batch.counters, READ_COUNTER),
+            read=read,
             written=observed["written"],
             tombstones=observed["tombstones"],
-            filtered=_mapping(batch.counters, FILTERED_COUNTER),
-            **counts_by_outcome(results),
+            filtered=_filtered(read, _mapping(batch.counters, BAD_COUNTER), observed, rejected),
+            **counts_by_outcome([*results, *rejected]),
         ).check()
         holder["accounting"] = accounting
         crash_point("after_dead_letter")

@@ -120,6 +120,12 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         F.count(F.when(F.col(SOURCE_PARTITION_COLUMN) == p, 1)).alias(f"records_p{p}")
         for p in partitions
     )
+    metrics.extend(
+        F.count(
+            F.when(F.col(BAD_RECORD_COLUMN).isNotNull() & (F.col(SOURCE_PARTITION_COLUMN) == p), 1)
+        ).alias(f"bad_p{p}")
+        for p in partitions
+    )
     observed = decoded.observe(observation, *metrics)
     good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
     bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
@@ -136,5 +142,8 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         counters["tombstones"] = metric("tombstones")
     counters["records_read_by_partition"] = lambda: {
         p: int(observed_metrics(observation).get(f"records_p{p}") or 0) for p in partitions
+    }
+    counters["bad_records_by_partition"] = lambda: {
+        p: int(observed_metrics(observation).get(f"bad_p{p}") or 0) for p in partitions
     }
     return batch.evolve(good=good, bad=bad, counters=counters)
