@@ -44,6 +44,7 @@ V2 = pa.schema(
 class _Decoder:
     def __init__(self, schema: pa.Schema) -> None:
         self.target_schema_ipc = serialize_schema(schema)
+        self.target_schema = schema
 
 
 def spec_for(namespace: str, schema: pa.Schema) -> IngestSpec:
