@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.text import plural
+
 RUN_RESULTS_VERSION: Literal[1] = 1
 
 
@@ -66,8 +68,9 @@ class RunResults(BaseModel):
         skipped = sum(1 for t in self.tables if t.status == "skipped")
         written = sum(t.records_written for t in self.tables)
         return (
-            f"Apply {'complete' if self.status == 'success' else 'FAILED'}: {ok} tables ok, "
-            f"{failed} failed, {skipped} skipped; {written:,} records written in {self.duration_s:.1f}s"
+            f"Apply {'complete' if self.status == 'success' else 'FAILED'}: "
+            f"{plural(ok, 'table')} ok, {failed} failed, {skipped} skipped; "
+            f"{plural(written, 'record')} written in {self.duration_s:.1f}s"
         )
 
 
