@@ -26,14 +26,10 @@ from tableflow_core.config.models import (
     RowCountCheck,
     UniqueCheck,
 )
-from tableflow_core.transforms.compile import StepError, resolve_columns
+from tableflow_core.transforms.compile import StepError, parse_predicate, resolve_columns
 from tableflow_core.transforms.locations import Locator, problem_at
 from tableflow_core.transforms.sql import (
     DIALECT,
-    ExpressionError,
-    check_references,
-    infer_arrow_type,
-    parse_expression,
     spark_type,
 )
 
@@ -186,17 +182,7 @@ def _range(c: RangeCheck, schema: pa.Schema, base: _Base) -> list[CompiledCheck]
 
 def _expression(c: ExpressionCheck, schema: pa.Schema, base: _Base) -> list[CompiledCheck]:
     what = f"expression check {c.name}"
-    try:
-        parsed = parse_expression(c.expression, what=what)
-        check_references(parsed, schema, what)
-    except ExpressionError as exc:
-        raise StepError(str(exc), "expression") from None
-    inferred = infer_arrow_type(parsed, schema)
-    if inferred is not None and not pa.types.is_boolean(inferred):
-        raise StepError(
-            f"{what} must be a boolean predicate; {c.expression!r} is {spark_type(inferred)}",
-            "expression",
-        )
+    parse_predicate(c.expression, schema, what, "expression")
     # Every row must satisfy it: NULL counts as a failure.
     predicate = f"NOT coalesce(({c.expression}), false)"
     return [base.make("expression", c.name, expression=c.expression, failing_rows=predicate)]

@@ -154,6 +154,27 @@ class StepError(ValueError):
         self.subkey = subkey
 
 
+def parse_checked(text: str, schema: pa.Schema, what: str, subkey: str) -> Any:
+    """`text` parsed as a Spark SQL expression whose columns all exist in `schema`."""
+    try:
+        expression = parse_expression(text, what=what)
+        check_references(expression, schema, what)
+    except ExpressionError as exc:
+        raise StepError(str(exc), subkey) from None
+    return expression
+
+
+def parse_predicate(text: str, schema: pa.Schema, what: str, subkey: str) -> Any:
+    """Like parse_checked, and refused unless it is (or may be) a boolean predicate."""
+    expression = parse_checked(text, schema, what, subkey)
+    inferred = infer_arrow_type(expression, schema)
+    if inferred is not None and not pa.types.is_boolean(inferred):
+        raise StepError(
+            f"{what} must be a boolean predicate; {text!r} is {spark_type(inferred)}", subkey
+        )
+    return expression
+
+
 # ---------------------------------------------------------------- per transform
 
 
@@ -221,17 +242,7 @@ def _dedup(t: DedupTransform, schema: pa.Schema, key: str) -> tuple[DedupStep, p
 
 
 def _filter(t: FilterTransform, schema: pa.Schema, key: str) -> tuple[FilterStep, pa.Schema]:
-    try:
-        expression = parse_expression(t.where, what="filter where")
-        check_references(expression, schema, "filter where")
-    except ExpressionError as exc:
-        raise StepError(str(exc), "where") from None
-    inferred = infer_arrow_type(expression, schema)
-    if inferred is not None and not pa.types.is_boolean(inferred):
-        raise StepError(
-            f"filter where must be a boolean predicate; {t.where!r} is {spark_type(inferred)}",
-            "where",
-        )
+    parse_predicate(t.where, schema, "filter where", "where")
     return FilterStep(key=key, where=t.where), schema
 
 
@@ -239,11 +250,7 @@ def _derive(t: DeriveTransform, schema: pa.Schema, key: str) -> tuple[DeriveStep
     if t.column.startswith(HIDDEN_PREFIX):
         raise StepError(f"derive: column names starting {HIDDEN_PREFIX!r} are reserved", "column")
     what = f"derive {t.column}"
-    try:
-        expression = parse_expression(t.expression, what=what)
-        check_references(expression, schema, what)
-    except ExpressionError as exc:
-        raise StepError(str(exc), "expression") from None
+    expression = parse_checked(t.expression, schema, what, "expression")
     inferred = infer_arrow_type(expression, schema)
     if inferred is None:
         raise StepError(
