@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import fastavro
 import pyarrow as pa
@@ -122,8 +123,11 @@ def baseline(bootstrap: str, url: str, topic: str, out_dir: Path) -> tuple[float
     return time.perf_counter() - started, written
 
 
-def write_project(root: Path, bootstrap: str, url: str, topic: str, cores: int) -> Path:
-    """A one-table project with the embedded catalog, as `tableflow init` makes them."""
+def write_project(
+    root: Path, bootstrap: str, url: str, topic: str, cores: int, **table_keys: Any
+) -> Path:
+    """A one-table project (`events` reading `topic`, plus `table_keys`) with the embedded
+    catalog, as `tableflow init` makes them."""
     root.mkdir(parents=True, exist_ok=True)
     project = {
         "name": "bench",
@@ -145,7 +149,7 @@ def write_project(root: Path, bootstrap: str, url: str, topic: str, cores: int) 
         },
         "defaults": {"namespace": "bench"},
     }
-    table = {"name": "events", "topic": topic, "metadata_columns": list(METADATA_COLUMNS)}
+    table = {"name": "events", "topic": topic, **table_keys}
     (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
     (root / "tables").mkdir(exist_ok=True)
     (root / "tables" / "events.yml").write_text(yaml.safe_dump({"tables": [table]}))
@@ -190,7 +194,14 @@ def main() -> None:
         base_s, base_rows = baseline(bootstrap, url, topic, work)
         assert base_rows == args.records, base_rows
 
-        root = write_project(work / "project", bootstrap, url, topic, args.cores)
+        root = write_project(
+            work / "project",
+            bootstrap,
+            url,
+            topic,
+            args.cores,
+            metadata_columns=list(METADATA_COLUMNS),
+        )
         first_s, first = cli_apply(root)
         assert first["records_written"] == args.records, first
         produce(bootstrap, url, topic, args.records, args.partitions)

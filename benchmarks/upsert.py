@@ -31,16 +31,14 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
-import yaml
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
-from ingest import HOST, record
+from ingest import HOST, record, write_project
 
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.registry import registry_url, start_registry
-from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT
 
 KEY_SCHEMA = {"type": "record", "name": "EventKey", "fields": [{"name": "id", "type": "long"}]}
 PARTITIONS = 4
@@ -97,41 +95,6 @@ class Topic:
                 except BufferError:
                     producer.poll(0.05)
         producer.flush(120)
-
-
-def write_project(root: Path, bootstrap: str, url: str, topic: str, cores: int) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    project = {
-        "name": "bench",
-        "default_target": "bench",
-        "targets": {
-            "bench": {
-                "kafka": {
-                    "bootstrap_servers": bootstrap,
-                    "config": {"receive.message.max.bytes": LARGE_RECEIVE_LIMIT},
-                },
-                "schema_registry": {"url": url},
-                "catalog": {
-                    "type": "embedded",
-                    "warehouse": str(root / "warehouse"),
-                    "port": free_port(HOST),
-                },
-                "spark": {"master": f"local[{cores}]"},
-            }
-        },
-        "defaults": {"namespace": "bench"},
-    }
-    table = {
-        "name": "events",
-        "topic": topic,
-        "mode": "upsert",
-        "key_columns": ["id"],
-        "key": {"format": "avro"},
-    }
-    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
-    (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "events.yml").write_text(yaml.safe_dump({"tables": [table]}))
-    return root
 
 
 def tableflow_apply(root: Path, spark: Any) -> float:
@@ -246,7 +209,16 @@ def main() -> None:
         broker.create_topics(bootstrap, {"bench_upsert": PARTITIONS})
         topic = Topic(bootstrap, url, "bench_upsert")
         topic.produce([(i, record(i)) for i in range(args.rows)])
-        root = write_project(work / "project", bootstrap, url, topic.name, args.cores)
+        root = write_project(
+            work / "project",
+            bootstrap,
+            url,
+            topic.name,
+            args.cores,
+            mode="upsert",
+            key_columns=["id"],
+            key={"format": "avro"},
+        )
         load_before = os.getloadavg()
         print(f"rows {args.rows:,}, batch {args.batch:,} records (10% tombstones), "
               f"{PARTITIONS} partitions, local[{args.cores}]; load average before: "
