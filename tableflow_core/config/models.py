@@ -504,6 +504,15 @@ PARTITION_EXPR = re.compile(
 )
 
 
+def partition_expression(column: str, transform: str, param: int | None) -> str:
+    """`day(created_at)`, `bucket(16, id)`, or the bare column for identity."""
+    if transform == "identity":
+        return column
+    if param is not None:
+        return f"{transform}({param}, {column})"
+    return f"{transform}({column})"
+
+
 class PartitionField(ConfigModel):
     """One partition field; also written as a string: `day(created_at)`, `bucket(16, id)`."""
 
@@ -545,11 +554,7 @@ class PartitionField(ConfigModel):
         return self
 
     def expression(self) -> str:
-        if self.transform == "identity":
-            return self.column
-        if self.param is not None:
-            return f"{self.transform}({self.param}, {self.column})"
-        return f"{self.transform}({self.column})"
+        return partition_expression(self.column, self.transform, self.param)
 
 
 class SortField(ConfigModel):

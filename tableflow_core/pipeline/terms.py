@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from tableflow_core.config.models import partition_expression
+
 PartitionTransform = Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"]
 
 
@@ -19,11 +21,7 @@ class PartitionTerm(BaseModel):
     param: int | None = None
 
     def expression(self) -> str:
-        if self.transform == "identity":
-            return self.column
-        if self.param is not None:
-            return f"{self.transform}({self.param}, {self.column})"
-        return f"{self.transform}({self.column})"
+        return partition_expression(self.column, self.transform, self.param)
 
 
 class SortTerm(BaseModel):
