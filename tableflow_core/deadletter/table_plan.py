@@ -8,6 +8,7 @@ builder calls `dlq_table_actions` with what it observed and adds the result to t
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from functools import partial
 
 import pyarrow as pa
 
@@ -74,16 +75,18 @@ def dlq_table_actions(
     wanted_columns = [f.name for f in BAD_RECORD_SCHEMA]
     for identifier, users in sorted(iceberg_dlq_users(tables).items()):
         first = users[0]
-        location = str(first.location_of("dlq"))
+        refuse = partial(
+            Blocker,
+            kind="invalid",
+            table=first.name,
+            key="dlq",
+            location=str(first.location_of("dlq")),
+        )
         if identifier in data_tables:
             blockers.append(
-                Blocker(
-                    kind="invalid",
-                    table=first.name,
-                    key="dlq",
-                    location=location,
+                refuse(
                     message=f"dead-letter table {identifier} is also the data table of "
-                    f"{data_tables[identifier].name!r}; give the dead-letter table its own name",
+                    f"{data_tables[identifier].name!r}; give the dead-letter table its own name"
                 )
             )
             continue
@@ -91,13 +94,9 @@ def dlq_table_actions(
             columns = list(existing_tables[identifier])
             if columns != wanted_columns:
                 blockers.append(
-                    Blocker(
-                        kind="invalid",
-                        table=first.name,
-                        key="dlq",
-                        location=location,
+                    refuse(
                         message=f"dead-letter table {identifier} exists with columns {columns}, "
-                        f"not the dead-letter columns {wanted_columns}",
+                        f"not the dead-letter columns {wanted_columns}"
                     )
                 )
             continue
