@@ -261,7 +261,7 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     real_fast_forward = publish_module.fast_forward_main
     compactions: list[str] = []
 
-    def compaction_lands_first(context: Any) -> None:
+    def compaction_lands_first(context: Any) -> int | None:
         if not compactions:
             table_arg = spec.identifier.replace("'", "\\'")
             spark.sql(
@@ -269,7 +269,7 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
                 "options => map('rewrite-all', 'true'))"
             )
             compactions.append("done")
-        real_fast_forward(context)
+        return real_fast_forward(context)
 
     monkeypatch.setattr(publish_module, "fast_forward_main", compaction_lands_first)
     outcome = apply(spark, env)

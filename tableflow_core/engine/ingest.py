@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.table_state import TableState, read_table_state
+from tableflow_core.engine.table_state import TableState, load_table_state, read_table_state
 from tableflow_core.ingest.spec import IngestSpec, quote_ident
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -33,6 +33,7 @@ from tableflow_core.pipeline.errors import (
     MainMovedError,
 )
 from tableflow_core.pipeline.registry import run_stages
+from tableflow_core.pipeline.runners.publish import PUBLISHED_SNAPSHOT
 from tableflow_core.pipeline.stages import (
     Decode,
     Publish,
@@ -174,13 +175,32 @@ def drop_stale_branches(spark: SparkSession, identifier: str, state: TableState)
     return dropped
 
 
-def _ensure_snapshot(spark: SparkSession, spec: IngestSpec, state: TableState) -> TableState:
-    """Branches need a snapshot to start from: give a new table an empty first commit."""
+def _table_state(spark: SparkSession, spec: IngestSpec, catalog: Any) -> TableState:
+    """The table's state now: from the catalog handle's pyiceberg catalog (one request),
+    else through Spark's metadata tables."""
+    pyiceberg_catalog = getattr(catalog, "catalog", None)
+    if pyiceberg_catalog is not None:
+        return load_table_state(pyiceberg_catalog, (*spec.namespace, spec.table))
+    return read_table_state(spark, spec.identifier)
+
+
+def _ensure_snapshot(
+    spark: SparkSession, spec: IngestSpec, state: TableState, catalog: Any
+) -> TableState:
+    """Branches need a snapshot to start from. A table that never committed gets `main`
+    at a new empty snapshot: `CREATE BRANCH main` on a table without snapshots is a
+    metadata-only commit (no Spark job, unlike an empty append)."""
     if state.current_snapshot_id is not None:
         return state
-    schema = spark.table(spec.identifier).schema
-    spark.createDataFrame([], schema).writeTo(spec.identifier).append()
-    return read_table_state(spark, spec.identifier)
+    try:
+        spark.sql(f"ALTER TABLE {spec.identifier} CREATE BRANCH IF NOT EXISTS main")
+    except Exception:
+        # Another run created main between our read and our commit: use theirs.
+        state = _table_state(spark, spec, catalog)
+        if state.current_snapshot_id is None:
+            raise
+        return state
+    return _table_state(spark, spec, catalog)
 
 
 def ingest(
@@ -253,7 +273,7 @@ def _ingest_once(
 ) -> IngestOutcome:
     began = time.monotonic()
     identifier = spec.identifier
-    state = read_table_state(spark, identifier)
+    state = _table_state(spark, spec, catalog)
     before = _check_expected(state, spec, expected_start)
     after = {**before, **dict(start_offsets or {})}
     for offset_range in ranges:
@@ -270,7 +290,7 @@ def _ingest_once(
         )
 
     drop_stale_branches(spark, identifier, state)
-    state = _ensure_snapshot(spark, spec, state)
+    state = _ensure_snapshot(spark, spec, state, catalog)
     _check_expected(state, spec, expected_start)
     base_snapshot = state.current_snapshot_id
     run_id = uuid.uuid4().hex[:16]
@@ -304,15 +324,17 @@ def _ingest_once(
         for cleanup in context.cleanups:
             cleanup()
         _drop_branch(spark, identifier, branch)
-    committed_state = read_table_state(spark, identifier)
-    drop_stale_branches(spark, identifier, committed_state)
+    # Branches of crashed runs left at the old head of main are merged now.
+    for name, head in state.refs.items():
+        if name.startswith(BRANCH_PREFIX) and name != branch and head == base_snapshot:
+            _drop_branch(spark, identifier, name)
     return IngestOutcome(
         records_read=batch.counter("records_read"),
         records_written=_records_written(batch),
         failures=batch.counter("bad_records"),
         offsets_before=before,
         offsets_after=after,
-        snapshot_id=committed_state.current_snapshot_id,
+        snapshot_id=batch.results.get(PUBLISHED_SNAPSHOT),
         duration_s=time.monotonic() - began,
         tombstones=batch.counter("tombstones"),
         accounting=_accounting(batch),

@@ -1,14 +1,24 @@
-"""Reading a table's snapshots, refs and properties through Spark's metadata tables.
+"""A table's snapshots, refs and properties: what a run checks before and after it writes.
 
-Only metadata rows reach the driver (a few per snapshot), never data.
+Two readers give the same `TableState`:
+- `load_table_state`: pyiceberg reads the table's metadata from the catalog (one catalog
+  request, no Spark job). `ingest` uses it whenever it has the target's catalog handle.
+- `read_table_state`: Spark's metadata tables (three small Spark jobs), for callers that
+  only hold a SparkSession (maintenance, tests).
+Only metadata reaches the driver (a few rows per snapshot), never data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tableflow_core.state.offsets import CommittedOffsets, SnapshotInfo, find_committed_offsets
+from tableflow_core.state.offsets import (
+    CommittedOffsets,
+    SnapshotInfo,
+    find_committed_offsets,
+    snapshot_infos,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,3 +66,16 @@ def read_table_state(spark: SparkSession, identifier: str) -> TableState:
         for row in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()
     }
     return TableState(refs.get("main"), snapshots, refs, properties)
+
+
+def load_table_state(catalog: Any, identifier: tuple[str, ...]) -> TableState:
+    """The table's state as the catalog holds it now (`catalog`: a pyiceberg Catalog)."""
+    return table_state_of(catalog.load_table(identifier).metadata)
+
+
+def table_state_of(metadata: Any) -> TableState:
+    """`TableState` of pyiceberg `TableMetadata`."""
+    refs = {str(name): int(ref.snapshot_id) for name, ref in metadata.refs.items()}
+    return TableState(
+        refs.get("main"), tuple(snapshot_infos(metadata)), refs, dict(metadata.properties)
+    )

@@ -91,10 +91,9 @@ def find_committed_offsets(
     return found
 
 
-def read_committed_offsets(table: Table, topic: str | None = None) -> CommittedOffsets | None:
-    """Committed offsets of a pyiceberg table (used by `plan`, no JVM)."""
-    metadata = table.metadata
-    snapshots = [
+def snapshot_infos(metadata: Any) -> list[SnapshotInfo]:
+    """The snapshots of pyiceberg `TableMetadata` (summaries without `operation`)."""
+    return [
         SnapshotInfo(
             s.snapshot_id,
             s.parent_snapshot_id,
@@ -102,6 +101,11 @@ def read_committed_offsets(table: Table, topic: str | None = None) -> CommittedO
         )
         for s in metadata.snapshots
     ]
+
+
+def read_committed_offsets(table: Table, topic: str | None = None) -> CommittedOffsets | None:
+    """Committed offsets of a pyiceberg table (used by `plan`, no JVM)."""
+    metadata = table.metadata
     return find_committed_offsets(
-        metadata.current_snapshot_id, snapshots, dict(metadata.properties), topic
+        metadata.current_snapshot_id, snapshot_infos(metadata), dict(metadata.properties), topic
     )
