@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,3 +102,31 @@ def build_spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+class SessionStarter:
+    """Builds the Spark application on a daemon thread, so the JVM starts while the plan
+    is made (both take seconds; the JVM mostly waits on its own process). `get` waits
+    for it and re-raises a failure to start. A command that ends without calling `get`
+    (nothing to apply) does not wait: the JVM exits with this process."""
+
+    def __init__(self, build: Callable[[], SparkSession]) -> None:
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(build,), name="tableflow-spark-start", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, build: Callable[[], SparkSession]) -> None:
+        try:
+            self._session = build()
+        except BaseException as exc:  # re-raised in the caller's thread by get()
+            self._error = exc
+
+    def get(self) -> SparkSession:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session

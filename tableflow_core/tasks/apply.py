@@ -27,6 +27,8 @@ from tableflow_core.targets.catalog import CatalogHandle, open_catalog
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from tableflow_core.engine.spark_session import SessionStarter
+
 
 class PlanNotApplicableError(RuntimeError):
     """The plan has blockers (not supported yet, destructive without the flag, ...)."""
@@ -37,6 +39,8 @@ class ApplyTask:
     project: Project
     plan: Plan
     spark: SparkSession | None = None  # reuse a session (tests, notebooks); else one is built
+    # A session already starting (the CLI starts it while planning); catalogs are added.
+    spark_starter: SessionStarter | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True))
     lock_timeout_s: float = 0.0
     max_parallel: int = 4
@@ -105,6 +109,8 @@ class ApplyTask:
     def _spark(self, handle: CatalogHandle) -> SparkSession:
         from tableflow_core.engine.spark_session import register_catalog
 
+        if self.spark is None and self.spark_starter is not None:
+            self.spark = self.spark_starter.get()
         if self.spark is None:
             return project_spark_session(self.project, {handle.spark_name: handle.spark_properties})
         register_catalog(self.spark, handle.spark_name, handle.spark_properties)

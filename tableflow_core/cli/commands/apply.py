@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tableflow_core.cli.commands.plan import run_plan, show_plan
 from tableflow_core.cli.context import CliContext
 from tableflow_core.text import plural
+
+if TYPE_CHECKING:
+    from tableflow_core.config.project import Project
+    from tableflow_core.engine.spark_session import SessionStarter
+
+
+def _start_spark(project: Project) -> SessionStarter:
+    """Start the Spark application now: its JVM starts while the plan is read or made."""
+    from tableflow_core.engine.spark_session import SessionStarter
+    from tableflow_core.tasks.apply import project_spark_session
+
+    return SessionStarter(lambda: project_spark_session(project))
 
 
 @click.command("apply")
@@ -53,6 +66,7 @@ def command(
     from tableflow_core.tasks.apply import ApplyTask, PlanNotApplicableError
 
     project = ctx.load_project()
+    spark_starter = _start_spark(project)
     if plan_file is not None:
         try:
             plan = load_plan(plan_file)
@@ -87,6 +101,7 @@ def command(
         console=ctx.err_console,
         lock_timeout_s=lock_timeout,
         max_parallel=max_parallel,
+        spark_starter=spark_starter,
     )
     try:
         results = task.run()

@@ -1,0 +1,35 @@
+"""SessionStarter: the Spark application is built on a thread while the plan is made."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tableflow_core.engine.spark_session import SessionStarter
+
+
+def test_get_returns_what_the_thread_built() -> None:
+    built_on: list[str] = []
+    release = threading.Event()
+
+    def build() -> Any:
+        built_on.append(threading.current_thread().name)
+        release.wait(5)
+        return "session"
+
+    starter = SessionStarter(build)
+    release.set()
+    assert starter.get() == "session"
+    assert starter.get() == "session"  # built once
+    assert built_on == ["tableflow-spark-start"]
+
+
+def test_a_failure_to_start_is_raised_by_get() -> None:
+    def build() -> Any:
+        raise RuntimeError("JAVA_HOME is not set")
+
+    starter = SessionStarter(build)
+    with pytest.raises(RuntimeError, match="JAVA_HOME"):
+        starter.get()
