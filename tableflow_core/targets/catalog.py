@@ -154,3 +154,11 @@ def open_catalog(project: Project) -> Iterator[CatalogHandle]:
     finally:
         if server is not None:
             server.stop()
+
+
+def use_catalog(
+    project: Project, handle: CatalogHandle | None
+) -> contextlib.AbstractContextManager[CatalogHandle]:
+    """`handle` when the caller keeps one open (a command that plans then applies,
+    `tableflow run` across its cycles), else the target's catalog for this block."""
+    return contextlib.nullcontext(handle) if handle is not None else open_catalog(project)

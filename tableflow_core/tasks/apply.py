@@ -22,7 +22,7 @@ from tableflow_core.runner.executor import TaskOutcome, execute_dag
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.runner.progress import ApplyProgress
 from tableflow_core.runner.results import RunResults, TableResult, write_run_results
-from tableflow_core.targets.catalog import CatalogHandle, open_catalog
+from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,6 +41,7 @@ class ApplyTask:
     spark: SparkSession | None = None  # reuse a session (tests, notebooks); else one is built
     # A session already starting (the CLI starts it while planning); catalogs are added.
     spark_starter: SessionStarter | None = None
+    handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
     console: Console = field(default_factory=lambda: Console(stderr=True))
     lock_timeout_s: float = 0.0
     max_parallel: int = 4
@@ -60,7 +61,7 @@ class ApplyTask:
         lock_dir = self.project.root / "target" / "locks"
         with (
             table_locks(lock_dir, plan.tables, self.lock_timeout_s),
-            open_catalog(self.project) as handle,
+            use_catalog(self.project, self.handle) as handle,
         ):
             world = read_world(
                 self.project,

@@ -27,7 +27,7 @@ from tableflow_core.maintenance import (
 )
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
-from tableflow_core.targets.catalog import CatalogHandle, open_catalog
+from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,6 +91,7 @@ class MaintainTask:
     only: frozenset[str] | None = None
     lock_timeout_s: float = 0.0
     spark: SparkSession | None = None  # reuse a session (tests); else one is built if needed
+    handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
     console: Console = field(default_factory=lambda: Console(stderr=True))
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
     on_table: Callable[[TableMaintenance], None] | None = None
@@ -105,7 +106,7 @@ class MaintainTask:
 
     def run(self) -> list[TableMaintenance]:
         results: list[TableMaintenance] = []
-        with open_catalog(self.project) as handle:
+        with use_catalog(self.project, self.handle) as handle:
             for table in self.tables:
                 result = self._one(handle, table)
                 results.append(result)

@@ -9,7 +9,7 @@ from tableflow_core.config.project import Project, Table
 from tableflow_core.plan.builder import build_plan
 from tableflow_core.plan.plan import Plan, PlanOptions
 from tableflow_core.plan.world import Readers, read_world
-from tableflow_core.targets.catalog import open_catalog
+from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 
 
 @dataclass
@@ -19,11 +19,12 @@ class PlanTask:
     selectors: tuple[str, ...] = ()
     options: PlanOptions = field(default_factory=PlanOptions)
     readers: Readers | None = None
+    handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
 
     def run(self) -> Plan:
         # Undeclared tables are only judged when the whole project is planned.
         report_undeclared = not self.selectors
-        with open_catalog(self.project) as handle:
+        with use_catalog(self.project, self.handle) as handle:
             world = read_world(
                 self.project,
                 self.tables,

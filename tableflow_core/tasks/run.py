@@ -13,6 +13,7 @@ moves the table's metadata, so the next cycle plans afresh from it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from tableflow_core.plan.plan import Plan, PlanOptions
 from tableflow_core.runner.actions import SUSPENDED_MARK
 from tableflow_core.runner.results import RunResults
 from tableflow_core.runner.schedule import Schedule
+from tableflow_core.targets.catalog import CatalogHandle, open_catalog
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.maintain import MaintainTask, TableMaintenance
 from tableflow_core.tasks.plan import PlanTask
@@ -71,8 +73,21 @@ class RunTask:
     console: Console = field(default_factory=lambda: Console(stderr=True))
     on_cycle: Callable[[CycleReport], None] | None = None
     clock: Callable[[], float] = time.monotonic
+    # The catalog stays open across cycles (an in-process embedded server is started
+    # once, not twice per cycle); opened at the first cycle that reaches it.
+    _handle: CatalogHandle | None = field(default=None, init=False, repr=False)
+    _open: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False)
 
     def run(self) -> list[CycleReport]:
+        with self._open:
+            return self._loop()
+
+    def _catalog(self) -> CatalogHandle:
+        if self._handle is None:
+            self._handle = self._open.enter_context(open_catalog(self.project))
+        return self._handle
+
+    def _loop(self) -> list[CycleReport]:
         intervals = {t.name: t.refresh_interval_s for t in self.tables}
         schedule = Schedule.all_due(intervals, self.clock())
         reports: list[CycleReport] = []
@@ -109,7 +124,12 @@ class RunTask:
             if not plan.has_changes:
                 return CycleReport(due, blocked, suspended=suspended)
             results = ApplyTask(
-                self.project, plan, spark=spark, console=self.console, suspend_on_bad_records=True
+                self.project,
+                plan,
+                spark=spark,
+                console=self.console,
+                suspend_on_bad_records=True,
+                handle=self._catalog(),
             ).run()
             for table in results.tables:
                 if table.status == "error" and table.error and SUSPENDED_MARK in table.error:
@@ -131,7 +151,9 @@ class RunTask:
         if not tables or report.error is not None:
             return report
         try:
-            done = MaintainTask(self.project, tables, spark=spark, console=self.console).run()
+            done = MaintainTask(
+                self.project, tables, spark=spark, console=self.console, handle=self._catalog()
+            ).run()
         except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
             error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
             return replace(report, error=error)
@@ -139,4 +161,6 @@ class RunTask:
 
     def _plan(self, tables: tuple[Table, ...]) -> Plan:
         names = tuple(t.name for t in tables)
-        return PlanTask(self.project, tables, selectors=names, options=PlanOptions()).run()
+        return PlanTask(
+            self.project, tables, selectors=names, options=PlanOptions(), handle=self._catalog()
+        ).run()

@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tableflow_core.cli.commands.plan import run_plan, show_plan
+from tableflow_core.cli.commands.plan import fail_fast_if_kafka_is_down, run_plan, show_plan
 from tableflow_core.cli.context import CliContext
 from tableflow_core.text import plural
 
 if TYPE_CHECKING:
     from tableflow_core.config.project import Project
     from tableflow_core.engine.spark_session import SessionStarter
+    from tableflow_core.runner.results import RunResults
+    from tableflow_core.targets.catalog import CatalogHandle
 
 
 def _start_spark(project: Project) -> SessionStarter:
@@ -59,56 +61,38 @@ def command(
     show_dag: bool,
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
-    from tableflow_core.plan.plan_file import PlanFileError, StalePlanError, load_plan
+    from tableflow_core.plan.plan_file import StalePlanError
     from tableflow_core.plan.world import WorldReadError
     from tableflow_core.runner.lock import LockTimeoutError
-    from tableflow_core.targets.catalog import CatalogUnavailableError
-    from tableflow_core.tasks.apply import ApplyTask, PlanNotApplicableError
+    from tableflow_core.targets.catalog import CatalogUnavailableError, open_catalog
+    from tableflow_core.tasks.apply import PlanNotApplicableError
 
     project = ctx.load_project()
+    if ctx.selected_tables():
+        fail_fast_if_kafka_is_down(ctx)
     spark_starter = _start_spark(project)
-    if plan_file is not None:
-        try:
-            plan = load_plan(plan_file)
-        except PlanFileError as exc:
-            ctx.fail(str(exc))
-        if plan.project != project.name or plan.target != project.target_name:
-            ctx.fail(
-                f"{plan_file} is a plan for project {plan.project} target {plan.target}, "
-                f"not {project.name} target {project.target_name}"
-            )
-    else:
-        plan = run_plan(ctx, allow_destructive, prune)
-    # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
-    approved = plan_file is not None or auto_approve
-    show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
-    if plan.blockers:
-        ctx.fail("the plan is blocked (see above); nothing was changed.")
-    if not plan.has_changes:
-        ctx.console.print("Nothing to apply.")
-        return
-    if plan_file is None and not auto_approve:
-        if not sys.stdin.isatty():
-            ctx.fail(
-                "apply needs confirmation but stdin is not a terminal: "
-                "pass --auto-approve, or save a plan with `plan --out FILE` and `apply FILE`."
-            )
-        if not click.confirm("Apply this plan?", default=False):
-            ctx.fail("apply cancelled; nothing was changed.")
-    task = ApplyTask(
-        project,
-        plan,
-        console=ctx.err_console,
-        lock_timeout_s=lock_timeout,
-        max_parallel=max_parallel,
-        spark_starter=spark_starter,
-    )
     try:
-        results = task.run()
+        # One catalog for the plan and the apply (an embedded one is started once).
+        with open_catalog(project) as handle:
+            results = _plan_and_apply(
+                ctx,
+                project,
+                handle,
+                spark_starter,
+                plan_file=plan_file,
+                auto_approve=auto_approve,
+                allow_destructive=allow_destructive,
+                prune=prune,
+                lock_timeout=lock_timeout,
+                max_parallel=max_parallel,
+                show_dag=show_dag,
+            )
     except (StalePlanError, LockTimeoutError, PlanNotApplicableError) as exc:
         ctx.fail(f"{exc}\nNothing was changed.")
     except (WorldReadError, CatalogUnavailableError) as exc:
         ctx.unreachable(exc)
+    if results is None:
+        return
     for result in results.tables:
         style = {
             "success": "green",
@@ -134,3 +118,60 @@ def command(
     ctx.console.print("Results written to target/run_results.json", highlight=False)
     if results.status != "success":
         raise SystemExit(1)
+
+
+def _plan_and_apply(
+    ctx: CliContext,
+    project: Project,
+    handle: CatalogHandle,
+    spark_starter: SessionStarter,
+    *,
+    plan_file: Path | None,
+    auto_approve: bool,
+    allow_destructive: bool,
+    prune: bool,
+    lock_timeout: float,
+    max_parallel: int,
+    show_dag: bool,
+) -> RunResults | None:
+    """Load or make the plan, show it, confirm, apply it. None: nothing to apply."""
+    from tableflow_core.plan.plan_file import PlanFileError, load_plan
+    from tableflow_core.tasks.apply import ApplyTask
+
+    if plan_file is not None:
+        try:
+            plan = load_plan(plan_file)
+        except PlanFileError as exc:
+            ctx.fail(str(exc))
+        if plan.project != project.name or plan.target != project.target_name:
+            ctx.fail(
+                f"{plan_file} is a plan for project {plan.project} target {plan.target}, "
+                f"not {project.name} target {project.target_name}"
+            )
+    else:
+        plan = run_plan(ctx, allow_destructive, prune, handle)
+    # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
+    approved = plan_file is not None or auto_approve
+    show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
+    if plan.blockers:
+        ctx.fail("the plan is blocked (see above); nothing was changed.")
+    if not plan.has_changes:
+        ctx.console.print("Nothing to apply.")
+        return None
+    if plan_file is None and not auto_approve:
+        if not sys.stdin.isatty():
+            ctx.fail(
+                "apply needs confirmation but stdin is not a terminal: "
+                "pass --auto-approve, or save a plan with `plan --out FILE` and `apply FILE`."
+            )
+        if not click.confirm("Apply this plan?", default=False):
+            ctx.fail("apply cancelled; nothing was changed.")
+    return ApplyTask(
+        project,
+        plan,
+        console=ctx.err_console,
+        lock_timeout_s=lock_timeout,
+        max_parallel=max_parallel,
+        spark_starter=spark_starter,
+        handle=handle,
+    ).run()

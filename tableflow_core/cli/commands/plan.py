@@ -11,6 +11,7 @@ from tableflow_core.cli.context import EXIT_ERROR, CliContext
 
 if TYPE_CHECKING:
     from tableflow_core.plan.plan import Plan
+    from tableflow_core.targets.catalog import CatalogHandle
 
 EXIT_CHANGES = 2
 
@@ -27,8 +28,10 @@ def fail_fast_if_kafka_is_down(ctx: CliContext) -> None:
         ctx.unreachable(f"kafka at {address} is not reachable: {exc}")
 
 
-def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
-    """Shared by plan and apply (without a plan file)."""
+def run_plan(
+    ctx: CliContext, allow_destructive: bool, prune: bool, handle: CatalogHandle | None = None
+) -> Plan:
+    """Shared by plan and apply (without a plan file); `handle`: an open catalog."""
     project = ctx.load_project()
     tables = ctx.selected_tables()
     if tables:
@@ -43,6 +46,7 @@ def run_plan(ctx: CliContext, allow_destructive: bool, prune: bool) -> Plan:
         tables,
         selectors=ctx.selectors,
         options=PlanOptions(allow_destructive=allow_destructive, prune=prune),
+        handle=handle,
     )
     try:
         return task.run()
