@@ -34,6 +34,9 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+# Python workers fork from a daemon that imported the decode path already.
+WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
+
 
 def iceberg_runtime_jar() -> str | None:
     """Path of the bundled Iceberg Spark runtime jar, or None if not installed."""
@@ -82,6 +85,7 @@ def build_spark_session(
 
     builder = SparkSession.builder.master(master).appName(app_name)
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
+    merged["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     merged["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
     merged["spark.sql.extensions"] = (
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
