@@ -33,3 +33,14 @@ def test_a_failure_to_start_is_raised_by_get() -> None:
     starter = SessionStarter(build)
     with pytest.raises(RuntimeError, match="JAVA_HOME"):
         starter.get()
+
+
+def test_driver_java_options_keep_ours_and_the_users() -> None:
+    from tableflow_core.engine.spark_session import driver_java_options
+
+    quick = driver_java_options("-Xss4m -XX:TieredStopAtLevel=4", short_lived=True)
+    parts = quick.split(" ")
+    assert parts[0].startswith("-Dlog4j2.configurationFile=file:")
+    # The user's flags come last, so a user's own JIT choice wins over ours.
+    assert parts[1:] == ["-XX:TieredStopAtLevel=1", "-Xss4m", "-XX:TieredStopAtLevel=4"]
+    assert driver_java_options(None, short_lived=False).count(" ") == 0

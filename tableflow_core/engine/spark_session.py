@@ -37,6 +37,12 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
 # Python workers fork from a daemon that imported the decode path already.
 WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
 
+# A one-shot command's JVM (apply, maintain) lives seconds to minutes: the C2 compiler
+# spends more CPU than its faster code saves (measured on 1M records: the JVM used ~10 s
+# less CPU with C1 only, docs/performance.md). `tableflow run` keeps full tiered JIT.
+SHORT_LIVED_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+
 
 def iceberg_runtime_jar() -> str | None:
     """Path of the bundled Iceberg Spark runtime jar, or None if not installed."""
@@ -73,8 +79,12 @@ def build_spark_session(
     conf: Mapping[str, str] | None = None,
     packages: list[str] | None = None,
     catalogs: Mapping[str, Mapping[str, str]] | None = None,
+    short_lived: bool = False,
 ) -> SparkSession:
-    """Create (or reuse) the SparkSession with the Iceberg runtime and extensions."""
+    """Create (or reuse) the SparkSession with the Iceberg runtime and extensions.
+
+    `short_lived`: the application ends with the command (apply): C1-only JIT.
+    """
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -86,7 +96,6 @@ def build_spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
     merged["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
-    merged["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"
     merged["spark.sql.extensions"] = (
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
     )
@@ -100,12 +109,25 @@ def build_spark_session(
         merged["spark.jars.packages"] = ",".join(all_packages)
     for name, props in (catalogs or {}).items():
         merged.update(iceberg_catalog_conf(name, props))
-    merged.update({k: str(v) for k, v in (conf or {}).items()})
+    user_conf = {k: str(v) for k, v in (conf or {}).items()}
+    merged.update(user_conf)
+    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
     for key, value in merged.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def driver_java_options(user_options: str | None, short_lived: bool) -> str:
+    """Our log4j configuration (and the JIT choice), then the user's own options, which
+    win where they set the same flag (the JVM takes the last one)."""
+    options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
+    if short_lived:
+        options.extend(SHORT_LIVED_JVM_OPTIONS)
+    if user_options:
+        options.append(user_options)
+    return " ".join(options)
 
 
 class SessionStarter:

@@ -113,22 +113,32 @@ class ApplyTask:
         if self.spark is None and self.spark_starter is not None:
             self.spark = self.spark_starter.get()
         if self.spark is None:
-            return project_spark_session(self.project, {handle.spark_name: handle.spark_properties})
+            return project_spark_session(
+                self.project, {handle.spark_name: handle.spark_properties}, short_lived=True
+            )
         register_catalog(self.spark, handle.spark_name, handle.spark_properties)
         return self.spark
 
 
 def project_spark_session(
-    project: Project, catalogs: dict[str, dict[str, str]] | None = None
+    project: Project,
+    catalogs: dict[str, dict[str, str]] | None = None,
+    *,
+    short_lived: bool = False,
 ) -> SparkSession:
     """The Spark application the target's `spark` settings describe (FAIR scheduling:
-    each table's jobs run in their own pool)."""
+    each table's jobs run in their own pool). `short_lived`: it ends with the command."""
     from tableflow_core.engine.spark_session import build_spark_session
 
     settings = project.target.spark
     conf = {"spark.scheduler.mode": "FAIR", **{k: str(v) for k, v in settings.conf.items()}}
     return build_spark_session(
-        settings.master, settings.app_name, conf, list(settings.packages), catalogs
+        settings.master,
+        settings.app_name,
+        conf,
+        list(settings.packages),
+        catalogs,
+        short_lived=short_lived,
     )
 
 

@@ -24,7 +24,7 @@ def _start_spark(project: Project) -> SessionStarter:
     from tableflow_core.engine.spark_session import SessionStarter
     from tableflow_core.tasks.apply import project_spark_session
 
-    return SessionStarter(lambda: project_spark_session(project))
+    return SessionStarter(lambda: project_spark_session(project, short_lived=True))
 
 
 @click.command("apply")
