@@ -17,6 +17,7 @@ from tableflow_core.plan.desired import config_hash
 from tableflow_core.plan.plan import Plan
 from tableflow_core.plan.plan_file import StalePlanError, stale_reasons
 from tableflow_core.plan.world import read_world
+from tableflow_core.plan.world_state import WorldState
 from tableflow_core.runner.actions import ApplyContext, run_task
 from tableflow_core.runner.executor import TaskOutcome, execute_dag
 from tableflow_core.runner.lock import table_locks
@@ -42,6 +43,11 @@ class ApplyTask:
     # A session already starting (the CLI starts it while planning); catalogs are added.
     spark_starter: SessionStarter | None = None
     handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
+    # The world the plan was made from, when the caller planned an instant before
+    # (`tableflow run`, `apply --auto-approve`): not read again, and the plan is not
+    # checked for staleness. Each table's run still refuses to commit if its offsets
+    # moved since the plan.
+    world: WorldState | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True))
     lock_timeout_s: float = 0.0
     max_parallel: int = 4
@@ -63,21 +69,7 @@ class ApplyTask:
             table_locks(lock_dir, plan.tables, self.lock_timeout_s),
             use_catalog(self.project, self.handle) as handle,
         ):
-            world = read_world(
-                self.project,
-                tables,
-                handle,
-                list_undeclared=False,
-                read_kafka=False,
-                read_published=False,
-            )
-            current = [
-                table_fingerprint(t, world.tables.get(t.identifier), world.schemas.get(t.name))
-                for t in tables
-            ]
-            reasons = stale_reasons(plan, current, config_hash(self.project, tables))
-            if reasons:
-                raise StalePlanError(reasons)
+            world = self.world or self._fresh_world(plan, tables, handle)
             outcomes: dict[str, TaskOutcome] = {}
             if plan.dag.tasks:
                 spark = self._spark(handle)
@@ -106,6 +98,27 @@ class ApplyTask:
             results, self.results_path or self.project.root / "target" / "run_results.json"
         )
         return results
+
+    def _fresh_world(
+        self, plan: Plan, tables: tuple[Table, ...], handle: CatalogHandle
+    ) -> WorldState:
+        """The world now; StalePlanError if the plan was made from another one."""
+        world = read_world(
+            self.project,
+            tables,
+            handle,
+            list_undeclared=False,
+            read_kafka=False,
+            read_published=False,
+        )
+        current = [
+            table_fingerprint(t, world.tables.get(t.identifier), world.schemas.get(t.name))
+            for t in tables
+        ]
+        reasons = stale_reasons(plan, current, config_hash(self.project, tables))
+        if reasons:
+            raise StalePlanError(reasons)
+        return world
 
     def _spark(self, handle: CatalogHandle) -> SparkSession:
         from tableflow_core.engine.spark_session import register_catalog

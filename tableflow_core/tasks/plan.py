@@ -9,6 +9,7 @@ from tableflow_core.config.project import Project, Table
 from tableflow_core.plan.builder import build_plan
 from tableflow_core.plan.plan import Plan, PlanOptions
 from tableflow_core.plan.world import Readers, read_world
+from tableflow_core.plan.world_state import WorldState
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 
 
@@ -20,6 +21,7 @@ class PlanTask:
     options: PlanOptions = field(default_factory=PlanOptions)
     readers: Readers | None = None
     handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
+    world: WorldState | None = field(default=None, init=False)  # what the last run() read
 
     def run(self) -> Plan:
         # Undeclared tables are only judged when the whole project is planned.
@@ -32,6 +34,7 @@ class PlanTask:
                 list_undeclared=report_undeclared,
                 readers=self.readers,
             )
+        self.world = world
         return build_plan(
             self.project,
             self.tables,

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
 from tableflow_core.plan.plan import Plan, PlanOptions
+from tableflow_core.plan.world_state import WorldState
 from tableflow_core.runner.actions import SUSPENDED_MARK
 from tableflow_core.runner.results import RunResults
 from tableflow_core.runner.schedule import Schedule
@@ -110,7 +111,7 @@ class RunTask:
     def _cycle(self, due: tuple[str, ...], spark: SparkSession) -> CycleReport:
         tables = tuple(t for t in self.tables if t.name in due)
         try:
-            plan = self._plan(tables)
+            plan, world = self._plan(tables)
             suspended = dict(plan.suspended)
             blocked = tuple(sorted({b.table for b in plan.blockers if b.table}))
             if plan.blockers and not blocked:
@@ -118,7 +119,8 @@ class RunTask:
                 return CycleReport(due, due, None, "; ".join(b.message for b in plan.blockers))
             if blocked or suspended:
                 runnable = tuple(t for t in tables if t.name not in {*blocked, *suspended})
-                plan = self._plan(runnable) if runnable else plan
+                if runnable:
+                    plan, world = self._plan(runnable)
                 if not runnable:
                     return CycleReport(due, blocked, suspended=suspended)
             if not plan.has_changes:
@@ -130,6 +132,7 @@ class RunTask:
                 console=self.console,
                 suspend_on_bad_records=True,
                 handle=self._catalog(),
+                world=world,
             ).run()
             for table in results.tables:
                 if table.status == "error" and table.error and SUSPENDED_MARK in table.error:
@@ -159,8 +162,10 @@ class RunTask:
             return replace(report, error=error)
         return replace(report, maintenance=tuple(done))
 
-    def _plan(self, tables: tuple[Table, ...]) -> Plan:
+    def _plan(self, tables: tuple[Table, ...]) -> tuple[Plan, WorldState | None]:
+        """The plan of `tables`, and the world it was made from (the apply uses it)."""
         names = tuple(t.name for t in tables)
-        return PlanTask(
+        task = PlanTask(
             self.project, tables, selectors=names, options=PlanOptions(), handle=self._catalog()
-        ).run()
+        )
+        return task.run(), task.world

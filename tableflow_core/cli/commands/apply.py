@@ -138,6 +138,7 @@ def _plan_and_apply(
     from tableflow_core.plan.plan_file import PlanFileError, load_plan
     from tableflow_core.tasks.apply import ApplyTask
 
+    world = None  # the world a plan made here was read from (no re-read before applying)
     if plan_file is not None:
         try:
             plan = load_plan(plan_file)
@@ -149,7 +150,7 @@ def _plan_and_apply(
                 f"not {project.name} target {project.target_name}"
             )
     else:
-        plan = run_plan(ctx, allow_destructive, prune, handle)
+        plan, world = run_plan(ctx, allow_destructive, prune, handle)
     # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
     approved = plan_file is not None or auto_approve
     show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
@@ -166,6 +167,7 @@ def _plan_and_apply(
             )
         if not click.confirm("Apply this plan?", default=False):
             ctx.fail("apply cancelled; nothing was changed.")
+        world = None  # time passed while the user read the plan: check it is still current
     return ApplyTask(
         project,
         plan,
@@ -174,4 +176,5 @@ def _plan_and_apply(
         max_parallel=max_parallel,
         spark_starter=spark_starter,
         handle=handle,
+        world=world,
     ).run()

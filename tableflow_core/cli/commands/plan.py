@@ -11,6 +11,7 @@ from tableflow_core.cli.context import EXIT_ERROR, CliContext
 
 if TYPE_CHECKING:
     from tableflow_core.plan.plan import Plan
+    from tableflow_core.plan.world_state import WorldState
     from tableflow_core.targets.catalog import CatalogHandle
 
 EXIT_CHANGES = 2
@@ -30,8 +31,9 @@ def fail_fast_if_kafka_is_down(ctx: CliContext) -> None:
 
 def run_plan(
     ctx: CliContext, allow_destructive: bool, prune: bool, handle: CatalogHandle | None = None
-) -> Plan:
-    """Shared by plan and apply (without a plan file); `handle`: an open catalog."""
+) -> tuple[Plan, WorldState | None]:
+    """Shared by plan and apply (without a plan file); `handle`: an open catalog.
+    Returns the plan and the world it was made from."""
     project = ctx.load_project()
     tables = ctx.selected_tables()
     if tables:
@@ -49,7 +51,7 @@ def run_plan(
         handle=handle,
     )
     try:
-        return task.run()
+        return task.run(), task.world
     except (WorldReadError, CatalogUnavailableError) as exc:
         ctx.unreachable(exc)
 
@@ -115,7 +117,7 @@ def command(
     show_dag: bool,
 ) -> None:
     """Compare the project with the catalog, registry and Kafka; show what apply would do."""
-    plan = run_plan(ctx, allow_destructive, prune)
+    plan, _ = run_plan(ctx, allow_destructive, prune)
     show_plan(ctx, plan, "json" if as_json else output_format, show_dag)
     if out is not None:
         from tableflow_core.plan.plan_file import save_plan
