@@ -17,6 +17,7 @@ N Confluent-framed Avro records of 10 fields, then measures in the same run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import io
 import json
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,20 +57,45 @@ def record(i: int) -> dict[str, object]:
     }  # fmt: skip
 
 
+class AvroFramer:
+    """Confluent wire format for `topic`'s value: magic byte, schema id, Avro body."""
+
+    def __init__(self, url: str, topic: str) -> None:
+        schema_id = SchemaRegistryClient({"url": url}).register_schema(
+            f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO")
+        )
+        self.header = struct.pack(">bI", 0, schema_id)
+        self.schema = fastavro.parse_schema(SCHEMA)
+
+    def frame(self, value: dict[str, object]) -> bytes:
+        buffer = io.BytesIO()
+        buffer.write(self.header)
+        fastavro.schemaless_writer(buffer, self.schema, value)
+        return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def stack(work: Path) -> Iterator[tuple[str, str]]:
+    """A noida-db broker and a dev registry on free loopback ports: (bootstrap, registry url)."""
+    kafka_port, registry_port = free_port(HOST), free_port(HOST)
+    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
+    try:
+        registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
+        try:
+            yield f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+        finally:
+            registry.stop()
+    finally:
+        kafka.stop()
+
+
 def produce(bootstrap: str, url: str, topic: str, records: int, partitions: int) -> int:
     """Produce `records` framed Avro values; returns the payload bytes."""
-    schema_id = SchemaRegistryClient({"url": url}).register_schema(
-        f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO")
-    )
-    parsed = fastavro.parse_schema(SCHEMA)
-    header = struct.pack(">bI", 0, schema_id)
+    framer = AvroFramer(url, topic)
     producer = Producer(broker.producer_config(bootstrap))
     total = 0
     for i in range(records):
-        buffer = io.BytesIO()
-        buffer.write(header)
-        fastavro.schemaless_writer(buffer, parsed, record(i))
-        value = buffer.getvalue()
+        value = framer.frame(record(i))
         total += len(value)
         while True:
             try:
@@ -128,6 +155,14 @@ def write_project(
 ) -> Path:
     """A one-table project (`events` reading `topic`, plus `table_keys`) with the embedded
     catalog, as `tableflow init` makes them."""
+    table = {"name": "events", "topic": topic, **table_keys}
+    return write_tables_project(root, bootstrap, url, cores, [table])
+
+
+def write_tables_project(
+    root: Path, bootstrap: str, url: str, cores: int, tables: list[dict[str, Any]]
+) -> Path:
+    """A project of `tables` (table YAML mappings) in namespace `bench`, embedded catalog."""
     root.mkdir(parents=True, exist_ok=True)
     project = {
         "name": "bench",
@@ -149,26 +184,39 @@ def write_project(
         },
         "defaults": {"namespace": "bench"},
     }
-    table = {"name": "events", "topic": topic, **table_keys}
     (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
     (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "events.yml").write_text(yaml.safe_dump({"tables": [table]}))
+    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}))
     return root
+
+
+def tableflow_command(root: Path, *args: str) -> list[str]:
+    """The CLI as users run it, in a new process."""
+    return [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args]
+
+
+def cli(root: Path, *args: str) -> float:
+    """Run `tableflow ARGS` on the project in a new process; its wall seconds."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        tableflow_command(root, *args), capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(
+            f"tableflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    return seconds
+
+
+def run_results(root: Path) -> dict[str, Any]:
+    return dict(json.loads((root / "target" / "run_results.json").read_text()))
 
 
 def cli_apply(root: Path) -> tuple[float, dict[str, object]]:
     """`tableflow apply --auto-approve` in a new process: (wall seconds, its table result)."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), "apply",
-         "--auto-approve"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"tableflow apply failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    results = json.loads((root / "target" / "run_results.json").read_text())
-    return seconds, results["tables"][0]
+    seconds = cli(root, "apply", "--auto-approve")
+    return seconds, run_results(root)["tables"][0]
 
 
 def main() -> None:
