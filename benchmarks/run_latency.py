@@ -72,6 +72,7 @@ from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets, encode_off
 
 PARTITIONS = 4
 NAMESPACE = "bench"
+CATALOG = "tableflow"  # the embedded catalog's default name (SqlCatalog rows are per name)
 # issue 13: p95 produce-to-committed latency at a rate (records/s).
 P95_TARGETS_S = {1_000: 3.0, 20_000: 10.0}
 ARROW_SCHEMA = pa.schema([
@@ -250,7 +251,7 @@ def wait_committed(
 def sql_table_loader(warehouse: Path, name: str) -> Callable[[], Any]:
     """Loads `bench.<name>` from the SQLite catalog database beside `warehouse` (the
     embedded catalog's default), without going through the catalog server."""
-    catalog = open_sql_catalog("poll", f"sqlite:///{warehouse / 'catalog.db'}", warehouse.as_uri())
+    catalog = open_sql_catalog(CATALOG, f"sqlite:///{warehouse / 'catalog.db'}", warehouse.as_uri())
     return lambda: catalog.load_table((NAMESPACE, name))
 
 
@@ -319,7 +320,7 @@ def baseline_loop(
 ) -> None:
     """consume + decode + pyiceberg append every `interval` seconds after the last cycle."""
     catalog = open_sql_catalog(
-        "baseline", f"sqlite:///{warehouse}/catalog.db", f"file://{warehouse}"
+        CATALOG, f"sqlite:///{warehouse}/catalog.db", Path(warehouse).as_uri()
     )
     catalog.create_namespace(NAMESPACE)
     table = catalog.create_table((NAMESPACE, "events"), schema=ARROW_SCHEMA)
@@ -441,7 +442,6 @@ def main() -> None:
             )
             loop.start()
             try:
-                time.sleep(1.0)  # let it create its table
                 name = f"baseline (1 process, pyiceberg append, {args.interval}s cadence)"
                 load = sql_table_loader(warehouse, "events")
                 rows.append(
