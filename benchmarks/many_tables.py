@@ -237,9 +237,9 @@ def report_run(
           f"committed); issue 13 target: every table fresh within its {interval} s interval")  # fmt: skip
     print(f"{'table':<12} {'commits':>7} {'max gap s':>9} {'max latency s':>13}")
     worst = sorted(rows, key=lambda r: math.inf if math.isnan(r[2]) else r[2], reverse=True)
-    for topic, commits, gap, latency, uncommitted in worst[: args.show]:
+    for topic, count, gap, latency, uncommitted in worst[: args.show]:
         missing = f"  ! {uncommitted} records not committed" if uncommitted else ""
-        print(f"{topic:<12} {commits:>7} {gap:>9.1f} {latency:>13.1f}{missing}")
+        print(f"{topic:<12} {count:>7} {gap:>9.1f} {latency:>13.1f}{missing}")
     within = sum(1 for r in rows if r[2] <= interval)
     max_gap = max((r[2] for r in rows if not math.isnan(r[2])), default=math.nan)
     max_latency = max((r[3] for r in rows if not math.isnan(r[3])), default=math.nan)
