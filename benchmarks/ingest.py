@@ -1,4 +1,5 @@
-"""Ingest throughput: `tableflow apply` (the CLI users run) vs a single-process baseline.
+"""Ingest throughput: `tableflow apply` and a warm `tableflow run` cycle (the CLI users
+run) vs a single-process baseline, measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--records 1000000] [--partitions 4] [--cores 2]
 
@@ -6,12 +7,24 @@ Starts its own noida-db broker and dev schema registry (127.0.0.1, free ports), 
 N Confluent-framed Avro records of 10 fields, then measures in the same run:
 - baseline: one Python process, confluent-kafka consume (assign all partitions) +
   fastavro decode + pyarrow Parquet write (zstd);
-- tableflow: `python -m tableflow_core apply --auto-approve` as its own process, on a
+- tableflow apply: `python -m tableflow_core apply --auto-approve` as its own process, on a
   project written to a tmp dir (embedded catalog, Spark local[cores], the six `_kafka_*`
   metadata columns): interpreter and Spark start-up, plan, table creation, the pipeline
   (read ranges -> decode -> route bad records -> write -> publish) and the commit; the
   wall-clock time of the whole command. Then N more records and a second `apply` on the
-  existing table (again a new process: what a cron-driven apply pays).
+  existing table (again a new process: what a cron-driven apply pays). Target (issue 13):
+  cold apply >= 0.6x the baseline.
+- tableflow run, warm: `python -m tableflow_core run` as its own process on the same kind
+  of project (a new topic, `refresh_interval` = `--run-interval`). Its first cycle creates
+  the table and ingests `--warmup` records (JVM, Python workers, catalog warm); then N
+  records are produced before the next cycle is due, and that cycle is measured: from its
+  start (the warm-up cycle's end + the interval, as `tableflow run` schedules it) to its
+  output line, i.e. the cycle's plan (catalog, registry, watermarks) and apply.
+  `run_results.json` of that cycle gives the apply and table times inside it. Target
+  (issue 13): a warm refresh >= 1.2x the baseline (both cores at work).
+
+Helpers shared by the other benchmarks live here (`stack`, `AvroFramer`, `produce`,
+`baseline`, `write_project`/`write_tables_project`, `cli`, `RunProcess`).
 """
 
 from __future__ import annotations
@@ -22,12 +35,16 @@ import datetime as dt
 import io
 import json
 import os
+import re
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +63,11 @@ from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
 HOST = "127.0.0.1"
+# issue 13: ratios to the baseline (records/s).
+COLD_APPLY_TARGET = 0.6
+WARM_RUN_TARGET = 1.2
+# A line `tableflow run` prints at the end of each cycle.
+CYCLE_LINE = re.compile(r"^(Apply complete|Apply FAILED|up to date|cycle failed|blocked|suspended)")
 
 
 def record(i: int) -> dict[str, object]:
@@ -223,60 +245,171 @@ def cli_apply(root: Path) -> tuple[float, dict[str, object]]:
     return seconds, run_results(root)["tables"][0]
 
 
+class RunProcess:
+    """`tableflow run` in its own process; its stdout lines kept with arrival times."""
+
+    def __init__(self, root: Path, log: Path, *args: str) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            tableflow_command(root, "run", *args),
+            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+        )  # fmt: skip
+        self.lines: list[tuple[float, str]] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def cycles(self) -> list[tuple[float, str]]:
+        with self._changed:
+            return [(at, line) for at, line in self.lines if CYCLE_LINE.match(line)]
+
+    def wait_cycles(self, count: int, timeout: float) -> list[tuple[float, str]]:
+        """Wait until `count` cycles have ended; fails if the process exits first."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while len(self.cycles()) < count:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(self.failure(f"waiting for cycle {count}"))
+                self._changed.wait(0.5)
+            return self.cycles()
+
+    def failure(self, doing: str) -> str:
+        output = "\n".join(line for _, line in self.lines[-30:])
+        return f"tableflow run ({doing}): exit code {self.proc.poll()}\n{output}\n(see {self._log.name})"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(10)
+        self._log.close()
+
+
+@dataclass(frozen=True)
+class WarmCycle:
+    seconds: float  # the cycle's wall time: plan + apply, from its start to its output line
+    apply_s: float  # run_results.json: the apply's duration
+    engine_s: float  # run_results.json: the table's duration
+    interval: int
+
+
+def warm_run(
+    work: Path, bootstrap: str, url: str, records: int, args: argparse.Namespace, interval: int
+) -> WarmCycle:
+    """`tableflow run` on a new topic: a first cycle creates the table and ingests
+    `--warmup` records (JVM, Python workers and catalog warm), then `records` are produced
+    before the next cycle is due; that cycle is the one measured."""
+    topic = "bench_run"
+    broker.create_topics(bootstrap, {topic: args.partitions})
+    produce(bootstrap, url, topic, args.warmup, args.partitions)
+    root = write_project(
+        work / "run_project", bootstrap, url, topic, args.cores,
+        metadata_columns=list(METADATA_COLUMNS), refresh_interval=f"{interval}s",
+    )  # fmt: skip
+    run = RunProcess(root, work / "run.log")
+    try:
+        warm_end, _ = run.wait_cycles(1, timeout=900)[0]
+        warm = run_results(root)["tables"][0]
+        if warm["records_written"] != args.warmup:
+            raise SystemExit(run.failure(f"the warm-up cycle wrote {warm['records_written']}"))
+        produce(bootstrap, url, topic, records, args.partitions)
+        if time.monotonic() > warm_end + interval:
+            raise SystemExit(
+                f"producing took longer than the {interval}s interval: a cycle started while "
+                "records were still being produced; pass a larger --run-interval"
+            )
+        measured_end, _ = run.wait_cycles(2, timeout=interval + 900)[1]
+        results = run_results(root)
+    finally:
+        run.stop()
+    table = results["tables"][0]
+    if table["records_written"] != records:
+        raise SystemExit(f"the measured cycle wrote {table['records_written']}, not {records}")
+    # The cycle started `interval` after the warm-up cycle ended (runner/schedule.py).
+    return WarmCycle(
+        measured_end - warm_end - interval, results["duration_s"], table["duration_s"], interval
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=10_000, help="records of the warm cycle")
+    parser.add_argument(
+        "--run-interval", type=int, default=0,
+        help="refresh_interval of the warm run, s (default: from the time producing took)",
+    )  # fmt: skip
+    parser.add_argument("--skip-apply", action="store_true", help="only the warm run")
+    parser.add_argument("--skip-run", action="store_true", help="only the applies")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tf-bench-"))
-    kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
-    registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
-    try:
-        bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+    with stack(work) as (bootstrap, url):
         topic = "bench_events"
         broker.create_topics(bootstrap, {topic: args.partitions})
         started = time.perf_counter()
         payload = produce(bootstrap, url, topic, args.records, args.partitions)
+        produce_s = time.perf_counter() - started
         print(f"produced {args.records:,} records, {payload / 1e6:.1f} MB payload "
-              f"({payload / args.records:.0f} B/record) in {time.perf_counter() - started:.1f}s")  # fmt: skip
+              f"({payload / args.records:.0f} B/record) in {produce_s:.1f}s")  # fmt: skip
         load_before = os.getloadavg()
 
         base_s, base_rows = baseline(bootstrap, url, topic, work)
         assert base_rows == args.records, base_rows
 
-        root = write_project(
-            work / "project",
-            bootstrap,
-            url,
-            topic,
-            args.cores,
-            metadata_columns=list(METADATA_COLUMNS),
-        )
-        first_s, first = cli_apply(root)
-        assert first["records_written"] == args.records, first
-        produce(bootstrap, url, topic, args.records, args.partitions)
-        second_s, second = cli_apply(root)
-        assert second["records_written"] == args.records, second
+        if not args.skip_apply:
+            root = write_project(
+                work / "project", bootstrap, url, topic, args.cores,
+                metadata_columns=list(METADATA_COLUMNS),
+            )  # fmt: skip
+            first_s, first = cli_apply(root)
+            assert first["records_written"] == args.records, first
+            produce(bootstrap, url, topic, args.records, args.partitions)
+            second_s, second = cli_apply(root)
+            assert second["records_written"] == args.records, second
+        if not args.skip_run:
+            interval = args.run_interval or max(10, int(produce_s * 1.5) + 10)
+            cycle = warm_run(work, bootstrap, url, args.records, args, interval)
 
-        def line(name: str, seconds: float) -> str:
+        def line(name: str, seconds: float, target: float | None = None) -> str:
+            ratio = base_s / seconds
+            goal = "" if target is None else (
+                f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
+            )  # fmt: skip
             return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
-                    f"{payload / seconds / 1e6:6.1f} MB/s  ratio {base_s / seconds:4.2f}")  # fmt: skip
+                    f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
 
         load_after = os.getloadavg()
         print(f"load average before measuring: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
               f"({os.cpu_count()} cores)")  # fmt: skip
         print(line("baseline (1 process, consume+decode+Parquet)", base_s))
-        print(line(f"tableflow apply, new table (CLI, local[{args.cores}])", first_s))
-        print(line("tableflow apply, existing table (CLI)", second_s))
-        print(f"engine time inside apply (run_results): first {first['duration_s']:.2f} s, "
-              f"second {second['duration_s']:.2f} s")  # fmt: skip
-        print(f"ratio tableflow/baseline: new table {base_s / first_s:.2f}, "
-              f"existing table {base_s / second_s:.2f}")  # fmt: skip
-    finally:
-        kafka.stop()
-        registry.stop()
+        if not args.skip_apply:
+            print(line(f"tableflow apply, new table (CLI, local[{args.cores}])", first_s,
+                       COLD_APPLY_TARGET))  # fmt: skip
+            print(line("tableflow apply, existing table (CLI)", second_s, COLD_APPLY_TARGET))
+            print(f"engine time inside apply (run_results): first {first['duration_s']:.2f} s, "
+                  f"second {second['duration_s']:.2f} s")  # fmt: skip
+        if not args.skip_run:
+            print(line(f"tableflow run, warm cycle (CLI, refresh {cycle.interval}s)",
+                       cycle.seconds, WARM_RUN_TARGET))  # fmt: skip
+            print(f"inside the warm cycle (run_results): apply {cycle.apply_s:.2f} s, "
+                  f"table {cycle.engine_s:.2f} s; the rest of {cycle.seconds:.2f} s is the "
+                  "cycle's plan")  # fmt: skip
 
 
 if __name__ == "__main__":

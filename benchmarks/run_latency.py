@@ -44,12 +44,8 @@ import io
 import json
 import multiprocessing as mp
 import os
-import re
-import signal
 import struct
-import subprocess
 import tempfile
-import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -63,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from ingest import AvroFramer, record, stack, tableflow_command, write_tables_project
+from ingest import AvroFramer, RunProcess, record, stack, write_tables_project
 
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.dev import broker
@@ -80,8 +76,6 @@ ARROW_SCHEMA = pa.schema([
     ("active", pa.bool_()), ("at", pa.timestamp("us", tz="UTC")), ("city", pa.string()),
     ("score", pa.float32()), ("kind", pa.string()), ("day", pa.date32()),
 ])  # fmt: skip
-# A line `tableflow run` prints at the end of each cycle.
-CYCLE_LINE = re.compile(r"^(Apply complete|Apply FAILED|up to date|cycle failed|blocked|suspended)")
 
 
 def p95_target(rate: int) -> float | None:
@@ -253,63 +247,6 @@ def sql_table_loader(warehouse: Path, name: str) -> Callable[[], Any]:
     embedded catalog's default), without going through the catalog server."""
     catalog = open_sql_catalog(CATALOG, f"sqlite:///{warehouse / 'catalog.db'}", warehouse.as_uri())
     return lambda: catalog.load_table((NAMESPACE, name))
-
-
-# --- tableflow run as a subprocess ----------------------------------------------------
-
-
-class RunProcess:
-    """`tableflow run` in its own process; its stdout lines kept with arrival times."""
-
-    def __init__(self, root: Path, log: Path, *args: str) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            tableflow_command(root, "run", *args),
-            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
-        )  # fmt: skip
-        self.lines: list[tuple[float, str]] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._changed:
-                self.lines.append((time.monotonic(), line.rstrip("\n")))
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
-
-    def cycles(self) -> list[tuple[float, str]]:
-        with self._changed:
-            return [(at, line) for at, line in self.lines if CYCLE_LINE.match(line)]
-
-    def wait_cycles(self, count: int, timeout: float) -> list[tuple[float, str]]:
-        """Wait until `count` cycles have ended; fails if the process exits first."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self.cycles()) < count:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(self.failure(f"waiting for cycle {count}"))
-                self._changed.wait(0.5)
-            return self.cycles()
-
-    def failure(self, doing: str) -> str:
-        output = "\n".join(line for _, line in self.lines[-30:])
-        return f"tableflow run ({doing}): exit code {self.proc.poll()}\n{output}\n(see {self._log.name})"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(10)
-        self._log.close()
 
 
 # --- the baseline loop ----------------------------------------------------------------
