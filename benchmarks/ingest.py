@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import datetime as dt
 import io
+import itertools
 import json
 import os
 import re
@@ -250,7 +251,8 @@ class RunProcess:
 
     def __init__(self, root: Path, log: Path, *args: str) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-        self._log = log.open("w")
+        self._log = log.open("w")  # stderr
+        self._out = log.with_suffix(".out").open("w")  # stdout, each line with its time
         self.proc = subprocess.Popen(
             tableflow_command(root, "run", *args),
             stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
@@ -262,9 +264,12 @@ class RunProcess:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
+        started = time.monotonic()
         for line in self.proc.stdout:
             with self._changed:
                 self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._out.write(f"{self.lines[-1][0] - started:9.2f} {line}")
+                self._out.flush()
                 self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
@@ -297,6 +302,18 @@ class RunProcess:
                 self.proc.wait()
         self._reader.join(10)
         self._log.close()
+        self._out.close()
+
+    def cycle_seconds(self, interval: float, since: float = 0.0) -> list[float]:
+        """Wall time of each cycle that applied something and started after `since`
+        (time.monotonic()): from its start (the previous cycle's end + the interval,
+        runner/schedule.py) to its output line."""
+        ends = self.cycles()
+        return [
+            end - previous - interval
+            for (previous, _), (end, line) in itertools.pairwise(ends)
+            if line.startswith("Apply") and previous + interval >= since
+        ]
 
 
 @dataclass(frozen=True)

@@ -310,6 +310,7 @@ class Measured:
     produced: Produced
     latency: Latencies
     topic: str
+    started: float  # time.monotonic() when the measured production began
 
 
 def measure(
@@ -327,6 +328,7 @@ def measure(
     warm = producer.run(rate, 1.0)
     if not wait_committed(load, topic, warm.next_offsets(topic), timeout=300):
         raise SystemExit(f"{name}: the warm-up records were not committed within 300 s")
+    started = time.monotonic()
     produced = producer.run(rate, seconds)
     if not wait_committed(load, topic, produced.next_offsets(topic), timeout=max(120, 3 * seconds)):
         print(f"{name}: not every record was committed in time")
@@ -405,11 +407,11 @@ def main() -> None:
     print(f"load average before: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
           f"({os.cpu_count()} cores)")  # fmt: skip
     report(rows, args.rate, args.seconds, p95_target(args.rate))
-    cycles = run.cycles()
-    if len(cycles) > 1:
-        gaps = np.diff([at for at, _ in cycles]) - args.interval
-        print(f"tableflow run: {len(cycles)} cycles; cycle time (gap between cycle ends minus "
-              f"the interval) median {np.median(gaps):.2f} s, max {gaps.max():.2f} s")  # fmt: skip
+    times = run.cycle_seconds(args.interval, since=rows[-1].started)
+    if times:
+        print(f"tableflow run: {len(run.cycles())} cycles; the {len(times)} that applied "
+              f"something after the warm-up took (plan + apply) median {np.median(times):.2f} s, "
+              f"max {max(times):.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":
