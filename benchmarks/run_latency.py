@@ -332,9 +332,8 @@ def measure(
     produced = producer.run(rate, seconds)
     if not wait_committed(load, topic, produced.next_offsets(topic), timeout=max(120, 3 * seconds)):
         print(f"{name}: not every record was committed in time")
-    return Measured(
-        name, produced, latencies(produced, topic, commit_history(load(), topic)), topic
-    )
+    lat = latencies(produced, topic, commit_history(load(), topic))
+    return Measured(name, produced, lat, topic, started)
 
 
 def report(rows: list[Measured], rate: int, seconds: float, target: float | None) -> None:
