@@ -424,9 +424,9 @@ def main() -> None:
         if not args.skip_run:
             print(line(f"tableflow run, warm cycle (CLI, refresh {cycle.interval}s)",
                        cycle.seconds, WARM_RUN_TARGET))  # fmt: skip
-            print(f"inside the warm cycle (run_results): apply {cycle.apply_s:.2f} s, "
-                  f"table {cycle.engine_s:.2f} s; the rest of {cycle.seconds:.2f} s is the "
-                  "cycle's plan")  # fmt: skip
+            print(f"inside the warm cycle (run_results): apply {cycle.apply_s:.2f} s (the table "
+                  f"{cycle.engine_s:.2f} s), plan and the rest "
+                  f"{cycle.seconds - cycle.apply_s:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":
