@@ -177,12 +177,12 @@ def run_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> 
     root = write_tables_project(
         work / "run", bootstrap, url, args.cores, tables_yaml(topics, f"{interval}s")
     )
+    producer = RateProducer(bootstrap, url, topics, args.partitions)  # registers the schemas
     load_before = os.getloadavg()
     run = RunProcess(root, work / "run.log")
     try:
         run.wait_cycles(1, timeout=1800)  # creates the N tables
         loaders = {t: sql_table_loader(root / "warehouse", t) for t in topics}
-        producer = RateProducer(bootstrap, url, topics, args.partitions)
         # Warm-up: one record per table, committed, so the measured cycles are warm ones.
         late = wait_all(loaders, producer.run(n, 1.0), 3 * interval + 900)
         if late:

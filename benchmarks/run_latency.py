@@ -394,6 +394,9 @@ def main() -> None:
             work / "project", bootstrap, url, args.cores,
             [{"name": "events", "topic": "latency_run", "refresh_interval": f"{args.interval}s"}],
         )  # fmt: skip
+        AvroFramer(
+            url, "latency_run"
+        )  # the value schema registered: the first cycle creates the table
         run = RunProcess(root, work / "run.log")
         try:
             run.wait_cycles(1, timeout=300)
