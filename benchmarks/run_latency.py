@@ -330,7 +330,7 @@ def measure(
         raise SystemExit(f"{name}: the warm-up records were not committed within 300 s")
     started = time.monotonic()
     produced = producer.run(rate, seconds)
-    if not wait_committed(load, topic, produced.next_offsets(topic), timeout=max(120, 3 * seconds)):
+    if not wait_committed(load, topic, produced.next_offsets(topic), timeout=max(300, 5 * seconds)):
         print(f"{name}: not every record was committed in time")
     lat = latencies(produced, topic, commit_history(load(), topic))
     return Measured(name, produced, lat, topic, started)
