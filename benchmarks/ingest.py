@@ -201,9 +201,7 @@ def write_tables_project(
                     "type": "embedded",
                     "warehouse": str(root / "warehouse"),
                     "port": free_port(HOST),
-                    # As `tableflow init` writes it. With client_credentials and no secret,
-                    # each in-process server draws its own, and `tableflow run`'s warm Spark
-                    # session is refused from its second cycle on ("Invalid bearer token").
+                    # As `tableflow init` writes it (local development).
                     "auth": {"mode": "none"},
                 },
                 "spark": {"master": f"local[{cores}]"},
