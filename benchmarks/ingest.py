@@ -67,6 +67,7 @@ HOST = "127.0.0.1"
 # issue 13: ratios to the baseline (records/s).
 COLD_APPLY_TARGET = 0.6
 WARM_RUN_TARGET = 1.2
+RSS_TARGET_GB = 1.5  # peak, 1M records
 # A line `tableflow run` prints at the end of each cycle.
 CYCLE_LINE = re.compile(r"^(Apply complete|Apply FAILED|up to date|cycle failed|blocked|suspended)")
 
@@ -220,28 +221,58 @@ def tableflow_command(root: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args]
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants (Linux /proc; 0 once it is gone)."""
+    total, stack_ = 0, [pid]
+    while stack_:
+        current = stack_.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += next(
+                int(line.split()[1]) * 1024 for line in status.splitlines()
+                if line.startswith("VmRSS:")
+            )  # fmt: skip
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack_.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
+
+
+def cli_measured(root: Path, *args: str) -> tuple[float, int]:
+    """Run `tableflow ARGS` on the project in a new process: (wall seconds, peak RSS of its
+    process tree in bytes: the CLI, the JVM, Spark's Python workers; sampled every 0.2 s)."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(tableflow_command(root, *args), stdout=out, stderr=err, text=True)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_bytes(proc.pid))
+            time.sleep(0.2)
+        seconds = time.perf_counter() - started
+        if proc.returncode != 0:
+            out.seek(0)
+            err.seek(0)
+            raise SystemExit(
+                f"tableflow {' '.join(args)} failed:\n{out.read()[-3000:]}\n{err.read()[-3000:]}"
+            )
+    return seconds, peak
+
+
 def cli(root: Path, *args: str) -> float:
     """Run `tableflow ARGS` on the project in a new process; its wall seconds."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        tableflow_command(root, *args), capture_output=True, text=True, check=False
-    )
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(
-            f"tableflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
-    return seconds
+    return cli_measured(root, *args)[0]
 
 
 def run_results(root: Path) -> dict[str, Any]:
     return dict(json.loads((root / "target" / "run_results.json").read_text()))
 
 
-def cli_apply(root: Path) -> tuple[float, dict[str, object]]:
-    """`tableflow apply --auto-approve` in a new process: (wall seconds, its table result)."""
-    seconds = cli(root, "apply", "--auto-approve")
-    return seconds, run_results(root)["tables"][0]
+def cli_apply(root: Path) -> tuple[float, dict[str, object], int]:
+    """`tableflow apply --auto-approve` in a new process: (wall seconds, its table result,
+    peak RSS bytes of its process tree)."""
+    seconds, peak = cli_measured(root, "apply", "--auto-approve")
+    return seconds, run_results(root)["tables"][0], peak
 
 
 class RunProcess:
@@ -392,10 +423,10 @@ def main() -> None:
                 work / "project", bootstrap, url, topic, args.cores,
                 metadata_columns=list(METADATA_COLUMNS),
             )  # fmt: skip
-            first_s, first = cli_apply(root)
+            first_s, first, first_rss = cli_apply(root)
             assert first["records_written"] == args.records, first
             produce(bootstrap, url, topic, args.records, args.partitions)
-            second_s, second = cli_apply(root)
+            second_s, second, second_rss = cli_apply(root)
             assert second["records_written"] == args.records, second
         if not args.skip_run:
             interval = args.run_interval or max(10, int(produce_s * 1.5) + 10)
@@ -419,6 +450,9 @@ def main() -> None:
             print(line("tableflow apply, existing table (CLI)", second_s, COLD_APPLY_TARGET))
             print(f"engine time inside apply (run_results): first {first['duration_s']:.2f} s, "
                   f"second {second['duration_s']:.2f} s")  # fmt: skip
+            print(f"peak RSS of the apply's process tree (CLI + JVM + Python workers; the "
+                  f"broker apart): first {first_rss / 1e9:.2f} GB, second {second_rss / 1e9:.2f} GB; "
+                  f"issue 13 target <= {RSS_TARGET_GB:g} GB at 1M records")  # fmt: skip
         if not args.skip_run:
             print(line(f"tableflow run, warm cycle (CLI, refresh {cycle.interval}s)",
                        cycle.seconds, WARM_RUN_TARGET))  # fmt: skip
