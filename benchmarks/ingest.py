@@ -13,7 +13,9 @@ N Confluent-framed Avro records of 10 fields, then measures in the same run:
   (read ranges -> decode -> route bad records -> write -> publish) and the commit; the
   wall-clock time of the whole command. Then N more records and a second `apply` on the
   existing table (again a new process: what a cron-driven apply pays). Target (issue 13):
-  cold apply >= 0.6x the baseline.
+  cold apply >= 0.6x the baseline. The peak RSS of each apply's process tree (CLI, JVM,
+  Python workers; /proc sampled every 0.2 s; the broker apart) is printed too (target
+  <= 1.5 GB at 1M records).
 - tableflow run, warm: `python -m tableflow_core run` as its own process on the same kind
   of project (a new topic, `refresh_interval` = `--run-interval`). Its first cycle creates
   the table and ingests `--warmup` records (JVM, Python workers, catalog warm); then N
