@@ -1,4 +1,5 @@
-"""Ingest throughput: `tableflow apply` (the CLI users run) vs a single-process baseline.
+"""Ingest throughput: `tableflow apply` and a warm `tableflow run` cycle (the CLI users
+run) vs a single-process baseline, measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--records 1000000] [--partitions 4] [--cores 2]
 
@@ -6,26 +7,47 @@ Starts its own noida-db broker and dev schema registry (127.0.0.1, free ports), 
 N Confluent-framed Avro records of 10 fields, then measures in the same run:
 - baseline: one Python process, confluent-kafka consume (assign all partitions) +
   fastavro decode + pyarrow Parquet write (zstd);
-- tableflow: `python -m tableflow_core apply --auto-approve` as its own process, on a
+- tableflow apply: `python -m tableflow_core apply --auto-approve` as its own process, on a
   project written to a tmp dir (embedded catalog, Spark local[cores], the six `_kafka_*`
   metadata columns): interpreter and Spark start-up, plan, table creation, the pipeline
   (read ranges -> decode -> route bad records -> write -> publish) and the commit; the
   wall-clock time of the whole command. Then N more records and a second `apply` on the
-  existing table (again a new process: what a cron-driven apply pays).
+  existing table (again a new process: what a cron-driven apply pays). Target (issue 13):
+  cold apply >= 0.6x the baseline. The peak RSS of each apply's process tree (CLI, JVM,
+  Python workers; /proc sampled every 0.2 s; the broker apart) is printed too (target
+  <= 1.5 GB at 1M records).
+- tableflow run, warm: `python -m tableflow_core run` as its own process on the same kind
+  of project (a new topic, `refresh_interval` = `--run-interval`). Its first cycle creates
+  the table and ingests `--warmup` records (JVM, Python workers, catalog warm); then N
+  records are produced before the next cycle is due, and that cycle is measured: from its
+  start (the warm-up cycle's end + the interval, as `tableflow run` schedules it) to its
+  output line, i.e. the cycle's plan (catalog, registry, watermarks) and apply.
+  `run_results.json` of that cycle gives the apply and table times inside it. Target
+  (issue 13): a warm refresh >= 1.2x the baseline (both cores at work).
+
+Helpers shared by the other benchmarks live here (`stack`, `AvroFramer`, `produce`,
+`baseline`, `write_project`/`write_tables_project`, `cli`, `RunProcess`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import io
+import itertools
 import json
 import os
+import re
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +66,12 @@ from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
 HOST = "127.0.0.1"
+# issue 13: ratios to the baseline (records/s).
+COLD_APPLY_TARGET = 0.6
+WARM_RUN_TARGET = 1.2
+RSS_TARGET_GB = 1.5  # peak, 1M records
+# A line `tableflow run` prints at the end of each cycle.
+CYCLE_LINE = re.compile(r"^(Apply complete|Apply FAILED|up to date|cycle failed|blocked|suspended)")
 
 
 def record(i: int) -> dict[str, object]:
@@ -55,20 +83,45 @@ def record(i: int) -> dict[str, object]:
     }  # fmt: skip
 
 
+class AvroFramer:
+    """Confluent wire format for `topic`'s value: magic byte, schema id, Avro body."""
+
+    def __init__(self, url: str, topic: str) -> None:
+        schema_id = SchemaRegistryClient({"url": url}).register_schema(
+            f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO")
+        )
+        self.header = struct.pack(">bI", 0, schema_id)
+        self.schema = fastavro.parse_schema(SCHEMA)
+
+    def frame(self, value: dict[str, object]) -> bytes:
+        buffer = io.BytesIO()
+        buffer.write(self.header)
+        fastavro.schemaless_writer(buffer, self.schema, value)
+        return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def stack(work: Path) -> Iterator[tuple[str, str]]:
+    """A noida-db broker and a dev registry on free loopback ports: (bootstrap, registry url)."""
+    kafka_port, registry_port = free_port(HOST), free_port(HOST)
+    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
+    try:
+        registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
+        try:
+            yield f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+        finally:
+            registry.stop()
+    finally:
+        kafka.stop()
+
+
 def produce(bootstrap: str, url: str, topic: str, records: int, partitions: int) -> int:
     """Produce `records` framed Avro values; returns the payload bytes."""
-    schema_id = SchemaRegistryClient({"url": url}).register_schema(
-        f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO")
-    )
-    parsed = fastavro.parse_schema(SCHEMA)
-    header = struct.pack(">bI", 0, schema_id)
+    framer = AvroFramer(url, topic)
     producer = Producer(broker.producer_config(bootstrap))
     total = 0
     for i in range(records):
-        buffer = io.BytesIO()
-        buffer.write(header)
-        fastavro.schemaless_writer(buffer, parsed, record(i))
-        value = buffer.getvalue()
+        value = framer.frame(record(i))
         total += len(value)
         while True:
             try:
@@ -128,6 +181,14 @@ def write_project(
 ) -> Path:
     """A one-table project (`events` reading `topic`, plus `table_keys`) with the embedded
     catalog, as `tableflow init` makes them."""
+    table = {"name": "events", "topic": topic, **table_keys}
+    return write_tables_project(root, bootstrap, url, cores, [table])
+
+
+def write_tables_project(
+    root: Path, bootstrap: str, url: str, cores: int, tables: list[dict[str, Any]]
+) -> Path:
+    """A project of `tables` (table YAML mappings) in namespace `bench`, embedded catalog."""
     root.mkdir(parents=True, exist_ok=True)
     project = {
         "name": "bench",
@@ -143,32 +204,193 @@ def write_project(
                     "type": "embedded",
                     "warehouse": str(root / "warehouse"),
                     "port": free_port(HOST),
+                    # As `tableflow init` writes it (local development).
+                    "auth": {"mode": "none"},
                 },
                 "spark": {"master": f"local[{cores}]"},
             }
         },
         "defaults": {"namespace": "bench"},
     }
-    table = {"name": "events", "topic": topic, **table_keys}
     (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
     (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "events.yml").write_text(yaml.safe_dump({"tables": [table]}))
+    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}))
     return root
 
 
-def cli_apply(root: Path) -> tuple[float, dict[str, object]]:
-    """`tableflow apply --auto-approve` in a new process: (wall seconds, its table result)."""
+def tableflow_command(root: Path, *args: str) -> list[str]:
+    """The CLI as users run it, in a new process."""
+    return [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args]
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its descendants (Linux /proc; 0 once it is gone)."""
+    total, stack_ = 0, [pid]
+    while stack_:
+        current = stack_.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += next(
+                int(line.split()[1]) * 1024 for line in status.splitlines()
+                if line.startswith("VmRSS:")
+            )  # fmt: skip
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack_.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
+
+
+def cli_measured(root: Path, *args: str) -> tuple[float, int]:
+    """Run `tableflow ARGS` on the project in a new process: (wall seconds, peak RSS of its
+    process tree in bytes: the CLI, the JVM, Spark's Python workers; sampled every 0.2 s)."""
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), "apply",
-         "--auto-approve"],
-        capture_output=True, text=True, check=False,
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(tableflow_command(root, *args), stdout=out, stderr=err, text=True)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss_bytes(proc.pid))
+            time.sleep(0.2)
+        seconds = time.perf_counter() - started
+        if proc.returncode != 0:
+            out.seek(0)
+            err.seek(0)
+            raise SystemExit(
+                f"tableflow {' '.join(args)} failed:\n{out.read()[-3000:]}\n{err.read()[-3000:]}"
+            )
+    return seconds, peak
+
+
+def cli(root: Path, *args: str) -> float:
+    """Run `tableflow ARGS` on the project in a new process; its wall seconds."""
+    return cli_measured(root, *args)[0]
+
+
+def run_results(root: Path) -> dict[str, Any]:
+    return dict(json.loads((root / "target" / "run_results.json").read_text()))
+
+
+def cli_apply(root: Path) -> tuple[float, dict[str, object], int]:
+    """`tableflow apply --auto-approve` in a new process: (wall seconds, its table result,
+    peak RSS bytes of its process tree)."""
+    seconds, peak = cli_measured(root, "apply", "--auto-approve")
+    return seconds, run_results(root)["tables"][0], peak
+
+
+class RunProcess:
+    """`tableflow run` in its own process; its stdout lines kept with arrival times."""
+
+    def __init__(self, root: Path, log: Path, *args: str) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+        self._log = log.open("w")  # stderr
+        self._out = log.with_suffix(".out").open("w")  # stdout, each line with its time
+        self.proc = subprocess.Popen(
+            tableflow_command(root, "run", *args),
+            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+        )  # fmt: skip
+        self.lines: list[tuple[float, str]] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        started = time.monotonic()
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._out.write(f"{self.lines[-1][0] - started:9.2f} {line}")
+                self._out.flush()
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def cycles(self) -> list[tuple[float, str]]:
+        with self._changed:
+            return [(at, line) for at, line in self.lines if CYCLE_LINE.match(line)]
+
+    def wait_cycles(self, count: int, timeout: float) -> list[tuple[float, str]]:
+        """Wait until `count` cycles have ended; fails if the process exits first."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while len(self.cycles()) < count:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(self.failure(f"waiting for cycle {count}"))
+                self._changed.wait(0.5)
+            return self.cycles()
+
+    def failure(self, doing: str) -> str:
+        output = "\n".join(line for _, line in self.lines[-30:])
+        return f"tableflow run ({doing}): exit code {self.proc.poll()}\n{output}\n(see {self._log.name})"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(10)
+        self._log.close()
+        self._out.close()
+
+    def cycle_seconds(self, interval: float, since: float = 0.0) -> list[float]:
+        """Wall time of each cycle that applied something and started after `since`
+        (time.monotonic()): from its start (the previous cycle's end + the interval,
+        runner/schedule.py) to its output line."""
+        ends = self.cycles()
+        return [
+            end - previous - interval
+            for (previous, _), (end, line) in itertools.pairwise(ends)
+            if line.startswith("Apply") and previous + interval >= since
+        ]
+
+
+@dataclass(frozen=True)
+class WarmCycle:
+    seconds: float  # the cycle's wall time: plan + apply, from its start to its output line
+    apply_s: float  # run_results.json: the apply's duration
+    engine_s: float  # run_results.json: the table's duration
+    interval: int
+
+
+def warm_run(
+    work: Path, bootstrap: str, url: str, records: int, args: argparse.Namespace, interval: int
+) -> WarmCycle:
+    """`tableflow run` on a new topic: a first cycle creates the table and ingests
+    `--warmup` records (JVM, Python workers and catalog warm), then `records` are produced
+    before the next cycle is due; that cycle is the one measured."""
+    topic = "bench_run"
+    broker.create_topics(bootstrap, {topic: args.partitions})
+    produce(bootstrap, url, topic, args.warmup, args.partitions)
+    root = write_project(
+        work / "run_project", bootstrap, url, topic, args.cores,
+        metadata_columns=list(METADATA_COLUMNS), refresh_interval=f"{interval}s",
     )  # fmt: skip
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"tableflow apply failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    results = json.loads((root / "target" / "run_results.json").read_text())
-    return seconds, results["tables"][0]
+    run = RunProcess(root, work / "run.log")
+    try:
+        warm_end, _ = run.wait_cycles(1, timeout=900)[0]
+        warm = run_results(root)["tables"][0]
+        if warm["records_written"] != args.warmup:
+            raise SystemExit(run.failure(f"the warm-up cycle wrote {warm['records_written']}"))
+        produce(bootstrap, url, topic, records, args.partitions)
+        if time.monotonic() > warm_end + interval:
+            raise SystemExit(
+                f"producing took longer than the {interval}s interval: a cycle started while "
+                "records were still being produced; pass a larger --run-interval"
+            )
+        measured_end, _ = run.wait_cycles(2, timeout=interval + 900)[1]
+        results = run_results(root)
+    finally:
+        run.stop()
+    table = results["tables"][0]
+    if table["records_written"] != records:
+        raise SystemExit(f"the measured cycle wrote {table['records_written']}, not {records}")
+    # The cycle started `interval` after the warm-up cycle ended (runner/schedule.py).
+    return WarmCycle(
+        measured_end - warm_end - interval, results["duration_s"], table["duration_s"], interval
+    )
 
 
 def main() -> None:
@@ -176,55 +398,69 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=10_000, help="records of the warm cycle")
+    parser.add_argument(
+        "--run-interval", type=int, default=0,
+        help="refresh_interval of the warm run, s (default: from the time producing took)",
+    )  # fmt: skip
+    parser.add_argument("--skip-apply", action="store_true", help="only the warm run")
+    parser.add_argument("--skip-run", action="store_true", help="only the applies")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tf-bench-"))
-    kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
-    registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
-    try:
-        bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+    with stack(work) as (bootstrap, url):
         topic = "bench_events"
         broker.create_topics(bootstrap, {topic: args.partitions})
         started = time.perf_counter()
         payload = produce(bootstrap, url, topic, args.records, args.partitions)
+        produce_s = time.perf_counter() - started
         print(f"produced {args.records:,} records, {payload / 1e6:.1f} MB payload "
-              f"({payload / args.records:.0f} B/record) in {time.perf_counter() - started:.1f}s")  # fmt: skip
+              f"({payload / args.records:.0f} B/record) in {produce_s:.1f}s")  # fmt: skip
         load_before = os.getloadavg()
 
         base_s, base_rows = baseline(bootstrap, url, topic, work)
         assert base_rows == args.records, base_rows
 
-        root = write_project(
-            work / "project",
-            bootstrap,
-            url,
-            topic,
-            args.cores,
-            metadata_columns=list(METADATA_COLUMNS),
-        )
-        first_s, first = cli_apply(root)
-        assert first["records_written"] == args.records, first
-        produce(bootstrap, url, topic, args.records, args.partitions)
-        second_s, second = cli_apply(root)
-        assert second["records_written"] == args.records, second
+        if not args.skip_apply:
+            root = write_project(
+                work / "project", bootstrap, url, topic, args.cores,
+                metadata_columns=list(METADATA_COLUMNS),
+            )  # fmt: skip
+            first_s, first, first_rss = cli_apply(root)
+            assert first["records_written"] == args.records, first
+            produce(bootstrap, url, topic, args.records, args.partitions)
+            second_s, second, second_rss = cli_apply(root)
+            assert second["records_written"] == args.records, second
+        if not args.skip_run:
+            interval = args.run_interval or max(10, int(produce_s * 1.5) + 10)
+            cycle = warm_run(work, bootstrap, url, args.records, args, interval)
 
-        def line(name: str, seconds: float) -> str:
+        def line(name: str, seconds: float, target: float | None = None) -> str:
+            ratio = base_s / seconds
+            goal = "" if target is None else (
+                f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
+            )  # fmt: skip
             return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
-                    f"{payload / seconds / 1e6:6.1f} MB/s  ratio {base_s / seconds:4.2f}")  # fmt: skip
+                    f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
 
         load_after = os.getloadavg()
         print(f"load average before measuring: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
               f"({os.cpu_count()} cores)")  # fmt: skip
         print(line("baseline (1 process, consume+decode+Parquet)", base_s))
-        print(line(f"tableflow apply, new table (CLI, local[{args.cores}])", first_s))
-        print(line("tableflow apply, existing table (CLI)", second_s))
-        print(f"engine time inside apply (run_results): first {first['duration_s']:.2f} s, "
-              f"second {second['duration_s']:.2f} s")  # fmt: skip
-        print(f"ratio tableflow/baseline: new table {base_s / first_s:.2f}, "
-              f"existing table {base_s / second_s:.2f}")  # fmt: skip
-    finally:
-        kafka.stop()
-        registry.stop()
+        if not args.skip_apply:
+            print(line(f"tableflow apply, new table (CLI, local[{args.cores}])", first_s,
+                       COLD_APPLY_TARGET))  # fmt: skip
+            print(line("tableflow apply, existing table (CLI)", second_s, COLD_APPLY_TARGET))
+            print(f"engine time inside apply (run_results): first {first['duration_s']:.2f} s, "
+                  f"second {second['duration_s']:.2f} s")  # fmt: skip
+            print(f"peak RSS of the apply's process tree (CLI + JVM + Python workers; the "
+                  f"broker apart): first {first_rss / 1e9:.2f} GB, second {second_rss / 1e9:.2f} GB; "
+                  f"issue 13 target <= {RSS_TARGET_GB:g} GB at 1M records")  # fmt: skip
+        if not args.skip_run:
+            print(line(f"tableflow run, warm cycle (CLI, refresh {cycle.interval}s)",
+                       cycle.seconds, WARM_RUN_TARGET))  # fmt: skip
+            print(f"inside the warm cycle (run_results): apply {cycle.apply_s:.2f} s (the table "
+                  f"{cycle.engine_s:.2f} s), plan and the rest "
+                  f"{cycle.seconds - cycle.apply_s:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":
