@@ -15,20 +15,21 @@ from tests.fixtures.stack import unique_name
 def test_everything_is_due_at_start_then_each_table_on_its_interval() -> None:
     schedule = Schedule.all_due(["a", "b"], now=100.0)
     assert schedule.due(100.0) == ("a", "b")
-    schedule = schedule.after_refresh(["a", "b"], {"a": 60.0, "b": 300.0}, now=103.0)
+    # The refresh started at 100 and took 3 s: next one interval after it started.
+    schedule = schedule.after_refresh(["a", "b"], {"a": 60.0, "b": 300.0}, started=100.0)
     assert schedule.due(104.0) == ()
-    assert schedule.seconds_until_next(104.0) == pytest.approx(59.0)
-    assert schedule.due(163.0) == ("a",)
-    schedule = schedule.after_refresh(["a"], {"a": 60.0, "b": 300.0}, now=170.0)
-    assert schedule.next_due == {"a": 230.0, "b": 403.0}
+    assert schedule.seconds_until_next(104.0) == pytest.approx(56.0)
+    assert schedule.due(160.0) == ("a",)
+    schedule = schedule.after_refresh(["a"], {"a": 60.0, "b": 300.0}, started=165.0)
+    assert schedule.next_due == {"a": 225.0, "b": 400.0}
 
 
-def test_a_slow_refresh_does_not_make_the_next_one_immediate() -> None:
+def test_a_refresh_slower_than_its_interval_is_followed_at_once() -> None:
     schedule = Schedule.all_due(["a"], now=0.0)
-    # The refresh took longer than the interval: next is one interval after it ended.
-    schedule = schedule.after_refresh(["a"], {"a": 10.0}, now=25.0)
-    assert schedule.due(25.0) == ()
-    assert schedule.seconds_until_next(25.0) == pytest.approx(10.0)
+    # Started at 0, took 25 s with a 10 s interval: the table is behind, refresh again.
+    schedule = schedule.after_refresh(["a"], {"a": 10.0}, started=0.0)
+    assert schedule.due(25.0) == ("a",)
+    assert schedule.seconds_until_next(25.0) == 0.0
 
 
 @pytest.mark.slow

@@ -21,13 +21,15 @@ class Schedule:
         return tuple(sorted(name for name, at in self.next_due.items() if at <= now))
 
     def after_refresh(
-        self, refreshed: Iterable[str], intervals: Mapping[str, float], now: float
+        self, refreshed: Iterable[str], intervals: Mapping[str, float], started: float
     ) -> Schedule:
-        """Refreshed tables are next due one interval from `now` (not from when they were
-        due: a slow run never makes the next one start late-and-immediately)."""
+        """Refreshed tables are next due one interval after their refresh *started*, so a
+        table with a 60 s interval commits every 60 s, not every 60 s plus the refresh's
+        own duration. A refresh that took longer than the interval is followed at once
+        (the table is behind; it is never left staler than one refresh)."""
         updated = dict(self.next_due)
         for name in refreshed:
-            updated[name] = now + intervals[name]
+            updated[name] = started + intervals[name]
         return Schedule(updated)
 
     def seconds_until_next(self, now: float) -> float:

@@ -94,7 +94,8 @@ class RunTask:
         reports: list[CycleReport] = []
         spark: SparkSession | None = None
         while not self.stop.is_set():
-            due = schedule.due(self.clock())
+            started = self.clock()
+            due = schedule.due(started)
             if due:
                 if spark is None:
                     spark = self.spark_factory()
@@ -102,7 +103,7 @@ class RunTask:
                 reports.append(report)
                 if self.on_cycle is not None:
                     self.on_cycle(report)
-                schedule = schedule.after_refresh(due, intervals, self.clock())
+                schedule = schedule.after_refresh(due, intervals, started)
                 if self.once or (self.max_cycles is not None and len(reports) >= self.max_cycles):
                     break
             self.stop.wait(schedule.seconds_until_next(self.clock()))
