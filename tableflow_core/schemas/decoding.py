@@ -14,13 +14,14 @@ Tombstones (value None) carry no row: they are counted in `DecodeResult.tombston
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from tableflow_core.schemas.arrow_values import TemporalAs, build_batch, storage_schema
+from tableflow_core.kafka.messages import MessageChunk
+from tableflow_core.schemas.arrow_values import TemporalAs, storage_schema
 from tableflow_core.schemas.formats import (
     METADATA_PREFIX,
     FormatSpec,
@@ -130,9 +131,7 @@ class _Decoder:
                 as_columns=False,
                 message=protobuf_message(self._target, "key"),
             )
-        self._metadata = metadata
         names = set(self._target.names)
-        self._key_column = metadata_column_name("key") if "key" in metadata else None
         for column in spec.metadata_columns:
             if metadata_column_name(column) not in names:
                 raise ValueError(
@@ -141,91 +140,135 @@ class _Decoder:
         temporal: dict[str, TemporalAs] = {
             name: self._values.temporal for name in names if not name.startswith(METADATA_PREFIX)
         }
-        if self._keys is not None and self._key_column:
-            temporal[self._key_column] = self._keys.temporal
+        key_column = metadata_column_name("key")
+        if self._keys is not None:
+            temporal[key_column] = self._keys.temporal
         self._storage = storage_schema(self._target, temporal)
+        # Value columns come from the payload rows; metadata columns from the chunk's columns.
+        by_name = {metadata_column_name(c): c for c in metadata}
+        self._sources: list[str | None] = [by_name.get(f.name) for f in self._storage]
+        self._value_storage = pa.schema(
+            [f for f, source in zip(self._storage, self._sources, strict=True) if source is None]
+        )
 
     def decode(self, messages: Sequence[MessageLike]) -> DecodeResult:
+        chunk = MessageChunk.of(messages)
+        decode_value = self._values.decode
+        keys = self._keys
+        chunk_keys = chunk.keys
         rows: list[dict[str, Any]] = []
-        sources: list[MessageLike] = []
+        decoded_keys: list[Any] = []
+        kept: list[int] = []  # chunk index of each row
         failures: list[DecodeFailure] = []
         tombstones = 0
-        for message in messages:
-            if message.value is None:
+        for i, value in enumerate(chunk.values):
+            if value is None:
                 tombstones += 1
                 continue
             try:
-                row = self._row(message)
+                row = decode_value(value)
+                if keys is not None:
+                    key = chunk_keys[i]
+                    try:
+                        decoded_keys.append(None if key is None else keys.decode(key))
+                    except PayloadError as exc:
+                        raise PayloadError(f"key: {exc.reason}") from exc
             except PayloadError as exc:
-                failures.append(_failure(message, exc.reason))
+                failures.append(_failure(chunk, i, exc.reason))
                 continue
             except RegistryUnavailable as exc:
                 raise DecodingError(
-                    f"{message.topic}[{message.partition}]@{message.offset}: {exc}"
+                    f"{chunk.topics[i]}[{chunk.partitions[i]}]@{chunk.offsets[i]}: {exc}"
                 ) from exc
             rows.append(row)
-            sources.append(message)
-        batch = self._batch(rows, sources, failures)
+            kept.append(i)
+        batch = self._batch(rows, decoded_keys, kept, chunk, failures)
         failures.sort(key=lambda f: (f.partition, f.offset))
         return DecodeResult(batch=batch, failures=failures, tombstones=tombstones)
 
-    def _row(self, message: MessageLike) -> dict[str, Any]:
-        assert message.value is not None
-        row: dict[str, Any] = self._values.decode(message.value)
-        metadata = self._metadata
-        if not metadata:
-            return row
-        if "topic" in metadata:
-            row["_kafka_topic"] = message.topic
-        if "partition" in metadata:
-            row["_kafka_partition"] = message.partition
-        if "offset" in metadata:
-            row["_kafka_offset"] = message.offset
-        if "timestamp" in metadata:
-            ts = message.timestamp_ms
-            row["_kafka_timestamp"] = None if ts is None or ts < 0 else ts * 1000
-        if "headers" in metadata:
-            row["_kafka_headers"] = list(message.headers) if message.headers else None
-        if self._keys is not None:
-            key = message.key
-            try:
-                row["_kafka_key"] = None if key is None else self._keys.decode(key)
-            except PayloadError as exc:
-                raise PayloadError(f"key: {exc.reason}") from exc
-        return row
+    def _build(
+        self, rows: list[dict[str, Any]], keys: list[Any], kept: list[int], chunk: MessageChunk
+    ) -> pa.RecordBatch:
+        """The batch of `rows` (payload values) and the metadata of chunk[kept]."""
+        values = pa.RecordBatch.from_pylist(rows, schema=self._value_storage)
+        value_columns = iter(values.columns)
+        whole = len(kept) == len(chunk)
+        arrays = []
+        for target_field, source in zip(self._storage, self._sources, strict=True):
+            if source is None:
+                arrays.append(next(value_columns))
+            elif source == "key":
+                arrays.append(pa.array(keys, target_field.type))
+            else:
+                column = _METADATA_VALUES[source](chunk)
+                arrays.append(
+                    pa.array(column if whole else [column[i] for i in kept], target_field.type)
+                )
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._storage)
+        if self._storage.equals(self._target):
+            return batch
+        return batch.cast(self._target)
 
     def _batch(
         self,
         rows: list[dict[str, Any]],
-        sources: list[MessageLike],
+        keys: list[Any],
+        kept: list[int],
+        chunk: MessageChunk,
         failures: list[DecodeFailure],
     ) -> pa.RecordBatch:
         try:
-            return build_batch(rows, self._storage, self._target)
+            return self._build(rows, keys, kept, chunk)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass
         # Some row does not fit the table: find it (rare path, one row at a time).
-        good: list[dict[str, Any]] = []
-        for row, message in zip(rows, sources, strict=True):
+        has_keys = self._keys is not None
+        good: list[int] = []
+        for j, i in enumerate(kept):
             try:
-                build_batch([row], self._storage, self._target)
+                self._build([rows[j]], [keys[j]] if has_keys else [], [i], chunk)
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                 failures.append(
                     _failure(
-                        message, f"value does not fit the table schema: {type(exc).__name__}: {exc}"
+                        chunk,
+                        i,
+                        f"value does not fit the table schema: {type(exc).__name__}: {exc}",
                     )
                 )
                 continue
-            good.append(row)
-        return build_batch(good, self._storage, self._target)
+            good.append(j)
+        return self._build(
+            [rows[j] for j in good],
+            [keys[j] for j in good] if has_keys else [],
+            [kept[j] for j in good],
+            chunk,
+        )
 
 
-def _failure(message: MessageLike, reason: str) -> DecodeFailure:
+def _timestamps_us(chunk: MessageChunk) -> list[int | None]:
+    return [None if ts is None or ts < 0 else ts * 1000 for ts in chunk.timestamps_ms]
+
+
+def _headers(chunk: MessageChunk) -> list[list[tuple[str, bytes | None]] | None]:
+    return [list(h) if h else None for h in chunk.headers]
+
+
+# Metadata column -> its values for every message of a chunk (Arrow storage values).
+_METADATA_VALUES: dict[str, Callable[[MessageChunk], Sequence[Any]]] = {
+    "topic": lambda chunk: chunk.topics,
+    "partition": lambda chunk: chunk.partitions,
+    "offset": lambda chunk: chunk.offsets,
+    "timestamp": _timestamps_us,
+    "headers": _headers,
+}
+
+
+def _failure(chunk: MessageChunk, i: int, reason: str) -> DecodeFailure:
     return DecodeFailure(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
+        topic=chunk.topics[i],
+        partition=chunk.partitions[i],
+        offset=chunk.offsets[i],
         reason=reason,
-        key=message.key,
-        value=message.value,
+        key=chunk.keys[i],
+        value=chunk.values[i],
     )
