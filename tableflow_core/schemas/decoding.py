@@ -150,13 +150,14 @@ class _Decoder:
         self._value_storage = pa.schema(
             [f for f, source in zip(self._storage, self._sources, strict=True) if source is None]
         )
+        self._read_value = self._values.tuple_reader(self._value_storage.names)
 
     def decode(self, messages: Sequence[MessageLike]) -> DecodeResult:
         chunk = MessageChunk.of(messages)
-        decode_value = self._values.decode
+        read_value = self._read_value
         keys = self._keys
         chunk_keys = chunk.keys
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []  # the value columns' values
         decoded_keys: list[Any] = []
         kept: list[int] = []  # chunk index of each row
         failures: list[DecodeFailure] = []
@@ -166,7 +167,7 @@ class _Decoder:
                 tombstones += 1
                 continue
             try:
-                row = decode_value(value)
+                row = read_value(value)
                 if keys is not None:
                     key = chunk_keys[i]
                     try:
@@ -187,16 +188,15 @@ class _Decoder:
         return DecodeResult(batch=batch, failures=failures, tombstones=tombstones)
 
     def _build(
-        self, rows: list[dict[str, Any]], keys: list[Any], kept: list[int], chunk: MessageChunk
+        self, rows: list[tuple[Any, ...]], keys: list[Any], kept: list[int], chunk: MessageChunk
     ) -> pa.RecordBatch:
-        """The batch of `rows` (payload values) and the metadata of chunk[kept]."""
-        values = pa.RecordBatch.from_pylist(rows, schema=self._value_storage)
-        value_columns = iter(values.columns)
+        """The batch of `rows` (values of the value columns) and the metadata of chunk[kept]."""
+        value_columns = iter([[row[k] for row in rows] for k in range(len(self._value_storage))])
         whole = len(kept) == len(chunk)
         arrays = []
         for target_field, source in zip(self._storage, self._sources, strict=True):
             if source is None:
-                arrays.append(next(value_columns))
+                arrays.append(pa.array(next(value_columns), target_field.type))
             elif source == "key":
                 arrays.append(pa.array(keys, target_field.type))
             else:
@@ -211,7 +211,7 @@ class _Decoder:
 
     def _batch(
         self,
-        rows: list[dict[str, Any]],
+        rows: list[tuple[Any, ...]],
         keys: list[Any],
         kept: list[int],
         chunk: MessageChunk,

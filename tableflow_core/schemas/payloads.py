@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import fastavro
@@ -18,13 +19,14 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
-from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
+from tableflow_core.schemas import avro_records, avro_types, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError, TemporalAs
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.plain_json import plain_json_reader
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.wire_format import (
     HEADER_SIZE,
+    MAGIC_BYTE,
     FramingError,
     read_header,
     read_protobuf_message_indexes,
@@ -45,12 +47,36 @@ class RegistryUnavailable(RuntimeError):
     """The registry could not answer (down, auth, 5xx): retry later, skip nothing."""
 
 
+TupleReader = Callable[[bytes], tuple[Any, ...]]
+
+
 class PayloadDecoder(Protocol):
     temporal: TemporalAs
 
     def decode(self, data: bytes) -> Any:
         """Decoded value: a dict of columns when `as_columns`, else the whole value."""
         ...
+
+    def tuple_reader(self, columns: Sequence[str]) -> TupleReader:
+        """`as_columns` decoders: bytes -> the values of `columns` (None where absent)."""
+        ...
+
+
+class _RowsAsTuples:
+    """The default `tuple_reader`: the values of the decoded dict."""
+
+    def decode(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+    def tuple_reader(self, columns: Sequence[str]) -> TupleReader:
+        return _dict_values(self.decode, tuple(columns))
+
+
+def _dict_values(decode: Callable[[bytes], Any], columns: tuple[str, ...]) -> TupleReader:
+    def read(data: bytes) -> tuple[Any, ...]:
+        return tuple(map(decode(data).get, columns))
+
+    return read
 
 
 def _fetch_schema(client: SchemaRegistryClient, schema_id: int, fmt: str | None = None) -> Any:
@@ -105,7 +131,7 @@ def _framed(data: bytes) -> int:
         raise PayloadError(str(exc)) from exc
 
 
-class AvroPayloadDecoder:
+class AvroPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.INT
 
     def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
@@ -146,8 +172,41 @@ class AvroPayloadDecoder:
             return {VALUE_COLUMN: value}
         return value
 
+    def tuple_reader(self, columns: Sequence[str]) -> TupleReader:
+        """Flat records through a reader compiled per writer schema (`avro_records`), the
+        others through fastavro (`decode`)."""
+        columns = tuple(columns)
+        by_dict = _dict_values(self.decode, columns)
+        compiled: dict[int, avro_records.RecordReader | None] = {}
+        schemas = self._cache
 
-class JsonSchemaPayloadDecoder:
+        def read(data: bytes) -> tuple[Any, ...]:
+            if len(data) >= HEADER_SIZE and data[0] == MAGIC_BYTE:
+                schema_id = int.from_bytes(data[1:HEADER_SIZE], "big")
+            else:
+                schema_id = _framed(data)  # raises the framing error
+            try:
+                reader = compiled[schema_id]
+            except KeyError:
+                reader = avro_records.compile_record_reader(schemas.get(schema_id), columns)
+                compiled[schema_id] = reader
+            if reader is None:
+                return by_dict(data)
+            try:
+                return reader(data, HEADER_SIZE)
+            except avro_records.TrailingBytes as exc:
+                raise PayloadError(
+                    f"Avro payload has {exc.count} unread trailing bytes (wrong schema id?)"
+                ) from exc
+            except (EOFError, ValueError, IndexError, struct.error) as exc:
+                raise PayloadError(
+                    f"corrupt or truncated Avro payload: {type(exc).__name__}: {exc}"
+                ) from exc
+
+        return read
+
+
+class JsonSchemaPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.TEXT
 
     def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
@@ -176,7 +235,7 @@ class JsonSchemaPayloadDecoder:
         return value
 
 
-class ProtobufPayloadDecoder:
+class ProtobufPayloadDecoder(_RowsAsTuples):
     """Decodes each record as the message its Confluent message-index path names.
 
     `message` (full name): the message type the table holds; a record of another message
@@ -244,7 +303,7 @@ class ProtobufPayloadDecoder:
         return convert(message)
 
 
-class PlainJsonPayloadDecoder:
+class PlainJsonPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.TEXT
 
     def __init__(self, spec: FormatSpec, as_columns: bool) -> None:
@@ -259,7 +318,7 @@ class PlainJsonPayloadDecoder:
         return row if self._as_columns else row[VALUE_COLUMN]
 
 
-class StringPayloadDecoder:
+class StringPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.INT
 
     def __init__(self, as_columns: bool) -> None:
@@ -273,7 +332,7 @@ class StringPayloadDecoder:
         return {VALUE_COLUMN: text} if self._as_columns else text
 
 
-class BytesPayloadDecoder:
+class BytesPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.INT
 
     def __init__(self, as_columns: bool) -> None:
