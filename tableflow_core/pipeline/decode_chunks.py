@@ -73,8 +73,9 @@ class ChunkDecoder:
         valued: list[int] = []
         tombstones: list[int] = []
         if self._key is None:
-            for i, value in enumerate(chunk.values):
-                (tombstones if value is None else valued).append(i)
+            valued = [i for i, value in enumerate(chunk.values) if value is not None]
+            if len(valued) < len(chunk):
+                tombstones = [i for i, value in enumerate(chunk.values) if value is None]
         else:
             for i, value in enumerate(chunk.values):
                 try:

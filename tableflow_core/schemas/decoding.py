@@ -154,15 +154,29 @@ class _Decoder:
 
     def decode(self, messages: Sequence[MessageLike]) -> DecodeResult:
         chunk = MessageChunk.of(messages)
+        values = chunk.values
         read_value = self._read_value
+        flat: list[Any] = []  # the value columns' values, one row after the other
+        extend = flat.extend
+        start = 0
+        if self._keys is None:
+            # Hot path: no bookkeeping per record until a tombstone or a failure.
+            try:
+                for value in values:
+                    if value is None:
+                        break
+                    extend(read_value(value))
+                    start += 1
+            except Exception:
+                pass  # the loop below reads this record again and says what is wrong
+        kept = list(range(start))  # chunk index of each row
         keys = self._keys
         chunk_keys = chunk.keys
-        rows: list[tuple[Any, ...]] = []  # the value columns' values
         decoded_keys: list[Any] = []
-        kept: list[int] = []  # chunk index of each row
         failures: list[DecodeFailure] = []
         tombstones = 0
-        for i, value in enumerate(chunk.values):
+        for i in range(start, len(values)):
+            value = values[i]
             if value is None:
                 tombstones += 1
                 continue
@@ -181,29 +195,26 @@ class _Decoder:
                 raise DecodingError(
                     f"{chunk.topics[i]}[{chunk.partitions[i]}]@{chunk.offsets[i]}: {exc}"
                 ) from exc
-            rows.append(row)
+            extend(row)
             kept.append(i)
-        batch = self._batch(rows, decoded_keys, kept, chunk, failures)
+        batch = self._batch(flat, decoded_keys, kept, chunk, failures)
         failures.sort(key=lambda f: (f.partition, f.offset))
         return DecodeResult(batch=batch, failures=failures, tombstones=tombstones)
 
-    def _build(
-        self, rows: list[tuple[Any, ...]], keys: list[Any], kept: list[int], chunk: MessageChunk
-    ) -> pa.RecordBatch:
-        """The batch of `rows` (values of the value columns) and the metadata of chunk[kept]."""
-        value_columns = iter([[row[k] for row in rows] for k in range(len(self._value_storage))])
-        whole = len(kept) == len(chunk)
+    def _build(self, flat: list[Any], keys: list[Any], chunk: MessageChunk) -> pa.RecordBatch:
+        """The batch of the rows in `flat` (values of the value columns, row after row) with
+        the metadata of `chunk` (their messages)."""
+        width = len(self._value_storage)
         arrays = []
+        column = 0
         for target_field, source in zip(self._storage, self._sources, strict=True):
             if source is None:
-                arrays.append(pa.array(next(value_columns), target_field.type))
+                arrays.append(pa.array(flat[column::width], target_field.type))
+                column += 1
             elif source == "key":
                 arrays.append(pa.array(keys, target_field.type))
             else:
-                column = _METADATA_VALUES[source](chunk)
-                arrays.append(
-                    pa.array(column if whole else [column[i] for i in kept], target_field.type)
-                )
+                arrays.append(pa.array(_METADATA_VALUES[source](chunk), target_field.type))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._storage)
         if self._storage.equals(self._target):
             return batch
@@ -211,22 +222,25 @@ class _Decoder:
 
     def _batch(
         self,
-        rows: list[tuple[Any, ...]],
+        flat: list[Any],
         keys: list[Any],
         kept: list[int],
         chunk: MessageChunk,
         failures: list[DecodeFailure],
     ) -> pa.RecordBatch:
+        rows = chunk if len(kept) == len(chunk) else chunk.select(kept)
         try:
-            return self._build(rows, keys, kept, chunk)
+            return self._build(flat, keys, rows)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass
         # Some row does not fit the table: find it (rare path, one row at a time).
+        width = len(self._value_storage)
         has_keys = self._keys is not None
         good: list[int] = []
         for j, i in enumerate(kept):
+            row = flat[j * width : (j + 1) * width]
             try:
-                self._build([rows[j]], [keys[j]] if has_keys else [], [i], chunk)
+                self._build(row, keys[j : j + 1] if has_keys else [], chunk.select([i]))
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                 failures.append(
                     _failure(
@@ -238,10 +252,9 @@ class _Decoder:
                 continue
             good.append(j)
         return self._build(
-            [rows[j] for j in good],
+            [v for j in good for v in flat[j * width : (j + 1) * width]],
             [keys[j] for j in good] if has_keys else [],
-            [kept[j] for j in good],
-            chunk,
+            chunk.select([kept[j] for j in good]),
         )
 
 

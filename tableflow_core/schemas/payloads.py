@@ -26,7 +26,6 @@ from tableflow_core.schemas.plain_json import plain_json_reader
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.wire_format import (
     HEADER_SIZE,
-    MAGIC_BYTE,
     FramingError,
     read_header,
     read_protobuf_message_indexes,
@@ -180,16 +179,24 @@ class AvroPayloadDecoder(_RowsAsTuples):
         compiled: dict[int, avro_records.RecordReader | None] = {}
         schemas = self._cache
 
+        def reader_for(data: bytes) -> avro_records.RecordReader | None:
+            schema_id = _framed(data)
+            if schema_id not in compiled:
+                compiled[schema_id] = avro_records.compile_record_reader(
+                    schemas.get(schema_id), columns
+                )
+            return compiled[schema_id]
+
+        # Records come in runs of one schema id: a header equal to the last one's needs no
+        # parsing or lookup. b"\xff" is no valid header: the first record goes by fastavro
+        # only if it starts with it, and fastavro rejects it as a framing error.
+        header, reader = b"\xff", None
+
         def read(data: bytes) -> tuple[Any, ...]:
-            if len(data) >= HEADER_SIZE and data[0] == MAGIC_BYTE:
-                schema_id = int.from_bytes(data[1:HEADER_SIZE], "big")
-            else:
-                schema_id = _framed(data)  # raises the framing error
-            try:
-                reader = compiled[schema_id]
-            except KeyError:
-                reader = avro_records.compile_record_reader(schemas.get(schema_id), columns)
-                compiled[schema_id] = reader
+            nonlocal header, reader
+            if not data.startswith(header):
+                reader = reader_for(data)  # raises for bad framing or an unknown schema id
+                header = data[:HEADER_SIZE]
             if reader is None:
                 return by_dict(data)
             try:
