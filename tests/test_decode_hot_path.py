@@ -320,3 +320,18 @@ def test_message_chunk_is_a_sequence_of_messages() -> None:
         chunk[3]
     with pytest.raises(ValueError, match="one entry per message"):
         MessageChunk(["t"], [1], [2, 3], [None], [None], [b"v"], [None])
+
+
+def test_fewer_gc_passes_raises_the_threshold_and_restores_it() -> None:
+    import gc
+
+    from tableflow_core.pipeline.decode_chunks import fewer_gc_passes
+
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), fewer_gc_passes(threshold=123_456):
+        assert gc.get_threshold() == (123_456, *before[1:])
+        assert gc.isenabled()  # cycles (bad records' exceptions) are still collected
+        raise RuntimeError
+    assert gc.get_threshold() == before
+    with fewer_gc_passes(threshold=1):  # never lowered
+        assert gc.get_threshold() == before
