@@ -1,9 +1,12 @@
 """Kafka messages -> RecordBatches that conform exactly to the table's Arrow schema.
 
-`build_decoder(spec)` runs once per Spark task. Each message is decoded by the value (and
-key) payload decoder into a row of Arrow storage values; rows are turned into one batch
-with a single vectorised cast. A record that cannot be decoded, or whose values do not
-fit the table's columns, becomes a DecodeFailure naming topic/partition/offset.
+`build_decoder(spec)` runs once per Spark task. Each message's value is read by the
+payload decoder's `tuple_reader` into the values of the table's value columns (flat Avro
+records by a reader compiled per writer schema, `avro_records`); the `_kafka_*` metadata
+columns come from the chunk's columns (`kafka.messages.MessageChunk`), one Arrow array
+each, never per record. One vectorised cast turns the storage values into the table's
+types. A record that cannot be decoded, or whose values do not fit the table's columns,
+becomes a DecodeFailure naming topic/partition/offset.
 
 Rows are matched to the table by column name: columns the writer schema lacks (an older
 writer) are null, writer fields the table lacks (a newer writer) are dropped; the planner
