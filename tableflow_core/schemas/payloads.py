@@ -137,6 +137,8 @@ class AvroPayloadDecoder(_RowsAsTuples):
         self._client = client
         self._as_columns = as_columns
         self._cache = _SchemaCache(self._load)
+        # schema id -> (field names, compiled reader) for `decode`; None: not a flat record
+        self._records: dict[int, tuple[tuple[str, ...], avro_records.RecordReader] | None] = {}
 
     def _load(self, schema_id: int) -> avro_types.AvroMapping:
         schema = _fetch_schema(self._client, schema_id)
@@ -145,7 +147,17 @@ class AvroPayloadDecoder(_RowsAsTuples):
         return avro_types.map_avro_schema(schema.schema_str)
 
     def decode(self, data: bytes) -> Any:
-        mapping: avro_types.AvroMapping = self._cache.get(_framed(data))
+        schema_id = _framed(data)
+        mapping: avro_types.AvroMapping = self._cache.get(schema_id)
+        if schema_id not in self._records:
+            schema = mapping.reader_schema
+            names = tuple(f["name"] for f in schema["fields"]) if mapping.is_record else ()
+            reader = avro_records.compile_record_reader(mapping, names)
+            self._records[schema_id] = None if reader is None else (names, reader)
+        compiled = self._records[schema_id]
+        if compiled is not None:  # a flat record: the same values fastavro gives, faster
+            names, reader = compiled
+            return dict(zip(names, _read_compiled(reader, data), strict=True))
         buffer = io.BytesIO(data)
         buffer.seek(HEADER_SIZE)
         try:
@@ -199,18 +211,22 @@ class AvroPayloadDecoder(_RowsAsTuples):
                 header = data[:HEADER_SIZE]
             if reader is None:
                 return by_dict(data)
-            try:
-                return reader(data, HEADER_SIZE)
-            except avro_records.TrailingBytes as exc:
-                raise PayloadError(
-                    f"Avro payload has {exc.count} unread trailing bytes (wrong schema id?)"
-                ) from exc
-            except (EOFError, ValueError, IndexError, struct.error) as exc:
-                raise PayloadError(
-                    f"corrupt or truncated Avro payload: {type(exc).__name__}: {exc}"
-                ) from exc
+            return _read_compiled(reader, data)
 
         return read
+
+
+def _read_compiled(reader: avro_records.RecordReader, data: bytes) -> tuple[Any, ...]:
+    try:
+        return reader(data, HEADER_SIZE)
+    except avro_records.TrailingBytes as exc:
+        raise PayloadError(
+            f"Avro payload has {exc.count} unread trailing bytes (wrong schema id?)"
+        ) from exc
+    except (EOFError, ValueError, IndexError, struct.error) as exc:
+        raise PayloadError(
+            f"corrupt or truncated Avro payload: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 class JsonSchemaPayloadDecoder(_RowsAsTuples):
