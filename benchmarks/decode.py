@@ -30,6 +30,7 @@ import datetime as dt
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -279,6 +280,7 @@ def in_task(records: int, chunk: int, repeat: int, against: str | None) -> None:
     finally:
         kafka.stop()
         registry.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
