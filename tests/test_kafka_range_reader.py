@@ -5,6 +5,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 
 from tableflow_core.kafka.admin import get_watermarks
+from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
 from tests.fixtures.stack import KafkaBroker, unique_name
@@ -33,3 +34,38 @@ def test_ranges_end_on_position_not_on_message_count(kafka_broker: KafkaBroker) 
     head = [m.value for c in read_range(conf, OffsetRange(topic, 0, 1, 3)) for m in c]
     assert head == [b"b", b"c"]
     assert list(read_range(conf, OffsetRange(topic, 0, 5, 5))) == []
+
+
+def test_chunks_carry_every_field_as_columns(kafka_broker: KafkaBroker) -> None:
+    topic = kafka_broker.create_topic(unique_name("fields"), 2)
+    producer = Producer(kafka_broker.producer_config())
+    at = 1_700_000_000_123
+    for i in range(7):
+        producer.produce(
+            topic,
+            None if i == 3 else f"v{i}".encode(),  # offset 3: a tombstone
+            key=None if i % 2 else f"k{i}".encode(),
+            partition=1,
+            timestamp=at + i,
+            headers=[("h", f"x{i}".encode()), ("n", None)] if i % 3 == 0 else None,
+        )
+    producer.flush(10)
+    conf = {"bootstrap.servers": kafka_broker.bootstrap}
+    chunks = list(read_range(conf, OffsetRange(topic, 1, 1, 7), chunk_size=4))
+    assert [type(c) for c in chunks] == [MessageChunk, MessageChunk]
+    assert [len(c) for c in chunks] == [4, 2]  # chunk_size bounds each chunk
+    first = chunks[0]
+    assert first.topics == [topic] * 4 and first.partitions == [1] * 4
+    assert first.offsets == [1, 2, 3, 4]
+    assert first.timestamps_ms == [at + 1, at + 2, at + 3, at + 4]
+    assert first.keys == [None, b"k2", None, b"k4"]
+    assert first.values == [b"v1", b"v2", None, b"v4"]
+    assert [list(h) if h else None for h in first.headers] == [
+        None,
+        None,
+        [("h", b"x3"), ("n", None)],
+        None,
+    ]
+    messages = [m for c in chunks for m in c]
+    assert messages[2] == KafkaMessage(topic, 1, 3, at + 3, None, None, (("h", b"x3"), ("n", None)))
+    assert [m.offset for m in messages] == [1, 2, 3, 4, 5, 6]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_GAP = 10_000
 OUTPUT_BATCH_ROWS = 1_000
 
-RangeReader = Callable[[Mapping[str, str], OffsetRange], Iterator[list[KafkaMessage]]]
+RangeReader = Callable[[Mapping[str, str], OffsetRange], Iterator[Sequence[KafkaMessage]]]
 
 
 def offset_spans(offsets: Sequence[int], max_gap: int) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tableflow_core.kafka.admin import brokers_of, consumer_conf
-from tableflow_core.kafka.messages import KafkaMessage
+from tableflow_core.kafka.messages import Headers, MessageChunk
 from tableflow_core.kafka.offsets import OffsetRange
 
 
@@ -39,8 +39,27 @@ class BrokerErrors:
         return f"; last broker error: {self.last}" if self.last else ""
 
 
-def _headers(raw: list[tuple[str, bytes | None]] | None) -> tuple[tuple[str, bytes | None], ...]:
-    return tuple(raw) if raw else ()
+class _Columns:
+    """The chunk being filled."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.timestamps_ms: list[int | None] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[Headers | None] = []
+
+    def chunk(self, topic: str, partition: int) -> MessageChunk:
+        n = len(self.offsets)
+        return MessageChunk(
+            [topic] * n,
+            [partition] * n,
+            self.offsets,
+            self.timestamps_ms,
+            self.keys,
+            self.values,
+            self.headers,
+        )
 
 
 def read_range(
@@ -48,8 +67,8 @@ def read_range(
     offset_range: OffsetRange,
     chunk_size: int = 50_000,
     idle_timeout_s: float = 60.0,
-) -> Iterator[list[KafkaMessage]]:
-    """Yield the messages of `offset_range` in chunks of at most `chunk_size`."""
+) -> Iterator[MessageChunk]:
+    """Yield the messages of `offset_range` in chunks of at most `chunk_size` (in offset order)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
@@ -73,7 +92,7 @@ def read_range(
     )
     try:
         consumer.assign([TopicPartition(topic, partition, offset_range.start)])
-        chunk: list[KafkaMessage] = []
+        columns = _Columns()
         last_progress = time.monotonic()
         next_offset = offset_range.start  # the consumer's position is -1001 until a fetch lands
         done = False
@@ -81,6 +100,9 @@ def read_range(
             batch: list[Any] = consumer.consume(num_messages=min(chunk_size, 10_000), timeout=1.0)
             if batch:
                 last_progress = time.monotonic()
+            # The per-message loop is the reader's hot path: column appends, no objects.
+            offsets, timestamps = columns.offsets, columns.timestamps_ms
+            keys, values, headers = columns.keys, columns.values, columns.headers
             for msg in batch:
                 error = msg.error()
                 if error is not None:
@@ -91,28 +113,22 @@ def read_range(
                         continue
                     raise KafkaReadError(f"{where}: {error}{broker_errors.suffix()}")
                 offset = msg.offset()
-                next_offset = offset + 1
                 if offset >= end:
                     done = True
                     break
+                next_offset = offset + 1
                 timestamp_type, timestamp = msg.timestamp()
-                chunk.append(
-                    KafkaMessage(
-                        topic,
-                        partition,
-                        offset,
-                        timestamp if timestamp_type != 0 else None,
-                        msg.key(),
-                        msg.value(),
-                        _headers(msg.headers()),
-                    )
-                )
-                if offset + 1 >= end:
+                offsets.append(offset)
+                timestamps.append(timestamp if timestamp_type else None)
+                keys.append(msg.key())
+                values.append(msg.value())
+                headers.append(msg.headers())
+                if next_offset >= end:
                     done = True
                     break
-            if len(chunk) >= chunk_size or (done and chunk):
-                yield chunk
-                chunk = []
+            if len(offsets) >= chunk_size or (done and offsets):
+                yield columns.chunk(topic, partition)
+                columns = _Columns()
             if not done and not batch:
                 position = consumer.position([TopicPartition(topic, partition)])[0].offset
                 if position >= 0:
@@ -124,7 +140,7 @@ def read_range(
                         f"{where}: no progress for {idle_timeout_s:.0f}s at offset {next_offset}"
                         f"{broker_errors.suffix()}"
                     )
-        if chunk:
-            yield chunk
+        if columns.offsets:
+            yield columns.chunk(topic, partition)
     finally:
         consumer.close()

@@ -40,24 +40,24 @@ _PRIMITIVES: dict[str, pa.DataType] = {
 
 # Logical types read as plain numbers: new logical-type names fastavro calls back for
 # (registering names of our own leaves fastavro's standard readers untouched).
-_MILLIS_TO_MICROS = "tableflow-millis-to-micros"
-_NANOS_TO_MICROS = "tableflow-nanos-to-micros"
-fastavro.read.LOGICAL_READERS[f"long-{_MILLIS_TO_MICROS}"] = lambda d, w, r: d * 1000
-fastavro.read.LOGICAL_READERS[f"int-{_MILLIS_TO_MICROS}"] = lambda d, w, r: d * 1000
-fastavro.read.LOGICAL_READERS[f"long-{_NANOS_TO_MICROS}"] = lambda d, w, r: d // 1000
+MILLIS_TO_MICROS = "tableflow-millis-to-micros"
+NANOS_TO_MICROS = "tableflow-nanos-to-micros"
+fastavro.read.LOGICAL_READERS[f"long-{MILLIS_TO_MICROS}"] = lambda d, w, r: d * 1000
+fastavro.read.LOGICAL_READERS[f"int-{MILLIS_TO_MICROS}"] = lambda d, w, r: d * 1000
+fastavro.read.LOGICAL_READERS[f"long-{NANOS_TO_MICROS}"] = lambda d, w, r: d // 1000
 
 # logicalType -> (Arrow type, rewrite for reading: None = drop the logical type (raw value))
 _TEMPORAL_LOGICAL: dict[str, tuple[pa.DataType, str | None]] = {
     "date": (pa.date32(), None),
     # Spark 3.5 cannot write Iceberg `time`: micros since midnight as long (docs/type-mapping.md).
-    "time-millis": (pa.int64(), _MILLIS_TO_MICROS),
+    "time-millis": (pa.int64(), MILLIS_TO_MICROS),
     "time-micros": (pa.int64(), None),
-    "timestamp-millis": (UTC_MICROS, _MILLIS_TO_MICROS),
+    "timestamp-millis": (UTC_MICROS, MILLIS_TO_MICROS),
     "timestamp-micros": (UTC_MICROS, None),
-    "timestamp-nanos": (UTC_MICROS, _NANOS_TO_MICROS),
-    "local-timestamp-millis": (LOCAL_MICROS, _MILLIS_TO_MICROS),
+    "timestamp-nanos": (UTC_MICROS, NANOS_TO_MICROS),
+    "local-timestamp-millis": (LOCAL_MICROS, MILLIS_TO_MICROS),
     "local-timestamp-micros": (LOCAL_MICROS, None),
-    "local-timestamp-nanos": (LOCAL_MICROS, _NANOS_TO_MICROS),
+    "local-timestamp-nanos": (LOCAL_MICROS, NANOS_TO_MICROS),
     "uuid": (pa.string(), None),
 }
 _LOGICAL_BASES = {

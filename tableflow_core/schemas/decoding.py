@@ -1,9 +1,12 @@
 """Kafka messages -> RecordBatches that conform exactly to the table's Arrow schema.
 
-`build_decoder(spec)` runs once per Spark task. Each message is decoded by the value (and
-key) payload decoder into a row of Arrow storage values; rows are turned into one batch
-with a single vectorised cast. A record that cannot be decoded, or whose values do not
-fit the table's columns, becomes a DecodeFailure naming topic/partition/offset.
+`build_decoder(spec)` runs once per Spark task. Each message's value is read by the
+payload decoder's `tuple_reader` into the values of the table's value columns (flat Avro
+records by a reader compiled per writer schema, `avro_records`); the `_kafka_*` metadata
+columns come from the chunk's columns (`kafka.messages.MessageChunk`), one Arrow array
+each, never per record. One vectorised cast turns the storage values into the table's
+types. A record that cannot be decoded, or whose values do not fit the table's columns,
+becomes a DecodeFailure naming topic/partition/offset.
 
 Rows are matched to the table by column name: columns the writer schema lacks (an older
 writer) are null, writer fields the table lacks (a newer writer) are dropped; the planner
@@ -14,13 +17,14 @@ Tombstones (value None) carry no row: they are counted in `DecodeResult.tombston
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from tableflow_core.schemas.arrow_values import TemporalAs, build_batch, storage_schema
+from tableflow_core.kafka.messages import MessageChunk
+from tableflow_core.schemas.arrow_values import TemporalAs, storage_schema
 from tableflow_core.schemas.formats import (
     METADATA_PREFIX,
     FormatSpec,
@@ -130,9 +134,7 @@ class _Decoder:
                 as_columns=False,
                 message=protobuf_message(self._target, "key"),
             )
-        self._metadata = metadata
         names = set(self._target.names)
-        self._key_column = metadata_column_name("key") if "key" in metadata else None
         for column in spec.metadata_columns:
             if metadata_column_name(column) not in names:
                 raise ValueError(
@@ -141,91 +143,148 @@ class _Decoder:
         temporal: dict[str, TemporalAs] = {
             name: self._values.temporal for name in names if not name.startswith(METADATA_PREFIX)
         }
-        if self._keys is not None and self._key_column:
-            temporal[self._key_column] = self._keys.temporal
+        key_column = metadata_column_name("key")
+        if self._keys is not None:
+            temporal[key_column] = self._keys.temporal
         self._storage = storage_schema(self._target, temporal)
+        # Value columns come from the payload rows; metadata columns from the chunk's columns.
+        by_name = {metadata_column_name(c): c for c in metadata}
+        self._sources: list[str | None] = [by_name.get(f.name) for f in self._storage]
+        self._value_storage = pa.schema(
+            [f for f, source in zip(self._storage, self._sources, strict=True) if source is None]
+        )
+        self._read_value = self._values.tuple_reader(self._value_storage.names)
 
     def decode(self, messages: Sequence[MessageLike]) -> DecodeResult:
-        rows: list[dict[str, Any]] = []
-        sources: list[MessageLike] = []
+        chunk = MessageChunk.of(messages)
+        values = chunk.values
+        read_value = self._read_value
+        flat: list[Any] = []  # the value columns' values, one row after the other
+        extend = flat.extend
+        start = 0
+        if self._keys is None:
+            # Hot path: no bookkeeping per record until a tombstone or a failure.
+            try:
+                for value in values:
+                    if value is None:
+                        break
+                    extend(read_value(value))
+                    start += 1
+            except Exception:
+                pass  # the loop below reads this record again and says what is wrong
+        kept = list(range(start))  # chunk index of each row
+        keys = self._keys
+        chunk_keys = chunk.keys
+        decoded_keys: list[Any] = []
         failures: list[DecodeFailure] = []
         tombstones = 0
-        for message in messages:
-            if message.value is None:
+        for i in range(start, len(values)):
+            value = values[i]
+            if value is None:
                 tombstones += 1
                 continue
             try:
-                row = self._row(message)
+                row = read_value(value)
+                if keys is not None:
+                    key = chunk_keys[i]
+                    try:
+                        decoded_keys.append(None if key is None else keys.decode(key))
+                    except PayloadError as exc:
+                        raise PayloadError(f"key: {exc.reason}") from exc
             except PayloadError as exc:
-                failures.append(_failure(message, exc.reason))
+                failures.append(_failure(chunk, i, exc.reason))
                 continue
             except RegistryUnavailable as exc:
                 raise DecodingError(
-                    f"{message.topic}[{message.partition}]@{message.offset}: {exc}"
+                    f"{chunk.topics[i]}[{chunk.partitions[i]}]@{chunk.offsets[i]}: {exc}"
                 ) from exc
-            rows.append(row)
-            sources.append(message)
-        batch = self._batch(rows, sources, failures)
+            extend(row)
+            kept.append(i)
+        batch = self._batch(flat, decoded_keys, kept, chunk, failures)
         failures.sort(key=lambda f: (f.partition, f.offset))
         return DecodeResult(batch=batch, failures=failures, tombstones=tombstones)
 
-    def _row(self, message: MessageLike) -> dict[str, Any]:
-        assert message.value is not None
-        row: dict[str, Any] = self._values.decode(message.value)
-        metadata = self._metadata
-        if not metadata:
-            return row
-        if "topic" in metadata:
-            row["_kafka_topic"] = message.topic
-        if "partition" in metadata:
-            row["_kafka_partition"] = message.partition
-        if "offset" in metadata:
-            row["_kafka_offset"] = message.offset
-        if "timestamp" in metadata:
-            ts = message.timestamp_ms
-            row["_kafka_timestamp"] = None if ts is None or ts < 0 else ts * 1000
-        if "headers" in metadata:
-            row["_kafka_headers"] = list(message.headers) if message.headers else None
-        if self._keys is not None:
-            key = message.key
-            try:
-                row["_kafka_key"] = None if key is None else self._keys.decode(key)
-            except PayloadError as exc:
-                raise PayloadError(f"key: {exc.reason}") from exc
-        return row
+    def _build(self, flat: list[Any], keys: list[Any], chunk: MessageChunk) -> pa.RecordBatch:
+        """The batch of the rows in `flat` (values of the value columns, row after row) with
+        the metadata of `chunk` (their messages)."""
+        width = len(self._value_storage)
+        arrays = []
+        column = 0
+        for target_field, source in zip(self._storage, self._sources, strict=True):
+            if source is None:
+                arrays.append(pa.array(flat[column::width], target_field.type))
+                column += 1
+            elif source == "key":
+                arrays.append(pa.array(keys, target_field.type))
+            else:
+                arrays.append(pa.array(_METADATA_VALUES[source](chunk), target_field.type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._storage)
+        if self._storage.equals(self._target):
+            return batch
+        return batch.cast(self._target)
 
     def _batch(
         self,
-        rows: list[dict[str, Any]],
-        sources: list[MessageLike],
+        flat: list[Any],
+        keys: list[Any],
+        kept: list[int],
+        chunk: MessageChunk,
         failures: list[DecodeFailure],
     ) -> pa.RecordBatch:
+        rows = chunk if len(kept) == len(chunk) else chunk.select(kept)
         try:
-            return build_batch(rows, self._storage, self._target)
+            return self._build(flat, keys, rows)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass
         # Some row does not fit the table: find it (rare path, one row at a time).
-        good: list[dict[str, Any]] = []
-        for row, message in zip(rows, sources, strict=True):
+        width = len(self._value_storage)
+        has_keys = self._keys is not None
+        good: list[int] = []
+        for j, i in enumerate(kept):
+            row = flat[j * width : (j + 1) * width]
             try:
-                build_batch([row], self._storage, self._target)
+                self._build(row, keys[j : j + 1] if has_keys else [], chunk.select([i]))
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                 failures.append(
                     _failure(
-                        message, f"value does not fit the table schema: {type(exc).__name__}: {exc}"
+                        chunk,
+                        i,
+                        f"value does not fit the table schema: {type(exc).__name__}: {exc}",
                     )
                 )
                 continue
-            good.append(row)
-        return build_batch(good, self._storage, self._target)
+            good.append(j)
+        return self._build(
+            [v for j in good for v in flat[j * width : (j + 1) * width]],
+            [keys[j] for j in good] if has_keys else [],
+            chunk.select([kept[j] for j in good]),
+        )
 
 
-def _failure(message: MessageLike, reason: str) -> DecodeFailure:
+def _timestamps_us(chunk: MessageChunk) -> list[int | None]:
+    return [None if ts is None or ts < 0 else ts * 1000 for ts in chunk.timestamps_ms]
+
+
+def _headers(chunk: MessageChunk) -> list[list[tuple[str, bytes | None]] | None]:
+    return [list(h) if h else None for h in chunk.headers]
+
+
+# Metadata column -> its values for every message of a chunk (Arrow storage values).
+_METADATA_VALUES: dict[str, Callable[[MessageChunk], Sequence[Any]]] = {
+    "topic": lambda chunk: chunk.topics,
+    "partition": lambda chunk: chunk.partitions,
+    "offset": lambda chunk: chunk.offsets,
+    "timestamp": _timestamps_us,
+    "headers": _headers,
+}
+
+
+def _failure(chunk: MessageChunk, i: int, reason: str) -> DecodeFailure:
     return DecodeFailure(
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
+        topic=chunk.topics[i],
+        partition=chunk.partitions[i],
+        offset=chunk.offsets[i],
         reason=reason,
-        key=message.key,
-        value=message.value,
+        key=chunk.keys[i],
+        value=chunk.values[i],
     )

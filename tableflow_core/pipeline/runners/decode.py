@@ -22,7 +22,7 @@ from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN, decoded_schema
-from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
+from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Decode
 
@@ -51,11 +51,14 @@ def _mapper(
         chunks = ChunkDecoder(
             decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id
         )
-        for range_batch in range_batches:
-            for row in range_batch.to_pylist():
-                offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
-                for messages in read_range(kafka_conf, offset_range, chunk_size=chunk_size):
-                    yield from chunks.decode(messages)
+        with fewer_gc_passes():
+            for range_batch in range_batches:
+                for row in range_batch.to_pylist():
+                    offset_range = OffsetRange(
+                        row["topic"], row["partition"], row["start"], row["end"]
+                    )
+                    for messages in read_range(kafka_conf, offset_range, chunk_size=chunk_size):
+                        yield from chunks.decode(messages)
 
     return run
 
