@@ -42,5 +42,6 @@ def test_driver_java_options_keep_ours_and_the_users() -> None:
     parts = quick.split(" ")
     assert parts[0].startswith("-Dlog4j2.configurationFile=file:")
     # The user's flags come last, so a user's own JIT choice wins over ours.
-    assert parts[1:] == ["-XX:TieredStopAtLevel=1", "-Xss4m", "-XX:TieredStopAtLevel=4"]
+    assert parts[1] == "-XX:TieredStopAtLevel=1"
+    assert parts[-2:] == ["-Xss4m", "-XX:TieredStopAtLevel=4"]
     assert driver_java_options(None, short_lived=False).count(" ") == 0
