@@ -32,8 +32,8 @@ class IngestSpec:
     start_from: StartFrom = "earliest"
     max_records_per_run: int | None = None
     max_records_per_task: int = 250_000
-    # Messages decoded per call to the decoder inside a task: 10k keeps: 10k keeps a task's Python memory
-    # ~55 MB lower than 50k at the same CPU per record (docs/performance.md).
+    # Messages decoded per call to the decoder inside a task: 10k keeps a task's Python
+    # memory ~55 MB lower than 50k at the same CPU per record (docs/performance.md).
     decode_chunk_size: int = field(default=10_000)
     mode: Mode = "append"
     key_columns: tuple[str, ...] = ()
