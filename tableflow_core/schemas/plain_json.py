@@ -103,6 +103,9 @@ def plain_json_reader(columns: Sequence[JsonColumn] | None) -> Callable[[bytes],
 
     def declared(data: bytes) -> dict[str, Any]:
         document = json.loads(data)
+        if not isinstance(document, dict):
+            # Declared columns are read from an object: anything else would land as nulls.
+            raise ValueError(f"JSON value is a {type(document).__name__}, not an object")
         return {name: read(document) for name, read in readers}
 
     return declared
