@@ -35,12 +35,14 @@ from tableflow_core.deadletter.headers import (
     STAGE,
     decode_error_headers,
 )
+from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.runner.results import TableResult
 from tableflow_core.state.offsets import OFFSETS_KEY
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.test_cli_basics import tableflow
 
 pytestmark = pytest.mark.slow
 
@@ -414,12 +416,24 @@ def test_dlq_iceberg_table_holds_every_bad_offset_once(
 def test_dlq_kafka_topic_holds_every_bad_offset_once(
     spark: Any, make_env: Any, poison: Poison, kafka_broker: KafkaBroker
 ) -> None:
-    dlq_topic = kafka_broker.create_topic(unique_name(f"dlq_{poison.format}"), 1)
+    """The dead-letter topic does not exist: plan shows it, apply creates it with as many
+    partitions as the source topic, then routes every bad record to it."""
+    dlq_topic = unique_name(f"dlq_{poison.format}")
     env = make_poison_env(
         make_env, poison, on_error="dlq", dlq={"type": "kafka", "topic": dlq_topic}
     )
+    conf = {"bootstrap.servers": kafka_broker.bootstrap}
+    assert topic_partitions(conf, dlq_topic, 10) is None
+    planned = tableflow("plan", cwd=env.root)
+    assert planned.returncode == 0, planned.stderr
+    assert f"+ dead-letter topic {dlq_topic}" in planned.stdout
+    assert f"{len(poison.layout)} partitions (like topic {poison.topic})" in planned.stdout
+
     result = apply(spark, env)
+    assert topic_partitions(conf, dlq_topic, 10) == len(poison.layout)
     assert_written_rows(env, poison)
     bad = poison.offsets(good=False)
     assert_dead_letter_rows(dlq_topic_rows(kafka_broker, dlq_topic, len(bad)), poison)
     assert_accounting(env, result, poison, "dead_lettered")
+    again = tableflow("plan", cwd=env.root)  # created once: nothing left to create
+    assert again.returncode == 0 and "dead-letter topic" not in again.stdout, again.stdout
