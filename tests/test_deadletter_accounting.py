@@ -167,6 +167,9 @@ def test_check_dlq_rows_are_dead_lettered_and_skip_rows_counted_as_skipped(
     )
     assert result.records_skipped == len(skipped)
     assert result.records_dead_lettered == len(dead)
+    head = env.pyiceberg_table().current_snapshot()
+    assert head is not None  # the published head carries the checks' summary too
+    assert head.summary.additional_properties["tableflow.checks.skipped-rows"] == str(len(skipped))
 
     if target == "iceberg":
         rows = dlq_table_rows(env, identifier)
