@@ -82,7 +82,7 @@ FORMAT_REASONS = {
     ("protobuf", "bad_index"): "schema id",
     ("json", "truncated"): "invalid JSON",
     ("json", "misfit"): "does not fit the table schema",
-    ("json", "array"): "JSON",
+    ("json", "array"): "JSON value is an array, not an object",
 }
 UNKNOWN_ID = b"\x00\x00\x0f\x42\x40"  # magic byte 0, schema id 1000000
 
