@@ -188,11 +188,22 @@ def route_and_account(
 def _commit_accounting(context: StageContext, batch: Batch, accounting: RunAccounting) -> None:
     """An empty append on the branch whose snapshot carries the offsets, what the stages
     reported (e.g. the checks' summary) and the accounting: the head of `main` after
-    publish holds all of them, as the write's own commit does."""
-    spark = context.spark
-    empty = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
-    writer = empty.writeTo(context.branch_identifier)
+    publish holds all of them, as the write's own commit does.
+
+    Metadata only: through the catalog handle's pyiceberg catalog when apply has one (two
+    catalog requests, no Spark job; Spark's Iceberg catalog runs uncached, so the publish
+    sees the new branch head), else an empty Spark append."""
     properties = {**commit_properties(context, batch), **accounting.snapshot_summary()}
+    pyiceberg_catalog = getattr(context.catalog, "catalog", None)
+    if pyiceberg_catalog is not None:
+        spec = context.spec
+        table = pyiceberg_catalog.load_table((*spec.namespace, spec.table))
+        empty = table.schema().as_arrow().empty_table()
+        table.append(empty, snapshot_properties=properties, branch=context.branch)
+        return
+    spark = context.spark
+    empty_frame = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
+    writer = empty_frame.writeTo(context.branch_identifier)
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()
