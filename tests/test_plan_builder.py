@@ -420,3 +420,61 @@ def test_dead_letter_table_in_a_project_namespace_is_not_undeclared(tmp_path):
     )
     plan = build_plan(project, project.tables, state, options=PlanOptions(prune=True))
     assert [a.kind for a in plan.actions if "shop.bad" in a.id] == []
+
+
+def test_missing_kafka_dead_letter_topic_is_created_like_the_source_topic(tmp_path):
+    project = make_project(tmp_path, on_error="dlq", dlq={"type": "kafka", "topic": "orders-dlq"})
+    state = world(
+        project,
+        observed(project),
+        watermarks={0: (0, 20), 1: (0, 4)},
+        dlq_topics={"orders-dlq": None},
+    )
+    plan = build_plan(project, project.tables, state)
+    assert not plan.blockers
+    (create,) = [a for a in plan.actions if a.kind == "create_topic"]
+    assert (create.id, create.identifier) == ("create_dlq_topic:orders-dlq", "orders-dlq")
+    assert (create.partitions, create.like_topic, create.used_by) == (2, "orders", ("orders",))
+    assert "dlq_topic:orders-dlq" in plan.dag.task("ingest:orders").depends_on
+    assert plan.dag.task("dlq_topic:orders-dlq").kind == "create_dlq_topic"
+    console = Console(record=True, width=200)
+    render_human(plan, console)
+    text = console.export_text()
+    assert "+ dead-letter topic orders-dlq" in text
+    assert "2 partitions (like topic orders)" in text
+    jsonschema.validate(plan_document(plan), shipped_schema())
+    save_plan(plan, tmp_path / "plan.json")
+    assert load_plan(tmp_path / "plan.json").actions == plan.actions
+    assert plan.summary.to_create == 1
+
+    # Existing (any partition count), or not looked at: nothing to do.
+    for topics in ({"orders-dlq": 1}, {}):
+        plan = build_plan(
+            project, project.tables, world(project, observed(project), dlq_topics=topics)
+        )
+        assert "create_topic" not in kinds(plan) and not plan.blockers
+
+
+def test_kafka_dead_letter_topic_rules(tmp_path):
+    # A table that never dead-letters (skip, no dlq check) does not need its topic.
+    project = make_project(tmp_path, on_error="skip", dlq={"type": "kafka", "topic": "orders-dlq"})
+    plan = build_plan(project, project.tables, world(project, dlq_topics={"orders-dlq": None}))
+    assert "create_topic" not in kinds(plan)
+
+    # A check with on_failure dlq does.
+    project = make_project(
+        tmp_path,
+        dlq={"type": "kafka", "topic": "orders-dlq"},
+        checks=[{"type": "not_null", "columns": ["id"], "on_failure": "dlq"}],
+    )
+    plan = build_plan(project, project.tables, world(project, dlq_topics={"orders-dlq": None}))
+    assert "create_topic" in kinds(plan)
+
+    # The dead-letter topic cannot be the source topic: refused at the dlq key's line.
+    project = make_project(tmp_path, on_error="dlq", dlq={"type": "kafka", "topic": "orders"})
+    plan = build_plan(project, project.tables, world(project, dlq_topics={"orders": 2}))
+    (blocker,) = plan.blockers
+    assert blocker.key == "dlq" and "also the source topic of table 'orders'" in blocker.message
+    assert blocker.location is not None and blocker.location.endswith(
+        f":{project.tables[0].location_of('dlq').line}"
+    )

@@ -87,6 +87,20 @@ def test_plain_json_declared_columns() -> None:
     ]
 
 
+def test_plain_json_declared_columns_refuse_a_value_that_is_not_an_object() -> None:
+    """An array, a number or a string has no columns: a bad record, never a row of nulls."""
+    _, result = run(
+        FormatSpec(format="json", json_columns=(JsonColumn(name="id", type="long"),)),
+        None,
+        (),
+        [(None, b"[1, 2]"), (None, b"7"), (None, b'"x"'), (None, b"null"), (None, b'{"id": 4}')],
+    )
+    assert result.batch.to_pylist() == [{"id": 4}]
+    assert [f.offset for f in result.failures] == [0, 1, 2, 3]
+    assert "JSON value is an array, not an object" in result.failures[0].reason
+    assert "JSON value is null, not an object" in result.failures[3].reason
+
+
 def test_duplicate_json_columns_are_rejected() -> None:
     with pytest.raises(ValidationError, match="more than once"):
         FormatSpec(format="json", json_columns=(JsonColumn(name="a"), JsonColumn(name="a")))

@@ -52,13 +52,15 @@ _GX_LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class CheckRun:
-    """The report, the rows to publish and the rows for the dead-letter target."""
+    """The report, the rows to publish, the rows for the dead-letter target and the rows
+    skipped (both REJECTED_ROW_SCHEMA: the run's accounting counts them per partition)."""
 
     report: CheckReport
     passing_df: DataFrame
     rejected_df: DataFrame
     rejected_count: int
     skipped_count: int
+    skipped_df: DataFrame | None = None
 
 
 def _gx() -> Any:
@@ -232,7 +234,7 @@ def run_checks(
             df.limit(0), stage=CHECK_STAGE, error_class=F.lit(""), error_message=F.lit("")
         )
         report = CheckReport(table=table, results=(), rows_evaluated=0)
-        return CheckRun(report, df, empty, 0, 0)
+        return CheckRun(report, df, empty, 0, 0, empty)
     total = df.count()
     outcomes = _validate(df, checks)
     flagged, predicates = _with_failing_flags(df, checks)
@@ -265,7 +267,7 @@ def run_checks(
         for check, result in zip(checks, results, strict=True)
         if result.action != "none"
     ]
-    passing, rejected, rejected_count, skipped_count = _split(
+    passing, rejected, skipped, rejected_count, skipped_count = _split(
         flagged, df.columns, splitting, predicates
     )
     report = CheckReport(
@@ -276,7 +278,7 @@ def run_checks(
         rows_dead_lettered=rejected_count,
         duration_s=time.monotonic() - started,
     )
-    return CheckRun(report, passing, rejected, rejected_count, skipped_count)
+    return CheckRun(report, passing, rejected, rejected_count, skipped_count, skipped)
 
 
 def _split(
@@ -284,15 +286,17 @@ def _split(
     columns: list[str],
     splitting: list[tuple[CompiledCheck, CheckResult]],
     predicates: dict[str, Column],
-) -> tuple[DataFrame, DataFrame, int, int]:
-    """Take failing rows of skip/dlq checks out; dead-lettering wins over skipping."""
+) -> tuple[DataFrame, DataFrame, DataFrame, int, int]:
+    """Take failing rows of skip/dlq checks out; dead-lettering wins over skipping.
+
+    Returns (passing, dead-lettered, skipped, dead-lettered count, skipped count)."""
     from pyspark.sql import functions as F
 
     if not splitting:
         empty = rejected_rows(
             flagged.limit(0), stage=CHECK_STAGE, error_class=F.lit(""), error_message=F.lit("")
         )
-        return flagged.select(*[_col(c) for c in columns]), empty, 0, 0
+        return flagged.select(*[_col(c) for c in columns]), empty, empty, 0, 0
     ordered = sorted(splitting, key=lambda item: item[0].on_failure != "dlq")
     reason: Column | None = None
     for check, _ in ordered:
@@ -309,13 +313,21 @@ def _split(
         for row in tagged.groupBy(F.split(_col(_REASON), ":").getItem(0)).count().collect()
     }
     passing = tagged.filter(_col(_REASON).isNull()).select(*[_col(c) for c in columns])
-    routed = tagged.filter(F.split(_col(_REASON), ":").getItem(0) == F.lit(_DLQ))
-    rejected = rejected_rows(
-        routed,
-        stage=CHECK_STAGE,
-        error_class=F.lit(CHECK_ERROR_CLASS),
-        error_message=F.concat(
-            F.lit("check "), F.substring_index(_col(_REASON), ":", -1), F.lit(" failed")
-        ),
+
+    def taken_out(policy: str) -> DataFrame:
+        return rejected_rows(
+            tagged.filter(F.split(_col(_REASON), ":").getItem(0) == F.lit(policy)),
+            stage=CHECK_STAGE,
+            error_class=F.lit(CHECK_ERROR_CLASS),
+            error_message=F.concat(
+                F.lit("check "), F.substring_index(_col(_REASON), ":", -1), F.lit(" failed")
+            ),
+        )
+
+    return (
+        passing,
+        taken_out(_DLQ),
+        taken_out(_SKIP),
+        int(counts.get(_DLQ, 0)),
+        int(counts.get(_SKIP, 0)),
     )
-    return passing, rejected, int(counts.get(_DLQ, 0)), int(counts.get(_SKIP, 0))

@@ -723,8 +723,9 @@ QUALIFIED_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)
 class KafkaDeadLetter(ConfigModel):
     type: Literal["kafka"]
     topic: str = Field(
-        description="Existing topic receiving each bad record's original key, value and "
-        "headers plus `tableflow.error.*` headers (at-least-once; see docs/error-handling.md).",
+        description="Topic receiving each bad record's original key, value and headers plus "
+        "`tableflow.error.*` headers (at-least-once; see docs/error-handling.md). Created by "
+        "plan/apply when missing, with the source topic's partition count.",
     )
 
     @field_validator("topic")

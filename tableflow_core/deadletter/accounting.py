@@ -5,7 +5,8 @@
 - written: records whose row went to the table's write (in upsert mode including rows
   superseded by a later record of the same key in the same run);
 - filtered: rows a `filter` or `dedup` transform removed on purpose;
-- skipped: bad records dropped under `skip` (counted, nowhere stored);
+- skipped: bad records dropped under `skip`, and rows failing a check with
+  `on_failure: skip` (counted, nowhere stored);
 - dead_lettered: bad records routed to the dead-letter target;
 - tombstones: null-value records applied as deletes (upsert) or dropped (append).
 

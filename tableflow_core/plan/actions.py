@@ -91,6 +91,16 @@ class CreateTable(ActionBase):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
+class CreateTopic(ActionBase):
+    """Create a missing Kafka dead-letter topic (`identifier` is the topic's name)."""
+
+    kind: Literal["create_topic"] = "create_topic"
+    change: Literal["create"] = "create"
+    partitions: int = Field(ge=1, description="Partitions: as many as the source topic's")
+    like_topic: str = Field(description="The source topic whose partition count it takes")
+    used_by: tuple[str, ...] = Field((), description="Project tables dead-lettering to it")
+
+
 class EvolveSchema(ActionBase):
     kind: Literal["evolve_schema"] = "evolve_schema"
     change: Literal["update"] = "update"
@@ -192,6 +202,7 @@ class MaintenanceDue(ActionBase):
 Action = Annotated[
     CreateNamespace
     | CreateTable
+    | CreateTopic
     | EvolveSchema
     | UpdateProperties
     | ChangePartitionSpec

@@ -10,6 +10,7 @@ from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
 from tableflow_core.deadletter.table_plan import dlq_table_actions, iceberg_dlq_users
+from tableflow_core.deadletter.topic_plan import dlq_topic_actions
 from tableflow_core.pipeline.compiled import CompiledTable, compile_table
 from tableflow_core.pipeline.shape import (
     KEY_PROPERTY,
@@ -159,6 +160,10 @@ def build_plan(
     )
     actions.extend(dlq_actions)
     blockers.extend(dlq_blockers)
+    source_partitions = {name: len(state.watermarks) for name, state in world.topics.items()}
+    topic_actions, topic_blockers = dlq_topic_actions(tables, source_partitions, world.dlq_topics)
+    actions.extend(topic_actions)
+    blockers.extend(topic_blockers)
 
     if report_undeclared:
         actions.extend(_undeclared(project, world, options))

@@ -30,6 +30,7 @@ class DagTask(BaseModel):
     kind: Literal[
         "create_namespace",
         "create_dlq_table",
+        "create_dlq_topic",
         "ddl",
         "ingest",
         "publish",
@@ -87,6 +88,16 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
                     stages=("create_dlq_table",),
                 )
             )
+        elif action.kind == "create_topic":
+            dlq_task[f"topic:{action.identifier}"] = f"dlq_topic:{action.identifier}"
+            tasks.append(
+                DagTask(
+                    id=dlq_task[f"topic:{action.identifier}"],
+                    kind="create_dlq_topic",
+                    actions=(action.id,),
+                    stages=("create_dlq_topic",),
+                )
+            )
         elif action.kind == "drop_table":
             tasks.append(
                 DagTask(
@@ -119,7 +130,9 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
         if ingest:
             stages = [stage.label() for stage in ingest[0].stages]
             task_id = f"ingest:{name}"
-            dlq = getattr(getattr(config, "dlq", None), "table", None)
+            target: Any = getattr(config, "dlq", None)
+            topic = getattr(target, "topic", None)
+            dlq = getattr(target, "table", None) or (f"topic:{topic}" if topic else None)
             tasks.append(
                 DagTask(
                     id=task_id,

@@ -86,7 +86,7 @@ class Plan(Frozen):
         }
         ingests = [a for a in self.actions if isinstance(a, Ingest)]
         return Summary(
-            to_create=count("create_table"),
+            to_create=count("create_table", "create_topic"),
             to_update=len(updated_tables),
             to_replace=count("replace_table"),
             to_drop=count("drop_table"),

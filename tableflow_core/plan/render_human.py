@@ -11,6 +11,7 @@ from tableflow_core.plan.actions import (
     ChangePartitionSpec,
     ChangeSortOrder,
     CreateTable,
+    CreateTopic,
     EvolveSchema,
     Ingest,
     MaintenanceDue,
@@ -66,6 +67,15 @@ def action_lines(action: object) -> list[Text]:
                     style=style,
                 )
             )
+    elif isinstance(action, CreateTopic):
+        lines.append(_line(symbol, style, f"dead-letter topic {identifier}"))
+        lines.append(
+            Text(
+                f"      {plural(action.partitions, 'partition')} (like topic {action.like_topic}), "
+                f"broker default replication; for {', '.join(action.used_by)}",
+                style=style,
+            )
+        )
     elif isinstance(action, EvolveSchema):
         lines.append(_line(symbol, style, f"schema of {identifier}"))
         for change_item in action.changes:

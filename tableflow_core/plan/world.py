@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from tableflow_core.config.project import Project, Table
 from tableflow_core.deadletter.table_plan import iceberg_dlq_users
+from tableflow_core.deadletter.topic_plan import kafka_dlq_users
 from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.desired import format_spec, start_from_value
@@ -47,9 +48,12 @@ class Readers:
     offsets_for_timestamp: Callable[..., Mapping[int, int]]
     # Fails fast (KafkaUnreachableError) when no bootstrap server answers at all.
     probe_kafka: Callable[[str, float], None] = lambda _servers, _timeout: None
+    # A Kafka dead-letter topic's partition count, None when missing (None: not looked at).
+    topic_partitions: Callable[..., int | None] | None = None
 
 
 def default_readers() -> Readers:
+    from tableflow_core.deadletter.topics import topic_partitions
     from tableflow_core.kafka.admin import (
         get_watermarks,
         offsets_for_timestamp,
@@ -57,7 +61,9 @@ def default_readers() -> Readers:
     )
     from tableflow_core.schemas.resolve import resolve_schema
 
-    return Readers(resolve_schema, get_watermarks, offsets_for_timestamp, probe_bootstrap)
+    return Readers(
+        resolve_schema, get_watermarks, offsets_for_timestamp, probe_bootstrap, topic_partitions
+    )
 
 
 def partition_terms_of(table: Any) -> tuple[PartitionTerm, ...]:
@@ -197,6 +203,11 @@ def read_world(
             topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S)
             for topic in topics
         }
+        dlq_topic_f = {
+            topic: pool.submit(io.topic_partitions, kafka_conf, topic, KAFKA_TIMEOUT_S)
+            for topic in (sorted(kafka_dlq_users(tables)) if read_kafka else [])
+            if io.topic_partitions is not None
+        }
         namespaces: set[tuple[str, ...]] = _result(namespaces_f)
         listed: set[str] = set()
         if list_undeclared:
@@ -254,6 +265,12 @@ def read_world(
                             problems.setdefault(t.name, []).append(f"kafka: {exc}")
                     continue
                 raise WorldReadError("kafka", kafka_address, project.redact(str(exc))) from exc
+        dlq_topics: dict[str, int | None] = {}
+        for topic, future in dlq_topic_f.items():
+            try:
+                dlq_topics[topic] = future.result()
+            except Exception as exc:
+                raise WorldReadError("kafka", kafka_address, project.redact(str(exc))) from exc
         published, publish_errors = (
             _read_published(project, [t for t in tables if t.identifier in observed], pool)
             if read_published
@@ -282,6 +299,7 @@ def read_world(
         published=published,
         publish_errors=publish_errors,
         dlq_tables=dlq_tables,
+        dlq_topics=dlq_topics,
     )
 
 

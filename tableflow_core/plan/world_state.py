@@ -53,5 +53,7 @@ class WorldState:
     publish_errors: Mapping[str, str] = field(default_factory=dict)
     # Existing Iceberg dead-letter tables: `ns.table` -> their column names.
     dlq_tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Kafka dead-letter topics looked at: topic -> partition count (None: does not exist).
+    dlq_topics: Mapping[str, int | None] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

@@ -13,6 +13,7 @@ from tableflow_core.plan.actions import (
     ChangePartitionSpec,
     ChangeSortOrder,
     CreateTable,
+    CreateTopic,
     EvolveSchema,
     Ingest,
     ReplaceTable,
@@ -98,6 +99,16 @@ def _create_dlq_table(context: ApplyContext, task: DagTask) -> None:
     create_dlq_table(
         context.spark, context.handle.spark_name, action.identifier, dict(action.properties)
     )
+
+
+@task_runner("create_dlq_topic")
+def _create_dlq_topic(context: ApplyContext, task: DagTask) -> bool:
+    from tableflow_core.deadletter.topics import create_dlq_topic
+
+    action = context.plan.action(task.actions[0])
+    assert isinstance(action, CreateTopic)
+    kafka_conf = kafka_consumer_config(context.project.target.kafka)
+    return create_dlq_topic(kafka_conf, action.identifier, action.partitions)
 
 
 @task_runner("drop_table")

@@ -89,6 +89,13 @@ def _b64(value: Any) -> Any:
     return None if value is None else base64.b64decode(value, validate=True)
 
 
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    kinds = {bool: "a boolean", str: "a string", list: "an array", int: "a number"}
+    return kinds.get(type(value), "a number")
+
+
 def plain_json_reader(columns: Sequence[JsonColumn] | None) -> Callable[[bytes], dict[str, Any]]:
     """bytes -> row dict (storage values, temporal/decimal as text)."""
     if not columns:
@@ -103,6 +110,9 @@ def plain_json_reader(columns: Sequence[JsonColumn] | None) -> Callable[[bytes],
 
     def declared(data: bytes) -> dict[str, Any]:
         document = json.loads(data)
+        if not isinstance(document, dict):
+            # Declared columns are read from an object: anything else would land as nulls.
+            raise ValueError(f"JSON value is {_json_kind(document)}, not an object")
         return {name: read(document) for name, read in readers}
 
     return declared

@@ -7,8 +7,10 @@ run at the first, as one great-expectations validation over the persisted batch
 - a failing check with severity error (on_failure fail) stops the run before anything
   is written: nothing is published, the offsets do not move, the error names the table,
   each failing check, its failing count and sample rows;
-- failing rows of skip checks are dropped and counted, of dlq checks appended to
-  `batch.rejected` for route_bad_records;
+- failing rows of skip and dlq checks are taken out of the batch and appended to
+  `batch.rejected` for route_bad_records: skip rows are counted as `skipped` in the
+  run's accounting, dlq rows are dead-lettered (stage `check`, error class
+  `CheckFailed`, message `check <name> failed`);
 - the report goes to run_results.json (`batch.results["checks"]`) and its summary into
   the snapshot summary of the commit the write makes.
 """
@@ -63,6 +65,9 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     rejected = tuple(batch.rejected)
     if run.rejected_count:
         rejected = (*rejected, RejectedRows(policy="dlq", rows=run.rejected_df))
+    if run.skipped_count and run.skipped_df is not None:
+        # Counted per partition as `skipped` by the run's accounting (not `filtered`).
+        rejected = (*rejected, RejectedRows(policy="skip", rows=run.skipped_df))
     return batch.evolve(
         good=run.passing_df,
         counters=counters,

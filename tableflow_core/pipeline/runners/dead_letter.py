@@ -71,8 +71,8 @@ def _filtered(
     observed: Mapping[str, Mapping[int, int]],
     rejected: list[SinkResult],
 ) -> dict[int, int]:
-    """Rows taken out of the batch on purpose (transform filters and dedup, skip checks):
-    the decoded good rows that neither reached the write nor were routed as rejected.
+    """Rows taken out of the batch on purpose (transform filters and dedup): the decoded
+    good rows that neither reached the write nor were routed as rejected (skip and dlq).
 
     Measured apart from the sinks' own counts (two observations: after decode, before the
     write), so a negative figure (a row counted twice) fails the accounting's check.
@@ -172,7 +172,7 @@ def route_and_account(
         ).check()
         holder["accounting"] = accounting
         crash_point("after_dead_letter")
-        _commit_accounting(context, accounting)
+        _commit_accounting(context, batch, accounting)
 
     def accounting_json() -> dict[str, Any] | None:
         found = holder.get("accounting")
@@ -185,12 +185,25 @@ def route_and_account(
     )
 
 
-def _commit_accounting(context: StageContext, accounting: RunAccounting) -> None:
-    """An empty append on the branch whose snapshot carries offsets and accounting."""
+def _commit_accounting(context: StageContext, batch: Batch, accounting: RunAccounting) -> None:
+    """An empty append on the branch whose snapshot carries the offsets, what the stages
+    reported (e.g. the checks' summary) and the accounting: the head of `main` after
+    publish holds all of them, as the write's own commit does.
+
+    Metadata only: through the catalog handle's pyiceberg catalog when apply has one (two
+    catalog requests, no Spark job; Spark's Iceberg catalog runs uncached, so the publish
+    sees the new branch head), else an empty Spark append."""
+    properties = {**commit_properties(context, batch), **accounting.snapshot_summary()}
+    pyiceberg_catalog = getattr(context.catalog, "catalog", None)
+    if pyiceberg_catalog is not None:
+        spec = context.spec
+        table = pyiceberg_catalog.load_table((*spec.namespace, spec.table))
+        empty = table.schema().as_arrow().empty_table()
+        table.append(empty, snapshot_properties=properties, branch=context.branch)
+        return
     spark = context.spark
-    empty = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
-    writer = empty.writeTo(context.branch_identifier)
-    properties = {**commit_properties(context), **accounting.snapshot_summary()}
+    empty_frame = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
+    writer = empty_frame.writeTo(context.branch_identifier)
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.append()

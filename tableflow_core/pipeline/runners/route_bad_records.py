@@ -6,7 +6,8 @@ an error naming the table, topic, partitions and offsets. `skip` and `dlq` plug 
 (the dead-letter issue): a policy receives the batch and may add audits or sinks; a DLQ
 sink is a function taking a DataFrame in BAD_RECORD_SCHEMA. `skip` and `dlq` live in
 `dead_letter.py` (routing by the dead-letter library, then the run's accounting); under
-`fail`, rows rejected by transforms or checks with their own policy go there too.
+`fail`, rows rejected by checks with their own policy go there too, and every run, under
+any policy, gets its accounting.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def _fail_if_any(context: StageContext, batch: Batch) -> None:
 
 def fail(context: StageContext, spec: RouteBadRecords, batch: Batch) -> Batch:
     batch = batch.evolve(audits=(*batch.audits, _fail_if_any))
-    return route_and_account(context, spec, batch, route_decode=False) if batch.rejected else batch
+    # Every run gets its accounting, also when nothing can be rejected: read = written
+    # (+ filtered + tombstones) is what users check first.
+    return route_and_account(context, spec, batch, route_decode=False)
 
 
 POLICIES["fail"] = fail
