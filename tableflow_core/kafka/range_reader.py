@@ -97,7 +97,11 @@ def read_range(
         next_offset = offset_range.start  # the consumer's position is -1001 until a fetch lands
         done = False
         while not done:
-            batch: list[Any] = consumer.consume(num_messages=min(chunk_size, 10_000), timeout=1.0)
+            # consume() returns when it has `num_messages` or after `timeout`: asking for
+            # no more than the range still holds returns at once on its last messages
+            # (asking for 10,000 made every small range wait the full second).
+            wanted = max(1, min(chunk_size - len(columns.offsets), 10_000, end - next_offset))
+            batch: list[Any] = consumer.consume(num_messages=wanted, timeout=1.0)
             if batch:
                 last_progress = time.monotonic()
             # The per-message loop is the reader's hot path: column appends, no objects.
