@@ -238,3 +238,53 @@ def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
     table = env.pyiceberg_table()
     assert table.scan().to_arrow().num_rows == 0  # nothing lost silently, nothing published
     assert [c.name for c in table.schema().columns][-1] == "code"
+
+
+def test_a_nested_cast_that_fails_is_dead_lettered_never_written_as_null(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tableflow_core.deadletter.headers import (
+        ERROR_MESSAGE,
+        SOURCE_OFFSET,
+        STAGE,
+        decode_error_headers,
+    )
+
+    orders = Orders(kafka_broker, schema_registry.url)
+    dlq_topic = kafka_broker.create_topic(unique_name("dlq-tf"), 1)
+    transforms = [
+        {"type": "derive", "column": "label",
+         "expression": "concat(status, '-', CAST(CAST(card AS INT) * 2 AS STRING))"},
+        {"type": "derive", "column": "digits",
+         "expression": "IF(card RLIKE '^[0-9]+$', CAST(card AS BIGINT), NULL)"},
+    ]  # fmt: skip
+    env = make_env(
+        orders.name,
+        metadata_columns=[],
+        transforms=transforms,
+        on_error="dlq",
+        dlq={"type": "kafka", "topic": dlq_topic},
+    )
+    orders.produce(
+        ("o1", "a@x", "21", None, "PAID", 1.0, 1),
+        ("o2", "b@x", "n/a", None, "PAID", 2.0, 1),  # nested CAST fails: dead-lettered
+        ("o3", "c@x", "5", None, "PAID", 3.0, 1),
+    )
+    result = apply(spark, env)
+    assert result.records_read == 3 and result.records_written == 2
+    assert result.transforms is not None and result.transforms["rejected"] == 1
+    landed = {r["order_id"]: r for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert {k: (r["label"], r["digits"]) for k, r in landed.items()} == {
+        "o1": ("PAID-42", 21),
+        "o3": ("PAID-10", 5),
+    }
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
+    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
+    messages = [m for m in consumer.consume(10, timeout=10) if m.error() is None]
+    consumer.close()
+    (dead,) = messages
+    headers = decode_error_headers(dead.headers())
+    assert headers[STAGE] == "transform" and headers[SOURCE_OFFSET] == "1"
+    assert "CAST(card AS INT) failed on value n/a" in headers[ERROR_MESSAGE]

@@ -230,6 +230,54 @@ def test_a_derived_value_that_does_not_fit_its_planned_type_is_rejected(
     assert str(days[rows[10]["order_id"]]) == "2026-02-03"
 
 
+def test_a_nested_cast_that_fails_rejects_the_row_a_guarded_one_does_not(
+    spark: SparkSession,
+) -> None:
+    """Spark's (non-ANSI) CAST gives NULL on a value it cannot convert; nested in a larger
+    expression that NULL used to land. Now the row is rejected, unless the CAST was in a
+    branch Spark did not take, or its input was NULL."""
+    schema = sample_schema("orders")
+    rows = sample_rows("orders", 8, seed=11)
+    coupons = [None, "41", "abc", "99999999999", "7", None, "x1", "12"]
+    for row, coupon in zip(rows, coupons, strict=True):
+        row["coupon"] = coupon
+    steps = compiled(
+        schema,
+        [
+            {"type": "derive", "column": "code",
+             "expression": "concat('#', CAST(CAST(coupon AS INT) + 1 AS STRING))"},
+            # replaces coupon: the check reads the coupon before the replacement
+            {"type": "derive", "column": "coupon",
+             "expression": "CASE WHEN coupon RLIKE '^[0-9]+$' THEN CAST(coupon AS INT) ELSE -1 END"},
+        ],
+    )  # fmt: skip
+    assert steps.output_schema.field("code").type == pa.string()
+    assert steps.output_schema.field("coupon").type == pa.int32()
+    result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
+    kept = {r["order_id"]: (r["code"], r["coupon"]) for r in rows_of(result.df)}
+    rejected = {
+        (r["source_partition"], r["source_offset"]): r["error_message"]
+        for r in rows_of(result.rejected_df)
+    }
+    assert result.counts().rejected == 3 and result.counts().rows_out == 5
+    # offsets: row i is partition i % 4, offset i // 4
+    assert set(rejected) == {(2, 0), (3, 0), (2, 1)}
+    assert rejected[(2, 0)] == (
+        "transforms[0] derive code: CAST(coupon AS INT) failed on value abc "
+        "(a failing CAST gives NULL; write TRY_CAST to accept that)"
+    )
+    assert "CAST(coupon AS INT) failed on value 99999999999" in rejected[(3, 0)]
+    assert "failed on value x1" in rejected[(2, 1)]
+    ids = [r["order_id"] for r in rows]
+    assert kept == {
+        ids[0]: (None, -1),  # NULL in, NULL out: not a failure
+        ids[1]: ("#42", 41),
+        ids[4]: ("#8", 7),
+        ids[5]: (None, -1),
+        ids[7]: ("#13", 12),
+    }
+
+
 def test_masked_values_never_reach_a_data_file_in_clear(
     spark: SparkSession, catalog_server: CatalogServer
 ) -> None:

@@ -30,9 +30,11 @@ from tableflow_core.config.models import (
 from tableflow_core.transforms.locations import Locator, problem_at
 from tableflow_core.transforms.sql import (
     HIDDEN_PREFIX,
+    CastCheck,
     ExpressionError,
     cast_operand,
     check_references,
+    checked_casts,
     infer_arrow_type,
     parse_expression,
     resolve_column,
@@ -92,6 +94,9 @@ class DeriveStep:
     arrow_type: pa.DataType
     spark_type: str
     replaces: bool
+    # The plain CASTs inside `value_expression`: a row where one fails is rejected too,
+    # never written with the NULL Spark's non-ANSI CAST gives.
+    cast_checks: tuple[CastCheck, ...] = ()
 
     def describe(self) -> str:
         verb = "replace" if self.replaces else "derive"
@@ -258,15 +263,22 @@ def _derive(t: DeriveTransform, schema: pa.Schema, key: str) -> tuple[DeriveStep
             f"CAST(... AS <type>), e.g. CAST({t.expression} AS STRING)",
             "expression",
         )
+    outer_operand = cast_operand(expression)
+    value = expression.this if outer_operand is not None else expression
+    try:
+        cast_checks = checked_casts(value, schema, what)
+    except ExpressionError as exc:
+        raise StepError(str(exc), "expression") from None
     existing = resolve_column(t.column, schema)
     step = DeriveStep(
         key=key,
         column=existing or t.column,
         expression=t.expression,
-        value_expression=cast_operand(expression) or t.expression,
+        value_expression=outer_operand or t.expression,
         arrow_type=inferred,
         spark_type=spark_type(inferred),
         replaces=existing is not None,
+        cast_checks=tuple(cast_checks),
     )
     if existing is not None:
         index = schema.get_field_index(existing)

@@ -215,7 +215,9 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     from pyspark.sql import functions as F
 
     raw = "__tf_raw"
-    df = df.withColumn(raw, F.expr(step.value_expression))
+    failure = "__tf_cast_failure"
+    # Both are computed from the columns before the derived one replaces any of them.
+    df = df.withColumns({raw: F.expr(step.value_expression), failure: _cast_failure(step)})
     typed = F.expr(f"try_cast(`{raw}` AS {step.spark_type})")
     df = df.withColumn(step.column, typed)
     misfit = _col(raw).isNotNull() & _col(step.column).isNull()
@@ -224,7 +226,24 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
         F.substring(_col(raw).cast("string"), 1, 200),
         F.lit(f" does not fit the planned type {step.spark_type}"),
     )
-    return _set_fate(df, misfit, REJECTED, message).drop(raw)
+    failed = _col(failure).isNotNull()
+    df = _set_fate(df, failed | misfit, REJECTED, F.coalesce(_col(failure), message))
+    return df.drop(raw, failure)
+
+
+def _cast_failure(step: DeriveStep) -> Column:
+    """Why a plain CAST inside the expression failed on the row (its message), else NULL."""
+    from pyspark.sql import functions as F
+
+    failure = F.lit(None).cast("string")
+    for check in reversed(step.cast_checks):  # the first failing cast names the row's error
+        message = F.concat(
+            F.lit(f"{step.key} derive {step.column}: {check.cast} failed on value "),
+            F.substring(F.expr(check.operand).cast("string"), 1, 200),
+            F.lit(" (a failing CAST gives NULL; write TRY_CAST to accept that)"),
+        )
+        failure = F.when(F.expr(check.failed), message).otherwise(failure)
+    return failure
 
 
 def _run_rename(step: RenameStep, df: DataFrame, ctx: _Context) -> DataFrame:
