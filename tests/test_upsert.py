@@ -203,3 +203,88 @@ def test_upsert_key_problems_are_bad_records(
     assert "needs a key" in (failed.error or "")
     assert env.pyiceberg_table().scan().to_arrow().num_rows == 0
     assert json.dumps(failed.offsets_after) == "{}"
+
+
+STRING_ID_KEY = {
+    "type": "record",
+    "name": "PaymentKey",
+    "namespace": "tableflow.test",
+    "fields": [{"name": "id", "type": "string"}],
+}
+
+
+@pytest.mark.parametrize("key_format", ["avro", "string"])
+def test_upsert_key_that_does_not_fit_the_key_column_is_a_bad_record(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any, key_format: str
+) -> None:
+    """The key column `id` is the value's long; the key carries it as text. A key that
+    reads as a number fills the column (tombstones find their row by it); one that does
+    not is a bad record routed by on_error, named by topic/partition/offset, never a
+    failed Spark task."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tableflow_core.deadletter.headers import (
+        ERROR_MESSAGE,
+        SOURCE_OFFSET,
+        SOURCE_PARTITION,
+        SOURCE_TOPIC,
+        STAGE,
+        decode_error_headers,
+    )
+
+    name = kafka_broker.create_topic(unique_name(f"upsert-keyfit-{key_format}"), 1)
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    values = AvroSerializer(client, json.dumps(avro_schema()))
+    keys = AvroSerializer(client, json.dumps(STRING_ID_KEY))
+
+    def produce(records: list[tuple[str, int | None, str | None]]) -> None:
+        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+        for key, value_id, label in records:
+            key_bytes = (
+                keys({"id": key}, SerializationContext(name, MessageField.KEY))
+                if key_format == "avro"
+                else key.encode()
+            )
+            value = None
+            if label is not None:
+                record = {"id": value_id, "name": label, "amount": 1.0}
+                value = values(record, SerializationContext(name, MessageField.VALUE))
+            producer.produce(name, value, key=key_bytes, partition=0)
+        producer.flush(30)
+
+    config = {"mode": "upsert", "key_columns": ["id"], "key": {"format": key_format}}
+    env = make_env(name, metadata_columns=[], **config)
+    produce(
+        [
+            ("1", 1, "a"),
+            ("2", 2, "b"),
+            ("x9", 9, "bad"),  # offset 2: not a long
+            ("99999999999999999999", 3, "big"),  # offset 3: overflows a long
+            ("2", None, None),  # a tombstone found by its key's value
+            ("3", 3, "c"),
+        ]
+    )
+    failed = apply(spark, env, expect="error")
+    assert f"topic {name!r} partition 0 offset 2" in (failed.error or "")
+    assert "'x9' does not fit key column 'id'" in (failed.error or "")
+    assert env.pyiceberg_table().scan().to_arrow().num_rows == 0
+
+    dlq_topic = kafka_broker.create_topic(unique_name("dlq-key"), 1)
+    env.configure(metadata_columns=[], on_error="dlq", dlq={"type": "kafka", "topic": dlq_topic},
+                  **config)  # fmt: skip
+    result = apply(spark, env)
+    assert result.records_read == 6 and result.offsets_after == {0: 6}
+    landed = {r["id"]: r["name"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert landed == {1: "a", 3: "c"}
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
+    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
+    dead = [m for m in consumer.consume(10, timeout=10) if m.error() is None]
+    consumer.close()
+    headers = [decode_error_headers(m.headers()) for m in dead]
+    assert sorted(h[SOURCE_OFFSET] for h in headers) == ["2", "3"]
+    for h in headers:
+        assert h[SOURCE_TOPIC] == name and h[SOURCE_PARTITION] == "0" and h[STAGE] == "decode"
+        assert "does not fit key column 'id' (int64)" in h[ERROR_MESSAGE]
