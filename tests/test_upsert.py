@@ -288,3 +288,41 @@ def test_upsert_key_that_does_not_fit_the_key_column_is_a_bad_record(
     for h in headers:
         assert h[SOURCE_TOPIC] == name and h[SOURCE_PARTITION] == "0" and h[STAGE] == "decode"
         assert "does not fit key column 'id' (int64)" in h[ERROR_MESSAGE]
+
+
+def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
+    tmp_path: Any, spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from tableflow_core.plan.plan_file import StalePlanError, load_plan, save_plan
+    from tableflow_core.tasks.apply import ApplyTask
+    from tableflow_core.tasks.plan import PlanTask
+
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce([(0, 1, ("a", 1)), (1, 2, ("b", 2))])
+    project = env.project
+    plan = PlanTask(project, project.tables).run()
+    (seen,) = plan.fingerprints
+    assert (seen.key_registry_subject, seen.key_registry_version) == (f"{topic.name}-key", 1)
+    saved = tmp_path / "plan.json"
+    save_plan(plan, saved)
+
+    # the key subject moves on (a compatible new version); the value subject does not
+    evolved_key = dict(topic.key_schema)
+    evolved_key["fields"] = [
+        *topic.key_schema["fields"],
+        {"name": "region", "type": ["null", "string"], "default": None},
+    ]
+    register(schema_registry.url, f"{topic.name}-key", evolved_key)
+    with pytest.raises(StalePlanError) as refused:
+        ApplyTask(project, load_plan(saved), spark=spark).run()
+    assert "key registry schema version was 1, now 2" in str(refused.value)
+    assert "registry schema version was" not in str(refused.value).replace("key registry", "")
+    with pytest.raises(NoSuchTableError):  # the refused apply created nothing
+        env.pyiceberg_table()
+
+    # a fresh plan sees version 2 and applies
+    assert apply(spark, env).records_written == 2
+    assert rows_by_reader(env, spark, "id") == expect(topic, {1: ("a", 1), 2: ("b", 2)})

@@ -20,6 +20,7 @@ from tableflow_core.plan.actions import (
 )
 from tableflow_core.plan.dag import DagTask, publish_catalog
 from tableflow_core.plan.plan import Plan
+from tableflow_core.plan.world_state import key_arrow_schema
 from tableflow_core.runner.table_spec import ingest_spec
 from tableflow_core.targets.kafka import kafka_consumer_config
 
@@ -32,7 +33,7 @@ class ApplyContext:
     handle: Any  # CatalogHandle
     schemas: Any  # table name -> ResolvedSchema
     decoder_factory: Callable[[Any], Any] | None = None
-    key_schemas: Any = None  # table name -> an upsert table's registry key schema
+    key_schemas: Any = None  # WorldState.key_schemas: table name -> the key's ResolvedSchema
     suspend_on_bad_records: bool = False  # `tableflow run`: suspend instead of only failing
 
     def ident(self, dotted: str) -> str:
@@ -46,7 +47,7 @@ class ApplyContext:
             self.schemas[table_name],
             self.handle.spark_name,
             ingest.stages if ingest is not None else (),
-            (self.key_schemas or {}).get(table_name),
+            key_arrow_schema(self.key_schemas or {}, table_name),
         )
 
 
