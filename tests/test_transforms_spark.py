@@ -365,3 +365,28 @@ def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
     assert run(second) == 1
     table = {(r.k, r.region, r.v) for r in spark.table(identifier).collect()}
     assert table == {("a", "eu", 1), ("a", "us", 2), (None, "eu", 3), ("b", "eu", 5)}
+
+
+def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
+    spark: SparkSession,
+) -> None:
+    from tableflow_core.transforms.spark import align_to_table
+
+    df = spark.sql(
+        "SELECT 1 AS id, named_struct('street', 'Main St', 'geo', named_struct('lat', 1.5)) "
+        "AS address UNION ALL SELECT 2, CAST(NULL AS STRUCT<street: STRING, geo: "
+        "STRUCT<lat: DOUBLE>>)"
+    )
+    table = spark.createDataFrame(
+        [],
+        "id INT, address STRUCT<street: STRING, old_zip: STRING, geo: STRUCT<lat: DOUBLE, "
+        "lon: DOUBLE>>, notes STRING",
+    ).schema
+    aligned = align_to_table(df, table)
+    assert aligned.schema.simpleString() == table.simpleString()
+    assert sorted(rows_of(aligned), key=lambda r: r["id"]) == [
+        {"id": 1, "notes": None,
+         "address": {"street": "Main St", "old_zip": None, "geo": {"lat": 1.5, "lon": None}}},
+        {"id": 2, "notes": None, "address": None},  # a NULL struct stays NULL
+    ]  # fmt: skip
+    assert align_to_table(aligned, table) is aligned  # nothing to add: the same frame

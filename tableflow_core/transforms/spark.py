@@ -33,6 +33,7 @@ from tableflow_core.transforms.compile import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 FATE_COLUMN = "__tf_fate"
 ERROR_COLUMN = "__tf_error"
@@ -347,3 +348,55 @@ def dedup_against_table(
         term = _col(key).eqNullSafe(_col(f"__tf_existing_{i}"))
         condition = term if condition is None else condition & term
     return df.join(aliased, on=condition, how="left_anti")
+
+
+def align_to_table(df: DataFrame, table: StructType) -> DataFrame:
+    """`df` with every column (and struct field) of the table it is written to.
+
+    The transforms build their output from the topic's current schema; a field the topic's
+    schema no longer has, passed through untouched, keeps its column in the table (as on a
+    table without transforms: optional, new rows hold null), and Spark's Iceberg writer
+    needs data for every table column. Columns and struct fields the table has and `df`
+    lacks are added as typed NULLs; everything else is left as it is (the writer still
+    refuses what does not fit). Missing fields of structs inside arrays or maps are not
+    filled (the writer names them).
+    """
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType for f in df.schema.fields}
+    updates: dict[str, Column] = {}
+    for field in table.fields:
+        if field.name not in have:
+            updates[field.name] = F.lit(None).cast(field.dataType)
+        else:
+            aligned = _aligned(_col(field.name), have[field.name], field.dataType)
+            if aligned is not None:
+                updates[field.name] = aligned
+    return df.withColumns(updates) if updates else df
+
+
+def _aligned(value: Column, have: DataType, want: DataType) -> Column | None:
+    """`value` with the struct fields `want` has and `have` lacks, or None if none lack."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    if not (isinstance(have, StructType) and isinstance(want, StructType)):
+        return None
+    present = {f.name: f.dataType for f in have.fields}
+    members: list[Column] = []
+    changed = False
+    for field in want.fields:
+        if field.name not in present:
+            members.append(F.lit(None).cast(field.dataType).alias(field.name))
+            changed = True
+            continue
+        inner = _aligned(value.getField(field.name), present[field.name], field.dataType)
+        changed = changed or inner is not None
+        member = inner if inner is not None else value.getField(field.name)
+        members.append(member.alias(field.name))
+    wanted = {f.name for f in want.fields}
+    # Fields only `df` has stay (the writer refuses them rather than losing them here).
+    members.extend(value.getField(n).alias(n) for n in present if n not in wanted)
+    if not changed:
+        return None
+    return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*members))
