@@ -37,7 +37,6 @@ from tableflow_core.plan.actions import (
     PartitionLag,
     PublishTable,
     ReplaceTable,
-    SchemaChangeItem,
     UndeclaredTable,
     UpdateProperties,
 )
@@ -245,10 +244,7 @@ def _table_changes(
                 id=f"evolve_schema:{name}",
                 table=name,
                 identifier=identifier,
-                changes=tuple(
-                    SchemaChangeItem(kind=c.kind, path=c.path, detail=c.detail)
-                    for c in diff.changes
-                ),
+                changes=diff.changes,
             )
         )
     wanted_spec = shape.partition_by

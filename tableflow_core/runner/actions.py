@@ -242,10 +242,9 @@ def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable
 @action_runner(EvolveSchema)
 def _evolve_schema(context: ApplyContext, spec: IngestSpec, action: EvolveSchema) -> None:
     from tableflow_core.engine import ddl
-    from tableflow_core.schemas.evolution import SchemaChange, SchemaDiff
+    from tableflow_core.schemas.evolution import SchemaDiff
 
-    changes = tuple(SchemaChange(c.kind, c.path, c.detail) for c in action.changes)
-    ddl.apply_schema_changes(context.spark, spec, SchemaDiff(changes, ()))
+    ddl.apply_schema_changes(context.spark, spec, SchemaDiff(action.changes, ()))
 
 
 def _string_literal(value: str) -> str:
