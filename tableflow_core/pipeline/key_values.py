@@ -7,14 +7,16 @@ make its record a bad record, routed by the table's `on_error`, not fail the Spa
 that builds the key columns of the whole chunk. So each key row is checked when its key
 is decoded; the batch built afterwards from the checked rows cannot fail.
 
-Integers, strings and floating point have fast Python checks (a key is checked for every
-record); other types are checked by converting the value alone through Arrow.
+Integers (also temporal values stored as integers), strings, bytes, floating point,
+decimals and booleans have fast Python checks (a key is checked for every record); text
+to be parsed into a temporal or decimal column is checked by converting it through Arrow.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -69,6 +71,45 @@ def _string(data_type: pa.DataType) -> Convert:
     return convert
 
 
+def _binary(data_type: pa.DataType) -> Convert:
+    def convert(value: Any) -> Any:
+        if isinstance(value, bytes | bytearray | memoryview):
+            return value
+        raise TypeError(f"not bytes ({type(value).__name__})")
+
+    return convert
+
+
+def _decimal(data_type: pa.DataType) -> Convert:
+    scale, whole = data_type.scale, data_type.precision - data_type.scale
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            value = Decimal(value)  # InvalidOperation (an ArithmeticError) if not a number
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = Decimal(value)
+        if not isinstance(value, Decimal) or not value.is_finite():
+            raise TypeError(f"not a decimal ({type(value).__name__})")
+        digits, exponent = value.as_tuple()[1:]
+        assert isinstance(exponent, int)
+        if -exponent > scale or len(digits) + exponent > whole:
+            raise OverflowError(f"{value} does not fit {data_type}")
+        return value
+
+    return convert
+
+
+def _boolean(data_type: pa.DataType) -> Convert:
+    def convert(value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise TypeError(f"not a boolean ({type(value).__name__})")
+
+    return convert
+
+
 def _through_arrow(storage: pa.DataType, target: pa.DataType) -> Convert:
     def convert(value: Any) -> Any:
         scalar = pa.scalar(value, type=storage)
@@ -79,14 +120,23 @@ def _through_arrow(storage: pa.DataType, target: pa.DataType) -> Convert:
     return convert
 
 
+_FAST: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType], Convert]], ...] = (
+    (pa.types.is_integer, _integer),
+    (pa.types.is_floating, _floating),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), _string),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), _binary),
+    (pa.types.is_decimal, _decimal),
+    (pa.types.is_boolean, _boolean),
+)
+
+
 def _converter(storage: pa.DataType, target: pa.DataType) -> Convert:
-    if storage.equals(target):
-        if pa.types.is_integer(target):
-            return _integer(target)
-        if pa.types.is_floating(target):
-            return _floating(target)
-        if pa.types.is_string(target) or pa.types.is_large_string(target):
-            return _string(target)
+    # Integer storage (timestamps as micros, dates as days) always casts to its target;
+    # text storage of a temporal or decimal target (JSON keys) is parsed through Arrow.
+    if storage.equals(target) or pa.types.is_integer(storage):
+        for matches, converter in _FAST:
+            if matches(storage):
+                return converter(storage)
     return _through_arrow(storage, target)
 
 
@@ -102,7 +152,7 @@ def key_row_fitter(storage: pa.Schema, target: pa.Schema) -> KeyRowFitter:
             value = row[name]
             try:
                 fitted[name] = convert(value)
-            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            except (pa.ArrowException, TypeError, ValueError, ArithmeticError) as exc:
                 shown = repr(value)
                 shown = shown if len(shown) <= 80 else shown[:77] + "..."
                 raise PayloadError(
