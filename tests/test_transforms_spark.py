@@ -278,6 +278,27 @@ def test_a_nested_cast_that_fails_rejects_the_row_a_guarded_one_does_not(
     }
 
 
+def test_a_cast_that_fails_in_a_filter_rejects_the_row_instead_of_filtering_it(
+    spark: SparkSession,
+) -> None:
+    schema = sample_schema("orders")
+    rows = sample_rows("orders", 4, seed=12)
+    for row, coupon in zip(rows, ["5", "50", "n/a", None], strict=True):
+        row["coupon"] = coupon
+    steps = compiled(schema, [{"type": "filter", "where": "CAST(coupon AS INT) > 10"}])
+    result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
+    assert [r["coupon"] for r in rows_of(result.df)] == ["50"]
+    (rejected,) = rows_of(result.rejected_df)
+    assert (rejected["source_partition"], rejected["source_offset"]) == (2, 0)
+    assert rejected["error_message"].startswith(
+        "transforms[0] filter: CAST(coupon AS INT) failed on value n/a"
+    )
+    # "5" is filtered (false), NULL is filtered (NULL predicate): counted, not rejected
+    assert result.counts().as_dict() == {
+        "rows_in": 4, "rows_out": 1, "filtered": 2, "duplicates": 0, "rejected": 1
+    }  # fmt: skip
+
+
 def test_masked_values_never_reach_a_data_file_in_clear(
     spark: SparkSession, catalog_server: CatalogServer
 ) -> None:

@@ -78,6 +78,8 @@ class DedupStep:
 class FilterStep:
     key: str
     where: str
+    # A plain CAST in `where` that fails on a row rejects it (not filtered out unnoticed).
+    cast_checks: tuple[CastCheck, ...] = ()
 
     def describe(self) -> str:
         return f"filter where {self.where}"
@@ -247,8 +249,12 @@ def _dedup(t: DedupTransform, schema: pa.Schema, key: str) -> tuple[DedupStep, p
 
 
 def _filter(t: FilterTransform, schema: pa.Schema, key: str) -> tuple[FilterStep, pa.Schema]:
-    parse_predicate(t.where, schema, "filter where", "where")
-    return FilterStep(key=key, where=t.where), schema
+    expression = parse_predicate(t.where, schema, "filter where", "where")
+    try:
+        cast_checks = checked_casts(expression, schema, "filter where")
+    except ExpressionError as exc:
+        raise StepError(str(exc), "where") from None
+    return FilterStep(key=key, where=t.where, cast_checks=tuple(cast_checks)), schema
 
 
 def _derive(t: DeriveTransform, schema: pa.Schema, key: str) -> tuple[DeriveStep, pa.Schema]:

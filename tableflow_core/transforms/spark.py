@@ -4,7 +4,8 @@ The input carries the table's columns plus the hidden source position columns
 (`__tf_partition`, `__tf_offset`); the output keeps them. Rows are never silently
 lost: every row ends up in exactly one place, counted, via a hidden "fate" column:
 kept, filtered out, dropped as a duplicate, or rejected (a derived value that does not
-fit its planned type) into `rejected_df` in REJECTED_ROW_SCHEMA for the dead-letter
+fit its planned type, or a plain CAST in a derive or filter that fails on the row, which
+Spark would turn into NULL) into `rejected_df` in REJECTED_ROW_SCHEMA for the dead-letter
 stage. Counting costs no extra pass: an observation on the tagged batch collects the
 counts during the first action that reads it (the checks' row count or the write).
 Persisting is the caller's choice (measured: caching a 300k-row batch with nested
@@ -30,6 +31,7 @@ from tableflow_core.transforms.compile import (
     MaskStep,
     RenameStep,
 )
+from tableflow_core.transforms.sql import CastCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -207,6 +209,9 @@ def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
     from pyspark.sql import functions as F
 
+    failure = _cast_failure(step.cast_checks, f"{step.key} filter")
+    if step.cast_checks:
+        df = _set_fate(df, failure.isNotNull(), REJECTED, failure)
     # Like Spark's filter: a NULL predicate does not keep the row.
     keep = F.coalesce(F.expr(step.where), F.lit(False))
     return _set_fate(df, ~keep, FILTERED)
@@ -218,7 +223,12 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     raw = "__tf_raw"
     failure = "__tf_cast_failure"
     # Both are computed from the columns before the derived one replaces any of them.
-    df = df.withColumns({raw: F.expr(step.value_expression), failure: _cast_failure(step)})
+    df = df.withColumns(
+        {
+            raw: F.expr(step.value_expression),
+            failure: _cast_failure(step.cast_checks, f"{step.key} derive {step.column}"),
+        }
+    )
     typed = F.expr(f"try_cast(`{raw}` AS {step.spark_type})")
     df = df.withColumn(step.column, typed)
     misfit = _col(raw).isNotNull() & _col(step.column).isNull()
@@ -232,14 +242,14 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     return df.drop(raw, failure)
 
 
-def _cast_failure(step: DeriveStep) -> Column:
-    """Why a plain CAST inside the expression failed on the row (its message), else NULL."""
+def _cast_failure(checks: tuple[CastCheck, ...], where: str) -> Column:
+    """Why a plain CAST inside an expression failed on the row (its message), else NULL."""
     from pyspark.sql import functions as F
 
     failure = F.lit(None).cast("string")
-    for check in reversed(step.cast_checks):  # the first failing cast names the row's error
+    for check in reversed(checks):  # the first failing cast names the row's error
         message = F.concat(
-            F.lit(f"{step.key} derive {step.column}: {check.cast} failed on value "),
+            F.lit(f"{where}: {check.cast} failed on value "),
             F.substring(F.expr(check.operand).cast("string"), 1, 200),
             F.lit(" (a failing CAST gives NULL; write TRY_CAST to accept that)"),
         )
