@@ -326,3 +326,34 @@ def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
     # a fresh plan sees version 2 and applies
     assert apply(spark, env).records_written == 2
     assert rows_by_reader(env, spark, "id") == expect(topic, {1: ("a", 1), 2: ("b", 2)})
+
+
+def test_upsert_table_with_transforms_keeps_a_column_the_topic_schema_removed(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """v2 -> v1 of the value schema removes `country`; the table (with transforms) keeps the
+    column: an updated key's new row holds NULL there, an untouched key keeps its value.
+    Tombstones pass the transforms: a filter or a dedup never drops a delete."""
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    transforms = [
+        {"type": "filter", "where": "amount > 0"},  # NULL on a tombstone: still a delete
+        {"type": "dedup", "keys": ["name"]},  # tombstones all have name NULL
+        {"type": "derive", "column": "label", "expression": "upper(name)"},
+    ]
+    env = make_env(topic.name, metadata_columns=[], transforms=transforms, **table_config(topic))
+    topic.produce(
+        [(0, 1, ("a", 1, "fr")), (1, 2, ("b", 2, "de")), (1, 4, ("d", 4, "it")),
+         (0, 5, ("e", 5, "es"))],
+        version=2,
+    )  # fmt: skip
+    apply(spark, env)
+    # v1 has no `country`; two tombstones in one batch
+    topic.produce([(0, 1, ("a2", 11)), (1, 3, ("c", 3)), (1, 4, None), (0, 5, None)], version=1)
+    second = apply(spark, env)
+    assert second.ddl == ("evolve_schema:t",) and second.records_written == 4
+    assert rows_by_reader(env, spark, "id") == expect(topic, {1: ("a2", 11), 2: ("b", 2),
+                                                              3: ("c", 3)})  # fmt: skip
+    table = env.pyiceberg_table()
+    assert not table.schema().find_field("country").required
+    landed = {r["id"]: (r["country"], r["label"]) for r in table.scan().to_arrow().to_pylist()}
+    assert landed == {1: (None, "A2"), 2: ("de", "B"), 3: (None, "C")}

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
 from tableflow_core.transforms.compile import (
     CompiledTransforms,
     DedupStep,
@@ -109,6 +110,14 @@ class _Context:
     spark: SparkSession
     salt_for: SaltFor
     step_index: int
+    # Upsert batches: true on tombstones (key columns only). A delete must reach the MERGE,
+    # so filters and dedup never drop one; the projections (mask, rename, ...) apply.
+    tombstone: Column | None = None
+
+    def not_tombstone(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.lit(True) if self.tombstone is None else ~self.tombstone
 
 
 def _kept() -> Column:
@@ -200,10 +209,14 @@ def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
         order = [c.desc() for c in order]
     # Rows already filtered out or rejected sit in their own window partitions (fate is
     # part of the partition key), so they never win over a kept row.
-    window = Window.partitionBy(*[_col(k) for k in step.keys], _col(FATE_COLUMN)).orderBy(*order)
+    # Tombstones likewise (they are never duplicates: each delete goes to the MERGE).
+    partition = [*[_col(k) for k in step.keys], _col(FATE_COLUMN)]
+    if ctx.tombstone is not None:
+        partition.append(ctx.tombstone)
+    window = Window.partitionBy(*partition).orderBy(*order)
     rank = "__tf_rank"
     df = df.withColumn(rank, F.row_number().over(window))
-    return _set_fate(df, _col(rank) > 1, DUPLICATE).drop(rank)
+    return _set_fate(df, (_col(rank) > 1) & ctx.not_tombstone(), DUPLICATE).drop(rank)
 
 
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
@@ -211,10 +224,10 @@ def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
 
     failure = _cast_failure(step.cast_checks, f"{step.key} filter")
     if step.cast_checks:
-        df = _set_fate(df, failure.isNotNull(), REJECTED, failure)
+        df = _set_fate(df, failure.isNotNull() & ctx.not_tombstone(), REJECTED, failure)
     # Like Spark's filter: a NULL predicate does not keep the row.
     keep = F.coalesce(F.expr(step.where), F.lit(False))
-    return _set_fate(df, ~keep, FILTERED)
+    return _set_fate(df, ~keep & ctx.not_tombstone(), FILTERED)
 
 
 def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
@@ -238,7 +251,8 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
         F.lit(f" does not fit the planned type {step.spark_type}"),
     )
     failed = _col(failure).isNotNull()
-    df = _set_fate(df, failed | misfit, REJECTED, F.coalesce(_col(failure), message))
+    rejected = (failed | misfit) & ctx.not_tombstone()
+    df = _set_fate(df, rejected, REJECTED, F.coalesce(_col(failure), message))
     return df.drop(raw, failure)
 
 
@@ -300,10 +314,10 @@ def apply_transforms(
     tagged = df.withColumn(FATE_COLUMN, F.lit(None).cast("string")).withColumn(
         ERROR_COLUMN, F.lit(None).cast("string")
     )
+    tombstone = _col(TOMBSTONE_COLUMN) if TOMBSTONE_COLUMN in df.columns else None
     for index, step in enumerate(compiled.steps):
-        tagged = _RUNNERS[type(step)](
-            step, tagged, _Context(spark=spark, salt_for=salt_for, step_index=index)
-        )
+        context = _Context(spark=spark, salt_for=salt_for, step_index=index, tombstone=tombstone)
+        tagged = _RUNNERS[type(step)](step, tagged, context)
     fate = _col(FATE_COLUMN)
     observation = Observation(f"tableflow_transforms_{uuid.uuid4().hex}")
     tagged = tagged.observe(
@@ -315,6 +329,8 @@ def apply_transforms(
         F.count(F.when(fate == F.lit(REJECTED), 1)).alias("rejected"),
     )
     output_columns = [*compiled.output_schema.names, *HIDDEN_COLUMNS]
+    if tombstone is not None:
+        output_columns.append(TOMBSTONE_COLUMN)
     kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
     rejected = rejected_rows(
         tagged.filter(fate == F.lit(REJECTED)),
