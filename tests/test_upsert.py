@@ -357,3 +357,20 @@ def test_upsert_table_with_transforms_keeps_a_column_the_topic_schema_removed(
     assert not table.schema().find_field("country").required
     landed = {r["id"]: (r["country"], r["label"]) for r in table.scan().to_arrow().to_pylist()}
     assert landed == {1: (None, "A2"), 2: ("de", "B"), 3: (None, "C")}
+
+
+def test_upsert_checks_judge_records_and_never_block_a_delete(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    checks = [
+        {"type": "not_null", "columns": ["name"]},  # a tombstone's name is NULL
+        {"type": "range", "column": "amount", "min": 0, "on_failure": "skip"},
+    ]
+    env = make_env(topic.name, metadata_columns=[], checks=checks, **table_config(topic))
+    topic.produce([(0, 1, ("a", 1)), (1, 2, ("b", 2))])
+    apply(spark, env)
+    topic.produce([(0, 1, None), (1, 3, ("c", -3)), (1, 4, ("d", 4))])  # delete, skip, insert
+    second = apply(spark, env)
+    assert second.records_skipped == 1 and second.checks is not None
+    assert rows_by_reader(env, spark, "id") == expect(topic, {2: ("b", 2), 4: ("d", 4)})
