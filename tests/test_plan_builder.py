@@ -226,7 +226,8 @@ def test_registry_key_fields_absent_from_the_value_become_columns(tmp_path):
         tmp_path, mode="upsert", key_columns=["region", "id"], key={"format": "avro"}
     )
     key_schema = pa.schema([pa.field("region", pa.string()), pa.field("id", pa.int64())])
-    state = WorldState(**{**world(project).__dict__, "key_schemas": {"orders": key_schema}})
+    resolved_key = ResolvedSchema(key_schema, 7, 1, "orders-key", schema_fingerprint(key_schema))
+    state = WorldState(**{**world(project).__dict__, "key_schemas": {"orders": resolved_key}})
     create = next(
         a for a in build_plan(project, project.tables, state).actions if a.kind == "create_table"
     )

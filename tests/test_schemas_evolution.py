@@ -45,16 +45,16 @@ def test_safe_changes_are_classified() -> None:
     diff = diff_schemas(iceberg_schema_for(BASE), desired)
     assert diff.incompatible == ()
     assert set(diff.changes) == {
-        SchemaChange("widen_type", "id", "int -> long"),
-        SchemaChange("widen_type", "price", "float -> double"),
-        SchemaChange("widen_type", "amount", "decimal(10, 2) -> decimal(12, 2)"),
-        SchemaChange("add_column", "address.zip", "string"),
-        SchemaChange("add_column", "items.element.qty", "int"),
-        SchemaChange("add_column", "note", "string"),
+        SchemaChange(kind="widen_type", path="id", detail="int -> long"),
+        SchemaChange(kind="widen_type", path="price", detail="float -> double"),
+        SchemaChange(kind="widen_type", path="amount", detail="decimal(10, 2) -> decimal(12, 2)"),
+        SchemaChange(kind="add_column", path="address.zip", detail="string"),
+        SchemaChange(kind="add_column", path="items.element.qty", detail="int"),
+        SchemaChange(kind="add_column", path="note", detail="string"),
         SchemaChange(
-            "keep_column",
-            "name",
-            "not in the topic's schema any more: kept (optional); new rows get null",
+            kind="keep_column",
+            path="name",
+            detail="not in the topic's schema any more: kept (optional); new rows get null",
         ),
     }
 
@@ -68,8 +68,8 @@ def test_required_to_optional_and_narrower_desired() -> None:
     )
     desired = pa.schema([("id", pa.int32()), ("s", pa.struct([("x", pa.string())]))])
     assert set(diff_schemas(current, desired).changes) == {
-        SchemaChange("make_optional", "id", "required -> optional"),
-        SchemaChange("make_optional", "s.x", "required -> optional"),
+        SchemaChange(kind="make_optional", path="id", detail="required -> optional"),
+        SchemaChange(kind="make_optional", path="s.x", detail="required -> optional"),
     }
     wide = iceberg_schema_for(pa.schema([("n", pa.int64())]))
     assert diff_schemas(wide, pa.schema([("n", pa.int32())])).is_empty
@@ -86,7 +86,7 @@ def test_incompatible_changes_have_reasons() -> None:
     )
     diff = diff_schemas(iceberg_schema_for(BASE), desired)
     assert [c for c in diff.changes if c.kind != "keep_column"] == [
-        SchemaChange("widen_type", "price", "float -> double")
+        SchemaChange(kind="widen_type", path="price", detail="float -> double")
     ]
     assert {c.path for c in diff.changes if c.kind == "keep_column"} == {"name", "items"}
     assert len(diff.incompatible) == 3

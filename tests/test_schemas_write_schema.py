@@ -55,13 +55,13 @@ def test_plan_shows_the_removed_field_once_then_converges() -> None:
     diff = diff_schemas(V1_TABLE, V2)
     assert diff.incompatible == ()
     assert set(diff.changes) == {
-        SchemaChange("widen_type", "id", "int -> long"),
-        SchemaChange("widen_type", "price", "float -> double"),
-        SchemaChange("add_column", "extra", "string"),
+        SchemaChange(kind="widen_type", path="id", detail="int -> long"),
+        SchemaChange(kind="widen_type", path="price", detail="float -> double"),
+        SchemaChange(kind="add_column", path="extra", detail="string"),
         SchemaChange(
-            "keep_column",
-            "legacy",
-            "not in the topic's schema any more: kept, now optional; new rows get null",
+            kind="keep_column",
+            path="legacy",
+            detail="not in the topic's schema any more: kept, now optional; new rows get null",
         ),
     }
     after_apply = Schema(
@@ -75,7 +75,7 @@ def test_plan_shows_the_removed_field_once_then_converges() -> None:
     # `legacy` comes back: plan clears the mark once (so a later removal shows again)
     back = pa.schema([*V2, pa.field("legacy", pa.string())])
     assert diff_schemas(after_apply, back).changes == (
-        SchemaChange("restore_column", "legacy", "back in the topic's schema"),
+        SchemaChange(kind="restore_column", path="legacy", detail="back in the topic's schema"),
     )
     restored = Schema(
         *[f for f in after_apply.fields if f.name != "legacy"],

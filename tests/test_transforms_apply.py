@@ -238,3 +238,131 @@ def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
     table = env.pyiceberg_table()
     assert table.scan().to_arrow().num_rows == 0  # nothing lost silently, nothing published
     assert [c.name for c in table.schema().columns][-1] == "code"
+
+
+def test_a_nested_cast_that_fails_is_dead_lettered_never_written_as_null(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from tableflow_core.deadletter.headers import (
+        ERROR_MESSAGE,
+        SOURCE_OFFSET,
+        STAGE,
+        decode_error_headers,
+    )
+
+    orders = Orders(kafka_broker, schema_registry.url)
+    dlq_topic = kafka_broker.create_topic(unique_name("dlq-tf"), 1)
+    transforms = [
+        {"type": "derive", "column": "label",
+         "expression": "concat(status, '-', CAST(CAST(card AS INT) * 2 AS STRING))"},
+        {"type": "derive", "column": "digits",
+         "expression": "IF(card RLIKE '^[0-9]+$', CAST(card AS BIGINT), NULL)"},
+    ]  # fmt: skip
+    env = make_env(
+        orders.name,
+        metadata_columns=[],
+        transforms=transforms,
+        on_error="dlq",
+        dlq={"type": "kafka", "topic": dlq_topic},
+    )
+    orders.produce(
+        ("o1", "a@x", "21", None, "PAID", 1.0, 1),
+        ("o2", "b@x", "n/a", None, "PAID", 2.0, 1),  # nested CAST fails: dead-lettered
+        ("o3", "c@x", "5", None, "PAID", 3.0, 1),
+    )
+    result = apply(spark, env)
+    assert result.records_read == 3 and result.records_written == 2
+    assert result.transforms is not None and result.transforms["rejected"] == 1
+    landed = {r["order_id"]: r for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert {k: (r["label"], r["digits"]) for k, r in landed.items()} == {
+        "o1": ("PAID-42", 21),
+        "o3": ("PAID-10", 5),
+    }
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
+    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
+    messages = [m for m in consumer.consume(10, timeout=10) if m.error() is None]
+    consumer.close()
+    (dead,) = messages
+    headers = decode_error_headers(dead.headers())
+    assert headers[STAGE] == "transform" and headers[SOURCE_OFFSET] == "1"
+    assert "CAST(card AS INT) failed on value n/a" in headers[ERROR_MESSAGE]
+
+
+ORDER_SCHEMA_V2 = {
+    **ORDER_SCHEMA,
+    "fields": [f for f in ORDER_SCHEMA["fields"] if f["name"] != "notes"],
+}
+
+
+def test_a_field_removed_from_the_topic_keeps_its_column_on_a_table_with_transforms(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """v2 of the topic's schema drops `notes` (passed through the transforms untouched)
+    and `quantity` (only dropped by them). As on a table without transforms, `notes` stays,
+    optional, and new rows hold null there; plan shows keep_column; nothing else moves."""
+    monkeypatch.setenv("TF_TEST_MASK_SALT", SALT)
+    orders = Orders(kafka_broker, schema_registry.url)
+    transforms = [
+        {"type": "derive", "column": "big", "expression": "amount > 100"},
+        {"type": "mask", "columns": ["email"], "method": "hash",
+         "salt": "{{ env_var('TF_TEST_MASK_SALT') }}"},
+        {"type": "rename", "columns": {"order_id": "id"}},
+        {"type": "drop", "columns": ["card", "quantity"]},
+    ]  # fmt: skip
+    env = make_env(orders.name, metadata_columns=[], transforms=transforms)
+    orders.produce(("o1", "a@x", "4111", "leave at door", "PAID", 10.0, 1))
+    apply(spark, env)
+    columns = ["id", "email", "notes", "status", "amount", "big"]
+    assert [f.name for f in env.pyiceberg_table().schema().fields] == columns
+
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    v2 = AvroSerializer(client, json.dumps(ORDER_SCHEMA_V2))
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    context = SerializationContext(orders.name, MessageField.VALUE)
+    for order_id, status, amount in [("o2", "PAID", 500.0), ("o3", "PLACED", 5.0)]:
+        value = {"order_id": order_id, "email": f"{order_id}@x", "card": "5500",
+                 "status": status, "amount": amount, "quantity": 1}  # fmt: skip
+        producer.produce(orders.name, v2(value, context), partition=0)
+    producer.flush(30)
+
+    plan = PlanTask(env.project, env.project.tables).run()
+    assert not plan.blockers, plan.blockers
+    (evolve,) = [a for a in plan.actions if a.kind == "evolve_schema"]
+    assert [(c.kind, c.path) for c in evolve.changes] == [("keep_column", "notes")]
+    second = apply(spark, env)
+    assert second.records_written == 2
+    table = env.pyiceberg_table()
+    assert [f.name for f in table.schema().fields] == columns
+    assert not table.schema().find_field("notes").required
+    landed = rows(env)
+    assert {k: (r["notes"], r["big"], r["email"]) for k, r in landed.items()} == {
+        "o1": ("leave at door", False, hashed("a@x")),
+        "o2": (None, True, hashed("o2@x")),
+        "o3": (None, False, hashed("o3@x")),
+    }
+    # converged: the next plan has nothing to change
+    again = PlanTask(env.project, env.project.tables).run()
+    assert [a.kind for a in again.actions if a.kind != "ingest"] == []
+
+    # v3 drops `quantity`, which a transform names: that transform cannot run as written,
+    # a plan error at its file:line (never a silent guess at the field's values)
+    v3_schema = {**ORDER_SCHEMA_V2, "fields": [
+        f for f in ORDER_SCHEMA_V2["fields"] if f["name"] != "quantity"]}  # fmt: skip
+    v3 = AvroSerializer(client, json.dumps(v3_schema))
+    value = {"order_id": "o4", "email": "d@x", "card": "1", "status": "PAID", "amount": 1.0}
+    producer.produce(orders.name, v3(value, context), partition=0)
+    producer.flush(30)
+    blocked = PlanTask(env.project, env.project.tables).run()
+    (blocker,) = blocked.blockers
+    assert blocker.key == "transforms[3].columns[1]" and "unknown column 'quantity'" in (
+        blocker.message
+    )
+    assert blocker.location is not None
+    file, line = blocker.location.rsplit(":", 1)
+    assert "quantity" in Path(file).read_text().splitlines()[int(line) - 1]

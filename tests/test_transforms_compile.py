@@ -10,15 +10,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from pydantic import TypeAdapter
 
 from tableflow_core.checks import compile_checks
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.loader import load_project
+from tableflow_core.config.models import Transform
 from tableflow_core.config.project import Table
 from tableflow_core.transforms import compile_transforms, table_locator
 from tests.transform_batches import sample_schema
 
 ORDERS = sample_schema("orders")
+TRANSFORMS = TypeAdapter(list[Transform])
 
 
 def project_table(tmp_path: Path, **table: Any) -> Table:
@@ -98,6 +101,7 @@ def test_output_schema_and_descriptions(tmp_path: Path) -> None:
         ({"type": "filter", "where": "sum(amount) > 0"}, "sum(", "aggregate and window functions"),
         ({"type": "derive", "column": "x", "expression": "my_udf(status)"}, "my_udf", "CAST(my_udf(status) AS STRING)"),
         ({"type": "derive", "column": "__tf_x", "expression": "1"}, "__tf_x", "reserved"),
+        ({"type": "derive", "column": "n", "expression": "size(filter(transform(tags, t -> CAST(t AS INT)), n -> n > 0))"}, "transform(tags", "TRY_CAST(... AS INT) to accept NULL"),
         ({"type": "mask", "columns": ["tags"], "method": "redact"}, "tags", "masks apply to primitive columns"),
         ({"type": "dedup", "keys": ["nope"]}, "nope", "dedup keys: unknown column 'nope'"),
         ({"type": "rename", "columns": {"status": "amount"}}, "status", "collides"),
@@ -238,3 +242,33 @@ def test_pure_modules_import_neither_spark_nor_great_expectations() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_derive_plans_a_check_for_every_plain_cast_that_can_fail() -> None:
+    """Nested CASTs (any spelling) are checked where Spark evaluates them: a CASE branch,
+    an IF, a COALESCE fallback, the right side of AND; TRY_CAST and casts that cannot
+    fail (to STRING, to the operand's own type) are not."""
+    steps = compile_transforms(
+        TRANSFORMS.validate_python(
+            [{"type": "derive", "column": "code", "expression":
+              "CAST(CASE WHEN coupon RLIKE '^[0-9]+$' THEN int(coupon) + 1 "
+              "ELSE coalesce(TRY_CAST(currency AS INT), bigint(status)) END AS BIGINT)"},
+             {"type": "derive", "column": "label", "expression":
+              "concat(CAST(quantity AS STRING), CAST(customer_id AS BIGINT), "
+              "CAST(order_id AS DECIMAL(10, 2)))"}]
+        ),
+        ORDERS,
+        lambda key: None,
+    )  # fmt: skip
+    code, label = steps.steps
+    assert code.value_expression.startswith("CASE WHEN")
+    assert [c.cast for c in code.cast_checks] == ["CAST(coupon AS INT)", "BIGINT(status)"]
+    guarded, fallback = code.cast_checks
+    assert guarded.failed == (
+        "COALESCE((coupon RLIKE '^[0-9]+$'), FALSE) AND NOT (coupon) IS NULL "
+        "AND TRY_CAST(coupon AS INT) IS NULL"
+    )
+    assert fallback.failed.startswith(
+        "NOT COALESCE((coupon RLIKE '^[0-9]+$'), FALSE) AND (TRY_CAST(currency AS INT)) IS NULL"
+    )
+    assert [c.cast for c in label.cast_checks] == ["CAST(order_id AS DECIMAL(10, 2))"]

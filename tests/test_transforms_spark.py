@@ -230,6 +230,75 @@ def test_a_derived_value_that_does_not_fit_its_planned_type_is_rejected(
     assert str(days[rows[10]["order_id"]]) == "2026-02-03"
 
 
+def test_a_nested_cast_that_fails_rejects_the_row_a_guarded_one_does_not(
+    spark: SparkSession,
+) -> None:
+    """Spark's (non-ANSI) CAST gives NULL on a value it cannot convert; nested in a larger
+    expression that NULL used to land. Now the row is rejected, unless the CAST was in a
+    branch Spark did not take, or its input was NULL."""
+    schema = sample_schema("orders")
+    rows = sample_rows("orders", 8, seed=11)
+    coupons = [None, "41", "abc", "99999999999", "7", None, "x1", "12"]
+    for row, coupon in zip(rows, coupons, strict=True):
+        row["coupon"] = coupon
+    steps = compiled(
+        schema,
+        [
+            {"type": "derive", "column": "code",
+             "expression": "concat('#', CAST(CAST(coupon AS INT) + 1 AS STRING))"},
+            # replaces coupon: the check reads the coupon before the replacement
+            {"type": "derive", "column": "coupon",
+             "expression": "CASE WHEN coupon RLIKE '^[0-9]+$' THEN CAST(coupon AS INT) ELSE -1 END"},
+        ],
+    )  # fmt: skip
+    assert steps.output_schema.field("code").type == pa.string()
+    assert steps.output_schema.field("coupon").type == pa.int32()
+    result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
+    kept = {r["order_id"]: (r["code"], r["coupon"]) for r in rows_of(result.df)}
+    rejected = {
+        (r["source_partition"], r["source_offset"]): r["error_message"]
+        for r in rows_of(result.rejected_df)
+    }
+    assert result.counts().rejected == 3 and result.counts().rows_out == 5
+    # offsets: row i is partition i % 4, offset i // 4
+    assert set(rejected) == {(2, 0), (3, 0), (2, 1)}
+    assert rejected[(2, 0)] == (
+        "transforms[0] derive code: CAST(coupon AS INT) failed on value abc "
+        "(a failing CAST gives NULL; write TRY_CAST to accept that)"
+    )
+    assert "CAST(coupon AS INT) failed on value 99999999999" in rejected[(3, 0)]
+    assert "failed on value x1" in rejected[(2, 1)]
+    ids = [r["order_id"] for r in rows]
+    assert kept == {
+        ids[0]: (None, -1),  # NULL in, NULL out: not a failure
+        ids[1]: ("#42", 41),
+        ids[4]: ("#8", 7),
+        ids[5]: (None, -1),
+        ids[7]: ("#13", 12),
+    }
+
+
+def test_a_cast_that_fails_in_a_filter_rejects_the_row_instead_of_filtering_it(
+    spark: SparkSession,
+) -> None:
+    schema = sample_schema("orders")
+    rows = sample_rows("orders", 4, seed=12)
+    for row, coupon in zip(rows, ["5", "50", "n/a", None], strict=True):
+        row["coupon"] = coupon
+    steps = compiled(schema, [{"type": "filter", "where": "CAST(coupon AS INT) > 10"}])
+    result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
+    assert [r["coupon"] for r in rows_of(result.df)] == ["50"]
+    (rejected,) = rows_of(result.rejected_df)
+    assert (rejected["source_partition"], rejected["source_offset"]) == (2, 0)
+    assert rejected["error_message"].startswith(
+        "transforms[0] filter: CAST(coupon AS INT) failed on value n/a"
+    )
+    # "5" is filtered (false), NULL is filtered (NULL predicate): counted, not rejected
+    assert result.counts().as_dict() == {
+        "rows_in": 4, "rows_out": 1, "filtered": 2, "duplicates": 0, "rejected": 1
+    }  # fmt: skip
+
+
 def test_masked_values_never_reach_a_data_file_in_clear(
     spark: SparkSession, catalog_server: CatalogServer
 ) -> None:
@@ -317,3 +386,28 @@ def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
     assert run(second) == 1
     table = {(r.k, r.region, r.v) for r in spark.table(identifier).collect()}
     assert table == {("a", "eu", 1), ("a", "us", 2), (None, "eu", 3), ("b", "eu", 5)}
+
+
+def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
+    spark: SparkSession,
+) -> None:
+    from tableflow_core.transforms.spark import align_to_table
+
+    df = spark.sql(
+        "SELECT 1 AS id, named_struct('street', 'Main St', 'geo', named_struct('lat', 1.5)) "
+        "AS address UNION ALL SELECT 2, CAST(NULL AS STRUCT<street: STRING, geo: "
+        "STRUCT<lat: DOUBLE>>)"
+    )
+    table = spark.createDataFrame(
+        [],
+        "id INT, address STRUCT<street: STRING, old_zip: STRING, geo: STRUCT<lat: DOUBLE, "
+        "lon: DOUBLE>>, notes STRING",
+    ).schema
+    aligned = align_to_table(df, table)
+    assert aligned.schema.simpleString() == table.simpleString()
+    assert sorted(rows_of(aligned), key=lambda r: r["id"]) == [
+        {"id": 1, "notes": None,
+         "address": {"street": "Main St", "old_zip": None, "geo": {"lat": 1.5, "lon": None}}},
+        {"id": 2, "notes": None, "address": None},  # a NULL struct stays NULL
+    ]  # fmt: skip
+    assert align_to_table(aligned, table) is aligned  # nothing to add: the same frame

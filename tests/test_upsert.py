@@ -203,3 +203,174 @@ def test_upsert_key_problems_are_bad_records(
     assert "needs a key" in (failed.error or "")
     assert env.pyiceberg_table().scan().to_arrow().num_rows == 0
     assert json.dumps(failed.offsets_after) == "{}"
+
+
+STRING_ID_KEY = {
+    "type": "record",
+    "name": "PaymentKey",
+    "namespace": "tableflow.test",
+    "fields": [{"name": "id", "type": "string"}],
+}
+
+
+@pytest.mark.parametrize("key_format", ["avro", "string"])
+def test_upsert_key_that_does_not_fit_the_key_column_is_a_bad_record(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any, key_format: str
+) -> None:
+    """The key column `id` is the value's long; the key carries it as text. A key that
+    reads as a number fills the column (tombstones find their row by it); one that does
+    not is a bad record routed by on_error, named by topic/partition/offset, never a
+    failed Spark task."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tableflow_core.deadletter.headers import (
+        ERROR_MESSAGE,
+        SOURCE_OFFSET,
+        SOURCE_PARTITION,
+        SOURCE_TOPIC,
+        STAGE,
+        decode_error_headers,
+    )
+
+    name = kafka_broker.create_topic(unique_name(f"upsert-keyfit-{key_format}"), 1)
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    values = AvroSerializer(client, json.dumps(avro_schema()))
+    keys = AvroSerializer(client, json.dumps(STRING_ID_KEY))
+
+    def produce(records: list[tuple[str, int | None, str | None]]) -> None:
+        producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+        for key, value_id, label in records:
+            key_bytes = (
+                keys({"id": key}, SerializationContext(name, MessageField.KEY))
+                if key_format == "avro"
+                else key.encode()
+            )
+            value = None
+            if label is not None:
+                record = {"id": value_id, "name": label, "amount": 1.0}
+                value = values(record, SerializationContext(name, MessageField.VALUE))
+            producer.produce(name, value, key=key_bytes, partition=0)
+        producer.flush(30)
+
+    config = {"mode": "upsert", "key_columns": ["id"], "key": {"format": key_format}}
+    env = make_env(name, metadata_columns=[], **config)
+    produce(
+        [
+            ("1", 1, "a"),
+            ("2", 2, "b"),
+            ("x9", 9, "bad"),  # offset 2: not a long
+            ("99999999999999999999", 3, "big"),  # offset 3: overflows a long
+            ("2", None, None),  # a tombstone found by its key's value
+            ("3", 3, "c"),
+        ]
+    )
+    failed = apply(spark, env, expect="error")
+    assert f"topic {name!r} partition 0 offset 2" in (failed.error or "")
+    assert "'x9' does not fit key column 'id'" in (failed.error or "")
+    assert env.pyiceberg_table().scan().to_arrow().num_rows == 0
+
+    dlq_topic = kafka_broker.create_topic(unique_name("dlq-key"), 1)
+    env.configure(metadata_columns=[], on_error="dlq", dlq={"type": "kafka", "topic": dlq_topic},
+                  **config)  # fmt: skip
+    result = apply(spark, env)
+    assert result.records_read == 6 and result.offsets_after == {0: 6}
+    landed = {r["id"]: r["name"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert landed == {1: "a", 3: "c"}
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
+    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
+    dead = [m for m in consumer.consume(10, timeout=10) if m.error() is None]
+    consumer.close()
+    headers = [decode_error_headers(m.headers()) for m in dead]
+    assert sorted(h[SOURCE_OFFSET] for h in headers) == ["2", "3"]
+    for h in headers:
+        assert h[SOURCE_TOPIC] == name and h[SOURCE_PARTITION] == "0" and h[STAGE] == "decode"
+        assert "does not fit key column 'id' (int64)" in h[ERROR_MESSAGE]
+
+
+def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
+    tmp_path: Any, spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from tableflow_core.plan.plan_file import StalePlanError, load_plan, save_plan
+    from tableflow_core.tasks.apply import ApplyTask
+    from tableflow_core.tasks.plan import PlanTask
+
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce([(0, 1, ("a", 1)), (1, 2, ("b", 2))])
+    project = env.project
+    plan = PlanTask(project, project.tables).run()
+    (seen,) = plan.fingerprints
+    assert (seen.key_registry_subject, seen.key_registry_version) == (f"{topic.name}-key", 1)
+    saved = tmp_path / "plan.json"
+    save_plan(plan, saved)
+
+    # the key subject moves on (a compatible new version); the value subject does not
+    evolved_key = dict(topic.key_schema)
+    evolved_key["fields"] = [
+        *topic.key_schema["fields"],
+        {"name": "region", "type": ["null", "string"], "default": None},
+    ]
+    register(schema_registry.url, f"{topic.name}-key", evolved_key)
+    with pytest.raises(StalePlanError) as refused:
+        ApplyTask(project, load_plan(saved), spark=spark).run()
+    assert "key registry schema version was 1, now 2" in str(refused.value)
+    assert "registry schema version was" not in str(refused.value).replace("key registry", "")
+    with pytest.raises(NoSuchTableError):  # the refused apply created nothing
+        env.pyiceberg_table()
+
+    # a fresh plan sees version 2 and applies
+    assert apply(spark, env).records_written == 2
+    assert rows_by_reader(env, spark, "id") == expect(topic, {1: ("a", 1), 2: ("b", 2)})
+
+
+def test_upsert_table_with_transforms_keeps_a_column_the_topic_schema_removed(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """v2 -> v1 of the value schema removes `country`; the table (with transforms) keeps the
+    column: an updated key's new row holds NULL there, an untouched key keeps its value.
+    Tombstones pass the transforms: a filter or a dedup never drops a delete."""
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    transforms = [
+        {"type": "filter", "where": "amount > 0"},  # NULL on a tombstone: still a delete
+        {"type": "dedup", "keys": ["name"]},  # tombstones all have name NULL
+        {"type": "derive", "column": "label", "expression": "upper(name)"},
+    ]
+    env = make_env(topic.name, metadata_columns=[], transforms=transforms, **table_config(topic))
+    topic.produce(
+        [(0, 1, ("a", 1, "fr")), (1, 2, ("b", 2, "de")), (1, 4, ("d", 4, "it")),
+         (0, 5, ("e", 5, "es"))],
+        version=2,
+    )  # fmt: skip
+    apply(spark, env)
+    # v1 has no `country`; two tombstones in one batch
+    topic.produce([(0, 1, ("a2", 11)), (1, 3, ("c", 3)), (1, 4, None), (0, 5, None)], version=1)
+    second = apply(spark, env)
+    assert second.ddl == ("evolve_schema:t",) and second.records_written == 4
+    assert rows_by_reader(env, spark, "id") == expect(topic, {1: ("a2", 11), 2: ("b", 2),
+                                                              3: ("c", 3)})  # fmt: skip
+    table = env.pyiceberg_table()
+    assert not table.schema().find_field("country").required
+    landed = {r["id"]: (r["country"], r["label"]) for r in table.scan().to_arrow().to_pylist()}
+    assert landed == {1: (None, "A2"), 2: ("de", "B"), 3: (None, "C")}
+
+
+def test_upsert_checks_judge_records_and_never_block_a_delete(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    checks = [
+        {"type": "not_null", "columns": ["name"]},  # a tombstone's name is NULL
+        {"type": "range", "column": "amount", "min": 0, "on_failure": "skip"},
+    ]
+    env = make_env(topic.name, metadata_columns=[], checks=checks, **table_config(topic))
+    topic.produce([(0, 1, ("a", 1)), (1, 2, ("b", 2))])
+    apply(spark, env)
+    topic.produce([(0, 1, None), (1, 3, ("c", -3)), (1, 4, ("d", 4))])  # delete, skip, insert
+    second = apply(spark, env)
+    assert second.records_skipped == 1 and second.checks is not None
+    assert rows_by_reader(env, spark, "id") == expect(topic, {2: ("b", 2), 4: ("d", 4)})

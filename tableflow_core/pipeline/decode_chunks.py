@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
 from tableflow_core.pipeline.columns import BAD_RECORD_STRUCT, decoded_schema
+from tableflow_core.pipeline.key_values import key_row_fitter
 from tableflow_core.schemas.arrow_values import build_batch, storage_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.payloads import PayloadError, payload_decoder
@@ -82,6 +83,7 @@ class ChunkDecoder:
             self._key_storage = storage_schema(
                 self._key_schema, dict.fromkeys(key.columns, self._keys.temporal)
             )
+            self._fit_key = key_row_fitter(self._key_storage, self._key_schema)
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -138,7 +140,7 @@ class ChunkDecoder:
         missing = [c for c in columns if decoded.get(c) is None]
         if missing:
             raise PayloadError(f"key has no value for key column(s) {missing}")
-        return {c: decoded[c] for c in columns}
+        return self._fit_key({c: decoded[c] for c in columns})  # PayloadError: a bad record
 
     def _key_arrays(self, rows: list[dict[str, Any]]) -> pa.RecordBatch:
         try:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.pipeline.stages import Mode, Stage
 from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
+from tableflow_core.schemas.changes import SchemaChange
 
 __all__ = ["PartitionTerm", "SortTerm"]  # one representation: pipeline/terms.py
 
@@ -30,14 +31,6 @@ class Column(Frozen):
     name: str
     type: str
     required: bool = False
-
-
-class SchemaChangeItem(Frozen):
-    """One in-place schema change (from schemas.evolution.diff_schemas)."""
-
-    kind: Literal["add_column", "widen_type", "make_optional", "keep_column", "restore_column"]
-    path: str
-    detail: str = ""
 
 
 class OffsetSpan(Frozen):
@@ -104,7 +97,7 @@ class CreateTopic(ActionBase):
 class EvolveSchema(ActionBase):
     kind: Literal["evolve_schema"] = "evolve_schema"
     change: Literal["update"] = "update"
-    changes: tuple[SchemaChangeItem, ...]
+    changes: tuple[SchemaChange, ...]
 
 
 class UpdateProperties(ActionBase):

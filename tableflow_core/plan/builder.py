@@ -38,7 +38,6 @@ from tableflow_core.plan.actions import (
     PartitionLag,
     PublishTable,
     ReplaceTable,
-    SchemaChangeItem,
     UndeclaredTable,
     UpdateProperties,
 )
@@ -46,7 +45,7 @@ from tableflow_core.plan.dag import compile_dag
 from tableflow_core.plan.desired import comparable_properties, config_hash, start_from_value
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
 from tableflow_core.plan.type_names import iceberg_type_name
-from tableflow_core.plan.world_state import ObservedTable, WorldState
+from tableflow_core.plan.world_state import ObservedTable, WorldState, key_arrow_schema
 
 # (current iceberg schema, desired arrow schema) -> object with .changes and .incompatible
 SchemaDiffer = Callable[[Any, Any], Any]
@@ -92,7 +91,9 @@ def build_plan(
             blockers.append(column_checks.problem_blocker(table, problem))
         observed = world.tables.get(table.identifier)
         resolved = world.schemas.get(table.name)
-        fingerprints.append(table_fingerprint(table, observed, resolved))
+        fingerprints.append(
+            table_fingerprint(table, observed, resolved, world.key_schemas.get(table.name))
+        )
         why = describe_suspension(observed.properties) if observed is not None else None
         if why is not None:
             suspended[table.name] = why
@@ -103,7 +104,7 @@ def build_plan(
                 )
             continue
         try:
-            shape = desired_shape(table, resolved, world.key_schemas.get(table.name))
+            shape = desired_shape(table, resolved, key_arrow_schema(world.key_schemas, table.name))
         except ConfigError as exc:  # a transform cannot run on this schema
             blockers.extend(_config_blockers(table, exc))
             continue
@@ -248,10 +249,7 @@ def _table_changes(
                 id=f"evolve_schema:{name}",
                 table=name,
                 identifier=identifier,
-                changes=tuple(
-                    SchemaChangeItem(kind=c.kind, path=c.path, detail=c.detail)
-                    for c in diff.changes
-                ),
+                changes=diff.changes,
             )
         )
     wanted_spec = shape.partition_by
@@ -466,15 +464,23 @@ def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> li
 
 
 def table_fingerprint(
-    table: Table, observed: ObservedTable | None, resolved: Any
+    table: Table, observed: ObservedTable | None, resolved: Any, key: Any = None
 ) -> TableFingerprint:
-    registry = {}
+    """What plan (and apply, to refuse a stale plan) sees of a table: the catalog's table,
+    the value subject's schema and, for upsert tables with a registry key, the key's."""
+    registry: dict[str, Any] = {}
     if resolved is not None:
         registry = {
             "registry_subject": resolved.subject,
             "registry_schema_id": resolved.registry_schema_id,
             "registry_version": resolved.registry_version,
             "schema_fingerprint": resolved.fingerprint,
+        }
+    if key is not None:
+        registry |= {
+            "key_registry_subject": key.subject,
+            "key_registry_schema_id": key.registry_schema_id,
+            "key_registry_version": key.registry_version,
         }
     if observed is None:
         return TableFingerprint(

@@ -39,6 +39,10 @@ class TableFingerprint(Frozen):
     registry_schema_id: int | None = None
     registry_version: int | None = None
     schema_fingerprint: str | None = None
+    # Upsert tables with a registry-encoded key: the key subject's schema.
+    key_registry_subject: str | None = None
+    key_registry_schema_id: int | None = None
+    key_registry_version: int | None = None
 
 
 class PlanOptions(Frozen):

@@ -24,6 +24,8 @@ FINGERPRINT_FIELDS: tuple[tuple[str, str], ...] = (
     ("registry_schema_id", "registry schema id"),
     ("registry_version", "registry schema version"),
     ("schema_fingerprint", "resolved schema"),
+    ("key_registry_schema_id", "key registry schema id"),
+    ("key_registry_version", "key registry schema version"),
 )
 
 

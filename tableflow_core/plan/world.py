@@ -243,7 +243,7 @@ def read_world(
         key_schemas: dict[str, Any] = {}
         for name, future in key_f.items():
             try:
-                key_schemas[name] = future.result().arrow_schema
+                key_schemas[name] = future.result()
             except Exception as exc:
                 if type(exc).__name__ == "SchemaResolutionError" and not _registry_down(exc):
                     problems.setdefault(name, []).append(f"key schema: {exc}")

@@ -37,6 +37,12 @@ class TopicState:
     offsets_for_time: Mapping[int, int] | None = None  # for `start_from: {timestamp}`
 
 
+def key_arrow_schema(key_schemas: Mapping[str, Any], table: str) -> Any:
+    """The Arrow schema of an upsert table's registry key (None: no registry key)."""
+    resolved = key_schemas.get(table)
+    return resolved.arrow_schema if resolved is not None else None
+
+
 @dataclass(frozen=True)
 class WorldState:
     namespaces: frozenset[tuple[str, ...]] = frozenset()
@@ -44,7 +50,8 @@ class WorldState:
     # Every table identifier found in the namespaces the project uses (for undeclared tables).
     listed_tables: frozenset[str] = frozenset()
     schemas: Mapping[str, Any] = field(default_factory=dict)  # table name -> ResolvedSchema
-    # Upsert tables with a registry-encoded key: table name -> the key's pa.Schema.
+    # Upsert tables with a registry-encoded key: table name -> the key subject's
+    # ResolvedSchema (`.arrow_schema` shapes the key columns; id/version feed staleness).
     key_schemas: Mapping[str, Any] = field(default_factory=dict)
     topics: Mapping[str, TopicState] = field(default_factory=dict)
     # Tables with `publish_to`: table name -> {publish catalog -> pointer (None: not there)}.

@@ -21,6 +21,7 @@ from tableflow_core.plan.actions import (
 )
 from tableflow_core.plan.dag import DagTask, publish_catalog
 from tableflow_core.plan.plan import Plan
+from tableflow_core.plan.world_state import key_arrow_schema
 from tableflow_core.runner.table_spec import ingest_spec
 from tableflow_core.targets.kafka import kafka_consumer_config
 
@@ -33,7 +34,7 @@ class ApplyContext:
     handle: Any  # CatalogHandle
     schemas: Any  # table name -> ResolvedSchema
     decoder_factory: Callable[[Any], Any] | None = None
-    key_schemas: Any = None  # table name -> an upsert table's registry key schema
+    key_schemas: Any = None  # WorldState.key_schemas: table name -> the key's ResolvedSchema
     suspend_on_bad_records: bool = False  # `tableflow run`: suspend instead of only failing
 
     def ident(self, dotted: str) -> str:
@@ -47,7 +48,7 @@ class ApplyContext:
             self.schemas[table_name],
             self.handle.spark_name,
             ingest.stages if ingest is not None else (),
-            (self.key_schemas or {}).get(table_name),
+            key_arrow_schema(self.key_schemas or {}, table_name),
         )
 
 
@@ -252,10 +253,9 @@ def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable
 @action_runner(EvolveSchema)
 def _evolve_schema(context: ApplyContext, spec: IngestSpec, action: EvolveSchema) -> None:
     from tableflow_core.engine import ddl
-    from tableflow_core.schemas.evolution import SchemaChange, SchemaDiff
+    from tableflow_core.schemas.evolution import SchemaDiff
 
-    changes = tuple(SchemaChange(c.kind, c.path, c.detail) for c in action.changes)
-    ddl.apply_schema_changes(context.spark, spec, SchemaDiff(changes, ()))
+    ddl.apply_schema_changes(context.spark, spec, SchemaDiff(action.changes, ()))
 
 
 def _string_literal(value: str) -> str:

@@ -9,6 +9,7 @@ Modules:
 - `arrow_values`: the "storage" representation decoders fill before one vectorised cast.
 - `resolve`: `resolve_schema` (used by `plan` and `apply`, no JVM).
 - `decoding`: `build_decoder` -> RecordDecoder turning Kafka messages into RecordBatches.
+- `changes`: `SchemaChange`, one in-place schema change (also what plan actions carry).
 - `evolution`: `diff_schemas` and `iceberg_schema_for`.
 - `write_schema`: `table_write_schema`, the union of the resolved schema and the table's
   columns that plan and apply both write with (columns a writer dropped are kept).

@@ -15,7 +15,6 @@ int into a long column) is not a change: values are widened on write.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
@@ -33,16 +32,10 @@ from pyiceberg.types import (
     StructType,
 )
 
+from tableflow_core.schemas.changes import ChangeKind, SchemaChange
 from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
 
-ChangeKind = Literal["add_column", "widen_type", "make_optional", "keep_column", "restore_column"]
-
-
-@dataclass(frozen=True)
-class SchemaChange:
-    kind: ChangeKind
-    path: str  # dotted column path
-    detail: str  # e.g. "int -> long"
+__all__ = ["ChangeKind", "SchemaChange", "SchemaDiff", "diff_schemas", "iceberg_schema_for"]
 
 
 @dataclass(frozen=True)
@@ -84,12 +77,14 @@ def _diff_struct(
         path = _join(prefix, field.name)
         old = existing.get(field.name)
         if old is None:
-            changes.append(SchemaChange("add_column", path, str(field.field_type)))
+            changes.append(SchemaChange(kind="add_column", path=path, detail=str(field.field_type)))
             continue
         if old.doc == KEPT_COLUMN_DOC:
             # A kept column is back in the writer schema: clear the mark, so that a later
             # removal is shown again and the column comment does not say it is gone.
-            changes.append(SchemaChange("restore_column", path, "back in the topic's schema"))
+            changes.append(
+                SchemaChange(kind="restore_column", path=path, detail="back in the topic's schema")
+            )
         _diff_field(old, field, path, changes, incompatible)
     wanted = {f.name for f in desired.fields}
     for old in current.fields:
@@ -97,9 +92,9 @@ def _diff_struct(
             now = "kept, now optional" if old.required else "kept (optional)"
             changes.append(
                 SchemaChange(
-                    "keep_column",
-                    _join(prefix, old.name),
-                    f"not in the topic's schema any more: {now}; new rows get null",
+                    kind="keep_column",
+                    path=_join(prefix, old.name),
+                    detail=f"not in the topic's schema any more: {now}; new rows get null",
                 )
             )
 
@@ -112,7 +107,7 @@ def _diff_field(
     incompatible: list[str],
 ) -> None:
     if old.required and not new.required:
-        changes.append(SchemaChange("make_optional", path, "required -> optional"))
+        changes.append(SchemaChange(kind="make_optional", path=path, detail="required -> optional"))
     _diff_type(old.field_type, new.field_type, path, changes, incompatible)
 
 
@@ -127,7 +122,11 @@ def _diff_type(
         _diff_struct(old, new, path, changes, incompatible)
     elif isinstance(old, ListType) and isinstance(new, ListType):
         if old.element_required and not new.element_required:
-            changes.append(SchemaChange("make_optional", f"{path}.element", "required -> optional"))
+            changes.append(
+                SchemaChange(
+                    kind="make_optional", path=f"{path}.element", detail="required -> optional"
+                )
+            )
         _diff_type(old.element_type, new.element_type, f"{path}.element", changes, incompatible)
     elif isinstance(old, MapType) and isinstance(new, MapType):
         if old.key_type != new.key_type:
@@ -135,7 +134,11 @@ def _diff_type(
                 f"column {path}: map key type cannot change from {old.key_type} to {new.key_type}"
             )
         if old.value_required and not new.value_required:
-            changes.append(SchemaChange("make_optional", f"{path}.value", "required -> optional"))
+            changes.append(
+                SchemaChange(
+                    kind="make_optional", path=f"{path}.value", detail="required -> optional"
+                )
+            )
         _diff_type(old.value_type, new.value_type, f"{path}.value", changes, incompatible)
     elif old != new:
         _diff_primitive(old, new, path, changes, incompatible)
@@ -153,10 +156,10 @@ def _diff_primitive(
         isinstance(old, FloatType) and isinstance(new, DoubleType)
     )
     if widens:
-        changes.append(SchemaChange("widen_type", path, detail))
+        changes.append(SchemaChange(kind="widen_type", path=path, detail=detail))
     elif isinstance(old, DecimalType) and isinstance(new, DecimalType) and old.scale == new.scale:
         if new.precision > old.precision:
-            changes.append(SchemaChange("widen_type", path, detail))
+            changes.append(SchemaChange(kind="widen_type", path=path, detail=detail))
         # a lower precision fits the existing column: nothing to do
     elif (isinstance(old, LongType) and isinstance(new, IntegerType)) or (
         isinstance(old, DoubleType) and isinstance(new, FloatType)

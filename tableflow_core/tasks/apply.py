@@ -112,7 +112,12 @@ class ApplyTask:
             read_published=False,
         )
         current = [
-            table_fingerprint(t, world.tables.get(t.identifier), world.schemas.get(t.name))
+            table_fingerprint(
+                t,
+                world.tables.get(t.identifier),
+                world.schemas.get(t.name),
+                world.key_schemas.get(t.name),
+            )
             for t in tables
         ]
         reasons = stale_reasons(plan, current, config_hash(self.project, tables))

@@ -30,9 +30,11 @@ from tableflow_core.config.models import (
 from tableflow_core.transforms.locations import Locator, problem_at
 from tableflow_core.transforms.sql import (
     HIDDEN_PREFIX,
+    CastCheck,
     ExpressionError,
     cast_operand,
     check_references,
+    checked_casts,
     infer_arrow_type,
     parse_expression,
     resolve_column,
@@ -76,6 +78,8 @@ class DedupStep:
 class FilterStep:
     key: str
     where: str
+    # A plain CAST in `where` that fails on a row rejects it (not filtered out unnoticed).
+    cast_checks: tuple[CastCheck, ...] = ()
 
     def describe(self) -> str:
         return f"filter where {self.where}"
@@ -92,6 +96,9 @@ class DeriveStep:
     arrow_type: pa.DataType
     spark_type: str
     replaces: bool
+    # The plain CASTs inside `value_expression`: a row where one fails is rejected too,
+    # never written with the NULL Spark's non-ANSI CAST gives.
+    cast_checks: tuple[CastCheck, ...] = ()
 
     def describe(self) -> str:
         verb = "replace" if self.replaces else "derive"
@@ -242,8 +249,12 @@ def _dedup(t: DedupTransform, schema: pa.Schema, key: str) -> tuple[DedupStep, p
 
 
 def _filter(t: FilterTransform, schema: pa.Schema, key: str) -> tuple[FilterStep, pa.Schema]:
-    parse_predicate(t.where, schema, "filter where", "where")
-    return FilterStep(key=key, where=t.where), schema
+    expression = parse_predicate(t.where, schema, "filter where", "where")
+    try:
+        cast_checks = checked_casts(expression, schema, "filter where")
+    except ExpressionError as exc:
+        raise StepError(str(exc), "where") from None
+    return FilterStep(key=key, where=t.where, cast_checks=tuple(cast_checks)), schema
 
 
 def _derive(t: DeriveTransform, schema: pa.Schema, key: str) -> tuple[DeriveStep, pa.Schema]:
@@ -258,15 +269,22 @@ def _derive(t: DeriveTransform, schema: pa.Schema, key: str) -> tuple[DeriveStep
             f"CAST(... AS <type>), e.g. CAST({t.expression} AS STRING)",
             "expression",
         )
+    outer_operand = cast_operand(expression)
+    value = expression.this if outer_operand is not None else expression
+    try:
+        cast_checks = checked_casts(value, schema, what)
+    except ExpressionError as exc:
+        raise StepError(str(exc), "expression") from None
     existing = resolve_column(t.column, schema)
     step = DeriveStep(
         key=key,
         column=existing or t.column,
         expression=t.expression,
-        value_expression=cast_operand(expression) or t.expression,
+        value_expression=outer_operand or t.expression,
         arrow_type=inferred,
         spark_type=spark_type(inferred),
         replaces=existing is not None,
+        cast_checks=tuple(cast_checks),
     )
     if existing is not None:
         index = schema.get_field_index(existing)

@@ -4,7 +4,8 @@ The input carries the table's columns plus the hidden source position columns
 (`__tf_partition`, `__tf_offset`); the output keeps them. Rows are never silently
 lost: every row ends up in exactly one place, counted, via a hidden "fate" column:
 kept, filtered out, dropped as a duplicate, or rejected (a derived value that does not
-fit its planned type) into `rejected_df` in REJECTED_ROW_SCHEMA for the dead-letter
+fit its planned type, or a plain CAST in a derive or filter that fails on the row, which
+Spark would turn into NULL) into `rejected_df` in REJECTED_ROW_SCHEMA for the dead-letter
 stage. Counting costs no extra pass: an observation on the tagged batch collects the
 counts during the first action that reads it (the checks' row count or the write).
 Persisting is the caller's choice (measured: caching a 300k-row batch with nested
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import SecretStr
 
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
 from tableflow_core.transforms.compile import (
     CompiledTransforms,
     DedupStep,
@@ -30,9 +32,11 @@ from tableflow_core.transforms.compile import (
     MaskStep,
     RenameStep,
 )
+from tableflow_core.transforms.sql import CastCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 FATE_COLUMN = "__tf_fate"
 ERROR_COLUMN = "__tf_error"
@@ -106,6 +110,14 @@ class _Context:
     spark: SparkSession
     salt_for: SaltFor
     step_index: int
+    # Upsert batches: true on tombstones (key columns only). A delete must reach the MERGE,
+    # so filters and dedup never drop one; the projections (mask, rename, ...) apply.
+    tombstone: Column | None = None
+
+    def not_tombstone(self) -> Column:
+        from pyspark.sql import functions as F
+
+        return F.lit(True) if self.tombstone is None else ~self.tombstone
 
 
 def _kept() -> Column:
@@ -197,25 +209,39 @@ def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
         order = [c.desc() for c in order]
     # Rows already filtered out or rejected sit in their own window partitions (fate is
     # part of the partition key), so they never win over a kept row.
-    window = Window.partitionBy(*[_col(k) for k in step.keys], _col(FATE_COLUMN)).orderBy(*order)
+    # Tombstones likewise (they are never duplicates: each delete goes to the MERGE).
+    partition = [*[_col(k) for k in step.keys], _col(FATE_COLUMN)]
+    if ctx.tombstone is not None:
+        partition.append(ctx.tombstone)
+    window = Window.partitionBy(*partition).orderBy(*order)
     rank = "__tf_rank"
     df = df.withColumn(rank, F.row_number().over(window))
-    return _set_fate(df, _col(rank) > 1, DUPLICATE).drop(rank)
+    return _set_fate(df, (_col(rank) > 1) & ctx.not_tombstone(), DUPLICATE).drop(rank)
 
 
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
     from pyspark.sql import functions as F
 
+    failure = _cast_failure(step.cast_checks, f"{step.key} filter")
+    if step.cast_checks:
+        df = _set_fate(df, failure.isNotNull() & ctx.not_tombstone(), REJECTED, failure)
     # Like Spark's filter: a NULL predicate does not keep the row.
     keep = F.coalesce(F.expr(step.where), F.lit(False))
-    return _set_fate(df, ~keep, FILTERED)
+    return _set_fate(df, ~keep & ctx.not_tombstone(), FILTERED)
 
 
 def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     from pyspark.sql import functions as F
 
     raw = "__tf_raw"
-    df = df.withColumn(raw, F.expr(step.value_expression))
+    failure = "__tf_cast_failure"
+    # Both are computed from the columns before the derived one replaces any of them.
+    df = df.withColumns(
+        {
+            raw: F.expr(step.value_expression),
+            failure: _cast_failure(step.cast_checks, f"{step.key} derive {step.column}"),
+        }
+    )
     typed = F.expr(f"try_cast(`{raw}` AS {step.spark_type})")
     df = df.withColumn(step.column, typed)
     misfit = _col(raw).isNotNull() & _col(step.column).isNull()
@@ -224,7 +250,25 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
         F.substring(_col(raw).cast("string"), 1, 200),
         F.lit(f" does not fit the planned type {step.spark_type}"),
     )
-    return _set_fate(df, misfit, REJECTED, message).drop(raw)
+    failed = _col(failure).isNotNull()
+    rejected = (failed | misfit) & ctx.not_tombstone()
+    df = _set_fate(df, rejected, REJECTED, F.coalesce(_col(failure), message))
+    return df.drop(raw, failure)
+
+
+def _cast_failure(checks: tuple[CastCheck, ...], where: str) -> Column:
+    """Why a plain CAST inside an expression failed on the row (its message), else NULL."""
+    from pyspark.sql import functions as F
+
+    failure = F.lit(None).cast("string")
+    for check in reversed(checks):  # the first failing cast names the row's error
+        message = F.concat(
+            F.lit(f"{where}: {check.cast} failed on value "),
+            F.substring(F.expr(check.operand).cast("string"), 1, 200),
+            F.lit(" (a failing CAST gives NULL; write TRY_CAST to accept that)"),
+        )
+        failure = F.when(F.expr(check.failed), message).otherwise(failure)
+    return failure
 
 
 def _run_rename(step: RenameStep, df: DataFrame, ctx: _Context) -> DataFrame:
@@ -270,10 +314,10 @@ def apply_transforms(
     tagged = df.withColumn(FATE_COLUMN, F.lit(None).cast("string")).withColumn(
         ERROR_COLUMN, F.lit(None).cast("string")
     )
+    tombstone = _col(TOMBSTONE_COLUMN) if TOMBSTONE_COLUMN in df.columns else None
     for index, step in enumerate(compiled.steps):
-        tagged = _RUNNERS[type(step)](
-            step, tagged, _Context(spark=spark, salt_for=salt_for, step_index=index)
-        )
+        context = _Context(spark=spark, salt_for=salt_for, step_index=index, tombstone=tombstone)
+        tagged = _RUNNERS[type(step)](step, tagged, context)
     fate = _col(FATE_COLUMN)
     observation = Observation(f"tableflow_transforms_{uuid.uuid4().hex}")
     tagged = tagged.observe(
@@ -285,6 +329,8 @@ def apply_transforms(
         F.count(F.when(fate == F.lit(REJECTED), 1)).alias("rejected"),
     )
     output_columns = [*compiled.output_schema.names, *HIDDEN_COLUMNS]
+    if tombstone is not None:
+        output_columns.append(TOMBSTONE_COLUMN)
     kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
     rejected = rejected_rows(
         tagged.filter(fate == F.lit(REJECTED)),
@@ -328,3 +374,55 @@ def dedup_against_table(
         term = _col(key).eqNullSafe(_col(f"__tf_existing_{i}"))
         condition = term if condition is None else condition & term
     return df.join(aliased, on=condition, how="left_anti")
+
+
+def align_to_table(df: DataFrame, table: StructType) -> DataFrame:
+    """`df` with every column (and struct field) of the table it is written to.
+
+    The transforms build their output from the topic's current schema; a field the topic's
+    schema no longer has, passed through untouched, keeps its column in the table (as on a
+    table without transforms: optional, new rows hold null), and Spark's Iceberg writer
+    needs data for every table column. Columns and struct fields the table has and `df`
+    lacks are added as typed NULLs; everything else is left as it is (the writer still
+    refuses what does not fit). Missing fields of structs inside arrays or maps are not
+    filled (the writer names them).
+    """
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType for f in df.schema.fields}
+    updates: dict[str, Column] = {}
+    for field in table.fields:
+        if field.name not in have:
+            updates[field.name] = F.lit(None).cast(field.dataType)
+        else:
+            aligned = _aligned(_col(field.name), have[field.name], field.dataType)
+            if aligned is not None:
+                updates[field.name] = aligned
+    return df.withColumns(updates) if updates else df
+
+
+def _aligned(value: Column, have: DataType, want: DataType) -> Column | None:
+    """`value` with the struct fields `want` has and `have` lacks, or None if none lack."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    if not (isinstance(have, StructType) and isinstance(want, StructType)):
+        return None
+    present = {f.name: f.dataType for f in have.fields}
+    members: list[Column] = []
+    changed = False
+    for field in want.fields:
+        if field.name not in present:
+            members.append(F.lit(None).cast(field.dataType).alias(field.name))
+            changed = True
+            continue
+        inner = _aligned(value.getField(field.name), present[field.name], field.dataType)
+        changed = changed or inner is not None
+        member = inner if inner is not None else value.getField(field.name)
+        members.append(member.alias(field.name))
+    wanted = {f.name for f in want.fields}
+    # Fields only `df` has stay (the writer refuses them rather than losing them here).
+    members.extend(value.getField(n).alias(n) for n in present if n not in wanted)
+    if not changed:
+        return None
+    return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*members))

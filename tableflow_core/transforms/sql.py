@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -237,3 +238,146 @@ def arrow_type(data_type: exp.DataType) -> pa.DataType | None:
 def spark_type_of_sql(text: str) -> str:
     """Normalize a Spark type name for messages (`decimal(10,2)` -> `DECIMAL(10, 2)`)."""
     return exp.DataType.build(text, dialect=DIALECT).sql(DIALECT)
+
+
+# ------------------------------------------------------------ casts that can fail
+
+# Spark's function-style casts (`bigint(s)`) that sqlglot leaves as anonymous functions.
+_CAST_FUNCTIONS = frozenset(
+    {"boolean", "tinyint", "smallint", "int", "bigint", "float", "double", "decimal", "date",
+     "timestamp", "string", "binary"}
+)  # fmt: skip
+_NEVER_FAILS = (T.TEXT, T.VARCHAR, T.CHAR, T.NVARCHAR)
+
+
+@dataclass(frozen=True)
+class CastCheck:
+    """One plain CAST inside an expression, and when it failed on a row.
+
+    `failed` is a Spark SQL predicate: the CAST was evaluated on this row (its branch of
+    a CASE / IF / COALESCE / AND / OR was taken), its operand was not NULL, and the cast
+    gave NULL (Spark's non-ANSI CAST turns a failure into NULL; TRY_CAST also catches an
+    overflow that non-ANSI CAST would wrap).
+    """
+
+    cast: str
+    operand: str
+    failed: str
+
+
+def _plain_cast(node: exp.Expr) -> tuple[exp.Expr, exp.DataType] | None:
+    """(operand, target type) of a CAST that is not TRY_CAST, in either spelling."""
+    if isinstance(node, exp.Cast) and not node.args.get("safe"):
+        to = node.args.get("to")
+        return (node.this, to) if isinstance(to, exp.DataType) else None
+    if (
+        isinstance(node, exp.Anonymous)
+        and str(node.this).lower() in _CAST_FUNCTIONS
+        and len(node.expressions) == 1
+    ):
+        return node.expressions[0], exp.DataType.build(str(node.this), dialect=DIALECT)
+    return None
+
+
+def _is_true(condition: exp.Expr) -> exp.Expr:
+    return exp.func("COALESCE", exp.paren(condition.copy()), exp.false())
+
+
+def _not_true(condition: exp.Expr) -> exp.Expr:
+    return exp.not_(_is_true(condition))
+
+
+def _is_null(value: exp.Expr) -> exp.Expr:
+    return exp.Is(this=exp.paren(value.copy()), expression=exp.Null())
+
+
+def _guarded_children(node: exp.Expr) -> list[tuple[exp.Expr, list[exp.Expr]]]:
+    """The children of a short-circuiting node, each with the conditions under which
+    Spark evaluates it; an empty list for other nodes (all children always evaluated)."""
+    if isinstance(node, exp.Case):
+        out: list[tuple[exp.Expr, list[exp.Expr]]] = []
+        subject = node.this
+        if subject is not None:
+            out.append((subject, []))
+        missed: list[exp.Expr] = []
+        for branch in node.args.get("ifs") or []:
+            condition = branch.this
+            if subject is not None:
+                condition = exp.EQ(this=exp.paren(subject.copy()), expression=condition.copy())
+            out.append((branch.this, list(missed)))
+            out.append((branch.args["true"], [*missed, _is_true(condition)]))
+            missed.append(_not_true(condition))
+        if node.args.get("default") is not None:
+            out.append((node.args["default"], missed))
+        return out
+    if isinstance(node, exp.If):
+        condition = node.this
+        taken = [(node.args["true"], [_is_true(condition)])]
+        if node.args.get("false") is not None:
+            taken.append((node.args["false"], [_not_true(condition)]))
+        return [(condition, []), *taken]
+    if isinstance(node, exp.Nvl2):
+        out = [(node.this, []), (node.args["true"], [exp.not_(_is_null(node.this))])]
+        if node.args.get("false") is not None:
+            out.append((node.args["false"], [_is_null(node.this)]))
+        return out
+    if isinstance(node, exp.Coalesce):
+        items = [node.this, *node.expressions]
+        return [(item, [_is_null(before) for before in items[:i]]) for i, item in enumerate(items)]
+    if isinstance(node, exp.And):
+        return [
+            (node.this, []),
+            (node.expression, [exp.func("COALESCE", exp.paren(node.this.copy()), exp.true())]),
+        ]
+    if isinstance(node, exp.Or):
+        return [(node.this, []), (node.expression, [_not_true(node.this)])]
+    return []
+
+
+def checked_casts(expression: exp.Expr, schema: pa.Schema, what: str) -> list[CastCheck]:
+    """Every plain CAST in `expression` that can fail, with the predicate telling that
+    it failed on a row (see CastCheck). A CAST inside a lambda cannot be judged outside
+    it: refused unless it cannot fail (to STRING), TRY_CAST says NULL is wanted."""
+    checks: list[CastCheck] = []
+
+    def visit(node: exp.Expr, guard: list[exp.Expr], in_lambda: bool) -> None:
+        cast = _plain_cast(node)
+        if cast is not None:
+            operand, to = cast
+            if to.this not in _NEVER_FAILS and not _same_type(operand, to, schema):
+                cast_sql = node.sql(dialect=DIALECT)
+                if in_lambda:
+                    raise ExpressionError(
+                        f"{what}: {cast_sql} inside a lambda would give NULL on a value it "
+                        f"cannot convert, and that cannot be caught per row; write "
+                        f"TRY_CAST(... AS {to.sql(dialect=DIALECT)}) to accept NULL there"
+                    )
+                failed = exp.and_(
+                    *guard,
+                    exp.not_(_is_null(operand)),
+                    exp.Is(
+                        this=exp.TryCast(this=operand.copy(), to=to.copy(), safe=True),
+                        expression=exp.Null(),
+                    ),
+                )
+                checks.append(
+                    CastCheck(cast_sql, operand.sql(dialect=DIALECT), failed.sql(dialect=DIALECT))
+                )
+        guarded = _guarded_children(node)
+        if guarded:
+            for child, conditions in guarded:
+                visit(child, [*guard, *conditions], in_lambda)
+            return
+        for child in node.iter_expressions():
+            visit(child, guard, in_lambda or isinstance(node, exp.Lambda))
+
+    visit(expression, [], False)
+    return checks
+
+
+def _same_type(operand: exp.Expr, to: exp.DataType, schema: pa.Schema) -> bool:
+    """True when the operand already has the target type (the CAST cannot fail)."""
+    if any(isinstance(n, exp.Lambda) for n in operand.walk()):
+        return False
+    inferred = infer_arrow_type(operand, schema)
+    return inferred is not None and inferred == arrow_type(to)

@@ -17,10 +17,15 @@ run at the first, as one great-expectations validation over the persisted batch
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
 from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Check
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 class ChecksFailed(IngestError):
@@ -45,8 +50,9 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         persisted.unpersist()
 
     context.cleanups.append(release)
+    checked, deletes = _without_tombstones(persisted)
     run = run_checks(
-        persisted,
+        checked,
         compiled.checks,
         context.spark,
         table=f"{context.spec.table_name} ({context.spec.identifier})",
@@ -69,9 +75,22 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         # Counted per partition as `skipped` by the run's accounting (not `filtered`).
         rejected = (*rejected, RejectedRows(policy="skip", rows=run.skipped_df))
     return batch.evolve(
-        good=run.passing_df,
+        good=run.passing_df if deletes is None else run.passing_df.unionByName(deletes),
         counters=counters,
         rejected=rejected,
         snapshot_properties={**batch.snapshot_properties, **run.report.summary_properties()},
         results={**batch.results, "checks": run.report.as_dict()},
     )
+
+
+def _without_tombstones(batch: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+    """(rows to check, upsert tombstones). A tombstone carries only its key: checks judge
+    records, and a delete must reach the MERGE whatever the checks say."""
+    from pyspark.sql import functions as F
+
+    from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
+
+    if TOMBSTONE_COLUMN not in batch.columns:
+        return batch, None
+    tombstone = F.col(TOMBSTONE_COLUMN)
+    return batch.where(~tombstone), batch.where(tombstone)

@@ -7,6 +7,9 @@ first of them as one projection with one counting observation
 Append tables with a `dedup` then drop rows whose key is already in the table (the
 run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
 
+The transformed rows are then aligned to the table (`align_to_table`): a column the table
+keeps for a field the topic's schema no longer has is filled with NULL.
+
 Rows a derive rejects go by the table's `on_error`: `fail` adds an audit that stops the
 run before publish; `skip` and `dlq` reach route_bad_records as `batch.rejected`.
 """
@@ -93,12 +96,17 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
         raise NotImplementedError(f"{context.where()}: transforms were not compiled for this run")
     if spec.index != 0:
         return batch  # the whole chain ran at the first transform stage
-    from tableflow_core.transforms.spark import apply_transforms, dedup_against_table
+    from tableflow_core.transforms.spark import (
+        align_to_table,
+        apply_transforms,
+        dedup_against_table,
+    )
 
     assert batch.good is not None, "transform needs the decode stage before it"
     chain = compiled.transforms
     result = apply_transforms(batch.good, chain, spark=context.spark)
-    good = result.df
+    # Columns the table keeps for fields the topic's schema no longer has get NULLs.
+    good = align_to_table(result.df, context.spark.table(context.branch_identifier).schema)
     if context.spec.mode == "append" and chain.dedup_keys:
         good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
     good, after = _rows_after(good)
