@@ -143,3 +143,19 @@ def test_stage_specs_round_trip_through_json(mode: str) -> None:
         stages.Publish(),
     )
     assert adapter.validate_json(adapter.dump_json(specs)) == specs
+
+
+def test_small_ranges_share_tasks_and_large_ones_get_their_own() -> None:
+    from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.runners.read_ranges import task_groups
+
+    small = [OffsetRange("t", p, 0, 500) for p in range(4)]
+    assert [len(g) for g in task_groups(small)] == [4]  # 2,000 records: one task
+    large = [OffsetRange("t", p, 0, 250_000) for p in range(4)]
+    assert [len(g) for g in task_groups(large)] == [1, 1, 1, 1]
+    mixed = [OffsetRange("t", 0, 0, 90_000), *(OffsetRange("t", p, 0, 5_000) for p in (1, 2, 3))]
+    groups = task_groups(mixed)  # 105k records: 3 tasks, the big range alone
+    assert len(groups) == 3
+    assert [OffsetRange("t", 0, 0, 90_000)] in groups
+    assert sorted(r.partition for g in groups for r in g) == [0, 1, 2, 3]
+    assert task_groups([]) == []

@@ -1,19 +1,53 @@
-"""read_ranges: the run's offset ranges as a DataFrame, one partition (Spark task) each.
+"""read_ranges: the run's offset ranges as a DataFrame, grouped into Spark tasks.
 
-No data moves yet: the decode stage reads each range inside its task.
+No data moves yet: the decode stage reads each range inside its task. A task costs a
+Kafka consumer, a decoder and a data file whatever it reads, so a small run's ranges
+share tasks (`task_groups`); large ranges get a task each, as the plan split them
+(`max_records_per_task`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
+from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import ReadRanges
 
 RANGES_SCHEMA = "topic string, partition int, start long, `end` long"
 
+# Records below which another task is not worth its start-up.
+MIN_RECORDS_PER_TASK = 50_000
+
+
+def task_groups(
+    ranges: Sequence[OffsetRange], min_records: int = MIN_RECORDS_PER_TASK
+) -> list[list[OffsetRange]]:
+    """The ranges grouped into as many tasks as there are `min_records` to read (at most
+    one per range, at least one), the largest ranges first into the lightest task."""
+    if not ranges:
+        return []
+    total = sum(r.end - r.start for r in ranges)
+    count = max(1, min(len(ranges), math.ceil(total / min_records)))
+    groups: list[list[OffsetRange]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for offset_range in sorted(ranges, key=lambda r: r.end - r.start, reverse=True):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(offset_range)
+        loads[lightest] += offset_range.end - offset_range.start
+    return groups
+
 
 @stage_runner(ReadRanges)
 def read_ranges(context: StageContext, spec: ReadRanges, batch: Batch) -> Batch:
-    rows = [(r.topic, r.partition, r.start, r.end) for r in context.ranges]
-    rdd = context.spark.sparkContext.parallelize(rows, max(1, len(rows)))
+    groups = [
+        [(r.topic, r.partition, r.start, r.end) for r in group]
+        for group in task_groups(context.ranges)
+    ]
+    # One element per slice, expanded inside it: each group is one Spark task.
+    rdd = context.spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(
+        lambda group: group
+    )
     return batch.evolve(good=context.spark.createDataFrame(rdd, RANGES_SCHEMA))
