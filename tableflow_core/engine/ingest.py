@@ -324,9 +324,10 @@ def _ingest_once(
         for cleanup in context.cleanups:
             cleanup()
         _drop_branch(spark, identifier, branch)
-    # Branches of crashed runs left at the old head of main are merged now.
-    for name, head in state.refs.items():
-        if name.startswith(BRANCH_PREFIX) and name != branch and head == base_snapshot:
+    # Main moved to this run's head: every other run branch seen before the run (at the
+    # old head, or a crashed run's writes on top of it) can never be published now.
+    for name in state.refs:
+        if name.startswith(BRANCH_PREFIX) and name != branch:
             _drop_branch(spark, identifier, name)
     return IngestOutcome(
         records_read=batch.counter("records_read"),
