@@ -124,11 +124,12 @@ def apply_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -
         )
 
     many = project("many", topics)
+    parallel = ("--max-parallel", str(args.max_parallel)) if args.max_parallel else ()
     plan_s = cli(many, "plan")
-    apply_s = cli(many, "apply", "--auto-approve")
+    apply_s = cli(many, "apply", "--auto-approve", *parallel)
     ok, written = applied(many)
     assert (ok, written) == (n, n * records), (ok, written)
-    noop_s = cli(many, "apply", "--auto-approve")
+    noop_s = cli(many, "apply", "--auto-approve", *parallel)
     one = project("one", topics[:1])
     one_s = cli(one, "apply", "--auto-approve")
     assert applied(one) == (1, records), applied(one)
@@ -263,6 +264,9 @@ def report_run(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tables", type=int, default=20)
+    parser.add_argument(
+        "--max-parallel", type=int, default=0, help="apply's --max-parallel (default: its own)"
+    )
     parser.add_argument("--records", type=int, default=5000, help="per table (apply mode)")
     parser.add_argument("--partitions", type=int, default=1, help="per topic")
     parser.add_argument("--cores", type=int, default=2)
