@@ -7,7 +7,7 @@ builder calls `dlq_table_actions` with what it observed and adds the result to t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 
 import pyarrow as pa
@@ -22,6 +22,13 @@ DLQ_ACTION_PREFIX = "create_dlq_table:"
 # Idempotent writes match on these columns (see sinks/iceberg_table.py).
 DLQ_KEY_COLUMNS: tuple[str, ...] = ("source_topic", "source_partition", "source_offset", "stage")
 DLQ_SORT: tuple[SortTerm, ...] = tuple(SortTerm(column=c) for c in DLQ_KEY_COLUMNS[:3])
+
+
+def dlq_blocker(table: Table) -> Callable[..., Blocker]:
+    """A Blocker of `table`'s `dlq:` key (at its file:line), given its message."""
+    return partial(
+        Blocker, kind="invalid", table=table.name, key="dlq", location=str(table.location_of("dlq"))
+    )
 
 
 def dlq_table_schema() -> pa.Schema:
@@ -75,13 +82,7 @@ def dlq_table_actions(
     wanted_columns = [f.name for f in BAD_RECORD_SCHEMA]
     for identifier, users in sorted(iceberg_dlq_users(tables).items()):
         first = users[0]
-        refuse = partial(
-            Blocker,
-            kind="invalid",
-            table=first.name,
-            key="dlq",
-            location=str(first.location_of("dlq")),
-        )
+        refuse = dlq_blocker(first)
         if identifier in data_tables:
             blockers.append(
                 refuse(

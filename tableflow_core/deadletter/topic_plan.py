@@ -11,10 +11,10 @@ topic is refused at the `dlq` key's file:line.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from functools import partial
 
 from tableflow_core.config.models import KafkaDeadLetter
 from tableflow_core.config.project import Table
+from tableflow_core.deadletter.table_plan import dlq_blocker
 from tableflow_core.plan.actions import Blocker, CreateTopic
 
 DLQ_TOPIC_ACTION_PREFIX = "create_dlq_topic:"
@@ -53,13 +53,7 @@ def dlq_topic_actions(
     blockers: list[Blocker] = []
     for topic, users in sorted(kafka_dlq_users(tables).items()):
         first = users[0]
-        refuse = partial(
-            Blocker,
-            kind="invalid",
-            table=first.name,
-            key="dlq",
-            location=str(first.location_of("dlq")),
-        )
+        refuse = dlq_blocker(first)
         if topic in sources:
             blockers.append(
                 refuse(

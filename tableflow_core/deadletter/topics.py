@@ -10,7 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from tableflow_core.deadletter.errors import DeadLetterError
-from tableflow_core.kafka.admin import KafkaMetadataError, brokers_of, consumer_conf
+from tableflow_core.kafka.admin import (
+    KafkaMetadataError,
+    brokers_of,
+    consumer_conf,
+    topic_metadata,
+)
 
 # -1: the broker's default replication factor (Kafka 2.4+, KIP-464).
 BROKER_DEFAULT_REPLICATION = -1
@@ -22,19 +27,15 @@ class DeadLetterTopicError(DeadLetterError):
 
 def topic_partitions(kafka_conf: Mapping[str, str], topic: str, timeout: float) -> int | None:
     """The topic's partition count, or None when the broker does not have it."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import Consumer, KafkaError
 
     consumer = Consumer(consumer_conf(kafka_conf))
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout)
-    except KafkaException as exc:
-        raise KafkaMetadataError(
-            f"dead-letter topic {topic!r}: broker(s) {brokers_of(kafka_conf)} did not answer a "
-            f"metadata request within {timeout:.0f}s: {exc}"
-        ) from exc
+        found = topic_metadata(
+            consumer, topic, timeout, brokers_of(kafka_conf), what="dead-letter topic"
+        )
     finally:
         consumer.close()
-    found = metadata.topics.get(topic)
     if found is None or not found.partitions:
         return None
     if found.error is not None:

@@ -89,17 +89,25 @@ def brokers_of(kafka_conf: Mapping[str, Any]) -> str:
     return str(kafka_conf.get("bootstrap.servers") or kafka_conf.get("metadata.broker.list") or "?")
 
 
-def _partitions(consumer: Any, topic: str, timeout: float, brokers: str = "?") -> list[int]:
+def topic_metadata(
+    consumer: Any, topic: str, timeout: float, brokers: str = "?", what: str = "topic"
+) -> Any:
+    """The broker's metadata of `topic` (confluent-kafka TopicMetadata), None when the
+    answer does not list it; KafkaMetadataError naming `what` when no broker answers."""
     from confluent_kafka import KafkaException
 
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
         raise KafkaMetadataError(
-            f"topic {topic!r}: broker(s) {brokers} did not answer a metadata request within "
+            f"{what} {topic!r}: broker(s) {brokers} did not answer a metadata request within "
             f"{timeout:.0f}s: {exc}"
         ) from exc
-    topic_meta = metadata.topics.get(topic)
+    return metadata.topics.get(topic)
+
+
+def _partitions(consumer: Any, topic: str, timeout: float, brokers: str = "?") -> list[int]:
+    topic_meta = topic_metadata(consumer, topic, timeout, brokers)
     if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
         reason = topic_meta.error if topic_meta is not None else "not found"
         raise KafkaMetadataError(
