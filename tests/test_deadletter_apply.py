@@ -43,6 +43,7 @@ from tableflow_core.tasks.plan import PlanTask
 from tableflow_core.tasks.run import RunTask
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
 from tests.fixtures.catalog import start_catalog_server, unique_namespace
+from tests.fixtures.poison import framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.test_cli_basics import tableflow
 
@@ -65,16 +66,6 @@ def _id(partition: int, offset: int) -> int:
     return partition * 100 + offset
 
 
-def _poison_value(kind: str, good: bytes) -> bytes:
-    if kind == "magic":
-        return b"\x07" + good[1:]
-    if kind == "unknown_id":
-        return b"\x00\x00\x0f\x42\x40" + good[5:]  # schema id 1000000
-    if kind == "truncated":
-        return good[:-4]
-    return good
-
-
 @dataclass(frozen=True)
 class Poison:
     topic: str
@@ -93,7 +84,7 @@ def produce_poison(kafka_broker: KafkaBroker, registry_url: str) -> Poison:
                 {"id": i, "amount": 1.5 * i}, SerializationContext(topic, MessageField.VALUE)
             )
             assert good is not None
-            values[(partition, offset)] = _poison_value(kind, good)
+            values[(partition, offset)] = framing_poison(kind, good)
             producer.produce(
                 topic, values[(partition, offset)], f"k{i}".encode(), partition=partition
             )

@@ -44,6 +44,7 @@ from tableflow_core.state.offsets import OFFSETS_KEY
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.poison import FRAMING_POISON, framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 
 pytestmark = pytest.mark.slow
@@ -84,7 +85,6 @@ FORMAT_REASONS = {
     ("json", "misfit"): "does not fit the table schema",
     ("json", "array"): "JSON value is an array, not an object",
 }
-UNKNOWN_ID = b"\x00\x00\x0f\x42\x40"  # magic byte 0, schema id 1000000
 
 
 def value_id(partition: int, offset: int) -> int:
@@ -191,14 +191,8 @@ def _plain_json_values(registry: SchemaRegistryClient, topic: str) -> Callable[[
 
 
 def _framing_poison(kind: str, good: bytes) -> bytes:
-    if kind == "magic":
-        return b"\x07" + good[1:]
-    if kind == "unknown_id":
-        return UNKNOWN_ID + good[5:]
-    if kind == "truncated":
-        return good[:-4]
-    assert kind == "good", kind
-    return good
+    assert kind in (*FRAMING_POISON, "good"), kind
+    return framing_poison(kind, good)
 
 
 SERIALIZERS = {

@@ -48,6 +48,7 @@ from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
 from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.poison import framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.test_cli_basics import tableflow
 from tests.test_engine_helpers import duckdb_connection
@@ -98,16 +99,6 @@ def _payload(serializer: AvroSerializer, topic: str, i: int, amount: float) -> b
     return data
 
 
-def _poison_value(kind: str, good: bytes) -> bytes:
-    if kind == "magic":
-        return b"\x07" + good[1:]
-    if kind == "unknown_id":
-        return b"\x00\x00\x0f\x42\x40" + good[5:]  # schema id 1000000
-    if kind == "truncated":
-        return good[:-4]
-    return good
-
-
 @pytest.fixture(scope="module")
 def poison(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> Iterator[Poison]:
     topic = kafka_broker.create_topic(unique_name("poison"), len(LAYOUT))
@@ -121,7 +112,7 @@ def poison(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> 
             good = _payload(serializer, topic, i, -5.0 if kind == "negative" else 10.0 + i)
             record = Produced(
                 key=f"k{i}".encode(),
-                value=_poison_value(kind, good),
+                value=framing_poison(kind, good),
                 headers=[("trace", f"t{i}".encode()), ("bin", bytes([0, 255, i]))],
                 timestamp_ms=BASE_TS + i,
             )

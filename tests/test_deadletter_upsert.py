@@ -23,8 +23,9 @@ from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.poison import UNKNOWN_SCHEMA_ID
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
-from tests.test_deadletter_formats import UNKNOWN_ID, dlq_table_rows, dlq_topic_rows
+from tests.test_deadletter_formats import dlq_table_rows, dlq_topic_rows
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +102,7 @@ def keyed(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> K
             if kind == "bad_value":
                 value = b"\x07" + value[1:]  # type: ignore[index]
             elif kind == "unknown_id":
-                value = UNKNOWN_ID + value[5:]  # type: ignore[index]
+                value = UNKNOWN_SCHEMA_ID + value[5:]  # type: ignore[index]
             elif kind == "bad_key":
                 key = b"\x07" + key[1:]  # type: ignore[index]
             elif kind == "truncated_key":
