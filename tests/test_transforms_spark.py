@@ -411,3 +411,27 @@ def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
         {"id": 2, "notes": None, "address": None},  # a NULL struct stays NULL
     ]  # fmt: skip
     assert align_to_table(aligned, table) is aligned  # nothing to add: the same frame
+
+
+def test_align_to_table_fills_struct_fields_inside_arrays_and_maps(spark: SparkSession) -> None:
+    from tableflow_core.transforms.spark import align_to_table
+
+    df = spark.sql(
+        "SELECT 1 AS id, array(named_struct('sku', 'a'), named_struct('sku', 'b')) AS lines, "
+        "map('home', named_struct('city', 'Oslo')) AS places "
+        "UNION ALL SELECT 2, CAST(NULL AS ARRAY<STRUCT<sku: STRING>>), "
+        "CAST(map() AS MAP<STRING, STRUCT<city: STRING>>)"
+    )
+    table = spark.createDataFrame(
+        [],
+        "id INT, lines ARRAY<STRUCT<sku: STRING, qty: INT>>, "
+        "places MAP<STRING, STRUCT<city: STRING, zip: STRING>>",
+    ).schema
+    aligned = align_to_table(df, table)
+    assert aligned.schema.simpleString() == table.simpleString()
+    assert sorted(rows_of(aligned), key=lambda r: r["id"]) == [
+        {"id": 1, "lines": [{"sku": "a", "qty": None}, {"sku": "b", "qty": None}],
+         "places": {"home": {"city": "Oslo", "zip": None}}},
+        {"id": 2, "lines": None, "places": {}},
+    ]  # fmt: skip
+    assert align_to_table(aligned, table) is aligned

@@ -384,8 +384,7 @@ def align_to_table(df: DataFrame, table: StructType) -> DataFrame:
     table without transforms: optional, new rows hold null), and Spark's Iceberg writer
     needs data for every table column. Columns and struct fields the table has and `df`
     lacks are added as typed NULLs; everything else is left as it is (the writer still
-    refuses what does not fit). Missing fields of structs inside arrays or maps are not
-    filled (the writer names them).
+    refuses what does not fit), including structs inside arrays and map values.
     """
     from pyspark.sql import functions as F
 
@@ -404,8 +403,18 @@ def align_to_table(df: DataFrame, table: StructType) -> DataFrame:
 def _aligned(value: Column, have: DataType, want: DataType) -> Column | None:
     """`value` with the struct fields `want` has and `have` lacks, or None if none lack."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import ArrayType, MapType, StructType
 
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        return _aligned_elements(
+            have.elementType, want.elementType, lambda align: F.transform(value, align)
+        )
+    if isinstance(have, MapType) and isinstance(want, MapType):
+        return _aligned_elements(
+            have.valueType,
+            want.valueType,
+            lambda align: F.transform_values(value, lambda _key, element: align(element)),
+        )
     if not (isinstance(have, StructType) and isinstance(want, StructType)):
         return None
     present = {f.name: f.dataType for f in have.fields}
@@ -426,3 +435,21 @@ def _aligned(value: Column, have: DataType, want: DataType) -> Column | None:
     if not changed:
         return None
     return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*members))
+
+
+def _aligned_elements(
+    have: DataType, want: DataType, apply: Callable[[Callable[[Column], Column]], Column]
+) -> Column | None:
+    """An array's elements or a map's values aligned by `apply` (which maps a function over
+    them), or None if no element needs it."""
+    from pyspark.sql.functions import col
+
+    if _aligned(col("element"), have, want) is None:  # nothing to add: leave the column
+        return None
+
+    def align(element: Column) -> Column:
+        aligned = _aligned(element, have, want)
+        assert aligned is not None
+        return aligned
+
+    return apply(align)
