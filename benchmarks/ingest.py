@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import datetime as dt
 import io
-import itertools
 import json
 import os
 import re
@@ -337,14 +336,24 @@ class RunProcess:
 
     def cycle_seconds(self, interval: float, since: float = 0.0) -> list[float]:
         """Wall time of each cycle that applied something and started after `since`
-        (time.monotonic()): from its start (the previous cycle's end + the interval,
-        runner/schedule.py) to its output line."""
-        ends = self.cycles()
-        return [
-            end - previous - interval
-            for (previous, _), (end, line) in itertools.pairwise(ends)
-            if line.startswith("Apply") and previous + interval >= since
-        ]
+        (time.monotonic()), from its start to its output line. `tableflow run` is
+        fixed-rate (runner/schedule.py): a cycle starts one interval after the previous
+        one started, or at once if that one took longer; the first starts at the run's
+        "Refreshing ..." line. (Assumes one interval for every table, as the benchmarks
+        configure.)"""
+        with self._changed:
+            first = next((at for at, line in self.lines if line.startswith("Refreshing")), None)
+        if first is None:
+            return []
+        seconds: list[float] = []
+        start, previous = first, None
+        for end, line in self.cycles():
+            if previous is not None:
+                start = max(previous[0] + interval, previous[1])
+            if line.startswith("Apply") and start >= since:
+                seconds.append(end - start)
+            previous = (start, end)
+        return seconds
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,12 @@ run_latency.py). After the producer stops, the benchmark waits until everything 
 committed. Per table, from its snapshot history: commits, the largest gap between two
 consecutive commits (when `main` moved), and the largest produce-to-committed latency.
 The target is the interval itself (issue 13: keep 50 tables fresh within their 1-minute
-intervals), so the reference printed beside it is the interval; `tableflow run` counts
-the interval from the end of a cycle, so a table's commit gap is the interval plus the
-cycle time, and the cycle time (printed too) is what must stay small. As a baseline, one
+intervals). `tableflow run` is fixed-rate: a table is due one interval after its previous
+refresh started, so the run keeps up while every cycle (plan + apply of the due tables)
+takes less than the interval; a table's commit gap is then the interval plus the
+difference between where its commit fell in two consecutive cycles (at most one cycle
+time). Both are printed: cycles that fit in the interval, and tables whose gaps stayed
+within the interval plus that jitter. As a baseline, one
 process then reads, decodes and writes to Parquet every record the run ingested (all N
 topics), measured in the same run.
 """
@@ -210,7 +213,8 @@ def run_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> 
         print(f"tableflow run: {len(run.cycles())} cycles; the {len(cycle_times)} that applied "
               f"something while measured took (plan + apply) median "
               f"{np.median(cycle_times):.1f} s, max {max(cycle_times):.1f} s, "
-              f"against the {interval} s interval")  # fmt: skip
+              f"against the {interval} s interval: "
+              f"{sum(1 for c in cycle_times if c < interval)} of {len(cycle_times)} fit")  # fmt: skip
 
 
 def wait_all(
@@ -252,10 +256,12 @@ def report_run(
     for topic, count, gap, latency, uncommitted in worst[: args.show]:
         missing = f"  ! {uncommitted} records not committed" if uncommitted else ""
         print(f"{topic:<12} {count:>7} {gap:>9.1f} {latency:>13.1f}{missing}")
-    within = sum(1 for r in rows if r[2] <= interval)
+    jitter = max(run.cycle_seconds(interval, since=0.0), default=0.0)
+    within = sum(1 for r in rows if r[2] <= interval + jitter)
     max_gap = max((r[2] for r in rows if not math.isnan(r[2])), default=math.nan)
     max_latency = max((r[3] for r in rows if not math.isnan(r[3])), default=math.nan)
-    print(f"tables whose commits were never more than {interval} s apart: {within} of "
+    print(f"tables whose commits were never more than {interval} s + the longest cycle "
+          f"({jitter:.1f} s) apart: {within} of "
           f"{len(rows)}; largest gap {max_gap:.1f} s, largest latency {max_latency:.1f} s "
           f"(a record produced just after a cycle read its topic waits up to interval + "
           f"2 cycle times)")  # fmt: skip

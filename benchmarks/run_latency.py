@@ -10,8 +10,8 @@ produce time is its Kafka CreateTime (set by librdkafka when `produce()` is call
 back from the delivery report with its partition and offset).
 
 - **baseline**: one Python process (spawned) in a loop with the same cadence as
-  `tableflow run` (the next cycle starts `--interval` seconds after the previous one
-  ended): read the high watermarks, consume up to them (one consumer, assigned, kept open
+  `tableflow run` (fixed rate: the next cycle starts `--interval` seconds after the
+  previous one started, or at once if that one took longer): read the high watermarks, consume up to them (one consumer, assigned, kept open
   across cycles), decode with fastavro, `pyarrow.Table` of the decoded columns, one
   pyiceberg `append` (SqlCatalog on SQLite, tmp warehouse) carrying the offsets in the
   snapshot summary. No metadata columns, no branch, no audits: the least any tool must
@@ -255,7 +255,7 @@ def sql_table_loader(warehouse: Path, name: str) -> Callable[[], Any]:
 def baseline_loop(
     bootstrap: str, url: str, topic: str, warehouse: str, interval: float, stop: EventType
 ) -> None:
-    """consume + decode + pyiceberg append every `interval` seconds after the last cycle."""
+    """consume + decode + pyiceberg append every `interval` seconds (fixed rate)."""
     catalog = open_sql_catalog(
         CATALOG, f"sqlite:///{warehouse}/catalog.db", Path(warehouse).as_uri()
     )
@@ -271,6 +271,7 @@ def baseline_loop(
     positions = {p: 0 for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(topic, p, 0) for p in positions])
     while not stop.is_set():
+        began = time.monotonic()
         marks = get_watermarks(kafka, topic)
         remaining = {p: high for p, (_, high) in marks.items() if high > positions[p]}
         rows: list[dict[str, Any]] = []
@@ -297,7 +298,7 @@ def baseline_loop(
                 pa.Table.from_pylist(rows, schema=ARROW_SCHEMA),
                 snapshot_properties={OFFSETS_KEY: encode_offsets(topic, positions)},
             )
-        stop.wait(interval)
+        stop.wait(max(0.0, began + interval - time.monotonic()))
     consumer.close()
 
 
