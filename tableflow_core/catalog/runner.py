@@ -42,8 +42,15 @@ def _install_log_redaction() -> None:
             logger.addFilter(RedactSecretsFilter())
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket for uvicorn (port 0: a free one).
+
+    `proto` must say TCP: asyncio sets TCP_NODELAY on accepted connections only when the
+    listener's proto is IPPROTO_TCP. Without it Nagle's algorithm held back the second
+    write of each response (uvicorn writes headers and body separately) until the
+    client's delayed ACK, adding ~40 ms to every request.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
@@ -133,7 +140,7 @@ def serve_in_background(
     or keep the result and call `.stop()`.
     """
     service = _open_service(settings)
-    sock = _bind(settings.host, settings.port)
+    sock = bind_listener(settings.host, settings.port)
     port = int(sock.getsockname()[1])
     server = _uvicorn_server(settings, service)
     thread = threading.Thread(
@@ -155,7 +162,7 @@ def serve_forever(settings: CatalogServerSettings) -> None:
     """Run in the foreground until SIGINT/SIGTERM."""
     service = _open_service(settings)
     try:
-        sock = _bind(settings.host, settings.port)
+        sock = bind_listener(settings.host, settings.port)
         port = sock.getsockname()[1]
         logging.getLogger(__name__).info(
             "Iceberg REST catalog on http://%s:%s (warehouse %s, auth %s)",
