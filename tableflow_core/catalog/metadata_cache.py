@@ -20,17 +20,33 @@ from pyiceberg.table.metadata import TableMetadata
 DEFAULT_MAX_ENTRIES = 128
 
 
+class ParsedMetadata:
+    """Table metadata and, once asked for, its JSON (what responses carry)."""
+
+    __slots__ = ("_json", "metadata")
+
+    def __init__(self, metadata: TableMetadata) -> None:
+        self.metadata = metadata
+        self._json: str | None = None
+
+    def json(self) -> str:
+        # Two threads may both serialize once: same result, no lock needed.
+        if self._json is None:
+            self._json = self.metadata.model_dump_json()
+        return self._json
+
+
 class MetadataCache:
-    """A thread-safe LRU of `TableMetadata` by metadata location."""
+    """A thread-safe LRU of parsed (and serialized) metadata by metadata location."""
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self._max_entries = max_entries
-        self._entries: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._entries: OrderedDict[str, ParsedMetadata] = OrderedDict()
         self._guard = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, location: str, read: Callable[[str], TableMetadata]) -> TableMetadata:
+    def get(self, location: str, read: Callable[[str], TableMetadata]) -> ParsedMetadata:
         """The metadata at `location`, from the cache or else `read(location)`."""
         with self._guard:
             metadata = self._entries.get(location)
@@ -40,13 +56,13 @@ class MetadataCache:
                 return metadata
             self.misses += 1
         # Read outside the guard: a slow file must not stall other tables' requests.
-        metadata = read(location)
-        self.put(location, metadata)
-        return metadata
+        parsed = ParsedMetadata(read(location))
+        self.put(location, parsed)
+        return parsed
 
-    def put(self, location: str, metadata: TableMetadata) -> None:
+    def put(self, location: str, parsed: ParsedMetadata) -> None:
         with self._guard:
-            self._entries[location] = metadata
+            self._entries[location] = parsed
             self._entries.move_to_end(location)
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)

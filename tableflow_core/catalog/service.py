@@ -25,7 +25,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from tableflow_core.catalog.errors import BadRequestError, UnprocessableEntityError
 from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
-from tableflow_core.catalog.metadata_cache import MetadataCache
+from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
 from tableflow_core.catalog.models import CreateTableBody
 from tableflow_core.catalog.updates import (
     check_result,
@@ -64,8 +64,19 @@ class TableChange:
 
 @dataclass(frozen=True)
 class LoadedTable:
-    metadata: TableMetadata
+    parsed: ParsedMetadata
     metadata_location: str | None
+
+    @classmethod
+    def of(cls, metadata: TableMetadata, metadata_location: str | None) -> LoadedTable:
+        return cls(ParsedMetadata(metadata), metadata_location)
+
+    @property
+    def metadata(self) -> TableMetadata:
+        return self.parsed.metadata
+
+    def metadata_json(self) -> str:
+        return self.parsed.json()
 
 
 @dataclass(frozen=True)
@@ -290,7 +301,7 @@ class CatalogService:
                 sort_order=order,
                 properties=request.properties,
             )
-            return LoadedTable(metadata=metadata, metadata_location=None)
+            return LoadedTable.of(metadata, None)
         with self._locks.holding([identifier]):
             table = self.catalog.create_table(
                 identifier,
@@ -300,7 +311,7 @@ class CatalogService:
                 sort_order=order,
                 properties=request.properties,
             )
-        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+        return LoadedTable.of(table.metadata, table.metadata_location)
 
     def _check_new_table(self, request: CreateTableBody) -> None:
         check_schema(request.table_schema)
@@ -352,7 +363,7 @@ class CatalogService:
                 self._set_metadata_location(identifier, metadata_location)
                 return self.load_table(identifier)
             table = self.catalog.register_table(identifier, metadata_location)
-        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+        return LoadedTable.of(table.metadata, table.metadata_location)
 
     def drop_table(self, identifier: Identifier, purge: bool) -> None:
         validate_identifier(identifier)
@@ -372,10 +383,10 @@ class CatalogService:
 
     # -- commits ----------------------------------------------------------------------
 
-    def commit_table(self, change: TableChange) -> CommitTableResponse:
+    def commit_table(self, change: TableChange) -> LoadedTable:
         return self.commit_tables([change])[0]
 
-    def commit_tables(self, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+    def commit_tables(self, changes: Sequence[TableChange]) -> list[LoadedTable]:
         """Apply every change or none.
 
         Under the tables' locks: check each change's requirements against the current
@@ -397,14 +408,11 @@ class CatalogService:
             except Exception:
                 self._delete_metadata_files(written)
                 raise
-            for commit in written:
-                self._metadata.put(commit.staged.metadata_location, commit.staged.metadata)
-        return [
-            CommitTableResponse(
-                metadata=s.staged.metadata, metadata_location=s.staged.metadata_location
-            )
-            for s in staged
-        ]
+        committed = [LoadedTable.of(s.staged.metadata, s.staged.metadata_location) for s in staged]
+        for commit, loaded in zip(staged, committed, strict=True):
+            if not commit.unchanged:
+                self._metadata.put(commit.staged.metadata_location, loaded.parsed)
+        return committed
 
     def _stage(self, change: TableChange) -> _StagedCommit:
         loaded = self._current(change.identifier)
