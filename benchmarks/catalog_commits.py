@@ -146,9 +146,7 @@ def checkout(ref: str, destination: Path) -> Path:
     destination.mkdir(parents=True, exist_ok=True)
     archive = destination / "code.tar"
     with archive.open("wb") as out:
-        subprocess.run(
-            ["git", "archive", ref, "tableflow_core"], cwd=REPO, stdout=out, check=True
-        )
+        subprocess.run(["git", "archive", ref, "tableflow_core"], cwd=REPO, stdout=out, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(destination, filter="data")
     return destination
