@@ -1,7 +1,7 @@
 """Commit throughput of the REST catalog vs pyiceberg's SqlCatalog used directly (baseline).
 
     .venv/bin/python benchmarks/catalog_commits.py [--appends 40] [--writers 4]
-    .venv/bin/python benchmarks/catalog_commits.py --against main [--rounds 3]
+    .venv/bin/python benchmarks/catalog_commits.py --against main [--rounds 3] [--loads-per-commit 4]
 
 Each append writes one small Parquet file and commits a snapshot, so the figures are
 dominated by per-commit overhead: HTTP + auth + locking on top of the same SQLite work.
@@ -173,7 +173,9 @@ class Figures:
         )
 
 
-def measured_appends(server: ServerProcess, namespace: str, appends: int) -> tuple[float, float]:
+def measured_appends(
+    server: ServerProcess, namespace: str, appends: int, loads: int
+) -> tuple[float, float]:
     catalog = server.catalog(namespace)
     catalog.create_namespace(namespace)
     table = catalog.create_table((namespace, "t"), SCHEMA)
@@ -181,12 +183,14 @@ def measured_appends(server: ServerProcess, namespace: str, appends: int) -> tup
     cpu_before = process_cpu_seconds(server.process.pid)
     start = time.perf_counter()
     for i in range(appends):
+        for _ in range(loads):
+            catalog.load_table((namespace, "t"))
         table.append(pa.table({"id": [i]}, schema=SCHEMA))
     wall = time.perf_counter() - start
     return wall, process_cpu_seconds(server.process.pid) - cpu_before
 
 
-def ab_servers(ref: str, appends: int, rounds: int, base: Path) -> None:
+def ab_servers(ref: str, appends: int, rounds: int, loads: int, base: Path) -> None:
     old_code = checkout(ref, base / "code")
     figures: dict[str, Figures] = {ref: Figures(), "this": Figures()}
     roots: dict[str, Path] = {ref: old_code, "this": REPO}
@@ -195,9 +199,12 @@ def ab_servers(ref: str, appends: int, rounds: int, base: Path) -> None:
         for round_no in range(rounds):
             order = [ref, "this"] if round_no % 2 == 0 else ["this", ref]
             for label in order:
-                wall, cpu = measured_appends(servers[label], f"r{round_no}", appends)
+                wall, cpu = measured_appends(servers[label], f"r{round_no}", appends, loads)
                 figures[label].add(appends, wall, cpu)
-    print(f"A/B, server in its own process, {rounds} rounds x {appends} sequential appends:")
+    print(
+        f"A/B, server in its own process, {rounds} rounds x {appends} sequential appends, "
+        f"{loads} table loads before each (as Spark does):"
+    )
     for label, figure in figures.items():
         print(figure.line(label))
     old, new = figures[ref], figures["this"]
@@ -246,11 +253,21 @@ def main() -> None:
         "--against", metavar="REF", help="also A/B this checkout's server against git REF's"
     )
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds (with --against)")
+    parser.add_argument(
+        "--loads-per-commit",
+        type=int,
+        default=4,
+        help="table loads before each A/B commit (Spark's REST client made 4 per append)",
+    )
+    parser.add_argument(
+        "--skip-in-process", action="store_true", help="only the A/B (with --against)"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="catalog-bench-"))
-    in_process(args.appends, args.writers, base)
+    if not args.skip_in_process:
+        in_process(args.appends, args.writers, base)
     if args.against:
-        ab_servers(args.against, args.appends, args.rounds, base)
+        ab_servers(args.against, args.appends, args.rounds, args.loads_per_commit, base)
 
 
 if __name__ == "__main__":
