@@ -214,6 +214,10 @@ def test_responses_match_pyiceberg_models(tmp_path: Path) -> None:
         )
         assert body == json.loads(expected_commit.model_dump_json())
         assert body["metadata"]["properties"]["a"] == "b"
+        # The next load is answered from what the commit cached: still the file's content.
+        reloaded = requests.get(path, headers=headers, timeout=10).json()
+        assert reloaded["metadata-location"] == body["metadata-location"]
+        assert reloaded["metadata"] == body["metadata"]
 
 
 @pytest.mark.slow

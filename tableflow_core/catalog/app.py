@@ -130,8 +130,8 @@ def _error(info: ErrorInfo) -> JSONResponse:
 
 def _table_response(loaded: LoadedTable) -> Response:
     """pyiceberg's `TableResponse`, around metadata JSON serialized once per metadata file."""
-    location = "" if loaded.metadata_location is None else loaded.metadata_location
-    head = f'"metadata-location":{json.dumps(location)},' if location else ""
+    location = loaded.metadata_location  # None for a staged create: left out, as pyiceberg does
+    head = f'"metadata-location":{json.dumps(location)},' if location is not None else ""
     return _json(
         f'{{{head}"metadata":{loaded.metadata_json()},"config":{{}},"storage-credentials":[]}}'
     )
