@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/catalog_commits.py [--appends 40] [--writers 4]
     .venv/bin/python benchmarks/catalog_commits.py --against main [--rounds 3] [--loads-per-commit 4]
+    .venv/bin/python benchmarks/catalog_commits.py --skip-in-process --gil
 
 Each append writes one small Parquet file and commits a snapshot, so the figures are
 dominated by per-commit overhead: HTTP + auth + locking on top of the same SQLite work.
@@ -245,6 +246,70 @@ def in_process(appends: int, writers: int, base: Path) -> None:
     )
 
 
+LOAD_CLIENT = """
+import sys, time, requests
+uri, authorization = sys.argv[1], sys.argv[2]
+session = requests.Session()
+session.headers["Authorization"] = authorization
+times = []
+for _ in range(60):
+    start = time.perf_counter()
+    session.get(uri).raise_for_status()
+    times.append(time.perf_counter() - start)
+times.sort()
+print(f"median {times[30] * 1000:5.1f} ms, p90 {times[54] * 1000:5.1f} ms")
+"""
+
+
+def _busy(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def in_process_gil(base: Path) -> None:
+    """Table loads from another process while this one (hosting the server) is busy or idle."""
+    settings = CatalogServerSettings(
+        warehouse=base / "gil", client_secret=SecretStr("s"), access_log=False, log_level="warning"
+    )
+    with serve_in_background(settings) as server:
+        catalog = load_catalog("gil", **server.pyiceberg_properties())
+        catalog.create_namespace("g")
+        table = catalog.create_table(("g", "t"), SCHEMA)
+        for i in range(20):
+            table.append(pa.table({"id": [i]}, schema=SCHEMA))
+        token = requests.post(
+            server.uri + "/v1/oauth/tokens",
+            data={
+                "grant_type": "client_credentials",
+                "client_id": "tableflow",
+                "client_secret": "s",
+            },
+            timeout=10,
+        ).json()["access_token"]
+        command = [
+            sys.executable, "-c", LOAD_CLIENT,
+            server.uri + "/v1/namespaces/g/tables/t", f"Bearer {token}",
+        ]  # fmt: skip
+
+        def measure() -> str:
+            return subprocess.run(
+                command, capture_output=True, text=True, check=True
+            ).stdout.strip()
+
+        idle = measure()
+        stop = threading.Event()
+        busy = threading.Thread(target=_busy, args=(stop,), daemon=True)
+        busy.start()
+        try:
+            contended = measure()
+        finally:
+            stop.set()
+            busy.join()
+    print("table loads from another process, server in this process (GIL):")
+    print(f"    this process idle:                     {idle}")
+    print(f"    one CPU-bound Python thread beside it: {contended}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--appends", type=int, default=40)
@@ -262,12 +327,19 @@ def main() -> None:
     parser.add_argument(
         "--skip-in-process", action="store_true", help="only the A/B (with --against)"
     )
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="also: load latency of the in-process server while a Python thread is CPU-bound",
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="catalog-bench-"))
     if not args.skip_in_process:
         in_process(args.appends, args.writers, base)
     if args.against:
         ab_servers(args.against, args.appends, args.rounds, args.loads_per_commit, base)
+    if args.gil:
+        in_process_gil(base)
 
 
 if __name__ == "__main__":
