@@ -204,7 +204,7 @@ def ab_servers(ref: str, appends: int, rounds: int, loads: int, base: Path) -> N
                 figures[label].add(appends, wall, cpu)
     print(
         f"A/B, server in its own process, {rounds} rounds x {appends} sequential appends, "
-        f"{loads} table loads before each (as Spark does):"
+        f"{loads} table loads before each (Spark made 4 per append):"
     )
     for label, figure in figures.items():
         print(figure.line(label))
