@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +13,7 @@ from pydantic import SecretStr
 from pyiceberg.catalog import load_catalog
 
 from tableflow_core.catalog import CatalogServerSettings, serve_in_background
+from tableflow_core.catalog.runner import bind_listener
 
 
 def test_auth_none_serves_without_token(tmp_path: Path) -> None:
@@ -55,3 +58,26 @@ def test_access_log_never_shows_secret_or_token(
     logged = output.out + output.err
     assert "/v1/namespaces" in logged  # the access log is on
     assert secret not in logged and token not in logged
+
+
+def test_accepted_connections_disable_nagle() -> None:
+    """Each response is two writes (headers, body): with Nagle on, the second waited
+    for the client's delayed ACK, ~40 ms per request."""
+    listener = bind_listener("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    seen: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, sock=listener)  # as uvicorn does
+        async with server:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            await _reader.read()
+            writer.close()
+
+    asyncio.run(main())
+    assert seen and seen[0] != 0

@@ -1,7 +1,8 @@
 """tableflow's embedded Iceberg REST catalog: pyiceberg's SqlCatalog behind the REST spec.
 
 Public API:
-    CatalogServerSettings, create_app, serve_in_background, RunningCatalogServer,
+    CatalogServerSettings, create_app, serve_in_background, serve_in_subprocess,
+    RunningCatalogServer,
     CatalogService, pyiceberg_catalog_properties, spark_catalog_properties.
 """
 
@@ -11,7 +12,12 @@ from tableflow_core.catalog.clients import (
     spark_catalog_properties,
     token_endpoint,
 )
-from tableflow_core.catalog.runner import RunningCatalogServer, serve_forever, serve_in_background
+from tableflow_core.catalog.runner import (
+    RunningCatalogServer,
+    serve_forever,
+    serve_in_background,
+    serve_in_subprocess,
+)
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 
@@ -24,6 +30,7 @@ __all__ = [
     "pyiceberg_catalog_properties",
     "serve_forever",
     "serve_in_background",
+    "serve_in_subprocess",
     "spark_catalog_properties",
     "token_endpoint",
 ]

@@ -6,6 +6,7 @@ models. Sync handlers run on FastAPI's thread pool; the service does the locking
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
@@ -18,7 +19,6 @@ from pyiceberg.catalog.rest import (
     ListTableResponseEntry,
     ListTablesResponse,
     NamespaceResponse,
-    TableResponse,
     UpdateNamespacePropertiesResponse,
 )
 from pyiceberg.typedef import Identifier
@@ -129,12 +129,18 @@ def _error(info: ErrorInfo) -> JSONResponse:
 
 
 def _table_response(loaded: LoadedTable) -> Response:
-    response = TableResponse(
-        **{"metadata-location": loaded.metadata_location},
-        metadata=loaded.metadata,
-        config={},
+    """pyiceberg's `TableResponse`, around metadata JSON serialized once per metadata file."""
+    location = loaded.metadata_location  # None for a staged create: left out, as pyiceberg does
+    head = f'"metadata-location":{json.dumps(location)},' if location is not None else ""
+    return _json(
+        f'{{{head}"metadata":{loaded.metadata_json()},"config":{{}},"storage-credentials":[]}}'
     )
-    return _json(response.model_dump_json())
+
+
+def _commit_response(loaded: LoadedTable) -> Response:
+    """pyiceberg's `CommitTableResponse`, the same way."""
+    location = json.dumps(loaded.metadata_location)
+    return _json(f'{{"metadata":{loaded.metadata_json()},"metadata-location":{location}}}')
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -313,7 +319,7 @@ def _add_catalog_routes(router: APIRouter, service: CatalogService) -> None:
         ):
             raise BadRequestError("The body's identifier does not match the path")
         result = service.commit_table(TableChange(identifier, body.requirements, body.updates))
-        return _json(result.model_dump_json())
+        return _commit_response(result)
 
     @router.delete("/namespaces/{namespace}/tables/{table}", status_code=204)
     def drop_table(

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import http.client
 import logging
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 import uvicorn
@@ -14,7 +19,7 @@ import uvicorn
 from tableflow_core.catalog.app import create_app
 from tableflow_core.catalog.clients import pyiceberg_catalog_properties, spark_catalog_properties
 from tableflow_core.catalog.service import CatalogService
-from tableflow_core.catalog.settings import CatalogServerSettings
+from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 
 _SECRET_IN_QUERY = re.compile(
     r"((?:client_secret|secret|token|credential)=)[^&\s\"]*", re.IGNORECASE
@@ -42,8 +47,15 @@ def _install_log_redaction() -> None:
             logger.addFilter(RedactSecretsFilter())
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening TCP socket for uvicorn (port 0: a free one).
+
+    `proto` must say TCP: asyncio sets TCP_NODELAY on accepted connections only when the
+    listener's proto is IPPROTO_TCP. Without it Nagle's algorithm held back the second
+    write of each response (uvicorn writes headers and body separately) until the
+    client's delayed ACK, adding ~40 ms to every request.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
@@ -72,22 +84,15 @@ def _open_service(settings: CatalogServerSettings) -> CatalogService:
 
 
 class RunningCatalogServer:
-    """A catalog server running on a background thread of this process."""
+    """A catalog server this process started: on a background thread, or as a child process."""
 
     def __init__(
-        self,
-        settings: CatalogServerSettings,
-        server: uvicorn.Server,
-        thread: threading.Thread,
-        service: CatalogService,
-        port: int,
+        self, settings: CatalogServerSettings, port: int, stop: Callable[[float], None]
     ) -> None:
         self.settings = settings
         self.host = settings.host
         self.port = port
-        self._server = server
-        self._thread = thread
-        self._service = service
+        self._stop = stop
 
     @property
     def uri(self) -> str:
@@ -108,9 +113,7 @@ class RunningCatalogServer:
         return spark_catalog_properties(self.uri, self.credential, warehouse)
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout)
-        self._service.close()
+        self._stop(timeout)
 
     def __enter__(self) -> RunningCatalogServer:
         return self
@@ -133,7 +136,7 @@ def serve_in_background(
     or keep the result and call `.stop()`.
     """
     service = _open_service(settings)
-    sock = _bind(settings.host, settings.port)
+    sock = bind_listener(settings.host, settings.port)
     port = int(sock.getsockname()[1])
     server = _uvicorn_server(settings, service)
     thread = threading.Thread(
@@ -148,14 +151,98 @@ def serve_in_background(
             service.close()
             raise RuntimeError(f"catalog server did not start on {settings.host}:{port}")
         time.sleep(0.02)
-    return RunningCatalogServer(settings, server, thread, service, port)
+
+    def stop(timeout: float) -> None:
+        server.should_exit = True
+        thread.join(timeout)
+        service.close()
+
+    return RunningCatalogServer(settings, port, stop)
 
 
-def serve_forever(settings: CatalogServerSettings) -> None:
-    """Run in the foreground until SIGINT/SIGTERM."""
+def serve_in_subprocess(
+    settings: CatalogServerSettings, timeout: float = 60.0
+) -> RunningCatalogServer:
+    """Start the server as a child process; returns once it answers HTTP.
+
+    In its own process the server does not compete for this process's GIL: beside a
+    CPU-bound Python thread, requests to an in-process server waited tens of ms for it
+    (`benchmarks/catalog_commits.py --gil`). The child listens on a socket bound here (so
+    the port is known at once) and exits when this process goes away, even on kill -9:
+    it watches its stdin, a pipe only this process holds.
+    """
+    listener = bind_listener(settings.host, settings.port)
+    port = int(listener.getsockname()[1])
+    command = [
+        sys.executable, "-m", "tableflow_core.catalog.server",
+        *server_arguments(settings),
+        "--listen-fd", str(listener.fileno()), "--exit-on-stdin-eof",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != CLIENT_SECRET_ENV}
+    if settings.client_secret is not None:
+        env[CLIENT_SECRET_ENV] = settings.client_secret.get_secret_value()
+    try:
+        process = subprocess.Popen(
+            command, env=env, stdin=subprocess.PIPE, pass_fds=(listener.fileno(),)
+        )
+    finally:
+        listener.close()  # the child holds its own copy
+
+    def stop(stop_timeout: float) -> None:
+        if process.stdin is not None:
+            process.stdin.close()  # the child shuts down gracefully on EOF
+        try:
+            process.wait(stop_timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    if not _answers_http(settings.host, port, process, timeout):
+        stop(2.0)
+        raise RuntimeError(f"catalog server process did not start on {settings.host}:{port}")
+    return RunningCatalogServer(settings, port, stop)
+
+
+def _answers_http(host: str, port: int, process: subprocess.Popen[bytes], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        connection = http.client.HTTPConnection(host, port, timeout=5)
+        try:
+            connection.request("GET", "/v1/config")
+            connection.getresponse().read()  # any status: the app is up
+            return True
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            connection.close()
+    return False
+
+
+def server_arguments(settings: CatalogServerSettings) -> list[str]:
+    """Command-line arguments of `python -m tableflow_core.catalog.server` for `settings`
+    (the client secret goes through the environment, never the command line)."""
+    arguments = [
+        "--host", settings.host, "--port", str(settings.port),
+        "--warehouse", str(settings.warehouse),
+        "--auth", settings.auth, "--client-id", settings.client_id,
+        "--catalog-name", settings.catalog_name,
+        "--token-ttl-seconds", str(settings.token_ttl_seconds),
+        "--log-level", settings.log_level,
+    ]  # fmt: skip
+    if settings.database_url is not None:
+        arguments += ["--database-url", settings.database_url]
+    for location in settings.allowed_locations:
+        arguments += ["--allow-location", location]
+    if not settings.access_log:
+        arguments.append("--no-access-log")
+    return arguments
+
+
+def serve_forever(settings: CatalogServerSettings, sock: socket.socket | None = None) -> None:
+    """Run in the foreground until SIGINT/SIGTERM (on `sock` if given, else bind one)."""
     service = _open_service(settings)
     try:
-        sock = _bind(settings.host, settings.port)
+        sock = sock or bind_listener(settings.host, settings.port)
         port = sock.getsockname()[1]
         logging.getLogger(__name__).info(
             "Iceberg REST catalog on http://%s:%s (warehouse %s, auth %s)",

@@ -13,12 +13,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
+import socket
 import sys
+import threading
 from collections.abc import Sequence
 
 from pydantic import SecretStr, ValidationError
 
-from tableflow_core.catalog.runner import RunningCatalogServer, serve_forever, serve_in_background
+from tableflow_core.catalog.runner import (
+    RunningCatalogServer,
+    serve_forever,
+    serve_in_background,
+    serve_in_subprocess,
+)
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 
 __all__ = [
@@ -27,6 +35,7 @@ __all__ = [
     "main",
     "serve_forever",
     "serve_in_background",
+    "serve_in_subprocess",
 ]
 
 
@@ -52,9 +61,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="URI",
         help="a location prefix besides the warehouse where tables may live (repeatable)",
     )
+    parser.add_argument("--catalog-name", default="tableflow", help="name of the catalog's rows")
     parser.add_argument("--token-ttl-seconds", type=int, default=3600)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", action="store_true")
+    # For serve_in_subprocess: a socket the parent bound, and stop when the parent is gone.
+    parser.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--exit-on-stdin-eof", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -73,6 +86,7 @@ def settings_from_args(
         client_id=args.client_id,
         client_secret=SecretStr(secret) if secret else None,
         token_ttl_seconds=args.token_ttl_seconds,
+        catalog_name=args.catalog_name,
         log_level=args.log_level,
         access_log=not args.no_access_log,
     )
@@ -82,14 +96,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    args = parse_args(argv)
     try:
-        settings = settings_from_args(parse_args(argv))
+        settings = settings_from_args(args)
     except ValidationError as exc:
         # pydantic never prints SecretStr values.
         print(f"catalog server: invalid settings: {exc}", file=sys.stderr)
         return 2
-    serve_forever(settings)
+    if args.exit_on_stdin_eof:
+        threading.Thread(target=_stop_on_stdin_eof, name="parent-watch", daemon=True).start()
+    sock = socket.socket(fileno=args.listen_fd) if args.listen_fd is not None else None
+    serve_forever(settings, sock)
     return 0
+
+
+def _stop_on_stdin_eof() -> None:
+    """SIGTERM ourselves (uvicorn's graceful shutdown) once stdin closes: the parent is gone."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -25,20 +25,26 @@ from pyiceberg.exceptions import (
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import CommitTableResponse, StagedTable, Table
+from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
-from sqlalchemy import Engine, event, insert, update
+from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tableflow_core.catalog.errors import BadRequestError, UnprocessableEntityError
 from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
+from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
 from tableflow_core.catalog.models import CreateTableBody
-from tableflow_core.catalog.updates import check_schema, check_transforms, checked_updates
+from tableflow_core.catalog.updates import (
+    check_result,
+    check_schema,
+    check_transforms,
+    checked_updates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +64,19 @@ class TableChange:
 
 @dataclass(frozen=True)
 class LoadedTable:
-    metadata: TableMetadata
+    parsed: ParsedMetadata
     metadata_location: str | None
+
+    @classmethod
+    def of(cls, metadata: TableMetadata, metadata_location: str | None) -> LoadedTable:
+        return cls(ParsedMetadata(metadata), metadata_location)
+
+    @property
+    def metadata(self) -> TableMetadata:
+        return self.parsed.metadata
+
+    def metadata_json(self) -> str:
+        return self.parsed.json()
 
 
 @dataclass(frozen=True)
@@ -150,6 +167,7 @@ class CatalogService:
         self.catalog = catalog
         self.locations = locations or LocationPolicy.for_warehouse(catalog.properties["warehouse"])
         self._locks = TableLocks()
+        self._metadata = MetadataCache()
 
     @classmethod
     def open(
@@ -219,8 +237,40 @@ class CatalogService:
         return self.catalog.table_exists(validate_identifier(identifier))
 
     def load_table(self, identifier: Identifier) -> LoadedTable:
-        table = self.catalog.load_table(validate_identifier(identifier))
-        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+        loaded = self._current(validate_identifier(identifier))
+        if loaded is None:
+            raise NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
+        return loaded
+
+    def _current(self, identifier: Identifier) -> LoadedTable | None:
+        """The table as the database points at it now; its metadata parsed at most once."""
+        location = self._metadata_location(identifier)
+        if location is None:
+            return None
+        return LoadedTable(self._metadata.get(location, self._read_metadata), location)
+
+    def _metadata_location(self, identifier: Identifier) -> str | None:
+        statement = select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == self.catalog.name,
+            IcebergTables.table_namespace == Catalog.namespace_to_string(identifier[:-1]),
+            IcebergTables.table_name == identifier[-1],
+        )
+        if (type_filter := self.catalog._iceberg_type_filter()) is not None:
+            statement = statement.where(type_filter)
+        with self.catalog.engine.connect() as connection:
+            location = connection.execute(statement).scalar_one_or_none()
+        return location or None
+
+    def _read_metadata(self, location: str) -> TableMetadata:
+        io = load_file_io(self.catalog.properties, location)
+        return FromInputFile.table_metadata(io.new_input(location))
+
+    def _as_table(self, identifier: Identifier, loaded: LoadedTable) -> Table:
+        assert loaded.metadata_location is not None
+        io = load_file_io(
+            {**self.catalog.properties, **loaded.metadata.properties}, loaded.metadata_location
+        )
+        return Table(identifier, loaded.metadata, loaded.metadata_location, io, self.catalog)
 
     def create_table(self, namespace: Identifier, request: CreateTableBody) -> LoadedTable:
         """Create a table, or with `stage-create` only return its would-be metadata.
@@ -251,7 +301,7 @@ class CatalogService:
                 sort_order=order,
                 properties=request.properties,
             )
-            return LoadedTable(metadata=metadata, metadata_location=None)
+            return LoadedTable.of(metadata, None)
         with self._locks.holding([identifier]):
             table = self.catalog.create_table(
                 identifier,
@@ -261,7 +311,7 @@ class CatalogService:
                 sort_order=order,
                 properties=request.properties,
             )
-        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+        return LoadedTable.of(table.metadata, table.metadata_location)
 
     def _check_new_table(self, request: CreateTableBody) -> None:
         check_schema(request.table_schema)
@@ -306,12 +356,14 @@ class CatalogService:
     ) -> LoadedTable:
         identifier = (*validate_namespace(namespace), validate_table_name(name))
         self._check_registrable(metadata_location)
+        # A file registered again may have been rewritten in place (not by this catalog).
+        self._metadata.discard(metadata_location)
         with self._locks.holding([identifier]):
             if overwrite and self.catalog.table_exists(identifier):
                 self._set_metadata_location(identifier, metadata_location)
                 return self.load_table(identifier)
             table = self.catalog.register_table(identifier, metadata_location)
-        return LoadedTable(metadata=table.metadata, metadata_location=table.metadata_location)
+        return LoadedTable.of(table.metadata, table.metadata_location)
 
     def drop_table(self, identifier: Identifier, purge: bool) -> None:
         validate_identifier(identifier)
@@ -331,10 +383,10 @@ class CatalogService:
 
     # -- commits ----------------------------------------------------------------------
 
-    def commit_table(self, change: TableChange) -> CommitTableResponse:
+    def commit_table(self, change: TableChange) -> LoadedTable:
         return self.commit_tables([change])[0]
 
-    def commit_tables(self, changes: Sequence[TableChange]) -> list[CommitTableResponse]:
+    def commit_tables(self, changes: Sequence[TableChange]) -> list[LoadedTable]:
         """Apply every change or none.
 
         Under the tables' locks: check each change's requirements against the current
@@ -356,19 +408,15 @@ class CatalogService:
             except Exception:
                 self._delete_metadata_files(written)
                 raise
-        return [
-            CommitTableResponse(
-                metadata=s.staged.metadata, metadata_location=s.staged.metadata_location
-            )
-            for s in staged
-        ]
+        committed = [LoadedTable.of(s.staged.metadata, s.staged.metadata_location) for s in staged]
+        for commit, loaded in zip(staged, committed, strict=True):
+            if not commit.unchanged:
+                self._metadata.put(commit.staged.metadata_location, loaded.parsed)
+        return committed
 
     def _stage(self, change: TableChange) -> _StagedCommit:
-        current: Table | None
-        try:
-            current = self.catalog.load_table(change.identifier)
-        except NoSuchTableError:
-            current = None
+        loaded = self._current(change.identifier)
+        current = self._as_table(change.identifier, loaded) if loaded else None
         if current is None:
             if not any(isinstance(r, AssertCreate) for r in change.requirements):
                 raise NoSuchTableError(f"Table does not exist: {'.'.join(change.identifier)}")
@@ -381,9 +429,16 @@ class CatalogService:
             requirement.validate(current.metadata if current else None)
         base = current.metadata if current else self.catalog._empty_table_metadata()
         updates = checked_updates(base, change.updates, self.locations)
-        staged = self.catalog._update_and_stage_table(
-            current, change.identifier, change.requirements, updates
-        )
+        try:
+            staged = self.catalog._update_and_stage_table(
+                current, change.identifier, change.requirements, updates
+            )
+        except StopIteration:
+            # pyiceberg's metadata.spec()/sort_order() when the default id names nothing.
+            raise BadRequestError(
+                "Invalid updates: the default partition spec or sort order does not exist"
+            ) from None
+        check_result(updates, staged.metadata, self.locations)
         if current is not None and staged.metadata == current.metadata:
             # Nothing changed: keep the current file rather than write an identical one.
             staged = StagedTable(

@@ -29,7 +29,6 @@ from pyiceberg.table.update import (
     SetPropertiesUpdate,
     SetStatisticsUpdate,
     TableUpdate,
-    update_table_metadata,
 )
 from pyiceberg.types import ListType, MapType, NestedField, StructType
 
@@ -241,7 +240,10 @@ def checked_updates(
     updates: Sequence[TableUpdate],
     policy: LocationPolicy,
 ) -> tuple[TableUpdate, ...]:
-    """`updates` once checked (BadRequestError if not valid), with harmless fixes applied."""
+    """`updates` checked one by one (BadRequestError if not valid), with harmless fixes applied.
+
+    The rules on the resulting metadata are `check_result`'s, once the caller applied them.
+    """
     if len(updates) > MAX_UPDATES_PER_COMMIT:
         raise BadRequestError(f"A commit may hold at most {MAX_UPDATES_PER_COMMIT} updates")
     state = _CommitState(base)
@@ -249,14 +251,13 @@ def checked_updates(
     for update in updates:
         replacement = _check(update, state, policy)
         result.append(replacement if replacement is not None else update)
-    try:
-        final = update_table_metadata(base, tuple(result))
-    except StopIteration:
-        # pyiceberg's metadata.spec()/sort_order() when the default id names nothing.
-        raise BadRequestError(
-            "Invalid updates: the default partition spec or sort order does not exist"
-        ) from None
+    return tuple(result)
+
+
+def check_result(
+    updates: Sequence[TableUpdate], final: TableMetadata, policy: LocationPolicy
+) -> None:
+    """The metadata `updates` produced keeps its location, properties and files allowed."""
     policy.check(final.location, "table location")
     policy.check_properties(final.properties, "table")
-    _check_against_final(result, final, policy)
-    return tuple(result)
+    _check_against_final(updates, final, policy)
