@@ -67,6 +67,7 @@ TARGET_BOUND_GB = 2.0
 class Variant:
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
+    pythonpath: str | None = None  # another checkout's tableflow_core (--baseline-src)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -232,11 +233,15 @@ class ApplyRun:
     procs: list[Proc]
 
 
-def apply_measured(root: Path, variant: str, interval: float) -> ApplyRun:
+def apply_measured(
+    root: Path, variant: str, interval: float, pythonpath: str | None = None
+) -> ApplyRun:
     """`tableflow apply --auto-approve` in a new process, its tree sampled."""
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(tableflow_command(root, "apply", "--auto-approve"), stdout=out, stderr=err)
+        command = tableflow_command(root, "apply", "--auto-approve")
+        proc = subprocess.Popen(command, stdout=out, stderr=err, env=env)
         sampler = TreeSampler(proc.pid, interval)
         proc.wait()
         seconds = time.perf_counter() - started
@@ -244,7 +249,9 @@ def apply_measured(root: Path, variant: str, interval: float) -> ApplyRun:
         if proc.returncode != 0:
             out.seek(0)
             err.seek(0)
-            raise SystemExit(f"apply ({variant}) failed:\n{out.read()[-3000:]}\n{err.read()[-3000:]}")
+            raise SystemExit(
+                f"apply ({variant}) failed:\n{out.read()[-3000:]}\n{err.read()[-3000:]}"
+            )
     results = json.loads((root / "target" / "run_results.json").read_text())
     cpu = sampler.cpu_by_kind()
     return ApplyRun(
@@ -269,14 +276,20 @@ def probe_main(conf_json: str, topic: str, partition: int, start: int, end: int)
 
     def on_stats(raw: str) -> None:
         data = json.loads(raw)
-        stats["rx_bytes"] = max(stats["rx_bytes"], sum(b.get("rxbytes", 0) for b in data["brokers"].values()))
+        stats["rx_bytes"] = max(
+            stats["rx_bytes"], sum(b.get("rxbytes", 0) for b in data["brokers"].values())
+        )
         for t in data.get("topics", {}).values():
             for p in t.get("partitions", {}).values():
                 if p.get("partition", -1) >= 0:
                     stats["fetchq_bytes"] = max(stats["fetchq_bytes"], p.get("fetchq_size", 0))
                     stats["fetchq_msgs"] = max(stats["fetchq_msgs"], p.get("fetchq_cnt", 0))
 
-    conf: dict[str, Any] = {**json.loads(conf_json), "statistics.interval.ms": 100, "stats_cb": on_stats}
+    conf: dict[str, Any] = {
+        **json.loads(conf_json),
+        "statistics.interval.ms": 100,
+        "stats_cb": on_stats,
+    }
     before = smaps_rollup(os.getpid())["Pss"]
     peak = [before]
     done = threading.Event()
@@ -299,7 +312,9 @@ def probe_main(conf_json: str, topic: str, partition: int, start: int, end: int)
     print(json.dumps({"records": count, "growth": peak[0] - before, "seconds": seconds, **stats}))
 
 
-def probe(conf: Mapping[str, str], topic: str, partition: int, start: int, end: int) -> dict[str, Any]:
+def probe(
+    conf: Mapping[str, str], topic: str, partition: int, start: int, end: int
+) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--probe", json.dumps(dict(conf)), topic, str(partition), str(start), str(end)],
         check=True, capture_output=True, text=True,
@@ -310,7 +325,9 @@ def probe(conf: Mapping[str, str], topic: str, partition: int, start: int, end: 
 # -- the run -----------------------------------------------------------------------------
 
 
-def project_for(work: Path, name: str, bootstrap: str, url: str, topic: str, cores: int, variant: Variant) -> Path:
+def project_for(
+    work: Path, name: str, bootstrap: str, url: str, topic: str, cores: int, variant: Variant
+) -> Path:
     root = write_tables_project(
         work / name, bootstrap, url, cores,
         [{"name": "events", "topic": topic, "metadata_columns": list(METADATA_COLUMNS)}],
@@ -359,13 +376,26 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--variants", default="default", help=f"comma-separated: {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--variants", default="default", help=f"comma-separated: {', '.join(VARIANTS)}"
+    )
     parser.add_argument("--rounds", type=int, default=1, help="runs of each variant, interleaved")
-    parser.add_argument("--pool", type=int, default=0, help="distinct records to frame and cycle (0: all)")
+    parser.add_argument(
+        "--pool", type=int, default=0, help="distinct records to frame and cycle (0: all)"
+    )
     parser.add_argument("--interval", type=float, default=0.2, help="sampling interval, s")
-    parser.add_argument("--max-records-per-task", type=int, default=250_000, help="as the plan splits")
+    parser.add_argument(
+        "--max-records-per-task", type=int, default=250_000, help="as the plan splits"
+    )
+    parser.add_argument(
+        "--baseline-src", type=Path,
+        help="a directory holding another version's tableflow_core (e.g. `git archive main "
+        "tableflow_core | tar -x -C DIR`): adds variant `baseline-src`, default settings on that code",
+    )  # fmt: skip
     args = parser.parse_args()
-    names = args.variants.split(",")
+    if args.baseline_src:
+        VARIANTS["baseline-src"] = Variant(pythonpath=str(args.baseline_src.resolve()))
+    names = args.variants.split(",") + (["baseline-src"] if args.baseline_src else [])
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
@@ -396,15 +426,19 @@ def main() -> None:
         load_before = os.getloadavg()
         for round_ in range(args.rounds):
             for name in names:
-                root = project_for(work, f"{name}-{round_}", bootstrap, url, topic, args.cores, VARIANTS[name])
-                run = apply_measured(root, name, args.interval)
+                root = project_for(
+                    work, f"{name}-{round_}", bootstrap, url, topic, args.cores, VARIANTS[name]
+                )
+                run = apply_measured(root, name, args.interval, VARIANTS[name].pythonpath)
                 if run.records != args.records:
                     raise SystemExit(f"{name}: apply wrote {run.records}, not {args.records}")
                 runs.append(run)
                 print(f"  {name} round {round_ + 1}: {run.seconds:.1f} s, CPU {run.cpu_s:.1f} s, "
                       f"peak PSS {gb(run.peak_pss)} GB", flush=True)  # fmt: skip
         load_after = os.getloadavg()
-        print(f"load average before: {load_before[0]:.2f}, after: {load_after[0]:.2f} ({os.cpu_count()} cores)")
+        print(
+            f"load average before: {load_before[0]:.2f}, after: {load_after[0]:.2f} ({os.cpu_count()} cores)"
+        )
         report(runs)
         print()
         target = TARGET_1M_GB if args.records <= 1_000_000 else TARGET_BOUND_GB
