@@ -53,10 +53,10 @@ def ranges_frame(spark: SparkSession, groups: Sequence[Sequence[OffsetRange]]) -
     """The ranges as a DataFrame (RANGES_SCHEMA), each group in its own Spark partition.
 
     Built in the JVM (a range of group numbers, one per partition, each expanded to its
-    literal ranges): a Python RDD here would start a second Python worker daemon, because
-    Spark keeps one per set of worker environment variables and RDD and SQL tasks differ
-    (`SPARK_SIMPLIFIED_TRACEBACK`); it and its idle workers held ~190 MB and ~1.5 s of CPU
-    for nothing (benchmarks/memory.py).
+    literal ranges), so no Python worker runs for it: before, a Python RDD (parallelize +
+    flatMap) pickled the groups through a Python worker. Measured neutral on CPU and memory
+    at 200k and 1M records (benchmarks/memory.py --baseline-src); one run on the old code
+    showed a second worker daemon with two idle workers (~190 MB), not seen again.
     """
     from pyspark.sql import functions as F
 
