@@ -163,12 +163,11 @@ class TreeSampler:
     def _kind(self, pid: int, parent: Proc | None) -> str:
         if parent is None:
             return "driver"
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        if comm == "java":
-            return "jvm"
-        if parent.kind == "jvm":
+        if parent.kind == "jvm":  # (a fork not yet exec'd still says java)
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             return "daemon" if b"worker_daemon" in cmdline else "jvm-child"
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+            return "jvm"
         if parent.kind == "daemon":
             return "worker"
         return f"{parent.kind}-child"
@@ -356,9 +355,11 @@ def report(runs: list[ApplyRun]) -> None:
     print(f"{'variant':<12} {'wall s':>7} {'CPU s':>7} {'tree PSS':>9} {'tree RSS':>9}  "
           "peak PSS by kind (GB; worker: largest one)        CPU s by kind")  # fmt: skip
     for run in runs:
-        kinds = "  ".join(f"{k} {gb(v)}" for k, v in sorted(run.peak_kind.items()) if k != "worker")
+        kinds = "  ".join(
+            f"{k} {gb(v)}" for k, v in sorted(run.peak_kind.items()) if k != "worker" and v >= 5e6
+        )
         worker = max((w.peak_pss for w in run.workers), default=0)
-        cpu = "  ".join(f"{k} {v:.1f}" for k, v in sorted(run.cpu_kind.items()))
+        cpu = "  ".join(f"{k} {v:.1f}" for k, v in sorted(run.cpu_kind.items()) if v >= 0.05)
         print(f"{run.variant:<12} {run.seconds:7.1f} {run.cpu_s:7.1f} {gb(run.peak_pss):>9} "
               f"{gb(run.peak_rss):>9}  {kinds}  workers {gb(run.peak_kind.get('worker', 0))} "
               f"({len(run.workers)}, max {gb(worker)})   {cpu}")  # fmt: skip
