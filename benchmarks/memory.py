@@ -68,6 +68,7 @@ class Variant:
     kafka: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
     pythonpath: str | None = None  # another checkout's tableflow_core (--baseline-src)
+    env: Mapping[str, str] = field(default_factory=dict)  # the CLI's (and so Spark's) environment
 
 
 VARIANTS: dict[str, Variant] = {
@@ -83,6 +84,8 @@ VARIANTS: dict[str, Variant] = {
     "arrow-50k": Variant(spark={"spark.sql.execution.arrow.maxRecordsPerBatch": "50000"}),
     "xmx-1g": Variant(spark={"spark.driver.memory": "1g"}),
     "one-task": Variant(spark={"spark.master": "local[1]"}),
+    # glibc's per-thread malloc arenas (8 x cores by default) in the JVM and the workers.
+    "arena-2": Variant(env={"MALLOC_ARENA_MAX": "2"}),
 }
 
 
@@ -232,11 +235,11 @@ class ApplyRun:
     procs: list[Proc]
 
 
-def apply_measured(
-    root: Path, variant: str, interval: float, pythonpath: str | None = None
-) -> ApplyRun:
+def apply_measured(root: Path, variant: str, interval: float, settings: Variant) -> ApplyRun:
     """`tableflow apply --auto-approve` in a new process, its tree sampled."""
-    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    env = {**os.environ, **settings.env}
+    if settings.pythonpath:
+        env["PYTHONPATH"] = settings.pythonpath
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         command = tableflow_command(root, "apply", "--auto-approve")
@@ -430,7 +433,7 @@ def main() -> None:
                 root = project_for(
                     work, f"{name}-{round_}", bootstrap, url, topic, args.cores, VARIANTS[name]
                 )
-                run = apply_measured(root, name, args.interval, VARIANTS[name].pythonpath)
+                run = apply_measured(root, name, args.interval, VARIANTS[name])
                 if run.records != args.records:
                     raise SystemExit(f"{name}: apply wrote {run.records}, not {args.records}")
                 runs.append(run)
