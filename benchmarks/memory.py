@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ from ingest import AvroFramer, record, stack, tableflow_command, write_tables_pr
 
 from tableflow_core.dev import broker
 from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT
+from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -404,6 +406,13 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
     work = Path(tempfile.mkdtemp(prefix="tf-mem-"))
+    try:
+        measure(args, names, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # 10M records leave ~1 GB of broker data
+
+
+def measure(args: argparse.Namespace, names: list[str], work: Path) -> None:
     with stack(work) as (bootstrap, url):
         topic = "bench_events"
         broker.create_topics(bootstrap, {topic: args.partitions})
@@ -448,11 +457,13 @@ def main() -> None:
         target = TARGET_1M_GB if args.records <= 1_000_000 else TARGET_BOUND_GB
         for name in dict.fromkeys(names):
             mine = [r for r in runs if r.variant == name]
-            client = probes[name]["growth"] * min(args.cores, -(-args.records // task_range))
+            ranges = args.partitions * -(-per_partition // task_range)
+            concurrent = min(args.cores, ranges, -(-args.records // MIN_RECORDS_PER_TASK))
+            client = probes[name]["growth"] * concurrent
             peak = max(r.peak_pss for r in mine)
             print(f"{name}: tree peak PSS {gb(peak)} GB (target <= {target:g} GB: "
                   f"{'met' if peak <= target * 1e9 else 'NOT met'}); client buffers ~{gb(client)} GB "
-                  f"({args.cores} concurrent task ranges x probe); engine without them ~{gb(peak - client)} GB")  # fmt: skip
+                  f"({concurrent} concurrent task ranges x probe); engine without them ~{gb(peak - client)} GB")  # fmt: skip
 
 
 if __name__ == "__main__":
