@@ -12,6 +12,18 @@ from typing import Any
 # log, so the limit must be high there (real brokers honour fetch.max.bytes).
 LARGE_RECEIVE_LIMIT = "2147483647"
 
+# What one consumer may hold ahead of the application (librdkafka's defaults: 64 MB and
+# 100k messages per partition, 50 MB per fetch). A range reader runs in each Spark task, a
+# task per core, so these bound the client's share of a worker's memory against a broker
+# that honours fetch limits: 16 MB still keeps a fetch ahead of the decoder, which takes
+# ~10 MB/s per core. noida-db ignores them (benchmarks/memory.py measures the client apart).
+# The user's `kafka.config` overrides any of them.
+BOUNDED_FETCH: dict[str, str] = {
+    "queued.max.messages.kbytes": "16384",
+    "queued.min.messages": "20000",
+    "fetch.max.bytes": "16777216",
+}
+
 
 class KafkaMetadataError(RuntimeError):
     """The broker could not tell us about a topic (missing topic, broker down)."""
@@ -77,10 +89,15 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
+        **BOUNDED_FETCH,
         "logger": DebugLogger(),
     }
     conf.update(kafka_conf)
     conf.update(overrides)
+    if "fetch.max.bytes" not in kafka_conf and "fetch.max.bytes" not in overrides:
+        # librdkafka refuses a fetch.max.bytes above receive.message.max.bytes - 512.
+        receive = int(conf["receive.message.max.bytes"])
+        conf["fetch.max.bytes"] = str(min(int(BOUNDED_FETCH["fetch.max.bytes"]), receive - 512))
     return conf
 
 
