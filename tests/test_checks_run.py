@@ -214,6 +214,13 @@ def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSe
         "row_count": ("fail", None, 0),
     }
     assert "observed 0 rows (expected at least 1)" in run.report.failure_message()
+    # row_count alone: no failing-row flags, great-expectations still counts the batch.
+    alone = checks_for(schema, [{"type": "row_count", "max": 2}])
+    three = batch(spark, sample_rows("orders", 3))
+    for frame_, expected in ((df, ("pass", 0)), (three, ("fail", 3))):
+        results = run_checks(frame_, alone, spark, table="t").report.results
+        assert [(r.outcome, r.observed) for r in results] == [expected]
+    three.unpersist()
     df.unpersist()
 
 

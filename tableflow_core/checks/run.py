@@ -126,16 +126,16 @@ class _GxOutcome:
 def _flag_frame(
     flagged: DataFrame, checks: tuple[CompiledCheck, ...], predicates: dict[str, Column]
 ) -> DataFrame:
-    """One 0/1 column per row-level check (1: the row fails it)."""
+    """One 0/1 column per row-level check (1: the row fails it); a constant column when
+    there is none (row_count alone), so great-expectations never gets a column-less frame."""
     from pyspark.sql import functions as F
 
-    return flagged.select(
-        *[
-            F.when(predicates[check.name], F.lit(1)).otherwise(F.lit(0)).alias(_flag(index))
-            for index, check in enumerate(checks)
-            if check.name in predicates
-        ]
-    )
+    flags = [
+        F.when(predicates[check.name], F.lit(1)).otherwise(F.lit(0)).alias(_flag(index))
+        for index, check in enumerate(checks)
+        if check.name in predicates
+    ]
+    return flagged.select(*(flags or [F.lit(1).alias("__tf_row")]))
 
 
 def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...], total: int) -> list[_GxOutcome]:
