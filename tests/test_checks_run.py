@@ -214,4 +214,74 @@ def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSe
         "row_count": ("fail", None, 0),
     }
     assert "observed 0 rows (expected at least 1)" in run.report.failure_message()
+    # row_count alone: no failing-row flags, great-expectations still counts the batch.
+    alone = checks_for(schema, [{"type": "row_count", "max": 2}])
+    three = batch(spark, sample_rows("orders", 3))
+    for frame_, expected in ((df, ("pass", 0)), (three, ("fail", 3))):
+        results = run_checks(frame_, alone, spark, table="t").report.results
+        assert [(r.outcome, r.observed) for r in results] == [expected]
+    three.unpersist()
+    df.unpersist()
+
+
+def native_counts(df: DataFrame, checks: Any) -> dict[str, int]:
+    """Failing counts from great-expectations' own column expectations (what `run_checks`
+    used to map each check onto), as an independent judge of the compiled predicates."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    builders: dict[str, Any] = {
+        "not_null": lambda c: gxe.ExpectColumnValuesToNotBeNull(column=c.columns[0]),
+        "unique": lambda c: (
+            gxe.ExpectColumnValuesToBeUnique(column=c.columns[0])
+            if len(c.columns) == 1
+            else gxe.ExpectCompoundColumnsToBeUnique(column_list=list(c.columns))
+        ),
+        "accepted_values": lambda c: gxe.ExpectColumnValuesToBeInSet(
+            column=c.columns[0], value_set=list(c.values)
+        ),
+        "range": lambda c: gxe.ExpectColumnValuesToBeBetween(
+            column=c.columns[0], min_value=c.min, max_value=c.max
+        ),
+    }
+    context = gx.get_context(mode="ephemeral")
+    definition = (
+        context.data_sources.add_spark(name="native")
+        .add_dataframe_asset(name="batch")
+        .add_batch_definition_whole_dataframe("whole")
+    )
+    batch = definition.get_batch(batch_parameters={"dataframe": df})
+    counts = {}
+    for check in checks.checks:
+        if check.kind in builders:
+            result = batch.validate(builders[check.kind](check))
+            counts[check.name] = int(result.result["unexpected_count"])
+    return counts
+
+
+def test_predicates_count_like_great_expectations_native_expectations(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    rows = [dict(r) for r in orders]
+    rows[40]["order_id"] = None  # NULL keys: not judged by unique, failing for not_null
+    rows[41]["order_id"] = None
+    rows[50]["status"] = None  # NULL is not judged by accepted_values nor range
+    rows[51]["quantity"] = None
+    rows[61]["customer_id"], rows[61]["currency"] = rows[60]["customer_id"], rows[60]["currency"]
+    compiled = checks_for(
+        sample_schema("orders"),
+        [
+            {"type": "not_null", "columns": ["coupon", "order_id", "status"], "severity": "warn"},
+            {"type": "unique", "columns": ["order_id"], "severity": "warn"},
+            {"type": "unique", "columns": ["customer_id", "currency"], "severity": "warn"},
+            {"type": "accepted_values", "column": "status", "severity": "warn",
+             "values": ["PLACED", "PAID", "SHIPPED", "DELIVERED"]},
+            {"type": "range", "column": "quantity", "min": 1, "max": 10, "severity": "warn"},
+        ],
+    )  # fmt: skip
+    df = batch(spark, rows)
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    native = native_counts(df, compiled)
+    assert len(native) == 7 and all(native.values())  # every check finds failing rows
+    assert {r.name: r.failing for r in run.report.results} == native
     df.unpersist()

@@ -1,25 +1,28 @@
 """Running compiled checks on a batch with great-expectations (Spark), before publishing.
 
-great-expectations is imported here, inside `run_checks`, with its analytics switched
-off first: `plan`, `--help` and tables without checks never pay its ~4 s import, and it
-never calls home. One ephemeral GX context, one Spark dataframe asset and one
-validation definition carry every check of the table; GX decides each outcome and the
-failing counts. Every check maps onto a GX expectation:
+great-expectations is imported here with its analytics switched off first: `plan`,
+`--help` and tables without checks never pay its import (~4 s of CPU). A table with
+checks starts that import on a background thread (`prepare_great_expectations`) when
+its check stage begins, so it overlaps the Spark job that reads and counts the batch.
 
-| check | expectation |
-|---|---|
-| not_null | ExpectColumnValuesToNotBeNull (one per column) |
-| unique | ExpectColumnValuesToBeUnique / ExpectCompoundColumnsToBeUnique |
-| accepted_values | ExpectColumnValuesToBeInSet |
-| range | ExpectColumnValuesToBeBetween |
-| expression | UnexpectedRowsExpectation (`SELECT * FROM {batch} WHERE NOT coalesce(expr, false)`) |
-| row_count | ExpectTableRowCountToBeBetween |
+One validation judges every check of the table in one bundled aggregate. Each
+row-level check compiles to a Spark SQL predicate selecting its failing rows
+(`compile.py`, plus a window count for `unique`); the batch gets one 0/1 flag column
+per check, and great-expectations validates that flag frame with one
+`ExpectColumnSumToBeBetween(max_value=0)` per check (the sum is the exact failing
+count) and `ExpectTableRowCountToBeBetween` for `row_count`. Its Spark engine
+computes all the sums as one `df.agg(...)` (metrics of the same domain are bundled),
+after the row count it always computes first: two passes over the persisted batch,
+whatever the number of checks. Mapping each check straight onto a native expectation
+(ExpectColumnValuesToNotBeNull, ...ToBeUnique, ...ToBeInSet, ...ToBeBetween,
+UnexpectedRowsExpectation) cost one or more Spark jobs per expectation (10 jobs for
+five checks); `tests/test_checks_run.py` holds the predicates to those native
+expectations' counts.
 
 Sample failing rows and the rows taken out for `on_failure: skip|dlq` are selected in
-Spark with each check's failing-rows predicate (GX reports values, not rows); the
-tests hold both to the same counts. The caller should persist the input first: GX runs
-several Spark jobs over it, and `run_checks` counts it before anything else (which also
-completes the transform stage's counting observation).
+Spark with the same predicates, only when a check failed. The caller should persist
+the input first: `run_checks` counts it (which also completes the transform stage's
+counting observation), then great-expectations reads it twice.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +46,9 @@ CHECK_ERROR_CLASS = "CheckFailed"
 _REASON = "__tf_check_reason"
 _DLQ = "dlq"
 _SKIP = "skip"
-# great-expectations evaluates UnexpectedRowsExpectation on Spark through one
-# session-wide temp view named "tmp_view": two tables validating at once in the same
-# SparkSession would read each other's batch. Validations take turns.
+# great-expectations keeps process-wide state (expectation registry, config providers)
+# that is not documented as thread-safe; tables validating at once take turns (each
+# validation is two short passes over a persisted batch).
 _GX_LOCK = threading.Lock()
 
 
@@ -63,6 +65,28 @@ class CheckRun:
     skipped_df: DataFrame | None = None
 
 
+_GX_IMPORT: threading.Thread | None = None
+_GX_IMPORT_LOCK = threading.Lock()
+
+
+def _import_gx() -> None:
+    import great_expectations.expectations  # noqa: F401
+
+
+def prepare_great_expectations() -> None:
+    """Start importing great-expectations on a daemon thread (once per process), so the
+    import overlaps the Spark work that comes before the validation. `_gx()` waits
+    for it; an import that fails there fails again, with its error, in `_gx()`."""
+    global _GX_IMPORT
+    os.environ["GX_ANALYTICS_ENABLED"] = "false"
+    with _GX_IMPORT_LOCK:
+        if _GX_IMPORT is None:
+            _GX_IMPORT = threading.Thread(
+                target=_import_gx, name="tableflow-gx-import", daemon=True
+            )
+            _GX_IMPORT.start()
+
+
 def _gx() -> Any:
     os.environ["GX_ANALYTICS_ENABLED"] = "false"
     import great_expectations as gx
@@ -70,31 +94,21 @@ def _gx() -> Any:
     return gx
 
 
-def _expectation(check: CompiledCheck) -> Any:
+def _flag(index: int) -> str:
+    return f"__tf_failing_{index}"
+
+
+def _expectation(check: CompiledCheck, index: int) -> Any:
+    """The expectation judging `check` over the flag frame (see the module docstring)."""
     import great_expectations.expectations as gxe
 
-    builders: dict[str, Callable[[CompiledCheck], Any]] = {
-        "not_null": lambda c: gxe.ExpectColumnValuesToNotBeNull(column=c.columns[0]),
-        "unique": lambda c: (
-            gxe.ExpectColumnValuesToBeUnique(column=c.columns[0])
-            if len(c.columns) == 1
-            else gxe.ExpectCompoundColumnsToBeUnique(column_list=list(c.columns))
-        ),
-        "accepted_values": lambda c: gxe.ExpectColumnValuesToBeInSet(
-            column=c.columns[0], value_set=list(c.values)
-        ),
-        "range": lambda c: gxe.ExpectColumnValuesToBeBetween(
-            column=c.columns[0], min_value=c.min, max_value=c.max
-        ),
-        "expression": lambda c: gxe.UnexpectedRowsExpectation(
-            unexpected_rows_query=f"SELECT * FROM {{batch}} WHERE {c.failing_rows}",
-            description=c.name,
-        ),
-        "row_count": lambda c: gxe.ExpectTableRowCountToBeBetween(
-            min_value=_int_or_none(c.min), max_value=_int_or_none(c.max)
-        ),
-    }
-    return builders[check.kind](check)
+    if check.kind == "row_count":
+        return gxe.ExpectTableRowCountToBeBetween(
+            min_value=_int_or_none(check.min), max_value=_int_or_none(check.max)
+        )
+    return gxe.ExpectColumnSumToBeBetween(
+        column=_flag(index), min_value=0, max_value=0, description=check.name
+    )
 
 
 def _int_or_none(value: float | None) -> int | None:
@@ -104,16 +118,42 @@ def _int_or_none(value: float | None) -> int | None:
 @dataclass(frozen=True)
 class _GxOutcome:
     success: bool
-    rows_evaluated: int | None
     failing: int | None
     observed: int | None
     error: str | None
 
 
-def _validate(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> list[_GxOutcome]:
+def _flag_frame(
+    flagged: DataFrame, checks: tuple[CompiledCheck, ...], predicates: dict[str, Column]
+) -> DataFrame:
+    """One 0/1 column per row-level check (1: the row fails it); a constant column when
+    there is none (row_count alone), so great-expectations never gets a column-less frame."""
+    from pyspark.sql import functions as F
+
+    flags = [
+        F.when(predicates[check.name], F.lit(1)).otherwise(F.lit(0)).alias(_flag(index))
+        for index, check in enumerate(checks)
+        if check.name in predicates
+    ]
+    return flagged.select(*(flags or [F.lit(1).alias("__tf_row")]))
+
+
+def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...], total: int) -> list[_GxOutcome]:
+    """great-expectations' verdict on every check, from the flag frame of the batch.
+
+    An empty batch has no rows to fail: row-level checks pass without a validation
+    (a sum over no rows is NULL, which the expectation would not accept)."""
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    judged = [
+        (index, check)
+        for index, check in enumerate(checks)
+        if check.kind == "row_count" or total > 0
+    ]
+    outcomes = {index: _GxOutcome(True, 0, None, None) for index in range(len(checks))}
+    if not judged:
+        return list(outcomes.values())
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = (
@@ -122,34 +162,30 @@ def _validate(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> list[_GxOutco
         .add_batch_definition_whole_dataframe("whole")
     )
     suite = context.suites.add(gx.ExpectationSuite(name="checks"))
-    ids = [suite.add_expectation(_expectation(check)).id for check in checks]
+    ids = {suite.add_expectation(_expectation(check, index)).id: index for index, check in judged}
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(name="tableflow", data=batch, suite=suite)
     )
     with _GX_LOCK:
         run = definition.run(
-            batch_parameters={"dataframe": df},
-            result_format={"result_format": "BASIC", "partial_unexpected_count": 0},
+            batch_parameters={"dataframe": flags}, result_format={"result_format": "BASIC"}
         )
-    by_id = {r.expectation_config.id: r for r in run.results}
-    return [_outcome(by_id[i]) for i in ids]
+    for result in run.results:
+        outcomes[ids[result.expectation_config.id]] = _outcome(result)
+    return [outcomes[index] for index in range(len(checks))]
 
 
 def _outcome(result: Any) -> _GxOutcome:
     info = result.exception_info or {}
     raised = info.get("raised_exception") if isinstance(info, dict) else False
     error = info.get("exception_message") if raised else None
-    values = result.result or {}
-    observed = values.get("observed_value")
-    unexpected = values.get("unexpected_count")
-    kind = result.expectation_config.type
-    if kind == "unexpected_rows_expectation":
-        unexpected, observed = observed, None
+    observed = (result.result or {}).get("observed_value")
+    count = int(observed) if isinstance(observed, int) and not raised else None
+    row_count = result.expectation_config.type == "expect_table_row_count_to_be_between"
     return _GxOutcome(
         success=bool(result.success) and not raised,
-        rows_evaluated=values.get("element_count"),
-        failing=int(unexpected) if unexpected is not None else None,
-        observed=int(observed) if isinstance(observed, int) else None,
+        failing=None if row_count else count,
+        observed=count if row_count else None,
         error=str(error) if error else None,
     )
 
@@ -235,9 +271,10 @@ def run_checks(
         )
         report = CheckReport(table=table, results=(), rows_evaluated=0)
         return CheckRun(report, df, empty, 0, 0, empty)
+    prepare_great_expectations()  # no-op if the check stage started it already
     total = df.count()
-    outcomes = _validate(df, checks)
     flagged, predicates = _with_failing_flags(df, checks)
+    outcomes = _validate(_flag_frame(flagged, checks, predicates), checks, total)
     results = []
     for check, gx_result in zip(checks, outcomes, strict=True):
         outcome, action = _verdict(check, gx_result)
@@ -251,9 +288,7 @@ def run_checks(
                 key=check.key,
                 severity=check.severity,
                 on_failure=check.on_failure,
-                rows_evaluated=gx_result.rows_evaluated
-                if gx_result.rows_evaluated is not None
-                else total,
+                rows_evaluated=total,
                 failing=None if check.kind == "row_count" else (gx_result.failing or 0),
                 outcome=outcome,
                 action=action,

@@ -2,7 +2,8 @@
 
 Plan emits one Check stage per configured check (one line each in `plan`); all of them
 run at the first, as one great-expectations validation over the persisted batch
-(`checks.run.run_checks`); the later check stages pass the batch on. Then:
+(`checks.run.run_checks`: a count, then two bundled aggregate passes, whatever the
+number of checks); the later check stages pass the batch on. Then:
 
 - a failing check with severity error (on_failure fail) stops the run before anything
   is written: nothing is published, the offsets do not move, the error names the table,
@@ -40,10 +41,12 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     if spec.index != 0:
         return batch  # every check ran at the first check stage
     from tableflow_core.checks import ChecksFailedError
-    from tableflow_core.checks.run import run_checks
+    from tableflow_core.checks.run import prepare_great_expectations, run_checks
 
     assert batch.good is not None, "check needs the decode stage before it"
-    # great-expectations reads the batch several times: read Kafka and transform once.
+    # Its import overlaps the job below that reads Kafka, decodes and transforms.
+    prepare_great_expectations()
+    # Counted, validated (two passes), then written: read Kafka and transform once.
     persisted = batch.good.persist()
 
     def release() -> None:
