@@ -171,7 +171,7 @@ def route_and_account(
         ).check()
         holder["accounting"] = accounting
         crash_point("after_dead_letter")
-        _commit_accounting(context, accounting)
+        _record_accounting(context, accounting)
 
     def accounting_json() -> dict[str, Any] | None:
         found = holder.get("accounting")
@@ -184,7 +184,7 @@ def route_and_account(
     )
 
 
-def _commit_accounting(context: StageContext, accounting: RunAccounting) -> None:
+def _record_accounting(context: StageContext, accounting: RunAccounting) -> None:
     """The accounting goes in the summary of the publish commit's snapshot, beside the
     offsets and what the stages reported: the head of `main` after publish holds them all."""
     context.publish_properties.update(accounting.snapshot_summary())
