@@ -1,8 +1,8 @@
 """A table's snapshots, refs and properties: what a run checks before and after it writes.
 
 Two readers give the same `TableState`:
-- `load_table_state`: pyiceberg reads the table's metadata from the catalog (one catalog
-  request, no Spark job). `ingest` uses it whenever it has the target's catalog handle.
+- `table_state_of`: of pyiceberg table metadata (one catalog request to load the table,
+  no Spark job). `ingest` uses it (it always has the target's catalog handle).
 - `read_table_state`: Spark's metadata tables (three small Spark jobs), for callers that
   only hold a SparkSession (maintenance, tests).
 Only metadata reaches the driver (a few rows per snapshot), never data.
@@ -66,11 +66,6 @@ def read_table_state(spark: SparkSession, identifier: str) -> TableState:
         for row in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()
     }
     return TableState(refs.get("main"), snapshots, refs, properties)
-
-
-def load_table_state(catalog: Any, identifier: tuple[str, ...]) -> TableState:
-    """The table's state as the catalog holds it now (`catalog`: a pyiceberg Catalog)."""
-    return table_state_of(catalog.load_table(identifier).metadata)
 
 
 def table_state_of(metadata: Any) -> TableState:
