@@ -258,16 +258,21 @@ def tree_cpu_seconds(pid: int, seen: dict[int, float]) -> None:
 
 
 def cli_measured(
-    root: Path, *args: str, env: dict[str, str] | None = None, cpu: dict[int, float] | None = None
+    root: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cpu: dict[int, float] | None = None,
+    cwd: Path | None = None,
 ) -> tuple[float, int]:
     """Run `tableflow ARGS` on the project in a new process: (wall seconds, peak RSS of its
     process tree in bytes: the CLI, the JVM, Spark's Python workers; sampled every 0.2 s).
-    `env`: the child's environment (e.g. another PYTHONPATH); `cpu` collects the tree's CPU
-    seconds by pid (`tree_cpu_seconds`)."""
+    `env`: the child's environment (e.g. another PYTHONPATH) and `cwd` its directory (`-m`
+    puts the working directory first on sys.path: a tree's own root for an A/B run);
+    `cpu` collects the tree's CPU seconds by pid (`tree_cpu_seconds`)."""
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            tableflow_command(root, *args), stdout=out, stderr=err, text=True, env=env
+            tableflow_command(root, *args), stdout=out, stderr=err, text=True, env=env, cwd=cwd
         )
         peak = 0
         while proc.poll() is None:

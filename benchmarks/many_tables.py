@@ -54,6 +54,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -216,6 +217,13 @@ def ab_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> N
     for topic in topics:
         produce(bootstrap, url, topic, records, args.partitions)
     trees = {"this tree": REPO, args.against: checkout(args.against, work / "against")}
+    for label, tree in trees.items():  # the CLI must import each tree's own tableflow_core
+        where = subprocess.run(
+            [sys.executable, "-c", "import tableflow_core; print(tableflow_core.__file__)"],
+            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert where.startswith(str(tree)), (label, where)
     figures: dict[str, list[tuple[float, float, int]]] = {label: [] for label in trees}
     load_before = os.getloadavg()
     for round_ in range(args.rounds):
@@ -227,7 +235,9 @@ def ab_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> N
             )  # fmt: skip
             env = {**os.environ, "PYTHONPATH": str(trees[label])}
             cpu: dict[int, float] = {}
-            wall, _ = cli_measured(root, "apply", "--auto-approve", env=env, cpu=cpu)
+            wall, _ = cli_measured(
+                root, "apply", "--auto-approve", env=env, cpu=cpu, cwd=trees[label]
+            )
             assert applied(root) == (n, n * records), (label, applied(root))
             figures[label].append((wall, sum(cpu.values()), catalog_commits(root, topics)))
             print(f"round {round_ + 1} {label:<14} apply {wall:6.2f} s wall, "

@@ -115,3 +115,19 @@ def test_main_moved_before_the_publish_is_refused_before_committing(
     with pytest.raises(MainMovedError, match="branched from"):
         publish_run(table, base, BRANCH, {"tableflow.offsets": "run"})
     assert commits(table) == before
+
+
+def test_two_runs_giving_a_new_table_its_first_snapshot(catalog_server: CatalogServer) -> None:
+    """The second run's commit is refused (main exists now); pyiceberg's retry may put its
+    empty snapshot on top of the first run's, but never creates the branch: the run is
+    told to start over, and main carries no offsets either way."""
+    catalog, table = new_table(catalog_server)
+    late = catalog.load_table(table.name())  # loaded before the first run's commit
+    first = start_run(table, BRANCH, [])
+    with pytest.raises(MainMovedError):
+        start_run(late, "tableflow_run_late", [])
+    now = catalog.load_table(table.name())
+    assert set(now.metadata.refs) == {"main", BRANCH}
+    ancestry = table_state_of(now.metadata).ancestors_of(now.metadata.current_snapshot_id)
+    assert ancestry[-1] == first
+    assert all(now.scan(snapshot_id=s).to_arrow().num_rows == 0 for s in ancestry)
