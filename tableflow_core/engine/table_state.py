@@ -51,16 +51,20 @@ def table_exists(spark: SparkSession, identifier: str) -> bool:
 
 
 def read_table_state(spark: SparkSession, identifier: str) -> TableState:
+    # Three reads, not one: refs first. Snapshots are only ever added (between two reads;
+    # expiry is maintenance itself), so main's snapshot read first is in the list read
+    # after it. The other order misses a publish landing in between: one commit adds the
+    # snapshot and moves main to it (engine/run_branch.py).
+    refs = {
+        str(row.name): int(row.snapshot_id)
+        for row in spark.sql(f"SELECT name, snapshot_id FROM {identifier}.refs").collect()
+    }
     snapshots = tuple(
         SnapshotInfo(int(row.snapshot_id), row.parent_id, dict(row.summary or {}))
         for row in spark.sql(
             f"SELECT snapshot_id, parent_id, summary FROM {identifier}.snapshots"
         ).collect()
     )
-    refs = {
-        str(row.name): int(row.snapshot_id)
-        for row in spark.sql(f"SELECT name, snapshot_id FROM {identifier}.refs").collect()
-    }
     properties = {
         str(row.key): str(row.value)
         for row in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()
