@@ -240,15 +240,44 @@ def tree_rss_bytes(pid: int) -> int:
     return total
 
 
-def cli_measured(root: Path, *args: str) -> tuple[float, int]:
+def tree_cpu_seconds(pid: int, seen: dict[int, float]) -> None:
+    """Record user+sys CPU seconds of a process and its descendants into `seen` (by pid;
+    Linux /proc). Sampled while the tree runs: the last interval of a process is missed."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stack_ = [pid]
+    while stack_:
+        current = stack_.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            seen[current] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack_.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, IndexError, ValueError):
+            continue
+
+
+def cli_measured(
+    root: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cpu: dict[int, float] | None = None,
+    cwd: Path | None = None,
+) -> tuple[float, int]:
     """Run `tableflow ARGS` on the project in a new process: (wall seconds, peak RSS of its
-    process tree in bytes: the CLI, the JVM, Spark's Python workers; sampled every 0.2 s)."""
+    process tree in bytes: the CLI, the JVM, Spark's Python workers; sampled every 0.2 s).
+    `env`: the child's environment (e.g. another PYTHONPATH) and `cwd` its directory (`-m`
+    puts the working directory first on sys.path: a tree's own root for an A/B run);
+    `cpu` collects the tree's CPU seconds by pid (`tree_cpu_seconds`)."""
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(tableflow_command(root, *args), stdout=out, stderr=err, text=True)
+        proc = subprocess.Popen(
+            tableflow_command(root, *args), stdout=out, stderr=err, text=True, env=env, cwd=cwd
+        )
         peak = 0
         while proc.poll() is None:
             peak = max(peak, tree_rss_bytes(proc.pid))
+            if cpu is not None:
+                tree_cpu_seconds(proc.pid, cpu)
             time.sleep(0.2)
         seconds = time.perf_counter() - started
         if proc.returncode != 0:

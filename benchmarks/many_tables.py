@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/many_tables.py --tables 20 --records 5000
     .venv/bin/python benchmarks/many_tables.py --tables 50 --run-seconds 300 --interval 60
+    .venv/bin/python benchmarks/many_tables.py --tables 20 --records 5000 --against REV --rounds 2
 
 Starts its own noida-db broker and dev registry (127.0.0.1, free ports); one topic per
 table (`--partitions` each), Confluent-framed Avro (the 10-field event of ingest.py).
@@ -21,6 +22,14 @@ project written to a tmp dir (embedded catalog, Spark local[cores]):
   project of `--records` (which also counts the extra records) and the baseline's own
   per-topic overhead are printed beside it.
 Targets (issue 13): 20 tables x 5k records applied in <= 20 s, per-table overhead <= 0.5 s.
+
+A/B mode (`--against REV`): the apply of N tables by this tree and by tableflow_core as
+of git revision REV (a `git archive` copy, run with PYTHONPATH pointing at it), on the
+same topics, each on a fresh project, interleaved for `--rounds` rounds (the order
+alternates). Per apply: wall seconds, CPU seconds of the CLI's process tree (user+sys,
+sampled from /proc every 0.2 s) and catalog commits per table (the metadata files in
+each table's metadata log, CREATE TABLE included). For a loaded machine, where wall
+clock is noisy: CPU and commits are the evidence.
 
 Run mode (`--run-seconds S`): `tableflow run` on the N-table project with
 `refresh_interval` = `--interval` (60 s), while a producer trickles `--trickle` records/s
@@ -43,9 +52,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import io
 import math
 import os
 import shutil
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,7 +66,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ingest import baseline, cli, produce, run_results, stack, write_tables_project
+from ingest import (
+    baseline,
+    cli,
+    cli_measured,
+    produce,
+    run_results,
+    stack,
+    write_tables_project,
+)
 from run_latency import (
     Produced,
     RateProducer,
@@ -66,6 +87,7 @@ from run_latency import (
 
 from tableflow_core.dev import broker
 
+REPO = Path(__file__).resolve().parent.parent
 APPLY_TARGET_S = 20.0  # 20 tables x 5k records
 OVERHEAD_TARGET_S = 0.5  # per table
 
@@ -174,6 +196,65 @@ def apply_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -
         print(f"apply ratio baseline/tableflow: {base_n / apply_s:.2f}")
 
 
+def checkout(rev: str, into: Path) -> Path:
+    """tableflow_core as of git revision `rev`, extracted under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "tableflow_core"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def catalog_commits(root: Path, topics: list[str]) -> int:
+    """Catalog commits of the project's tables: metadata files, CREATE TABLE included."""
+    return sum(
+        len(sql_table_loader(root / "warehouse", t)().metadata.metadata_log) + 1 for t in topics
+    )
+
+
+def ab_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> None:
+    n, records = args.tables, args.records
+    topics = [topic_name(i) for i in range(n)]
+    broker.create_topics(bootstrap, {t: args.partitions for t in topics})
+    for topic in topics:
+        produce(bootstrap, url, topic, records, args.partitions)
+    trees = {"this tree": REPO, args.against: checkout(args.against, work / "against")}
+    for label, tree in trees.items():  # the CLI must import each tree's own tableflow_core
+        where = subprocess.run(
+            [sys.executable, "-c", "import tableflow_core; print(tableflow_core.__file__)"],
+            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert where.startswith(str(tree)), (label, where)
+    figures: dict[str, list[tuple[float, float, int]]] = {label: [] for label in trees}
+    load_before = os.getloadavg()
+    for round_ in range(args.rounds):
+        labels = list(trees) if round_ % 2 == 0 else list(reversed(trees))
+        for label in labels:
+            root = write_tables_project(
+                work / f"ab_{len(figures[label])}_{label.replace(' ', '_')}",
+                bootstrap, url, args.cores, tables_yaml(topics),
+            )  # fmt: skip
+            env = {**os.environ, "PYTHONPATH": str(trees[label])}
+            cpu: dict[int, float] = {}
+            wall, _ = cli_measured(
+                root, "apply", "--auto-approve", env=env, cpu=cpu, cwd=trees[label]
+            )
+            assert applied(root) == (n, n * records), (label, applied(root))
+            figures[label].append((wall, sum(cpu.values()), catalog_commits(root, topics)))
+            print(f"round {round_ + 1} {label:<14} apply {wall:6.2f} s wall, "
+                  f"{sum(cpu.values()):6.1f} s CPU, {figures[label][-1][2] / n:.1f} commits/table",
+                  flush=True)  # fmt: skip
+    load_after = os.getloadavg()
+    print(f"\n{n} tables x {records:,} records, {args.rounds} round(s), load average "
+          f"{load_before[0]:.2f} -> {load_after[0]:.2f} ({os.cpu_count()} cores)")  # fmt: skip
+    print(f"{'tree':<14} {'wall s (median)':>15} {'CPU s (median)':>15} {'commits/table':>13}")
+    for label, rows in figures.items():
+        print(f"{label:<14} {np.median([r[0] for r in rows]):>15.2f} "
+              f"{np.median([r[1] for r in rows]):>15.1f} {rows[-1][2] / n:>13.1f}")  # fmt: skip
+
+
 def run_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> None:
     n, interval = args.tables, args.interval
     topics = [topic_name(i) for i in range(n)]
@@ -280,11 +361,15 @@ def main() -> None:
     parser.add_argument("--interval", type=int, default=60, help="run mode: refresh_interval, s")
     parser.add_argument("--trickle", type=float, default=2.0, help="run mode: records/s per table")
     parser.add_argument("--show", type=int, default=10, help="run mode: tables listed")
+    parser.add_argument("--against", help="A/B mode: a git revision to compare with")
+    parser.add_argument("--rounds", type=int, default=2, help="A/B mode: interleaved rounds")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tf-bench-many-"))
     print(f"work dir {work}; started {dt.datetime.now(dt.UTC):%H:%M:%S} UTC")
     with stack(work) as (bootstrap, url):
-        if args.run_seconds > 0:
+        if args.against:
+            ab_mode(args, work, bootstrap, url)
+        elif args.run_seconds > 0:
             run_mode(args, work, bootstrap, url)
         else:
             apply_mode(args, work, bootstrap, url)

@@ -182,6 +182,15 @@ def scan_seconds(project_root: Path) -> tuple[float, float, int, int]:
     return pyiceberg_s, duck_s, rows, delete_files
 
 
+def catalog_commits(project_root: Path) -> int:
+    """The table's catalog commits so far (its metadata files, CREATE TABLE included)."""
+    from tableflow_core.config.loader import load_project
+    from tableflow_core.targets.catalog import open_catalog
+
+    with open_catalog(load_project(project_root)) as handle:
+        return len(handle.catalog.load_table("bench.events").metadata.metadata_log) + 1
+
+
 def table_summary(project_root: Path) -> tuple[int, float]:
     from tableflow_core.config.loader import load_project
     from tableflow_core.targets.catalog import open_catalog
@@ -241,12 +250,14 @@ def main() -> None:
         assert ours == theirs, (ours, theirs)
 
         batch_times = []
+        commits_before = catalog_commits(root)
         for seed in range(2, args.batches + 1):
             topic.produce(batch_changes(args.rows, args.batch, seed=seed))
             batch_times.append(tableflow_apply(root, spark))
         if batch_times:
-            print(f"batches 2..{args.batches}: mean {sum(batch_times) / len(batch_times):.2f} s",
-                  flush=True)  # fmt: skip
+            per_batch = (catalog_commits(root) - commits_before) / len(batch_times)
+            print(f"batches 2..{args.batches}: mean {sum(batch_times) / len(batch_times):.2f} s, "
+                  f"{per_batch:.1f} catalog commits per batch", flush=True)  # fmt: skip
         deletes = scan_seconds(root)
         print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
               f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows, {deletes[3]} delete files)",

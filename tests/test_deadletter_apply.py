@@ -304,6 +304,7 @@ def test_catalog_stopped_mid_run_is_named_with_its_address(
     env = make_env(poison.topic, metadata_columns=[], on_error="skip")
     server = start_catalog_server(tmp_path / "own-catalog")
     name = f"tf_gone_{uuid.uuid4().hex[:8]}"
+    handle = SimpleNamespace(catalog=server.pyiceberg_catalog(), address=server.uri)
     try:
         register_catalog(spark, name, server.spark_properties())
         spec = dataclasses.replace(env.spec(), catalog=name)
@@ -318,7 +319,7 @@ def test_catalog_stopped_mid_run_is_named_with_its_address(
             [OffsetRange(poison.topic, 0, 0, len(LAYOUT[0]))],
             {"bootstrap.servers": kafka_broker.bootstrap},
             {},
-            catalog=SimpleNamespace(address=server.uri),
+            catalog=handle,
         )
     message = str(info.value)
     assert f"catalog '{name}' at {server.uri}" in message, message

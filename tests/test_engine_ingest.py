@@ -122,6 +122,7 @@ def test_bad_records_travel_as_data(
     """The engine's error carries the failed records; its message is not parsed back."""
     from tableflow_core.engine.ingest import IngestError, ingest
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.targets.catalog import open_catalog
     from tests.test_engine_helpers import produce_raw
 
     topic = kafka_broker.create_topic(unique_name("bad"), 2)
@@ -132,8 +133,15 @@ def test_bad_records_travel_as_data(
     env = make_env(topic)
     apply_ddl_only(spark, env)
     ranges = [OffsetRange(topic, 0, 0, 2), OffsetRange(topic, 1, 0, 3)]
-    with pytest.raises(IngestError) as caught:
-        ingest(spark, env.spec(), ranges, {"bootstrap.servers": kafka_broker.bootstrap}, {})
+    with open_catalog(env.project) as handle, pytest.raises(IngestError) as caught:
+        ingest(
+            spark,
+            env.spec(),
+            ranges,
+            {"bootstrap.servers": kafka_broker.bootstrap},
+            {},
+            catalog=handle,
+        )
     assert [(f.partition, f.offset) for f in caught.value.failures] == [(1, 2)]
     # b"junk" is 4 bytes: shorter than the Confluent header (the decoder's own words)
     assert "shorter than the 5-byte Confluent header" in caught.value.failures[0].reason
@@ -209,14 +217,55 @@ def test_offsets_survive_compaction_and_expiry(
     assert (rows, ids, distinct) == (24, sum(range(24)), 24)
 
 
-def test_a_concurrent_commit_makes_the_run_refuse(
+def run_branches(env: Env) -> list[str]:
+    return [name for name in env.pyiceberg_table().metadata.refs if name != "main"]
+
+
+def commits(env: Env) -> int:
+    """Catalog commits of the table so far: one metadata file each (the metadata log)."""
+    return len(env.pyiceberg_table().metadata.metadata_log)
+
+
+def test_a_run_is_three_catalog_commits(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
+    """Branch (+ a new table's first snapshot), data, publish (accounting + main + drop)."""
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = kafka_broker.create_topic(unique_name("commits"), 2)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    created = commits(env)
+    assert apply(spark, env).records_written == 10
+    assert commits(env) - created == 3  # was 6: main, branch, data, accounting, ff, drop
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
+    before = commits(env)
+    assert apply(spark, env).records_written == 4
+    assert commits(env) - before == 3  # was 5
+    table = env.pyiceberg_table()
+    head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
+    assert head is not None
+    assert {"tableflow.offsets", "tableflow.accounting"} <= set(head.summary.additional_properties)
+    assert run_branches(env) == []
+    assert read_back(env) == (
+        14,
+        sum(range(14)),
+        round(sum(payment(i)["amount"] for i in range(14)), 3),
+        14,
+    )
+
+
+def test_a_concurrent_commit_makes_the_run_refuse(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tableflow_core.pipeline.runners.publish as publish_module
     from tableflow_core.engine.ingest import ConcurrentCommitError, ingest
-    from tableflow_core.engine.table_state import read_table_state
     from tableflow_core.kafka.offsets import OffsetRange
-    from tableflow_core.pipeline.batch import StageContext
-    from tableflow_core.pipeline.runners.publish import fast_forward_main
+    from tableflow_core.targets.catalog import open_catalog
 
     topic = kafka_broker.create_topic(unique_name("race"), 1)
     produce_avro(
@@ -226,17 +275,77 @@ def test_a_concurrent_commit_makes_the_run_refuse(
     apply(spark, env)  # commits offsets {0: 3}
     spec = env.spec()
     conf = {"bootstrap.servers": kafka_broker.bootstrap}
-    # planned from stale offsets: refused before anything is read
-    with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
-        ingest(spark, spec, [OffsetRange(topic, 0, 0, 6)], conf, {})
-    # main moves after our branch was cut: fast_forward refuses atomically
-    base = read_table_state(spark, spec.identifier).current_snapshot_id
-    spark.sql(f"ALTER TABLE {spec.identifier} CREATE BRANCH race_test AS OF VERSION {base}")
-    apply(spark, env)  # another run commits offsets {0: 6}
-    context = StageContext(spark, spec, "race", "race_test", (), {0: 6}, {0: 3}, conf)
-    with pytest.raises(ConcurrentCommitError, match="another commit landed"):
-        fast_forward_main(context)
-    assert read_back(env)[0] == 6
+    with open_catalog(env.project) as handle:
+        # planned from stale offsets: refused before anything is read
+        with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
+            ingest(spark, spec, [OffsetRange(topic, 0, 0, 6)], conf, {}, catalog=handle)
+        # another run commits {0: 6} after this run's publish checked main, before its
+        # commit: the catalog refuses the commit (main moved), the retry finds the
+        # other run's offsets and refuses as a stale plan; nothing of this run is visible
+        others: list[str] = []
+
+        def another_run_publishes(name: str) -> None:
+            if name == "before_commit" and not others:
+                others.append("running")
+                apply(spark, env)
+
+        monkeypatch.setattr(publish_module, "crash_point", another_run_publishes)
+        with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
+            ingest(spark, spec, [OffsetRange(topic, 0, 3, 6)], conf, {0: 3}, catalog=handle)
+    assert others == ["running"]
+    rows, ids, _, distinct = read_back(env)
+    assert (rows, ids, distinct) == (6, sum(range(6)), 6)
+    assert run_branches(env) == []
+
+
+def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The publish's concurrency guard: main moves between the write and the publish
+    (after the publish's own check), three times: MainMovedError, main keeps the old data
+    and offsets, no branch is left."""
+    import tableflow_core.pipeline.runners.publish as publish_module
+    from tableflow_core.engine.ingest import MainMovedError, ingest
+    from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.state.offsets import read_committed_offsets
+    from tableflow_core.targets.catalog import open_catalog
+
+    topic = kafka_broker.create_topic(unique_name("moved"), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
+    )
+    env = make_env(topic, max_records_per_run=3)
+    apply(spark, env)  # offsets {0: 3}
+    spec = env.spec()
+    moves: list[int] = []
+
+    def main_moves(name: str) -> None:
+        if name == "before_commit":  # a metadata-only commit on main (no offsets)
+            table = env.pyiceberg_table()
+            table.append(table.schema().as_arrow().empty_table())
+            moves.append(table.metadata.current_snapshot_id)
+
+    monkeypatch.setattr(publish_module, "crash_point", main_moves)
+    with open_catalog(env.project) as handle, pytest.raises(MainMovedError, match="another commit"):
+        ingest(
+            spark,
+            spec,
+            [OffsetRange(topic, 0, 3, 6)],
+            {"bootstrap.servers": kafka_broker.bootstrap},
+            {0: 3},
+            catalog=handle,
+        )
+    assert len(moves) == 3  # every attempt reached its commit and was refused
+    table = env.pyiceberg_table()
+    assert table.metadata.current_snapshot_id == moves[-1]
+    assert read_committed_offsets(table, topic).offsets == {0: 3}  # type: ignore[union-attr]
+    rows, ids, _, _ = read_back(env)
+    assert (rows, ids) == (3, sum(range(3)))
+    assert run_branches(env) == []
 
 
 def test_a_compaction_during_the_write_is_retried_exactly_once(
@@ -257,21 +366,20 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     spec = env.spec()
 
     # The first publish finds that a real compaction moved main after the branch was cut
-    # (a replace snapshot: data unchanged, committed offsets unchanged).
-    real_fast_forward = publish_module.fast_forward_main
+    # and after its own check (a replace snapshot: data and committed offsets unchanged):
+    # the catalog refuses the commit, the run retries.
     compactions: list[str] = []
 
-    def compaction_lands_first(context: Any) -> int | None:
-        if not compactions:
+    def compaction_lands_first(name: str) -> None:
+        if name == "before_commit" and not compactions:
             table_arg = spec.identifier.replace("'", "\\'")
             spark.sql(
                 f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
                 "options => map('rewrite-all', 'true'))"
             )
             compactions.append("done")
-        return real_fast_forward(context)
 
-    monkeypatch.setattr(publish_module, "fast_forward_main", compaction_lands_first)
+    monkeypatch.setattr(publish_module, "crash_point", compaction_lands_first)
     outcome = apply(spark, env)
     assert compactions == ["done"]
     assert outcome.offsets_after == {0: 8}
@@ -280,3 +388,4 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
     monkeypatch.undo()
     assert apply(spark, env).records_written == 0  # offsets were found after the retry
+    assert run_branches(env) == []

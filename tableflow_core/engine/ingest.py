@@ -3,18 +3,18 @@
 How a run commits (see docs/exactly-once.md):
 1. read the table's committed offsets at the current snapshot S of `main` and
    refuse to run unless they equal `expected_start`;
-2. create a private branch `tableflow_run_<id>` at S;
+2. one catalog commit (pyiceberg): a private branch `tableflow_run_<id>` at S (a table
+   without snapshots first gets an empty one), stale run branches removed;
 3. run the table's stages (pipeline/stages.py): Spark tasks read their offset ranges
-   (mapInArrow), decode, and the write stage writes the branch, whose head snapshot
-   carries the new offsets in its summary;
-4. publish: audits on the branch, then `fast_forward` main to the branch: Iceberg only
-   does it if main is still an ancestor of the branch, i.e. nobody committed to main
-   since S. The catalog's optimistic concurrency makes this check-and-set atomic.
+   (mapInArrow), decode, and the write stage writes the branch;
+4. publish: audits on the branch, then one catalog commit: a snapshot carrying the
+   offsets and the accounting on the branch, main moved to it, the branch removed. The
+   catalog accepts it only while main is still at S (assert-ref-snapshot-id), so this
+   check-and-set is atomic (engine/run_branch.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 import uuid
@@ -22,8 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.table_state import TableState, load_table_state, read_table_state
-from tableflow_core.ingest.spec import IngestSpec, quote_ident
+from tableflow_core.engine.run_branch import BRANCH_PREFIX, drop_branches, stale_branches, start_run
+from tableflow_core.engine.table_state import TableState, table_state_of
+from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.errors import (
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "BRANCH_PREFIX",
     "ConcurrentCommitError",
     "FailedRecord",
     "IngestError",
@@ -63,8 +65,6 @@ DEFAULT_STAGES: tuple[Stage, ...] = (
     Write(),
     Publish(),
 )
-
-BRANCH_PREFIX = "tableflow_run_"
 
 
 @dataclass(frozen=True)
@@ -150,57 +150,13 @@ def _check_expected(
     return committed
 
 
-def _drop_branch(spark: SparkSession, identifier: str, branch: str) -> None:
-    with contextlib.suppress(Exception):
-        spark.sql(f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {quote_ident(branch)}")
-
-
-def drop_stale_branches(spark: SparkSession, identifier: str, state: TableState) -> list[str]:
-    """Drop run branches that can never be fast-forwarded or were already merged.
-
-    A branch of a run still in flight is at main's head or a descendant of it; those
-    are kept. Branches left behind by crashed runs end up behind or beside main.
-    """
-    main = state.current_snapshot_id
-    main_ancestry = set(state.ancestors_of(main))
-    dropped = []
-    for name, head in state.refs.items():
-        if not name.startswith(BRANCH_PREFIX) or head == main:
-            continue
-        merged = head in main_ancestry
-        descends_from_main = main is None or main in state.ancestors_of(head)
-        if merged or not descends_from_main:
-            _drop_branch(spark, identifier, name)
-            dropped.append(name)
-    return dropped
-
-
-def _table_state(spark: SparkSession, spec: IngestSpec, catalog: Any) -> TableState:
-    """The table's state now: from the catalog handle's pyiceberg catalog (one request),
-    else through Spark's metadata tables."""
+def _load(spec: IngestSpec, catalog: Any) -> tuple[Any, TableState]:
+    """The table (pyiceberg) and its state as the catalog holds it now: one request."""
     pyiceberg_catalog = getattr(catalog, "catalog", None)
-    if pyiceberg_catalog is not None:
-        return load_table_state(pyiceberg_catalog, (*spec.namespace, spec.table))
-    return read_table_state(spark, spec.identifier)
-
-
-def _ensure_snapshot(
-    spark: SparkSession, spec: IngestSpec, state: TableState, catalog: Any
-) -> TableState:
-    """Branches need a snapshot to start from. A table that never committed gets `main`
-    at a new empty snapshot: `CREATE BRANCH main` on a table without snapshots is a
-    metadata-only commit (no Spark job, unlike an empty append)."""
-    if state.current_snapshot_id is not None:
-        return state
-    try:
-        spark.sql(f"ALTER TABLE {spec.identifier} CREATE BRANCH IF NOT EXISTS main")
-    except Exception:
-        # Another run created main between our read and our commit: use theirs.
-        state = _table_state(spark, spec, catalog)
-        if state.current_snapshot_id is None:
-            raise
-        return state
-    return _table_state(spark, spec, catalog)
+    if pyiceberg_catalog is None:
+        raise TypeError("ingest needs the target's catalog handle (its pyiceberg catalog)")
+    table = pyiceberg_catalog.load_table((*spec.namespace, spec.table))
+    return table, table_state_of(table.metadata)
 
 
 def ingest(
@@ -214,14 +170,16 @@ def ingest(
     decoder_factory: DecoderFactory | None = None,
     warnings: Sequence[str] = (),
     max_commit_attempts: int = 3,
-    catalog: Any = None,
+    catalog: Any,
 ) -> IngestOutcome:
     """Read `ranges`, append them to the table and commit their offsets atomically.
 
     `expected_start`: the table's committed offsets the plan was made from ({} for a
     table that never committed). `start_offsets`: where each partition of the plan
     starts (defaults to the range starts); recorded for partitions without ranges so
-    a later run never re-applies `start_from` to them.
+    a later run never re-applies `start_from` to them. `catalog`: the target's catalog
+    handle (`targets.catalog.CatalogHandle`): the run's branch, its publish and every
+    state read go through its pyiceberg catalog.
 
     Commit conflicts are retried: when `main` moved during the write but its committed
     offsets did not (a compaction, a manual commit), the run writes again from the new
@@ -272,8 +230,7 @@ def _ingest_once(
     catalog: Any,
 ) -> IngestOutcome:
     began = time.monotonic()
-    identifier = spec.identifier
-    state = _table_state(spark, spec, catalog)
+    table, state = _load(spec, catalog)
     before = _check_expected(state, spec, expected_start)
     after = {**before, **dict(start_offsets or {})}
     for offset_range in ranges:
@@ -289,15 +246,11 @@ def _ingest_once(
             time.monotonic() - began,
         )
 
-    drop_stale_branches(spark, identifier, state)
-    state = _ensure_snapshot(spark, spec, state, catalog)
-    _check_expected(state, spec, expected_start)
-    base_snapshot = state.current_snapshot_id
     run_id = uuid.uuid4().hex[:16]
     branch = f"{BRANCH_PREFIX}{run_id}"
-    spark.sql(
-        f"ALTER TABLE {identifier} CREATE BRANCH {quote_ident(branch)} AS OF VERSION {base_snapshot}"
-    )
+    stale = stale_branches(state)
+    # One commit: the branch (and a new table's first snapshot), stale branches dropped.
+    base_snapshot = start_run(table, branch, stale)
     context = StageContext(
         spark=spark,
         spec=spec,
@@ -309,7 +262,14 @@ def _ingest_once(
         kafka_conf=dict(kafka_conf),
         catalog=catalog,
         decoder_factory=decoder_factory,
+        base_snapshot_id=base_snapshot,
+        # Main moved to this run's head: every other run branch seen before the run (at
+        # the old head, or a crashed run's writes on top of it) can never be published now.
+        other_branches=tuple(
+            n for n in state.refs if n.startswith(BRANCH_PREFIX) and n not in stale
+        ),
     )
+    batch: Batch | None = None
     try:
         try:
             batch = run_stages(context, spec.stages or DEFAULT_STAGES, Batch())
@@ -323,12 +283,8 @@ def _ingest_once(
     finally:
         for cleanup in context.cleanups:
             cleanup()
-        _drop_branch(spark, identifier, branch)
-    # Main moved to this run's head: every other run branch seen before the run (at the
-    # old head, or a crashed run's writes on top of it) can never be published now.
-    for name in state.refs:
-        if name.startswith(BRANCH_PREFIX) and name != branch:
-            _drop_branch(spark, identifier, name)
+        if batch is None or PUBLISHED_SNAPSHOT not in batch.results:  # publish removed it
+            drop_branches(catalog.catalog, (*spec.namespace, spec.table), [branch])
     return IngestOutcome(
         records_read=batch.counter("records_read"),
         records_written=_records_written(batch),

@@ -1,8 +1,8 @@
 """A table's snapshots, refs and properties: what a run checks before and after it writes.
 
 Two readers give the same `TableState`:
-- `load_table_state`: pyiceberg reads the table's metadata from the catalog (one catalog
-  request, no Spark job). `ingest` uses it whenever it has the target's catalog handle.
+- `table_state_of`: of pyiceberg table metadata (one catalog request to load the table,
+  no Spark job). `ingest` uses it (it always has the target's catalog handle).
 - `read_table_state`: Spark's metadata tables (three small Spark jobs), for callers that
   only hold a SparkSession (maintenance, tests).
 Only metadata reaches the driver (a few rows per snapshot), never data.
@@ -51,26 +51,25 @@ def table_exists(spark: SparkSession, identifier: str) -> bool:
 
 
 def read_table_state(spark: SparkSession, identifier: str) -> TableState:
+    # Three reads, not one: refs first. Snapshots are only ever added (between two reads;
+    # expiry is maintenance itself), so main's snapshot read first is in the list read
+    # after it. The other order misses a publish landing in between: one commit adds the
+    # snapshot and moves main to it (engine/run_branch.py).
+    refs = {
+        str(row.name): int(row.snapshot_id)
+        for row in spark.sql(f"SELECT name, snapshot_id FROM {identifier}.refs").collect()
+    }
     snapshots = tuple(
         SnapshotInfo(int(row.snapshot_id), row.parent_id, dict(row.summary or {}))
         for row in spark.sql(
             f"SELECT snapshot_id, parent_id, summary FROM {identifier}.snapshots"
         ).collect()
     )
-    refs = {
-        str(row.name): int(row.snapshot_id)
-        for row in spark.sql(f"SELECT name, snapshot_id FROM {identifier}.refs").collect()
-    }
     properties = {
         str(row.key): str(row.value)
         for row in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()
     }
     return TableState(refs.get("main"), snapshots, refs, properties)
-
-
-def load_table_state(catalog: Any, identifier: tuple[str, ...]) -> TableState:
-    """The table's state as the catalog holds it now (`catalog`: a pyiceberg Catalog)."""
-    return table_state_of(catalog.load_table(identifier).metadata)
 
 
 def table_state_of(metadata: Any) -> TableState:

@@ -29,6 +29,11 @@ class StageContext:
     decoder_factory: Callable[[Any], Any] | None = None  # tests of failure paths
     # Run by the engine when the run ends, committed or not (e.g. unpersist a cached batch).
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    base_snapshot_id: int | None = None  # main's snapshot the branch was cut at
+    # Other run branches seen before the run: dead once main moves, removed by the publish.
+    other_branches: tuple[str, ...] = ()
+    # Summary properties audits add to the publish commit (e.g. the run's accounting).
+    publish_properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def branch_identifier(self) -> str:

@@ -11,8 +11,8 @@ after the write, before publish:
    has its original bytes fetched from Kafka first);
 2. `RunAccounting.from_counts(...).check()` refuses to publish when a partition does not
    balance;
-3. an empty append on the branch carries the offsets and the accounting in its snapshot
-   summary, so publish makes data, offsets and accounting visible together.
+3. the accounting goes in the summary of the snapshot the publish commits (with the
+   offsets), so data, offsets and accounting become visible together.
 
 The dead-letter writes happen before publish: a crash in between re-runs the same
 offsets, and the Iceberg sink's MERGE adds no duplicates (a Kafka sink sends again).
@@ -36,7 +36,6 @@ from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
 from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
-from tableflow_core.pipeline.runners.write import commit_properties
 from tableflow_core.pipeline.stages import RouteBadRecords
 
 if TYPE_CHECKING:
@@ -172,7 +171,7 @@ def route_and_account(
         ).check()
         holder["accounting"] = accounting
         crash_point("after_dead_letter")
-        _commit_accounting(context, batch, accounting)
+        _record_accounting(context, accounting)
 
     def accounting_json() -> dict[str, Any] | None:
         found = holder.get("accounting")
@@ -185,25 +184,7 @@ def route_and_account(
     )
 
 
-def _commit_accounting(context: StageContext, batch: Batch, accounting: RunAccounting) -> None:
-    """An empty append on the branch whose snapshot carries the offsets, what the stages
-    reported (e.g. the checks' summary) and the accounting: the head of `main` after
-    publish holds all of them, as the write's own commit does.
-
-    Metadata only: through the catalog handle's pyiceberg catalog when apply has one (two
-    catalog requests, no Spark job; Spark's Iceberg catalog runs uncached, so the publish
-    sees the new branch head), else an empty Spark append."""
-    properties = {**commit_properties(context, batch), **accounting.snapshot_summary()}
-    pyiceberg_catalog = getattr(context.catalog, "catalog", None)
-    if pyiceberg_catalog is not None:
-        spec = context.spec
-        table = pyiceberg_catalog.load_table((*spec.namespace, spec.table))
-        empty = table.schema().as_arrow().empty_table()
-        table.append(empty, snapshot_properties=properties, branch=context.branch)
-        return
-    spark = context.spark
-    empty_frame = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
-    writer = empty_frame.writeTo(context.branch_identifier)
-    for key, value in properties.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    writer.append()
+def _record_accounting(context: StageContext, accounting: RunAccounting) -> None:
+    """The accounting goes in the summary of the publish commit's snapshot, beside the
+    offsets and what the stages reported: the head of `main` after publish holds them all."""
+    context.publish_properties.update(accounting.snapshot_summary())

@@ -2,8 +2,9 @@
 
 Within the run, the last record per key by (partition, offset) wins; a tombstone deletes
 the key's row (a no-op when the key is absent); a record after a tombstone re-inserts.
-SQL MERGE cannot carry snapshot properties, so an empty append on the same branch adds a
-snapshot with the offsets; publish fast-forwards main over both at once.
+SQL MERGE cannot carry snapshot properties: the offsets go in the summary of the snapshot
+the publish commits on top of the MERGE (pipeline/runners/publish.py), and main moves
+over both at once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from tableflow_core.ingest.spec import quote_ident
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN, is_hidden
-from tableflow_core.pipeline.runners.write import commit_properties, write_mode
+from tableflow_core.pipeline.runners.write import write_mode
 from tableflow_core.pipeline.stages import Write
 
 _RANK = "__tf_rank"
@@ -59,9 +60,4 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     finally:
         spark.catalog.dropTempView(view)
     crash_point("after_merge")
-    empty = spark.createDataFrame([], spark.table(context.spec.identifier).schema)
-    writer = empty.writeTo(context.branch_identifier)
-    for key, value in commit_properties(context, batch).items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    writer.append()
     return batch
