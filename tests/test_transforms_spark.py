@@ -117,8 +117,15 @@ def test_the_salt_never_appears_in_query_plans(
         assert SALT not in df._jdf.queryExecution().toString()
         df.explain(mode="extended")
         df.explain(mode="formatted")
+    # Also once executed (the final adaptive plan, the evaluated salt subquery).
+    assert [r["email"] for r in result.df.collect()] == [salted("a@b.c")]
+    assert SALT not in result.df._jdf.queryExecution().toString()
+    result.df.explain(mode="extended")
+    result.df.explain(mode="formatted")
     printed = capsys.readouterr().out
     assert "sha2" in printed and SALT not in printed
+    # The salt's relation does not outlive the transforms in the session's catalog.
+    assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("__tf_")]
     assert SALT not in repr(steps) and SALT not in " ".join(steps.describe())
 
 

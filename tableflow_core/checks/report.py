@@ -117,12 +117,15 @@ class CheckReport:
         return properties
 
     def failure_message(self) -> str:
-        """Why nothing was published: table, each failing check, its count and sample rows."""
-        lines = [f"table {self.table}: data-quality checks failed; nothing was published"]
-        for result in self.results:
-            if result.outcome != "fail":
-                continue
-            lines.append(f"  {result.line()}")
+        """Why nothing was published: table, each failing check, its count and sample rows.
+
+        The first line names every failing check (one-line error reports keep only the
+        first lines); sample rows follow, per check."""
+        failed = [result for result in self.results if result.outcome == "fail"]
+        named = "; ".join(result.line() for result in failed)
+        lines = [f"table {self.table}: data-quality checks failed ({named}); nothing was published"]
+        for result in failed:
+            lines.append(f"  {result.name}:")
             for sample in result.samples:
                 lines.append(f"    e.g. {json.dumps(json_safe(sample), sort_keys=True)}")
         return "\n".join(lines)
