@@ -222,6 +222,58 @@ def test_checks_error_blocks_publish_warn_is_reported_skip_drops_rows(
     assert ingest.records == 2  # the offsets did not move: the next run reads them again
 
 
+def test_checks_that_take_no_rows_out_audit_the_written_branch(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """warn and fail checks on an append table judge the rows written to the run's branch
+    (write-audit-publish, no cached batch): same outcomes, counts and summary."""
+    orders = Orders(kafka_broker, schema_registry.url)
+    checks: list[dict[str, Any]] = [
+        {"type": "accepted_values", "column": "status", "values": ["PAID", "PLACED"],
+         "severity": "warn"},
+        {"type": "unique", "columns": ["order_id"]},
+        {"type": "expression", "name": "small_orders", "expression": "amount < 1000"},
+        {"type": "row_count", "min": 1},
+    ]  # fmt: skip
+    env = make_env(orders.name, metadata_columns=["partition", "offset"], checks=checks)
+    orders.produce(
+        ("o1", "a@x", "1", None, "PAID", 1.0, 1),
+        ("o2", "b@x", "2", None, "WEIRD", 2.0, 1),  # not accepted: warned, written
+    )
+    first = apply(spark, env)
+    assert first.records_read == 2 and first.records_written == 2
+    report = run_results(env)["checks"]
+    assert report["outcome"] == "warn" and report["rows_evaluated"] == 2
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["accepted_values(status)"]["failing"] == 1
+    assert by_name["small_orders"]["failing"] == 0
+    snapshot = env.pyiceberg_table().current_snapshot()
+    summary = snapshot.summary.additional_properties
+    assert summary["tableflow.checks"] == "warn: 3 passed, 1 warned, 0 failed"
+    assert OFFSETS_KEY in summary
+
+    # only this run's rows are judged: o1 is a duplicate only because it repeats in this run
+    orders.produce(
+        ("o3", "c@x", "3", None, "PAID", 5000.0, 1),  # fails small_orders
+        ("o1", "d@x", "4", None, "PAID", 5.0, 1),
+        ("o1", "e@x", "5", None, "PAID", 6.0, 1),
+    )
+    failed = apply(spark, env, expect="error")
+    assert failed.error is not None
+    assert "small_orders [error] fail: 1 of 3 rows failing" in failed.error
+    assert "unique(order_id) [error] fail: 2 of 3 rows failing" in failed.error
+    assert "nothing was published" in failed.error
+    assert '"kafka_offset": 3' in failed.error or '"kafka_offset": 4' in failed.error
+    table = env.pyiceberg_table()
+    assert table.current_snapshot().snapshot_id == snapshot.snapshot_id
+    assert table.scan().to_arrow().num_rows == 2
+    assert not [name for name in table.metadata.refs if name != "main"]  # branch dropped
+    ingest = next(
+        a for a in PlanTask(env.project, env.project.tables).run().actions if a.kind == "ingest"
+    )
+    assert ingest.records == 3  # the offsets did not move: the next run reads them again
+
+
 def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:

@@ -1,32 +1,47 @@
 """check: the table's data-quality checks (issue #10), run as one validation.
 
 Plan emits one Check stage per configured check (one line each in `plan`); all of them
-run at the first, as one great-expectations validation over the persisted batch
-(`checks.run.run_checks`: a count, then two bundled aggregate passes, whatever the
-number of checks); the later check stages pass the batch on. Then:
+run at the first, as one great-expectations validation (`checks.run.run_checks`: a
+count, then two bundled aggregate passes, whatever the number of checks); the later
+check stages pass the batch on. What is validated:
 
-- a failing check with severity error (on_failure fail) stops the run before anything
-  is written: nothing is published, the offsets do not move, the error names the table,
+- on an append table whose checks take no rows out (severity warn, or on_failure fail),
+  the rows the write appended to the run's branch, as an audit before publish
+  (write-audit-publish): the batch is read from Kafka and written in one pass, and the
+  checks read back only this run's data files;
+- otherwise (skip/dlq checks split the batch before the write; an upsert's branch holds
+  the MERGE's result), the batch itself, persisted so Kafka is read once.
+
+Then:
+
+- a failing check with severity error (on_failure fail) stops the run before publish:
+  nothing is published, the offsets do not move, the error names the table,
   each failing check, its failing count and sample rows;
 - failing rows of skip and dlq checks are taken out of the batch and appended to
   `batch.rejected` for route_bad_records: skip rows are counted as `skipped` in the
   run's accounting, dlq rows are dead-lettered (stage `check`, error class
   `CheckFailed`, message `check <name> failed`);
 - the report goes to run_results.json (`batch.results["checks"]`) and its summary into
-  the snapshot summary of the commit the write makes.
+  the snapshot summary of the commit that publishes the run.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
+from tableflow_core.pipeline.batch import Audit, Batch, RejectedRows, StageContext
 from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Check
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
+
+    from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
+
+# batch.results key of the check report (run_results.json).
+CHECKS_RESULT = "checks"
 
 
 class ChecksFailed(IngestError):
@@ -44,8 +59,14 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     from tableflow_core.checks.run import prepare_great_expectations, run_checks
 
     assert batch.good is not None, "check needs the decode stage before it"
-    # Its import overlaps the job below that reads Kafka, decodes and transforms.
+    # Its import overlaps the job that reads Kafka, decodes and transforms (or writes).
     prepare_great_expectations()
+    if _audits_written_rows(context, compiled.checks.checks):
+        report: dict[str, Any] = {}  # filled by the audit; an audit that never ran: None
+        return batch.evolve(
+            audits=(*batch.audits, _written_rows_audit(compiled.checks, report)),
+            results={**batch.results, CHECKS_RESULT: lambda: dict(report) or None},
+        )
     # Counted, validated (two passes), then written: read Kafka and transform once.
     persisted = batch.good.persist()
 
@@ -82,7 +103,7 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         counters=counters,
         rejected=rejected,
         snapshot_properties={**batch.snapshot_properties, **run.report.summary_properties()},
-        results={**batch.results, "checks": run.report.as_dict()},
+        results={**batch.results, CHECKS_RESULT: run.report.as_dict()},
     )
 
 
@@ -97,3 +118,79 @@ def _without_tombstones(batch: DataFrame) -> tuple[DataFrame, DataFrame | None]:
         return batch, None
     tombstone = F.col(TOMBSTONE_COLUMN)
     return batch.where(~tombstone), batch.where(tombstone)
+
+
+def _audits_written_rows(context: StageContext, checks: Sequence[CompiledCheck]) -> bool:
+    """Checks that take no rows out of an append table's batch judge the rows the write put
+    on the run's branch (write-audit-publish): the batch is then read from Kafka once,
+    written, and never cached. Skip/dlq checks must split the batch before the write, and
+    an upsert's branch holds the MERGE's result, not the batch, so both keep the cache."""
+    return context.spec.mode == "append" and not any(c.splits_rows for c in checks)
+
+
+def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Audit:
+    """An audit running the checks on the rows this run appended to its branch. A failing
+    error check raises before publish (nothing is published, the offsets do not move);
+    the report goes to `report` (run_results.json) and its summary into the publish
+    commit."""
+
+    def audit(context: StageContext, batch: Batch) -> None:
+        from tableflow_core.checks import ChecksFailedError
+        from tableflow_core.checks.run import run_checks
+
+        written = _appended_rows(context).persist()  # counted, then two aggregate passes
+
+        def release() -> None:
+            written.unpersist()
+
+        context.cleanups.append(release)
+        run = run_checks(
+            written,
+            compiled,
+            context.spark,
+            table=f"{context.spec.table_name} ({context.spec.identifier})",
+        )
+        report.update(run.report.as_dict())
+        context.publish_properties.update(run.report.summary_properties())
+        try:
+            run.report.raise_for_failures()
+        except ChecksFailedError as exc:
+            raise ChecksFailed(str(exc)) from exc
+
+    return audit
+
+
+def _appended_rows(context: StageContext) -> DataFrame:
+    """The rows the run's write appended to its branch: an incremental scan from the
+    snapshot the branch was cut at to the branch's head (only this run's data files)."""
+    spec = context.spec
+    table = context.catalog.catalog.load_table((*spec.namespace, spec.table))
+    head = table.metadata.refs[context.branch].snapshot_id
+    if head == context.base_snapshot_id:  # the write appended nothing
+        return _with_positions(context.spark.table(spec.identifier).limit(0))
+    return _with_positions(
+        context.spark.read.format("iceberg")
+        .option("start-snapshot-id", str(context.base_snapshot_id))
+        .option("end-snapshot-id", str(head))
+        .load(spec.identifier)
+    )
+
+
+def _with_positions(rows: DataFrame) -> DataFrame:
+    """The hidden source-position columns the checks' samples name, from the table's
+    partition and offset metadata columns when it has them (else NULL)."""
+    from pyspark.sql import functions as F
+
+    from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+    from tableflow_core.schemas.formats import METADATA_PREFIX
+
+    def position(metadata: str, hidden: str, kind: str) -> Column:
+        name = f"{METADATA_PREFIX}{metadata}"
+        value = F.col(f"`{name}`") if name in rows.columns else F.lit(None)
+        return value.cast(kind).alias(hidden)
+
+    return rows.select(
+        "*",
+        position("partition", SOURCE_PARTITION_COLUMN, "int"),
+        position("offset", SOURCE_OFFSET_COLUMN, "long"),
+    )
