@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-from ingest import AvroFramer, record, stack, tableflow_command, write_tables_project
+from ingest import produce, stack, tableflow_command, write_tables_project
 
 from tableflow_core.dev import broker
 from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT
@@ -89,31 +88,6 @@ VARIANTS: dict[str, Variant] = {
     # glibc's per-thread malloc arenas (8 x cores by default) in the JVM and the workers.
     "arena-2": Variant(env={"MALLOC_ARENA_MAX": "2"}),
 }
-
-
-# -- producing ---------------------------------------------------------------------------
-
-
-def produce_fast(
-    bootstrap: str, url: str, topic: str, records: int, partitions: int, pool: int
-) -> int:
-    """Produce `records` framed Avro values (the first `pool` framed once and cycled when
-    `pool` > 0); returns the payload bytes."""
-    framer = AvroFramer(url, topic)
-    frames = [framer.frame(record(i)) for i in range(pool)] if pool else []
-    producer = Producer(broker.producer_config(bootstrap))
-    total = 0
-    for i in range(records):
-        value = frames[i % pool] if pool else framer.frame(record(i))
-        total += len(value)
-        while True:
-            try:
-                producer.produce(topic, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(600)
-    return total
 
 
 # -- sampling ----------------------------------------------------------------------------
@@ -417,7 +391,7 @@ def measure(args: argparse.Namespace, names: list[str], work: Path) -> None:
         topic = "bench_events"
         broker.create_topics(bootstrap, {topic: args.partitions})
         started = time.perf_counter()
-        payload = produce_fast(bootstrap, url, topic, args.records, args.partitions, args.pool)
+        payload = produce(bootstrap, url, topic, args.records, args.partitions, args.pool)
         print(f"produced {args.records:,} records, {payload / MB:.1f} MB payload in "
               f"{time.perf_counter() - started:.1f}s")  # fmt: skip
 
