@@ -277,15 +277,7 @@ def in_process_gil(base: Path) -> None:
         table = catalog.create_table(("g", "t"), SCHEMA)
         for i in range(20):
             table.append(pa.table({"id": [i]}, schema=SCHEMA))
-        token = requests.post(
-            server.uri + "/v1/oauth/tokens",
-            data={
-                "grant_type": "client_credentials",
-                "client_id": "tableflow",
-                "client_secret": "s",
-            },
-            timeout=10,
-        ).json()["access_token"]
+        token = server.bearer_token()
         command = [
             sys.executable, "-c", LOAD_CLIENT,
             server.uri + "/v1/namespaces/g/tables/t", f"Bearer {token}",

@@ -177,15 +177,7 @@ def test_responses_match_pyiceberg_models(tmp_path: Path) -> None:
         catalog.create_namespace("n")
         table = catalog.create_table(IDENT, pa.schema([("id", pa.int64())]))
         table.append(pa.table({"id": [1, 2]}))
-        token = requests.post(
-            server.uri + "/v1/oauth/tokens",
-            data={
-                "grant_type": "client_credentials",
-                "client_id": "tableflow",
-                "client_secret": "s",
-            },
-            timeout=10,
-        ).json()["access_token"]
+        token = server.bearer_token()
         headers = {"Authorization": f"Bearer {token}"}
         path = server.uri + "/v1/namespaces/n/tables/t"
         for _ in range(2):  # the second answer comes from the cache

@@ -17,7 +17,11 @@ from types import TracebackType
 import uvicorn
 
 from tableflow_core.catalog.app import create_app
-from tableflow_core.catalog.clients import pyiceberg_catalog_properties, spark_catalog_properties
+from tableflow_core.catalog.clients import (
+    pyiceberg_catalog_properties,
+    spark_catalog_properties,
+    token_endpoint,
+)
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 
@@ -108,6 +112,24 @@ class RunningCatalogServer:
 
     def pyiceberg_properties(self, warehouse: str | None = None) -> dict[str, str]:
         return pyiceberg_catalog_properties(self.uri, self.credential, warehouse)
+
+    def bearer_token(self) -> str:
+        """An access token from the server's client-credentials endpoint, for raw HTTP
+        clients (pyiceberg, Spark and DuckDB fetch their own from `credential`)."""
+        import requests
+
+        secret = self.settings.client_secret
+        response = requests.post(
+            token_endpoint(self.uri),
+            data={
+                "grant_type": "client_credentials",
+                "client_id": self.settings.client_id,
+                "client_secret": secret.get_secret_value() if secret is not None else "",
+            },
+            timeout=10,
+        )
+        response.raise_for_status()
+        return str(response.json()["access_token"])
 
     def spark_properties(self, warehouse: str | None = None) -> dict[str, str]:
         return spark_catalog_properties(self.uri, self.credential, warehouse)
