@@ -23,6 +23,9 @@ import json
 import os
 import random
 import struct
+import subprocess
+import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -99,16 +102,171 @@ class Topic:
 
 def tableflow_apply(root: Path, spark: Any) -> float:
     """Plan + apply, as `tableflow apply` does (on one Spark application)."""
+    return measured_apply(root, spark)["wall"]
+
+
+def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
+    """Plan + apply as `tableflow apply` does, with what it cost: wall seconds (plan, apply),
+    CPU seconds of this process tree (driver, JVM, Python workers), the run's phase timings
+    from run_results (`timings`, when the tree reports them) and the Spark stages it ran."""
     from tableflow_core.config.loader import load_project
     from tableflow_core.tasks.apply import ApplyTask
     from tableflow_core.tasks.plan import PlanTask
 
+    stages = SparkStages(spark)
+    cpu_before = tree_cpu(os.getpid())
     started = time.perf_counter()
     project = load_project(root)
     plan = PlanTask(project, project.tables).run()
+    planned = time.perf_counter()
     results = ApplyTask(project, plan, spark=spark).run()
+    ended = time.perf_counter()
     assert results.status == "success", results
-    return time.perf_counter() - started
+    table = results.tables[0]
+    return {
+        "wall": ended - started,
+        "plan": planned - started,
+        "apply": ended - planned,
+        "cpu": tree_cpu(os.getpid()) - cpu_before,
+        "timings": dict(getattr(table, "timings", None) or {}),
+        "stages": stages.since(),
+    }
+
+
+def tree_cpu(pid: int) -> float:
+    """user+sys CPU seconds of a process tree (Linux /proc), reaped children included."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+# A stage's part of the batch, by the operators of its plan (Spark's operation graph).
+STAGE_KINDS = (
+    ("PythonMapInArrow", "kafka read+decode"),
+    ("BatchScan", "table scan"),
+    ("MergeRows", "join"),
+)
+
+
+def stage_kind(operators: list[str], shuffle_write: int) -> str:
+    kind = next((k for marker, k in STAGE_KINDS if any(marker in o for o in operators)), "write")
+    return "join+write" if kind == "join" and not shuffle_write else kind
+
+
+class SparkStages:
+    """The Spark stages the application ran since this object was made, from its status
+    store (what the Spark UI shows; the UI itself is off)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.context = spark.sparkContext
+        self.store = self.context._jsc.sc().statusStore()
+        self.before = {s["id"] for s in self._all()}
+
+    def _all(self) -> list[dict[str, Any]]:
+        gateway = self.context._gateway
+        listed = self.store.stageList(
+            None, False, False, gateway.new_array(gateway.jvm.double, 0),
+            gateway.jvm.java.util.ArrayList(),
+        )  # fmt: skip
+        rows = []
+        for i in range(listed.length()):
+            stage = listed.apply(i)
+            if stage.status().toString() != "COMPLETE":
+                continue
+            start = stage.submissionTime().get().getTime() / 1000
+            end = stage.completionTime().get().getTime() / 1000
+            rows.append({
+                "id": stage.stageId(),
+                "tasks": stage.numTasks(),
+                "start": start,
+                "end": end,
+                "wall": end - start,
+                "run": stage.executorRunTime() / 1000,
+                "cpu": stage.executorCpuTime() / 1e9,
+                "input": stage.inputRecords(),
+                "shuffle_read": stage.shuffleReadRecords(),
+                "shuffle_write": stage.shuffleWriteRecords(),
+                "output": stage.outputRecords(),
+            })  # fmt: skip
+        return rows
+
+    def _operators(self, stage_id: int) -> list[str]:
+        names: list[str] = []
+        clusters = [self.store.operationGraphForStage(stage_id).rootCluster()]
+        while clusters:
+            cluster = clusters.pop()
+            names.append(cluster.name())
+            nodes = cluster.childNodes().iterator()
+            while nodes.hasNext():
+                names.append(nodes.next().name())
+            children = cluster.childClusters().iterator()
+            while children.hasNext():
+                clusters.append(children.next())
+        return names
+
+    def since(self) -> list[dict[str, Any]]:
+        rows = sorted((s for s in self._all() if s["id"] not in self.before), key=lambda s: s["id"])
+        for row in rows:
+            row["kind"] = stage_kind(self._operators(row["id"]), row["shuffle_write"])
+        return rows
+
+
+def covered_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the intervals (concurrent stages count once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def breakdown(measured: dict[str, Any]) -> dict[str, float]:
+    """One apply's seconds by part. `merge` is the MERGE statement: its Spark stages by kind
+    (stages of one kind summed; the two map stages run side by side), `merge driver` the
+    part of it no stage covered (analysis, Iceberg planning, job scheduling, the commit of
+    the row delta on the branch)."""
+    timings, stages = measured["timings"], measured["stages"]
+    parts: dict[str, float] = {"plan": measured["plan"]}
+    staged = sum(timings.get(k, 0.0) for k in ("read_ranges", "decode", "route_bad_records"))
+    ingest = timings.get("load", 0.0) + timings.get("start_run", 0.0) + staged
+    ingest += timings.get("write", 0.0) + timings.get("publish", 0.0)
+    parts["apply frame"] = measured["apply"] - ingest if timings else measured["apply"]
+    parts["load+branch"] = timings.get("load", 0.0) + timings.get("start_run", 0.0)
+    parts["stage setup"] = staged + timings.get("write", 0.0) - timings.get("merge", 0.0)
+    if "merge" in timings:
+        parts["merge"] = timings["merge"]
+    for stage in stages:
+        key = f"  {stage['kind']}"
+        parts[key] = parts.get(key, 0.0) + stage["wall"]
+    if "merge" in timings:
+        parts["  merge driver"] = timings["merge"] - covered_seconds(
+            [(st["start"], st["end"]) for st in stages]
+        )
+    parts["audits"] = timings.get("publish", 0.0) - timings.get("publish_commit", 0.0)
+    parts["publish commit"] = timings.get("publish_commit", 0.0)
+    parts["CPU"] = measured["cpu"]
+    parts["jobs' stages"] = len(stages)
+    return parts
+
+
+def breakdown_line(parts: dict[str, float]) -> str:
+    return ", ".join(f"{k.strip()} {v:.2f}" if k != "jobs' stages" else f"{int(v)} stages"
+                     for k, v in parts.items())  # fmt: skip
+
+
+def mean_parts(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    return {k: sum(row.get(k, 0.0) for row in rows) / len(rows) for k in keys}
 
 
 def final_rows(changes: list[Change]) -> tuple[pa.Table, list[int]]:
@@ -200,13 +358,124 @@ def table_summary(project_root: Path) -> tuple[int, float]:
         return arrow.num_rows, round(pc.sum(arrow["amount"]).as_py(), 2)
 
 
+REPO = Path(__file__).resolve().parent.parent
+MARK = "@@measured "  # a worker's answer line (the apply's own output goes to stdout too)
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """tableflow_core as of git revision `rev`, extracted under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "tableflow_core"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def worker(root: Path, cores: int) -> None:
+    """`--worker ROOT`: one tree's side of the A/B mode, its own Spark application; applies
+    the project at ROOT for each `apply` line on stdin and answers one line (MARK + JSON)."""
+    import tableflow_core
+    from tableflow_core.engine.spark_session import build_spark_session
+
+    print(MARK + json.dumps({"tree": tableflow_core.__file__}), flush=True)
+    spark = build_spark_session(f"local[{cores}]", "tableflow-bench")
+    for line in sys.stdin:
+        if line.strip() != "apply":
+            break
+        print(MARK + json.dumps(measured_apply(root, spark)), flush=True)
+    spark.stop()
+
+
+class Worker:
+    """A `--worker` process with PYTHONPATH at one tree (its own tableflow_core)."""
+
+    def __init__(self, label: str, tree: Path, root: Path, cores: int, log: Path) -> None:
+        self.label = label
+        self.log = log
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(root), "--cores", str(cores)],
+            env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"),
+        )  # fmt: skip
+        tree_file = self._answer()["tree"]
+        assert tree_file.startswith(str(tree)), (label, tree_file)
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(MARK):
+                answer: dict[str, Any] = json.loads(line[len(MARK) :])
+                return answer
+        raise RuntimeError(f"worker {self.label} ended (exit {self.process.wait()}): {self.log}")
+
+    def apply(self) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write("apply\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def ab_mode(args: argparse.Namespace, work: Path, topic: Topic, bootstrap: str, url: str) -> None:
+    """This tree and `--against REV`, each on its own table (project, catalog, Spark
+    application) fed by the same topic; every batch applied by both, the order alternating."""
+    trees = {"this tree": REPO, args.against: checkout(args.against, work / "against")}
+    workers = []
+    for n, (label, tree) in enumerate(trees.items()):
+        root = write_project(
+            work / f"project_{n}", bootstrap, url, topic.name, args.cores,
+            mode="upsert", key_columns=["id"], key={"format": "avro"},
+        )  # fmt: skip
+        workers.append(Worker(label, tree, root, args.cores, work / f"worker_{n}.log"))
+    try:
+        for w in workers:
+            load = w.apply()
+            print(f"initial load  {w.label:<12} {load['wall']:7.2f} s, CPU {load['cpu']:6.1f} s",
+                  flush=True)  # fmt: skip
+        figures: dict[str, list[dict[str, float]]] = {w.label: [] for w in workers}
+        for seed in range(1, args.batches + 1):
+            topic.produce(batch_changes(args.rows, args.batch, seed=seed))
+            for w in workers if seed % 2 else list(reversed(workers)):
+                parts = {"wall": 0.0, **breakdown(m := w.apply())}
+                parts["wall"] = m["wall"]
+                figures[w.label].append(parts)
+                print(f"batch {seed:2d} {w.label:<12} {breakdown_line(parts)}", flush=True)
+        print(f"\nmeans over batches 2..{args.batches} (load average now "
+              f"{os.getloadavg()[0]:.2f}, {os.cpu_count()} cores):")  # fmt: skip
+        means = {label: mean_parts(rows[1:] or rows) for label, rows in figures.items()}
+        keys = list(dict.fromkeys(k for m in means.values() for k in m))
+        print(f"{'part':<22}" + "".join(f"{label:>14}" for label in means))
+        for key in keys:
+            print(f"{key:<22}" + "".join(f"{m.get(key, 0.0):>14.2f}" for m in means.values()))
+    finally:
+        for w in workers:
+            w.stop()
+    summaries = [table_summary(work / f"project_{n}") for n in range(len(workers))]
+    assert len(set(summaries)) == 1, summaries
+    commits = [catalog_commits(work / f"project_{n}") for n in range(len(workers))]
+    print(f"both tables: {summaries[0][0]:,} rows, sum of amounts {summaries[0][1]}; catalog "
+          f"commits {dict(zip(trees, commits, strict=True))}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=10, help="batches before the scans")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--against", help="A/B mode: a git revision to compare with")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker, args.cores)
     work = Path(tempfile.mkdtemp(prefix="tf-upsert-"))
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
     kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
@@ -218,6 +487,8 @@ def main() -> None:
         broker.create_topics(bootstrap, {"bench_upsert": PARTITIONS})
         topic = Topic(bootstrap, url, "bench_upsert")
         topic.produce([(i, record(i)) for i in range(args.rows)])
+        if args.against:
+            return ab_mode(args, work, topic, bootstrap, url)
         root = write_project(
             work / "project",
             bootstrap,
@@ -240,24 +511,29 @@ def main() -> None:
 
         changes = batch_changes(args.rows, args.batch, seed=1)
         topic.produce(changes)
-        batch_s = tableflow_apply(root, spark)
+        first = measured_apply(root, spark)
+        batch_s = first["wall"]
         py_upsert_s = pyiceberg_upsert(py_table, changes)
         print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
               f"{py_upsert_s:8.2f} s   speed-up {py_upsert_s / batch_s:5.1f}x", flush=True)  # fmt: skip
+        print(f"  breakdown s: {breakdown_line(breakdown(first))}", flush=True)
         py_arrow = py_table.scan().to_arrow()
         ours = table_summary(root)
         theirs = (py_arrow.num_rows, round(pc.sum(py_arrow["amount"]).as_py(), 2))
         assert ours == theirs, (ours, theirs)
 
-        batch_times = []
+        batch_times, parts = [], []
         commits_before = catalog_commits(root)
         for seed in range(2, args.batches + 1):
             topic.produce(batch_changes(args.rows, args.batch, seed=seed))
-            batch_times.append(tableflow_apply(root, spark))
+            measured = measured_apply(root, spark)
+            batch_times.append(measured["wall"])
+            parts.append(breakdown(measured))
         if batch_times:
             per_batch = (catalog_commits(root) - commits_before) / len(batch_times)
             print(f"batches 2..{args.batches}: mean {sum(batch_times) / len(batch_times):.2f} s, "
                   f"{per_batch:.1f} catalog commits per batch", flush=True)  # fmt: skip
+            print(f"  breakdown s (mean): {breakdown_line(mean_parts(parts))}", flush=True)
         deletes = scan_seconds(root)
         print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
               f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows, {deletes[3]} delete files)",

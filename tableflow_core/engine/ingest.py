@@ -82,6 +82,7 @@ class IngestOutcome:
     rows_skipped: int = 0  # taken out by transforms (on_error skip) and skip checks
     transforms: dict[str, int] | None = None  # transforms' counts (run_results.json)
     checks: dict[str, Any] | None = None  # CheckReport.as_dict() (run_results.json)
+    timings: dict[str, float] | None = None  # wall seconds per phase (StageContext.timings)
 
 
 DecoderFactory = Callable[[Any], Any]
@@ -231,6 +232,7 @@ def _ingest_once(
 ) -> IngestOutcome:
     began = time.monotonic()
     table, state = _load(spec, catalog)
+    loaded = time.monotonic()
     before = _check_expected(state, spec, expected_start)
     after = {**before, **dict(start_offsets or {})}
     for offset_range in ranges:
@@ -251,6 +253,7 @@ def _ingest_once(
     stale = stale_branches(state)
     # One commit: the branch (and a new table's first snapshot), stale branches dropped.
     base_snapshot = start_run(table, branch, stale)
+    timings = {"load": loaded - began, "start_run": time.monotonic() - loaded}
     context = StageContext(
         spark=spark,
         spec=spec,
@@ -263,6 +266,7 @@ def _ingest_once(
         catalog=catalog,
         decoder_factory=decoder_factory,
         base_snapshot_id=base_snapshot,
+        timings=timings,
         # Main moved to this run's head: every other run branch seen before the run (at
         # the old head, or a crashed run's writes on top of it) can never be published now.
         other_branches=tuple(
@@ -298,6 +302,7 @@ def _ingest_once(
         rows_skipped=batch.counter("rows_skipped"),
         transforms=_result(batch, "transforms"),
         checks=_result(batch, "checks"),
+        timings={name: round(seconds, 3) for name, seconds in context.timings.items()},
     )
 
 

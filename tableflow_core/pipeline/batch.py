@@ -34,6 +34,9 @@ class StageContext:
     other_branches: tuple[str, ...] = ()
     # Summary properties audits add to the publish commit (e.g. the run's accounting).
     publish_properties: dict[str, str] = field(default_factory=dict)
+    # Wall seconds of the run's phases, by name (run_results.json `timings`): the engine's
+    # own (load, start_run), each stage runner's, and parts a runner times (e.g. merge).
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def branch_identifier(self) -> str:

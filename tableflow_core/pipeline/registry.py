@@ -7,6 +7,7 @@ A runner is `(context, spec, batch) -> batch`. Each lives in its own module unde
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -63,6 +64,12 @@ def runner_for(spec: StageSpec) -> StageRunner:
 
 
 def run_stages(context: StageContext, stages: Sequence[StageSpec], batch: Batch) -> Batch:
+    """Each stage in turn; its wall seconds go in `context.timings` under its kind. Stages
+    before the write only build lazy DataFrames: the Spark work shows under the write."""
     for spec in stages:
-        batch = runner_for(spec)(context, spec, batch)
+        runner = runner_for(spec)
+        started = time.perf_counter()
+        batch = runner(context, spec, batch)
+        name = str(getattr(spec, "kind", type(spec).__name__))
+        context.timings[name] = context.timings.get(name, 0.0) + time.perf_counter() - started
     return batch

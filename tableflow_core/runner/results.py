@@ -46,6 +46,12 @@ class TableResult(BaseModel):
     checks: dict[str, Any] | None = Field(
         None, description="The data-quality checks' report (CheckReport.as_dict())"
     )
+    timings: dict[str, float] | None = Field(
+        None,
+        description="Wall seconds of the run's phases: load (table state), start_run (the "
+        "branch commit), each stage (the write includes the Spark work; upsert also gives "
+        "merge), publish_commit",
+    )
 
 
 class RunResults(BaseModel):

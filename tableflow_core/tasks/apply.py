@@ -218,6 +218,7 @@ def _results(
                 "warnings": tuple(ingest.warnings),
                 "transforms": ingest.transforms,
                 "checks": ingest.checks,
+                "timings": getattr(ingest, "timings", None),
             }
             accounting = getattr(ingest, "accounting", None)
             if accounting is not None:

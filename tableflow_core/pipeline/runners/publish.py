@@ -9,6 +9,8 @@ data and the offsets become visible together, or not at all.
 
 from __future__ import annotations
 
+import time
+
 from tableflow_core.engine.run_branch import publish_run
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -48,6 +50,8 @@ def publish_branch(context: StageContext, batch: Batch) -> int:
 def publish(context: StageContext, spec: Publish, batch: Batch) -> Batch:
     for audit in batch.audits:
         audit(context, batch)
+    started = time.perf_counter()
     snapshot_id = publish_branch(context, batch)
+    context.timings["publish_commit"] = time.perf_counter() - started
     crash_point("after_commit")
     return batch.evolve(results={**batch.results, PUBLISHED_SNAPSHOT: snapshot_id})

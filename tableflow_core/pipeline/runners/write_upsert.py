@@ -9,6 +9,7 @@ over both at once.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from tableflow_core.engine.test_hooks import crash_point
@@ -55,8 +56,10 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     columns = [c for c in latest.columns if not is_hidden(c)]
     view = f"tableflow_upsert_{uuid.uuid4().hex}"
     latest.createOrReplaceTempView(view)
+    started = time.perf_counter()
     try:
         spark.sql(merge_sql(context.branch_identifier, view, columns, spec.key_columns))
+        context.timings["merge"] = time.perf_counter() - started
     finally:
         spark.catalog.dropTempView(view)
     crash_point("after_merge")
