@@ -24,14 +24,11 @@ DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
     "write.format.default": "parquet",
     "write.parquet.compression-codec": "zstd",
 }
-# Upsert tables: MERGE writes position deletes instead of rewriting data files. Its rows
-# are written by the tasks of the join that found them (distribution `none`): the default
-# (hash by data file) shuffled them once more into one task (benchmarks/upsert.py).
+# Upsert tables: MERGE writes position deletes instead of rewriting data files.
 UPSERT_TABLE_PROPERTIES: dict[str, str] = {
     "write.merge.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.delete.mode": "merge-on-read",
-    "write.merge.distribution-mode": "none",
 }
 # Table properties tableflow writes to remember how a table was made.
 MODE_PROPERTY = "tableflow.mode"
