@@ -127,26 +127,33 @@ def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
         "wall": ended - started,
         "plan": planned - started,
         "apply": ended - planned,
-        "cpu": tree_cpu(os.getpid()) - cpu_before,
+        "cpu": {k: v - cpu_before[k] for k, v in tree_cpu(os.getpid()).items()},
         "timings": dict(getattr(table, "timings", None) or {}),
         "stages": stages.since(),
+        "query": stages.longest_query(),
     }
 
 
-def tree_cpu(pid: int) -> float:
-    """user+sys CPU seconds of a process tree (Linux /proc), reaped children included."""
+def tree_cpu(pid: int) -> dict[str, float]:
+    """user+sys CPU seconds of a process tree (Linux /proc, reaped children included), by
+    process: `driver` (this Python process), `jvm` (Spark's JVM), `workers` (the Python
+    workers the JVM forks, e.g. the decode stage's)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total, stack = 0.0, [pid]
+    totals = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+    stack = [(pid, "driver")]
     while stack:
-        current = stack.pop()
+        current, kind = stack.pop()
         try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+            stat = Path(f"/proc/{current}/stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            totals[kind] += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+            name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+            child = "jvm" if kind == "driver" and name == "java" else "workers"
             for task in Path(f"/proc/{current}/task").iterdir():
-                stack.extend(int(c) for c in (task / "children").read_text().split())
+                stack.extend((int(c), child) for c in (task / "children").read_text().split())
         except (OSError, ValueError):
             continue
-    return total
+    return totals
 
 
 # A stage's part of the batch, by the operators of its plan (Spark's operation graph).
@@ -167,9 +174,11 @@ class SparkStages:
     store (what the Spark UI shows; the UI itself is off)."""
 
     def __init__(self, spark: Any) -> None:
+        self.session = spark
         self.context = spark.sparkContext
         self.store = self.context._jsc.sc().statusStore()
         self.before = {s["id"] for s in self._all()}
+        self.queries_before = self._query_ids()
 
     def _all(self) -> list[dict[str, Any]]:
         gateway = self.context._gateway
@@ -213,6 +222,25 @@ class SparkStages:
                 clusters.append(children.next())
         return names
 
+    def longest_query(self) -> tuple[float, float] | None:
+        """(start, end) epoch seconds of the longest SQL execution since `before` (the MERGE:
+        its stages and the commit of its writes run inside it)."""
+        listed = self.session._jsparkSession.sharedState().statusStore().executionsList()
+        spans = []
+        for i in range(listed.length()):
+            execution = listed.apply(i)
+            if execution.executionId() in self.queries_before:
+                continue
+            completion = execution.completionTime()
+            if completion.isDefined():
+                start = execution.submissionTime() / 1000
+                spans.append((start, completion.get().getTime() / 1000))
+        return max(spans, key=lambda span: span[1] - span[0], default=None)
+
+    def _query_ids(self) -> set[int]:
+        listed = self.session._jsparkSession.sharedState().statusStore().executionsList()
+        return {listed.apply(i).executionId() for i in range(listed.length())}
+
     def since(self) -> list[dict[str, Any]]:
         rows = sorted((s for s in self._all() if s["id"] not in self.before), key=lambda s: s["id"])
         for row in rows:
@@ -233,8 +261,9 @@ def covered_seconds(intervals: list[tuple[float, float]]) -> float:
 def breakdown(measured: dict[str, Any]) -> dict[str, float]:
     """One apply's seconds by part. `merge` is the MERGE statement: its Spark stages by kind
     (stages of one kind summed; the two map stages run side by side), `merge driver` the
-    part of it no stage covered (analysis, Iceberg planning, job scheduling, the commit of
-    the row delta on the branch)."""
+    parts of it no stage covered: analysis and planning (before its SQL execution starts),
+    to the first stage (Iceberg's scan planning), between stages (adaptive re-planning,
+    scheduling) and after the last (the commit of the row delta on the branch)."""
     timings, stages = measured["timings"], measured["stages"]
     parts: dict[str, float] = {"plan": measured["plan"]}
     staged = sum(timings.get(k, 0.0) for k in ("read_ranges", "decode", "route_bad_records"))
@@ -248,13 +277,22 @@ def breakdown(measured: dict[str, Any]) -> dict[str, float]:
     for stage in stages:
         key = f"  {stage['kind']}"
         parts[key] = parts.get(key, 0.0) + stage["wall"]
-    if "merge" in timings:
-        parts["  merge driver"] = timings["merge"] - covered_seconds(
-            [(st["start"], st["end"]) for st in stages]
-        )
+    query = measured.get("query")
+    if "merge" in timings and query and stages:
+        start, end = query
+        inside = [(st["start"], st["end"]) for st in stages if start <= st["start"] <= end]
+        first, last = min(i[0] for i in inside), max(i[1] for i in inside)
+        parts["  merge analysis+planning"] = timings["merge"] - (end - start)
+        parts["  merge to first stage"] = first - start
+        parts["  merge between stages"] = last - first - covered_seconds(inside)
+        parts["  merge commit"] = end - last
     parts["audits"] = timings.get("publish", 0.0) - timings.get("publish_commit", 0.0)
     parts["publish commit"] = timings.get("publish_commit", 0.0)
-    parts["CPU"] = measured["cpu"]
+    parts["CPU"] = sum(measured["cpu"].values())
+    for kind, seconds in measured["cpu"].items():
+        parts[f"  CPU {kind}"] = seconds
+    parts["  executor CPU (JVM)"] = sum(st["cpu"] for st in stages)
+    parts["shuffled rows (k)"] = sum(st["shuffle_write"] for st in stages) / 1000
     parts["jobs' stages"] = len(stages)
     return parts
 
@@ -438,7 +476,8 @@ def ab_mode(args: argparse.Namespace, work: Path, topic: Topic, bootstrap: str, 
     try:
         for w in workers:
             load = w.apply()
-            print(f"initial load  {w.label:<12} {load['wall']:7.2f} s, CPU {load['cpu']:6.1f} s",
+            cpu = sum(load["cpu"].values())
+            print(f"initial load  {w.label:<12} {load['wall']:7.2f} s, CPU {cpu:6.1f} s",
                   flush=True)  # fmt: skip
         figures: dict[str, list[dict[str, float]]] = {w.label: [] for w in workers}
         for seed in range(1, args.batches + 1):
