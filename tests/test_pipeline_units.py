@@ -159,3 +159,37 @@ def test_small_ranges_share_tasks_and_large_ones_get_their_own() -> None:
     assert [OffsetRange("t", 0, 0, 90_000)] in groups
     assert sorted(r.partition for g in groups for r in g) == [0, 1, 2, 3]
     assert task_groups([]) == []
+
+
+def test_run_stages_times_each_stage_by_kind() -> None:
+    from tableflow_core.pipeline import registry
+    from tableflow_core.pipeline.batch import Batch, StageContext
+
+    seen: list[str] = []
+
+    def runner(context: Any, spec: Any, batch: Batch) -> Batch:
+        seen.append(spec.kind)
+        context.timings["part"] = 0.5  # a runner may time parts of its own
+        return batch.evolve(counters={**batch.counters, spec.kind: 1})
+
+    saved = dict(registry.STAGE_RUNNERS)
+    registry.STAGE_RUNNERS.update({stages.ReadRanges: runner, stages.Publish: runner})
+    try:
+        context = StageContext(
+            spark=None,  # type: ignore[arg-type]
+            spec=None,  # type: ignore[arg-type]
+            run_id="r",
+            branch="b",
+            ranges=(),
+            offsets_after={},
+            expected_start={},
+            kafka_conf={},
+            timings={"start_run": 0.25},
+        )
+        batch = registry.run_stages(context, (stages.ReadRanges(), stages.Publish()), Batch())
+    finally:
+        registry.STAGE_RUNNERS.clear()
+        registry.STAGE_RUNNERS.update(saved)
+    assert seen == ["read_ranges", "publish"] and batch.counters == {"read_ranges": 1, "publish": 1}
+    assert set(context.timings) == {"start_run", "part", "read_ranges", "publish"}
+    assert all(context.timings[k] >= 0 for k in ("read_ranges", "publish"))

@@ -148,6 +148,12 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     topic.produce(RUN_1)
     first = apply(spark, env)
     assert first.records_read == len(RUN_1) and first.offsets_after == {0: 7, 1: 2}
+    # run_results.json times the run's phases; the MERGE is timed inside the write stage
+    timings = first.timings or {}
+    assert {"load", "start_run", "decode", "write", "merge", "publish", "publish_commit"} <= set(
+        timings
+    )
+    assert 0 < timings["merge"] <= timings["write"] and timings["publish_commit"] > 0
     assert rows_by_reader(env, spark, key) == expect(topic, AFTER_1)
 
     topic.produce(RUN_2)
