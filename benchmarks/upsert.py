@@ -137,20 +137,26 @@ def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
 def tree_cpu(pid: int) -> dict[str, float]:
     """user+sys CPU seconds of a process tree (Linux /proc, reaped children included), by
     process: `driver` (this Python process), `jvm` (Spark's JVM), `workers` (the Python
-    workers the JVM forks, e.g. the decode stage's)."""
+    workers the JVM forks, e.g. the decode stage's) and `stack` (the broker and registry
+    this script started: not tableflow's, left out of its total)."""
     tick = os.sysconf("SC_CLK_TCK")
-    totals = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
-    stack = [(pid, "driver")]
+    totals = {"driver": 0.0, "jvm": 0.0, "workers": 0.0, "stack": 0.0}
+    stack: list[tuple[int, str | None]] = [(pid, None)]
     while stack:
-        current, kind = stack.pop()
+        current, parent = stack.pop()
         try:
             stat = Path(f"/proc/{current}/stat").read_text()
+            name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+            if parent is None:
+                kind = "driver"
+            elif parent == "driver":
+                kind = "jvm" if name == "java" else "stack"
+            else:
+                kind = "workers" if parent in ("jvm", "workers") else parent
             fields = stat.rsplit(")", 1)[1].split()
             totals[kind] += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
-            name = stat.split("(", 1)[1].rsplit(")", 1)[0]
-            child = "jvm" if kind == "driver" and name == "java" else "workers"
             for task in Path(f"/proc/{current}/task").iterdir():
-                stack.extend((int(c), child) for c in (task / "children").read_text().split())
+                stack.extend((int(c), kind) for c in (task / "children").read_text().split())
         except (OSError, ValueError):
             continue
     return totals
@@ -288,8 +294,9 @@ def breakdown(measured: dict[str, Any]) -> dict[str, float]:
         parts["  merge commit"] = end - last
     parts["audits"] = timings.get("publish", 0.0) - timings.get("publish_commit", 0.0)
     parts["publish commit"] = timings.get("publish_commit", 0.0)
-    parts["CPU"] = sum(measured["cpu"].values())
-    for kind, seconds in measured["cpu"].items():
+    cpu = measured["cpu"]
+    parts["CPU"] = sum(seconds for kind, seconds in cpu.items() if kind != "stack")
+    for kind, seconds in cpu.items():
         parts[f"  CPU {kind}"] = seconds
     parts["  executor CPU (JVM)"] = sum(st["cpu"] for st in stages)
     parts["shuffled rows (k)"] = sum(st["shuffle_write"] for st in stages) / 1000
@@ -476,7 +483,7 @@ def ab_mode(args: argparse.Namespace, work: Path, topic: Topic, bootstrap: str, 
     try:
         for w in workers:
             load = w.apply()
-            cpu = sum(load["cpu"].values())
+            cpu = sum(v for k, v in load["cpu"].items() if k != "stack")
             print(f"initial load  {w.label:<12} {load['wall']:7.2f} s, CPU {cpu:6.1f} s",
                   flush=True)  # fmt: skip
         figures: dict[str, list[dict[str, float]]] = {w.label: [] for w in workers}
