@@ -1,6 +1,7 @@
 """Upsert: tableflow's MERGE (merge-on-read) vs pyiceberg's `Table.upsert`, same data, same run.
 
     .venv/bin/python benchmarks/upsert.py [--rows 1000000] [--batch 100000] [--batches 10]
+    .venv/bin/python benchmarks/upsert.py --rows 1000000 --batch 100000 --batches 6 --against REV
 
 Starts its own noida-db and dev registry, produces `--rows` Avro records keyed by an Avro
 key {id} (one per id) to a 4-partition topic, then measures:
@@ -13,6 +14,23 @@ key {id} (one per id) to a 4-partition topic, then measures:
 - scans: `--batches` more batches through tableflow (one MERGE each, position delete
   files accumulate), then a full scan (pyiceberg `to_arrow`, DuckDB `iceberg_scan`) with
   the delete files, and again after compaction (`rewrite_data_files`, deletes applied).
+
+Every tableflow batch prints its breakdown (seconds): `plan` (PlanTask), `apply frame`
+(ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
+building), `merge` (the MERGE statement) with its Spark stages by kind (`kafka read+decode`
+and `table scan` are the two map stages, run side by side; `join`: the join and MergeRows;
+`write`: the data and delete files) and its driver parts (`analysis+planning`, `to first
+stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of the
+process tree (by process: driver, JVM, Python workers; the script's broker and registry
+apart as `stack`), executor CPU (JVM only), rows shuffled and stages. The phase timings
+come from run_results' `timings`, the stages from the Spark application's status store.
+
+A/B mode (`--against REV`): this tree and tableflow_core as of git revision REV (a `git
+archive` copy), each in its own worker process (`--worker`: its own Spark application,
+project and table, PYTHONPATH at its tree) on the same topic: the initial load, then
+`--batches` batches, each applied by both, the order alternating; per batch both
+breakdowns, then the means over batches 2.. side by side, and a check that both tables
+hold the same rows. On a loaded machine compare CPU and the driver parts, not wall time.
 """
 
 from __future__ import annotations
