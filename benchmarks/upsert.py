@@ -133,6 +133,7 @@ def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
 
     stages = SparkStages(spark)
     cpu_before = tree_cpu(os.getpid())
+    threads_before = jvm_thread_cpu(os.getpid())
     started = time.perf_counter()
     project = load_project(root)
     plan = PlanTask(project, project.tables).run()
@@ -146,6 +147,7 @@ def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
         "plan": planned - started,
         "apply": ended - planned,
         "cpu": {k: v - cpu_before[k] for k, v in tree_cpu(os.getpid()).items()},
+        "jvm_threads": {k: v - threads_before[k] for k, v in jvm_thread_cpu(os.getpid()).items()},
         "timings": dict(getattr(table, "timings", None) or {}),
         "stages": stages.since(),
         "query": stages.longest_query(),
@@ -177,6 +179,40 @@ def tree_cpu(pid: int) -> dict[str, float]:
                 stack.extend((int(c), kind) for c in (task / "children").read_text().split())
         except (OSError, ValueError):
             continue
+    return totals
+
+
+# The JVM's threads by what they do, by name prefix (Linux thread names are cut at 15).
+JVM_THREAD_KINDS = (
+    ("C1 CompilerThre", "jit"),
+    ("C2 CompilerThre", "jit"),
+    ("GC Thread", "gc"),
+    ("G1 ", "gc"),
+    ("VM Thread", "gc"),
+    ("Executor task l", "tasks"),
+)
+
+
+def jvm_thread_cpu(driver_pid: int) -> dict[str, float]:
+    """CPU seconds of the Spark JVM's live threads by kind (`JVM_THREAD_KINDS`); `other`:
+    the driver's threads (py4j calls: analysis, planning, codegen, Iceberg commits), the
+    scheduler, shuffle, listeners. Threads that ended are missed (the caller compares with
+    the process total)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals = {"jit": 0.0, "gc": 0.0, "tasks": 0.0, "other": 0.0}
+    for child in Path(f"/proc/{driver_pid}/task").glob("*/children"):
+        for pid in child.read_text().split():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() != "java":
+                    continue
+                for thread in Path(f"/proc/{pid}/task").iterdir():
+                    stat = (thread / "stat").read_text()
+                    name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+                    kind = next((k for p, k in JVM_THREAD_KINDS if name.startswith(p)), "other")
+                    fields = stat.rsplit(")", 1)[1].split()
+                    totals[kind] += (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, ValueError):
+                continue
     return totals
 
 
@@ -316,6 +352,12 @@ def breakdown(measured: dict[str, Any]) -> dict[str, float]:
     parts["CPU"] = sum(seconds for kind, seconds in cpu.items() if kind != "stack")
     for kind, seconds in cpu.items():
         parts[f"  CPU {kind}"] = seconds
+        if kind == "jvm":
+            threads = measured.get("jvm_threads", {})
+            for thread_kind, thread_seconds in threads.items():
+                parts[f"    JVM {thread_kind}"] = thread_seconds
+            if threads:
+                parts["    JVM ended threads"] = seconds - sum(threads.values())
     parts["  executor CPU (JVM)"] = sum(st["cpu"] for st in stages)
     parts["shuffled rows (k)"] = sum(st["shuffle_write"] for st in stages) / 1000
     parts["jobs' stages"] = len(stages)
