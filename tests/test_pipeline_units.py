@@ -128,16 +128,6 @@ def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:
     assert "ON t.`id` = s.`id`" in sql
     assert "WHEN MATCHED AND s.`__tf_tombstone` THEN DELETE" in sql
     assert "WHEN NOT MATCHED AND NOT s.`__tf_tombstone` THEN INSERT (`id`, `we``ird`)" in sql
-    assert "USING `v` s ON" in sql
-
-
-def test_latest_sql_keeps_the_last_record_per_key_by_partition_then_offset() -> None:
-    from tableflow_core.pipeline.runners.write_upsert import latest_sql
-
-    sql = latest_sql("batch view", ["id", "name"], ("id",))
-    assert sql.startswith("(SELECT `id`, `name`, `__tf_tombstone` FROM (SELECT *, row_number()")
-    assert "PARTITION BY `id` ORDER BY `__tf_partition` DESC, `__tf_offset` DESC" in sql
-    assert "FROM `batch view`) WHERE `__tf_rank` = 1)" in sql  # run: tests/test_upsert.py
 
 
 @pytest.mark.parametrize("mode", ["append", "upsert"])
