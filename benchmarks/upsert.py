@@ -477,14 +477,14 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def worker(root: Path, cores: int) -> None:
+def worker(root: Path, cores: int, short_lived: bool) -> None:
     """`--worker ROOT`: one tree's side of the A/B mode, its own Spark application; applies
     the project at ROOT for each `apply` line on stdin and answers one line (MARK + JSON)."""
     import tableflow_core
     from tableflow_core.engine.spark_session import build_spark_session
 
     print(MARK + json.dumps({"tree": tableflow_core.__file__}), flush=True)
-    spark = build_spark_session(f"local[{cores}]", "tableflow-bench")
+    spark = build_spark_session(f"local[{cores}]", "tableflow-bench", short_lived=short_lived)
     for line in sys.stdin:
         if line.strip() != "apply":
             break
@@ -495,11 +495,14 @@ def worker(root: Path, cores: int) -> None:
 class Worker:
     """A `--worker` process with PYTHONPATH at one tree (its own tableflow_core)."""
 
-    def __init__(self, label: str, tree: Path, root: Path, cores: int, log: Path) -> None:
+    def __init__(
+        self, label: str, tree: Path, root: Path, cores: int, log: Path, short_lived: bool
+    ) -> None:
         self.label = label
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(root), "--cores", str(cores)],
+            [sys.executable, __file__, "--worker", str(root), "--cores", str(cores),
+             *(["--short-lived"] if short_lived else [])],
             env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"),
         )  # fmt: skip
@@ -539,7 +542,8 @@ def ab_mode(args: argparse.Namespace, work: Path, topic: Topic, bootstrap: str, 
             work / f"project_{n}", bootstrap, url, topic.name, args.cores,
             mode="upsert", key_columns=["id"], key={"format": "avro"},
         )  # fmt: skip
-        workers.append(Worker(label, tree, root, args.cores, work / f"worker_{n}.log"))
+        log = work / f"worker_{n}.log"
+        workers.append(Worker(label, tree, root, args.cores, log, args.short_lived))
     try:
         for w in workers:
             load = w.apply()
@@ -579,9 +583,15 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--against", help="A/B mode: a git revision to compare with")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--short-lived",
+        action="store_true",
+        help="the JVM options of a one-shot `tableflow apply` (C1-only JIT) instead of those "
+        "of `tableflow run` (a long-lived application, as these batches share)",
+    )
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.cores)
+        return worker(args.worker, args.cores, args.short_lived)
     work = Path(tempfile.mkdtemp(prefix="tf-upsert-"))
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
     kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
@@ -609,7 +619,9 @@ def main() -> None:
         print(f"rows {args.rows:,}, batch {args.batch:,} records (10% tombstones), "
               f"{PARTITIONS} partitions, local[{args.cores}]; load average before: "
               f"{load_before[0]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
-        spark = build_spark_session(f"local[{args.cores}]", "tableflow-bench")
+        spark = build_spark_session(
+            f"local[{args.cores}]", "tableflow-bench", short_lived=args.short_lived
+        )
         load_s = tableflow_apply(root, spark)
         py_load_s, py_table = pyiceberg_load(work, args.rows)
         print(f"initial load  tableflow apply {load_s:8.2f} s   pyiceberg append {py_load_s:8.2f} s",
