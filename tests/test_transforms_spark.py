@@ -150,6 +150,44 @@ def test_dedup_keeps_first_or_last_by_partition_and_offset(spark: SparkSession) 
         assert result.counts().duplicates == 3 and result.counts().rows_out == 3
 
 
+def test_masks_configured_before_a_dedup_run_after_it_with_the_same_result(
+    spark: SparkSession,
+) -> None:
+    schema = pa.schema([("k", pa.string()), ("email", pa.string()), ("v", pa.int32())])
+    rows = [
+        {"k": "a", "email": "a1@x.io", "v": 1}, {"k": "b", "email": "b2@x.io", "v": 2},
+        {"k": "a", "email": "a3@x.io", "v": 3}, {"k": "a", "email": "a4@x.io", "v": 4},
+    ]  # fmt: skip
+    batch = with_position(rows, schema, partitions=2)
+    steps = compiled(
+        schema,
+        [
+            {"type": "mask", "columns": ["email"], "method": "hash", "salt": SALT},
+            {"type": "mask", "columns": ["v"], "method": "redact", "replacement": "#"},
+            {"type": "dedup", "keys": ["k"], "keep": "last"},
+        ],
+    )
+    result = apply_transforms(frame(spark, batch), steps, spark=spark)
+    # Last by (partition, offset): "a" at (p1, o1) is row 4.
+    assert {(r["k"], r["email"], r["v"]) for r in rows_of(result.df)} == {
+        ("a", salted("a4@x.io"), "#"), ("b", salted("b2@x.io"), "#"),
+    }  # fmt: skip
+    assert result.counts().duplicates == 2 and result.counts().rows_out == 2
+    # The hash is computed above the dedup's window: on the rows kept, after the shuffle.
+    plan = result.df._jdf.queryExecution().optimizedPlan().toString()
+    assert 0 <= plan.find("sha2(") < plan.find("Window [")
+    # A mask of a dedup key runs first: rows group by the masked key as configured.
+    on_key = compiled(
+        schema,
+        [
+            {"type": "mask", "columns": ["k"], "method": "redact", "replacement": "#"},
+            {"type": "dedup", "keys": ["k"], "keep": "first"},
+        ],
+    )
+    kept = rows_of(apply_transforms(frame(spark, batch), on_key, spark=spark).df)
+    assert [(r["k"], r["v"]) for r in kept] == [("#", 1)]
+
+
 def test_filter_derive_rename_drop(spark: SparkSession) -> None:
     schema = sample_schema("orders")
     rows = sample_rows("orders", 200, seed=3)
