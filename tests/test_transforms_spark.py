@@ -433,6 +433,37 @@ def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
     assert table == {("a", "eu", 1), ("a", "us", 2), (None, "eu", 3), ("b", "eu", 5)}
 
 
+def test_dedup_against_the_table_on_one_key_is_null_safe(
+    spark: SparkSession, catalog_server: CatalogServer
+) -> None:
+    # One key takes another path (plain equality, NULL keys apart): same semantics.
+    catalog = f"rest_{uuid.uuid4().hex[:8]}"
+    register_catalog(spark, catalog, catalog_server.spark_properties())
+    namespace = unique_namespace("dedup1")
+    identifier = f"{catalog}.{namespace}.events"
+    spark.sql(f"CREATE NAMESPACE {catalog}.{namespace}")
+    spark.sql(f"CREATE TABLE {identifier} (k BIGINT, v INT) USING iceberg")
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int32())])
+    steps = compiled(schema, [{"type": "dedup", "keys": ["k"], "keep": "last"}])
+
+    def run(rows: list[dict[str, Any]]) -> int:
+        result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
+        fresh = dedup_against_table(result.df, spark, identifier, ("k",))
+        fresh = fresh.drop(SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
+        count = fresh.count()
+        fresh.writeTo(identifier).append()
+        return count
+
+    assert run([{"k": 1, "v": 1}, {"k": 2, "v": 2}]) == 2
+    # The table holds no NULL key yet: the batch's one is new.
+    assert run([{"k": None, "v": 3}, {"k": 2, "v": 9}, {"k": 3, "v": 4}]) == 2
+    replay = [{"k": None, "v": 9}, {"k": 1, "v": 9}, {"k": 4, "v": 5}, {"k": 3, "v": 9}]
+    assert run(replay) == 1
+    assert run(replay) == 0
+    table = {(r.k, r.v) for r in spark.table(identifier).collect()}
+    assert table == {(1, 1), (2, 2), (None, 3), (3, 4), (4, 5)}
+
+
 def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
     spark: SparkSession,
 ) -> None:

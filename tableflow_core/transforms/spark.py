@@ -415,19 +415,41 @@ def dedup_against_table(
 ) -> DataFrame:
     """Insert-if-absent for append tables: drop rows whose key is already in the table.
 
-    A left anti join (null-safe, so a NULL key matches a NULL key) against the key
-    columns of the table's current rows. Replaying a batch already written therefore
-    writes nothing. Cost: one scan of the key columns of the whole table per run
-    (Parquet column projection, no other columns read) plus a shuffle of both sides,
-    or a broadcast when the table's keys are small.
+    A left anti join against the key columns of the table's current rows (Parquet column
+    projection, no other columns read), null-safe: a NULL key matches a NULL key.
+    Replaying a batch already written therefore writes nothing. On a new (empty) table
+    Spark's adaptive execution drops the join: no job, no cost. On an existing table it
+    costs one scan of the key columns per run and a hash join (a broadcast while the keys
+    are small).
+
+    One key is joined on plain equality, so a long or int key gets Spark's dense long hash
+    relation, and rows with a NULL key are dropped apart if the table holds a NULL key;
+    null-safe equality (`<=>`) would hash two generated keys per row (measured: 1M keys in
+    the table cost 5.5 s of CPU that way). No DISTINCT on the table's keys: an anti join
+    needs none, and the keys of a deduplicated table are distinct already.
     """
-    existing = spark.table(table_identifier).select(*[_col(k) for k in keys]).distinct()
+    if len(keys) == 1:
+        return _absent_from_table(df, spark.table(table_identifier), keys[0])
+    existing = spark.table(table_identifier).select(*[_col(k) for k in keys])
     aliased = existing.select(*[_col(k).alias(f"__tf_existing_{i}") for i, k in enumerate(keys)])
     condition = None
     for i, key in enumerate(keys):
         term = _col(key).eqNullSafe(_col(f"__tf_existing_{i}"))
         condition = term if condition is None else condition & term
     return df.join(aliased, on=condition, how="left_anti")
+
+
+def _absent_from_table(df: DataFrame, table: DataFrame, key: str) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    existing = "__tf_existing_0"
+    known = table.select(_col(key).alias(existing)).where(_col(existing).isNotNull())
+    absent = df.join(known, on=_col(key) == _col(existing), how="left_anti")
+    # At most one row: whether the table holds a NULL key (files without one are pruned
+    # by their null counts). The condition names the batch's side only: a row with a NULL
+    # key is dropped when that row exists.
+    null_key = table.where(_col(key).isNull()).select(F.lit(True).alias("__tf_null_key")).limit(1)
+    return absent.join(null_key, on=_col(key).isNull(), how="left_anti")
 
 
 def align_to_table(df: DataFrame, table: StructType) -> DataFrame:
