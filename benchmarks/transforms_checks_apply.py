@@ -10,17 +10,37 @@ CLI process, as `tableflow apply --auto-approve` runs): no transforms or checks;
 Prints the command's wall time and the table's run time (run_results.json) of each, and
 the table run time added over the plain table against issue 10's targets (masks + dedup
 <= +25%, 5 checks <= +30%).
+
+    [--scenarios plain,masks,dedup,"3 masks + dedup"] [--rounds 3] [--against main]
+
+`--scenarios` picks scenarios (also `masks`: the 3 masks alone, `dedup`: the dedup
+alone); `--against REV` also applies each scenario with tableflow_core as of git revision
+REV (a `git archive` copy), interleaved with this tree's runs round by round, and prints
+the CPU seconds (user+sys of the CLI's process tree) and the Spark jobs and stages of
+each (counted in a Spark event log) beside the times, the best of `--rounds`.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import os
+import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ingest import cli_apply, produce, stack, write_project  # benchmarks/ is on sys.path
+import yaml
+from ingest import (  # benchmarks/ is on sys.path
+    cli_apply,
+    cli_measured,
+    produce,
+    run_results,
+    stack,
+    write_project,
+)
 
 from tableflow_core.dev import broker
 
@@ -46,6 +66,14 @@ FIVE_CHECKS: dict[str, Any] = {
     ]
 }
 TARGETS = {"3 masks + dedup": 0.25, "5 checks": 0.30}
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "masks": {"transforms": MASKS_AND_DEDUP["transforms"][:3]},
+    "dedup": {"transforms": MASKS_AND_DEDUP["transforms"][3:]},
+    "3 masks + dedup": MASKS_AND_DEDUP,
+    "5 checks": FIVE_CHECKS,
+}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
@@ -53,8 +81,18 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--scenarios", help="comma-separated, from: " + ", ".join(SCENARIOS))
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--against", metavar="REV", help="also run tableflow_core of REV")
+    parser.add_argument(
+        "--variant", action="append", default=[], metavar='LABEL={"spark.x": "v"}',
+        help="also run this tree with extra Spark conf (JSON) in the project",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ[SALT_ENV] = "bench-salt"
+    if args.scenarios or args.against or args.variant or args.rounds > 1:
+        compare(args)
+        return
     work = Path(tempfile.mkdtemp(prefix="tf-bench-tc-"))
     with stack(work) as (bootstrap, url):
         topic = "bench_orders"
@@ -80,6 +118,102 @@ def main() -> None:
             verdict = "met" if added <= TARGETS[name] else "NOT met"
             line += f"   added {added:+.0%} (target <= +{TARGETS[name]:.0%}: {verdict})"
         print(line)
+
+
+def _tree_of(rev: str, into: Path) -> Path:
+    """A `git archive` copy of tableflow_core as of `rev`."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "tableflow_core"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def _event_log_counts(events: Path) -> tuple[int, int, float]:
+    """(Spark jobs, stages run, the tasks' JVM GC seconds) in the event logs under `events`."""
+    jobs = stages = 0
+    gc_ms = 0
+    for log in events.iterdir():
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            event = entry.get("Event")
+            jobs += event == "SparkListenerJobStart"
+            stages += event == "SparkListenerStageCompleted"
+            if event == "SparkListenerTaskEnd":
+                gc_ms += (entry.get("Task Metrics") or {}).get("JVM GC Time", 0)
+    return jobs, stages, gc_ms / 1000
+
+
+def _apply_once(
+    work: Path, name: str, tree: str, tree_root: Path, bootstrap: str, url: str, topic: str,
+    cores: int, run: int, conf: dict[str, str],
+) -> dict[str, float]:  # fmt: skip
+    root = write_project(work / f"{name.replace(' ', '_')}-{tree}-{run}", bootstrap, url, topic,
+                         cores, **SCENARIOS[name])  # fmt: skip
+    events = root / "events"
+    events.mkdir()
+    project_file = root / "tableflow_project.yml"
+    project = yaml.safe_load(project_file.read_text())
+    project["targets"]["bench"]["spark"]["conf"] = {
+        "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), **conf,
+    }  # fmt: skip
+    project_file.write_text(yaml.safe_dump(project, sort_keys=False))
+    env = {**os.environ, "PYTHONPATH": str(tree_root)}
+    cpu: dict[int, float] = {}
+    seconds, _ = cli_measured(root, "apply", "--auto-approve", env=env, cpu=cpu, cwd=tree_root)
+    table = run_results(root)["tables"][0]
+    jobs, stages, gc = _event_log_counts(events)
+    return {
+        "apply": seconds, "table": float(table["duration_s"]), "cpu": sum(cpu.values()),
+        "jobs": jobs, "stages": stages, "task_gc": gc, "written": float(table["records_written"]),
+    }  # fmt: skip
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Each scenario with this tree (and `--against`'s), interleaved, best of `--rounds`."""
+    names = args.scenarios.split(",") if args.scenarios else ["plain", "3 masks + dedup"]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise SystemExit(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+    work = Path(tempfile.mkdtemp(prefix="tf-bench-tc-"))
+    trees: dict[str, tuple[Path, dict[str, str]]] = {"this": (ROOT, {})}
+    if args.against:
+        trees[args.against] = (_tree_of(args.against, work / "against"), {})
+    for variant in args.variant:
+        label, conf = variant.split("=", 1)
+        trees[label] = (ROOT, json.loads(conf))
+    with stack(work) as (bootstrap, url):
+        topic = "bench_orders"
+        broker.create_topics(bootstrap, {topic: args.partitions})
+        produce(bootstrap, url, topic, args.records, args.partitions)
+        load_before = os.getloadavg()
+        runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+        for run in range(args.rounds):
+            order = list(trees.items()) if run % 2 == 0 else list(reversed(trees.items()))
+            for name in names:
+                for tree, (tree_root, conf) in order:
+                    figures = _apply_once(work, name, tree, tree_root, bootstrap, url, topic,
+                                          args.cores, run, conf)  # fmt: skip
+                    assert figures["written"] == args.records or name != "plain", figures
+                    runs.setdefault((name, tree), []).append(figures)
+                    print(f"  round {run + 1} {name} [{tree}]: " + ", ".join(
+                        f"{k} {v:.2f}" for k, v in figures.items()), flush=True)  # fmt: skip
+        load_after = os.getloadavg()
+    print(f"{args.records:,} records, local[{args.cores}], best of {args.rounds}; load average "
+          f"before {load_before[0]:.2f}, after {load_after[0]:.2f}")  # fmt: skip
+    for tree in trees:
+        plain = min(r["table"] for r in runs.get(("plain", tree), [{"table": float("nan")}]))
+        for name in names:
+            best = runs[(name, tree)]
+            table_s = min(r["table"] for r in best)
+            line = (f"{name:<16} [{tree:<8}] apply {min(r['apply'] for r in best):6.2f} s  "
+                    f"table run {table_s:6.2f} s  CPU {min(r['cpu'] for r in best):6.1f} s  "
+                    f"task GC {min(r['task_gc'] for r in best):5.1f} s  "
+                    f"jobs {best[0]['jobs']:.0f} stages {best[0]['stages']:.0f}")  # fmt: skip
+            if name != "plain":
+                line += f"  added {table_s - plain:+.2f} s ({table_s / plain - 1:+.0%})"
+            print(line)
 
 
 if __name__ == "__main__":

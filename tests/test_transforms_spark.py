@@ -150,6 +150,44 @@ def test_dedup_keeps_first_or_last_by_partition_and_offset(spark: SparkSession) 
         assert result.counts().duplicates == 3 and result.counts().rows_out == 3
 
 
+def test_masks_configured_before_a_dedup_run_after_it_with_the_same_result(
+    spark: SparkSession,
+) -> None:
+    schema = pa.schema([("k", pa.string()), ("email", pa.string()), ("v", pa.int32())])
+    rows = [
+        {"k": "a", "email": "a1@x.io", "v": 1}, {"k": "b", "email": "b2@x.io", "v": 2},
+        {"k": "a", "email": "a3@x.io", "v": 3}, {"k": "a", "email": "a4@x.io", "v": 4},
+    ]  # fmt: skip
+    batch = with_position(rows, schema, partitions=2)
+    steps = compiled(
+        schema,
+        [
+            {"type": "mask", "columns": ["email"], "method": "hash", "salt": SALT},
+            {"type": "mask", "columns": ["v"], "method": "redact", "replacement": "#"},
+            {"type": "dedup", "keys": ["k"], "keep": "last"},
+        ],
+    )
+    result = apply_transforms(frame(spark, batch), steps, spark=spark)
+    # Last by (partition, offset): "a" at (p1, o1) is row 4.
+    assert {(r["k"], r["email"], r["v"]) for r in rows_of(result.df)} == {
+        ("a", salted("a4@x.io"), "#"), ("b", salted("b2@x.io"), "#"),
+    }  # fmt: skip
+    assert result.counts().duplicates == 2 and result.counts().rows_out == 2
+    # The hash is computed above the dedup's window: on the rows kept, after the shuffle.
+    plan = result.df._jdf.queryExecution().optimizedPlan().toString()
+    assert 0 <= plan.find("sha2(") < plan.find("Window [")
+    # A mask of a dedup key runs first: rows group by the masked key as configured.
+    on_key = compiled(
+        schema,
+        [
+            {"type": "mask", "columns": ["k"], "method": "redact", "replacement": "#"},
+            {"type": "dedup", "keys": ["k"], "keep": "first"},
+        ],
+    )
+    kept = rows_of(apply_transforms(frame(spark, batch), on_key, spark=spark).df)
+    assert [(r["k"], r["v"]) for r in kept] == [("#", 1)]
+
+
 def test_filter_derive_rename_drop(spark: SparkSession) -> None:
     schema = sample_schema("orders")
     rows = sample_rows("orders", 200, seed=3)
@@ -393,6 +431,37 @@ def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
     assert run(second) == 1
     table = {(r.k, r.region, r.v) for r in spark.table(identifier).collect()}
     assert table == {("a", "eu", 1), ("a", "us", 2), (None, "eu", 3), ("b", "eu", 5)}
+
+
+def test_dedup_against_the_table_on_one_key_is_null_safe(
+    spark: SparkSession, catalog_server: CatalogServer
+) -> None:
+    # One key takes another path (plain equality, NULL keys apart): same semantics.
+    catalog = f"rest_{uuid.uuid4().hex[:8]}"
+    register_catalog(spark, catalog, catalog_server.spark_properties())
+    namespace = unique_namespace("dedup1")
+    identifier = f"{catalog}.{namespace}.events"
+    spark.sql(f"CREATE NAMESPACE {catalog}.{namespace}")
+    spark.sql(f"CREATE TABLE {identifier} (k BIGINT, v INT) USING iceberg")
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int32())])
+    steps = compiled(schema, [{"type": "dedup", "keys": ["k"], "keep": "last"}])
+
+    def run(rows: list[dict[str, Any]]) -> int:
+        result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
+        fresh = dedup_against_table(result.df, spark, identifier, ("k",))
+        fresh = fresh.drop(SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
+        count = fresh.count()
+        fresh.writeTo(identifier).append()
+        return count
+
+    assert run([{"k": 1, "v": 1}, {"k": 2, "v": 2}]) == 2
+    # The table holds no NULL key yet: the batch's one is new.
+    assert run([{"k": None, "v": 3}, {"k": 2, "v": 9}, {"k": 3, "v": 4}]) == 2
+    replay = [{"k": None, "v": 9}, {"k": 1, "v": 9}, {"k": 4, "v": 5}, {"k": 3, "v": 9}]
+    assert run(replay) == 1
+    assert run(replay) == 0
+    table = {(r.k, r.v) for r in spark.table(identifier).collect()}
+    assert table == {(1, 1), (2, 2), (None, 3), (3, 4), (4, 5)}
 
 
 def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
