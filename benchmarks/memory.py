@@ -84,6 +84,10 @@ VARIANTS: dict[str, Variant] = {
     ),
     "arrow-50k": Variant(spark={"spark.sql.execution.arrow.maxRecordsPerBatch": "50000"}),
     "xmx-1g": Variant(spark={"spark.driver.memory": "1g"}),
+    # Spark's execution memory (sort pages, hash maps) outside the garbage-collected heap.
+    "offheap-512m": Variant(
+        spark={"spark.memory.offHeap.enabled": "true", "spark.memory.offHeap.size": "512m"}
+    ),
     "one-task": Variant(spark={"spark.master": "local[1]"}),
     # glibc's per-thread malloc arenas (8 x cores by default) in the JVM and the workers.
     "arena-2": Variant(env={"MALLOC_ARENA_MAX": "2"}),
