@@ -166,12 +166,49 @@ def _appended_rows(context: StageContext) -> DataFrame:
     head = table.metadata.refs[context.branch].snapshot_id
     if head == context.base_snapshot_id:  # the write appended nothing
         return _with_positions(context.spark.table(spec.identifier).limit(0))
-    return _with_positions(
+    reader = (
         context.spark.read.format("iceberg")
         .option("start-snapshot-id", str(context.base_snapshot_id))
         .option("end-snapshot-id", str(head))
-        .load(spec.identifier)
     )
+    split = _split_size(
+        _appended_bytes(table, head, context.base_snapshot_id),
+        context.spark.sparkContext.defaultParallelism,
+    )
+    if split is not None:
+        reader = reader.option("split-size", str(split))
+    return _with_positions(reader.load(spec.identifier))
+
+
+# Iceberg packs a scan's files into read tasks of up to 128 MB (`read.split.target-size`):
+# one run's files (1M rows: 4 files, ~5 MB) became one task, so the checks' passes read
+# and shuffled them on one core. Smaller splits give each core tasks of its own.
+_DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+_TASKS_PER_CORE = 2
+
+
+def _split_size(appended_bytes: int, parallelism: int) -> int | None:
+    """The read split size giving the audit about `_TASKS_PER_CORE` tasks per core (None:
+    Iceberg's default already does, or nothing to read). Parquet is split at row groups,
+    so a file of one row group stays one task whatever the size."""
+    if appended_bytes <= 0:
+        return None
+    split = -(-appended_bytes // max(1, parallelism * _TASKS_PER_CORE))
+    return split if split < _DEFAULT_SPLIT_BYTES else None
+
+
+def _appended_bytes(table: Any, head: int, base: int | None) -> int:
+    """Bytes of the data files the snapshots after `base` up to `head` added (their
+    summaries' `added-files-size`; 0 when a summary does not say)."""
+    total = 0
+    snapshot = table.snapshot_by_id(head)
+    while snapshot is not None and snapshot.snapshot_id != base:
+        summary = snapshot.summary
+        added = summary.get("added-files-size") if summary is not None else None
+        total += int(added) if added is not None else 0
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    return total
 
 
 def _with_positions(rows: DataFrame) -> DataFrame:
