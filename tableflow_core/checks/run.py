@@ -167,7 +167,11 @@ def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validatio
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = (
-        context.data_sources.add_spark(name="tableflow")
+        # persist=False: by default great-expectations caches the frame it validates and
+        # never releases it; cached, its first pass (the row count) computed every flag and
+        # the window and wrote the cache. Uncached, that pass reads no column (the window
+        # is pruned) and the sums compute the flags once.
+        context.data_sources.add_spark(name="tableflow", persist=False)
         .add_dataframe_asset(name="batch")
         .add_batch_definition_whole_dataframe("whole")
     )

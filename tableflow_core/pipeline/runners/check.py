@@ -36,7 +36,8 @@ from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Check
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyiceberg.table import Table
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 
@@ -159,25 +160,31 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
 
 
 def _appended_rows(context: StageContext) -> DataFrame:
-    """The rows the run's write appended to its branch: an incremental scan from the
-    snapshot the branch was cut at to the branch's head (only this run's data files)."""
+    """The rows the run's write appended to its branch (only this run's data files)."""
     spec = context.spec
     table = context.catalog.catalog.load_table((*spec.namespace, spec.table))
     head = table.metadata.refs[context.branch].snapshot_id
     if head == context.base_snapshot_id:  # the write appended nothing
         return _with_positions(context.spark.table(spec.identifier).limit(0))
+    return _with_positions(
+        read_appended(context.spark, spec.identifier, table, context.base_snapshot_id, head)
+    )
+
+
+def read_appended(
+    spark: SparkSession, identifier: str, table: Table, base: int | None, head: int
+) -> DataFrame:
+    """An incremental scan of Spark table `identifier` (pyiceberg `table`) from snapshot
+    `base` to `head`, split so that every core reads (see `_split_size`)."""
     reader = (
-        context.spark.read.format("iceberg")
-        .option("start-snapshot-id", str(context.base_snapshot_id))
+        spark.read.format("iceberg")
+        .option("start-snapshot-id", str(base))
         .option("end-snapshot-id", str(head))
     )
-    split = _split_size(
-        _appended_bytes(table, head, context.base_snapshot_id),
-        context.spark.sparkContext.defaultParallelism,
-    )
+    split = _split_size(appended_bytes(table, head, base), spark.sparkContext.defaultParallelism)
     if split is not None:
         reader = reader.option("split-size", str(split))
-    return _with_positions(reader.load(spec.identifier))
+    return reader.load(identifier)
 
 
 # Iceberg packs a scan's files into read tasks of up to 128 MB (`read.split.target-size`):
@@ -187,17 +194,17 @@ _DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 _TASKS_PER_CORE = 2
 
 
-def _split_size(appended_bytes: int, parallelism: int) -> int | None:
+def _split_size(size: int, parallelism: int) -> int | None:
     """The read split size giving the audit about `_TASKS_PER_CORE` tasks per core (None:
     Iceberg's default already does, or nothing to read). Parquet is split at row groups,
     so a file of one row group stays one task whatever the size."""
-    if appended_bytes <= 0:
+    if size <= 0:
         return None
-    split = -(-appended_bytes // max(1, parallelism * _TASKS_PER_CORE))
+    split = -(-size // max(1, parallelism * _TASKS_PER_CORE))
     return split if split < _DEFAULT_SPLIT_BYTES else None
 
 
-def _appended_bytes(table: Any, head: int, base: int | None) -> int:
+def appended_bytes(table: Table, head: int, base: int | None) -> int:
     """Bytes of the data files the snapshots after `base` up to `head` added (their
     summaries' `added-files-size`; 0 when a summary does not say)."""
     total = 0
