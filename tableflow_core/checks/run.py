@@ -1,9 +1,10 @@
 """Running compiled checks on a batch with great-expectations (Spark), before publishing.
 
 great-expectations is imported here with its analytics switched off first: `plan`,
-`--help` and tables without checks never pay its import (~4 s of CPU). A table with
-checks starts that import on a background thread (`prepare_great_expectations`) when
-its check stage begins, so it overlaps the Spark job that reads and counts the batch.
+`--help` and tables without checks never pay its import (~4 s of CPU). `apply` and
+`run` start it on a background thread (`prepare_great_expectations`, through
+`checks.warmup`) as soon as they know a selected table has checks, so it overlaps the
+JVM start; a check stage starts it otherwise (a no-op once started).
 
 One validation judges every check of the table in one bundled aggregate. Each
 row-level check compiles to a Spark SQL predicate selecting its failing rows
