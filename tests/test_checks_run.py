@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,9 +17,12 @@ from tableflow_core.checks import ChecksFailedError, compile_checks
 from tableflow_core.checks.run import run_checks
 from tableflow_core.config.models import Check, Transform
 from tableflow_core.config.project import SourceLocation
+from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.pipeline.bad_records import REJECTED_ROW_SCHEMA
+from tableflow_core.pipeline.runners.check import appended_bytes, read_appended
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.spark import apply_transforms
+from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.transform_batches import frame, sample_rows, sample_schema, with_position
 
 if TYPE_CHECKING:
@@ -285,3 +289,75 @@ def test_predicates_count_like_great_expectations_native_expectations(
     assert len(native) == 7 and all(native.values())  # every check finds failing rows
     assert {r.name: r.failing for r in run.report.results} == native
     df.unpersist()
+
+
+def test_great_expectations_reads_the_batch_twice_whatever_the_checks(spark: SparkSession) -> None:
+    """Five checks, one validation: great-expectations' row count (the rows evaluated, no
+    count of the batch apart: 3 reads) and its bundled sums are the only passes over the
+    batch, and great-expectations caches nothing (its default cached the flag frame in its
+    first pass and never released it: 1 read)."""
+    rows = sample_rows("orders", 300, seed=3)
+    assert len({r["order_id"] for r in rows}) == len(rows)
+    compiled = checks_for(
+        sample_schema("orders"),
+        [
+            {"type": "not_null", "columns": ["order_id"]},
+            {"type": "unique", "columns": ["order_id"]},
+            {"type": "range", "column": "quantity", "min": -1000000, "max": 1000000},
+            {"type": "expression", "name": "anything", "expression": "order_id = order_id"},
+            {"type": "row_count", "min": 1},
+        ],
+    )
+    scanned = spark.sparkContext.accumulator(0)
+    source = frame(spark, with_position([dict(r) for r in rows], sample_schema("orders")))
+
+    def counting(batches: Any) -> Any:
+        for arrow_batch in batches:
+            scanned.add(arrow_batch.num_rows)
+            yield arrow_batch
+
+    df = source.mapInArrow(counting, source.schema)  # not cached: every pass re-reads it
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    assert [r.outcome for r in run.report.results] == ["pass"] * 5
+    assert run.report.rows_evaluated == len(rows)
+    assert run.report.results[-1].observed == len(rows)
+    assert scanned.value == 2 * len(rows)
+
+
+def test_the_branch_audit_reads_a_runs_files_on_every_core(
+    spark: SparkSession, catalog_server: CatalogServer
+) -> None:
+    """One run's few small files fit one Iceberg read task (128 MB): the audit splits them
+    so each core reads, and reads only the files the run appended."""
+    name = f"audit_{uuid.uuid4().hex[:8]}"
+    register_catalog(spark, name, catalog_server.spark_properties())
+    namespace = unique_namespace()
+    identifier = f"{name}.{namespace}.events"
+    spark.sql(f"CREATE NAMESPACE {name}.{namespace}")
+    spark.sql(f"CREATE TABLE {identifier} (id BIGINT, label STRING) USING iceberg")
+    spark.createDataFrame([(0, "before the run")], "id BIGINT, label STRING").writeTo(
+        identifier
+    ).append()
+    spark.range(1, 40_001).selectExpr("id", "concat('row-', id) AS label").repartition(4).writeTo(
+        identifier
+    ).append()
+    table = catalog_server.pyiceberg_catalog().load_table((namespace, "events"))
+    head = table.current_snapshot()
+    assert head is not None and head.parent_snapshot_id is not None
+    base = head.parent_snapshot_id
+    added = spark.sql(
+        f"SELECT data_file.file_size_in_bytes AS size FROM {identifier}.entries "
+        f"WHERE snapshot_id = {head.snapshot_id} AND status = 1"
+    ).collect()
+    assert len(added) == 4
+    assert appended_bytes(table, head.snapshot_id, base) == sum(r.size for r in added)
+    whole = (
+        spark.read.format("iceberg")
+        .option("start-snapshot-id", str(base))
+        .option("end-snapshot-id", str(head.snapshot_id))
+        .load(identifier)
+    )
+    assert whole.rdd.getNumPartitions() == 1  # Iceberg's default split: one core reads
+    audited = read_appended(spark, identifier, table, base, head.snapshot_id)
+    assert audited.rdd.getNumPartitions() == 4
+    assert sorted(r.id for r in audited.select("id").collect()) == list(range(1, 40_001))

@@ -1,9 +1,10 @@
 """Running compiled checks on a batch with great-expectations (Spark), before publishing.
 
 great-expectations is imported here with its analytics switched off first: `plan`,
-`--help` and tables without checks never pay its import (~4 s of CPU). A table with
-checks starts that import on a background thread (`prepare_great_expectations`) when
-its check stage begins, so it overlaps the Spark job that reads and counts the batch.
+`--help` and tables without checks never pay its import (~4 s of CPU). `apply` and
+`run` start it on a background thread (`prepare_great_expectations`, through
+`checks.warmup`) as soon as they know a selected table has checks, so it overlaps the
+JVM start; a check stage starts it otherwise (a no-op once started).
 
 One validation judges every check of the table in one bundled aggregate. Each
 row-level check compiles to a Spark SQL predicate selecting its failing rows
@@ -12,17 +13,22 @@ per check, and great-expectations validates that flag frame with one
 `ExpectColumnSumToBeBetween(max_value=0)` per check (the sum is the exact failing
 count) and `ExpectTableRowCountToBeBetween` for `row_count`. Its Spark engine
 computes all the sums as one `df.agg(...)` (metrics of the same domain are bundled),
-after the row count it always computes first: two passes over the persisted batch,
-whatever the number of checks. Mapping each check straight onto a native expectation
-(ExpectColumnValuesToNotBeNull, ...ToBeUnique, ...ToBeInSet, ...ToBeBetween,
-UnexpectedRowsExpectation) cost one or more Spark jobs per expectation (10 jobs for
-five checks); `tests/test_checks_run.py` holds the predicates to those native
-expectations' counts.
+after the row count it always computes first (every column sum depends on it): two
+passes over the batch, whatever the number of checks. The number of rows evaluated is
+that row count (an `ExpectTableRowCountToBeBetween(min_value=0)` every validation
+carries reads it back), so the batch is not counted a third time. Mapping each check
+straight onto a native expectation (ExpectColumnValuesToNotBeNull, ...ToBeUnique,
+...ToBeInSet, ...ToBeBetween, UnexpectedRowsExpectation) cost one or more Spark jobs
+per expectation (10 jobs for five checks); `tests/test_checks_run.py` holds the
+predicates to those native expectations' counts. A hash aggregate for `unique` (group
+by the key, count > 1) and count vs count(distinct) were measured against the window and
+dropped: both cost more CPU over 1M keys than the window's shuffle and sort.
 
 Sample failing rows and the rows taken out for `on_failure: skip|dlq` are selected in
 Spark with the same predicates, only when a check failed. The caller should persist
-the input first: `run_checks` counts it (which also completes the transform stage's
-counting observation), then great-expectations reads it twice.
+the input when it is expensive to compute (a batch read from Kafka): great-expectations
+reads it twice (its first pass also completes the transform stage's counting
+observation).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ _SKIP = "skip"
 # that is not documented as thread-safe; tables validating at once take turns (each
 # validation is two short passes over a persisted batch).
 _GX_LOCK = threading.Lock()
+# The description of the row count expectation every validation carries (rows evaluated).
+_ROWS = "tableflow: rows evaluated"
 
 
 @dataclass(frozen=True)
@@ -138,31 +146,44 @@ def _flag_frame(
     return flagged.select(*(flags or [F.lit(1).alias("__tf_row")]))
 
 
-def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...], total: int) -> list[_GxOutcome]:
+@dataclass(frozen=True)
+class _Validation:
+    """great-expectations' verdict on each check, and the rows it counted in the batch."""
+
+    outcomes: list[_GxOutcome]
+    rows: int
+
+
+def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validation:
     """great-expectations' verdict on every check, from the flag frame of the batch.
 
-    An empty batch has no rows to fail: row-level checks pass without a validation
+    The batch's row count is great-expectations' own: every column sum depends on its
+    `table.row_count` metric (one pass before the sums), which `_ROWS` reads back, so the
+    batch is never counted apart. An empty batch has no rows to fail: row-level checks pass
     (a sum over no rows is NULL, which the expectation would not accept)."""
     gx = _gx()
+    import great_expectations.expectations as gxe
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    judged = [
-        (index, check)
-        for index, check in enumerate(checks)
-        if check.kind == "row_count" or total > 0
-    ]
-    outcomes = {index: _GxOutcome(True, 0, None, None) for index in range(len(checks))}
-    if not judged:
-        return list(outcomes.values())
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = (
-        context.data_sources.add_spark(name="tableflow")
+        # persist=False: by default great-expectations caches the frame it validates and
+        # never releases it; cached, its first pass (the row count) computed every flag and
+        # the window and wrote the cache. Uncached, that pass reads no column (the window
+        # is pruned) and the sums compute the flags once.
+        context.data_sources.add_spark(name="tableflow", persist=False)
         .add_dataframe_asset(name="batch")
         .add_batch_definition_whole_dataframe("whole")
     )
     suite = context.suites.add(gx.ExpectationSuite(name="checks"))
-    ids = {suite.add_expectation(_expectation(check, index)).id: index for index, check in judged}
+    rows_id = suite.add_expectation(
+        gxe.ExpectTableRowCountToBeBetween(min_value=0, description=_ROWS)
+    ).id
+    ids = {
+        suite.add_expectation(_expectation(check, index)).id: index
+        for index, check in enumerate(checks)
+    }
     definition = context.validation_definitions.add(
         gx.ValidationDefinition(name="tableflow", data=batch, suite=suite)
     )
@@ -170,9 +191,19 @@ def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...], total: int) -
         run = definition.run(
             batch_parameters={"dataframe": flags}, result_format={"result_format": "BASIC"}
         )
+    outcomes: dict[int, _GxOutcome] = {}
+    rows: _GxOutcome | None = None
     for result in run.results:
-        outcomes[ids[result.expectation_config.id]] = _outcome(result)
-    return [outcomes[index] for index in range(len(checks))]
+        if result.expectation_config.id == rows_id:
+            rows = _outcome(result)
+        else:
+            outcomes[ids[result.expectation_config.id]] = _outcome(result)
+    assert rows is not None, "great-expectations returned no row count"
+    total = rows.observed or 0
+    if rows.error is None and total == 0:
+        empty = _GxOutcome(True, 0, None, None)
+        outcomes = {i: empty if c.row_level else outcomes[i] for i, c in enumerate(checks)}
+    return _Validation([outcomes[index] for index in range(len(checks))], total)
 
 
 def _outcome(result: Any) -> _GxOutcome:
@@ -272,11 +303,11 @@ def run_checks(
         report = CheckReport(table=table, results=(), rows_evaluated=0)
         return CheckRun(report, df, empty, 0, 0, empty)
     prepare_great_expectations()  # no-op if the check stage started it already
-    total = df.count()
     flagged, predicates = _with_failing_flags(df, checks)
-    outcomes = _validate(_flag_frame(flagged, checks, predicates), checks, total)
+    validation = _validate(_flag_frame(flagged, checks, predicates), checks)
+    total = validation.rows
     results = []
-    for check, gx_result in zip(checks, outcomes, strict=True):
+    for check, gx_result in zip(checks, validation.outcomes, strict=True):
         outcome, action = _verdict(check, gx_result)
         samples: tuple[dict[str, Any], ...] = ()
         if outcome != "pass" and check.name in predicates:

@@ -61,6 +61,7 @@ def command(
     show_dag: bool,
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
+    from tableflow_core.checks.warmup import prepare_checks_engine
     from tableflow_core.plan.plan_file import StalePlanError
     from tableflow_core.plan.world import WorldReadError
     from tableflow_core.runner.lock import LockTimeoutError
@@ -71,6 +72,9 @@ def command(
     if ctx.selected_tables():
         fail_fast_if_kafka_is_down(ctx)
     spark_starter = _start_spark(project)
+    # With checks to run, great-expectations' import overlaps the JVM start and the plan
+    # (a saved plan may hold any table of the project).
+    prepare_checks_engine(project.tables if plan_file is not None else ctx.selected_tables())
     try:
         # One catalog for the plan and the apply (an embedded one is started once).
         with open_catalog(project) as handle:

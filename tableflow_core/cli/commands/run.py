@@ -25,6 +25,7 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
     table that is blocked or fails is reported and retried at its next interval.
     Stops on Ctrl-C or SIGTERM after the current cycle.
     """
+    from tableflow_core.checks.warmup import prepare_checks_engine
     from tableflow_core.engine.spark_session import SessionStarter
     from tableflow_core.tasks.apply import project_spark_session
     from tableflow_core.tasks.run import CycleReport, RunTask
@@ -69,6 +70,7 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
 
     # The JVM starts while the first cycle plans.
     spark_starter = SessionStarter(lambda: project_spark_session(project))
+    prepare_checks_engine(tables)  # great-expectations' import overlaps the JVM start
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
     ctx.console.print(f"Refreshing {plural(len(tables), 'table')}: {intervals}", highlight=False)
     reports = RunTask(

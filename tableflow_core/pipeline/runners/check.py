@@ -1,8 +1,8 @@
 """check: the table's data-quality checks (issue #10), run as one validation.
 
 Plan emits one Check stage per configured check (one line each in `plan`); all of them
-run at the first, as one great-expectations validation (`checks.run.run_checks`: a
-count, then two bundled aggregate passes, whatever the number of checks); the later
+run at the first, as one great-expectations validation (`checks.run.run_checks`: its
+row count, then one bundled aggregate pass, whatever the number of checks); the later
 check stages pass the batch on. What is validated:
 
 - on an append table whose checks take no rows out (severity warn, or on_failure fail),
@@ -36,7 +36,8 @@ from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Check
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyiceberg.table import Table
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 
@@ -59,7 +60,7 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     from tableflow_core.checks.run import prepare_great_expectations, run_checks
 
     assert batch.good is not None, "check needs the decode stage before it"
-    # Its import overlaps the job that reads Kafka, decodes and transforms (or writes).
+    # A no-op when apply/run started the import already (checks.warmup).
     prepare_great_expectations()
     if _audits_written_rows(context, compiled.checks.checks):
         report: dict[str, Any] = {}  # filled by the audit; an audit that never ran: None
@@ -67,7 +68,7 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
             audits=(*batch.audits, _written_rows_audit(compiled.checks, report)),
             results={**batch.results, CHECKS_RESULT: lambda: dict(report) or None},
         )
-    # Counted, validated (two passes), then written: read Kafka and transform once.
+    # Validated (two passes), then written: read Kafka and transform once.
     persisted = batch.good.persist()
 
     def release() -> None:
@@ -138,7 +139,7 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
         from tableflow_core.checks import ChecksFailedError
         from tableflow_core.checks.run import run_checks
 
-        # Not cached: each pass (count, great-expectations' two) reads only the columns it
+        # Not cached: each of great-expectations' two passes reads only the columns it
         # needs from this run's Parquet files, cheaper than caching every column (1M rows:
         # ~1 s against ~8 s).
         written = _appended_rows(context)
@@ -159,19 +160,62 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
 
 
 def _appended_rows(context: StageContext) -> DataFrame:
-    """The rows the run's write appended to its branch: an incremental scan from the
-    snapshot the branch was cut at to the branch's head (only this run's data files)."""
+    """The rows the run's write appended to its branch (only this run's data files)."""
     spec = context.spec
     table = context.catalog.catalog.load_table((*spec.namespace, spec.table))
     head = table.metadata.refs[context.branch].snapshot_id
     if head == context.base_snapshot_id:  # the write appended nothing
         return _with_positions(context.spark.table(spec.identifier).limit(0))
     return _with_positions(
-        context.spark.read.format("iceberg")
-        .option("start-snapshot-id", str(context.base_snapshot_id))
-        .option("end-snapshot-id", str(head))
-        .load(spec.identifier)
+        read_appended(context.spark, spec.identifier, table, context.base_snapshot_id, head)
     )
+
+
+def read_appended(
+    spark: SparkSession, identifier: str, table: Table, base: int | None, head: int
+) -> DataFrame:
+    """An incremental scan of Spark table `identifier` (pyiceberg `table`) from snapshot
+    `base` to `head`, split so that every core reads (see `_split_size`)."""
+    reader = (
+        spark.read.format("iceberg")
+        .option("start-snapshot-id", str(base))
+        .option("end-snapshot-id", str(head))
+    )
+    split = _split_size(appended_bytes(table, head, base), spark.sparkContext.defaultParallelism)
+    if split is not None:
+        reader = reader.option("split-size", str(split))
+    return reader.load(identifier)
+
+
+# Iceberg packs a scan's files into read tasks of up to 128 MB (`read.split.target-size`):
+# one run's files (1M rows: 4 files, ~5 MB) became one task, so the checks' passes read
+# and shuffled them on one core. Smaller splits give each core tasks of its own.
+_DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+_TASKS_PER_CORE = 2
+
+
+def _split_size(size: int, parallelism: int) -> int | None:
+    """The read split size giving the audit about `_TASKS_PER_CORE` tasks per core (None:
+    Iceberg's default already does, or nothing to read). Parquet is split at row groups,
+    so a file of one row group stays one task whatever the size."""
+    if size <= 0:
+        return None
+    split = -(-size // max(1, parallelism * _TASKS_PER_CORE))
+    return split if split < _DEFAULT_SPLIT_BYTES else None
+
+
+def appended_bytes(table: Table, head: int, base: int | None) -> int:
+    """Bytes of the data files the snapshots after `base` up to `head` added (their
+    summaries' `added-files-size`; 0 when a summary does not say)."""
+    total = 0
+    snapshot = table.snapshot_by_id(head)
+    while snapshot is not None and snapshot.snapshot_id != base:
+        summary = snapshot.summary
+        added = summary.get("added-files-size") if summary is not None else None
+        total += int(added) if added is not None else 0
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    return total
 
 
 def _with_positions(rows: DataFrame) -> DataFrame:
