@@ -23,17 +23,14 @@ each (counted in a Spark event log) beside the times, the best of `--rounds`.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import subprocess
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
-from ingest import (  # benchmarks/ is on sys.path
+from ingest import (
     cli_apply,
     cli_measured,
     produce,
@@ -41,6 +38,7 @@ from ingest import (  # benchmarks/ is on sys.path
     stack,
     write_project,
 )
+from many_tables import checkout  # benchmarks/ is on sys.path
 
 from tableflow_core.dev import broker
 
@@ -120,16 +118,6 @@ def main() -> None:
         print(line)
 
 
-def _tree_of(rev: str, into: Path) -> Path:
-    """A `git archive` copy of tableflow_core as of `rev`."""
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, "tableflow_core"], capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into
-
-
 def _event_log_counts(events: Path) -> tuple[int, int, float]:
     """(Spark jobs, stages run, the tasks' JVM GC seconds) in the event logs under `events`."""
     jobs = stages = 0
@@ -179,7 +167,7 @@ def compare(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="tf-bench-tc-"))
     trees: dict[str, tuple[Path, dict[str, str]]] = {"this": (ROOT, {})}
     if args.against:
-        trees[args.against] = (_tree_of(args.against, work / "against"), {})
+        trees[args.against] = (checkout(args.against, work / "against"), {})
     for variant in args.variant:
         label, conf = variant.split("=", 1)
         trees[label] = (ROOT, json.loads(conf))
