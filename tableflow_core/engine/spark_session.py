@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tableflow_core.engine.class_data_sharing import JAVA_OPTIONS_KEY, class_data_sharing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +49,6 @@ SHORT_LIVED_JVM_OPTIONS = (
     "-XX:MinHeapFreeRatio=5",
     "-XX:MaxHeapFreeRatio=20",
 )
-JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 
 
 def iceberg_runtime_jar() -> str | None:
@@ -86,10 +87,13 @@ def build_spark_session(
     packages: list[str] | None = None,
     catalogs: Mapping[str, Mapping[str, str]] | None = None,
     short_lived: bool = False,
+    share_classes: bool = False,
 ) -> SparkSession:
     """Create (or reuse) the SparkSession with the Iceberg runtime and extensions.
 
     `short_lived`: the application ends with the command (apply): C1-only JIT.
+    `share_classes`: the driver JVM maps its classes from a class-data sharing archive
+    (written by the first such JVM to exit; `engine/class_data_sharing.py`).
     """
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -117,7 +121,14 @@ def build_spark_session(
         merged.update(iceberg_catalog_conf(name, props))
     user_conf = {k: str(v) for k, v in (conf or {}).items()}
     merged.update(user_conf)
-    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
+    user_options = user_conf.get(JAVA_OPTIONS_KEY)
+    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_options, short_lived)
+    if share_classes:
+        sharing = class_data_sharing(merged)
+        if sharing is not None:
+            merged[JAVA_OPTIONS_KEY] = driver_java_options(
+                user_options, short_lived, sharing.java_options()
+            )
     for key, value in merged.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -125,12 +136,15 @@ def build_spark_session(
     return spark
 
 
-def driver_java_options(user_options: str | None, short_lived: bool) -> str:
-    """Our log4j configuration (and the JIT choice), then the user's own options, which
-    win where they set the same flag (the JVM takes the last one)."""
+def driver_java_options(
+    user_options: str | None, short_lived: bool, class_sharing: Sequence[str] = ()
+) -> str:
+    """Our log4j configuration (the JIT choice, the class-data sharing archive), then the
+    user's own options, which win where they set the same flag (the JVM takes the last)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     if short_lived:
         options.extend(SHORT_LIVED_JVM_OPTIONS)
+    options.extend(class_sharing)
     if user_options:
         options.append(user_options)
     return " ".join(options)
