@@ -16,8 +16,16 @@ from tableflow_core.engine.class_data_sharing import (
     STALE_PARTIAL_SECONDS,
     ClassDataSharing,
     class_data_sharing,
+    java_executable,
+    prune_archives,
 )
 from tableflow_core.engine.spark_session import driver_java_options
+
+
+def sharing_in(directory: Path, *layout: str) -> ClassDataSharing:
+    java = java_executable()
+    assert java is not None, "the tests need a JDK"
+    return ClassDataSharing(directory, "abc", java, layout)
 
 
 def complete_archive(path: Path) -> None:
@@ -25,7 +33,7 @@ def complete_archive(path: Path) -> None:
 
 
 def test_the_first_jvm_writes_the_archive_and_a_second_one_does_not(tmp_path: Path) -> None:
-    sharing = ClassDataSharing(tmp_path / "jvm", "abc")
+    sharing = sharing_in(tmp_path / "jvm")
     first = sharing.java_options()
     assert first[0] == f"-XX:ArchiveClassesAtExit={sharing.partial}"
     assert sharing.partial.exists()
@@ -34,15 +42,29 @@ def test_the_first_jvm_writes_the_archive_and_a_second_one_does_not(tmp_path: Pa
     assert (tmp_path / "jvm").stat().st_mode & 0o777 == 0o700
 
 
+def test_no_archive_is_written_where_the_jvm_would_refuse_to_start(tmp_path: Path) -> None:
+    sharing = sharing_in(tmp_path, "-Xshare:off")
+    assert sharing.java_options() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_the_newest_archives_are_kept(tmp_path: Path) -> None:
+    for age, name in enumerate(["a", "b", "c"]):
+        complete_archive(tmp_path / f"{name}.jsa")
+        os.utime(tmp_path / f"{name}.jsa", (1000 - age, 1000 - age))
+    prune_archives(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsa", "b.jsa"]
+
+
 def test_a_finished_partial_is_promoted_and_mapped(tmp_path: Path) -> None:
-    sharing = ClassDataSharing(tmp_path, "abc")
+    sharing = sharing_in(tmp_path)
     complete_archive(sharing.partial)
     assert sharing.java_options()[0] == f"-XX:SharedArchiveFile={sharing.archive}"
     assert sharing.archive.exists() and not sharing.partial.exists()
 
 
 def test_a_partial_left_by_a_dead_writer_is_taken_over(tmp_path: Path) -> None:
-    sharing = ClassDataSharing(tmp_path, "abc")
+    sharing = sharing_in(tmp_path)
     sharing.partial.write_bytes(b"\0" * 64)  # header never written
     old = time.time() - STALE_PARTIAL_SECONDS - 1
     os.utime(sharing.partial, (old, old))
@@ -50,7 +72,7 @@ def test_a_partial_left_by_a_dead_writer_is_taken_over(tmp_path: Path) -> None:
 
 
 def test_a_truncated_archive_is_never_mapped(tmp_path: Path) -> None:
-    sharing = ClassDataSharing(tmp_path, "abc")
+    sharing = sharing_in(tmp_path)
     sharing.archive.write_bytes(b"\0\0")
     assert not any(o.startswith("-XX:SharedArchiveFile") for o in sharing.java_options())
 
@@ -58,7 +80,7 @@ def test_a_truncated_archive_is_never_mapped(tmp_path: Path) -> None:
 def test_an_unusable_cache_directory_costs_speed_not_the_run(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert ClassDataSharing(blocker / "jvm", "abc").java_options() == []
+    assert sharing_in(blocker / "jvm").java_options() == []
 
 
 def test_the_digest_follows_what_the_jvm_loads(

@@ -26,15 +26,18 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # JDK's dynamic archive header magic (0xf00baba8), as stored on little-endian machines.
 DYNAMIC_ARCHIVE_MAGIC = (0xF00BABA8).to_bytes(4, sys.byteorder)
 STALE_PARTIAL_SECONDS = 600.0
+KEPT_ARCHIVES = 4
 # The JVM reports archive mismatches and skipped classes on stdout: keep the CLI clean.
 QUIET_CDS_LOGGING = "-Xlog:cds=off,cds+dynamic=off"
 # Spark conf entries whose value changes what the driver JVM loads or how it lays out
@@ -52,10 +55,13 @@ LAYOUT_NEUTRAL_PREFIXES = ("-D", "-Xlog")
 
 @dataclass(frozen=True)
 class ClassDataSharing:
-    """The archive for one JVM set-up (its digest) in one cache directory."""
+    """The archive for one JVM set-up (its digest) in one cache directory; `java` and
+    `layout` are the JVM and the options the driver will run with."""
 
     directory: Path
     digest: str
+    java: Path
+    layout: tuple[str, ...] = ()
 
     @property
     def archive(self) -> Path:
@@ -74,7 +80,10 @@ class ClassDataSharing:
             if is_complete_archive(self.archive):
                 return [f"-XX:SharedArchiveFile={self.archive}", QUIET_CDS_LOGGING]
             if self._claim_partial():
-                return [f"-XX:ArchiveClassesAtExit={self.partial}", QUIET_CDS_LOGGING]
+                if self._jvm_can_write_archives():
+                    prune_archives(self.directory, KEPT_ARCHIVES)
+                    return [f"-XX:ArchiveClassesAtExit={self.partial}", QUIET_CDS_LOGGING]
+                self.partial.unlink(missing_ok=True)
         except OSError:
             pass  # a read-only or full cache directory costs speed, never the run
         return []
@@ -82,6 +91,21 @@ class ClassDataSharing:
     def _promote_finished_partial(self) -> None:
         if is_complete_archive(self.partial):
             os.replace(self.partial, self.archive)
+
+    def _jvm_can_write_archives(self) -> bool:
+        """A JVM refuses to start when asked to write an archive without the JDK's base
+        archive (a JDK built without one, `-Xshare:off`): try it once, with `-version`."""
+        probe = self.directory / f"{self.digest}.probe.jsa"
+        command = [str(self.java), *self.layout, f"-XX:ArchiveClassesAtExit={probe}"]
+        try:
+            result = subprocess.run(
+                [*command, "-Xlog:disable", "-version"], capture_output=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        finally:
+            probe.unlink(missing_ok=True)
+        return result.returncode == 0
 
     def _claim_partial(self) -> bool:
         """Create the partial file exclusively (one writer at a time); a stale one left
@@ -99,6 +123,13 @@ class ClassDataSharing:
         except FileExistsError:
             return False
         return True
+
+
+def prune_archives(directory: Path, keep: int) -> None:
+    """Keep the `keep` most recently written archives (each is ~150 MB)."""
+    archives = sorted(directory.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
 
 
 def is_complete_archive(path: Path) -> bool:
@@ -121,14 +152,16 @@ def class_data_sharing(conf: Mapping[str, str]) -> ClassDataSharing | None:
     java = java_executable()
     if java is None:
         return None
-    identity = {
+    identity: dict[str, Any] = {
         "java": file_identity(java),
         "spark_jars": spark_jar_names(),
         "conf": {key: conf.get(key, "") for key in CLASS_PATH_CONF_KEYS},
         "java_options": layout_options(conf.get(JAVA_OPTIONS_KEY, "")),
     }
     encoded = json.dumps(identity, sort_keys=True).encode()
-    return ClassDataSharing(cache_directory(), hashlib.sha256(encoded).hexdigest()[:24])
+    digest = hashlib.sha256(encoded).hexdigest()[:24]
+    layout = [*identity["java_options"], f"-Xmx{conf.get('spark.driver.memory', '1g')}"]
+    return ClassDataSharing(cache_directory(), digest, java, tuple(layout))
 
 
 def layout_options(java_options: str) -> list[str]:
