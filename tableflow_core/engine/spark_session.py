@@ -103,7 +103,30 @@ def build_spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    merged = session_conf(conf, packages, catalogs, short_lived)
+    if share_classes:
+        sharing = class_data_sharing(merged)
+        if sharing is not None:
+            user_options = (conf or {}).get(JAVA_OPTIONS_KEY)
+            merged[JAVA_OPTIONS_KEY] = driver_java_options(
+                user_options, short_lived, sharing.java_options()
+            )
     builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def session_conf(
+    conf: Mapping[str, str] | None = None,
+    packages: list[str] | None = None,
+    catalogs: Mapping[str, Mapping[str, str]] | None = None,
+    short_lived: bool = False,
+) -> dict[str, str]:
+    """The Spark conf `build_spark_session` starts the application with (before the class
+    archive's options): our defaults, the Iceberg runtime, catalogs, then the user's."""
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
     merged["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     merged["spark.sql.extensions"] = (
@@ -121,19 +144,8 @@ def build_spark_session(
         merged.update(iceberg_catalog_conf(name, props))
     user_conf = {k: str(v) for k, v in (conf or {}).items()}
     merged.update(user_conf)
-    user_options = user_conf.get(JAVA_OPTIONS_KEY)
-    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_options, short_lived)
-    if share_classes:
-        sharing = class_data_sharing(merged)
-        if sharing is not None:
-            merged[JAVA_OPTIONS_KEY] = driver_java_options(
-                user_options, short_lived, sharing.java_options()
-            )
-    for key, value in merged.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
+    return merged
 
 
 def driver_java_options(
