@@ -37,6 +37,7 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
 }
 
 # Python workers fork from a daemon that imported the decode path already.
+DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
 WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
 
 # A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
@@ -145,6 +146,13 @@ def session_conf(
     user_conf = {k: str(v) for k, v in (conf or {}).items()}
     merged.update(user_conf)
     merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
+    if jar:
+        # `spark.jars` reaches Iceberg's classes through a child class loader, so each of
+        # them is first looked up, and missed, in all ~250 jars of the driver's class path
+        # (and class-data sharing cannot register them): on the driver's own class path
+        # they load directly. Executors still get the jar through `spark.jars`.
+        user_path = user_conf.get(DRIVER_CLASS_PATH_KEY)
+        merged[DRIVER_CLASS_PATH_KEY] = os.pathsep.join(p for p in (jar, user_path) if p)
     return merged
 
 
