@@ -45,3 +45,14 @@ def test_driver_java_options_keep_ours_and_the_users() -> None:
     assert parts[1] == "-XX:TieredStopAtLevel=1"
     assert parts[-2:] == ["-Xss4m", "-XX:TieredStopAtLevel=4"]
     assert driver_java_options(None, short_lived=False).count(" ") == 0
+
+
+def test_the_bundled_iceberg_jar_is_on_the_drivers_own_class_path() -> None:
+    from tableflow_core.engine.spark_session import iceberg_runtime_jar, session_conf
+
+    jar = iceberg_runtime_jar()
+    assert jar is not None, "the bundled Iceberg runtime is part of the install"
+    conf = session_conf({"spark.driver.extraClassPath": "/opt/udfs.jar"})
+    assert conf["spark.jars"] == jar  # executors fetch it from here
+    assert conf["spark.driver.extraClassPath"] == f"{jar}:/opt/udfs.jar"
+    assert session_conf()["spark.driver.extraClassPath"] == jar

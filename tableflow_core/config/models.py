@@ -246,6 +246,12 @@ class SparkSettings(ConfigModel):
         default_factory=list,
         description="Maven coordinates for `spark.jars.packages` (the Iceberg runtime is added for you).",
     )
+    class_data_sharing: bool = Field(
+        True,
+        description="Map the driver JVM's classes from a class-data sharing archive in the user's "
+        "cache (`~/.cache/tableflow/jvm`), written by the first application to exit: a cold "
+        "start loads Spark and Iceberg seconds faster.",
+    )
 
 
 class DevStackPorts(ConfigModel):

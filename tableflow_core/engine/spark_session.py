@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tableflow_core.engine.class_data_sharing import JAVA_OPTIONS_KEY, class_data_sharing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,6 +37,7 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
 }
 
 # Python workers fork from a daemon that imported the decode path already.
+DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
 WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
 
 # A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
@@ -47,7 +50,6 @@ SHORT_LIVED_JVM_OPTIONS = (
     "-XX:MinHeapFreeRatio=5",
     "-XX:MaxHeapFreeRatio=20",
 )
-JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
 
 
 def iceberg_runtime_jar() -> str | None:
@@ -86,10 +88,13 @@ def build_spark_session(
     packages: list[str] | None = None,
     catalogs: Mapping[str, Mapping[str, str]] | None = None,
     short_lived: bool = False,
+    share_classes: bool = False,
 ) -> SparkSession:
     """Create (or reuse) the SparkSession with the Iceberg runtime and extensions.
 
     `short_lived`: the application ends with the command (apply): C1-only JIT.
+    `share_classes`: the driver JVM maps its classes from a class-data sharing archive
+    (written by the first such JVM to exit; `engine/class_data_sharing.py`).
     """
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -99,7 +104,30 @@ def build_spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    merged = session_conf(conf, packages, catalogs, short_lived)
+    if share_classes:
+        sharing = class_data_sharing(merged)
+        if sharing is not None:
+            user_options = (conf or {}).get(JAVA_OPTIONS_KEY)
+            merged[JAVA_OPTIONS_KEY] = driver_java_options(
+                user_options, short_lived, sharing.java_options()
+            )
     builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def session_conf(
+    conf: Mapping[str, str] | None = None,
+    packages: list[str] | None = None,
+    catalogs: Mapping[str, Mapping[str, str]] | None = None,
+    short_lived: bool = False,
+) -> dict[str, str]:
+    """The Spark conf `build_spark_session` starts the application with (before the class
+    archive's options): our defaults, the Iceberg runtime, catalogs, then the user's."""
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
     merged["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     merged["spark.sql.extensions"] = (
@@ -118,19 +146,25 @@ def build_spark_session(
     user_conf = {k: str(v) for k, v in (conf or {}).items()}
     merged.update(user_conf)
     merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
-    for key, value in merged.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    if jar:
+        # `spark.jars` reaches Iceberg's classes through a child class loader, so each of
+        # them is first looked up, and missed, in all ~250 jars of the driver's class path
+        # (and class-data sharing cannot register them): on the driver's own class path
+        # they load directly. Executors still get the jar through `spark.jars`.
+        user_path = user_conf.get(DRIVER_CLASS_PATH_KEY)
+        merged[DRIVER_CLASS_PATH_KEY] = os.pathsep.join(p for p in (jar, user_path) if p)
+    return merged
 
 
-def driver_java_options(user_options: str | None, short_lived: bool) -> str:
-    """Our log4j configuration (and the JIT choice), then the user's own options, which
-    win where they set the same flag (the JVM takes the last one)."""
+def driver_java_options(
+    user_options: str | None, short_lived: bool, class_sharing: Sequence[str] = ()
+) -> str:
+    """Our log4j configuration (the JIT choice, the class-data sharing archive), then the
+    user's own options, which win where they set the same flag (the JVM takes the last)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     if short_lived:
         options.extend(SHORT_LIVED_JVM_OPTIONS)
+    options.extend(class_sharing)
     if user_options:
         options.append(user_options)
     return " ".join(options)

@@ -157,6 +157,7 @@ def project_spark_session(
         list(settings.packages),
         catalogs,
         short_lived=short_lived,
+        share_classes=settings.class_data_sharing,
     )
 
 

@@ -79,6 +79,7 @@ def maintenance_spark_session(project: Project, handle: CatalogHandle) -> SparkS
         {k: str(v) for k, v in settings.conf.items()},
         list(settings.packages),
         {handle.spark_name: handle.spark_properties},
+        share_classes=settings.class_data_sharing,
     )
 
 

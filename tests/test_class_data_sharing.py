@@ -1,0 +1,137 @@
+"""Class-data sharing for the driver JVM: one writer, archives promoted only when complete,
+and a real JVM that maps the archive the previous one wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tableflow_core.engine.class_data_sharing import (
+    DYNAMIC_ARCHIVE_MAGIC,
+    STALE_PARTIAL_SECONDS,
+    ClassDataSharing,
+    class_data_sharing,
+    java_executable,
+    prune_archives,
+)
+from tableflow_core.engine.spark_session import driver_java_options
+
+
+def sharing_in(directory: Path, *layout: str) -> ClassDataSharing:
+    java = java_executable()
+    assert java is not None, "the tests need a JDK"
+    return ClassDataSharing(directory, "abc", java, layout)
+
+
+def complete_archive(path: Path) -> None:
+    path.write_bytes(DYNAMIC_ARCHIVE_MAGIC + b"\0" * 64)
+
+
+def test_the_first_jvm_writes_the_archive_and_a_second_one_does_not(tmp_path: Path) -> None:
+    sharing = sharing_in(tmp_path / "jvm")
+    first = sharing.java_options()
+    assert first[0] == f"-XX:ArchiveClassesAtExit={sharing.partial}"
+    assert sharing.partial.exists()
+    # While the first JVM has not written its archive, others run without one.
+    assert sharing.java_options() == []
+    assert (tmp_path / "jvm").stat().st_mode & 0o777 == 0o700
+
+
+def test_no_archive_is_written_where_the_jvm_would_refuse_to_start(tmp_path: Path) -> None:
+    sharing = sharing_in(tmp_path, "-Xshare:off")
+    assert sharing.java_options() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_the_newest_archives_are_kept(tmp_path: Path) -> None:
+    for age, name in enumerate(["a", "b", "c"]):
+        complete_archive(tmp_path / f"{name}.jsa")
+        os.utime(tmp_path / f"{name}.jsa", (1000 - age, 1000 - age))
+    prune_archives(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsa", "b.jsa"]
+
+
+def test_a_finished_partial_is_promoted_and_mapped(tmp_path: Path) -> None:
+    sharing = sharing_in(tmp_path)
+    complete_archive(sharing.partial)
+    assert sharing.java_options()[0] == f"-XX:SharedArchiveFile={sharing.archive}"
+    assert sharing.archive.exists() and not sharing.partial.exists()
+
+
+def test_a_partial_left_by_a_dead_writer_is_taken_over(tmp_path: Path) -> None:
+    sharing = sharing_in(tmp_path)
+    sharing.partial.write_bytes(b"\0" * 64)  # header never written
+    old = time.time() - STALE_PARTIAL_SECONDS - 1
+    os.utime(sharing.partial, (old, old))
+    assert sharing.java_options()[0] == f"-XX:ArchiveClassesAtExit={sharing.partial}"
+
+
+def test_a_truncated_archive_is_never_mapped(tmp_path: Path) -> None:
+    sharing = sharing_in(tmp_path)
+    sharing.archive.write_bytes(b"\0\0")
+    assert not any(o.startswith("-XX:SharedArchiveFile") for o in sharing.java_options())
+
+
+def test_an_unusable_cache_directory_costs_speed_not_the_run(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert sharing_in(blocker / "jvm").java_options() == []
+
+
+def test_the_digest_follows_what_the_jvm_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    base = {"spark.jars": "/x/iceberg-1.10.2.jar", "spark.driver.memory": "2g"}
+    one = class_data_sharing(base)
+    assert one is not None and one.directory == tmp_path / "tableflow" / "jvm"
+    assert class_data_sharing(dict(base)) == one
+    assert class_data_sharing({**base, "spark.jars": "/x/iceberg-1.11.0.jar"}) != one
+    assert class_data_sharing({**base, "spark.driver.memory": "8g"}) != one
+    assert class_data_sharing({**base, "spark.sql.shuffle.partitions": "8"}) == one
+    options = "spark.driver.extraJavaOptions"
+    assert class_data_sharing({**base, options: "-Xmx8g"}) != one
+    assert class_data_sharing({**base, options: "-Da=b -Xlog:gc:file=x"}) == one
+
+
+def test_sharing_options_come_before_the_users() -> None:
+    options = driver_java_options("-Xshare:off", True, ["-XX:SharedArchiveFile=/a.jsa"])
+    assert options.split(" ")[-2:] == ["-XX:SharedArchiveFile=/a.jsa", "-Xshare:off"]
+
+
+SESSION_SCRIPT = """
+import sys
+from tableflow_core.engine.spark_session import build_spark_session
+conf = {"spark.driver.extraJavaOptions": sys.argv[1]} if len(sys.argv) > 1 else {}
+spark = build_spark_session("local[1]", conf=conf, short_lived=True, share_classes=True)
+spark.sql("select 1").collect()
+"""
+
+
+@pytest.mark.slow
+def test_a_second_jvm_maps_the_classes_the_first_one_archived(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    loaded = tmp_path / "class-load.txt"
+    # Logging options leave the archive's digest alone: both JVMs share one archive.
+    command = [sys.executable, "-c", SESSION_SCRIPT, f"-Xlog:class+load=info:file={loaded}"]
+    # capture_output waits for the JVM too: it holds the pipes until its archive is written.
+    first = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (partial,) = (tmp_path / "cache" / "tableflow" / "jvm").glob("*.jsa.partial")
+    assert partial.read_bytes()[:4] == DYNAMIC_ARCHIVE_MAGIC
+    assert "[cds" not in first.stdout
+    assert "source: shared objects file (top)" not in loaded.read_text()
+
+    second = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert not partial.exists()
+    assert partial.with_suffix("").exists()  # promoted to <digest>.jsa
+    sources = loaded.read_text()
+    # Spark's and Iceberg's classes come from the archive the first JVM wrote.
+    assert sources.count("source: shared objects file (top)") > 5000, sources[:2000]
+    assert "org.apache.spark.sql.SparkSession source: shared objects file (top)" in sources
