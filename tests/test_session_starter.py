@@ -56,3 +56,12 @@ def test_the_bundled_iceberg_jar_is_on_the_drivers_own_class_path() -> None:
     assert conf["spark.jars"] == jar  # executors fetch it from here
     assert conf["spark.driver.extraClassPath"] == f"{jar}:/opt/udfs.jar"
     assert session_conf()["spark.driver.extraClassPath"] == jar
+
+
+def test_a_one_shot_application_sorts_off_the_heap_unless_the_user_says_otherwise() -> None:
+    from tableflow_core.engine.spark_session import session_conf
+
+    assert session_conf(short_lived=True)["spark.memory.offHeap.enabled"] == "true"
+    assert "spark.memory.offHeap.enabled" not in session_conf(short_lived=False)
+    mine = session_conf({"spark.memory.offHeap.enabled": "false"}, short_lived=True)
+    assert mine["spark.memory.offHeap.enabled"] == "false"
