@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from tableflow_core.engine.observations import OBSERVATION_TIMEOUT_S, observed_metrics
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
 from tableflow_core.transforms.compile import (
@@ -78,16 +79,11 @@ class TransformResult:
     rejected_df: DataFrame
     observation: Observation
 
-    def counts(self) -> TransformCounts:
-        """The counts, known once an action has read the whole of `df` or `rejected_df`
-        (the write, `run_checks`' row count). Raises before that, never blocks."""
-        jvm_observation = self.observation._jo
-        if jvm_observation is None or not jvm_observation.future().isCompleted():
-            raise RuntimeError(
-                "transform counts are known after the first action on the result "
-                "(the write or the checks)"
-            )
-        observed = self.observation.get
+    def counts(self, timeout_s: float = OBSERVATION_TIMEOUT_S) -> TransformCounts:
+        """The counts, once an action has read the whole of `df` or `rejected_df` (the
+        write, `run_checks`' row count): Spark fills them just after that action ends, so
+        this waits up to `timeout_s` for them."""
+        observed = observed_metrics(self.observation, timeout_s, what="the transform stage")
         return TransformCounts(**{name: int(observed[name]) for name in _COUNT_NAMES})
 
 

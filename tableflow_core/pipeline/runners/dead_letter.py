@@ -94,7 +94,7 @@ def _observe_written(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from tableflow_core.pipeline.runners.decode import observed_metrics
+    from tableflow_core.engine.observations import observed_metrics
 
     partitions = sorted({r.partition for r in context.ranges})
     upsert = TOMBSTONE_COLUMN in good.columns

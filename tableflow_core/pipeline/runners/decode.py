@@ -10,7 +10,6 @@ them, e.g. to name them in an error or send them to a dead-letter target).
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
+from tableflow_core.engine.observations import observed_metrics
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -71,25 +71,6 @@ def key_spec_of(context: StageContext) -> KeySpec | None:
 
     key_format = spec.decoder.key or FormatSpec(format="string")
     return KeySpec(key_format, spec.key_columns, spec.decoder.registry)
-
-
-OBSERVATION_TIMEOUT_S = 120.0
-
-
-def observed_metrics(observation: Any, timeout_s: float = OBSERVATION_TIMEOUT_S) -> dict[str, Any]:
-    """The decode observation's figures. Spark fills them when the write's job finishes;
-    `Observation.get` would block forever if a later stage dropped the observed frame from
-    the written lineage, so wait a bounded time and say so."""
-    result: dict[str, Any] = {}
-    waiter = threading.Thread(target=lambda: result.update(observation.get), daemon=True)
-    waiter.start()
-    waiter.join(timeout_s)
-    if waiter.is_alive():
-        raise RuntimeError(
-            "the decode stage's counts never arrived: a stage after decode must keep the "
-            "decoded frame in the lineage of what the write stage writes"
-        )
-    return result
 
 
 @stage_runner(Decode)

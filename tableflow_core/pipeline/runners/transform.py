@@ -36,7 +36,7 @@ def transform_counts(result: TransformResult) -> TransformCounts:
     it arrives asynchronously after the action that read the batch."""
     import dataclasses
 
-    from tableflow_core.pipeline.runners.decode import observed_metrics
+    from tableflow_core.engine.observations import observed_metrics
     from tableflow_core.transforms.spark import TransformCounts
 
     observed = observed_metrics(result.observation)
@@ -45,7 +45,7 @@ def transform_counts(result: TransformResult) -> TransformCounts:
 
 
 def _observed_rows(observation: Observation) -> int:
-    from tableflow_core.pipeline.runners.decode import observed_metrics
+    from tableflow_core.engine.observations import observed_metrics
 
     return int(observed_metrics(observation)["rows"])
 
