@@ -43,7 +43,6 @@ import random
 import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -56,6 +55,7 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 from ingest import HOST, record, write_project
+from many_tables import checkout
 
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import free_port
@@ -465,16 +465,6 @@ def table_summary(project_root: Path) -> tuple[int, float]:
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "@@measured "  # a worker's answer line (the apply's own output goes to stdout too)
-
-
-def checkout(rev: str, into: Path) -> Path:
-    """tableflow_core as of git revision `rev`, extracted under `into`."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", rev, "tableflow_core"], capture_output=True, check=True
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into
 
 
 def worker(root: Path, cores: int, short_lived: bool) -> None:
