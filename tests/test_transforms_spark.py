@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -402,26 +403,42 @@ def test_masked_values_never_reach_a_data_file_in_clear(
     assert emails == {salted(r["email"]) for r in rows}
 
 
-def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
-    spark: SparkSession, catalog_server: CatalogServer
-) -> None:
+def dedup_table_runner(
+    spark: SparkSession,
+    catalog_server: CatalogServer,
+    columns: str,
+    schema: pa.Schema,
+    dedup: dict[str, Any],
+) -> tuple[str, Callable[[list[dict[str, Any]]], int]]:
+    """A new table of `columns` (DDL) and a function that runs a batch of rows through the
+    `dedup` transform and `dedup_against_table`, appends what is new and counts it."""
     catalog = f"rest_{uuid.uuid4().hex[:8]}"
     register_catalog(spark, catalog, catalog_server.spark_properties())
     namespace = unique_namespace("dedup")
     identifier = f"{catalog}.{namespace}.events"
     spark.sql(f"CREATE NAMESPACE {catalog}.{namespace}")
-    spark.sql(f"CREATE TABLE {identifier} (k STRING, region STRING, v INT) USING iceberg")
-    schema = pa.schema([("k", pa.string()), ("region", pa.string()), ("v", pa.int32())])
-    steps = compiled(schema, [{"type": "dedup", "keys": ["k", "region"], "keep": "first"}])
+    spark.sql(f"CREATE TABLE {identifier} ({columns}) USING iceberg")
+    steps = compiled(schema, [{"type": "dedup", **dedup}])
 
     def run(rows: list[dict[str, Any]]) -> int:
         result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
-        fresh = dedup_against_table(result.df, spark, identifier, ("k", "region"))
+        fresh = dedup_against_table(result.df, spark, identifier, tuple(dedup["keys"]))
         fresh = fresh.drop(SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
         count = fresh.count()
         fresh.writeTo(identifier).append()
         return count
 
+    return identifier, run
+
+
+def test_dedup_against_the_table_is_insert_if_absent_and_idempotent(
+    spark: SparkSession, catalog_server: CatalogServer
+) -> None:
+    schema = pa.schema([("k", pa.string()), ("region", pa.string()), ("v", pa.int32())])
+    identifier, run = dedup_table_runner(
+        spark, catalog_server, "k STRING, region STRING, v INT", schema,
+        {"keys": ["k", "region"], "keep": "first"},
+    )  # fmt: skip
     first = [{"k": "a", "region": "eu", "v": 1}, {"k": "a", "region": "us", "v": 2},
              {"k": None, "region": "eu", "v": 3}, {"k": "a", "region": "eu", "v": 4}]  # fmt: skip
     assert run(first) == 3
@@ -437,23 +454,10 @@ def test_dedup_against_the_table_on_one_key_is_null_safe(
     spark: SparkSession, catalog_server: CatalogServer
 ) -> None:
     # One key takes another path (plain equality, NULL keys apart): same semantics.
-    catalog = f"rest_{uuid.uuid4().hex[:8]}"
-    register_catalog(spark, catalog, catalog_server.spark_properties())
-    namespace = unique_namespace("dedup1")
-    identifier = f"{catalog}.{namespace}.events"
-    spark.sql(f"CREATE NAMESPACE {catalog}.{namespace}")
-    spark.sql(f"CREATE TABLE {identifier} (k BIGINT, v INT) USING iceberg")
     schema = pa.schema([("k", pa.int64()), ("v", pa.int32())])
-    steps = compiled(schema, [{"type": "dedup", "keys": ["k"], "keep": "last"}])
-
-    def run(rows: list[dict[str, Any]]) -> int:
-        result = apply_transforms(frame(spark, with_position(rows, schema)), steps, spark=spark)
-        fresh = dedup_against_table(result.df, spark, identifier, ("k",))
-        fresh = fresh.drop(SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
-        count = fresh.count()
-        fresh.writeTo(identifier).append()
-        return count
-
+    identifier, run = dedup_table_runner(
+        spark, catalog_server, "k BIGINT, v INT", schema, {"keys": ["k"], "keep": "last"}
+    )
     assert run([{"k": 1, "v": 1}, {"k": 2, "v": 2}]) == 2
     # The table holds no NULL key yet: the batch's one is new.
     assert run([{"k": None, "v": 3}, {"k": 2, "v": 9}, {"k": 3, "v": 4}]) == 2
