@@ -36,8 +36,8 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
-# Python workers fork from a daemon that imported the decode path already.
 DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
+# Python workers fork from a daemon that imported the decode path already.
 WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
 
 # A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
@@ -161,8 +161,8 @@ def session_conf(
     if jar:
         # `spark.jars` reaches Iceberg's classes through a child class loader, so each of
         # them is first looked up, and missed, in all ~250 jars of the driver's class path
-        # (and class-data sharing cannot register them): on the driver's own class path
-        # they load directly. Executors still get the jar through `spark.jars`.
+        # (class-data sharing maps them only after that miss): on the driver's own class
+        # path they load directly, and from the archive without the lookup. Executors still get the jar through `spark.jars`.
         user_path = user_conf.get(DRIVER_CLASS_PATH_KEY)
         merged[DRIVER_CLASS_PATH_KEY] = os.pathsep.join(p for p in (jar, user_path) if p)
     return merged
