@@ -99,6 +99,39 @@ def test_the_digest_follows_what_the_jvm_loads(
     assert class_data_sharing({**base, options: "-Da=b -Xlog:gc:file=x"}) == one
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        "-javaagent:/opt/agent.jar=port=9404",
+        "-agentlib:jdwp=transport=dt_socket,server=y",
+        "-agentpath:/opt/libprofiler.so",
+        "-XX:StartFlightRecording=name=x,settings=profile",
+        "-XX:+FlightRecorder",
+    ],
+)
+def test_a_jvm_that_hooks_class_loading_runs_without_sharing(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for name in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS"):
+        monkeypatch.delenv(name, raising=False)
+    assert class_data_sharing({}) is not None
+    assert class_data_sharing({"spark.driver.extraJavaOptions": f"-Xss4m {option}"}) is None
+    assert class_data_sharing({"spark.driver.defaultJavaOptions": option}) is None
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", option)
+    assert class_data_sharing({}) is None
+
+
+def test_options_from_the_environment_are_part_of_the_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    plain = class_data_sharing({})
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:+UseG1GC")
+    assert class_data_sharing({}) != plain
+
+
 def test_sharing_options_come_before_the_users() -> None:
     options = driver_java_options("-Xshare:off", True, ["-XX:SharedArchiveFile=/a.jsa"])
     assert options.split(" ")[-2:] == ["-XX:SharedArchiveFile=/a.jsa", "-Xshare:off"]
@@ -135,3 +168,16 @@ def test_a_second_jvm_maps_the_classes_the_first_one_archived(tmp_path: Path) ->
     # Spark's and Iceberg's classes come from the archive the first JVM wrote.
     assert sources.count("source: shared objects file (top)") > 5000, sources[:2000]
     assert "org.apache.spark.sql.SparkSession source: shared objects file (top)" in sources
+
+
+@pytest.mark.slow
+def test_a_jvm_with_flight_recorder_starts_again_after_its_first_run(tmp_path: Path) -> None:
+    """JDK 17 crashed (SIGSEGV) mapping an archive with Flight Recorder on: the second run
+    of such a JVM died before Spark started."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    recording = f"-XX:StartFlightRecording=filename={tmp_path / 'x.jfr'},settings=profile"
+    command = [sys.executable, "-c", SESSION_SCRIPT, recording]
+    for _ in range(2):
+        run = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert not list((tmp_path / "cache" / "tableflow" / "jvm").glob("*.jsa*"))

@@ -49,8 +49,28 @@ CLASS_PATH_CONF_KEYS = (
     "spark.driver.memory",
 )
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+# Spark puts these before extraJavaOptions on the driver's command line.
+DEFAULT_JAVA_OPTIONS_KEY = "spark.driver.defaultJavaOptions"
+# Environment variables the driver JVM reads options from (the launcher, spark-submit).
+JAVA_OPTIONS_ENVIRONMENT = (
+    "JAVA_TOOL_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "_JAVA_OPTIONS",
+    "SPARK_SUBMIT_OPTS",
+)
 # JVM options that only set properties or logging leave the archive's layout alone.
 LAYOUT_NEUTRAL_PREFIXES = ("-D", "-Xlog")
+# Options that load a JVMTI agent or Flight Recorder, which hook class loading: JDK 17's
+# JVM crashes (SIGSEGV in KlassFactory::check_shared_class_file_load_hook) when such a
+# hook meets classes mapped from a dynamic archive, so these JVMs run without sharing.
+CLASS_LOAD_HOOK_PREFIXES = (
+    "-javaagent:",
+    "-agentlib:",
+    "-agentpath:",
+    "-XX:StartFlightRecording",
+    "-XX:+FlightRecorder",
+    "-XX:FlightRecorderOptions",
+)
 
 
 @dataclass(frozen=True)
@@ -148,15 +168,17 @@ def cache_directory() -> Path:
 
 
 def class_data_sharing(conf: Mapping[str, str]) -> ClassDataSharing | None:
-    """The archive for a driver JVM started with this Spark `conf` (None: no JDK found)."""
+    """The archive for a driver JVM started with this Spark `conf` (None: no JDK found,
+    or the JVM hooks class loading, see `CLASS_LOAD_HOOK_PREFIXES`)."""
     java = java_executable()
-    if java is None:
+    options = driver_jvm_options(conf)
+    if java is None or any(o.startswith(CLASS_LOAD_HOOK_PREFIXES) for o in options):
         return None
     identity: dict[str, Any] = {
         "java": file_identity(java),
         "spark_jars": spark_jar_names(),
         "conf": {key: conf.get(key, "") for key in CLASS_PATH_CONF_KEYS},
-        "java_options": layout_options(conf.get(JAVA_OPTIONS_KEY, "")),
+        "java_options": layout_options(options),
     }
     encoded = json.dumps(identity, sort_keys=True).encode()
     digest = hashlib.sha256(encoded).hexdigest()[:24]
@@ -164,9 +186,19 @@ def class_data_sharing(conf: Mapping[str, str]) -> ClassDataSharing | None:
     return ClassDataSharing(cache_directory(), digest, java, tuple(layout))
 
 
-def layout_options(java_options: str) -> list[str]:
+def driver_jvm_options(conf: Mapping[str, str]) -> list[str]:
+    """Every option the driver JVM will see, from the Spark conf and the environment."""
+    sources = [
+        *(os.environ.get(name, "") for name in JAVA_OPTIONS_ENVIRONMENT),
+        conf.get(DEFAULT_JAVA_OPTIONS_KEY, ""),
+        conf.get(JAVA_OPTIONS_KEY, ""),
+    ]
+    return [option for source in sources for option in source.split()]
+
+
+def layout_options(java_options: list[str]) -> list[str]:
     """The JVM options that can change how classes are laid out (heap size, GC, flags)."""
-    return [o for o in java_options.split() if not o.startswith(LAYOUT_NEUTRAL_PREFIXES)]
+    return [o for o in java_options if not o.startswith(LAYOUT_NEUTRAL_PREFIXES)]
 
 
 def java_executable() -> Path | None:
