@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
-from tableflow_core.engine.observations import observed_metrics
+from tableflow_core.engine.observations import observed_once
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -114,8 +114,10 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
     bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
 
+    figures = observed_once(observation)
+
     def metric(name: str) -> Callable[[], int]:
-        return lambda: int(observed_metrics(observation).get(name) or 0)
+        return lambda: int(figures().get(name) or 0)
 
     counters: dict[str, Any] = {
         **batch.counters,
@@ -125,9 +127,9 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     if key is not None:
         counters["tombstones"] = metric("tombstones")
     counters["records_read_by_partition"] = lambda: {
-        p: int(observed_metrics(observation).get(f"records_p{p}") or 0) for p in partitions
+        p: int(figures().get(f"records_p{p}") or 0) for p in partitions
     }
     counters["bad_records_by_partition"] = lambda: {
-        p: int(observed_metrics(observation).get(f"bad_p{p}") or 0) for p in partitions
+        p: int(figures().get(f"bad_p{p}") or 0) for p in partitions
     }
     return batch.evolve(good=good, bad=bad, counters=counters)
