@@ -65,3 +65,26 @@ def test_a_one_shot_application_sorts_off_the_heap_unless_the_user_says_otherwis
     assert "spark.memory.offHeap.enabled" not in session_conf(short_lived=False)
     mine = session_conf({"spark.memory.offHeap.enabled": "false"}, short_lived=True)
     assert mine["spark.memory.offHeap.enabled"] == "false"
+
+
+def test_what_a_table_run_imports_is_imported_while_the_jvm_starts() -> None:
+    import sys
+
+    from tableflow_core.engine.spark_session import import_table_run_modules
+    from tableflow_core.pipeline.registry import RUNNER_MODULES
+
+    import_table_run_modules()
+    for module in RUNNER_MODULES:
+        assert f"tableflow_core.pipeline.runners.{module}" in sys.modules
+    assert "distutils.version" in sys.modules  # pyspark's Arrow conversion's first call
+
+
+def test_python_workers_use_the_standard_librarys_distutils(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tableflow_core.engine.spark_session import WORKER_DISTUTILS_KEY, session_conf
+
+    monkeypatch.delenv("SETUPTOOLS_USE_DISTUTILS", raising=False)
+    assert session_conf()[WORKER_DISTUTILS_KEY] == "stdlib"
+    monkeypatch.setenv("SETUPTOOLS_USE_DISTUTILS", "local")  # the user's choice stands
+    assert WORKER_DISTUTILS_KEY not in session_conf()

@@ -36,6 +36,12 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+# pyspark's workers check pyarrow's version with distutils' LooseVersion. On Python 3.11
+# setuptools' distutils shim turns that import into importing setuptools and
+# pkg_resources, which reads every installed distribution (~0.2 s of CPU per worker);
+# the standard library's distutils has the same LooseVersion.
+WORKER_DISTUTILS_KEY = "spark.executorEnv.SETUPTOOLS_USE_DISTUTILS"
+
 DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
 # Python workers fork from a daemon that imported the decode path already.
 WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
@@ -142,6 +148,8 @@ def session_conf(
     if short_lived:
         merged.update(SHORT_LIVED_SPARK_CONF)
     merged["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
+    if "SETUPTOOLS_USE_DISTUTILS" not in os.environ:
+        merged[WORKER_DISTUTILS_KEY] = "stdlib"
     merged["spark.sql.extensions"] = (
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
     )
@@ -182,6 +190,24 @@ def driver_java_options(
     return " ".join(options)
 
 
+def import_table_run_modules() -> None:
+    """Import what a table's run needs while the JVM starts, instead of on the first
+    table's thread: the stage runners, and pyspark's Arrow type conversion, whose first
+    call imports `distutils.version` (on Python 3.11 setuptools' distutils shim then
+    imports setuptools and pkg_resources, which reads every installed distribution:
+    ~0.2 s of CPU). An import that fails here fails again, with its error, in the run."""
+    try:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        from tableflow_core.pipeline.registry import load_runners
+
+        from_arrow_type(pa.int64())
+        load_runners()
+    except Exception:  # see the docstring
+        pass
+
+
 class SessionStarter:
     """Builds the Spark application on a daemon thread, so the JVM starts while the plan
     is made (both take seconds; the JVM mostly waits on its own process). `get` waits
@@ -195,6 +221,9 @@ class SessionStarter:
             target=self._run, args=(build,), name="tableflow-spark-start", daemon=True
         )
         self._thread.start()
+        threading.Thread(
+            target=import_table_run_modules, name="tableflow-imports", daemon=True
+        ).start()
 
     def _run(self, build: Callable[[], SparkSession]) -> None:
         try:
