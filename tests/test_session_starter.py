@@ -67,16 +67,36 @@ def test_a_one_shot_application_sorts_off_the_heap_unless_the_user_says_otherwis
     assert mine["spark.memory.offHeap.enabled"] == "false"
 
 
-def test_what_a_table_run_imports_is_imported_while_the_jvm_starts() -> None:
+def test_the_thread_that_built_the_session_then_prepares_arrow_conversion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tableflow_core.engine import spark_session
+
+    steps: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        spark_session,
+        "prepare_arrow_conversion",
+        lambda: steps.append(("arrow", threading.current_thread().name)),
+    )
+
+    def build() -> Any:
+        steps.append(("build", threading.current_thread().name))
+        return "session"
+
+    assert SessionStarter(build).get() == "session"
+    assert steps == [("build", "tableflow-spark-start"), ("arrow", "tableflow-spark-start")]
+
+
+def test_preparing_arrow_conversion_imports_what_its_first_call_needs() -> None:
+    import subprocess
     import sys
 
-    from tableflow_core.engine.spark_session import import_table_run_modules
-    from tableflow_core.pipeline.registry import RUNNER_MODULES
-
-    import_table_run_modules()
-    for module in RUNNER_MODULES:
-        assert f"tableflow_core.pipeline.runners.{module}" in sys.modules
-    assert "distutils.version" in sys.modules  # pyspark's Arrow conversion's first call
+    code = (
+        "import sys; from tableflow_core.engine.spark_session import prepare_arrow_conversion;"
+        "assert 'distutils.version' not in sys.modules; prepare_arrow_conversion();"
+        "assert 'distutils.version' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_python_workers_use_the_standard_librarys_distutils(

@@ -190,22 +190,17 @@ def driver_java_options(
     return " ".join(options)
 
 
-def import_table_run_modules() -> None:
-    """Import what a table's run needs while the JVM starts, instead of on the first
-    table's thread: the stage runners, and pyspark's Arrow type conversion, whose first
-    call imports `distutils.version` (on Python 3.11 setuptools' distutils shim then
-    imports setuptools and pkg_resources, which reads every installed distribution:
-    ~0.2 s of CPU). An import that fails here fails again, with its error, in the run."""
-    try:
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import from_arrow_type
+def prepare_arrow_conversion() -> None:
+    """Make pyspark's first Arrow-to-Spark type conversion now rather than on the first
+    table's thread: that call imports `distutils.version`, which on Python 3.11
+    setuptools' distutils shim turns into importing setuptools and pkg_resources (reading
+    every installed distribution: ~0.2 s of CPU). Called on the thread that built the
+    session, after it: importing pyspark's modules on a second thread at the same time
+    can end in Python's import deadlock error (pyspark's modules import each other)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
 
-        from tableflow_core.pipeline.registry import load_runners
-
-        from_arrow_type(pa.int64())
-        load_runners()
-    except Exception:  # see the docstring
-        pass
+    from_arrow_type(pa.int64())
 
 
 class SessionStarter:
@@ -221,13 +216,11 @@ class SessionStarter:
             target=self._run, args=(build,), name="tableflow-spark-start", daemon=True
         )
         self._thread.start()
-        threading.Thread(
-            target=import_table_run_modules, name="tableflow-imports", daemon=True
-        ).start()
 
     def _run(self, build: Callable[[], SparkSession]) -> None:
         try:
             self._session = build()
+            prepare_arrow_conversion()
         except BaseException as exc:  # re-raised in the caller's thread by get()
             self._error = exc
 

@@ -49,14 +49,14 @@ def stage_runner(
     return register
 
 
-def load_runners() -> None:
+def _load_runners() -> None:
     for module in RUNNER_MODULES:  # importing a module registers its runner (idempotent)
         importlib.import_module(f"tableflow_core.pipeline.runners.{module}")
 
 
 def runner_for(spec: StageSpec) -> StageRunner:
     if type(spec) not in STAGE_RUNNERS:
-        load_runners()
+        _load_runners()
     try:
         return STAGE_RUNNERS[type(spec)]
     except KeyError:
