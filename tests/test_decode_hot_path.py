@@ -366,3 +366,71 @@ def test_fewer_gc_passes_raises_the_threshold_and_restores_it() -> None:
     assert gc.get_threshold() == before
     with fewer_gc_passes(threshold=1):  # never lowered
         assert gc.get_threshold() == before
+
+
+def test_upsert_keys_read_as_key_columns_match_the_decoded_path() -> None:
+    """Flat record keys are read straight into the key columns; primitive keys, keys that
+    do not fit and broken keys give the same rows and bad records as the decoded path, in
+    whichever order they come."""
+    from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
+    from tableflow_core.pipeline.decode_chunks import KeySpec
+
+    registry, topic = mock_registry(), "keys"
+    table = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())])
+    value = FormatSpec(
+        format="json",
+        json_columns=({"name": "name", "type": "string"},),  # type: ignore[arg-type]
+    )
+    long_key = record([{"name": "id", "type": "long"}], "LongKey")
+    text_key = record([{"name": "id", "type": "string"}], "TextKey")
+    other_key = record([{"name": "other", "type": "long"}], "OtherKey")
+
+    def key(schema: Any, data: Any) -> bytes:
+        return avro_bytes(registry, topic, schema, data, key=True)
+
+    def named(name: str) -> bytes:
+        return json.dumps({"name": name}).encode()
+
+    records = [
+        (key(long_key, {"id": 1}), named("a")),
+        (key(text_key, {"id": "42"}), named("b")),  # text that fits a long column
+        (key(text_key, {"id": "x9"}), named("c")),  # bad: does not fit
+        (key(long_key, {"id": 1})[:-1], named("d")),  # bad: truncated
+        (key(other_key, {"other": 3}), named("e")),  # bad: no id
+        (key(long_key, {"id": 5}), None),  # tombstone
+        (None, named("f")),  # bad: no key
+        (key("long", 7), named("g")),  # a primitive key fills the key column
+        (key(long_key, {"id": 8}), named("h")),
+    ]
+
+    def decoded(order: list[int]) -> dict[int, tuple[Any, ...]]:
+        decoder = build_decoder(DecoderSpec(topic, value, None, (), None, serialize_schema(table)))
+        chunks = ChunkDecoder(
+            decoder, table, KeySpec(FormatSpec(format="avro"), ("id",), registry), "r"
+        )
+        batch = [KafkaMessage(topic, 0, i, 0, *records[i], ()) for i in order]
+        out = pa.Table.from_batches(list(chunks.decode(batch))).to_pylist()
+        return {
+            r[SOURCE_OFFSET_COLUMN]: (
+                r["id"],
+                r["name"],
+                r[TOMBSTONE_COLUMN],
+                r[BAD_RECORD_COLUMN] and r[BAD_RECORD_COLUMN]["error_message"].split(":")[1],
+            )
+            for r in out
+        }
+
+    expected = {
+        0: (1, "a", False, None),
+        1: (42, "b", False, None),
+        2: (None, None, False, " key value 'x9' does not fit key column 'id' (int64)"),
+        3: (None, None, False, " corrupt or truncated Avro payload"),
+        4: (None, None, False, " key has no value for key column(s) ['id']"),
+        5: (5, None, True, None),
+        6: (None, None, False, " an upsert record needs a key; this one has none"),
+        7: (7, "g", False, None),
+        8: (8, "h", False, None),
+    }
+    forward = list(range(len(records)))
+    assert decoded(forward) == expected
+    assert decoded([7, *forward[:7], 8]) == expected  # the primitive key first

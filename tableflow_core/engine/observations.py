@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import weakref
 from typing import Any
 
 OBSERVATION_TIMEOUT_S = 120.0
+
+# An observation's figures never change once its action has run, and a run reads them many
+# times (each counter, per partition, the accounting). Each `Observation.get` costs several
+# JVM round trips: pyspark iterates the metrics' Java map, and the end of that iteration is
+# a Java exception that pyspark converts (~10-40 ms on a busy driver).
+_FIGURES: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def observed_metrics(
     observation: Any, timeout_s: float = OBSERVATION_TIMEOUT_S, what: str = "the decode stage"
 ) -> dict[str, Any]:
-    """The observation's figures. Spark fills them from its listener bus just after the
-    action that read the observed frame finishes; `Observation.get` would block forever if
-    no action did (a later stage dropped the frame from the written lineage), so wait a
-    bounded time and say so. `what` names the observed stage in that error."""
+    """The observation's figures (a copy), read from Spark once. Spark fills them from its
+    listener bus just after the action that read the observed frame finishes;
+    `Observation.get` would block forever if no action did (a later stage dropped the frame
+    from the written lineage), so wait a bounded time and say so. `what` names the observed
+    stage in that error."""
+    known = _FIGURES.get(observation)
+    if known is not None:
+        return dict(known)
     result: dict[str, Any] = {}
     failure: list[BaseException] = []
 
@@ -36,21 +46,5 @@ def observed_metrics(
     if failure:
         # Never counts of zero: the run's accounting would publish them as the truth.
         raise RuntimeError(f"{what}'s counts could not be read: {failure[0]}") from failure[0]
+    _FIGURES[observation] = dict(result)
     return result
-
-
-def observed_once(
-    observation: Any, timeout_s: float = OBSERVATION_TIMEOUT_S, what: str = "the decode stage"
-) -> Callable[[], dict[str, Any]]:
-    """`observed_metrics`, read on the first call and kept for the later ones. Reading
-    costs several JVM round trips (pyspark iterates the metrics' Java map, and the end of
-    that iteration is a Java exception that pyspark converts: ~10 ms on a busy driver),
-    and the figures never change once they have arrived."""
-    kept: list[dict[str, Any]] = []
-
-    def figures() -> dict[str, Any]:
-        if not kept:
-            kept.append(observed_metrics(observation, timeout_s, what))
-        return kept[0]
-
-    return figures

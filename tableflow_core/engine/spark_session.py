@@ -34,6 +34,14 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
     "spark.sql.session.timeZone": "UTC",
+    # A join whose smaller side is under autoBroadcastJoinThreshold x shuffle partitions
+    # (40 MB here) hashes it instead of sorting both sides. An upsert's MERGE is a right
+    # outer join of the table's keys (1M rows) and the batch (the build side): 100k
+    # records into 1M rows, interleaved A/B over 10 batches, 4.43 s instead of 5.22 s a
+    # batch, JVM CPU 3.90 s instead of 4.40 s (no sort of the table's side, no GC of its
+    # pages). Adaptive execution re-plans the join with the sizes the shuffles measured,
+    # so a large batch still gets the sort-merge join.
+    "spark.sql.join.preferSortMergeJoin": "false",
 }
 
 # pyspark's workers check pyarrow's version with distutils' LooseVersion. On Python 3.11

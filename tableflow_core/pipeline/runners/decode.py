@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
-from tableflow_core.engine.observations import observed_once
+from tableflow_core.engine.observations import observed_metrics
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -114,7 +114,8 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
     bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
 
-    figures = observed_once(observation)
+    def figures() -> dict[str, Any]:
+        return observed_metrics(observation)
 
     def metric(name: str) -> Callable[[], int]:
         return lambda: int(figures().get(name) or 0)
