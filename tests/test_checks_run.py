@@ -323,6 +323,8 @@ def test_great_expectations_reads_the_batch_twice_whatever_the_checks(spark: Spa
     assert run.report.rows_evaluated == len(rows)
     assert run.report.results[-1].observed == len(rows)
     assert scanned.value == 2 * len(rows)
+    # Every check passed: the batch is passed on as it is (no window planned for samples).
+    assert run.passing_df is df and run.rejected_count == 0
 
 
 def test_flags_packed_across_int_columns_before_the_window_count_each_check(
