@@ -64,6 +64,7 @@ FIVE_CHECKS: dict[str, Any] = {
     ]
 }
 TARGETS = {"3 masks + dedup": 0.25, "5 checks": 0.30}
+CHECKED = {"5 checks"}
 SCENARIOS: dict[str, dict[str, Any]] = {
     "plain": {},
     "masks": {"transforms": MASKS_AND_DEDUP["transforms"][:3]},
@@ -155,6 +156,7 @@ def _apply_once(
     return {
         "apply": seconds, "table": float(table["duration_s"]), "cpu": sum(cpu.values()),
         "jobs": jobs, "stages": stages, "task_gc": gc, "written": float(table["records_written"]),
+        "check": float((table.get("checks") or {}).get("duration_s", 0.0)),
     }  # fmt: skip
 
 
@@ -199,6 +201,8 @@ def compare(args: argparse.Namespace) -> None:
                     f"table run {table_s:6.2f} s  CPU {min(r['cpu'] for r in best):6.1f} s  "
                     f"task GC {min(r['task_gc'] for r in best):5.1f} s  "
                     f"jobs {best[0]['jobs']:.0f} stages {best[0]['stages']:.0f}")  # fmt: skip
+            if name in CHECKED:
+                line += f"  check stage {min(r['check'] for r in best):5.2f} s"
             if name != "plain":
                 line += f"  added {table_s - plain:+.2f} s ({table_s / plain - 1:+.0%})"
             print(line)

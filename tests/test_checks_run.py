@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -322,6 +323,45 @@ def test_great_expectations_reads_the_batch_twice_whatever_the_checks(spark: Spa
     assert run.report.rows_evaluated == len(rows)
     assert run.report.results[-1].observed == len(rows)
     assert scanned.value == 2 * len(rows)
+    # Every check passed: the batch is passed on as it is (no window planned for samples).
+    assert run.passing_df is df and run.rejected_count == 0
+
+
+def test_flags_packed_across_int_columns_before_the_window_count_each_check(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    """With a unique check, the other flags travel through its shuffle as bits of int
+    columns (31 per column): 40 checks span two masks, each still counts its own rows,
+    and the window's shuffle carries the key and the masks only."""
+    from pyspark.sql import functions as F
+
+    from tableflow_core.checks.run import _flag_frame
+
+    quantities = sorted({r["quantity"] for r in orders})
+    expressions = [
+        {"type": "expression", "name": f"q{k}", "expression": f"quantity <> {k}",
+         "severity": "warn"}
+        for k in range(40)
+    ]  # fmt: skip
+    compiled = checks_for(
+        sample_schema("orders"),
+        [*expressions[:20], {"type": "unique", "columns": ["order_id"], "severity": "warn"},
+         *expressions[20:]],
+    )  # fmt: skip
+    df = batch(spark, orders)
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    expected = {f"q{k}": sum(1 for r in orders if r["quantity"] == k) for k in range(40)}
+    assert sum(1 for k in quantities if k < 40) > 2  # several bits of each mask are set
+    assert {r.name: r.failing for r in run.report.results} == {**expected, "unique(order_id)": 2}
+    flags = _flag_frame(df, compiled.checks)
+    assert flags.agg(*[F.sum(c) for c in flags.columns]).first() == tuple(
+        [*[expected[f"q{k}"] for k in range(20)], 2, *[expected[f"q{k}"] for k in range(20, 40)]]
+    )
+    plan = flags._jdf.queryExecution().executedPlan().toString()
+    shuffled = plan.split("Exchange hashpartitioning(order_id")[1].splitlines()[1].strip()
+    assert shuffled.startswith("+- Project [order_id#")
+    assert re.findall(r" AS (\w+)#\d+", shuffled) == ["__tf_mask_0", "__tf_mask_1"]
+    df.unpersist()
 
 
 def test_the_branch_audit_reads_a_runs_files_on_every_core(
