@@ -7,7 +7,11 @@ heavy dependencies (pyspark, pyiceberg, the catalog server...) inside its functi
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,4 +103,32 @@ def cli(
 
 
 def main() -> None:
-    cli(prog_name="tableflow")
+    """The `tableflow` console script (and `python -m tableflow_core`)."""
+    ending = ProcessEnding()
+    atexit.register(ending.end)  # registered first, so it runs after every other handler
+    try:
+        cli(prog_name="tableflow")
+    except SystemExit as exc:
+        ending.status = exit_status(exc.code)
+        raise
+
+
+class ProcessEnding:
+    """Ends the process once the command and every exit handler are done, skipping the
+    interpreter's teardown: freeing every module and object of a command that loaded
+    pyspark, pyiceberg and the catalog server took ~0.5 s after the last output."""
+
+    status = 1  # a command that raised anything but SystemExit
+
+    def end(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to flush
+                stream.flush()
+        os._exit(self.status)
+
+
+def exit_status(code: object) -> int:
+    """The process status Python gives a SystemExit with this `code`."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
