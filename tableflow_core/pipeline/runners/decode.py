@@ -114,11 +114,8 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
     bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
 
-    def figures() -> dict[str, Any]:
-        return observed_metrics(observation)
-
     def metric(name: str) -> Callable[[], int]:
-        return lambda: int(figures().get(name) or 0)
+        return lambda: int(observed_metrics(observation).get(name) or 0)
 
     counters: dict[str, Any] = {
         **batch.counters,
@@ -128,9 +125,9 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     if key is not None:
         counters["tombstones"] = metric("tombstones")
     counters["records_read_by_partition"] = lambda: {
-        p: int(figures().get(f"records_p{p}") or 0) for p in partitions
+        p: int(observed_metrics(observation).get(f"records_p{p}") or 0) for p in partitions
     }
     counters["bad_records_by_partition"] = lambda: {
-        p: int(figures().get(f"bad_p{p}") or 0) for p in partitions
+        p: int(observed_metrics(observation).get(f"bad_p{p}") or 0) for p in partitions
     }
     return batch.evolve(good=good, bad=bad, counters=counters)

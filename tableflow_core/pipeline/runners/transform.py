@@ -34,14 +34,7 @@ MAX_REPORTED_REJECTS = 5
 def transform_counts(result: TransformResult) -> TransformCounts:
     """The transforms' counts, waiting (bounded) for Spark to deliver the observation:
     it arrives asynchronously after the action that read the batch."""
-    import dataclasses
-
-    from tableflow_core.engine.observations import observed_metrics
-    from tableflow_core.transforms.spark import TransformCounts
-
-    observed = observed_metrics(result.observation)
-    fields = dataclasses.fields(TransformCounts)
-    return TransformCounts(**{f.name: int(observed[f.name]) for f in fields})
+    return result.counts()
 
 
 def _observed_rows(observation: Observation) -> int:
