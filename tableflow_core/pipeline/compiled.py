@@ -14,6 +14,8 @@ import pyarrow as pa
 from tableflow_core.checks import CompiledChecks, compile_checks
 from tableflow_core.config.project import Table
 from tableflow_core.transforms import CompiledTransforms, compile_transforms, table_locator
+from tableflow_core.transforms.arrow_masks import DecodeMasks
+from tableflow_core.transforms.decode_masks import decode_masks, masks_at_decode
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,15 @@ class CompiledTable:
     @property
     def output_schema(self) -> pa.Schema:
         return self.transforms.output_schema
+
+    def decode_masks(self, key_columns: tuple[str, ...] = ()) -> DecodeMasks:
+        """The masks the decode stage runs (never on `key_columns`, filled from the Kafka
+        key after decoding); the transform stage runs the rest of the chain
+        (`transforms_in_spark`)."""
+        return decode_masks(masks_at_decode(self.transforms, key_columns))
+
+    def transforms_in_spark(self, key_columns: tuple[str, ...] = ()) -> CompiledTransforms:
+        return self.transforms.without(masks_at_decode(self.transforms, key_columns))
 
 
 def compile_table_transforms(table: Table, decoded_schema: pa.Schema) -> CompiledTransforms:

@@ -25,6 +25,7 @@ from tableflow_core.schemas.arrow_values import build_batch, storage_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.payloads import PayloadError, payload_decoder
 from tableflow_core.schemas.registry import RegistrySettings
+from tableflow_core.transforms.arrow_masks import DecodeMasks
 
 VALUE_COLUMN = "value"  # the one column of a primitive payload decoded as columns
 
@@ -71,8 +72,12 @@ class ChunkDecoder:
         table_schema: pa.Schema,
         key: KeySpec | None,
         run_id: str,
+        masks: DecodeMasks | None = None,
     ) -> None:
         self._decoder = decoder
+        # Masks run on the good rows' columns here, before Spark sees them
+        # (transforms/decode_masks.py); never on key columns.
+        self._masks = masks or DecodeMasks()
         self._table = table_schema
         self._out = decoded_schema(table_schema, upsert=key is not None)
         self._key = key
@@ -185,6 +190,8 @@ class ChunkDecoder:
             for name in self._key.columns:
                 index = self._table.get_field_index(name)
                 columns[index] = pc.coalesce(columns[index], key_batch.column(name))
+        if self._masks:
+            columns = self._masks.apply(self._table, columns)
         n = len(chunk)
         arrays = [*columns, *self._positions(chunk, False), pa.nulls(n, BAD_RECORD_STRUCT)]
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)

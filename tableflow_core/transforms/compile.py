@@ -137,6 +137,12 @@ class CompiledTransforms:
     def describe(self) -> list[str]:
         return [step.describe() for step in self.steps]
 
+    def without(self, done: Sequence[TransformStep]) -> CompiledTransforms:
+        """The chain left to run once the steps `done` ran (masks run while decoding);
+        its schemas are the whole chain's (those steps keep their columns' types)."""
+        left = tuple(s for s in self.steps if not any(s is d for d in done))
+        return CompiledTransforms(left, self.input_schema, self.output_schema)
+
     @property
     def dedup_keys(self) -> tuple[str, ...] | None:
         """Keys of the last dedup step, named as in the output (for dedup against the table)."""

@@ -25,6 +25,7 @@ from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN,
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import Decode
+from tableflow_core.transforms.arrow_masks import DecodeMasks
 
 DecoderFactory = Callable[[Any], Any]
 
@@ -42,6 +43,7 @@ def _mapper(
     chunk_size: int,
     key: KeySpec | None,
     run_id: str,
+    masks: DecodeMasks,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function: each input row is a range; output rows are decoded rows."""
 
@@ -49,7 +51,7 @@ def _mapper(
         from tableflow_core.kafka.range_reader import read_range
 
         chunks = ChunkDecoder(
-            decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id
+            decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id, masks
         )
         with fewer_gc_passes():
             for range_batch in range_batches:
@@ -61,6 +63,16 @@ def _mapper(
                         yield from chunks.decode(messages)
 
     return run
+
+
+def decode_masks(context: StageContext) -> DecodeMasks:
+    """The table's masks that run while decoding (transforms/decode_masks.py); the
+    transform stage runs the rest of its chain."""
+    compiled = context.spec.compiled
+    if compiled is None:
+        return DecodeMasks()
+    masks: DecodeMasks = compiled.decode_masks(context.spec.key_columns)
+    return masks
 
 
 def key_spec_of(context: StageContext) -> KeySpec | None:
@@ -89,6 +101,7 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         context.spec.decode_chunk_size,
         key,
         context.run_id,
+        decode_masks(context),
     )
     decoded = batch.good.mapInArrow(mapper, spark_schema_for(output_schema))
     observation = Observation(f"tableflow_decode_{uuid.uuid4().hex}")

@@ -97,7 +97,10 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
 
     assert batch.good is not None, "transform needs the decode stage before it"
     chain = compiled.transforms
-    result = apply_transforms(batch.good, chain, spark=context.spark)
+    # The masks the decode stage ran already (transforms/decode_masks.py) are left out.
+    result = apply_transforms(
+        batch.good, compiled.transforms_in_spark(context.spec.key_columns), spark=context.spark
+    )
     # Columns the table keeps for fields the topic's schema no longer has get NULLs.
     good = align_to_table(result.df, context.spark.table(context.branch_identifier).schema)
     if context.spec.mode == "append" and chain.dedup_keys:
