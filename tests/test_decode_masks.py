@@ -235,3 +235,30 @@ def test_arrow_masks_give_what_the_spark_masks_give(spark: SparkSession) -> None
         }
         by_arrow = apply(list(decode_masks(masks_at_decode(chain)).masks), TEXTS)
         assert [by_spark[i] for i in range(len(TEXTS))] == by_arrow, variant
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=30), max_size=6)
+)
+def test_hash_is_the_salted_digest_of_each_value_across_batches(
+    batches: list[list[str | None]],
+) -> None:
+    # One mask over several batches, as a decode task runs it: repeated values are
+    # remembered between batches, and must hash the same as when first seen.
+    masks = DecodeMasks((ColumnMask("c", "hash", salt=SecretStr(SALT)),))
+    schema = pa.schema([("c", pa.string())])
+    for values in batches:
+        (column,) = masks.apply(schema, [pa.array(values, pa.string())])
+        assert column.to_pylist() == [None if v is None else hashed(v) for v in values]
+
+
+def test_hash_stops_remembering_digests_of_values_that_do_not_repeat() -> None:
+    mask = ColumnMask("c", "hash", salt=SecretStr(SALT))
+    schema = pa.schema([("c", pa.string())])
+    for start in range(0, 60_000, 10_000):
+        values = [f"order-{i}" for i in range(start, start + 10_000)]
+        (column,) = DecodeMasks((mask,)).apply(schema, [pa.array(values)])
+        assert column[0].as_py() == hashed(values[0])
+    assert mask.cache.hits == 0
+    assert not mask.cache.worth_it()

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tableflow_core.engine.run_branch import publish_run, stale_branches, start_run
+from tableflow_core.engine.run_branch import publish_run, rows_at, stale_branches, start_run
 from tableflow_core.engine.table_state import table_state_of
 from tableflow_core.pipeline.errors import MainMovedError
 from tests.fixtures.catalog import CatalogServer, unique_namespace
@@ -131,3 +131,18 @@ def test_two_runs_giving_a_new_table_its_first_snapshot(catalog_server: CatalogS
     ancestry = table_state_of(now.metadata).ancestors_of(now.metadata.current_snapshot_id)
     assert ancestry[-1] == first
     assert all(now.scan(snapshot_id=s).to_arrow().num_rows == 0 for s in ancestry)
+
+
+def test_rows_at_the_base_of_a_run(catalog_server: CatalogServer) -> None:
+    """The transform stage plans no insert-if-absent join against an empty table."""
+    catalog, table = new_table(catalog_server)
+    loaded = catalog.load_table(table.name())  # as the engine loads it, before start_run
+    base = start_run(table, BRANCH, [])
+    assert rows_at(loaded, base) == 0  # the new table's empty first snapshot
+    table.append(rows(5), branch=BRANCH)
+    published = publish_run(table, base, BRANCH, {"tableflow.offsets": '{"x": 1}'})
+    table.refresh()
+    # The published accounting snapshot carries the branch's totals forward.
+    assert rows_at(table, published) == 5
+    second = start_run(table, BRANCH, [])
+    assert rows_at(table, second) == 5

@@ -22,7 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.run_branch import BRANCH_PREFIX, drop_branches, stale_branches, start_run
+from tableflow_core.engine.run_branch import (
+    BRANCH_PREFIX,
+    drop_branches,
+    rows_at,
+    stale_branches,
+    start_run,
+)
 from tableflow_core.engine.table_state import TableState, table_state_of
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
@@ -266,6 +272,7 @@ def _ingest_once(
         catalog=catalog,
         decoder_factory=decoder_factory,
         base_snapshot_id=base_snapshot,
+        base_rows=rows_at(table, base_snapshot),
         timings=timings,
         # Main moved to this run's head: every other run branch seen before the run (at
         # the old head, or a crashed run's writes on top of it) can never be published now.

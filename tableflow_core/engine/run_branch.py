@@ -89,6 +89,20 @@ def start_run(table: Any, branch: str, stale: Sequence[str]) -> int:
     return base
 
 
+def rows_at(table: Any, snapshot_id: int) -> int | None:
+    """Rows in `table` (pyiceberg, as loaded before `start_run`) at `snapshot_id`, from its
+    summary's total-records; 0 for the empty first snapshot `start_run` gave a new table
+    (not in that metadata yet); None when the summary does not say."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        return 0
+    total = (snapshot.summary or {}).get("total-records")
+    try:
+        return int(total) if total is not None else None
+    except ValueError:
+        return None
+
+
 def publish_run(
     table: Any,
     base_snapshot_id: int,

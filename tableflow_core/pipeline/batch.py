@@ -30,6 +30,8 @@ class StageContext:
     # Run by the engine when the run ends, committed or not (e.g. unpersist a cached batch).
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     base_snapshot_id: int | None = None  # main's snapshot the branch was cut at
+    # Rows in the table at that snapshot (its summary's total-records); None: not known.
+    base_rows: int | None = None
     # Other run branches seen before the run: dead once main moves, removed by the publish.
     other_branches: tuple[str, ...] = ()
     # Summary properties audits add to the publish commit (e.g. the run's accounting).

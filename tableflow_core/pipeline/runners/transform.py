@@ -103,7 +103,8 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     )
     # Columns the table keeps for fields the topic's schema no longer has get NULLs.
     good = align_to_table(result.df, context.spark.table(context.branch_identifier).schema)
-    if context.spec.mode == "append" and chain.dedup_keys:
+    # Nothing is already in an empty table (a new table's first run): no join to plan.
+    if context.spec.mode == "append" and chain.dedup_keys and context.base_rows != 0:
         good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
     good, after = _rows_after(good)
 
