@@ -13,7 +13,7 @@ from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.compile import DedupStep, MaskStep
-from tableflow_core.transforms.spark import execution_order
+from tableflow_core.transforms.spark import execution_order, possible_fates
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("user", pa.string()), ("city", pa.string()), ("kind", pa.string())]
@@ -67,3 +67,18 @@ def test_other_steps_keep_their_place() -> None:
         [configured[0], configured[1], configured[3], configured[2]]
     )
     assert execution_order(steps([DEDUP_ID, HASH_USER])) == steps([DEDUP_ID, HASH_USER])
+
+
+def test_only_the_fates_a_chain_can_give_are_counted() -> None:
+    """Each fate counted is an aggregate on every row of the batch (transforms/spark.py)."""
+    assert possible_fates(steps([HASH_USER, PARTIAL_CITY])) == frozenset()
+    assert possible_fates(steps([HASH_USER, DEDUP_ID])) == {"duplicate"}
+    assert possible_fates(steps([{"type": "filter", "where": "id > 0"}])) == {"filtered"}
+    # A plain CAST that fails in a filter rejects the row; a derived value may not fit.
+    assert possible_fates(steps([{"type": "filter", "where": "CAST(city AS INT) > 0"}])) == {
+        "filtered",
+        "rejected",
+    }
+    assert possible_fates(
+        steps([{"type": "derive", "column": "n", "expression": "length(city)"}, DEDUP_ID])
+    ) == {"rejected", "duplicate"}

@@ -82,12 +82,16 @@ class TransformResult:
     def counts(self, timeout_s: float = OBSERVATION_TIMEOUT_S) -> TransformCounts:
         """The counts, once an action has read the whole of `df` or `rejected_df` (the
         write, `run_checks`' row count): Spark fills them just after that action ends, so
-        this waits up to `timeout_s` for them."""
+        this waits up to `timeout_s` for them. A fate no step of the chain can give was not
+        counted: it is 0; the rows out are the rows in less every other fate."""
         observed = observed_metrics(self.observation, timeout_s, what="the transform stage")
-        return TransformCounts(**{name: int(observed[name]) for name in _COUNT_NAMES})
+        rows_in = int(observed["rows_in"])
+        fates = {name: int(observed.get(name) or 0) for name in _FATE_COUNTS}
+        return TransformCounts(rows_in=rows_in, rows_out=rows_in - sum(fates.values()), **fates)
 
 
-_COUNT_NAMES = ("rows_in", "rows_out", "filtered", "duplicates", "rejected")
+# The count of each fate, by the name TransformCounts gives it.
+_FATE_COUNTS = {"filtered": FILTERED, "duplicates": DUPLICATE, "rejected": REJECTED}
 
 
 SaltFor = Callable[[MaskStep], SecretStr | None]
@@ -341,6 +345,23 @@ def _dedup_can_precede(step: TransformStep, before: TransformStep) -> bool:
     )
 
 
+def possible_fates(steps: Sequence[TransformStep]) -> frozenset[str]:
+    """The fates the steps can give a row (a mask, rename or drop gives none)."""
+    fates: set[str] = set()
+    for step in steps:
+        fates |= _FATES_OF.get(type(step), lambda _: frozenset())(step)
+    return frozenset(fates)
+
+
+_FATES_OF: dict[type, Callable[[Any], frozenset[str]]] = {
+    # A plain CAST that fails in a filter rejects the row.
+    FilterStep: lambda step: frozenset({FILTERED, REJECTED} if step.cast_checks else {FILTERED}),
+    DedupStep: lambda step: frozenset({DUPLICATE}),
+    # A derived value that does not fit its planned type is rejected.
+    DeriveStep: lambda step: frozenset({REJECTED}),
+}
+
+
 def _check_input(df: DataFrame, compiled: CompiledTransforms) -> None:
     missing = [c for c in (*compiled.input_schema.names, *HIDDEN_COLUMNS) if c not in df.columns]
     if missing:
@@ -370,13 +391,17 @@ def apply_transforms(
         tagged = _RUNNERS[type(step)](step, tagged, context)
     fate = _col(FATE_COLUMN)
     observation = Observation(f"tableflow_transforms_{uuid.uuid4().hex}")
+    # Each count is an aggregate evaluated on every row; only the fates the chain can give
+    # are counted (1M rows through a dedup: five counts cost ~0.6 s of CPU more than two).
+    possible = possible_fates(compiled.steps)
     tagged = tagged.observe(
         observation,
         F.count(F.lit(1)).alias("rows_in"),
-        F.count(F.when(fate.isNull(), 1)).alias("rows_out"),
-        F.count(F.when(fate == F.lit(FILTERED), 1)).alias("filtered"),
-        F.count(F.when(fate == F.lit(DUPLICATE), 1)).alias("duplicates"),
-        F.count(F.when(fate == F.lit(REJECTED), 1)).alias("rejected"),
+        *[
+            F.count(F.when(fate == F.lit(value), 1)).alias(name)
+            for name, value in _FATE_COUNTS.items()
+            if value in possible
+        ],
     )
     output_columns = [*compiled.output_schema.names, *HIDDEN_COLUMNS]
     if tombstone is not None:

@@ -103,20 +103,27 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     )
     # Columns the table keeps for fields the topic's schema no longer has get NULLs.
     good = align_to_table(result.df, context.spark.table(context.branch_identifier).schema)
-    # Nothing is already in an empty table (a new table's first run): no join to plan.
+    # Nothing is already in an empty table (a new table's first run): no join to plan, and
+    # the rows leaving the stage are the chain's (no second count of every row).
+    after: Observation | None = None
     if context.spec.mode == "append" and chain.dedup_keys and context.base_rows != 0:
         good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
-    good, after = _rows_after(good)
+        good, after = _rows_after(good)
+
+    def rows_left() -> int:
+        if after is None:
+            return transform_counts(result).rows_out
+        return _observed_rows(after)
 
     def counts() -> dict[str, int]:
         figures = transform_counts(result).as_dict()
-        figures["already_in_table"] = figures["rows_out"] - _observed_rows(after)
+        figures["already_in_table"] = figures["rows_out"] - rows_left()
         return figures
 
     on_error = table_on_error(context)
     counters = {
         **batch.counters,
-        "transformed_rows": lambda: _observed_rows(after),
+        "transformed_rows": rows_left,
         "transform_rejected": lambda: transform_counts(result).rejected,
     }
     if on_error == "skip":
