@@ -18,7 +18,10 @@ masks + dedup <= +25%, 5 checks <= +30%). The great-expectations import and its 
 validation (JVM classes, GX caches) are timed apart, once per process. These figures
 time the two libraries around a write; once the pipeline calls them, the figure to
 keep is the one measured through `tableflow apply` (Kafka read and decode included,
-which makes the relative overhead smaller).
+which makes the relative overhead smaller; `benchmarks/transforms_checks_apply.py`).
+The masks here run as Spark expressions: `tableflow apply` runs masks of text columns
+in its decode tasks instead (transforms/decode_masks.py), as this benchmark has no
+decode.
 """
 
 from __future__ import annotations

@@ -418,3 +418,44 @@ def test_a_field_removed_from_the_topic_keeps_its_column_on_a_table_with_transfo
     assert blocker.location is not None
     file, line = blocker.location.rsplit(":", 1)
     assert "quantity" in Path(file).read_text().splitlines()[int(line) - 1]
+
+
+def test_a_salt_used_while_decoding_is_in_no_output_result_or_spark_event_log(
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Text columns are masked in the decode tasks, whose serialized function carries the
+    salt to the executors: `tableflow apply` (its own process and JVM, Spark's event log
+    on) shows it nowhere, and the rows land hashed."""
+    import yaml
+
+    from tests.fixtures.apply_env import run_cli_apply
+
+    monkeypatch.setenv("TF_TEST_MASK_SALT", SALT)
+    orders = Orders(kafka_broker, schema_registry.url)
+    masks = [t for t in TRANSFORMS if t["type"] == "mask"]
+    env = make_env(orders.name, metadata_columns=[], transforms=masks)
+    events = env.root / "spark-events"
+    events.mkdir()
+    project_file = env.root / "tableflow_project.yml"
+    project = yaml.safe_load(project_file.read_text())
+    project["targets"]["test"]["spark"] = {
+        "conf": {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}
+    }
+    project_file.write_text(yaml.safe_dump(project, sort_keys=False))
+    orders.produce(
+        ("o1", "alice@example.com", "4111111111111111", "ring the bell", "PAID", 10.0, 1),
+        ("o2", "bob@example.com", "5500000000000004", None, "PAID", 5.0, 2),
+    )
+    output = run_cli_apply(env, None)
+    landed = {r["order_id"]: r for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert landed["o1"]["email"] == hashed("alice@example.com")
+    assert landed["o2"]["card"] == "************0004" and landed["o2"]["notes"] is None
+    logs = [p for p in events.rglob("*") if p.is_file()]
+    assert logs and any(b"PythonMapInArrow" in p.read_bytes() for p in logs)
+    written = [p for p in (env.root / "target").rglob("*") if p.is_file()]
+    for path in [*logs, *written]:
+        assert SALT.encode() not in path.read_bytes(), path
+    assert SALT not in output
