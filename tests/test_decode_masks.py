@@ -262,3 +262,10 @@ def test_hash_stops_remembering_digests_of_values_that_do_not_repeat() -> None:
         assert column[0].as_py() == hashed(values[0])
     assert mask.cache.hits == 0
     assert not mask.cache.worth_it()
+
+
+def test_a_mask_of_a_column_the_batch_lacks_raises() -> None:
+    schema = pa.schema([("c", pa.string())])
+    masks = DecodeMasks((ColumnMask("missing", "redact"),))
+    with pytest.raises(KeyError, match="missing"):
+        masks.apply(schema, [pa.array(["a"])])

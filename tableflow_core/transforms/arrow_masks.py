@@ -123,5 +123,7 @@ class DecodeMasks:
         masked = list(columns)
         for mask in self.masks:
             index = schema.get_field_index(mask.column)
+            if index < 0:  # never mask another column than the one named
+                raise KeyError(f"mask of {mask.column!r}: no such column in the decoded batch")
             masked[index] = ARROW_MASKS[mask.method](mask, masked[index])
         return masked
