@@ -269,3 +269,12 @@ def test_a_mask_of_a_column_the_batch_lacks_raises() -> None:
     masks = DecodeMasks((ColumnMask("missing", "redact"),))
     with pytest.raises(KeyError, match="missing"):
         masks.apply(schema, [pa.array(["a"])])
+
+
+@pytest.mark.parametrize("method", ["hash", "redact", "partial"])
+def test_a_large_string_column_stays_one(method: str) -> None:
+    schema = pa.schema([("c", pa.large_string())])
+    mask = ColumnMask("c", method, salt=SecretStr(SALT), keep_first=1)  # type: ignore[arg-type]
+    (column,) = DecodeMasks((mask,)).apply(schema, [pa.array(["abc", None], pa.large_string())])
+    assert column.type == pa.large_string()
+    assert column[1].as_py() is None and column[0].as_py() != "abc"
