@@ -27,6 +27,7 @@ from tableflow_core.config.models import (
     MaskTransform,
     RenameTransform,
 )
+from tableflow_core.transforms.arrow_masks import MaskMethod
 from tableflow_core.transforms.locations import Locator, problem_at
 from tableflow_core.transforms.sql import (
     HIDDEN_PREFIX,
@@ -41,8 +42,6 @@ from tableflow_core.transforms.sql import (
     spark_type,
     unknown_column_message,
 )
-
-MaskMethod = Literal["hash", "redact", "partial"]
 
 
 @dataclass(frozen=True)
