@@ -298,7 +298,7 @@ def test_catalog_stopped_mid_run_is_named_with_its_address(
     from tableflow_core.engine import ddl
     from tableflow_core.engine.ingest import IngestError, ingest
     from tableflow_core.engine.spark_session import register_catalog
-    from tableflow_core.ingest.spec import quote_ident
+    from tableflow_core.engine.sql_text import quote_ident
     from tableflow_core.kafka.offsets import OffsetRange
 
     env = make_env(poison.topic, metadata_columns=[], on_error="skip")

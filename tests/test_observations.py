@@ -53,3 +53,25 @@ def test_counts_that_never_arrive_name_the_stage() -> None:
 
     with pytest.raises(RuntimeError, match="the transform stage's counts never arrived"):
         observed_metrics(Never(), timeout_s=0.1, what="the transform stage")
+
+
+@pytest.mark.slow
+def test_counts_observed_as_one_metric_are_read_back_by_name(spark: Any) -> None:
+    from tableflow_core.engine.observations import observe_counts
+
+    frame = spark.range(1000).selectExpr("id", "id % 4 AS p", "IF(id % 10 = 0, 'x', NULL) AS b")
+    observed, observation = observe_counts(
+        frame,
+        "test",
+        {
+            "records": "count(1)",
+            "bad": "count(b)",
+            "records_p3": "count(CASE WHEN p = 3 THEN 1 END)",
+            "it's": "count(CASE WHEN p = 0 THEN 1 END)",
+            "none": "sum(CASE WHEN false THEN 1 END)",
+        },
+    )
+    observed.write.format("noop").mode("overwrite").save()
+    figures = observed_metrics(observation)
+    assert figures == {"records": 1000, "bad": 100, "records_p3": 250, "it's": 250}
+    assert all(isinstance(v, int) for v in figures.values())

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec, quote_ident
+from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

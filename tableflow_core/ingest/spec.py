@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.kafka.offsets import StartFrom
 from tableflow_core.pipeline.shape import DEFAULT_TABLE_PROPERTIES
 from tableflow_core.pipeline.stages import Mode, Stage
@@ -57,7 +58,3 @@ class IngestSpec:
 
     def table_properties(self) -> dict[str, str]:
         return {**DEFAULT_TABLE_PROPERTIES, **dict(self.properties)}
-
-
-def quote_ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"

@@ -18,6 +18,7 @@ from tableflow_core.config.models import (
     RewriteDeletesSettings,
     parse_duration_seconds,
 )
+from tableflow_core.engine.sql_text import sql_string
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.target import SparkTable
 
@@ -46,11 +47,6 @@ def _call(spark: SparkSession, table: SparkTable, procedure: str, *args: str) ->
     if len(rows) == 1:
         return {k: v for k, v in rows[0].asDict().items() if not isinstance(v, list | dict)}
     return {"rows": len(rows)}
-
-
-def sql_string(text: str) -> str:
-    """A single-quoted Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _options(**values: object) -> str:

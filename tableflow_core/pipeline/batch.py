@@ -42,7 +42,7 @@ class StageContext:
 
     @property
     def branch_identifier(self) -> str:
-        from tableflow_core.ingest.spec import quote_ident
+        from tableflow_core.engine.sql_text import quote_ident
 
         return f"{self.spec.identifier}.{quote_ident('branch_' + self.branch)}"
 

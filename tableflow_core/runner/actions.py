@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tableflow_core.config.project import Project
-from tableflow_core.ingest.spec import IngestSpec, quote_ident
+from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.plan.actions import (
     ChangePartitionSpec,
     ChangeSortOrder,

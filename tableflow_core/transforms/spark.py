@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
-from tableflow_core.engine.observations import OBSERVATION_TIMEOUT_S, observed_metrics
+from tableflow_core.engine.observations import (
+    OBSERVATION_TIMEOUT_S,
+    observe_counts,
+    observed_metrics,
+)
+from tableflow_core.engine.sql_text import quote_ident, sql_string
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
 from tableflow_core.transforms.compile import (
@@ -376,9 +381,6 @@ def apply_transforms(
     salt_for: SaltFor = step_salt,
 ) -> TransformResult:
     """Run `compiled` on `df` (lazily; counted by an observation during the first action)."""
-    import uuid
-
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     _check_input(df, compiled)
@@ -390,19 +392,16 @@ def apply_transforms(
         context = _Context(spark=spark, salt_for=salt_for, step_index=index, tombstone=tombstone)
         tagged = _RUNNERS[type(step)](step, tagged, context)
     fate = _col(FATE_COLUMN)
-    observation = Observation(f"tableflow_transforms_{uuid.uuid4().hex}")
     # Each count is an aggregate evaluated on every row: only the fates the chain can give
     # are counted, and the rows out are the rows in less those (`TransformResult.counts`).
     possible = possible_fates(compiled.steps)
-    tagged = tagged.observe(
-        observation,
-        F.count(F.lit(1)).alias("rows_in"),
-        *[
-            F.count(F.when(fate == F.lit(value), 1)).alias(name)
-            for name, value in _FATE_COUNTS.items()
-            if value in possible
-        ],
-    )
+    fate_column = quote_ident(FATE_COLUMN)
+    counts = {"rows_in": "count(1)"} | {
+        name: f"count(CASE WHEN {fate_column} = {sql_string(value)} THEN 1 END)"
+        for name, value in _FATE_COUNTS.items()
+        if value in possible
+    }
+    tagged, observation = observe_counts(tagged, "transforms", counts)
     output_columns = [*compiled.output_schema.names, *HIDDEN_COLUMNS]
     if tombstone is not None:
         output_columns.append(TOMBSTONE_COLUMN)

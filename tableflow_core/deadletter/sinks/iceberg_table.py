@@ -22,7 +22,7 @@ from tableflow_core.deadletter.errors import DeadLetterTableError
 from tableflow_core.deadletter.frames import count_by_partition, spark_error_summary, spark_schema
 from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult
 from tableflow_core.deadletter.table_plan import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
-from tableflow_core.ingest.spec import quote_ident
+from tableflow_core.engine.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -20,7 +20,6 @@ offsets, and the Iceberg sink's MERGE adds no duplicates (a Kafka sink sends aga
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from tableflow_core.deadletter.sinks import (
     counts_by_outcome,
     route_bad_records,
 )
+from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
@@ -91,33 +91,31 @@ def _filtered(
 def _observe_written(
     context: StageContext, good: DataFrame
 ) -> tuple[DataFrame, Callable[[], dict[str, dict[int, int]]]]:
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    from tableflow_core.engine.observations import observed_metrics
+    from tableflow_core.engine.observations import observe_counts, observed_metrics
 
     partitions = sorted({r.partition for r in context.ranges})
     upsert = TOMBSTONE_COLUMN in good.columns
-    metrics = []
+    source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
+    tombstone = quote_ident(TOMBSTONE_COLUMN)
+    counts: dict[str, str] = {}
     for p in partitions:
-        in_p = F.col(SOURCE_PARTITION_COLUMN) == p
-        written = in_p & ~F.col(TOMBSTONE_COLUMN) if upsert else in_p
-        metrics.append(F.count(F.when(written, 1)).alias(f"written_p{p}"))
+        in_p = f"{source_partition} = {p}"
+        written = f"{in_p} AND NOT {tombstone}" if upsert else in_p
+        counts[f"written_p{p}"] = f"count(CASE WHEN {written} THEN 1 END)"
         if upsert:
-            metrics.append(
-                F.count(F.when(in_p & F.col(TOMBSTONE_COLUMN), 1)).alias(f"tombstones_p{p}")
-            )
-    observation = Observation(f"tableflow_written_{uuid.uuid4().hex}")
-    observed = good.observe(observation, *metrics)
+            counts[f"tombstones_p{p}"] = f"count(CASE WHEN {in_p} AND {tombstone} THEN 1 END)"
+    if not counts:  # no ranges: nothing was read, nothing is written
+        return good, lambda: {"written": {}, "tombstones": {}}
+    observed, observation = observe_counts(good, "written", counts)
 
-    def counts() -> dict[str, dict[int, int]]:
-        figures = observed_metrics(observation)
+    def figures() -> dict[str, dict[int, int]]:
+        counted = observed_metrics(observation)
         return {
-            name: {p: int(figures.get(f"{name}_p{p}") or 0) for p in partitions}
+            name: {p: int(counted.get(f"{name}_p{p}") or 0) for p in partitions}
             for name in ("written", "tombstones")
         }
 
-    return observed, counts
+    return observed, figures
 
 
 def _route_rejected(

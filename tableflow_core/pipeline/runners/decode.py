@@ -10,14 +10,14 @@ them, e.g. to name them in an error or send them to a dead-letter target).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
-from tableflow_core.engine.observations import observed_metrics
+from tableflow_core.engine.observations import observe_counts, observed_metrics
+from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.batch import Batch, StageContext
@@ -87,9 +87,6 @@ def key_spec_of(context: StageContext) -> KeySpec | None:
 
 @stage_runner(Decode)
 def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
     assert batch.good is not None, "decode needs the read_ranges stage before it"
     key = key_spec_of(context)
     table_schema = decoded_arrow_schema(context.spec)
@@ -104,28 +101,21 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         decode_masks(context),
     )
     decoded = batch.good.mapInArrow(mapper, spark_schema_for(output_schema))
-    observation = Observation(f"tableflow_decode_{uuid.uuid4().hex}")
-    metrics = [
-        F.count(F.lit(1)).alias("records"),
-        F.count(F.col(BAD_RECORD_COLUMN)).alias("bad_records"),
-    ]
+    bad_record = quote_ident(BAD_RECORD_COLUMN)
+    source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
+    counts = {"records": "count(1)", "bad_records": f"count({bad_record})"}
     if key is not None:
-        metrics.append(F.count(F.when(F.col(TOMBSTONE_COLUMN), 1)).alias("tombstones"))
+        counts["tombstones"] = f"count(CASE WHEN {quote_ident(TOMBSTONE_COLUMN)} THEN 1 END)"
     # Per partition, for the run's accounting (deadletter/accounting.py).
     partitions = sorted({r.partition for r in context.ranges})
-    metrics.extend(
-        F.count(F.when(F.col(SOURCE_PARTITION_COLUMN) == p, 1)).alias(f"records_p{p}")
-        for p in partitions
-    )
-    metrics.extend(
-        F.count(
-            F.when(F.col(BAD_RECORD_COLUMN).isNotNull() & (F.col(SOURCE_PARTITION_COLUMN) == p), 1)
-        ).alias(f"bad_p{p}")
-        for p in partitions
-    )
-    observed = decoded.observe(observation, *metrics)
-    good = observed.where(F.col(BAD_RECORD_COLUMN).isNull()).drop(BAD_RECORD_COLUMN)
-    bad = observed.where(F.col(BAD_RECORD_COLUMN).isNotNull()).select(f"{BAD_RECORD_COLUMN}.*")
+    for p in partitions:
+        counts[f"records_p{p}"] = f"count(CASE WHEN {source_partition} = {p} THEN 1 END)"
+        counts[f"bad_p{p}"] = (
+            f"count(CASE WHEN {bad_record} IS NOT NULL AND {source_partition} = {p} THEN 1 END)"
+        )
+    observed, observation = observe_counts(decoded, "decode", counts)
+    good = observed.where(f"{bad_record} IS NULL").drop(BAD_RECORD_COLUMN)
+    bad = observed.where(f"{bad_record} IS NOT NULL").select(f"{BAD_RECORD_COLUMN}.*")
 
     def metric(name: str) -> Callable[[], int]:
         return lambda: int(observed_metrics(observation).get(name) or 0)

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tableflow_core.engine.sql_text import sql_string
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import stage_runner
@@ -57,27 +58,27 @@ def ranges_frame(spark: SparkSession, groups: Sequence[Sequence[OffsetRange]]) -
     flatMap) pickled the groups through a Python worker. Measured neutral on CPU and memory
     at 200k and 1M records (benchmarks/memory.py --baseline-src); one run on the old code
     showed a second worker daemon with two idle workers (~190 MB), not seen again.
-    """
-    from pyspark.sql import functions as F
 
+    The literal is SQL text, one call into the JVM: built from `pyspark.sql.functions` it
+    took ~200 round trips for 4 ranges, each slowed by any thread holding the GIL meanwhile
+    (great-expectations importing beside a table with checks).
+    """
     if not groups:
         return spark.createDataFrame([], RANGES_SCHEMA)
-    literal = F.array(
-        *(
-            F.array(
-                *(
-                    F.struct(
-                        F.lit(r.topic).alias("topic"),
-                        F.lit(r.partition).cast("int").alias("partition"),
-                        F.lit(r.start).cast("long").alias("start"),
-                        F.lit(r.end).cast("long").alias("end"),
-                    )
-                    for r in group
-                )
-            )
-            for group in groups
-        )
+    literal = (
+        "array("
+        + ", ".join("array(" + ", ".join(_range_struct(r) for r in group) + ")" for group in groups)
+        + ")"
     )
-    return spark.range(0, len(groups), 1, len(groups)).select(
-        F.inline(F.element_at(literal, (F.col("id") + 1).cast("int")))
+    return spark.range(0, len(groups), 1, len(groups)).selectExpr(
+        f"inline(element_at({literal}, CAST(id + 1 AS INT)))"
+    )
+
+
+def _range_struct(offset_range: OffsetRange) -> str:
+    return (
+        f"named_struct('topic', {sql_string(offset_range.topic)}, "
+        f"'partition', CAST({int(offset_range.partition)} AS INT), "
+        f"'start', CAST({int(offset_range.start)} AS BIGINT), "
+        f"'end', CAST({int(offset_range.end)} AS BIGINT))"
     )

@@ -51,13 +51,9 @@ def table_on_error(context: StageContext) -> str:
 
 def _rows_after(good: DataFrame) -> tuple[DataFrame, Observation]:
     """Count the rows leaving the stage during the first action that reads them."""
-    import uuid
+    from tableflow_core.engine.observations import observe_counts
 
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    observation = Observation(f"tableflow_transformed_{uuid.uuid4().hex}")
-    return good.observe(observation, F.count(F.lit(1)).alias("rows")), observation
+    return observe_counts(good, "transformed", {"rows": "count(1)"})
 
 
 def _fail_on_rejects(result: TransformResult) -> Any:
