@@ -10,29 +10,28 @@ One validation judges every check of the table in one bundled aggregate. Each
 row-level check compiles to a Spark SQL predicate selecting its failing rows
 (`compile.py`, plus a window count for `unique`); the batch gets one 0/1 flag column
 per check, and great-expectations validates that flag frame with one
-`ExpectColumnSumToBeBetween(max_value=0)` per check (the sum is the exact failing
-count) and `ExpectTableRowCountToBeBetween` for `row_count`. Its Spark engine
-computes all the sums as one `df.agg(...)` (metrics of the same domain are bundled),
-after the row count it always computes first (every column sum depends on it): two
-passes over the batch, whatever the number of checks. The number of rows evaluated is
-that row count (an `ExpectTableRowCountToBeBetween(min_value=0)` every validation
-carries reads it back), so the batch is not counted a third time. Mapping each check
-straight onto a native expectation (ExpectColumnValuesToNotBeNull, ...ToBeUnique,
-...ToBeInSet, ...ToBeBetween, UnexpectedRowsExpectation) cost one or more Spark jobs
-per expectation (10 jobs for five checks); `tests/test_checks_run.py` holds the
-predicates to those native expectations' counts. A hash aggregate for `unique` (group
+`ExpectFlagColumnSumToBeZero` per check (`gx_flags.py`: the sum is the exact failing
+count) and `ExpectTableRowCountToBeBetween` for `row_count`. Its Spark engine computes
+all the sums and the row count as one `df.agg(...)`: one pass over the batch, whatever
+the number of checks. The number of rows evaluated is that row count (an
+`ExpectTableRowCountToBeBetween(min_value=0)` every validation carries reads it back), so
+the batch is not counted apart. great-expectations' own `ExpectColumnSumToBeBetween`
+depends on the row count, which cost a second pass before the sums (on a run's written
+files, ~0.4 s of 1M rows' ~2 s audit). Mapping each check straight onto a native
+expectation (ExpectColumnValuesToNotBeNull, ...ToBeUnique, ...ToBeInSet, ...ToBeBetween,
+UnexpectedRowsExpectation) cost one or more Spark jobs per expectation (10 jobs for five
+checks); `tests/test_checks_run.py` holds the predicates to those native expectations'
+counts. A hash aggregate for `unique` (group
 by the key, count > 1) and count vs count(distinct) were measured against the window and
 dropped: both cost more CPU over 1M keys than the window's shuffle and sort; so were
 lag/lead over hash buckets sorted by key and comparing neighbours in a Python task
 (mapInArrow). The other flags cross the window's shuffle packed as bits of int columns
-(`_flag_frame`). The row count pass reads no data file: the window is pruned from it and
-Iceberg answers the count from its manifests (aggregate push-down, on by default).
+(`_flag_frame`).
 
 Sample failing rows and the rows taken out for `on_failure: skip|dlq` are selected in
 Spark with the same predicates, only when a check failed. The caller should persist
 the input when it is expensive to compute (a batch read from Kafka): great-expectations
-reads it twice (its first pass also completes the transform stage's counting
-observation).
+reads it once, and the rows taken out for skip/dlq are selected from it again.
 """
 
 from __future__ import annotations
@@ -114,13 +113,13 @@ def _expectation(check: CompiledCheck, index: int) -> Any:
     """The expectation judging `check` over the flag frame (see the module docstring)."""
     import great_expectations.expectations as gxe
 
+    from tableflow_core.checks.gx_flags import ExpectFlagColumnSumToBeZero
+
     if check.kind == "row_count":
         return gxe.ExpectTableRowCountToBeBetween(
             min_value=_int_or_none(check.min), max_value=_int_or_none(check.max)
         )
-    return gxe.ExpectColumnSumToBeBetween(
-        column=_flag(index), min_value=0, max_value=0, description=check.name
-    )
+    return ExpectFlagColumnSumToBeZero(column=_flag(index), description=check.name)
 
 
 def _int_or_none(value: float | None) -> int | None:
@@ -192,10 +191,9 @@ class _Validation:
 def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validation:
     """great-expectations' verdict on every check, from the flag frame of the batch.
 
-    The batch's row count is great-expectations' own: every column sum depends on its
-    `table.row_count` metric (one pass before the sums), which `_ROWS` reads back, so the
-    batch is never counted apart. An empty batch has no rows to fail: row-level checks pass
-    (a sum over no rows is NULL, which the expectation would not accept)."""
+    The batch's row count is great-expectations' own `table.row_count`, computed in the
+    same aggregate as the flags' sums and read back through `_ROWS`, so the batch is never
+    counted apart. An empty batch has no rows to fail: its flags sum to 0."""
     gx = _gx()
     import great_expectations.expectations as gxe
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -204,9 +202,7 @@ def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validatio
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = (
         # persist=False: by default great-expectations caches the frame it validates and
-        # never releases it; cached, its first pass (the row count) computed every flag and
-        # the window and wrote the cache. Uncached, that pass reads no column (the window
-        # is pruned) and the sums compute the flags once.
+        # never releases it; its one pass would then also write the cache.
         context.data_sources.add_spark(name="tableflow", persist=False)
         .add_dataframe_asset(name="batch")
         .add_batch_definition_whole_dataframe("whole")
@@ -234,11 +230,7 @@ def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validatio
         else:
             outcomes[ids[result.expectation_config.id]] = _outcome(result)
     assert rows is not None, "great-expectations returned no row count"
-    total = rows.observed or 0
-    if rows.error is None and total == 0:
-        empty = _GxOutcome(True, 0, None, None)
-        outcomes = {i: empty if c.row_level else outcomes[i] for i, c in enumerate(checks)}
-    return _Validation([outcomes[index] for index in range(len(checks))], total)
+    return _Validation([outcomes[index] for index in range(len(checks))], rows.observed or 0)
 
 
 def _outcome(result: Any) -> _GxOutcome:
