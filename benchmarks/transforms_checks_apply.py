@@ -14,7 +14,7 @@ the table run time added over the plain table against issue 10's targets (masks 
     [--scenarios plain,masks,dedup,"3 masks + dedup"] [--rounds 3] [--against main]
 
 `--scenarios` picks scenarios (also `masks`: the 3 masks alone, `dedup`: the dedup
-alone); `--against REV` also applies each scenario with tableflow_core as of git revision
+alone, `4 checks`: the five but `unique`, `unique`: that one alone); `--against REV` also applies each scenario with tableflow_core as of git revision
 REV (a `git archive` copy), interleaved with this tree's runs round by round, and prints
 the CPU seconds (user+sys of the CLI's process tree) and the Spark jobs and stages of
 each (counted in a Spark event log) beside the times, the best of `--rounds`.
@@ -64,13 +64,16 @@ FIVE_CHECKS: dict[str, Any] = {
     ]
 }
 TARGETS = {"3 masks + dedup": 0.25, "5 checks": 0.30}
-CHECKED = {"5 checks"}
+CHECKED = {"5 checks", "4 checks", "unique"}
 SCENARIOS: dict[str, dict[str, Any]] = {
     "plain": {},
     "masks": {"transforms": MASKS_AND_DEDUP["transforms"][:3]},
     "dedup": {"transforms": MASKS_AND_DEDUP["transforms"][3:]},
     "3 masks + dedup": MASKS_AND_DEDUP,
     "5 checks": FIVE_CHECKS,
+    # What the unique check's shuffle, sort and window cost within the five.
+    "4 checks": {"checks": [c for c in FIVE_CHECKS["checks"] if c["type"] != "unique"]},
+    "unique": {"checks": [c for c in FIVE_CHECKS["checks"] if c["type"] == "unique"]},
 }
 ROOT = Path(__file__).resolve().parent.parent
 

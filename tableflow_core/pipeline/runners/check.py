@@ -1,8 +1,8 @@
 """check: the table's data-quality checks (issue #10), run as one validation.
 
 Plan emits one Check stage per configured check (one line each in `plan`); all of them
-run at the first, as one great-expectations validation (`checks.run.run_checks`: its
-row count, then one bundled aggregate pass, whatever the number of checks); the later
+run at the first, as one great-expectations validation (`checks.run.run_checks`: one
+aggregate pass of the row count and every check's failing count); the later
 check stages pass the batch on. What is validated:
 
 - on an append table whose checks take no rows out (severity warn, or on_failure fail),
@@ -68,7 +68,7 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
             audits=(*batch.audits, _written_rows_audit(compiled.checks, report)),
             results={**batch.results, CHECKS_RESULT: lambda: dict(report) or None},
         )
-    # Validated (two passes), then written: read Kafka and transform once.
+    # Validated, then written (and split when a check fails): read Kafka and transform once.
     persisted = batch.good.persist()
 
     def release() -> None:
@@ -139,8 +139,8 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
         from tableflow_core.checks import ChecksFailedError
         from tableflow_core.checks.run import run_checks
 
-        # Not cached: each of great-expectations' two passes reads only the columns it
-        # needs from this run's Parquet files, cheaper than caching every column (1M rows:
+        # Not cached: great-expectations' pass reads only the columns the checks need
+        # from this run's Parquet files, cheaper than caching every column (1M rows:
         # ~1 s against ~8 s).
         written = _appended_rows(context)
         run = run_checks(
