@@ -14,8 +14,9 @@ the table run time added over the plain table against issue 10's targets (masks 
     [--scenarios plain,masks,dedup,"3 masks + dedup"] [--rounds 3] [--against main]
 
 `--scenarios` picks scenarios (also `masks`: the 3 masks alone, `dedup`: the dedup
-alone, `4 checks`: the five but `unique`, `unique`: that one alone); `--against REV` also applies each scenario with tableflow_core as of git revision
-REV (a `git archive` copy), interleaved with this tree's runs round by round, and prints
+alone, `4 checks`: the five but `unique`, `unique`: that one alone); `--against REV`
+also applies each scenario with tableflow_core as of git revision REV (a `git archive`
+copy), interleaved with this tree's runs round by round, and prints
 the CPU seconds (user+sys of the CLI's process tree) and the Spark jobs and stages of
 each (counted in a Spark event log) beside the times, the best of `--rounds`.
 """
