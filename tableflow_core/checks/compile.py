@@ -55,10 +55,6 @@ class CompiledCheck:
     failing_rows: str | None = None
 
     @property
-    def row_level(self) -> bool:
-        return self.kind != "row_count"
-
-    @property
     def splits_rows(self) -> bool:
         """Failing rows are taken out of the batch (skipped or dead-lettered)."""
         return self.severity == "error" and self.on_failure in ("skip", "dlq")
