@@ -72,7 +72,7 @@ def observe_counts(
     The aggregates travel as one metric, `to_json(named_struct(...))`: one expression built
     from SQL text is one call into the JVM, and one string is one entry for
     `Observation.get` to iterate, where a metric per figure cost ~10 round trips to build
-    and 3 to read back each (each slowed by any thread holding the GIL meanwhile)."""
+    and 3 to read back."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 

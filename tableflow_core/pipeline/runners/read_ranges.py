@@ -60,8 +60,7 @@ def ranges_frame(spark: SparkSession, groups: Sequence[Sequence[OffsetRange]]) -
     showed a second worker daemon with two idle workers (~190 MB), not seen again.
 
     The literal is SQL text, one call into the JVM: built from `pyspark.sql.functions` it
-    took ~200 round trips for 4 ranges, each slowed by any thread holding the GIL meanwhile
-    (great-expectations importing beside a table with checks).
+    took ~200 round trips for 4 ranges.
     """
     if not groups:
         return spark.createDataFrame([], RANGES_SCHEMA)
