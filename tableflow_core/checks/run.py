@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
+from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.transforms.spark import rejected_rows
 
@@ -161,14 +162,14 @@ def _flag_frame(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> DataFrame:
                 f"CASE WHEN {predicate} THEN {1 << bit} ELSE 0 END"
                 for bit, (_, predicate) in enumerate(packed[start : start + _MASK_BITS])
             ]
-            masks.append(f"{' | '.join(bits)} AS {_name(_mask(start // _MASK_BITS))}")
+            masks.append(f"{' | '.join(bits)} AS {quote_ident(_mask(start // _MASK_BITS))}")
         keys = sorted({c for check in checks if check.kind == "unique" for c in check.columns})
-        frame = df.selectExpr(*[_name(k) for k in keys], *masks).selectExpr("*", *windows)
+        frame = df.selectExpr(*[quote_ident(k) for k in keys], *masks).selectExpr("*", *windows)
         for position, (index, _) in enumerate(packed):
-            mask = _name(_mask(position // _MASK_BITS))
+            mask = quote_ident(_mask(position // _MASK_BITS))
             flags[index] = f"shiftright({mask}, {position % _MASK_BITS}) & 1"
         flags.update({i: _zero_one(p) for i, p in _unique_predicates(checks).items()})
-    columns = [f"{flags[index]} AS {_name(_flag(index))}" for index in sorted(flags)]
+    columns = [f"{flags[index]} AS {quote_ident(_flag(index))}" for index in sorted(flags)]
     return frame.selectExpr(*(columns or ["1 AS __tf_row"]))
 
 
@@ -251,12 +252,7 @@ def _outcome(result: Any) -> _GxOutcome:
 def _col(name: str) -> Column:
     from pyspark.sql import functions as F
 
-    return F.col(_name(name))
-
-
-def _name(name: str) -> str:
-    """`name` quoted as a Spark SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
+    return F.col(quote_ident(name))
 
 
 def _row_predicates(checks: tuple[CompiledCheck, ...]) -> dict[int, str]:
@@ -275,8 +271,8 @@ def _unique_column(index: int) -> str:
 def _unique_windows(checks: tuple[CompiledCheck, ...]) -> list[str]:
     """Each unique check's count of rows per key (a window), as SQL select items."""
     return [
-        f"count(1) OVER (PARTITION BY {', '.join(_name(c) for c in check.columns)}) "
-        f"AS {_name(_unique_column(index))}"
+        f"count(1) OVER (PARTITION BY {', '.join(quote_ident(c) for c in check.columns)}) "
+        f"AS {quote_ident(_unique_column(index))}"
         for index, check in enumerate(checks)
         if check.kind == "unique"
     ]
@@ -286,8 +282,8 @@ def _unique_predicates(checks: tuple[CompiledCheck, ...]) -> dict[int, str]:
     """Each unique check's failing predicate (SQL) over its window count, by index. Like
     great-expectations, rows whose keys are all NULL are not judged."""
     return {
-        index: f"({' OR '.join(f'{_name(c)} IS NOT NULL' for c in check.columns)}) "
-        f"AND {_name(_unique_column(index))} > 1"
+        index: f"({' OR '.join(f'{quote_ident(c)} IS NOT NULL' for c in check.columns)}) "
+        f"AND {quote_ident(_unique_column(index))} > 1"
         for index, check in enumerate(checks)
         if check.kind == "unique"
     }
