@@ -33,6 +33,13 @@ assert "great_expectations.expectations" in sys.modules, "the import never start
 # The import runs on its own thread: the caller goes on at once (the import takes ~4 s).
 assert returned_s < 1.0, returned_s
 assert prepare_checks_engine(project.tables) is True  # once per process: no second import
+# The collector is paused during the import only, and what it imported is frozen.
+import gc, threading
+importing = [t for t in threading.enumerate() if t.name == "tableflow-gx-import"]
+for thread in importing:
+    thread.join(300)
+assert gc.isenabled(), "the collector stayed off after the import"
+assert gc.get_freeze_count() > 100_000, gc.get_freeze_count()
 print("ok")
 """
 
