@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
@@ -81,8 +82,14 @@ class TransformResult:
     """Rows to write (`df`), rows rejected (`rejected_df`, REJECTED_ROW_SCHEMA), counts."""
 
     df: DataFrame
-    rejected_df: DataFrame
     observation: Observation
+    # Builds `rejected_df`: most runs never read it (on_error fail with nothing rejected),
+    # and building it is a projection for the JVM to analyze.
+    rejected_rows: Callable[[], DataFrame]
+
+    @cached_property
+    def rejected_df(self) -> DataFrame:
+        return self.rejected_rows()
 
     def counts(self, timeout_s: float = OBSERVATION_TIMEOUT_S) -> TransformCounts:
         """The counts, once an action has read the whole of `df` or `rejected_df` (the
@@ -246,9 +253,10 @@ def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
     if ctx.tombstone is not None:
         partition.append(ctx.tombstone)
     window = Window.partitionBy(*partition).orderBy(*order)
-    rank = "__tf_rank"
-    df = df.withColumn(rank, F.row_number().over(window))
-    return _set_fate(df, (_col(rank) > 1) & ctx.not_tombstone(), DUPLICATE).drop(rank)
+    # The rank inside the fate's expression: Spark computes it in a Window operator all
+    # the same, and the frame is one projection to analyze instead of three (add the
+    # rank, set the fate, drop the rank).
+    return _set_fate(df, (F.row_number().over(window) > 1) & ctx.not_tombstone(), DUPLICATE)
 
 
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
@@ -384,9 +392,8 @@ def apply_transforms(
     from pyspark.sql import functions as F
 
     _check_input(df, compiled)
-    tagged = df.withColumn(FATE_COLUMN, F.lit(None).cast("string")).withColumn(
-        ERROR_COLUMN, F.lit(None).cast("string")
-    )
+    no_text = F.lit(None).cast("string")
+    tagged = df.withColumns({FATE_COLUMN: no_text, ERROR_COLUMN: no_text})
     tombstone = _col(TOMBSTONE_COLUMN) if TOMBSTONE_COLUMN in df.columns else None
     for index, step in enumerate(execution_order(compiled.steps)):
         context = _Context(spark=spark, salt_for=salt_for, step_index=index, tombstone=tombstone)
@@ -406,13 +413,16 @@ def apply_transforms(
     if tombstone is not None:
         output_columns.append(TOMBSTONE_COLUMN)
     kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
-    rejected = rejected_rows(
-        tagged.filter(fate == F.lit(REJECTED)),
-        stage=TRANSFORM_STAGE,
-        error_class=F.lit(REJECT_ERROR_CLASS),
-        error_message=_col(ERROR_COLUMN),
-    )
-    return TransformResult(df=kept, rejected_df=rejected, observation=observation)
+
+    def rejected() -> DataFrame:
+        return rejected_rows(
+            tagged.filter(fate == F.lit(REJECTED)),
+            stage=TRANSFORM_STAGE,
+            error_class=F.lit(REJECT_ERROR_CLASS),
+            error_message=_col(ERROR_COLUMN),
+        )
+
+    return TransformResult(df=kept, observation=observation, rejected_rows=rejected)
 
 
 def rejected_rows(
