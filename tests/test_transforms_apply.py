@@ -455,6 +455,13 @@ def test_a_salt_used_while_decoding_is_in_no_output_result_or_spark_event_log(
     assert landed["o2"]["card"] == "************0004" and landed["o2"]["notes"] is None
     logs = [p for p in events.rglob("*") if p.is_file()]
     assert logs and any(b"PythonMapInArrow" in p.read_bytes() for p in logs)
+    # Every step ran while decoding: no transform projection or observation in Spark,
+    # and the rows in and out are the decoded rows.
+    assert not any(b"tableflow_transforms_" in p.read_bytes() for p in logs)
+    assert run_results(env)["transforms"] == {
+        "rows_in": 2, "rows_out": 2, "filtered": 0, "duplicates": 0, "rejected": 0,
+        "already_in_table": 0,
+    }  # fmt: skip
     written = [p for p in (env.root / "target").rglob("*") if p.is_file()]
     for path in [*logs, *written]:
         assert SALT.encode() not in path.read_bytes(), path
