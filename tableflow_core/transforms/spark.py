@@ -85,11 +85,11 @@ class TransformResult:
     observation: Observation
     # Builds `rejected_df`: most runs never read it (on_error fail with nothing rejected),
     # and building it is a projection for the JVM to analyze.
-    rejected_rows: Callable[[], DataFrame]
+    build_rejected: Callable[[], DataFrame]
 
     @cached_property
     def rejected_df(self) -> DataFrame:
-        return self.rejected_rows()
+        return self.build_rejected()
 
     def counts(self, timeout_s: float = OBSERVATION_TIMEOUT_S) -> TransformCounts:
         """The counts, once an action has read the whole of `df` or `rejected_df` (the
@@ -422,7 +422,7 @@ def apply_transforms(
             error_message=_col(ERROR_COLUMN),
         )
 
-    return TransformResult(df=kept, observation=observation, rejected_rows=rejected)
+    return TransformResult(df=kept, observation=observation, build_rejected=rejected)
 
 
 def rejected_rows(
