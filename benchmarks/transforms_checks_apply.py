@@ -12,7 +12,8 @@ that a slow spell of the machine hits every scenario, and the best of each is pr
 the command's wall time, the table's run time (run_results.json), the CPU seconds
 (user+sys of the CLI's process tree), the Spark jobs and stages (counted in a Spark event
 log) and the table run time added over the plain table of the same run, against issue
-10's targets (masks + dedup <= +25%, 5 checks <= +30%). The best of the rounds also drops the
+10's targets (masks + dedup <= +25%, 5 checks <= +30%), with the range of each round
+against the plain table of the same round. The best of the rounds also drops the
 machine's cold start (the first apply of a run was up to 2 s slower), which a single run
 would charge to the plain table (it runs first).
 
@@ -185,6 +186,12 @@ def compare(args: argparse.Namespace) -> None:
                 line += f"  check stage {min(r['check'] for r in best):5.2f} s"
             if name != "plain":
                 line += f"  added {table_s - plain:+.2f} s ({table_s / plain - 1:+.0%})"
+                # Each round against the plain table of the same round: the spread.
+                plain_runs = runs.get(("plain", tree))
+                if plain_runs:
+                    paired = [r["table"] / p["table"] - 1
+                              for r, p in zip(best, plain_runs, strict=True)]  # fmt: skip
+                    line += f" [rounds {min(paired):+.0%}..{max(paired):+.0%}]"
             if name in TARGETS and ("plain", tree) in runs:
                 met = table_s / plain - 1 <= TARGETS[name]
                 line += f" target <= +{TARGETS[name]:.0%}: {'met' if met else 'NOT met'}"
