@@ -393,3 +393,28 @@ def test_upsert_checks_judge_records_and_never_block_a_delete(
     second = apply(spark, env)
     assert second.records_skipped == 1 and second.checks is not None
     assert rows_by_reader(env, spark, "id") == expect(topic, {2: ("b", 2), 4: ("d", 4)})
+
+
+def test_upsert_table_whose_only_transform_ran_while_decoding(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """A mask of a text value column runs in the decode tasks, and then the transform stage
+    has nothing left to run in Spark: the rows go on as decoded (tombstones included),
+    aligned to the table (a column the topic's schema removed stays, NULL on new rows),
+    counted as the decoded rows."""
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    transforms = [{"type": "mask", "columns": ["name"], "method": "redact", "replacement": "*"}]
+    env = make_env(topic.name, metadata_columns=[], transforms=transforms, **table_config(topic))
+    topic.produce([(0, 1, ("a", 1, "fr")), (1, 2, ("b", 2, "de")), (1, 4, ("d", 4, "it"))],
+                  version=2)  # fmt: skip
+    apply(spark, env)
+    topic.produce([(0, 1, ("a2", 11)), (1, 3, ("c", 3)), (1, 4, None)], version=1)
+    second = apply(spark, env)
+    assert second.records_read == 3 and second.records_written == 2
+    assert second.transforms is not None
+    assert (second.transforms["rows_in"], second.transforms["rows_out"]) == (3, 3)
+    assert second.accounting is not None and second.accounting["totals"]["tombstones"] == 1
+    assert rows_by_reader(env, spark, "id") == expect(topic, {1: ("*", 11), 2: ("*", 2),
+                                                              3: ("*", 3)})  # fmt: skip
+    landed = {r["id"]: r["country"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
+    assert landed == {1: None, 2: "de", 3: None}
