@@ -213,7 +213,8 @@ def prepare_arrow_conversion() -> None:
 
 class SessionStarter:
     """Builds the Spark application on a daemon thread, so the JVM starts while the plan
-    is made (both take seconds; the JVM mostly waits on its own process). `get` waits
+    is made (both take seconds; the JVM mostly waits on its own process), then starts
+    Spark's Python workers (`engine/python_workers.py`). `get` waits
     for it and re-raises a failure to start. A command that ends without calling `get`
     (nothing to apply) does not wait: the JVM exits with this process."""
 
@@ -229,6 +230,9 @@ class SessionStarter:
         try:
             self._session = build()
             prepare_arrow_conversion()
+            from tableflow_core.engine.python_workers import start_python_workers
+
+            start_python_workers(self._session)
         except BaseException as exc:  # re-raised in the caller's thread by get()
             self._error = exc
 
