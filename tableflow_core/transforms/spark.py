@@ -116,7 +116,7 @@ def step_salt(step: MaskStep) -> SecretStr | None:
 def _col(name: str) -> Column:
     from pyspark.sql import functions as F
 
-    return F.col(f"`{name}`")
+    return F.col(quote_ident(name))
 
 
 @dataclass(frozen=True)

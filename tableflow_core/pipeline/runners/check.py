@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.pipeline.batch import Audit, Batch, RejectedRows, StageContext
 from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
@@ -228,7 +229,7 @@ def _with_positions(rows: DataFrame) -> DataFrame:
 
     def position(metadata: str, hidden: str, kind: str) -> Column:
         name = f"{METADATA_PREFIX}{metadata}"
-        value = F.col(f"`{name}`") if name in rows.columns else F.lit(None)
+        value = F.col(quote_ident(name)) if name in rows.columns else F.lit(None)
         return value.cast(kind).alias(hidden)
 
     return rows.select(
