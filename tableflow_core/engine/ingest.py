@@ -37,6 +37,7 @@ from tableflow_core.pipeline.errors import (
     ConcurrentCommitError,
     FailedRecord,
     IngestError,
+    KeysAcrossReadTasks,
     MainMovedError,
 )
 from tableflow_core.pipeline.registry import run_stages
@@ -49,6 +50,7 @@ from tableflow_core.pipeline.stages import (
     Stage,
     Write,
 )
+from tableflow_core.transforms.read_task_dedup import allowed_by_last_run
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -196,7 +198,7 @@ def ingest(
     began = time.monotonic()
     for attempt in range(1, max_commit_attempts + 1):
         try:
-            outcome = _ingest_once(
+            outcome = _ingest_once_exact(
                 spark,
                 spec,
                 ranges,
@@ -221,9 +223,30 @@ def ingest(
         return replace(
             outcome,
             duration_s=time.monotonic() - began,
-            warnings=(*warnings, *(retried if attempt > 1 else ())),
+            warnings=(*warnings, *outcome.warnings, *(retried if attempt > 1 else ())),
         )
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _ingest_once_exact(
+    spark: SparkSession,
+    spec: IngestSpec,
+    ranges: Sequence[OffsetRange],
+    kafka_conf: Mapping[str, str],
+    expected_start: Mapping[int, int],
+    start_offsets: Mapping[int, int] | None,
+    decoder_factory: DecoderFactory | None,
+    catalog: Any,
+) -> IngestOutcome:
+    """`_ingest_once`, done again with Spark's shuffle dedup when the read tasks' dedup
+    of the run was not exact (transforms/read_task_dedup.py): its branch was dropped,
+    nothing was published."""
+    args = (spark, spec, ranges, kafka_conf, expected_start, start_offsets, decoder_factory)
+    try:
+        return _ingest_once(*args, catalog)
+    except KeysAcrossReadTasks as exc:
+        outcome = _ingest_once(*args, catalog, dedup_in_read_tasks=False)
+        return replace(outcome, warnings=(*outcome.warnings, str(exc)))
 
 
 def _ingest_once(
@@ -235,6 +258,7 @@ def _ingest_once(
     start_offsets: Mapping[int, int] | None,
     decoder_factory: DecoderFactory | None,
     catalog: Any,
+    dedup_in_read_tasks: bool = True,
 ) -> IngestOutcome:
     began = time.monotonic()
     table, state = _load(spec, catalog)
@@ -274,6 +298,7 @@ def _ingest_once(
         base_snapshot_id=base_snapshot,
         base_rows=rows_at(table, base_snapshot),
         timings=timings,
+        dedup_in_read_tasks=dedup_in_read_tasks and allowed_by_last_run(state.main_summary()),
         # Main moved to this run's head: every other run branch seen before the run (at
         # the old head, or a crashed run's writes on top of it) can never be published now.
         other_branches=tuple(

@@ -36,6 +36,13 @@ class TableState:
             self.current_snapshot_id, self.snapshots, self.properties, topic
         )
 
+    def main_summary(self) -> dict[str, str]:
+        """The summary of main's snapshot (the last published run's), {} without one."""
+        for snapshot in self.snapshots:
+            if snapshot.snapshot_id == self.current_snapshot_id:
+                return dict(snapshot.summary)
+        return {}
+
     def ancestors_of(self, snapshot_id: int | None) -> list[int]:
         """`snapshot_id` and its ancestors still in the metadata, newest first."""
         parents = {s.snapshot_id: s.parent_id for s in self.snapshots}

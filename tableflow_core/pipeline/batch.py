@@ -39,6 +39,9 @@ class StageContext:
     # Wall seconds of the run's phases, by name (run_results.json `timings`): the engine's
     # own (load, start_run), each stage runner's, and parts a runner times (e.g. merge).
     timings: dict[str, float] = field(default_factory=dict)
+    # Whether the read tasks may run the table's dedup (transforms/read_task_dedup.py): not
+    # after a run whose read tasks kept a key twice, nor when that run is being redone.
+    dedup_in_read_tasks: bool = True
 
     @property
     def branch_identifier(self) -> str:

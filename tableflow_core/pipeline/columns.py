@@ -14,6 +14,9 @@ from tableflow_core.pipeline.bad_records import (
 TOMBSTONE_COLUMN = "__tf_tombstone"
 # Set on a record that could not be decoded (BAD_RECORD_SCHEMA), null on a good row.
 BAD_RECORD_COLUMN = "__tf_bad"
+# Append tables whose dedup runs in the read tasks (transforms/arrow_dedup.py): true on a
+# good row a row of the same key in the same task supersedes (dropped after decode).
+DUPLICATE_COLUMN = "__tf_duplicate"
 
 HIDDEN_PREFIX = "__tf_"
 

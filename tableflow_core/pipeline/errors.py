@@ -36,3 +36,13 @@ class ConcurrentCommitError(IngestError):
 
 class MainMovedError(ConcurrentCommitError):
     """`main` moved while this run wrote its branch (the run's data stays invisible)."""
+
+
+class KeysAcrossReadTasks(IngestError):
+    """The read tasks' dedup was not exact: `keys` keys were kept by more than one task
+    (transforms/read_task_dedup.py). Nothing was published: the engine runs the table
+    again with Spark's shuffle dedup."""
+
+    def __init__(self, message: str, keys: int) -> None:
+        super().__init__(message)
+        self.keys = keys

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,13 @@ class TransformCounts:
             "duplicates": self.duplicates,
             "rejected": self.rejected,
         }
+
+    def plus_read_task_duplicates(self, duplicates: int) -> TransformCounts:
+        """These counts of the rows Spark got, plus `duplicates` the read tasks dropped
+        before (transforms/read_task_dedup.py)."""
+        return replace(
+            self, rows_in=self.rows_in + duplicates, duplicates=self.duplicates + duplicates
+        )
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ them, e.g. to name them in an error or send them to a dead-letter target).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -20,12 +20,36 @@ from tableflow_core.engine.observations import observe_counts, observed_metrics
 from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN, decoded_schema
+from tableflow_core.pipeline.batch import Audit, Batch, StageContext
+from tableflow_core.pipeline.columns import (
+    BAD_RECORD_COLUMN,
+    DUPLICATE_COLUMN,
+    TOMBSTONE_COLUMN,
+    decoded_schema,
+)
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
+from tableflow_core.pipeline.errors import KeysAcrossReadTasks
 from tableflow_core.pipeline.registry import stage_runner
+from tableflow_core.pipeline.runners.read_ranges import task_groups
 from tableflow_core.pipeline.stages import Decode
+from tableflow_core.transforms.arrow_dedup import (
+    KeyReportParam,
+    TaskDedup,
+    dedup_task,
+    keys_in_several_tasks,
+    report_keys,
+    unique_digests,
+)
 from tableflow_core.transforms.arrow_masks import DecodeMasks
+from tableflow_core.transforms.read_task_dedup import (
+    DECODE_DUPLICATES,
+    describe_fallback,
+    run_summary,
+    task_dedup,
+)
+
+if TYPE_CHECKING:
+    from pyspark.accumulators import Accumulator
 
 DecoderFactory = Callable[[Any], Any]
 
@@ -44,23 +68,46 @@ def _mapper(
     key: KeySpec | None,
     run_id: str,
     masks: DecodeMasks,
+    dedup: TaskDedup | None = None,
+    key_report: Any = None,
+    decoded_rows: pa.Schema | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function: each input row is a range; output rows are decoded rows."""
+    """The mapInArrow function: each input row is a range; output rows are decoded rows.
+    With `dedup`, the task also dedups its rows or only digests their keys
+    (`transforms/arrow_dedup.py`), and adds the digests to `key_report` (an accumulator);
+    `decoded_rows` is the decoder's output schema (`columns.decoded_schema`)."""
 
-    def run(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def decoded(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from tableflow_core.kafka.range_reader import read_range
 
         chunks = ChunkDecoder(
             decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id, masks
         )
+        for range_batch in range_batches:
+            for row in range_batch.to_pylist():
+                offset_range = OffsetRange(row["topic"], row["partition"], row["start"], row["end"])
+                for messages in read_range(kafka_conf, offset_range, chunk_size=chunk_size):
+                    yield from chunks.decode(messages)
+
+    def run(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with fewer_gc_passes():
-            for range_batch in range_batches:
-                for row in range_batch.to_pylist():
-                    offset_range = OffsetRange(
-                        row["topic"], row["partition"], row["start"], row["end"]
-                    )
-                    for messages in read_range(kafka_conf, offset_range, chunk_size=chunk_size):
-                        yield from chunks.decode(messages)
+            if dedup is None:
+                yield from decoded(range_batches)
+                return
+            from pyspark import TaskContext
+
+            task = TaskContext.get()
+            assert task is not None, "a decode task runs inside a Spark task"
+            if dedup.flags:
+                flagged, digests = dedup_task(
+                    decoded(range_batches), dedup, decoded_rows, chunk_size
+                )
+                yield from flagged
+            else:
+                parts: list[Any] = []
+                yield from report_keys(decoded(range_batches), dedup.keys, parts)
+                digests = unique_digests(parts)
+            key_report.add({task.partitionId(): digests})
 
     return run
 
@@ -91,6 +138,14 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     key = key_spec_of(context)
     table_schema = decoded_arrow_schema(context.spec)
     output_schema = decoded_schema(table_schema, upsert=key is not None)
+    in_tasks = task_dedup(context.spec, context.ranges, context.dedup_in_read_tasks)
+    dedup = in_tasks[0] if in_tasks is not None else None
+    key_report: Accumulator[dict[int, Any]] | None = None
+    if dedup is not None:
+        key_report = context.spark.sparkContext.accumulator({}, KeyReportParam())
+        # The digests are read once, by the audit; a later job over this frame (bad records
+        # fetched again) would fill the accumulator again, which the driver keeps for good.
+        context.cleanups.append(lambda: setattr(key_report, "value", {}))
     mapper = _mapper(
         dict(context.kafka_conf),
         context.spec.decoder,
@@ -99,13 +154,22 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         key,
         context.run_id,
         decode_masks(context),
+        dedup,
+        key_report,
+        output_schema,
     )
-    decoded = batch.good.mapInArrow(mapper, spark_schema_for(output_schema))
+    flagged = dedup is not None and dedup.flags
+    spark_schema = output_schema
+    if flagged:
+        spark_schema = output_schema.append(pa.field(DUPLICATE_COLUMN, pa.bool_(), nullable=False))
+    decoded = batch.good.mapInArrow(mapper, spark_schema_for(spark_schema))
     bad_record = quote_ident(BAD_RECORD_COLUMN)
     source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
     counts = {"records": "count(1)", "bad_records": f"count({bad_record})"}
     if key is not None:
         counts["tombstones"] = f"count(CASE WHEN {quote_ident(TOMBSTONE_COLUMN)} THEN 1 END)"
+    if flagged:
+        counts["duplicates"] = f"count(CASE WHEN {quote_ident(DUPLICATE_COLUMN)} THEN 1 END)"
     # Per partition, for the run's accounting (deadletter/accounting.py).
     partitions = sorted({r.partition for r in context.ranges})
     for p in partitions:
@@ -116,6 +180,8 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     observed, observation = observe_counts(decoded, "decode", counts)
     good = observed.where(f"{bad_record} IS NULL").drop(BAD_RECORD_COLUMN)
     bad = observed.where(f"{bad_record} IS NOT NULL").select(f"{BAD_RECORD_COLUMN}.*")
+    if flagged:
+        good = good.where(f"NOT {quote_ident(DUPLICATE_COLUMN)}").drop(DUPLICATE_COLUMN)
 
     def metric(name: str) -> Callable[[], int]:
         return lambda: int(observed_metrics(observation).get(name) or 0)
@@ -133,4 +199,37 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     counters["bad_records_by_partition"] = lambda: {
         p: int(observed_metrics(observation).get(f"bad_p{p}") or 0) for p in partitions
     }
-    return batch.evolve(good=good, bad=bad, counters=counters)
+    audits = tuple(batch.audits)
+    if dedup is not None:
+        counters[DECODE_DUPLICATES] = metric("duplicates")
+        tasks = len(task_groups(context.ranges))
+        audits = (*audits, keys_across_tasks_audit(dedup, key_report, tasks))
+    return batch.evolve(good=good, bad=bad, counters=counters, audits=audits)
+
+
+def keys_across_tasks_audit(dedup: TaskDedup, key_report: Any, tasks: int) -> Audit:
+    """After the write, before publish (the first audit): were the read tasks' keys
+    disjoint? The outcome goes in the publish commit's summary; a dedup the read tasks ran
+    that was not exact raises KeysAcrossReadTasks (the engine runs the table again with
+    Spark's shuffle dedup)."""
+
+    def audit(context: StageContext, batch: Batch) -> None:
+        reports = dict(key_report.value)
+        key_report.value = {}
+        if len(reports) < tasks:  # never expected: then nothing proves the tasks disjoint
+            if dedup.flags:
+                raise KeysAcrossReadTasks(
+                    f"{context.where()}: {tasks - len(reports)} of {tasks} read task(s) did "
+                    "not report their dedup keys",
+                    keys=0,
+                )
+            return
+        across = keys_in_several_tasks(reports)
+        if across and dedup.flags:
+            raise KeysAcrossReadTasks(
+                describe_fallback(f"{context.spec.table_name} ({context.spec.identifier})", across),
+                keys=across,
+            )
+        context.publish_properties.update(run_summary(dedup, across))
+
+    return audit

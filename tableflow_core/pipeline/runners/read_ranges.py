@@ -28,12 +28,15 @@ MIN_RECORDS_PER_TASK = 50_000
 
 
 def task_groups(
-    ranges: Sequence[OffsetRange], min_records: int = MIN_RECORDS_PER_TASK
+    ranges: Sequence[OffsetRange], min_records: int | None = None
 ) -> list[list[OffsetRange]]:
     """The ranges grouped into as many tasks as there are `min_records` to read (at most
-    one per range, at least one), the largest ranges first into the lightest task."""
+    one per range, at least one; default MIN_RECORDS_PER_TASK), the largest ranges first
+    into the lightest task."""
     if not ranges:
         return []
+    if min_records is None:
+        min_records = MIN_RECORDS_PER_TASK
     total = sum(r.end - r.start for r in ranges)
     count = max(1, min(len(ranges), math.ceil(total / min_records)))
     groups: list[list[OffsetRange]] = [[] for _ in range(count)]

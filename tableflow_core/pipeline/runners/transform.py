@@ -22,10 +22,12 @@ from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
 from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import RouteBadRecords, Transform
+from tableflow_core.transforms.read_task_dedup import DECODE_DUPLICATES, task_dedup
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation
 
+    from tableflow_core.transforms.compile import CompiledTransforms
     from tableflow_core.transforms.spark import TransformCounts, TransformResult
 
 MAX_REPORTED_REJECTS = 5
@@ -85,21 +87,23 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
         raise NotImplementedError(f"{context.where()}: transforms were not compiled for this run")
     if spec.index != 0:
         return batch  # the whole chain ran at the first transform stage
-    from tableflow_core.transforms.spark import (
-        align_to_table,
-        apply_transforms,
-        dedup_against_table,
-    )
+    from tableflow_core.transforms.spark import align_to_table, dedup_against_table
 
     assert batch.good is not None, "transform needs the decode stage before it"
     chain = compiled.transforms
-    # The masks the decode stage ran already (transforms/decode_masks.py) are left out.
+    # The masks the decode stage ran already (transforms/decode_masks.py) are left out, and
+    # so is a dedup the read tasks ran (transforms/read_task_dedup.py).
     in_spark = compiled.transforms_in_spark(context.spec.key_columns)
-    if not in_spark.steps:
-        return _decoded_rows_as_they_are(context, batch)
-    result = apply_transforms(batch.good, in_spark, spark=context.spark)
+    in_tasks = task_dedup(context.spec, context.ranges, context.dedup_in_read_tasks)
+    if in_tasks is not None and in_tasks[0].flags:
+        in_spark = in_spark.without((in_tasks[1],))
+    # No step left for Spark (masks ran while decoding, a dedup in the read tasks): no
+    # projection, no counting observation (1M rows with three masks: ~0.1 s of the
+    # driver's time and a pass of per-row bookkeeping in the JVM).
+    result = _apply(context, batch.good, in_spark) if in_spark.steps else None
     # Columns the table keeps for fields the topic's schema no longer has get NULLs.
-    good = align_to_table(result.df, context.spark.table(context.branch_identifier).schema)
+    table_schema = context.spark.table(context.branch_identifier).schema
+    good = align_to_table(result.df if result is not None else batch.good, table_schema)
     # Nothing is already in an empty table (a new table's first run): no join to plan, and
     # the rows leaving the stage are the chain's (no second count of every row).
     after: Observation | None = None
@@ -107,13 +111,16 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
         good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
         good, after = _rows_after(good)
 
+    def chain_counts() -> TransformCounts:
+        return _chain_counts(batch, result)
+
     def rows_left() -> int:
         if after is None:
-            return transform_counts(result).rows_out
+            return chain_counts().rows_out
         return _observed_rows(after)
 
     def counts() -> dict[str, int]:
-        figures = transform_counts(result).as_dict()
+        figures = chain_counts().as_dict()
         figures["already_in_table"] = figures["rows_out"] - rows_left()
         return figures
 
@@ -121,16 +128,17 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     counters = {
         **batch.counters,
         "transformed_rows": rows_left,
-        "transform_rejected": lambda: transform_counts(result).rejected,
+        "transform_rejected": lambda: chain_counts().rejected,
     }
     if on_error == "skip":
-        counters["rows_skipped"] = lambda: transform_counts(result).rejected
+        counters["rows_skipped"] = lambda: chain_counts().rejected
     audits = tuple(batch.audits)
     rejected = tuple(batch.rejected)
-    if on_error == "fail":
-        audits = (*audits, _fail_on_rejects(result))
-    else:
-        rejected = (*rejected, RejectedRows(policy=on_error, rows=result.rejected_df))
+    if result is not None:
+        if on_error == "fail":
+            audits = (*audits, _fail_on_rejects(result))
+        else:
+            rejected = (*rejected, RejectedRows(policy=on_error, rows=result.rejected_df))
     return batch.evolve(
         good=good,
         counters=counters,
@@ -140,28 +148,20 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     )
 
 
-def _decoded_rows_as_they_are(context: StageContext, batch: Batch) -> Batch:
-    """Every step of the chain ran while decoding (masks: transforms/decode_masks.py):
-    no step can drop, reject or count a row here, so the batch goes on aligned to the
-    table, without the chain's projection and observation (1M rows with three masks:
-    ~0.1 s of the driver's time and a pass of per-row bookkeeping in the JVM). The rows
-    in and out are the decoded rows."""
-    from tableflow_core.transforms.spark import TransformCounts, align_to_table
+def _apply(context: StageContext, good: DataFrame, chain: CompiledTransforms) -> TransformResult:
+    from tableflow_core.transforms.spark import apply_transforms
 
-    assert batch.good is not None
-    good = align_to_table(batch.good, context.spark.table(context.branch_identifier).schema)
+    return apply_transforms(good, chain, spark=context.spark)
 
-    def rows() -> int:
-        return batch.counter("records_read") - batch.counter("bad_records")
 
-    def counts() -> dict[str, int]:
-        decoded = rows()
-        figures = TransformCounts(decoded, decoded, filtered=0, duplicates=0, rejected=0)
-        return {**figures.as_dict(), "already_in_table": 0}
+def _chain_counts(batch: Batch, result: TransformResult | None) -> TransformCounts:
+    """The chain's counts: Spark's steps' (if any ran) plus the duplicates the read tasks
+    dropped (`decode_duplicates`, counted by the decode stage); with no Spark step, the
+    rows in are the decoded good rows."""
+    from tableflow_core.transforms.spark import TransformCounts
 
-    counters = {**batch.counters, "transformed_rows": rows, "transform_rejected": lambda: 0}
-    if table_on_error(context) == "skip":
-        counters["rows_skipped"] = lambda: 0
-    return batch.evolve(
-        good=good, counters=counters, results={**batch.results, "transforms": counts}
-    )
+    in_tasks = batch.counter(DECODE_DUPLICATES)
+    if result is None:
+        decoded = batch.counter("records_read") - batch.counter("bad_records")
+        return TransformCounts(decoded, decoded - in_tasks, 0, in_tasks, 0)
+    return transform_counts(result).plus_read_task_duplicates(in_tasks)

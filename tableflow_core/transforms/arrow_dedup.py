@@ -1,0 +1,220 @@
+"""Dedup inside a read task, on Arrow (see `transforms/read_task_dedup.py` for when).
+
+This module is what Spark's Python workers import to deduplicate: pyarrow, numpy and
+pandas only (Spark's Arrow path imports them already), never the transform compiler.
+
+A decode task that runs the table's dedup buffers its decoded batches (a task reads at
+most `max_records_per_task` records), flags every good row that loses to a later (keep
+last) or earlier (keep first) row of the same key by (partition, offset) in the task,
+and adds the flags as the hidden column `__tf_duplicate`. Flagged rows still leave the
+task, so the decode stage counts every record it read; Spark drops them right after.
+
+Whatever the path, each task also reports a digest of every key it keeps (`KeyReport`,
+a Spark accumulator): a key kept by two tasks is one this dedup could not see whole. The
+digests are exact for one integer-like key column (a bijection of its 64 bits); other
+keys are hashed, and two keys that collide only ever count as one repeated key, which
+sends the run to the exact path, never the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.accumulators import AccumulatorParam
+
+from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, DUPLICATE_COLUMN
+
+Digests = Any  # numpy uint64 array, unique values
+
+# What a read task does for the table's dedup.
+TaskDedupMode = Literal["dedup", "report"]
+
+
+@dataclass(frozen=True)
+class TaskDedup:
+    """The dedup a decode task runs ("dedup": flag losers and report the kept keys) or
+    only reports keys for ("report": Spark's shuffle dedups the batch)."""
+
+    keys: tuple[str, ...]
+    keep: Literal["first", "last"]
+    mode: TaskDedupMode
+
+    @property
+    def flags(self) -> bool:
+        return self.mode == "dedup"
+
+
+def dedupable_key_type(data_type: pa.DataType) -> bool:
+    """Types whose values this module groups exactly as Spark's window does: whole numbers,
+    booleans, dates, times, timestamps, text, binary, decimals. Floats are left to Spark
+    (it groups -0.0 with 0.0 and every NaN together); nested types too."""
+    t = pa.types
+    return (
+        _integer_like(data_type)
+        or t.is_string(data_type)
+        or t.is_large_string(data_type)
+        or t.is_binary(data_type)
+        or t.is_large_binary(data_type)
+        or t.is_decimal(data_type)
+    )
+
+
+def _integer_like(data_type: pa.DataType) -> bool:
+    t = pa.types
+    return (
+        t.is_integer(data_type)
+        or t.is_boolean(data_type)
+        or t.is_date(data_type)
+        or t.is_time(data_type)
+        or t.is_timestamp(data_type)
+    )
+
+
+def dedup_task(
+    batches: Iterable[pa.RecordBatch], dedup: TaskDedup, schema: pa.Schema, chunk_rows: int
+) -> tuple[list[pa.RecordBatch], Digests]:
+    """One task's decoded batches (`schema`, without the flags) with the `__tf_duplicate`
+    flags added, and the digests of the keys it keeps. Reads every batch first: a row
+    loses only once the task has read its key's last row."""
+    table = pa.Table.from_batches(list(batches), schema=schema)
+    good = pc.is_null(table.column(BAD_RECORD_COLUMN)).to_numpy(zero_copy_only=False)
+    duplicate = duplicate_flags(table, dedup.keys, dedup.keep, good)
+    kept = table.filter(pa.array(good & ~duplicate))
+    field = pa.field(DUPLICATE_COLUMN, pa.bool_(), nullable=False)
+    flagged = table.append_column(field, pa.array(duplicate))
+    return flagged.to_batches(max_chunksize=chunk_rows), key_digests(kept, dedup.keys)
+
+
+def report_keys(
+    batches: Iterable[pa.RecordBatch], keys: Sequence[str], digests: list[Digests]
+) -> Iterator[pa.RecordBatch]:
+    """`batches` unchanged; the digests of their good rows' keys are appended to
+    `digests` on the way (one array per batch)."""
+    for batch in batches:
+        good = batch.filter(pc.is_null(batch.column(BAD_RECORD_COLUMN)))
+        if good.num_rows:
+            digests.append(key_digests(pa.Table.from_batches([good]), keys))
+        yield batch
+
+
+def unique_digests(parts: Sequence[Digests]) -> Digests:
+    if not parts:
+        return np.empty(0, dtype=np.uint64)
+    return np.unique(np.concatenate(parts))
+
+
+def duplicate_flags(
+    table: pa.Table, keys: Sequence[str], keep: Literal["first", "last"], good: Any
+) -> Any:
+    """True on each good row (`good`: bool per row) that is not its key's first or last
+    row by (partition, offset) in `table`; False elsewhere. NULL keys group together."""
+    n = table.num_rows
+    flags = np.zeros(n, dtype=bool)
+    if not good.any():
+        return flags
+    order = pc.sort_indices(
+        table,
+        sort_keys=[(SOURCE_PARTITION_COLUMN, "ascending"), (SOURCE_OFFSET_COLUMN, "ascending")],
+    ).to_numpy()
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)
+    rows = np.flatnonzero(good)
+    candidates = (
+        table.select(list(keys)).take(pa.array(rows)).append_column("__rank", pa.array(rank[rows]))
+    )
+    winners = candidates.group_by(list(keys), use_threads=False).aggregate(
+        [("__rank", "max" if keep == "last" else "min")]
+    )
+    if winners.num_rows == len(rows):  # every key once: nothing to flag
+        return flags
+    flags[rows] = True
+    flags[order[winners.column(winners.num_columns - 1).to_numpy()]] = False
+    return flags
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_NULL_DIGEST = np.uint64(0x6A09E667F3BCC909)
+
+
+def _mix(x: Any) -> Any:
+    """splitmix64's finalizer: a bijection of 64-bit words (no two inputs collide)."""
+    with np.errstate(over="ignore"):
+        x = x + _GOLDEN
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def key_digests(table: pa.Table, keys: Sequence[str]) -> Digests:
+    """One 64-bit digest per distinct key of `table` (sorted, unique)."""
+    combined: Any = None
+    for position, name in enumerate(keys):
+        digest = _column_digest(table.column(name))
+        if combined is None:
+            combined = digest
+        else:
+            with np.errstate(over="ignore"):
+                combined = _mix(combined * np.uint64(31) + digest + np.uint64(position))
+    if combined is None:
+        return np.empty(0, dtype=np.uint64)
+    return np.unique(combined)
+
+
+def _column_digest(column: pa.ChunkedArray) -> Any:
+    data_type = column.type
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    if _integer_like(data_type):
+        words = _as_words(column)
+        digest = _mix(words)
+    else:
+        import pandas as pd
+
+        values = column.cast(pa.string()) if pa.types.is_decimal(data_type) else column
+        objects = values.to_numpy(zero_copy_only=False)
+        digest = pd.util.hash_array(objects, categorize=False).astype(np.uint64, copy=False)
+    return np.where(valid, digest, _NULL_DIGEST)
+
+
+def _as_words(column: pa.ChunkedArray) -> Any:
+    """The column's values as uint64 words, nulls as 0 (the same type in every task, so
+    equal values give equal words)."""
+    data_type = column.type
+    if pa.types.is_boolean(data_type):
+        column = column.cast(pa.int8())
+    elif not pa.types.is_integer(data_type):
+        width = pa.int32() if data_type.bit_width == 32 else pa.int64()
+        column = pa.chunked_array([chunk.view(width) for chunk in column.chunks], width)
+    column = column.fill_null(0)
+    return column.cast(pa.uint64(), safe=False).to_numpy()
+
+
+def keys_in_several_tasks(reports: Mapping[int, Digests]) -> int:
+    """How many key digests more than one task reported (each task's are unique)."""
+    parts = [np.asarray(d, dtype=np.uint64) for d in reports.values() if len(d)]
+    if len(parts) < 2:
+        return 0
+    merged = np.sort(np.concatenate(parts))
+    repeated = merged[1:] == merged[:-1]
+    if not repeated.any():
+        return 0
+    return int(np.unique(merged[1:][repeated]).size)
+
+
+class KeyReportParam(AccumulatorParam[dict[int, Digests]]):
+    """A Spark AccumulatorParam for `{task partition: digests}`: a task run twice (a retry,
+    a second job over the same frame) replaces its own entry, never adds to another's."""
+
+    def zero(self, value: dict[int, Digests]) -> dict[int, Digests]:
+        return {}
+
+    def addInPlace(
+        self, value1: dict[int, Digests], value2: dict[int, Digests]
+    ) -> dict[int, Digests]:
+        value1.update(value2)
+        return value1

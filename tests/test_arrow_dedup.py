@@ -1,0 +1,218 @@
+"""The read tasks' dedup on Arrow (transforms/arrow_dedup.py) and when it runs
+(transforms/read_task_dedup.py): pure, no Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
+
+from tableflow_core.config.models import Transform
+from tableflow_core.config.project import SourceLocation
+from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, BAD_RECORD_STRUCT, DUPLICATE_COLUMN
+from tableflow_core.transforms import compile_transforms
+from tableflow_core.transforms.arrow_dedup import (
+    KeyReportParam,
+    TaskDedup,
+    dedup_task,
+    dedupable_key_type,
+    duplicate_flags,
+    key_digests,
+    keys_in_several_tasks,
+)
+from tableflow_core.transforms.decode_masks import masks_at_decode
+from tableflow_core.transforms.read_task_dedup import (
+    KEYS_ACROSS_TASKS_PROPERTY,
+    MAX_RECORDS,
+    allowed_by_last_run,
+    read_task_dedup_step,
+    run_summary,
+)
+
+
+def batch(rows: list[tuple[Any, int, int]], key_type: pa.DataType = pa.int64()) -> pa.Table:
+    """(key, partition, offset) rows of a decoded batch, all good."""
+    n = len(rows)
+    return pa.table(
+        {
+            "k": pa.array([r[0] for r in rows], key_type),
+            "v": pa.array([f"{r[1]}:{r[2]}" for r in rows]),
+            SOURCE_PARTITION_COLUMN: pa.array([r[1] for r in rows], pa.int32()),
+            SOURCE_OFFSET_COLUMN: pa.array([r[2] for r in rows], pa.int64()),
+            BAD_RECORD_COLUMN: pa.nulls(n, BAD_RECORD_STRUCT),
+        }
+    )
+
+
+def kept(table: pa.Table, keep: str, good: Any = None) -> list[str]:
+    if good is None:
+        good = np.ones(table.num_rows, dtype=bool)
+    flags = duplicate_flags(table, ("k",), keep, good)  # type: ignore[arg-type]
+    return sorted(v for v, f in zip(table.column("v").to_pylist(), flags, strict=True) if not f)
+
+
+def test_keep_last_and_first_by_partition_then_offset_not_by_row_order() -> None:
+    # rows arrive out of order: the task read partition 1's range before partition 0's
+    table = batch([(7, 1, 3), (7, 1, 9), (8, 1, 4), (7, 0, 50), (8, 0, 2)])
+    assert kept(table, "last") == ["1:4", "1:9"]
+    assert kept(table, "first") == ["0:2", "0:50"]
+
+
+def test_null_keys_are_one_key_and_rows_of_bad_records_are_never_flagged() -> None:
+    table = batch([(None, 0, 1), (None, 0, 2), (1, 0, 3), (1, 0, 4)])
+    good = np.array([True, True, True, False])  # offset 4 is a bad record's row
+    assert kept(table, "last", good) == ["0:2", "0:3", "0:4"]
+
+
+def test_a_task_without_repeats_flags_nothing() -> None:
+    table = batch([(i, 0, i) for i in range(1000)])
+    assert not duplicate_flags(table, ("k",), "last", np.ones(1000, dtype=bool)).any()
+
+
+def reference_kept(rows: list[tuple[Any, int, int]], keep: str) -> list[str]:
+    best: dict[Any, tuple[int, int]] = {}
+    for key, partition, offset in rows:
+        position = (partition, offset)
+        known = best.get(key)
+        if known is None or (position > known if keep == "last" else position < known):
+            best[key] = position
+    return sorted(f"{p}:{o}" for p, o in best.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(-3, 3)), st.integers(0, 2)),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sampled_from(["first", "last"]),
+)
+def test_flags_match_a_reference_dedup(keys_partitions: list[tuple[Any, int]], keep: str) -> None:
+    # unique (partition, offset) positions, in a shuffled order
+    rows = [(k, p, i * 7 % 61) for i, (k, p) in enumerate(keys_partitions)]
+    rows = list({(p, o): (k, p, o) for k, p, o in rows}.values())[::-1]
+    assert kept(batch(rows), keep) == reference_kept(rows, keep)
+
+
+def test_dedup_task_adds_the_flags_and_digests_the_kept_keys() -> None:
+    table = batch([(1, 0, 0), (2, 0, 1), (1, 0, 2)])
+    schema = table.schema
+    out, digests = dedup_task(table.to_batches(max_chunksize=2), TaskDedup(("k",), "last", "dedup"),
+                              schema, chunk_rows=2)  # fmt: skip
+    flagged = pa.Table.from_batches(out)
+    assert flagged.schema.names == [*schema.names, DUPLICATE_COLUMN]
+    assert flagged.column(DUPLICATE_COLUMN).to_pylist() == [True, False, False]
+    assert all(b.num_rows <= 2 for b in out)
+    assert sorted(digests.tolist()) == sorted(key_digests(batch([(1, 0, 0), (2, 0, 1)]), ("k",)))
+
+
+@pytest.mark.parametrize(
+    ("data_type", "values"),
+    [
+        (pa.int64(), [0, -1, 2**62, None]),
+        (pa.int32(), [0, -1, 5, None]),
+        (pa.bool_(), [True, False, None]),
+        (pa.string(), ["", "a", "None", None]),
+        (pa.large_string(), ["x", "y", None]),
+        (pa.binary(), [b"", b"\x00", b"a", None]),
+        (pa.date32(), [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None]),
+        (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), None]),
+        (pa.decimal128(10, 2), [Decimal("1.50"), Decimal("-1.50"), None]),
+    ],
+)
+def test_digests_are_equal_for_equal_keys_in_any_task_and_distinct_otherwise(
+    data_type: pa.DataType, values: list[Any]
+) -> None:
+    assert dedupable_key_type(data_type)
+    one_each = [key_digests(batch([(v, 0, 0)], data_type), ("k",))[0] for v in values]
+    assert len(set(one_each)) == len(values)  # distinct keys, distinct digests (NULL too)
+    together = key_digests(batch([(v, 0, i) for i, v in enumerate(values)], data_type), ("k",))
+    assert sorted(together.tolist()) == sorted(int(d) for d in one_each)
+
+
+def test_integer_digests_do_not_depend_on_other_rows_being_null() -> None:
+    # A task whose column has a NULL and one whose column has none: equal keys must meet.
+    with_null = key_digests(batch([(5, 0, 0), (None, 0, 1)]), ("k",))
+    without = key_digests(batch([(5, 1, 0)]), ("k",))
+    assert keys_in_several_tasks({0: with_null, 1: without}) == 1
+
+
+def test_digests_of_several_columns_tell_the_columns_apart() -> None:
+    table = pa.table({"a": [1, 2], "b": [2, 1]})
+    assert len(key_digests(table, ("a", "b"))) == 2
+    assert len(key_digests(pa.table({"a": [1, 1], "b": [2, 2]}), ("a", "b"))) == 1
+
+
+def test_floats_and_nested_keys_are_left_to_spark() -> None:
+    assert not dedupable_key_type(pa.float64())
+    assert not dedupable_key_type(pa.struct([("a", pa.int64())]))
+    assert not dedupable_key_type(pa.list_(pa.int64()))
+
+
+def test_keys_in_several_tasks_counts_each_repeated_key_once() -> None:
+    a = key_digests(batch([(1, 0, 0), (2, 0, 1), (3, 0, 2)]), ("k",))
+    b = key_digests(batch([(2, 1, 0), (3, 1, 1)]), ("k",))
+    c = key_digests(batch([(3, 2, 0)]), ("k",))
+    assert keys_in_several_tasks({0: a}) == 0
+    assert keys_in_several_tasks({0: a, 1: key_digests(batch([(9, 1, 0)]), ("k",))}) == 0
+    assert keys_in_several_tasks({0: a, 1: b, 2: c}) == 2
+
+
+def test_a_task_reported_twice_replaces_its_own_entry() -> None:
+    param = KeyReportParam()
+    value = param.zero({})
+    value = param.addInPlace(value, {0: np.array([1], dtype=np.uint64)})
+    value = param.addInPlace(value, {0: np.array([1], dtype=np.uint64)})
+    assert keys_in_several_tasks(value) == 0
+
+
+SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("score", pa.float64()),
+                    ("status", pa.string())])  # fmt: skip
+
+
+def in_spark(*transforms: dict[str, Any]) -> Any:
+    """The chain Spark would run: the configured one less the masks decoding runs."""
+    chain = compile_transforms(
+        TypeAdapter(list[Transform]).validate_python(list(transforms)),
+        SCHEMA,
+        lambda key: SourceLocation(Path("tables/t.yml"), 1),
+    )
+    return chain.without(masks_at_decode(chain))
+
+
+def test_the_dedup_runs_in_the_read_tasks_when_it_is_the_first_step_spark_would_run() -> None:
+    mask = {"type": "mask", "columns": ["user"], "method": "redact"}
+    dedup = {"type": "dedup", "keys": ["id"], "keep": "last"}
+    step = read_task_dedup_step(in_spark(mask, dedup, {"type": "filter", "where": "status <> 'x'"}))
+    assert step is not None and step.keys == ("id",)
+    # a filter before it: the dedup compares only the rows the filter kept
+    assert (
+        read_task_dedup_step(in_spark({"type": "filter", "where": "status <> 'x'"}, dedup)) is None
+    )
+    # a float key: Spark's grouping of -0.0 and NaN is Spark's
+    assert read_task_dedup_step(in_spark({"type": "dedup", "keys": ["score"]})) is None
+    # a mask of its key ran while decoding: it compares the masked values, as Spark would
+    partial_key = {"type": "mask", "columns": ["status"], "method": "partial", "keep_first": 1}
+    by_status = {"type": "dedup", "keys": ["status"]}
+    assert read_task_dedup_step(in_spark(partial_key, by_status)) is not None
+
+
+def test_the_last_runs_summary_decides_the_next_run() -> None:
+    assert allowed_by_last_run(None) and allowed_by_last_run({})
+    assert allowed_by_last_run({KEYS_ACROSS_TASKS_PROPERTY: "0"})
+    assert not allowed_by_last_run({KEYS_ACROSS_TASKS_PROPERTY: "3"})
+    assert run_summary(TaskDedup(("id",), "last", "report"), 3) == {
+        KEYS_ACROSS_TASKS_PROPERTY: "3",
+        "tableflow.dedup.ran-in": "shuffle",
+    }
+    assert MAX_RECORDS >= 1_000_000

@@ -1,0 +1,128 @@
+"""An append table's dedup in the read tasks (transforms/read_task_dedup.py), end to end:
+real broker, registry, catalog server and Spark, through plan + apply; the table read
+back by pyiceberg. Each Kafka partition is read by its own task here, so a key in both
+partitions is a key two tasks kept: the run is written again with the shuffle dedup."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tableflow_core.deadletter.accounting import RunAccounting
+from tableflow_core.pipeline.runners import read_ranges
+from tableflow_core.transforms.read_task_dedup import (
+    DEDUP_RAN_IN_PROPERTY,
+    KEYS_ACROSS_TASKS_PROPERTY,
+)
+from tests.fixtures.apply_env import Env, apply
+from tests.fixtures.stack import KafkaBroker, unique_name
+
+pytestmark = pytest.mark.slow
+
+EVENT = {
+    "type": "record",
+    "name": "Event",
+    "namespace": "tableflow.test",
+    "fields": [{"name": "id", "type": "long"}, {"name": "v", "type": "string"}],
+}
+
+
+class Events:
+    def __init__(self, broker: KafkaBroker, registry_url: str) -> None:
+        self.name = broker.create_topic(unique_name("dedup-tasks"), 2)
+        self.bootstrap = broker.bootstrap
+        self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}),
+                                         json.dumps(EVENT))  # fmt: skip
+
+    def produce(self, *events: tuple[int, int, str]) -> None:
+        """(partition, id, v) each."""
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        context = SerializationContext(self.name, MessageField.VALUE)
+        for partition, key, value in events:
+            payload = self.serializer({"id": key, "v": value}, context)
+            producer.produce(self.name, payload, partition=partition)
+        producer.flush(30)
+
+
+def table_rows(env: Env) -> dict[int, str]:
+    """The table by id (no id twice)."""
+    rows = env.pyiceberg_table().scan().to_arrow().to_pylist()
+    by_id = {r["id"]: r["v"] for r in rows}
+    assert len(by_id) == len(rows), sorted(r["id"] for r in rows)
+    return by_id
+
+
+def summary(env: Env) -> dict[str, str]:
+    return dict(env.pyiceberg_table().current_snapshot().summary.additional_properties)
+
+
+def filtered_by_partition(env: Env) -> dict[int, int]:
+    """The published run's accounting (deadletter/accounting.py), `filtered` per partition."""
+    accounting = RunAccounting.from_snapshot_summary(summary(env), "t")
+    assert accounting is not None
+    return {p.partition: p.filtered for p in accounting.partitions}
+
+
+def test_dedup_runs_in_the_read_tasks_and_falls_back_to_the_shuffle_when_a_key_spans_tasks(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(read_ranges, "MIN_RECORDS_PER_TASK", 1)  # a task per partition
+    events = Events(kafka_broker, schema_registry.url)
+    env = make_env(events.name, metadata_columns=[],
+                   transforms=[{"type": "dedup", "keys": ["id"], "keep": "last"}])  # fmt: skip
+
+    # 1. repeats within each partition only: the read tasks' dedup is exact
+    events.produce((0, 1, "a"), (0, 2, "b"), (0, 1, "c"), (1, 3, "d"), (1, 3, "e"))
+    first = apply(spark, env)
+    assert table_rows(env) == {1: "c", 2: "b", 3: "e"}
+    assert first.transforms is not None and first.transforms["duplicates"] == 2
+    assert first.transforms["rows_in"] == 5 and first.transforms["rows_out"] == 3
+    assert first.records_read == 5 and first.records_written == 3
+    assert not [w for w in first.warnings if "read task" in w]
+    assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "read tasks"
+    assert summary(env)[KEYS_ACROSS_TASKS_PROPERTY] == "0"
+    assert filtered_by_partition(env) == {0: 1, 1: 1}
+
+    # 2. key 4 in both partitions: two tasks kept it; the run is written again with the
+    # shuffle, and the last by (partition, offset) wins; nothing is published twice
+    events.produce((0, 4, "f"), (0, 5, "g"), (1, 4, "h"))
+    second = apply(spark, env)
+    assert table_rows(env) == {1: "c", 2: "b", 3: "e", 4: "h", 5: "g"}
+    assert second.transforms is not None and second.transforms["duplicates"] == 1
+    assert second.records_read == 3 and second.records_written == 2
+    assert second.offsets_after == {0: 5, 1: 3}
+    (redone,) = [w for w in second.warnings if "read task" in w]
+    assert "1 dedup key(s)" in redone and "written again" in redone
+    assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "shuffle"
+    assert summary(env)[KEYS_ACROSS_TASKS_PROPERTY] == "1"
+    assert filtered_by_partition(env) == {0: 1, 1: 0}
+    table = env.pyiceberg_table()
+    assert set(table.metadata.refs) == {"main"}  # the dropped attempt left no branch
+
+    # 3. the last run had a key across tasks: this one goes to the shuffle at once (and
+    # still reports: none across tasks now); a replayed key stays out (insert-if-absent)
+    events.produce((0, 6, "i"), (0, 6, "j"), (1, 7, "k"), (1, 1, "replay"))
+    third = apply(spark, env)
+    assert not [w for w in third.warnings if "read task" in w]
+    assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "shuffle"
+    assert summary(env)[KEYS_ACROSS_TASKS_PROPERTY] == "0"
+    assert third.transforms is not None and third.transforms["already_in_table"] == 1
+    assert table_rows(env) == {1: "c", 2: "b", 3: "e", 4: "h", 5: "g", 6: "j", 7: "k"}
+
+    # 4. ... so the next run dedups in the read tasks again
+    events.produce((0, 8, "l"), (0, 8, "m"), (1, 9, "n"))
+    fourth = apply(spark, env)
+    assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "read tasks"
+    assert fourth.transforms is not None and fourth.transforms["duplicates"] == 1
+    rows = table_rows(env)
+    assert rows[8] == "m" and rows[9] == "n" and len(rows) == 9
