@@ -208,11 +208,22 @@ def test_the_dedup_runs_in_the_read_tasks_when_it_is_the_first_step_spark_would_
 
 
 def test_the_last_runs_summary_decides_the_next_run() -> None:
-    assert allowed_by_last_run(None) and allowed_by_last_run({})
-    assert allowed_by_last_run({KEYS_ACROSS_TASKS_PROPERTY: "0"})
-    assert not allowed_by_last_run({KEYS_ACROSS_TASKS_PROPERTY: "3"})
+    assert allowed_by_last_run(None) and allowed_by_last_run("0")
+    assert not allowed_by_last_run("3")
     assert run_summary(TaskDedup(("id",), "last", "report"), 3) == {
         KEYS_ACROSS_TASKS_PROPERTY: "3",
         "tableflow.dedup.ran-in": "shuffle",
     }
     assert MAX_RECORDS >= 1_000_000
+
+
+def test_a_maintenance_commit_after_a_run_does_not_hide_what_the_run_saw() -> None:
+    from tableflow_core.engine.table_state import TableState
+    from tableflow_core.state.offsets import SnapshotInfo
+
+    run = SnapshotInfo(1, None, {KEYS_ACROSS_TASKS_PROPERTY: "2"})
+    compaction = SnapshotInfo(2, 1, {"operation": "replace"})
+    other_branch = SnapshotInfo(3, 1, {KEYS_ACROSS_TASKS_PROPERTY: "0"})
+    state = TableState(2, (run, compaction, other_branch), {"main": 2}, {})
+    assert state.latest_on_main(KEYS_ACROSS_TASKS_PROPERTY) == "2"
+    assert TableState(None, (), {}, {}).latest_on_main(KEYS_ACROSS_TASKS_PROPERTY) is None

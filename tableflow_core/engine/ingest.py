@@ -50,7 +50,10 @@ from tableflow_core.pipeline.stages import (
     Stage,
     Write,
 )
-from tableflow_core.transforms.read_task_dedup import allowed_by_last_run
+from tableflow_core.transforms.read_task_dedup import (
+    KEYS_ACROSS_TASKS_PROPERTY,
+    allowed_by_last_run,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -298,7 +301,8 @@ def _ingest_once(
         base_snapshot_id=base_snapshot,
         base_rows=rows_at(table, base_snapshot),
         timings=timings,
-        dedup_in_read_tasks=dedup_in_read_tasks and allowed_by_last_run(state.main_summary()),
+        dedup_in_read_tasks=dedup_in_read_tasks
+        and allowed_by_last_run(state.latest_on_main(KEYS_ACROSS_TASKS_PROPERTY)),
         # Main moved to this run's head: every other run branch seen before the run (at
         # the old head, or a crashed run's writes on top of it) can never be published now.
         other_branches=tuple(

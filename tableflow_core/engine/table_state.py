@@ -36,12 +36,15 @@ class TableState:
             self.current_snapshot_id, self.snapshots, self.properties, topic
         )
 
-    def main_summary(self) -> dict[str, str]:
-        """The summary of main's snapshot (the last published run's), {} without one."""
-        for snapshot in self.snapshots:
-            if snapshot.snapshot_id == self.current_snapshot_id:
-                return dict(snapshot.summary)
-        return {}
+    def latest_on_main(self, key: str) -> str | None:
+        """Summary property `key` of the newest snapshot of main's history that has it
+        (a maintenance commit after a run does not hide what the run recorded)."""
+        summaries = {s.snapshot_id: s.summary for s in self.snapshots}
+        for snapshot_id in self.ancestors_of(self.current_snapshot_id):
+            value = summaries[snapshot_id].get(key)
+            if value is not None:
+                return str(value)
+        return None
 
     def ancestors_of(self, snapshot_id: int | None) -> list[int]:
         """`snapshot_id` and its ancestors still in the metadata, newest first."""

@@ -31,7 +31,7 @@ Where it applies (else the shuffle runs, as before):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tableflow_core.kafka.offsets import OffsetRange
@@ -89,11 +89,11 @@ def task_dedup(
     return TaskDedup(keys=step.keys, keep=step.keep, mode=mode), step
 
 
-def allowed_by_last_run(summary: Mapping[str, str] | None) -> bool:
-    """False when the table's last published run saw keys kept by two read tasks."""
-    value = (summary or {}).get(KEYS_ACROSS_TASKS_PROPERTY)
+def allowed_by_last_run(keys_across_tasks: str | None) -> bool:
+    """False when the table's last run that reported its keys (`KEYS_ACROSS_TASKS_PROPERTY`
+    of main's newest snapshot that has it) saw keys kept by two read tasks."""
     try:
-        return value is None or int(value) == 0
+        return keys_across_tasks is None or int(keys_across_tasks) == 0
     except ValueError:
         return True
 
