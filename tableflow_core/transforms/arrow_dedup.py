@@ -67,6 +67,8 @@ def dedupable_key_type(data_type: pa.DataType) -> bool:
 
 def _integer_like(data_type: pa.DataType) -> bool:
     t = pa.types
+    if (t.is_time(data_type) or t.is_timestamp(data_type)) and data_type.unit == "ns":
+        return False  # Spark keeps microseconds: two values here could be one there
     return (
         t.is_integer(data_type)
         or t.is_boolean(data_type)

@@ -6,6 +6,11 @@ records side by side (`pipeline/decode_chunks.py`); this stage splits them lazil
 observation counts both during the write's single pass, so nothing is cached and Kafka is
 read once (the bad records are read again only when there are some and a stage needs
 them, e.g. to name them in an error or send them to a dead-letter target).
+
+An append table's dedup may run in the read tasks (`transforms/read_task_dedup.py`): each
+task flags the rows it superseded (`__tf_duplicate`, counted here and dropped from the
+good rows) and reports digests of the keys it kept to an accumulator; the stage's first
+audit checks, after the write, that no key was kept by two tasks.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Plan emits one Transform stage per configured transform (one line each in `plan`
 chain is compiled once (`IngestSpec.compiled`, pipeline/compiled.py) and runs at the
 first of them as one projection with one counting observation
 (`transforms.spark.apply_transforms`); the later stages of the chain pass the batch on.
+Steps the decode tasks ran are left out: masks of text columns, and an append table's
+dedup when it runs in the read tasks (`transforms/read_task_dedup.py`; the duplicates
+they flagged are counted by the decode stage and added to the chain's counts).
 Append tables with a `dedup` then drop rows whose key is already in the table (the
 run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
 
