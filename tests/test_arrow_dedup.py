@@ -19,11 +19,16 @@ from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, BAD_RECORD_STRUCT, DUPLICATE_COLUMN
+from tableflow_core.pipeline.task_keys import (
+    KeyReportParam,
+    KeyReports,
+    TaskKeyReport,
+    TaskKeys,
+    TaskKeysRun,
+)
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.arrow_dedup import (
-    KeyReportParam,
     TaskDedup,
-    dedup_task,
     dedupable_key_type,
     duplicate_flags,
     key_digests,
@@ -104,16 +109,73 @@ def test_flags_match_a_reference_dedup(keys_partitions: list[tuple[Any, int]], k
     assert kept(batch(rows), keep) == reference_kept(rows, keep)
 
 
-def test_dedup_task_adds_the_flags_and_digests_the_kept_keys() -> None:
-    table = batch([(1, 0, 0), (2, 0, 1), (1, 0, 2)])
-    schema = table.schema
-    out, digests = dedup_task(table.to_batches(max_chunksize=2), TaskDedup(("k",), "last", "dedup"),
-                              schema, chunk_rows=2)  # fmt: skip
+def test_a_task_running_the_dedup_flags_rows_and_reports_the_kept_keys() -> None:
+    table = batch([(1, 0, 0), (2, 0, 1), (1, 0, 2), (None, 0, 3)])
+    keys = TaskKeys(TaskDedup(("k",), "last", "dedup"), unique=(("k",),))
+    run = TaskKeysRun(keys, table.schema, chunk_rows=2)
+    out = list(run.batches(table.to_batches(max_chunksize=3)))
     flagged = pa.Table.from_batches(out)
-    assert flagged.schema.names == [*schema.names, DUPLICATE_COLUMN]
-    assert flagged.column(DUPLICATE_COLUMN).to_pylist() == [True, False, False]
+    assert flagged.schema.names == [*table.schema.names, DUPLICATE_COLUMN]
+    assert flagged.column(DUPLICATE_COLUMN).to_pylist() == [True, False, False, False]
     assert all(b.num_rows <= 2 for b in out)
-    assert sorted(digests.tolist()) == sorted(key_digests(batch([(1, 0, 0), (2, 0, 1)]), ("k",)))
+    report = run.report()
+    kept = batch([(2, 0, 1), (1, 0, 2), (None, 0, 3)])
+    assert report.dedup is not None
+    assert report.dedup.tolist() == key_digests(kept, ("k",)).tolist()
+    # the unique key: a digest per kept row, the all-NULL key left out
+    assert (
+        sorted(report.unique[0].tolist())
+        == key_digests(batch([(2, 0, 1), (1, 0, 2)]), ("k",)).tolist()
+    )
+
+
+def test_a_task_reporting_keys_passes_its_batches_as_they_come() -> None:
+    table = batch([(1, 0, 0), (1, 0, 1), (3, 0, 2)])
+    keys = TaskKeys(TaskDedup(("k",), "last", "report"), unique=(("k",),))
+    run = TaskKeysRun(keys, table.schema, chunk_rows=10)
+    decoded = table.to_batches(max_chunksize=2)
+    assert list(run.batches(decoded)) == decoded  # no flags: Spark's shuffle dedups
+    report = run.report()
+    assert report.dedup is not None and len(report.dedup) == 2
+    assert len(report.unique[0]) == 3  # every row's key: the repeat within the task shows
+
+
+class Accumulator:
+    def __init__(self, value: dict[int, TaskKeyReport]) -> None:
+        self.value = value
+
+
+def reported(*tasks: list[int], mode: Any = "dedup") -> KeyReports:
+    keys = TaskKeys(TaskDedup(("k",), "last", mode), unique=(("k",),))
+    value = {}
+    for index, ids in enumerate(tasks):
+        run = TaskKeysRun(keys, batch([(0, 0, 0)]).schema, chunk_rows=10)
+        list(run.batches(batch([(k, index, o) for o, k in enumerate(ids)]).to_batches()))
+        value[index] = run.report()
+    return KeyReports(Accumulator(value), tasks=len(tasks), keys=keys)
+
+
+def test_the_driver_reads_the_reports_once_and_empties_the_accumulator() -> None:
+    disjoint = reported([1, 2], [3])
+    assert disjoint.dedup_keys_across_tasks() == 0
+    assert disjoint.distinct() == {("k",)}
+    assert disjoint.accumulator.value == {}  # released: the driver keeps accumulators
+    assert disjoint.dedup_keys_across_tasks() == 0  # read once, remembered
+    across = reported([1, 2], [2, 3], [3])
+    assert across.dedup_keys_across_tasks() == 2 and across.distinct() == frozenset()
+    # a repeat within one task: the task's dedup leaves one row, so the rows kept are
+    # distinct; when Spark's shuffle dedups (the task only reports), nothing is proven
+    assert reported([1, 1], [2]).distinct() == {("k",)}
+    within = reported([1, 1], [2], mode="report")
+    assert within.dedup_keys_across_tasks() == 0 and within.distinct() == frozenset()
+
+
+def test_a_missing_task_report_proves_nothing() -> None:
+    reports = reported([1], [2])
+    short = KeyReports(Accumulator(dict(list(reports.accumulator.value.items())[:1])), 2,
+                       reports.keys)  # fmt: skip
+    assert short.dedup_keys_across_tasks() is None
+    assert short.distinct() == frozenset()
 
 
 @pytest.mark.parametrize(
@@ -171,10 +233,11 @@ def test_keys_in_several_tasks_counts_each_repeated_key_once() -> None:
 
 def test_a_task_reported_twice_replaces_its_own_entry() -> None:
     param = KeyReportParam()
+    report = TaskKeyReport(np.array([1], dtype=np.uint64), ())
     value = param.zero({})
-    value = param.addInPlace(value, {0: np.array([1], dtype=np.uint64)})
-    value = param.addInPlace(value, {0: np.array([1], dtype=np.uint64)})
-    assert keys_in_several_tasks(value) == 0
+    value = param.addInPlace(value, {0: report})
+    value = param.addInPlace(value, {0: report})
+    assert list(value) == [0]
 
 
 SCHEMA = pa.schema([("id", pa.int64()), ("user", pa.string()), ("score", pa.float64()),
@@ -228,3 +291,52 @@ def test_a_maintenance_commit_after_a_run_does_not_hide_what_the_run_saw() -> No
     state = TableState(2, (run, compaction, other_branch), {"main": 2}, {})
     assert state.latest_on_main(KEYS_ACROSS_TASKS_PROPERTY) == "2"
     assert TableState(None, (), {}, {}).latest_on_main(KEYS_ACROSS_TASKS_PROPERTY) is None
+
+
+def spec_with(transforms: list[dict[str, Any]], checks: list[dict[str, Any]], mode: str) -> Any:
+    """What `unique_keys_in_read_tasks` reads of an IngestSpec."""
+    from types import SimpleNamespace
+
+    from tableflow_core.checks import compile_checks
+    from tableflow_core.config.models import Check
+    from tableflow_core.pipeline.compiled import CompiledTable
+
+    chain = compile_transforms(
+        TypeAdapter(list[Transform]).validate_python(transforms),
+        SCHEMA,
+        lambda key: SourceLocation(Path("tables/t.yml"), 1),
+    )
+    compiled_checks = compile_checks(
+        TypeAdapter(list[Check]).validate_python(checks),
+        chain.output_schema,
+        lambda key: SourceLocation(Path("tables/t.yml"), 1),
+        default_on_failure="fail",
+        dead_letter_configured=False,
+    )
+    return SimpleNamespace(compiled=CompiledTable(chain, compiled_checks), mode=mode)
+
+
+def test_unique_checks_the_read_tasks_report_keys_for() -> None:
+    from tableflow_core.checks.read_task_unique import unique_keys_in_read_tasks
+    from tableflow_core.kafka.offsets import OffsetRange
+
+    ranges = [OffsetRange("t", 0, 0, 100)]
+    unique: list[dict[str, Any]] = [{"type": "unique", "columns": ["id"]}, {"type": "unique", "columns": ["user", "status"]},
+              {"type": "unique", "columns": ["score"]}]  # fmt: skip
+    assert unique_keys_in_read_tasks(spec_with([], unique, "append"), ranges) == (
+        ("id",),
+        ("user", "status"),
+    )  # a float key is left to the window
+    # a filter or a dedup only takes rows out; a mask, derive, rename or drop changes keys
+    chain: list[dict[str, Any]] = [{"type": "filter", "where": "id > 0"},
+             {"type": "dedup", "keys": ["id"]},
+             {"type": "mask", "columns": ["user"], "method": "redact"}]  # fmt: skip
+    assert unique_keys_in_read_tasks(spec_with(chain, unique, "append"), ranges) == (("id",),)
+    derived = [{"type": "derive", "column": "id", "expression": "id + 1"}]
+    assert unique_keys_in_read_tasks(spec_with(derived, unique[:1], "append"), ranges) == ()
+    # upsert tables, checks taking rows out, and big runs: the window
+    assert unique_keys_in_read_tasks(spec_with([], unique, "upsert"), ranges) == ()
+    skipping = [{**unique[0], "on_failure": "skip"}]
+    assert unique_keys_in_read_tasks(spec_with([], skipping, "append"), ranges) == ()
+    big = [OffsetRange("t", 0, 0, MAX_RECORDS + 1)]
+    assert unique_keys_in_read_tasks(spec_with([], unique, "append"), big) == ()

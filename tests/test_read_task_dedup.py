@@ -126,3 +126,40 @@ def test_dedup_runs_in_the_read_tasks_and_falls_back_to_the_shuffle_when_a_key_s
     assert fourth.transforms is not None and fourth.transforms["duplicates"] == 1
     rows = table_rows(env)
     assert rows[8] == "m" and rows[9] == "n" and len(rows) == 9
+
+
+def check_results(env: Env) -> dict[str, dict[str, Any]]:
+    document = json.loads((env.root / "target" / "run_results.json").read_text())
+    (table,) = document["tables"]
+    return {c["name"]: c for c in table["checks"]["checks"]}
+
+
+def test_a_unique_check_the_read_tasks_prove_needs_no_window_and_a_repeat_still_fails_it(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(read_ranges, "MIN_RECORDS_PER_TASK", 1)  # a task per partition
+    events = Events(kafka_broker, schema_registry.url)
+    checks = [{"type": "unique", "columns": ["id"]},
+              {"type": "unique", "columns": ["v"], "severity": "warn"}]  # fmt: skip
+    env = make_env(events.name, metadata_columns=[], checks=checks)
+
+    events.produce((0, 1, "a"), (0, 2, "b"), (1, 3, "c"), (1, 4, "a"))
+    apply(spark, env)
+    results = check_results(env)
+    proven = results["unique(id)"]
+    assert proven["outcome"] == "pass" and proven["failing"] == 0
+    assert "read tasks' key digests" in proven["detail"]
+    # "a" is in both partitions: nothing proven, the window counts its rows
+    assert results["unique(v)"]["outcome"] == "warn" and results["unique(v)"]["failing"] == 2
+    assert results["unique(v)"]["detail"] is None
+
+    # id 5 read by both tasks: the check fails, with the exact count, nothing is published
+    events.produce((0, 5, "d"), (1, 5, "e"), (1, 6, "f"))
+    failed = apply(spark, env, expect="error")
+    assert failed.error is not None
+    assert "unique(id) [error] fail: 2 of 3 rows failing" in failed.error
+    assert table_rows(env) == {1: "a", 2: "b", 3: "c", 4: "a"}

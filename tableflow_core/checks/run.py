@@ -40,6 +40,7 @@ import gc
 import os
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +155,9 @@ class _GxOutcome:
 _MASK_BITS = 31
 
 
-def _flag_frame(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> DataFrame:
+def _flag_frame(
+    df: DataFrame, checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
+) -> DataFrame:
     """One 0/1 column per row-level check (1: the row fails it); a constant column when
     there is none (row_count alone), so great-expectations never gets a column-less frame.
 
@@ -162,9 +165,11 @@ def _flag_frame(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> DataFrame:
     are computed before it and packed as bits into int columns, so the shuffle and the
     sort carry the unique keys and one int per 31 flags instead of every column the
     checks read, and are unpacked after it (1M rows, five checks: ~0.3 s less CPU). The
-    frame is built from SQL text (three calls into the JVM, not one per expression)."""
-    predicates = _row_predicates(checks)
-    windows = _unique_windows(checks)
+    frame is built from SQL text (three calls into the JVM, not one per expression).
+    `proven`: indexes of `unique` checks the read tasks proved (their flag is 0, no window).
+    """
+    predicates = _row_predicates(checks, proven)
+    windows = _unique_windows(checks, proven)
     flags: dict[int, str] = {}
     if not windows:
         flags = {i: _zero_one(p) for i, p in predicates.items()}
@@ -183,7 +188,7 @@ def _flag_frame(df: DataFrame, checks: tuple[CompiledCheck, ...]) -> DataFrame:
         for position, (index, _) in enumerate(packed):
             mask = quote_ident(_mask(position // _MASK_BITS))
             flags[index] = f"shiftright({mask}, {position % _MASK_BITS}) & 1"
-        flags.update({i: _zero_one(p) for i, p in _unique_predicates(checks).items()})
+        flags.update({i: _zero_one(p) for i, p in _unique_predicates(checks, proven).items()})
     columns = [f"{flags[index]} AS {quote_ident(_flag(index))}" for index in sorted(flags)]
     return frame.selectExpr(*(columns or ["1 AS __tf_row"]))
 
@@ -270,50 +275,58 @@ def _col(name: str) -> Column:
     return F.col(quote_ident(name))
 
 
-def _row_predicates(checks: tuple[CompiledCheck, ...]) -> dict[int, str]:
-    """The failing predicate (SQL) of each row-level check that needs no window, by index."""
-    return {
+def _row_predicates(
+    checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
+) -> dict[int, str]:
+    """The failing predicate (SQL) of each row-level check that needs no window, by index:
+    `unique` checks in `proven` (no key repeats: `checks/read_task_unique.py`) fail no row."""
+    predicates = {
         index: f"coalesce(({check.failing_rows}), false)"
         for index, check in enumerate(checks)
         if check.kind != "unique" and check.failing_rows is not None
     }
+    return {**predicates, **dict.fromkeys(sorted(proven), "false")}
 
 
 def _unique_column(index: int) -> str:
     return f"__tf_unique_{index}"
 
 
-def _unique_windows(checks: tuple[CompiledCheck, ...]) -> list[str]:
+def _unique_windows(
+    checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
+) -> list[str]:
     """Each unique check's count of rows per key (a window), as SQL select items."""
     return [
         f"count(1) OVER (PARTITION BY {', '.join(quote_ident(c) for c in check.columns)}) "
         f"AS {quote_ident(_unique_column(index))}"
         for index, check in enumerate(checks)
-        if check.kind == "unique"
+        if check.kind == "unique" and index not in proven
     ]
 
 
-def _unique_predicates(checks: tuple[CompiledCheck, ...]) -> dict[int, str]:
+def _unique_predicates(
+    checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
+) -> dict[int, str]:
     """Each unique check's failing predicate (SQL) over its window count, by index. Like
     great-expectations, rows whose keys are all NULL are not judged."""
     return {
         index: f"({' OR '.join(f'{quote_ident(c)} IS NOT NULL' for c in check.columns)}) "
         f"AND {quote_ident(_unique_column(index))} > 1"
         for index, check in enumerate(checks)
-        if check.kind == "unique"
+        if check.kind == "unique" and index not in proven
     }
 
 
 def _with_failing_flags(
-    df: DataFrame, checks: tuple[CompiledCheck, ...]
+    df: DataFrame, checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
 ) -> tuple[DataFrame, dict[str, Column]]:
     """`df` plus what unique checks need, and each row-level check's failing predicate.
     Only built when a check failed (samples, rows taken out)."""
     from pyspark.sql import functions as F
 
-    windows = _unique_windows(checks)
+    windows = _unique_windows(checks, proven)
     flagged = df.selectExpr("*", *windows) if windows else df
-    predicates = {**_row_predicates(checks), **_unique_predicates(checks)}
+    predicates = {**_row_predicates(checks, proven), **_unique_predicates(checks, proven)}
     return flagged, {checks[i].name: F.expr(sql) for i, sql in predicates.items()}
 
 
@@ -338,6 +351,9 @@ def _verdict(check: CompiledCheck, gx_result: _GxOutcome) -> tuple[Outcome, Acti
     return "fail", "none"
 
 
+_PROVEN = "no key repeats in the rows read (the read tasks' key digests): judged without a window"
+
+
 def _detail(check: CompiledCheck, gx_result: _GxOutcome) -> str | None:
     if gx_result.error:
         return f"the check could not run: {gx_result.error}"
@@ -357,8 +373,11 @@ def run_checks(
     *,
     table: str,
     sample_size: int = 3,
+    distinct_keys: Collection[tuple[str, ...]] = (),
 ) -> CheckRun:
-    """Validate `df` (the transformed batch, hidden columns included) against `compiled`."""
+    """Validate `df` (the transformed batch, hidden columns included) against `compiled`.
+    `distinct_keys`: keys no two rows of `df` share, as the read tasks proved them
+    (`checks/read_task_unique.py`): a `unique` check on one of them needs no window."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -370,12 +389,15 @@ def run_checks(
         report = CheckReport(table=table, results=(), rows_evaluated=0)
         return CheckRun(report, df, empty, 0, 0, empty)
     prepare_great_expectations()  # no-op if the check stage started it already
-    validation = _validate(_flag_frame(df, checks), checks)
+    proven = frozenset(
+        i for i, c in enumerate(checks) if c.kind == "unique" and c.columns in distinct_keys
+    )
+    validation = _validate(_flag_frame(df, checks, proven), checks)
     total = validation.rows
     failed = any(not outcome.success for outcome in validation.outcomes)
-    flagged, predicates = _with_failing_flags(df, checks) if failed else (df, {})
+    flagged, predicates = _with_failing_flags(df, checks, proven) if failed else (df, {})
     results = []
-    for check, gx_result in zip(checks, validation.outcomes, strict=True):
+    for index, (check, gx_result) in enumerate(zip(checks, validation.outcomes, strict=True)):
         outcome, action = _verdict(check, gx_result)
         samples: tuple[dict[str, Any], ...] = ()
         if outcome != "pass" and check.name in predicates:
@@ -393,7 +415,7 @@ def run_checks(
                 action=action,
                 observed=gx_result.observed if check.kind == "row_count" else None,
                 samples=samples,
-                detail=_detail(check, gx_result),
+                detail=_PROVEN if index in proven else _detail(check, gx_result),
             )
         )
     splitting = [

@@ -92,6 +92,9 @@ class Batch:
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
     results: Mapping[str, Any] = field(default_factory=dict)
     snapshot_id: int | None = None  # set by publish
+    # What the read tasks reported about keys (pipeline/task_keys.KeyReports), when the
+    # decode stage asked them: read by the audits, after the write.
+    key_reports: Any = None
 
     def evolve(self, **changes: Any) -> Batch:
         return replace(self, **changes)

@@ -1,4 +1,6 @@
-"""Dedup inside a read task, on Arrow (see `transforms/read_task_dedup.py` for when).
+"""Dedup inside a read task, and digests of keys, on Arrow (see
+`transforms/read_task_dedup.py` for when the dedup runs there, `pipeline/task_keys.py`
+for what a task reports).
 
 This module is what Spark's Python workers import to deduplicate: pyarrow, numpy and
 pandas only (Spark's Arrow path imports them already), never the transform compiler.
@@ -9,28 +11,26 @@ last) or earlier (keep first) row of the same key by (partition, offset) in the 
 and adds the flags as the hidden column `__tf_duplicate`. Flagged rows still leave the
 task, so the decode stage counts every record it read; Spark drops them right after.
 
-Whatever the path, each task also reports a digest of every key it keeps (`KeyReport`,
-a Spark accumulator): a key kept by two tasks is one this dedup could not see whole. The
-digests are exact for one integer-like key column (a bijection of its 64 bits); other
-keys are hashed, and two keys that collide only ever count as one repeated key, which
-sends the run to the exact path, never the other way round.
+Digests of keys tell the driver whether two tasks kept one key (or two rows share one).
+They are exact for one integer-like key column (a bijection of its 64 bits); other keys
+are hashed, and two keys that collide only ever count as one repeated key, which sends
+the run to the exact path, never the other way round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.accumulators import AccumulatorParam
 
 from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, DUPLICATE_COLUMN
 
-Digests = Any  # numpy uint64 array, unique values
+Digests = Any  # a numpy uint64 array
 
 # What a read task does for the table's dedup.
 TaskDedupMode = Literal["dedup", "report"]
@@ -78,37 +78,19 @@ def _integer_like(data_type: pa.DataType) -> bool:
     )
 
 
-def dedup_task(
+def flag_duplicates(
     batches: Iterable[pa.RecordBatch], dedup: TaskDedup, schema: pa.Schema, chunk_rows: int
-) -> tuple[list[pa.RecordBatch], Digests]:
-    """One task's decoded batches (`schema`, without the flags) with the `__tf_duplicate`
-    flags added, and the digests of the keys it keeps. Reads every batch first: a row
-    loses only once the task has read its key's last row."""
+) -> tuple[list[pa.RecordBatch], pa.Table]:
+    """One task's decoded batches (`schema`) with the `__tf_duplicate` flags added, and
+    the good rows it keeps. Reads every batch first: a row loses only once the task has
+    read its key's last row."""
     table = pa.Table.from_batches(list(batches), schema=schema)
     good = pc.is_null(table.column(BAD_RECORD_COLUMN)).to_numpy(zero_copy_only=False)
     duplicate = duplicate_flags(table, dedup.keys, dedup.keep, good)
     kept = table.filter(pa.array(good & ~duplicate))
     field = pa.field(DUPLICATE_COLUMN, pa.bool_(), nullable=False)
     flagged = table.append_column(field, pa.array(duplicate))
-    return flagged.to_batches(max_chunksize=chunk_rows), key_digests(kept, dedup.keys)
-
-
-def report_keys(
-    batches: Iterable[pa.RecordBatch], keys: Sequence[str], digests: list[Digests]
-) -> Iterator[pa.RecordBatch]:
-    """`batches` unchanged; the digests of their good rows' keys are appended to
-    `digests` on the way (one array per batch)."""
-    for batch in batches:
-        good = batch.filter(pc.is_null(batch.column(BAD_RECORD_COLUMN)))
-        if good.num_rows:
-            digests.append(key_digests(pa.Table.from_batches([good]), keys))
-        yield batch
-
-
-def unique_digests(parts: Sequence[Digests]) -> Digests:
-    if not parts:
-        return np.empty(0, dtype=np.uint64)
-    return np.unique(np.concatenate(parts))
+    return flagged.to_batches(max_chunksize=chunk_rows), kept
 
 
 def duplicate_flags(
@@ -153,11 +135,17 @@ def _mix(x: Any) -> Any:
         return x ^ (x >> np.uint64(31))
 
 
-def key_digests(table: pa.Table, keys: Sequence[str]) -> Digests:
-    """One 64-bit digest per distinct key of `table` (sorted, unique)."""
+def row_digests(table: pa.Table, keys: Sequence[str], skip_all_null: bool = False) -> Digests:
+    """A 64-bit digest of each row's key (`skip_all_null`: rows whose key columns are all
+    NULL are left out)."""
     combined: Any = None
+    present: Any = None
     for position, name in enumerate(keys):
-        digest = _column_digest(table.column(name))
+        column = table.column(name)
+        digest = _column_digest(column)
+        if skip_all_null:
+            valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+            present = valid if present is None else present | valid
         if combined is None:
             combined = digest
         else:
@@ -165,7 +153,12 @@ def key_digests(table: pa.Table, keys: Sequence[str]) -> Digests:
                 combined = _mix(combined * np.uint64(31) + digest + np.uint64(position))
     if combined is None:
         return np.empty(0, dtype=np.uint64)
-    return np.unique(combined)
+    return combined[present] if present is not None else combined
+
+
+def key_digests(table: pa.Table, keys: Sequence[str]) -> Digests:
+    """One 64-bit digest per distinct key of `table` (sorted, unique; NULL keys too)."""
+    return np.unique(row_digests(table, keys))
 
 
 def _column_digest(column: pa.ChunkedArray) -> Any:
@@ -206,17 +199,3 @@ def keys_in_several_tasks(reports: Mapping[int, Digests]) -> int:
     if not repeated.any():
         return 0
     return int(np.unique(merged[1:][repeated]).size)
-
-
-class KeyReportParam(AccumulatorParam[dict[int, Digests]]):
-    """A Spark AccumulatorParam for `{task partition: digests}`: a task run twice (a retry,
-    a second job over the same frame) replaces its own entry, never adds to another's."""
-
-    def zero(self, value: dict[int, Digests]) -> dict[int, Digests]:
-        return {}
-
-    def addInPlace(
-        self, value1: dict[int, Digests], value2: dict[int, Digests]
-    ) -> dict[int, Digests]:
-        value1.update(value2)
-        return value1

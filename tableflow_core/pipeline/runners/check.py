@@ -144,11 +144,14 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
         # from this run's Parquet files, cheaper than caching every column (1M rows:
         # ~1 s against ~8 s).
         written = _appended_rows(context)
+        # `unique` keys no two rows the read tasks decoded share (checks/read_task_unique.py)
+        reports = batch.key_reports
         run = run_checks(
             written,
             compiled,
             context.spark,
             table=f"{context.spec.table_name} ({context.spec.identifier})",
+            distinct_keys=reports.distinct() if reports is not None else (),
         )
         report.update(run.report.as_dict())
         context.publish_properties.update(run.report.summary_properties())

@@ -16,7 +16,7 @@ audit checks, after the write, that no key was kept by two tasks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -25,7 +25,7 @@ from tableflow_core.engine.observations import observe_counts, observed_metrics
 from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.batch import Audit, Batch, StageContext
+from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.columns import (
     BAD_RECORD_COLUMN,
     DUPLICATE_COLUMN,
@@ -33,28 +33,12 @@ from tableflow_core.pipeline.columns import (
     decoded_schema,
 )
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
-from tableflow_core.pipeline.errors import KeysAcrossReadTasks
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.runners.read_ranges import task_groups
+from tableflow_core.pipeline.runners.read_task_keys import dedup_audit, start_reports, task_keys_of
 from tableflow_core.pipeline.stages import Decode
-from tableflow_core.transforms.arrow_dedup import (
-    KeyReportParam,
-    TaskDedup,
-    dedup_task,
-    keys_in_several_tasks,
-    report_keys,
-    unique_digests,
-)
+from tableflow_core.pipeline.task_keys import TaskKeys, TaskKeysRun
 from tableflow_core.transforms.arrow_masks import DecodeMasks
-from tableflow_core.transforms.read_task_dedup import (
-    DECODE_DUPLICATES,
-    describe_fallback,
-    run_summary,
-    task_dedup,
-)
-
-if TYPE_CHECKING:
-    from pyspark.accumulators import Accumulator
+from tableflow_core.transforms.read_task_dedup import DECODE_DUPLICATES
 
 DecoderFactory = Callable[[Any], Any]
 
@@ -73,14 +57,14 @@ def _mapper(
     key: KeySpec | None,
     run_id: str,
     masks: DecodeMasks,
-    dedup: TaskDedup | None = None,
+    task_keys: TaskKeys | None = None,
     key_report: Any = None,
     decoded_rows: pa.Schema | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function: each input row is a range; output rows are decoded rows.
-    With `dedup`, the task also dedups its rows or only digests their keys
-    (`transforms/arrow_dedup.py`), and adds the digests to `key_report` (an accumulator);
-    `decoded_rows` is the decoder's output schema (`columns.decoded_schema`)."""
+    With `task_keys`, the task also runs the dedup or digests keys (`pipeline/task_keys.py`)
+    and adds its report to `key_report` (an accumulator); `decoded_rows` is the decoder's
+    output schema (`columns.decoded_schema`)."""
 
     def decoded(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from tableflow_core.kafka.range_reader import read_range
@@ -96,23 +80,16 @@ def _mapper(
 
     def run(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with fewer_gc_passes():
-            if dedup is None:
+            if not task_keys:
                 yield from decoded(range_batches)
                 return
             from pyspark import TaskContext
 
             task = TaskContext.get()
-            assert task is not None, "a decode task runs inside a Spark task"
-            if dedup.flags:
-                flagged, digests = dedup_task(
-                    decoded(range_batches), dedup, decoded_rows, chunk_size
-                )
-                yield from flagged
-            else:
-                parts: list[Any] = []
-                yield from report_keys(decoded(range_batches), dedup.keys, parts)
-                digests = unique_digests(parts)
-            key_report.add({task.partitionId(): digests})
+            assert task is not None and decoded_rows is not None
+            keys = TaskKeysRun(task_keys, decoded_rows, chunk_size)
+            yield from keys.batches(decoded(range_batches))
+            key_report.add({task.partitionId(): keys.report()})
 
     return run
 
@@ -143,14 +120,8 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     key = key_spec_of(context)
     table_schema = decoded_arrow_schema(context.spec)
     output_schema = decoded_schema(table_schema, upsert=key is not None)
-    in_tasks = task_dedup(context.spec, context.ranges, context.dedup_in_read_tasks)
-    dedup = in_tasks[0] if in_tasks is not None else None
-    key_report: Accumulator[dict[int, Any]] | None = None
-    if dedup is not None:
-        key_report = context.spark.sparkContext.accumulator({}, KeyReportParam())
-        # The digests are read once, by the audit; a later job over this frame (bad records
-        # fetched again) would fill the accumulator again, which the driver keeps for good.
-        context.cleanups.append(lambda: setattr(key_report, "value", {}))
+    task_keys = task_keys_of(context)
+    reports = start_reports(context.spark, context, task_keys) if task_keys else None
     mapper = _mapper(
         dict(context.kafka_conf),
         context.spec.decoder,
@@ -159,11 +130,11 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         key,
         context.run_id,
         decode_masks(context),
-        dedup,
-        key_report,
+        task_keys,
+        reports.accumulator if reports is not None else None,
         output_schema,
     )
-    flagged = dedup is not None and dedup.flags
+    flagged = task_keys.flags
     spark_schema = output_schema
     if flagged:
         spark_schema = output_schema.append(pa.field(DUPLICATE_COLUMN, pa.bool_(), nullable=False))
@@ -205,36 +176,8 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
         p: int(observed_metrics(observation).get(f"bad_p{p}") or 0) for p in partitions
     }
     audits = tuple(batch.audits)
-    if dedup is not None:
-        counters[DECODE_DUPLICATES] = metric("duplicates")
-        tasks = len(task_groups(context.ranges))
-        audits = (*audits, keys_across_tasks_audit(dedup, key_report, tasks))
-    return batch.evolve(good=good, bad=bad, counters=counters, audits=audits)
-
-
-def keys_across_tasks_audit(dedup: TaskDedup, key_report: Any, tasks: int) -> Audit:
-    """After the write, before publish (the first audit): were the read tasks' keys
-    disjoint? The outcome goes in the publish commit's summary; a dedup the read tasks ran
-    that was not exact raises KeysAcrossReadTasks (the engine runs the table again with
-    Spark's shuffle dedup)."""
-
-    def audit(context: StageContext, batch: Batch) -> None:
-        reports = dict(key_report.value)
-        key_report.value = {}
-        if len(reports) < tasks:  # never expected: then nothing proves the tasks disjoint
-            if dedup.flags:
-                raise KeysAcrossReadTasks(
-                    f"{context.where()}: {tasks - len(reports)} of {tasks} read task(s) did "
-                    "not report their dedup keys",
-                    keys=0,
-                )
-            return
-        across = keys_in_several_tasks(reports)
-        if across and dedup.flags:
-            raise KeysAcrossReadTasks(
-                describe_fallback(f"{context.spec.table_name} ({context.spec.identifier})", across),
-                keys=across,
-            )
-        context.publish_properties.update(run_summary(dedup, across))
-
-    return audit
+    if reports is not None and task_keys.dedup is not None:
+        if flagged:
+            counters[DECODE_DUPLICATES] = metric("duplicates")
+        audits = (*audits, dedup_audit(reports))
+    return batch.evolve(good=good, bad=bad, counters=counters, audits=audits, key_reports=reports)

@@ -1,0 +1,83 @@
+"""Which `unique` checks the read tasks can prove, so that they need no window.
+
+A `unique` check judges the rows written: it flags every row whose key (not all NULL)
+another row shares. Spark finds those with a window over the key: a shuffle, a sort and
+a count per row of the written batch (1M rows: ~0.5 s of a ~1.8 s check stage). When
+the key's columns come from the topic untouched by the transforms (no mask, derive,
+rename or drop names them: filters and dedups only take rows out), the rows written are
+a subset of the rows the read tasks decoded, with the same keys. So if no two decoded
+rows share a key, no two written rows do: each read task reports a digest of every
+row's key (`pipeline/task_keys.py`), and when no digest repeats across the run the
+check's flag is 0 for every row, without the window. A repeated digest (a repeated key,
+or two keys sharing a digest) proves nothing: the window runs as before and finds the
+exact failing rows.
+
+Only where the checks judge the rows the write appended to an append table (no check
+takes rows out: `pipeline/runners/check.py`), the reports being complete once the write
+ran; for keys of the types the digests handle (`arrow_dedup.dedupable_key_type`); and
+for runs of at most `read_task_dedup.MAX_RECORDS` records (the driver holds 8 bytes per
+row of each such key until the check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.transforms.arrow_dedup import dedupable_key_type
+from tableflow_core.transforms.compile import (
+    CompiledTransforms,
+    DeriveStep,
+    DropStep,
+    MaskStep,
+    RenameStep,
+)
+from tableflow_core.transforms.read_task_dedup import MAX_RECORDS
+
+if TYPE_CHECKING:
+    from tableflow_core.ingest.spec import IngestSpec
+
+
+def unique_keys_in_read_tasks(
+    spec: IngestSpec, ranges: Sequence[OffsetRange]
+) -> tuple[tuple[str, ...], ...]:
+    """The columns of each `unique` check of `spec` the read tasks report keys for."""
+    compiled = spec.compiled
+    if compiled is None or spec.mode != "append":
+        return ()
+    checks = compiled.checks.checks
+    if any(check.splits_rows for check in checks):
+        return ()
+    if sum(r.end - r.start for r in ranges) > MAX_RECORDS:
+        return ()
+    chain = compiled.transforms
+    touched = columns_written(chain)
+    schema = chain.input_schema
+    keys: list[tuple[str, ...]] = []
+    for check in checks:
+        if check.kind != "unique" or check.columns in keys:
+            continue
+        if all(
+            c in schema.names and c not in touched and dedupable_key_type(schema.field(c).type)
+            for c in check.columns
+        ):
+            keys.append(check.columns)
+    return tuple(keys)
+
+
+def columns_written(chain: CompiledTransforms) -> frozenset[str]:
+    """Every column name a step of `chain` gives values to, renames or drops (a dedup or
+    a filter only takes rows out)."""
+    names: set[str] = set()
+    for step in chain.steps:
+        names |= _WRITTEN_BY.get(type(step), lambda _: set())(step)
+    return frozenset(names)
+
+
+_WRITTEN_BY: dict[type, Callable[[Any], set[str]]] = {
+    MaskStep: lambda step: set(step.columns),
+    DropStep: lambda step: set(step.columns),
+    DeriveStep: lambda step: {step.column},
+    RenameStep: lambda step: {name for pair in step.renames for name in pair},
+}
