@@ -178,20 +178,21 @@ def test_a_missing_task_report_proves_nothing() -> None:
     assert short.distinct() == frozenset()
 
 
-@pytest.mark.parametrize(
-    ("data_type", "values"),
-    [
-        (pa.int64(), [0, -1, 2**62, None]),
-        (pa.int32(), [0, -1, 5, None]),
-        (pa.bool_(), [True, False, None]),
-        (pa.string(), ["", "a", "None", None]),
-        (pa.large_string(), ["x", "y", None]),
-        (pa.binary(), [b"", b"\x00", b"a", None]),
-        (pa.date32(), [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None]),
-        (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), None]),
-        (pa.decimal128(10, 2), [Decimal("1.50"), Decimal("-1.50"), None]),
-    ],
-)
+KEY_VALUES = [
+    (pa.int64(), [0, -1, 2**62, None]),
+    (pa.int32(), [0, -1, 5, None]),
+    (pa.bool_(), [True, False, None]),
+    (pa.string(), ["", "a", "None", None]),
+    (pa.large_string(), ["x", "y", None]),
+    (pa.binary(), [b"", b"\x00", b"a", None]),
+    (pa.date32(), [dt.date(2024, 1, 1), dt.date(1969, 12, 31), None]),
+    (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), None]),
+    (pa.decimal128(10, 2), [Decimal("1.50"), Decimal("-1.50"), None]),
+    (pa.time64("us"), [dt.time(1, 2, 3), dt.time(0, 0), None]),
+]
+
+
+@pytest.mark.parametrize(("data_type", "values"), KEY_VALUES)
 def test_digests_are_equal_for_equal_keys_in_any_task_and_distinct_otherwise(
     data_type: pa.DataType, values: list[Any]
 ) -> None:
@@ -200,6 +201,15 @@ def test_digests_are_equal_for_equal_keys_in_any_task_and_distinct_otherwise(
     assert len(set(one_each)) == len(values)  # distinct keys, distinct digests (NULL too)
     together = key_digests(batch([(v, 0, i) for i, v in enumerate(values)], data_type), ("k",))
     assert sorted(together.tolist()) == sorted(int(d) for d in one_each)
+
+
+@pytest.mark.parametrize(("data_type", "values"), KEY_VALUES)
+def test_every_key_type_read_tasks_dedup_on_groups_like_a_reference(
+    data_type: pa.DataType, values: list[Any]
+) -> None:
+    rows = [(v, 0, i) for i, v in enumerate([*values, *reversed(values)])]
+    assert kept(batch(rows, data_type), "last") == reference_kept(rows, "last")
+    assert kept(batch(rows, data_type), "first") == reference_kept(rows, "first")
 
 
 def test_integer_digests_do_not_depend_on_other_rows_being_null() -> None:
