@@ -20,7 +20,9 @@ would charge to the plain table (it runs first).
     [--scenarios plain,masks,dedup,"3 masks + dedup"] [--rounds 3] [--against main]
 
 `--scenarios` picks scenarios (also `masks`: the 3 masks alone, `dedup`: the dedup
-alone, `4 checks`: the five but `unique`, `unique`: that one alone); `--against REV`
+alone, `4 checks`: the five but `unique`, `unique`: that one alone, `dedup on user`: a
+dedup whose every key is in one partition, `dedup on day`: one whose keys are in every
+partition, so a new table's read-task dedup is redone with the shuffle); `--against REV`
 also applies each scenario with tableflow_core as of git revision REV (a `git archive`
 copy), interleaved with this tree's runs; `--variant` runs this tree with extra Spark
 conf.
@@ -79,6 +81,12 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     # What the unique check's shuffle, sort and window cost within the five.
     "4 checks": {"checks": [c for c in FIVE_CHECKS["checks"] if c["type"] != "unique"]},
     "unique": {"checks": [c for c in FIVE_CHECKS["checks"] if c["type"] == "unique"]},
+    # Each user's records in one partition (user i % 5000, partition i % 4), as with a
+    # topic keyed by user: the read tasks' dedup is exact.
+    "dedup on user": {"transforms": [{"type": "dedup", "keys": ["user"], "keep": "last"}]},
+    # Each day's records in every partition (day i % 365): a new table's first run has
+    # its read-task dedup redone with the shuffle (the worst case).
+    "dedup on day": {"transforms": [{"type": "dedup", "keys": ["day"], "keep": "last"}]},
 }
 ROOT = Path(__file__).resolve().parent.parent
 

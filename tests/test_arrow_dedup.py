@@ -284,9 +284,13 @@ def test_the_dedup_runs_in_the_read_tasks_when_it_is_the_first_step_spark_would_
 def test_the_last_runs_summary_decides_the_next_run() -> None:
     assert allowed_by_last_run(None) and allowed_by_last_run("0")
     assert not allowed_by_last_run("3")
-    assert run_summary(TaskDedup(("id",), "last", "report"), 3) == {
+    assert run_summary(TaskDedup(("id",), "last", "report"), 3, tasks=4) == {
         KEYS_ACROSS_TASKS_PROPERTY: "3",
         "tableflow.dedup.ran-in": "shuffle",
+    }
+    # one task sees no key across tasks: it says nothing the next run would choose by
+    assert run_summary(TaskDedup(("id",), "last", "dedup"), 0, tasks=1) == {
+        "tableflow.dedup.ran-in": "read tasks"
     }
     assert MAX_RECORDS >= 1_000_000
 

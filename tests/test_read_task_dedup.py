@@ -109,15 +109,23 @@ def test_dedup_runs_in_the_read_tasks_and_falls_back_to_the_shuffle_when_a_key_s
     table = env.pyiceberg_table()
     assert set(table.metadata.refs) == {"main"}  # the dropped attempt left no branch
 
-    # 3. the last run had a key across tasks: this one goes to the shuffle at once (and
-    # still reports: none across tasks now); a replayed key stays out (insert-if-absent)
+    # a run of one task (one partition to read) goes to the shuffle too, and cannot see a
+    # key across tasks: it records no count, so the next run still goes by run 2
+    events.produce((0, 10, "x"))
+    apply(spark, env)
+    assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "shuffle"
+    assert KEYS_ACROSS_TASKS_PROPERTY not in summary(env)
+
+    # 3. the last run that could see keys across tasks did: this one goes to the shuffle
+    # at once (and still reports: none across tasks now); a replayed key stays out
+    # (insert-if-absent)
     events.produce((0, 6, "i"), (0, 6, "j"), (1, 7, "k"), (1, 1, "replay"))
     third = apply(spark, env)
     assert not [w for w in third.warnings if "read task" in w]
     assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "shuffle"
     assert summary(env)[KEYS_ACROSS_TASKS_PROPERTY] == "0"
     assert third.transforms is not None and third.transforms["already_in_table"] == 1
-    assert table_rows(env) == {1: "c", 2: "b", 3: "e", 4: "h", 5: "g", 6: "j", 7: "k"}
+    assert table_rows(env) == {1: "c", 2: "b", 3: "e", 4: "h", 5: "g", 6: "j", 7: "k", 10: "x"}
 
     # 4. ... so the next run dedups in the read tasks again
     events.produce((0, 8, "l"), (0, 8, "m"), (1, 9, "n"))
@@ -125,7 +133,7 @@ def test_dedup_runs_in_the_read_tasks_and_falls_back_to_the_shuffle_when_a_key_s
     assert summary(env)[DEDUP_RAN_IN_PROPERTY] == "read tasks"
     assert fourth.transforms is not None and fourth.transforms["duplicates"] == 1
     rows = table_rows(env)
-    assert rows[8] == "m" and rows[9] == "n" and len(rows) == 9
+    assert rows[8] == "m" and rows[9] == "n" and len(rows) == 10
 
 
 def check_results(env: Env) -> dict[str, dict[str, Any]]:

@@ -131,7 +131,7 @@ class KeyReports:
 
     def __init__(self, accumulator: Any, tasks: int, keys: TaskKeys) -> None:
         self.accumulator = accumulator
-        self._tasks = tasks
+        self.tasks = tasks
         self.keys = keys
         self._read: dict[int, TaskKeyReport] | None = None
 
@@ -139,7 +139,7 @@ class KeyReports:
         if self._read is None:
             self._read = dict(self.accumulator.value)
             self.release()
-        return self._read if len(self._read) >= self._tasks else None
+        return self._read if len(self._read) >= self.tasks else None
 
     def release(self) -> None:
         """Empty the accumulator: the driver keeps every accumulator for good, and a

@@ -98,10 +98,16 @@ def allowed_by_last_run(keys_across_tasks: str | None) -> bool:
         return True
 
 
-def run_summary(dedup: TaskDedup, keys_across_tasks: int) -> dict[str, str]:
-    """The summary properties of a run whose tasks reported their keys."""
+def run_summary(dedup: TaskDedup, keys_across_tasks: int, tasks: int) -> dict[str, str]:
+    """The summary properties of a run whose `tasks` read tasks reported their keys. A
+    run of one task cannot see a key across tasks, so it records no count: the next run
+    still chooses by the last run that could (a small run between two large ones would
+    otherwise send the next large one back to the read tasks, to be redone)."""
     ran_in = RAN_IN_READ_TASKS if dedup.flags else RAN_IN_SHUFFLE
-    return {KEYS_ACROSS_TASKS_PROPERTY: str(keys_across_tasks), DEDUP_RAN_IN_PROPERTY: ran_in}
+    summary = {DEDUP_RAN_IN_PROPERTY: ran_in}
+    if tasks > 1:
+        summary[KEYS_ACROSS_TASKS_PROPERTY] = str(keys_across_tasks)
+    return summary
 
 
 def describe_fallback(table: str, keys_across_tasks: int) -> str:

@@ -56,6 +56,6 @@ def dedup_audit(reports: KeyReports) -> Audit:
             return
         if across and dedup.flags:
             raise KeysAcrossReadTasks(describe_fallback(table, across), keys=across)
-        context.publish_properties.update(run_summary(dedup, across))
+        context.publish_properties.update(run_summary(dedup, across, reports.tasks))
 
     return audit
