@@ -31,6 +31,7 @@ from tableflow_core.transforms.arrow_dedup import (
     TaskDedup,
     dedupable_key_type,
     duplicate_flags,
+    flag_duplicates,
     key_digests,
     keys_in_several_tasks,
 )
@@ -107,6 +108,14 @@ def test_flags_match_a_reference_dedup(keys_partitions: list[tuple[Any, int]], k
     rows = [(k, p, i * 7 % 61) for i, (k, p) in enumerate(keys_partitions)]
     rows = list({(p, o): (k, p, o) for k, p, o in rows}.values())[::-1]
     assert kept(batch(rows), keep) == reference_kept(rows, keep)
+    # the task's pass (which skips the grouping when no digest repeats) flags the same
+    table = batch(rows)
+    dedup = TaskDedup(("k",), "last" if keep == "last" else "first", "dedup")
+    flagged, survivors, digests = flag_duplicates(table.to_batches(), dedup, table.schema, 7)
+    assert sorted(survivors.column("v").to_pylist()) == reference_kept(rows, keep)
+    assert digests.tolist() == key_digests(survivors, ("k",)).tolist()
+    flags = pa.Table.from_batches(flagged).column(DUPLICATE_COLUMN).to_pylist()
+    assert sum(flags) == len(rows) - survivors.num_rows
 
 
 def test_a_task_running_the_dedup_flags_rows_and_reports_the_kept_keys() -> None:
@@ -354,3 +363,11 @@ def test_unique_checks_the_read_tasks_report_keys_for() -> None:
     assert unique_keys_in_read_tasks(spec_with([], skipping, "append"), ranges) == ()
     big = [OffsetRange("t", 0, 0, MAX_RECORDS + 1)]
     assert unique_keys_in_read_tasks(spec_with([], unique, "append"), big) == ()
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=50))
+def test_distinct_is_numpys_unique(values: list[int]) -> None:
+    from tableflow_core.transforms.arrow_dedup import distinct
+
+    digests = np.array(values, dtype=np.uint64)
+    assert distinct(digests).tolist() == np.unique(digests).tolist()

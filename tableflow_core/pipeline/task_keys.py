@@ -35,6 +35,7 @@ from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN
 from tableflow_core.transforms.arrow_dedup import (
     Digests,
     TaskDedup,
+    distinct,
     flag_duplicates,
     key_digests,
     keys_in_several_tasks,
@@ -84,8 +85,9 @@ class TaskKeysRun:
         come, their keys digested on the way."""
         dedup = self._keys.dedup
         if dedup is not None and dedup.flags:
-            flagged, kept = flag_duplicates(decoded, dedup, self._schema, self._chunk_rows)
-            self._digest(kept)
+            flagged, kept, digests = flag_duplicates(decoded, dedup, self._schema, self._chunk_rows)
+            self._dedup.append(digests)
+            self._digest_unique(kept)
             yield from flagged
             return
         for batch in decoded:
@@ -97,13 +99,16 @@ class TaskKeysRun:
     def _digest(self, rows: pa.Table) -> None:
         if self._keys.dedup is not None:
             self._dedup.append(key_digests(rows, self._keys.dedup.keys))
+        self._digest_unique(rows)
+
+    def _digest_unique(self, rows: pa.Table) -> None:
         for parts, columns in zip(self._unique, self._keys.unique, strict=True):
             parts.append(row_digests(rows, columns, skip_all_null=True))
 
     def report(self) -> TaskKeyReport:
         dedup = None
         if self._keys.dedup is not None:
-            dedup = np.unique(_joined(self._dedup))
+            dedup = distinct(_joined(self._dedup))
         return TaskKeyReport(dedup, tuple(_joined(parts) for parts in self._unique))
 
 

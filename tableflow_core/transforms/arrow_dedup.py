@@ -80,17 +80,28 @@ def _integer_like(data_type: pa.DataType) -> bool:
 
 def flag_duplicates(
     batches: Iterable[pa.RecordBatch], dedup: TaskDedup, schema: pa.Schema, chunk_rows: int
-) -> tuple[list[pa.RecordBatch], pa.Table]:
-    """One task's decoded batches (`schema`) with the `__tf_duplicate` flags added, and
-    the good rows it keeps. Reads every batch first: a row loses only once the task has
-    read its key's last row."""
+) -> tuple[list[pa.RecordBatch], pa.Table, Digests]:
+    """One task's decoded batches (`schema`) with the `__tf_duplicate` flags added, the
+    good rows it keeps, and the distinct digests of their keys. Reads every batch first:
+    a row loses only once the task has read its key's last row.
+
+    When no two good rows share a digest, no two share a key, and nothing is flagged
+    without grouping the keys (the common case: 250,000 integer keys took ~5 ms to digest
+    and sort against ~35 ms to sort by position and group)."""
     table = pa.Table.from_batches(list(batches), schema=schema)
     good = pc.is_null(table.column(BAD_RECORD_COLUMN)).to_numpy(zero_copy_only=False)
-    duplicate = duplicate_flags(table, dedup.keys, dedup.keep, good)
-    kept = table.filter(pa.array(good & ~duplicate))
+    good_rows = table if good.all() else table.filter(pa.array(good))
+    digests = distinct(row_digests(good_rows, dedup.keys))
+    if len(digests) == good_rows.num_rows:
+        duplicate = np.zeros(table.num_rows, dtype=bool)
+        kept = good_rows
+    else:
+        duplicate = duplicate_flags(table, dedup.keys, dedup.keep, good)
+        kept = table.filter(pa.array(good & ~duplicate))
+        digests = key_digests(kept, dedup.keys)
     field = pa.field(DUPLICATE_COLUMN, pa.bool_(), nullable=False)
     flagged = table.append_column(field, pa.array(duplicate))
-    return flagged.to_batches(max_chunksize=chunk_rows), kept
+    return flagged.to_batches(max_chunksize=chunk_rows), kept, digests
 
 
 def duplicate_flags(
@@ -158,7 +169,20 @@ def row_digests(table: pa.Table, keys: Sequence[str], skip_all_null: bool = Fals
 
 def key_digests(table: pa.Table, keys: Sequence[str]) -> Digests:
     """One 64-bit digest per distinct key of `table` (sorted, unique; NULL keys too)."""
-    return np.unique(row_digests(table, keys))
+    return distinct(row_digests(table, keys))
+
+
+def distinct(digests: Digests) -> Digests:
+    """The distinct values of `digests`, sorted. `np.unique` took ~30 times as long as
+    the sort it needs (250,000 digests: 56 ms against 1.7 ms with numpy's vectorized
+    sort)."""
+    ordered = np.sort(digests)
+    if ordered.size < 2:
+        return ordered
+    keep = np.empty(ordered.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
 
 
 def _column_digest(column: pa.ChunkedArray) -> Any:
@@ -198,4 +222,4 @@ def keys_in_several_tasks(reports: Mapping[int, Digests]) -> int:
     repeated = merged[1:] == merged[:-1]
     if not repeated.any():
         return 0
-    return int(np.unique(merged[1:][repeated]).size)
+    return int(distinct(merged[1:][repeated]).size)
