@@ -31,7 +31,8 @@ apply's Python workers hold about `cores` x that. The engine's own memory is the
 peak minus it.
 
 Variants (`--variants`, comma-separated): default (the shipped settings), and the names
-in VARIANTS below, each a set of Kafka consumer or Spark conf overrides.
+in VARIANTS below, each a set of Kafka consumer or Spark conf overrides, or additions to
+the table's config (`dedup`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Variant:
     spark: Mapping[str, str] = field(default_factory=dict)
     pythonpath: str | None = None  # another checkout's tableflow_core (--baseline-src)
     env: Mapping[str, str] = field(default_factory=dict)  # the CLI's (and so Spark's) environment
+    table: Mapping[str, Any] = field(default_factory=dict)  # added to the table's config
 
 
 VARIANTS: dict[str, Variant] = {
@@ -91,6 +93,9 @@ VARIANTS: dict[str, Variant] = {
     "one-task": Variant(spark={"spark.master": "local[1]"}),
     # glibc's per-thread malloc arenas (8 x cores by default) in the JVM and the workers.
     "arena-2": Variant(env={"MALLOC_ARENA_MAX": "2"}),
+    # The dedup in the read tasks: each task holds its decoded records until it has read
+    # them all (transforms/read_task_dedup.py).
+    "dedup": Variant(table={"transforms": [{"type": "dedup", "keys": ["id"], "keep": "last"}]}),
 }
 
 
@@ -312,7 +317,8 @@ def project_for(
 ) -> Path:
     root = write_tables_project(
         work / name, bootstrap, url, cores,
-        [{"name": "events", "topic": topic, "metadata_columns": list(METADATA_COLUMNS)}],
+        [{"name": "events", "topic": topic, "metadata_columns": list(METADATA_COLUMNS),
+          **variant.table}],
     )  # fmt: skip
     project_file = root / "tableflow_project.yml"
     import yaml
@@ -374,12 +380,19 @@ def main() -> None:
     parser.add_argument(
         "--baseline-src", type=Path,
         help="a directory holding another version's tableflow_core (e.g. `git archive main "
-        "tableflow_core | tar -x -C DIR`): adds variant `baseline-src`, default settings on that code",
+        "tableflow_core | tar -x -C DIR`): adds variant `baseline-src`, default settings on "
+        "that code (and `dedup-baseline-src`, the `dedup` variant on it, when `dedup` is run)",
     )  # fmt: skip
     args = parser.parse_args()
+    names = args.variants.split(",")
     if args.baseline_src:
-        VARIANTS["baseline-src"] = Variant(pythonpath=str(args.baseline_src.resolve()))
-    names = args.variants.split(",") + (["baseline-src"] if args.baseline_src else [])
+        baseline = str(args.baseline_src.resolve())
+        VARIANTS["baseline-src"] = Variant(pythonpath=baseline)
+        names.append("baseline-src")
+        if "dedup" in names:
+            VARIANTS["dedup-baseline-src"] = Variant(pythonpath=baseline,
+                                                     table=VARIANTS["dedup"].table)  # fmt: skip
+            names.append("dedup-baseline-src")
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; known: {', '.join(VARIANTS)}")
