@@ -50,6 +50,15 @@ class Events:
         producer.flush(30)
 
 
+@pytest.fixture
+def events(
+    kafka_broker: KafkaBroker, schema_registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> Events:
+    """A two-partition topic; each partition is read by a read task of its own."""
+    monkeypatch.setattr(read_ranges, "MIN_RECORDS_PER_TASK", 1)
+    return Events(kafka_broker, schema_registry.url)
+
+
 def table_rows(env: Env) -> dict[int, str]:
     """The table by id (no id twice)."""
     rows = env.pyiceberg_table().scan().to_arrow().to_pylist()
@@ -70,14 +79,8 @@ def filtered_by_partition(env: Env) -> dict[int, int]:
 
 
 def test_dedup_runs_in_the_read_tasks_and_falls_back_to_the_shuffle_when_a_key_spans_tasks(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: Any, make_env: Any, events: Events
 ) -> None:
-    monkeypatch.setattr(read_ranges, "MIN_RECORDS_PER_TASK", 1)  # a task per partition
-    events = Events(kafka_broker, schema_registry.url)
     env = make_env(events.name, metadata_columns=[],
                    transforms=[{"type": "dedup", "keys": ["id"], "keep": "last"}])  # fmt: skip
 
@@ -143,14 +146,8 @@ def check_results(env: Env) -> dict[str, dict[str, Any]]:
 
 
 def test_a_unique_check_the_read_tasks_prove_needs_no_window_and_a_repeat_still_fails_it(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: Any, make_env: Any, events: Events
 ) -> None:
-    monkeypatch.setattr(read_ranges, "MIN_RECORDS_PER_TASK", 1)  # a task per partition
-    events = Events(kafka_broker, schema_registry.url)
     checks = [{"type": "unique", "columns": ["id"]},
               {"type": "unique", "columns": ["v"], "severity": "warn"}]  # fmt: skip
     env = make_env(events.name, metadata_columns=[], checks=checks)

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.engine.run_branch import (
@@ -201,15 +202,18 @@ def ingest(
     began = time.monotonic()
     for attempt in range(1, max_commit_attempts + 1):
         try:
-            outcome = _ingest_once_exact(
-                spark,
-                spec,
-                ranges,
-                kafka_conf,
-                expected_start,
-                start_offsets,
-                decoder_factory,
-                catalog,
+            outcome = _with_exact_dedup(
+                partial(
+                    _ingest_once,
+                    spark,
+                    spec,
+                    ranges,
+                    kafka_conf,
+                    expected_start,
+                    start_offsets,
+                    decoder_factory,
+                    catalog,
+                )
             )
         except MainMovedError:
             if attempt == max_commit_attempts:
@@ -231,24 +235,14 @@ def ingest(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _ingest_once_exact(
-    spark: SparkSession,
-    spec: IngestSpec,
-    ranges: Sequence[OffsetRange],
-    kafka_conf: Mapping[str, str],
-    expected_start: Mapping[int, int],
-    start_offsets: Mapping[int, int] | None,
-    decoder_factory: DecoderFactory | None,
-    catalog: Any,
-) -> IngestOutcome:
-    """`_ingest_once`, done again with Spark's shuffle dedup when the read tasks' dedup
-    of the run was not exact (transforms/read_task_dedup.py): its branch was dropped,
-    nothing was published."""
-    args = (spark, spec, ranges, kafka_conf, expected_start, start_offsets, decoder_factory)
+def _with_exact_dedup(run_once: Callable[..., IngestOutcome]) -> IngestOutcome:
+    """`run_once()` (a bound `_ingest_once`), done again with Spark's shuffle dedup when
+    the read tasks' dedup of the run was not exact (transforms/read_task_dedup.py): its
+    branch was dropped, nothing was published."""
     try:
-        return _ingest_once(*args, catalog)
+        return run_once()
     except KeysAcrossReadTasks as exc:
-        outcome = _ingest_once(*args, catalog, dedup_in_read_tasks=False)
+        outcome = run_once(dedup_in_read_tasks=False)
         return replace(outcome, warnings=(*outcome.warnings, str(exc)))
 
 
