@@ -1,10 +1,10 @@
 """The read tasks' work on keys for one run (`pipeline/task_keys.py`): what they do, and
 the audit that judges the dedup they ran.
 
-`run_task_keys` decides, from the table's config and the run, whether the read tasks
+`task_keys_of` decides, from the table's config and the run, whether the read tasks
 run the table's dedup or only report its keys (`transforms/read_task_dedup.py`), and
-which `unique` checks' keys they report (`checks/read_task_unique.py`); it starts the
-accumulator the tasks report to (`KeyReports`).
+which `unique` checks' keys they report (`checks/read_task_unique.py`); `start_reports`
+starts the accumulator they report to (`KeyReports`).
 """
 
 from __future__ import annotations
