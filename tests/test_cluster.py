@@ -119,7 +119,14 @@ def test_apply_on_a_standalone_cluster(
         "orders", kafka_broker.bootstrap, schema_registry.url, topic, RECORDS, partitions=4, seed=5
     )
     assert produced.records == RECORDS
-    root = stack_project(namespace=namespace, tables=[{"name": "orders", "topic": topic}])
+    # The second table's dedup and unique check run in the read tasks: their key reports
+    # travel from the executor's JVM to the driver (a Spark accumulator).
+    deduped = {
+        "name": "orders_deduped", "topic": topic,
+        "transforms": [{"type": "dedup", "keys": ["order_id"], "keep": "last"}],
+        "checks": [{"type": "unique", "columns": ["order_id"]}],
+    }  # fmt: skip
+    root = stack_project(namespace=namespace, tables=[{"name": "orders", "topic": topic}, deduped])
     config_file = root / "tableflow_project.yml"
     config = yaml.safe_load(config_file.read_text())
     config["targets"]["test"]["spark"] = cluster_spark_settings(spark_cluster.master_url)
@@ -134,7 +141,7 @@ def test_apply_on_a_standalone_cluster(
         timeout=900,
     )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-5000:]}"
-    assert f"{RECORDS:,} records written" in result.stdout
+    assert result.stdout.count(f"{RECORDS:,} records written") == 2, result.stdout
 
     # The work ran in an executor the worker launched (its own JVM, its own directory).
     executor_logs = list(spark_cluster.work_dir.glob("app-*/*/stderr"))
@@ -145,6 +152,12 @@ def test_apply_on_a_standalone_cluster(
     rows = table.scan().to_arrow()
     assert rows.num_rows == RECORDS
     assert pc.count_distinct(rows["order_id"]).as_py() == RECORDS
+
+    deduped_table = catalog_server.pyiceberg_catalog().load_table((namespace, "orders_deduped"))
+    summary = deduped_table.current_snapshot().summary.additional_properties
+    assert summary["tableflow.dedup.ran-in"] == "read tasks"  # every task's report arrived
+    assert summary["tableflow.checks"].startswith("pass")
+    assert deduped_table.scan().to_arrow().num_rows == RECORDS
 
     con = duckdb_connection()
     count = con.execute(
