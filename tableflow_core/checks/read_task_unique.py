@@ -33,7 +33,7 @@ from tableflow_core.transforms.compile import (
     MaskStep,
     RenameStep,
 )
-from tableflow_core.transforms.read_task_dedup import MAX_RECORDS
+from tableflow_core.transforms.read_task_dedup import read_tasks_report_keys
 
 if TYPE_CHECKING:
     from tableflow_core.ingest.spec import IngestSpec
@@ -43,13 +43,11 @@ def unique_keys_in_read_tasks(
     spec: IngestSpec, ranges: Sequence[OffsetRange]
 ) -> tuple[tuple[str, ...], ...]:
     """The columns of each `unique` check of `spec` the read tasks report keys for."""
-    compiled = spec.compiled
-    if compiled is None or spec.mode != "append":
+    if not read_tasks_report_keys(spec, ranges):
         return ()
+    compiled = spec.compiled
     checks = compiled.checks.checks
     if any(check.splits_rows for check in checks):
-        return ()
-    if sum(r.end - r.start for r in ranges) > MAX_RECORDS:
         return ()
     chain = compiled.transforms
     touched = columns_written(chain)

@@ -37,7 +37,6 @@ from tableflow_core.transforms.arrow_dedup import (
     TaskDedup,
     distinct,
     flag_duplicates,
-    key_digests,
     keys_in_several_tasks,
     row_digests,
 )
@@ -98,7 +97,7 @@ class TaskKeysRun:
 
     def _digest(self, rows: pa.Table) -> None:
         if self._keys.dedup is not None:
-            self._dedup.append(key_digests(rows, self._keys.dedup.keys))
+            self._dedup.append(row_digests(rows, self._keys.dedup.keys))  # `report` dedups them
         self._digest_unique(rows)
 
     def _digest_unique(self, rows: pa.Table) -> None:
@@ -167,7 +166,7 @@ class KeyReports:
             return frozenset()
         proven = set()
         for index, columns in enumerate(self.keys.unique):
-            merged = np.sort(_joined([r.unique[index] for r in reports.values()]))
-            if not (merged[1:] == merged[:-1]).any():
+            merged = _joined([r.unique[index] for r in reports.values()])
+            if distinct(merged).size == merged.size:
                 proven.add(columns)
         return frozenset(proven)

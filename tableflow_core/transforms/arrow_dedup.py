@@ -5,8 +5,8 @@ for what a task reports).
 This module is what Spark's Python workers import to deduplicate: pyarrow, numpy and
 pandas only (Spark's Arrow path imports them already), never the transform compiler.
 
-A decode task that runs the table's dedup buffers its decoded batches (a task reads at
-most `max_records_per_task` records), flags every good row that loses to a later (keep
+A decode task that runs the table's dedup buffers its decoded batches (one range of at
+most `max_records_per_task` records, or a few small ranges), flags every good row that loses to a later (keep
 last) or earlier (keep first) row of the same key by (partition, offset) in the task,
 and adds the flags as the hidden column `__tf_duplicate`. Flagged rows still leave the
 task, so the decode stage counts every record it read; Spark drops them right after.

@@ -74,20 +74,27 @@ def read_task_dedup_step(transforms: CompiledTransforms) -> DedupStep | None:
     return step
 
 
+def read_tasks_report_keys(spec: IngestSpec, ranges: Sequence[OffsetRange]) -> bool:
+    """Whether the run's read tasks may work on keys at all (the dedup here, `unique`
+    checks in `checks/read_task_unique.py`): an append table with transforms or checks,
+    and a run of at most MAX_RECORDS records."""
+    records = sum(r.end - r.start for r in ranges)
+    return spec.compiled is not None and spec.mode == "append" and records <= MAX_RECORDS
+
+
 def task_dedup(
     spec: IngestSpec, ranges: Sequence[OffsetRange], in_read_tasks: bool
-) -> tuple[TaskDedup, DedupStep] | None:
-    """What the run's read tasks do for the table's dedup (and the step), or None: the
-    dedup (if any) runs in Spark without reports. `in_read_tasks`: the engine allows the
-    read tasks to dedup this run (`allowed_by_last_run`, not after a fallback)."""
-    compiled = spec.compiled
-    if compiled is None or spec.mode != "append":
+) -> TaskDedup | None:
+    """What the run's read tasks do for the table's dedup, or None: the dedup (if any)
+    runs in Spark without reports. `in_read_tasks`: the engine allows the read tasks to
+    dedup this run (`allowed_by_last_run`, not after a fallback)."""
+    if not read_tasks_report_keys(spec, ranges):
         return None
-    step = read_task_dedup_step(compiled.transforms_in_spark(spec.key_columns))
-    if step is None or sum(r.end - r.start for r in ranges) > MAX_RECORDS:
+    step = read_task_dedup_step(spec.compiled.transforms_in_spark(spec.key_columns))
+    if step is None:
         return None
     mode: TaskDedupMode = "dedup" if in_read_tasks else "report"
-    return TaskDedup(keys=step.keys, keep=step.keep, mode=mode), step
+    return TaskDedup(keys=step.keys, keep=step.keep, mode=mode)
 
 
 def allowed_by_last_run(keys_across_tasks: str | None) -> bool:

@@ -26,7 +26,7 @@ def task_keys_of(context: StageContext) -> TaskKeys:
     """What the run's read tasks do with keys (an empty TaskKeys: nothing)."""
     dedup = task_dedup(context.spec, context.ranges, context.dedup_in_read_tasks)
     unique = unique_keys_in_read_tasks(context.spec, context.ranges)
-    return TaskKeys(dedup=dedup[0] if dedup is not None else None, unique=unique)
+    return TaskKeys(dedup=dedup, unique=unique)
 
 
 def start_reports(spark: SparkSession, context: StageContext, keys: TaskKeys) -> KeyReports:

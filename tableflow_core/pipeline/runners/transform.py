@@ -25,7 +25,7 @@ from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
 from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.stages import RouteBadRecords, Transform
-from tableflow_core.transforms.read_task_dedup import DECODE_DUPLICATES, task_dedup
+from tableflow_core.transforms.read_task_dedup import DECODE_DUPLICATES, read_task_dedup_step
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation
@@ -97,9 +97,10 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     # The masks the decode stage ran already (transforms/decode_masks.py) are left out, and
     # so is a dedup the read tasks ran (transforms/read_task_dedup.py).
     in_spark = compiled.transforms_in_spark(context.spec.key_columns)
-    in_tasks = task_dedup(context.spec, context.ranges, context.dedup_in_read_tasks)
-    if in_tasks is not None and in_tasks[0].flags:
-        in_spark = in_spark.without((in_tasks[1],))
+    if batch.key_reports is not None and batch.key_reports.keys.flags:  # decode's decision
+        in_tasks = read_task_dedup_step(in_spark)
+        assert in_tasks is not None, "the read tasks ran a dedup the chain does not start with"
+        in_spark = in_spark.without((in_tasks,))
     # No step left for Spark (masks ran while decoding, a dedup in the read tasks): no
     # projection, no counting observation (1M rows with three masks: ~0.1 s of the
     # driver's time and a pass of per-row bookkeeping in the JVM).
