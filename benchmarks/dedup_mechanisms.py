@@ -12,7 +12,7 @@ in a `noop` write of the kept rows. Variants, run interleaved round by round, be
 `--rounds`:
 
 - `plain`: the batch alone (the baseline);
-- `window` (tableflow, `transforms/spark.py` `_run_dedup`): one shuffle by key, a sort,
+- `window` (tableflow, `pipeline/transforms/spark.py` `_run_dedup`): one shuffle by key, a sort,
   row_number() over (key, fate) ordered by (partition, offset);
 - `aggregate+join`: one shuffle by key, reused by both sides of a self join: a hash
   aggregate of max(partition << 47 | offset) per key, then a shuffled hash join of the
@@ -125,8 +125,8 @@ def _applied(df: DataFrame, spark: SparkSession, transforms: list[dict[str, Any]
 
     from tableflow_core.config.models import Transform
     from tableflow_core.config.project import SourceLocation
+    from tableflow_core.pipeline.transforms.spark import apply_transforms
     from tableflow_core.transforms import compile_transforms
-    from tableflow_core.transforms.spark import apply_transforms
 
     compiled = compile_transforms(
         TypeAdapter(list[Transform]).validate_python(transforms),

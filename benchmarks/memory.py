@@ -15,7 +15,7 @@ the tree really holds), USS (private pages) and RSS, per process kind:
 
 - driver: the CLI's Python (plan, embedded REST catalog, the Spark driver's Python side);
 - jvm: the Spark driver JVM (heap, metaspace, code cache, Arrow/Netty direct buffers);
-- daemon: Spark's Python worker daemon (engine/worker_daemon.py), which workers fork from;
+- daemon: Spark's Python worker daemon (pipeline/worker_daemon.py), which workers fork from;
 - worker: each Python worker (a task's Kafka reader, decoder and Arrow output);
 
 and the tree's peak sum. CPU seconds (user + sys) of the whole tree come from
@@ -94,7 +94,7 @@ VARIANTS: dict[str, Variant] = {
     # glibc's per-thread malloc arenas (8 x cores by default) in the JVM and the workers.
     "arena-2": Variant(env={"MALLOC_ARENA_MAX": "2"}),
     # The dedup in the read tasks: each task holds its decoded records until it has read
-    # them all (transforms/read_task_dedup.py).
+    # them all (pipeline/transforms/read_task_dedup.py).
     "dedup": Variant(table={"transforms": [{"type": "dedup", "keys": ["id"], "keep": "last"}]}),
 }
 

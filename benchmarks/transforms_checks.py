@@ -43,7 +43,7 @@ from tableflow_core.config.models import Check, Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.dev.sample_data import generate_orders, orders_schema
 from tableflow_core.engine.spark_session import build_spark_session
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.schemas.avro_types import map_avro_schema
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.compile import CompiledTransforms
@@ -131,8 +131,8 @@ def main() -> int:
     )
     from pyspark import StorageLevel
 
-    from tableflow_core.checks.run import run_checks
-    from tableflow_core.transforms.spark import apply_transforms
+    from tableflow_core.pipeline.checks.run import run_checks
+    from tableflow_core.pipeline.transforms.spark import apply_transforms
 
     started = time.perf_counter()
     source = source_frame(spark, args.records, args.slices).persist(StorageLevel.MEMORY_AND_DISK)

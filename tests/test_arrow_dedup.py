@@ -1,5 +1,5 @@
-"""The read tasks' dedup on Arrow (transforms/arrow_dedup.py) and when it runs
-(transforms/read_task_dedup.py): pure, no Spark."""
+"""The read tasks' dedup on Arrow (pipeline/transforms/arrow_dedup.py) and when it runs
+(pipeline/transforms/read_task_dedup.py): pure, no Spark."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pydantic import TypeAdapter
 
 from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, BAD_RECORD_STRUCT, DUPLICATE_COLUMN
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, BAD_RECORD_STRUCT, DUPLICATE_COLUMN
 from tableflow_core.pipeline.task_keys import (
     KeyReportParam,
     KeyReports,
@@ -26,8 +26,7 @@ from tableflow_core.pipeline.task_keys import (
     TaskKeys,
     TaskKeysRun,
 )
-from tableflow_core.transforms import compile_transforms
-from tableflow_core.transforms.arrow_dedup import (
+from tableflow_core.pipeline.transforms.arrow_dedup import (
     TaskDedup,
     dedupable_key_type,
     duplicate_flags,
@@ -35,14 +34,15 @@ from tableflow_core.transforms.arrow_dedup import (
     key_digests,
     keys_in_several_tasks,
 )
-from tableflow_core.transforms.decode_masks import masks_at_decode
-from tableflow_core.transforms.read_task_dedup import (
+from tableflow_core.pipeline.transforms.read_task_dedup import (
     KEYS_ACROSS_TASKS_PROPERTY,
     MAX_RECORDS,
     allowed_by_last_run,
     read_task_dedup_step,
     run_summary,
 )
+from tableflow_core.transforms import compile_transforms
+from tableflow_core.transforms.decode_masks import masks_at_decode
 
 
 def batch(rows: list[tuple[Any, int, int]], key_type: pa.DataType = pa.int64()) -> pa.Table:
@@ -305,8 +305,8 @@ def test_the_last_runs_summary_decides_the_next_run() -> None:
 
 
 def test_a_maintenance_commit_after_a_run_does_not_hide_what_the_run_saw() -> None:
-    from tableflow_core.engine.table_state import TableState
     from tableflow_core.state.offsets import SnapshotInfo
+    from tableflow_core.state.table_state import TableState
 
     run = SnapshotInfo(1, None, {KEYS_ACROSS_TASKS_PROPERTY: "2"})
     compaction = SnapshotInfo(2, 1, {"operation": "replace"})
@@ -322,7 +322,7 @@ def spec_with(transforms: list[dict[str, Any]], checks: list[dict[str, Any]], mo
 
     from tableflow_core.checks import compile_checks
     from tableflow_core.config.models import Check
-    from tableflow_core.pipeline.compiled import CompiledTable
+    from tableflow_core.plan.compiled import CompiledTable
 
     chain = compile_transforms(
         TypeAdapter(list[Transform]).validate_python(transforms),
@@ -340,8 +340,8 @@ def spec_with(transforms: list[dict[str, Any]], checks: list[dict[str, Any]], mo
 
 
 def test_unique_checks_the_read_tasks_report_keys_for() -> None:
-    from tableflow_core.checks.read_task_unique import unique_keys_in_read_tasks
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.checks.read_task_unique import unique_keys_in_read_tasks
 
     ranges = [OffsetRange("t", 0, 0, 100)]
     unique: list[dict[str, Any]] = [{"type": "unique", "columns": ["id"]}, {"type": "unique", "columns": ["user", "status"]},
@@ -367,7 +367,7 @@ def test_unique_checks_the_read_tasks_report_keys_for() -> None:
 
 @given(st.lists(st.integers(0, 2**64 - 1), max_size=50))
 def test_distinct_is_numpys_unique(values: list[int]) -> None:
-    from tableflow_core.transforms.arrow_dedup import distinct
+    from tableflow_core.pipeline.transforms.arrow_dedup import distinct
 
     digests = np.array(values, dtype=np.uint64)
     assert distinct(digests).tolist() == np.unique(digests).tolist()

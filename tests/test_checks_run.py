@@ -15,14 +15,14 @@ import pytest
 from pydantic import TypeAdapter
 
 from tableflow_core.checks import ChecksFailedError, compile_checks
-from tableflow_core.checks.run import run_checks
 from tableflow_core.config.models import Check, Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.pipeline.bad_records import REJECTED_ROW_SCHEMA
+from tableflow_core.ingest.bad_records import REJECTED_ROW_SCHEMA
+from tableflow_core.pipeline.checks.run import run_checks
 from tableflow_core.pipeline.runners.check import appended_bytes, read_appended
+from tableflow_core.pipeline.transforms.spark import apply_transforms
 from tableflow_core.transforms import compile_transforms
-from tableflow_core.transforms.spark import apply_transforms
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.transform_batches import frame, sample_rows, sample_schema, with_position
 
@@ -335,7 +335,7 @@ def test_flags_packed_across_int_columns_before_the_window_count_each_check(
     and the window's shuffle carries the key and the masks only."""
     from pyspark.sql import functions as F
 
-    from tableflow_core.checks.run import _flag_frame
+    from tableflow_core.pipeline.checks.run import _flag_frame
 
     quantities = sorted({r["quantity"] for r in orders})
     expressions = [

@@ -13,7 +13,7 @@ from tests.plan_project import write_project
 PROBE = """
 import sys, time
 from pathlib import Path
-from tableflow_core.checks.warmup import prepare_checks_engine
+from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
 from tableflow_core.config.loader import load_project
 
 project = load_project(Path(sys.argv[1]))
@@ -22,7 +22,7 @@ assert [t.name for t in plain] == ["plain"], [t.name for t in project.tables]
 assert prepare_checks_engine(plain) is False
 time.sleep(0.5)
 assert "great_expectations" not in sys.modules, "imported for a table without checks"
-import tableflow_core.checks.run  # its own imports (sqlglot, ...) are not the point here
+import tableflow_core.pipeline.checks.run  # its own imports (sqlglot, ...) are not the point here
 started = time.monotonic()
 assert prepare_checks_engine(project.tables) is True
 returned_s = time.monotonic() - started

@@ -34,7 +34,7 @@ from tableflow_core.deadletter.headers import (
     decode_error_headers,
 )
 from tableflow_core.deadletter.suspension import SUSPENDED_PROPERTY
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.runner.results import TableResult
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.state.offsets import OFFSETS_KEY
@@ -296,10 +296,10 @@ def test_catalog_stopped_mid_run_is_named_with_its_address(
     spark: Any, make_env: Any, poison: Poison, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     from tableflow_core.engine import ddl
-    from tableflow_core.engine.ingest import IngestError, ingest
     from tableflow_core.engine.spark_session import register_catalog
-    from tableflow_core.engine.sql_text import quote_ident
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import IngestError, ingest
+    from tableflow_core.sql_text import quote_ident
 
     env = make_env(poison.topic, metadata_columns=[], on_error="skip")
     server = start_catalog_server(tmp_path / "own-catalog")

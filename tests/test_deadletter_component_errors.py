@@ -24,10 +24,10 @@ from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import BackgroundProcess, free_port
 from tableflow_core.engine.spark_session import register_catalog
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.kafka.admin import KafkaMetadataError, get_watermarks
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import KafkaReadError, read_range
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
 from tests.fixtures.catalog import start_catalog_server
 
 pytestmark = pytest.mark.slow

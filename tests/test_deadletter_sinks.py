@@ -39,10 +39,10 @@ from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
 from tableflow_core.deadletter.suspension import Suspension
 from tableflow_core.dev.processes import free_port
 from tableflow_core.engine.spark_session import register_catalog
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SCHEMA
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SCHEMA
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings

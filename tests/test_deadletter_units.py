@@ -34,10 +34,10 @@ from tableflow_core.deadletter.suspension import (
     describe_suspension,
     read_suspension,
 )
-from tableflow_core.deadletter.table_plan import dlq_table_actions, is_dlq_action
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
+from tableflow_core.plan.dead_letter_table import dlq_table_actions, is_dlq_action
 
 PROJECT = """\
 name: demo

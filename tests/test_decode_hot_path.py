@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN
 from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder
 from tableflow_core.schemas.avro_records import compile_record_reader
 from tableflow_core.schemas.avro_types import map_avro_schema
@@ -372,7 +372,7 @@ def test_upsert_keys_read_as_key_columns_match_the_decoded_path() -> None:
     """Flat record keys are read straight into the key columns; primitive keys, keys that
     do not fit and broken keys give the same rows and bad records as the decoded path, in
     whichever order they come."""
-    from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
+    from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
     from tableflow_core.pipeline.decode_chunks import KeySpec
 
     registry, topic = mock_registry(), "keys"

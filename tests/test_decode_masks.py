@@ -209,8 +209,8 @@ def test_partial_counts_characters(
 
 @pytest.mark.slow
 def test_arrow_masks_give_what_the_spark_masks_give(spark: SparkSession) -> None:
-    from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-    from tableflow_core.transforms.spark import apply_transforms
+    from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+    from tableflow_core.pipeline.transforms.spark import apply_transforms
 
     schema = pa.schema([("c", pa.string())])
     variants: list[dict[str, Any]] = [

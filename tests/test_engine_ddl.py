@@ -10,7 +10,7 @@ import pytest
 from tableflow_core.engine.ddl import SchemaEvolutionError, apply_schema_changes, create_table
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
+from tableflow_core.ingest.terms import PartitionTerm, SortTerm
 from tableflow_core.schemas.decoding import serialize_schema
 from tableflow_core.schemas.evolution import diff_schemas, iceberg_schema_for
 from tests.fixtures.catalog import CatalogServer, unique_namespace

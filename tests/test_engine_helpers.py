@@ -100,7 +100,7 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
 
 
 def test_root_cause_finds_the_executor_error_inside_a_spark_trace() -> None:
-    from tableflow_core.engine.ingest import root_cause
+    from tableflow_core.pipeline.run import root_cause
 
     spark_text = (
         "\n  An error occurred while calling o123.append.\n"

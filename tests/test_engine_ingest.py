@@ -120,8 +120,8 @@ def test_bad_records_travel_as_data(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
     """The engine's error carries the failed records; its message is not parsed back."""
-    from tableflow_core.engine.ingest import IngestError, ingest
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import IngestError, ingest
     from tableflow_core.targets.catalog import open_catalog
     from tests.test_engine_helpers import produce_raw
 
@@ -175,10 +175,10 @@ def test_offsets_survive_compaction_and_expiry(
     from datetime import UTC, datetime
 
     from tableflow_core.config.models import CompactSettings, ExpireSnapshotsSettings
-    from tableflow_core.engine.table_state import read_table_state
     from tableflow_core.maintenance.operations import compact, expire_snapshots
     from tableflow_core.maintenance.target import SparkTable
     from tableflow_core.state.offsets import read_committed_offsets
+    from tableflow_core.state.table_state import read_table_state
 
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
     topic = kafka_broker.create_topic(unique_name("maint"), 2)
@@ -263,8 +263,8 @@ def test_a_concurrent_commit_makes_the_run_refuse(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tableflow_core.pipeline.runners.publish as publish_module
-    from tableflow_core.engine.ingest import ConcurrentCommitError, ingest
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import ConcurrentCommitError, ingest
     from tableflow_core.targets.catalog import open_catalog
 
     topic = kafka_broker.create_topic(unique_name("race"), 1)
@@ -309,8 +309,8 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     (after the publish's own check), three times: MainMovedError, main keeps the old data
     and offsets, no branch is left."""
     import tableflow_core.pipeline.runners.publish as publish_module
-    from tableflow_core.engine.ingest import MainMovedError, ingest
     from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import MainMovedError, ingest
     from tableflow_core.state.offsets import read_committed_offsets
     from tableflow_core.targets.catalog import open_catalog
 

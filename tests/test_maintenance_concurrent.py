@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from tableflow_core.config.models import CompactSettings
-from tableflow_core.engine.table_state import read_table_state, table_exists
 from tableflow_core.maintenance import DueOperation, run_maintenance
 from tableflow_core.plan.plan_file import StalePlanError
 from tableflow_core.state.offsets import read_committed_offsets
+from tableflow_core.state.table_state import read_table_state, table_exists
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import CatalogServer

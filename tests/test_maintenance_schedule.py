@@ -139,7 +139,7 @@ def test_an_unreadable_last_run_counts_as_never() -> None:
 
 
 def test_state_objects_with_properties_are_accepted() -> None:
-    from tableflow_core.engine.table_state import TableState
+    from tableflow_core.state.table_state import TableState
 
     state = TableState(1, (), {"main": 1}, last_run_properties(["compact"], NOW))
     block = Maintenance.model_validate({"compact": True})

@@ -9,14 +9,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tableflow_core.kafka.messages import KafkaMessage
-from tableflow_core.pipeline import stages
-from tableflow_core.pipeline.bad_records import (
+from tableflow_core.ingest import stages
+from tableflow_core.ingest.bad_records import (
     BAD_RECORD_SCHEMA,
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
 )
-from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
+from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
 from tableflow_core.pipeline.registry import RUNNER_MODULES, STAGE_RUNNERS, runner_for
 from tableflow_core.pipeline.runners.write_upsert import merge_sql

@@ -11,8 +11,7 @@ import pytest
 from rich.console import Console
 
 from tableflow_core.config.loader import load_project
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
-from tableflow_core.pipeline.shape import managed_properties
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.plan.actions import PartitionTerm
 from tableflow_core.plan.builder import build_plan
 from tableflow_core.plan.plan import PlanOptions
@@ -20,6 +19,7 @@ from tableflow_core.plan.plan_file import load_plan, save_plan, stale_reasons
 from tableflow_core.plan.render_human import render_human
 from tableflow_core.plan.render_json import generate_schema, plan_document, shipped_schema
 from tableflow_core.plan.render_markdown import render_markdown
+from tableflow_core.plan.shape import managed_properties
 from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
 from tableflow_core.schemas.evolution import iceberg_schema_for
 from tableflow_core.schemas.resolve import ResolvedSchema, schema_fingerprint

@@ -27,7 +27,7 @@ def _worker_daemons() -> int:
             arguments = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        count += b"tableflow_core.engine.worker_daemon" in arguments
+        count += b"tableflow_core.pipeline.worker_daemon" in arguments
     return count
 
 

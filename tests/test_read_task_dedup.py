@@ -1,4 +1,4 @@
-"""An append table's dedup in the read tasks (transforms/read_task_dedup.py), end to end:
+"""An append table's dedup in the read tasks (pipeline/transforms/read_task_dedup.py), end to end:
 real broker, registry, catalog server and Spark, through plan + apply; the table read
 back by pyiceberg. Each Kafka partition is read by its own task here, so a key in both
 partitions is a key two tasks kept: the run is written again with the shuffle dedup."""
@@ -16,7 +16,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.pipeline.runners import read_ranges
-from tableflow_core.transforms.read_task_dedup import (
+from tableflow_core.pipeline.transforms.read_task_dedup import (
     DEDUP_RAN_IN_PROPERTY,
     KEYS_ACROSS_TASKS_PROPERTY,
 )

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from tableflow_core.engine.run_branch import publish_run, rows_at, stale_branches, start_run
-from tableflow_core.engine.table_state import table_state_of
-from tableflow_core.pipeline.errors import MainMovedError
+from tableflow_core.errors import MainMovedError
+from tableflow_core.state.table_state import table_state_of
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 
 pytestmark = pytest.mark.slow  # needs the catalog server

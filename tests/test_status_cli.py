@@ -13,7 +13,7 @@ from tableflow_core.cli.main import cli
 from tableflow_core.config.loader import load_project
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.dev.producer import produce_sample
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace

@@ -11,9 +11,9 @@ from pydantic import TypeAdapter
 
 from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
+from tableflow_core.pipeline.transforms.spark import execution_order, possible_fates
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.compile import DedupStep, MaskStep
-from tableflow_core.transforms.spark import execution_order, possible_fates
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("user", pa.string()), ("city", pa.string()), ("kind", pa.string())]
@@ -70,7 +70,7 @@ def test_other_steps_keep_their_place() -> None:
 
 
 def test_only_the_fates_a_chain_can_give_are_counted() -> None:
-    """Each fate counted is an aggregate on every row of the batch (transforms/spark.py)."""
+    """Each fate counted is an aggregate on every row of the batch (pipeline/transforms/spark.py)."""
     assert possible_fates(steps([HASH_USER, PARTIAL_CITY])) == frozenset()
     assert possible_fates(steps([HASH_USER, DEDUP_ID])) == {"duplicate"}
     assert possible_fates(steps([{"type": "filter", "where": "id > 0"}])) == {"filtered"}

@@ -16,13 +16,13 @@ from pydantic import TypeAdapter
 from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.pipeline.bad_records import (
+from tableflow_core.ingest.bad_records import (
     REJECTED_ROW_SCHEMA,
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
 )
+from tableflow_core.pipeline.transforms.spark import apply_transforms, dedup_against_table
 from tableflow_core.transforms import compile_transforms
-from tableflow_core.transforms.spark import apply_transforms, dedup_against_table
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.transform_batches import frame, sample_rows, sample_schema, with_position
 
@@ -471,7 +471,7 @@ def test_dedup_against_the_table_on_one_key_is_null_safe(
 def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
     spark: SparkSession,
 ) -> None:
-    from tableflow_core.transforms.spark import align_to_table
+    from tableflow_core.pipeline.transforms.spark import align_to_table
 
     df = spark.sql(
         "SELECT 1 AS id, named_struct('street', 'Main St', 'geo', named_struct('lat', 1.5)) "
@@ -494,7 +494,7 @@ def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
 
 
 def test_align_to_table_fills_struct_fields_inside_arrays_and_maps(spark: SparkSession) -> None:
-    from tableflow_core.transforms.spark import align_to_table
+    from tableflow_core.pipeline.transforms.spark import align_to_table
 
     df = spark.sql(
         "SELECT 1 AS id, array(named_struct('sku', 'a'), named_struct('sku', 'b')) AS lines, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from tableflow_core.engine.worker_daemon import drop_zipped_spark_python, forget_importers
+from tableflow_core.pipeline.worker_daemon import drop_zipped_spark_python, forget_importers
 
 
 def spark_home(root: Path, zipped_version: str) -> Path:

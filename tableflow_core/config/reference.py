@@ -10,6 +10,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
 from tableflow_core.config import models
+from tableflow_core.config.capabilities import TABLE_GATES, UNSUPPORTED_SPARK_CATALOGS
 
 # (heading, model) in reading order.
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -59,7 +60,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
 HEADER = """# Configuration reference
 
 Generated from `tableflow_core/config/models.py` (and, for what is marked
-**Not supported yet**, `tableflow_core/plan/capabilities.py`: plan refuses those with
+**Not supported yet**, `tableflow_core/config/capabilities.py`: plan refuses those with
 the key's file:line) by
 `python -m tableflow_core.config.reference > docs/reference.md`; a test fails when
 it is out of date. Every model rejects unknown keys (with a "did you mean"
@@ -73,16 +74,12 @@ NOT_SUPPORTED = "**Not supported yet**"
 
 
 def _unsupported_keys() -> dict[str, str]:
-    """Table keys `plan` refuses (tableflow_core/plan/capabilities.py): key -> what."""
-    from tableflow_core.plan.capabilities import TABLE_GATES
-
+    """Table keys `plan` refuses (tableflow_core/config/capabilities.py): key -> what."""
     return {gate.key: gate.what for gate in TABLE_GATES}
 
 
 def _section_note(heading: str) -> str | None:
     """Why a whole section is not usable yet, from the same capability list."""
-    from tableflow_core.plan.capabilities import UNSUPPORTED_SPARK_CATALOGS
-
     for catalog_type in sorted(UNSUPPORTED_SPARK_CATALOGS):
         if heading == f"catalog: type {catalog_type}":
             return (

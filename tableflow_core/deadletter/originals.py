@@ -18,9 +18,10 @@ import pyarrow as pa
 
 from tableflow_core.deadletter.errors import OriginalRecordMissingError
 from tableflow_core.deadletter.frames import require_columns, spark_schema
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SCHEMA
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SCHEMA
+from tableflow_core.kafka.range_reader import read_range
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,8 +79,6 @@ def originals_for_rows(
 ) -> Iterator[list[dict[str, Any]]]:
     """BAD_RECORD_SCHEMA rows (in lists) for `rejected_rows`, read back from Kafka."""
     if reader is None:
-        from tableflow_core.kafka.range_reader import read_range
-
         reader = read_range
     by_partition: dict[int, dict[int, list[Mapping[str, Any]]]] = defaultdict(
         lambda: defaultdict(list)

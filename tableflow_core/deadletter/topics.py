@@ -1,7 +1,7 @@
 """Kafka dead-letter topics on the broker: does one exist, and creating a missing one.
 
 `topic_partitions` is what plan asks (through `plan.world.Readers`); `create_dlq_topic`
-is what apply runs for a plan's `create_topic` action (deadletter/topic_plan.py).
+is what apply runs for a plan's `create_topic` action (plan/dead_letter_topic.py).
 """
 
 from __future__ import annotations

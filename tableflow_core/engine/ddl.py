@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec
+from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,7 +132,6 @@ def schema_change_statements(spec: IngestSpec, change: Any, desired: pa.Schema) 
     it with KEPT_COLUMN_DOC, so that the next plan does not show it again;
     `restore_column` (the field is back) clears the mark.
     """
-    from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
 
     column = f"{spec.identifier} ALTER COLUMN {_column_path(change.path)}"
     if change.kind == "keep_column":

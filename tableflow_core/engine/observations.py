@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.sql_text import quote_ident, sql_string
+from tableflow_core.sql_text import quote_ident, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation

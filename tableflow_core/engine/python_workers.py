@@ -1,6 +1,6 @@
 """Start Spark's Python worker daemon before the first Kafka read needs it.
 
-Spark starts the daemon that forks its Python workers (`engine/worker_daemon.py`) when
+Spark starts the daemon that forks its Python workers (`pipeline/worker_daemon.py`) when
 the application's first Python task runs, and that daemon imports the decode path first
 (~0.9 s of CPU). Left alone, that first task is the first table's Kafka read, so each
 of the read's first tasks waited for the daemon: on the 2-core benchmark machine they

@@ -23,8 +23,8 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tableflow_core.engine.table_state import TableState
-from tableflow_core.pipeline.errors import MainMovedError
+from tableflow_core.errors import MainMovedError
+from tableflow_core.state.table_state import TableState
 
 BRANCH_PREFIX = "tableflow_run_"
 MAIN = "main"

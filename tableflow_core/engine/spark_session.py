@@ -52,7 +52,7 @@ WORKER_DISTUTILS_KEY = "spark.executorEnv.SETUPTOOLS_USE_DISTUTILS"
 
 DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
 # Python workers fork from a daemon that imported the decode path already.
-WORKER_DAEMON_MODULE = "tableflow_core.engine.worker_daemon"
+WORKER_DAEMON_MODULE = "tableflow_core.pipeline.worker_daemon"
 
 # A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
 # CPU than its faster code saves (1M records: the JVM used ~30 s of CPU with tiered JIT,

@@ -5,16 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.ingest.stages import Mode, Stage
+from tableflow_core.ingest.terms import PartitionTerm, SortTerm
 from tableflow_core.kafka.offsets import StartFrom
-from tableflow_core.pipeline.shape import DEFAULT_TABLE_PROPERTIES
-from tableflow_core.pipeline.stages import Mode, Stage
-from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from tableflow_core.schemas.decoding import DecoderSpec
 
-# One representation of partition and sort terms (pipeline/terms.py); DDL uses these names.
+# Written on every table we create, unless the project overrides them.
+DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
+    "format-version": "2",
+    "write.format.default": "parquet",
+    "write.parquet.compression-codec": "zstd",
+}
+
+# One representation of partition and sort terms (ingest/terms.py); DDL uses these names.
 PartitionFieldSpec = PartitionTerm
 SortFieldSpec = SortTerm
 
@@ -38,11 +44,11 @@ class IngestSpec:
     decode_chunk_size: int = field(default=10_000)
     mode: Mode = "append"
     key_columns: tuple[str, ...] = ()
-    # The pipeline the plan emitted (pipeline/stages.py); () = the default append pipeline.
+    # The pipeline the plan emitted (ingest/stages.py); () = the default append pipeline.
     stages: tuple[Stage, ...] = ()
     # The table's dead-letter target config (KafkaDeadLetter / IcebergDeadLetter), if any.
     dead_letter: Any = None
-    # The table's transforms and checks (pipeline/compiled.py CompiledTable); None: neither.
+    # The table's transforms and checks (plan/compiled.py CompiledTable); None: neither.
     compiled: Any = None
 
     @property

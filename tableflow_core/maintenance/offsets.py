@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tableflow_core.engine.table_state import read_table_state
 from tableflow_core.maintenance.target import SparkTable
 from tableflow_core.state.offsets import OFFSETS_KEY, CommittedOffsets, encode_offsets
+from tableflow_core.state.table_state import read_table_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

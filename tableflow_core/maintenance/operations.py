@@ -18,9 +18,10 @@ from tableflow_core.config.models import (
     RewriteDeletesSettings,
     parse_duration_seconds,
 )
-from tableflow_core.engine.sql_text import sql_string
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.target import SparkTable
+from tableflow_core.sql_text import sql_string
+from tableflow_core.state.table_state import read_table_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,7 +147,6 @@ def remove_orphans(
 ) -> dict[str, Any]:
     """Delete files no snapshot references, older than `older_than` (never below the floor
     the config enforces, so uncommitted files of runs in flight are safe)."""
-    from tableflow_core.engine.table_state import read_table_state
 
     properties = read_table_state(spark, table.sql).properties
     cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than))

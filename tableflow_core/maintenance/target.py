@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.sql_text import quote_ident
 
 
 @dataclass(frozen=True)

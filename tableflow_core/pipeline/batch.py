@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,13 +40,12 @@ class StageContext:
     # Wall seconds of the run's phases, by name (run_results.json `timings`): the engine's
     # own (load, start_run), each stage runner's, and parts a runner times (e.g. merge).
     timings: dict[str, float] = field(default_factory=dict)
-    # Whether the read tasks may run the table's dedup (transforms/read_task_dedup.py): not
+    # Whether the read tasks may run the table's dedup (pipeline/transforms/read_task_dedup.py): not
     # after a run whose read tasks kept a key twice, nor when that run is being redone.
     dedup_in_read_tasks: bool = True
 
     @property
     def branch_identifier(self) -> str:
-        from tableflow_core.engine.sql_text import quote_ident
 
         return f"{self.spec.identifier}.{quote_ident('branch_' + self.branch)}"
 
@@ -61,7 +61,7 @@ Audit = Callable[["StageContext", "Batch"], None]
 class RejectedRows:
     """Rows a transform or a row-level check took out of `good`, with where they go.
 
-    `rows` is in REJECTED_ROW_SCHEMA (pipeline/bad_records.py); `policy` is "skip" (counted
+    `rows` is in REJECTED_ROW_SCHEMA (ingest/bad_records.py); `policy` is "skip" (counted
     only) or "dlq" (route_bad_records fetches their original bytes and dead-letters them).
     """
 

@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tableflow_core.ingest.columns import BAD_RECORD_STRUCT, decoded_schema
 from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
-from tableflow_core.pipeline.columns import BAD_RECORD_STRUCT, decoded_schema
 from tableflow_core.pipeline.key_values import key_row_fitter
 from tableflow_core.schemas.arrow_values import build_batch, storage_schema
 from tableflow_core.schemas.formats import FormatSpec

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from tableflow_core.ingest.stages import StageSpec
 from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.stages import StageSpec
 
 StageRunner = Callable[[StageContext, Any, Batch], Batch]
 S = TypeVar("S", bound=StageSpec)

@@ -2,15 +2,15 @@
 
 Two users, both on append tables:
 
-- the table's dedup, when it runs in the read tasks (`transforms/read_task_dedup.py`):
+- the table's dedup, when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`):
   each task flags the rows it superseded, and reports a digest of each key it kept, so
   the run can tell whether two tasks kept one key;
 - `unique` checks on columns the transforms pass through untouched
-  (`checks/read_task_unique.py`): each task reports a digest of each kept row's key;
+  (`pipeline/checks/read_task_unique.py`): each task reports a digest of each kept row's key;
   when no digest repeats across all tasks, every key of the rows written is distinct,
   and the check needs no shuffle, sort and window of the written rows.
 
-The digests are `transforms/arrow_dedup.py`'s: exact for one integer-like column; for
+The digests are `pipeline/transforms/arrow_dedup.py`'s: exact for one integer-like column; for
 other keys two different keys may share a digest, which only ever makes a repeat
 appear (the exact path then runs), never hides one.
 
@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 
-from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN
-from tableflow_core.transforms.arrow_dedup import (
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN
+from tableflow_core.pipeline.transforms.arrow_dedup import (
     Digests,
     TaskDedup,
     distinct,

@@ -12,11 +12,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tableflow_core.pipeline.stages import Mode, Stage
-from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
+from tableflow_core.ingest.stages import Mode, Stage
+from tableflow_core.ingest.terms import PartitionTerm, SortTerm
 from tableflow_core.schemas.changes import SchemaChange
 
-__all__ = ["PartitionTerm", "SortTerm"]  # one representation: pipeline/terms.py
+__all__ = ["PartitionTerm", "SortTerm"]  # one representation: ingest/terms.py
 
 Change = Literal["create", "update", "replace", "delete", "read", "report"]
 

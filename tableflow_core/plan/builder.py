@@ -9,18 +9,9 @@ from typing import Any
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
-from tableflow_core.deadletter.table_plan import dlq_table_actions, iceberg_dlq_users
-from tableflow_core.deadletter.topic_plan import dlq_topic_actions
-from tableflow_core.pipeline.compiled import CompiledTable, compile_table
-from tableflow_core.pipeline.shape import (
-    KEY_PROPERTY,
-    MODE_PROPERTY,
-    TOPIC_PROPERTY,
-    ShapeError,
-    TableShape,
-    desired_shape,
-)
-from tableflow_core.pipeline.stages import table_stages
+from tableflow_core.ingest.stages import table_stages
+from tableflow_core.kafka.offsets import plan_offsets
+from tableflow_core.maintenance.schedule import maintenance_due
 from tableflow_core.plan import capabilities, column_checks
 from tableflow_core.plan.actions import (
     Action,
@@ -41,11 +32,25 @@ from tableflow_core.plan.actions import (
     UndeclaredTable,
     UpdateProperties,
 )
+from tableflow_core.plan.compiled import CompiledTable, compile_table
 from tableflow_core.plan.dag import compile_dag
+from tableflow_core.plan.dead_letter_table import dlq_table_actions, iceberg_dlq_users
+from tableflow_core.plan.dead_letter_topic import dlq_topic_actions
 from tableflow_core.plan.desired import comparable_properties, config_hash, start_from_value
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
+from tableflow_core.plan.shape import (
+    KEY_PROPERTY,
+    MODE_PROPERTY,
+    TOPIC_PROPERTY,
+    ShapeError,
+    TableShape,
+    desired_shape,
+)
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState, key_arrow_schema
+from tableflow_core.publish.state import published_state
+from tableflow_core.schemas.evolution import diff_schemas
+from tableflow_core.schemas.write_schema import table_write_schema
 
 # (current iceberg schema, desired arrow schema) -> object with .changes and .incompatible
 SchemaDiffer = Callable[[Any, Any], Any]
@@ -53,7 +58,6 @@ DEFAULT_MAX_RECORDS_PER_TASK = 250_000
 
 
 def default_schema_differ() -> SchemaDiffer:
-    from tableflow_core.schemas.evolution import diff_schemas
 
     return diff_schemas
 
@@ -189,7 +193,6 @@ def build_plan(
 
 
 def _write_schema(shape: TableShape, observed: ObservedTable | None) -> Any:
-    from tableflow_core.schemas.write_schema import table_write_schema
 
     return table_write_schema(shape.schema, observed.schema if observed else None)
 
@@ -300,7 +303,6 @@ def _ingest_action(
     compiled: CompiledTable | None = None,
 ) -> Ingest | str | None:
     """The ingest action, None when nothing is pending, or a problem text."""
-    from tableflow_core.kafka.offsets import plan_offsets
 
     topic_state = world.topics.get(table.topic)
     if topic_state is None:
@@ -363,7 +365,6 @@ def _publish_action(
 ) -> list[Action]:
     """Missing or stale published pointers, when nothing else commits to the table (a
     commit publishes every catalog of `publish_to` anyway)."""
-    from tableflow_core.publish.state import published_state
 
     if not table.publish_to or commits:
         return []
@@ -394,7 +395,6 @@ def _publish_action(
 
 
 def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) -> list[Action]:
-    from tableflow_core.maintenance.schedule import maintenance_due
 
     due = maintenance_due(table, observed, now)
     if not due:

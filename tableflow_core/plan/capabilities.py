@@ -1,31 +1,17 @@
-"""The one place that says which configured features are not built yet.
+"""Plan blockers for configured features that are not built yet.
 
-Config parses and validates every key; the planner refuses the ones listed here
-with "not supported yet" and the key's file:line, so nothing is silently ignored.
-When a feature lands, its issue deletes its entry below (and nothing else).
+Which they are is said once, in `config/capabilities.py`; here they become blockers with
+the key's file:line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
+from tableflow_core.config.capabilities import TABLE_GATES, UNSUPPORTED_SPARK_CATALOGS
 from tableflow_core.config.project import Project, Table
 from tableflow_core.delta import delta_refusal
 from tableflow_core.plan.actions import Blocker
 
-
-@dataclass(frozen=True)
-class TableGate:
-    key: str
-    applies: Callable[[Table], bool]
-    what: str
-
-
-TABLE_GATES: tuple[TableGate, ...] = ()
-
-# Catalog types `apply` cannot write to from Spark yet (plan can read them with pyiceberg).
-UNSUPPORTED_SPARK_CATALOGS: frozenset[str] = frozenset({"glue", "hive"})
+__all__ = ["TABLE_GATES", "UNSUPPORTED_SPARK_CATALOGS", "table_blockers", "target_blockers"]
 
 
 def table_blockers(table: Table) -> list[Blocker]:

@@ -1,7 +1,7 @@
 """The apply DAG as data: compiling plan actions into tasks, and ordering them.
 
 Per table: DDL first (create / alter / replace), then ingest (the table's pipeline of
-stages, pipeline/stages.py: read ranges -> decode -> transforms -> checks -> route bad
+stages, ingest/stages.py: read ranges -> decode -> transforms -> checks -> route bad
 records -> write -> publish), then, after whichever committed last, publish to extra
 catalogs (one task per catalog of `publish_to`) and sync the Delta log (tables with
 `formats: [.., delta]`). A `publish_table` action alone (stale pointers, nothing to
@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tableflow_core.deadletter.table_plan import is_dlq_action
 from tableflow_core.plan.actions import DDL_KINDS
+from tableflow_core.plan.dead_letter_table import is_dlq_action
 
 
 class DagTask(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from tableflow_core.config.models import Format, StartFrom
 from tableflow_core.config.project import Project, Table
+from tableflow_core.schemas.formats import FormatSpec, JsonColumn
 
 # Iceberg consumes these at creation; they never appear as properties afterwards.
 RESERVED_PROPERTIES = frozenset({"format-version"})
@@ -33,7 +34,6 @@ def start_from_value(table: Table) -> Literal["earliest", "latest"] | int:
 
 def format_spec(fmt: Format) -> Any:
     """config `Format` -> DECODING's `FormatSpec`."""
-    from tableflow_core.schemas.formats import FormatSpec, JsonColumn
 
     columns = (
         tuple(JsonColumn(name=c.name, type=c.type, path=c.path) for c in fmt.columns)

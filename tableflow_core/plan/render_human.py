@@ -5,7 +5,6 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from tableflow_core.deadletter.table_plan import is_dlq_action
 from tableflow_core.plan.actions import (
     Blocker,
     ChangePartitionSpec,
@@ -20,6 +19,7 @@ from tableflow_core.plan.actions import (
     UpdateProperties,
 )
 from tableflow_core.plan.dag import render_dag
+from tableflow_core.plan.dead_letter_table import is_dlq_action
 from tableflow_core.plan.plan import Plan
 from tableflow_core.text import plural
 

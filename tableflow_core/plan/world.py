@@ -15,12 +15,21 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tableflow_core.config.project import Project, Table
-from tableflow_core.deadletter.table_plan import iceberg_dlq_users
-from tableflow_core.deadletter.topic_plan import kafka_dlq_users
+from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
+from tableflow_core.kafka.admin import (
+    get_watermarks,
+    offsets_for_timestamp,
+    probe_bootstrap,
+)
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
+from tableflow_core.plan.dead_letter_table import iceberg_dlq_users
+from tableflow_core.plan.dead_letter_topic import kafka_dlq_users
 from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
+from tableflow_core.publish import read_published_pointers
+from tableflow_core.schemas.resolve import resolve_schema
+from tableflow_core.state.offsets import read_committed_offsets
 from tableflow_core.targets.catalog import CatalogHandle
 from tableflow_core.targets.kafka import kafka_consumer_config
 from tableflow_core.targets.registry import registry_settings
@@ -53,13 +62,6 @@ class Readers:
 
 
 def default_readers() -> Readers:
-    from tableflow_core.deadletter.topics import topic_partitions
-    from tableflow_core.kafka.admin import (
-        get_watermarks,
-        offsets_for_timestamp,
-        probe_bootstrap,
-    )
-    from tableflow_core.schemas.resolve import resolve_schema
 
     return Readers(
         resolve_schema, get_watermarks, offsets_for_timestamp, probe_bootstrap, topic_partitions
@@ -98,7 +100,6 @@ def sort_terms_of(table: Any) -> tuple[SortTerm, ...]:
 
 
 def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
-    from tableflow_core.state.offsets import read_committed_offsets
 
     committed = read_committed_offsets(table)
     metadata = table.metadata
@@ -309,7 +310,6 @@ def _read_published(
     """The pointers in each existing table's `publish_to` catalogs. A catalog that cannot
     be read does not fail the plan: the table gets a publish action saying so, and apply
     reports whether publishing then works."""
-    from tableflow_core.publish import read_published_pointers
 
     futures = {
         t.name: pool.submit(read_published_pointers, project, t) for t in tables if t.publish_to

@@ -8,8 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from tableflow_core.config.project import Project
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
+from tableflow_core.deadletter.suspension import Suspension, clear_suspension, suspend
+from tableflow_core.deadletter.topics import create_dlq_topic
+from tableflow_core.delta import sync_delta_log
+from tableflow_core.delta.storage import storage_options_of
+from tableflow_core.engine import ddl
+from tableflow_core.engine.ddl import partition_sql, sort_sql
+from tableflow_core.errors import ConcurrentCommitError, IngestError
 from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.run import ingest
 from tableflow_core.plan.actions import (
     ChangePartitionSpec,
     ChangeSortOrder,
@@ -21,9 +30,12 @@ from tableflow_core.plan.actions import (
     UpdateProperties,
 )
 from tableflow_core.plan.dag import DagTask, publish_catalog
+from tableflow_core.plan.ingest_spec import ingest_spec
 from tableflow_core.plan.plan import Plan
 from tableflow_core.plan.world_state import key_arrow_schema
-from tableflow_core.runner.table_spec import ingest_spec
+from tableflow_core.publish import PublishError, publish_table
+from tableflow_core.schemas.evolution import SchemaDiff
+from tableflow_core.sql_text import quote_ident
 from tableflow_core.targets.kafka import kafka_consumer_config
 
 
@@ -94,7 +106,6 @@ def _create_namespace(context: ApplyContext, task: DagTask) -> None:
 
 @task_runner("create_dlq_table")
 def _create_dlq_table(context: ApplyContext, task: DagTask) -> None:
-    from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
 
     action = context.plan.action(task.actions[0])
     assert isinstance(action, CreateTable)
@@ -105,7 +116,6 @@ def _create_dlq_table(context: ApplyContext, task: DagTask) -> None:
 
 @task_runner("create_dlq_topic")
 def _create_dlq_topic(context: ApplyContext, task: DagTask) -> bool:
-    from tableflow_core.deadletter.topics import create_dlq_topic
 
     action = context.plan.action(task.actions[0])
     assert isinstance(action, CreateTopic)
@@ -136,8 +146,6 @@ def _ddl(context: ApplyContext, task: DagTask) -> list[str]:
 
 @task_runner("ingest")
 def _ingest(context: ApplyContext, task: DagTask) -> Any:
-    from tableflow_core.engine.ingest import ingest
-    from tableflow_core.kafka.offsets import OffsetRange
 
     assert task.table is not None
     spec = context.spec(task.table)
@@ -161,8 +169,6 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
             catalog=context.handle,
         )
     if spec.table_name in plan.suspended:  # a successful apply resumes the table
-        from tableflow_core.deadletter.suspension import clear_suspension
-
         identifier = ".".join((*spec.namespace, spec.table))
         clear_suspension(context.handle.catalog, identifier, context.handle.address)
     return outcome
@@ -172,7 +178,6 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
 def _suspending(context: ApplyContext, spec: IngestSpec) -> Iterator[None]:
     """Under `tableflow run`, a run stopped by bad records (on_error fail) suspends the
     table (a table property naming the offset) instead of only failing."""
-    from tableflow_core.pipeline.errors import ConcurrentCommitError, IngestError
 
     try:
         yield
@@ -181,7 +186,6 @@ def _suspending(context: ApplyContext, spec: IngestSpec) -> Iterator[None]:
             raise
         if isinstance(exc, ConcurrentCommitError):
             raise
-        from tableflow_core.deadletter.suspension import Suspension, suspend
 
         first = exc.failures[0]
         suspension = Suspension.now(
@@ -213,8 +217,6 @@ def _publish(context: ApplyContext, task: DagTask) -> Any:
     table's commits; a failure leaves the Iceberg commit in place and fails the task."""
     from dataclasses import replace
 
-    from tableflow_core.publish import PublishError, publish_table
-
     assert task.table is not None
     table = context.project.table(task.table)
     location = _load_table(context, task.table).metadata_location
@@ -228,8 +230,6 @@ def _publish(context: ApplyContext, task: DagTask) -> Any:
 @task_runner("sync_delta")
 def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
     """Mirror the table's current snapshot in its Delta log (`formats: [.., delta]`)."""
-    from tableflow_core.delta import sync_delta_log
-    from tableflow_core.delta.storage import storage_options_of
 
     assert task.table is not None
     loaded = _load_table(context, task.table)
@@ -238,14 +238,12 @@ def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
 
 @action_runner(CreateTable)
 def _create_table(context: ApplyContext, spec: IngestSpec, action: CreateTable) -> None:
-    from tableflow_core.engine import ddl
 
     ddl.create_table(context.spark, spec, spec.table_schema())
 
 
 @action_runner(ReplaceTable)
 def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable) -> None:
-    from tableflow_core.engine import ddl
 
     context.spark.sql(f"DROP TABLE IF EXISTS {spec.identifier} PURGE")
     ddl.create_table(context.spark, spec, spec.table_schema())
@@ -253,8 +251,6 @@ def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable
 
 @action_runner(EvolveSchema)
 def _evolve_schema(context: ApplyContext, spec: IngestSpec, action: EvolveSchema) -> None:
-    from tableflow_core.engine import ddl
-    from tableflow_core.schemas.evolution import SchemaDiff
 
     ddl.apply_schema_changes(context.spark, spec, SchemaDiff(action.changes, ()))
 
@@ -273,7 +269,6 @@ def _update_properties(context: ApplyContext, spec: IngestSpec, action: UpdatePr
 def _change_partition_spec(
     context: ApplyContext, spec: IngestSpec, action: ChangePartitionSpec
 ) -> None:
-    from tableflow_core.engine.ddl import partition_sql
 
     for term in action.current:
         if term not in action.desired:
@@ -289,7 +284,6 @@ def _change_partition_spec(
 
 @action_runner(ChangeSortOrder)
 def _change_sort_order(context: ApplyContext, spec: IngestSpec, action: ChangeSortOrder) -> None:
-    from tableflow_core.engine.ddl import sort_sql
 
     if action.desired:
         order = ", ".join(sort_sql(s) for s in action.desired)

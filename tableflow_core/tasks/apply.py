@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.engine.spark_session import build_spark_session, register_catalog
 from tableflow_core.plan.builder import table_fingerprint
 from tableflow_core.plan.desired import config_hash
 from tableflow_core.plan.plan import Plan
@@ -23,6 +24,7 @@ from tableflow_core.runner.executor import TaskOutcome, execute_dag
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.runner.progress import ApplyProgress
 from tableflow_core.runner.results import RunResults, TableResult, write_run_results
+from tableflow_core.schemas.write_schema import write_resolved_schemas
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 
 if TYPE_CHECKING:
@@ -126,7 +128,6 @@ class ApplyTask:
         return world
 
     def _spark(self, handle: CatalogHandle) -> SparkSession:
-        from tableflow_core.engine.spark_session import register_catalog
 
         if self.spark is None and self.spark_starter is not None:
             self.spark = self.spark_starter.get()
@@ -146,7 +147,6 @@ def project_spark_session(
 ) -> SparkSession:
     """The Spark application the target's `spark` settings describe (FAIR scheduling:
     each table's jobs run in their own pool). `short_lived`: it ends with the command."""
-    from tableflow_core.engine.spark_session import build_spark_session
 
     settings = project.target.spark
     conf = {"spark.scheduler.mode": "FAIR", **{k: str(v) for k, v in settings.conf.items()}}
@@ -163,7 +163,6 @@ def project_spark_session(
 
 def _write_schemas(plan: Plan, tables: tuple[Table, ...], world: Any) -> dict[str, Any]:
     """Resolved schemas widened to the tables' write schemas (columns a writer dropped stay)."""
-    from tableflow_core.schemas.write_schema import write_resolved_schemas
 
     replaced = {a.table for a in plan.actions if a.kind == "replace_table"}
     # A table with transforms decodes the topic's own schema: the table's columns are

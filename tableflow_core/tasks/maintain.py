@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.delta import storage_options_of, sync_delta_log
+from tableflow_core.engine.spark_session import build_spark_session, register_catalog
 from tableflow_core.maintenance import (
     DueOperation,
     MaintenanceReport,
@@ -70,7 +72,6 @@ def load_properties(handle: CatalogHandle, table: Table) -> dict[str, str] | Non
 
 def maintenance_spark_session(project: Project, handle: CatalogHandle) -> SparkSession:
     """The target's Spark application, with the target's catalog registered."""
-    from tableflow_core.engine.spark_session import build_spark_session
 
     settings = project.target.spark
     return build_spark_session(
@@ -156,7 +157,6 @@ class MaintainTask:
     def _sync_delta(self, handle: CatalogHandle, table: Table) -> tuple[Any, str | None]:
         """The Delta log mirrors the maintained snapshot; an error is reported, not raised
         (the maintenance commits stand)."""
-        from tableflow_core.delta import storage_options_of, sync_delta_log
 
         try:
             loaded = handle.catalog.load_table((*table.namespace, table.table))
@@ -165,7 +165,6 @@ class MaintainTask:
             return None, self.project.redact(f"delta log: {type(exc).__name__}: {exc}")[:500]
 
     def _spark(self, handle: CatalogHandle) -> Any:
-        from tableflow_core.engine.spark_session import register_catalog
 
         if self.spark is None:
             self.spark = maintenance_spark_session(self.project, handle)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.delta import mirrored_snapshot_id
+from tableflow_core.delta.sync import delta_uri
 from tableflow_core.kafka.offsets import initial_offsets
 from tableflow_core.plan.desired import start_from_value
 from tableflow_core.plan.world import KAFKA_TIMEOUT_S, Readers, default_readers
@@ -241,9 +243,6 @@ def _dlq_status(catalog: Any, table: Table) -> DlqStatus | None:
 
 def _delta_status(location: str, snapshot: Any) -> DeltaStatus:
     from deltalake import DeltaTable
-
-    from tableflow_core.delta import mirrored_snapshot_id
-    from tableflow_core.delta.sync import delta_uri
 
     exists = DeltaTable.is_deltatable(delta_uri(location))
     mirrored = mirrored_snapshot_id(location) if exists else None

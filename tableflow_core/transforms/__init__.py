@@ -1,7 +1,7 @@
 """Transforms declared in YAML: compiled without Spark (plan), run on Spark (apply).
 
 Importing this package never imports pyspark: `compile_transforms` is pure. The Spark
-side lives in `tableflow_core.transforms.spark` (`apply_transforms`, `dedup_against_table`).
+side lives in `tableflow_core.pipeline.transforms.spark` (`apply_transforms`, `dedup_against_table`).
 The names below load on first use, so that a decode task importing `arrow_masks` does not
 import the compiler (and sqlglot with it).
 """

@@ -3,7 +3,7 @@
 This module is what Spark's Python workers import to mask: pyarrow and hashlib only (the
 compiled transforms import sqlglot, which a decode task has no use for).
 
-The values are exactly those of the Spark expressions (`transforms.spark._run_mask`):
+The values are exactly those of the Spark expressions (`pipeline.transforms.spark._run_mask`):
 `hash` is hex(SHA-256(salt || UTF-8 value)), `partial` counts characters (code points)
 like Spark's `length` and `substring`, and null stays null for all three.
 """
@@ -88,7 +88,7 @@ def _redact(mask: ColumnMask, values: pa.Array) -> pa.Array:
 
 def _partial(mask: ColumnMask, values: pa.Array) -> pa.Array:
     """Keep the first/last characters and star the rest; a value no longer than what would
-    be kept is starred entirely (as `transforms.spark.partial_mask`)."""
+    be kept is starred entirely (as `pipeline.transforms.spark.partial_mask`)."""
     kept = mask.keep_first + mask.keep_last
     length = pc.utf8_length(values)
     parts = []

@@ -4,7 +4,7 @@
 against the schema at that point of the chain, every expression is parsed and its
 columns resolved by sqlglot, derived columns are typed, and each step can describe
 itself in one line. Mistakes become one ConfigError naming file:line of each.
-`tableflow_core.transforms.spark` runs the compiled steps on a DataFrame.
+`tableflow_core.pipeline.transforms.spark` runs the compiled steps on a DataFrame.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def command(
     show_dag: bool,
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
-    from tableflow_core.checks.warmup import prepare_checks_engine
+    from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.plan.plan_file import StalePlanError
     from tableflow_core.plan.world import WorldReadError
     from tableflow_core.runner.lock import LockTimeoutError

@@ -25,8 +25,8 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
     table that is blocked or fails is reported and retried at its next interval.
     Stops on Ctrl-C or SIGTERM after the current cycle.
     """
-    from tableflow_core.checks.warmup import prepare_checks_engine
     from tableflow_core.engine.spark_session import SessionStarter
+    from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.tasks.apply import project_spark_session
     from tableflow_core.tasks.run import CycleReport, RunTask
 

@@ -20,8 +20,7 @@ from tableflow_core.deadletter.sinks.fail import FailSink
 from tableflow_core.deadletter.sinks.iceberg_table import IcebergTableSink
 from tableflow_core.deadletter.sinks.kafka_topic import KafkaTopicSink
 from tableflow_core.deadletter.sinks.skip import SkipSink
-from tableflow_core.deadletter.table_plan import DLQ_KEY_COLUMNS
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, DLQ_KEY_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -21,8 +21,8 @@ from tableflow_core.config.models import IcebergDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterTableError
 from tableflow_core.deadletter.frames import count_by_partition, spark_error_summary, spark_schema
 from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult
-from tableflow_core.deadletter.table_plan import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.ingest.bad_records import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -68,7 +68,7 @@ def create_dlq_table(
     identifier: str,
     properties: Mapping[str, str] | None = None,
 ) -> None:
-    """Execute a plan's create-dead-letter-table action (see table_plan.dlq_table_actions)."""
+    """Execute a plan's create-dead-letter-table action (see plan/dead_letter_table.py)."""
     for statement in create_dlq_table_sql(catalog, identifier, properties):
         spark.sql(statement)
 

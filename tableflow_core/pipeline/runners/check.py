@@ -1,7 +1,7 @@
 """check: the table's data-quality checks (issue #10), run as one validation.
 
 Plan emits one Check stage per configured check (one line each in `plan`); all of them
-run at the first, as one great-expectations validation (`checks.run.run_checks`: one
+run at the first, as one great-expectations validation (`pipeline.checks.run.run_checks`: one
 aggregate pass of the row count and every check's failing count); the later
 check stages pass the batch on. What is validated:
 
@@ -30,11 +30,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.checks import ChecksFailedError
+from tableflow_core.errors import IngestError
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.stages import Check
 from tableflow_core.pipeline.batch import Audit, Batch, RejectedRows, StageContext
-from tableflow_core.pipeline.errors import IngestError
+from tableflow_core.pipeline.checks.run import prepare_great_expectations, run_checks
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.stages import Check
+from tableflow_core.schemas.formats import METADATA_PREFIX
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -57,11 +62,9 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         raise NotImplementedError(f"{context.where()}: checks were not compiled for this run")
     if spec.index != 0:
         return batch  # every check ran at the first check stage
-    from tableflow_core.checks import ChecksFailedError
-    from tableflow_core.checks.run import prepare_great_expectations, run_checks
 
     assert batch.good is not None, "check needs the decode stage before it"
-    # A no-op when apply/run started the import already (checks.warmup).
+    # A no-op when apply/run started the import already (pipeline/checks/warmup.py).
     prepare_great_expectations()
     if _audits_written_rows(context, compiled.checks.checks):
         report: dict[str, Any] = {}  # filled by the audit; an audit that never ran: None
@@ -114,8 +117,6 @@ def _without_tombstones(batch: DataFrame) -> tuple[DataFrame, DataFrame | None]:
     records, and a delete must reach the MERGE whatever the checks say."""
     from pyspark.sql import functions as F
 
-    from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
-
     if TOMBSTONE_COLUMN not in batch.columns:
         return batch, None
     tombstone = F.col(TOMBSTONE_COLUMN)
@@ -137,14 +138,12 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
     commit."""
 
     def audit(context: StageContext, batch: Batch) -> None:
-        from tableflow_core.checks import ChecksFailedError
-        from tableflow_core.checks.run import run_checks
 
         # Not cached: great-expectations' pass reads only the columns the checks need
         # from this run's Parquet files, cheaper than caching every column (1M rows:
         # ~1 s against ~8 s).
         written = _appended_rows(context)
-        # `unique` keys no two rows the read tasks decoded share (checks/read_task_unique.py)
+        # `unique` keys no two rows the read tasks decoded share (pipeline/checks/read_task_unique.py)
         reports = batch.key_reports
         run = run_checks(
             written,
@@ -226,9 +225,6 @@ def _with_positions(rows: DataFrame) -> DataFrame:
     """The hidden source-position columns the checks' samples name, from the table's
     partition and offset metadata columns when it has them (else NULL)."""
     from pyspark.sql import functions as F
-
-    from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-    from tableflow_core.schemas.formats import METADATA_PREFIX
 
     def position(metadata: str, hidden: str, kind: str) -> Column:
         name = f"{METADATA_PREFIX}{metadata}"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.deadletter.accounting import RunAccounting
+from tableflow_core.deadletter.originals import fetch_originals
 from tableflow_core.deadletter.sinks import (
     POLICY_SINKS,
     SinkContext,
@@ -31,12 +32,13 @@ from tableflow_core.deadletter.sinks import (
     counts_by_outcome,
     route_bad_records,
 )
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.engine.observations import observe_counts, observed_metrics
 from tableflow_core.engine.test_hooks import crash_point
-from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
-from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
-from tableflow_core.pipeline.stages import RouteBadRecords
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -91,7 +93,6 @@ def _filtered(
 def _observe_written(
     context: StageContext, good: DataFrame
 ) -> tuple[DataFrame, Callable[[], dict[str, dict[int, int]]]]:
-    from tableflow_core.engine.observations import observe_counts, observed_metrics
 
     partitions = sorted({r.partition for r in context.ranges})
     upsert = TOMBSTONE_COLUMN in good.columns
@@ -122,8 +123,6 @@ def _route_rejected(
     context: StageContext, rejected: RejectedRows, sinks: SinkContext
 ) -> SinkResult:
     if rejected.policy == "dlq":
-        from tableflow_core.deadletter.originals import fetch_originals
-
         originals = fetch_originals(
             context.spark,
             rejected.rows,

@@ -7,7 +7,7 @@ observation counts both during the write's single pass, so nothing is cached and
 read once (the bad records are read again only when there are some and a stage needs
 them, e.g. to name them in an error or send them to a dead-letter target).
 
-An append table's dedup may run in the read tasks (`transforms/read_task_dedup.py`): each
+An append table's dedup may run in the read tasks (`pipeline/transforms/read_task_dedup.py`): each
 task flags the rows it superseded (`__tf_duplicate`, counted here and dropped from the
 good rows) and reports digests of the keys it kept to an accumulator; the stage's first
 audit checks, after the write, that no key was kept by two tasks.
@@ -22,29 +22,31 @@ import pyarrow as pa
 
 from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
 from tableflow_core.engine.observations import observe_counts, observed_metrics
-from tableflow_core.engine.sql_text import quote_ident
-from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.columns import (
+from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import (
     BAD_RECORD_COLUMN,
     DUPLICATE_COLUMN,
     TOMBSTONE_COLUMN,
     decoded_schema,
 )
+from tableflow_core.ingest.stages import Decode
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.kafka.range_reader import read_range
+from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.runners.read_task_keys import dedup_audit, start_reports, task_keys_of
-from tableflow_core.pipeline.stages import Decode
 from tableflow_core.pipeline.task_keys import TaskKeys, TaskKeysRun
+from tableflow_core.pipeline.transforms.read_task_dedup import DECODE_DUPLICATES
+from tableflow_core.schemas.decoding import build_decoder
+from tableflow_core.schemas.formats import FormatSpec
+from tableflow_core.sql_text import quote_ident
 from tableflow_core.transforms.arrow_masks import DecodeMasks
-from tableflow_core.transforms.read_task_dedup import DECODE_DUPLICATES
 
 DecoderFactory = Callable[[Any], Any]
 
 
 def _default_decoder_factory(spec: Any) -> Any:
-    from tableflow_core.schemas.decoding import build_decoder
 
     return build_decoder(spec)
 
@@ -67,7 +69,6 @@ def _mapper(
     output schema (`columns.decoded_schema`)."""
 
     def decoded(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from tableflow_core.kafka.range_reader import read_range
 
         chunks = ChunkDecoder(
             decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id, masks
@@ -108,7 +109,6 @@ def key_spec_of(context: StageContext) -> KeySpec | None:
     spec = context.spec
     if spec.mode != "upsert":
         return None
-    from tableflow_core.schemas.formats import FormatSpec
 
     key_format = spec.decoder.key or FormatSpec(format="string")
     return KeySpec(key_format, spec.key_columns, spec.decoder.registry)

@@ -13,11 +13,11 @@ import time
 
 from tableflow_core.engine.run_branch import publish_run
 from tableflow_core.engine.test_hooks import crash_point
+from tableflow_core.errors import MainMovedError
+from tableflow_core.ingest.stages import Publish
 from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.errors import MainMovedError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.runners.write import commit_properties
-from tableflow_core.pipeline.stages import Publish
 
 # batch.results key: the snapshot main points at after the publish.
 PUBLISHED_SNAPSHOT = "published_snapshot_id"

@@ -12,11 +12,11 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tableflow_core.engine.sql_text import sql_string
+from tableflow_core.ingest.stages import ReadRanges
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.stages import ReadRanges
+from tableflow_core.sql_text import sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -2,8 +2,8 @@
 the audit that judges the dedup they ran.
 
 `task_keys_of` decides, from the table's config and the run, whether the read tasks
-run the table's dedup or only report its keys (`transforms/read_task_dedup.py`), and
-which `unique` checks' keys they report (`checks/read_task_unique.py`); `start_reports`
+run the table's dedup or only report its keys (`pipeline/transforms/read_task_dedup.py`), and
+which `unique` checks' keys they report (`pipeline/checks/read_task_unique.py`); `start_reports`
 starts the accumulator they report to (`KeyReports`).
 """
 
@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tableflow_core.checks.read_task_unique import unique_keys_in_read_tasks
+from tableflow_core.errors import KeysAcrossReadTasks
 from tableflow_core.pipeline.batch import Audit, Batch, StageContext
-from tableflow_core.pipeline.errors import KeysAcrossReadTasks
+from tableflow_core.pipeline.checks.read_task_unique import unique_keys_in_read_tasks
 from tableflow_core.pipeline.runners.read_ranges import task_groups
 from tableflow_core.pipeline.task_keys import KeyReportParam, KeyReports, TaskKeys
-from tableflow_core.transforms.read_task_dedup import describe_fallback, run_summary, task_dedup
+from tableflow_core.pipeline.transforms.read_task_dedup import (
+    describe_fallback,
+    run_summary,
+    task_dedup,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

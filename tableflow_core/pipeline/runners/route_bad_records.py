@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from tableflow_core.errors import FailedRecord, IngestError
+from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.errors import FailedRecord, IngestError
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.runners.dead_letter import route_and_account
-from tableflow_core.pipeline.stages import RouteBadRecords
 
 MAX_REPORTED_FAILURES = 20
 

@@ -1,11 +1,11 @@
 """transform: the table's transforms (issue #10), run as one compiled chain.
 
 Plan emits one Transform stage per configured transform (one line each in `plan`); the
-chain is compiled once (`IngestSpec.compiled`, pipeline/compiled.py) and runs at the
+chain is compiled once (`IngestSpec.compiled`, plan/compiled.py) and runs at the
 first of them as one projection with one counting observation
-(`transforms.spark.apply_transforms`); the later stages of the chain pass the batch on.
+(`pipeline.transforms.spark.apply_transforms`); the later stages of the chain pass the batch on.
 Steps the decode tasks ran are left out: masks of text columns, and an append table's
-dedup when it runs in the read tasks (`transforms/read_task_dedup.py`; the duplicates
+dedup when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`; the duplicates
 they flagged are counted by the decode stage and added to the chain's counts).
 Append tables with a `dedup` then drop rows whose key is already in the table (the
 run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
@@ -21,17 +21,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tableflow_core.engine.observations import observe_counts, observed_metrics
+from tableflow_core.errors import IngestError
+from tableflow_core.ingest.stages import RouteBadRecords, Transform
 from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
-from tableflow_core.pipeline.errors import IngestError
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.stages import RouteBadRecords, Transform
-from tableflow_core.transforms.read_task_dedup import DECODE_DUPLICATES, read_task_dedup_step
+from tableflow_core.pipeline.transforms.read_task_dedup import (
+    DECODE_DUPLICATES,
+    read_task_dedup_step,
+)
+from tableflow_core.pipeline.transforms.spark import (
+    TransformCounts,
+    align_to_table,
+    apply_transforms,
+    dedup_against_table,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation
 
+    from tableflow_core.pipeline.transforms.spark import TransformCounts, TransformResult
     from tableflow_core.transforms.compile import CompiledTransforms
-    from tableflow_core.transforms.spark import TransformCounts, TransformResult
 
 MAX_REPORTED_REJECTS = 5
 
@@ -43,7 +53,6 @@ def transform_counts(result: TransformResult) -> TransformCounts:
 
 
 def _observed_rows(observation: Observation) -> int:
-    from tableflow_core.engine.observations import observed_metrics
 
     return int(observed_metrics(observation)["rows"])
 
@@ -56,7 +65,6 @@ def table_on_error(context: StageContext) -> str:
 
 def _rows_after(good: DataFrame) -> tuple[DataFrame, Observation]:
     """Count the rows leaving the stage during the first action that reads them."""
-    from tableflow_core.engine.observations import observe_counts
 
     return observe_counts(good, "transformed", {"rows": "count(1)"})
 
@@ -90,12 +98,11 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
         raise NotImplementedError(f"{context.where()}: transforms were not compiled for this run")
     if spec.index != 0:
         return batch  # the whole chain ran at the first transform stage
-    from tableflow_core.transforms.spark import align_to_table, dedup_against_table
 
     assert batch.good is not None, "transform needs the decode stage before it"
     chain = compiled.transforms
     # The masks the decode stage ran already (transforms/decode_masks.py) are left out, and
-    # so is a dedup the read tasks ran (transforms/read_task_dedup.py).
+    # so is a dedup the read tasks ran (pipeline/transforms/read_task_dedup.py).
     in_spark = compiled.transforms_in_spark(context.spec.key_columns)
     if batch.key_reports is not None and batch.key_reports.keys.flags:  # decode's decision
         in_tasks = read_task_dedup_step(in_spark)
@@ -153,7 +160,6 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
 
 
 def _apply(context: StageContext, good: DataFrame, chain: CompiledTransforms) -> TransformResult:
-    from tableflow_core.transforms.spark import apply_transforms
 
     return apply_transforms(good, chain, spark=context.spark)
 
@@ -162,7 +168,6 @@ def _chain_counts(batch: Batch, result: TransformResult | None) -> TransformCoun
     """The chain's counts: Spark's steps' (if any ran) plus the duplicates the read tasks
     dropped (`decode_duplicates`, counted by the decode stage); with no Spark step, the
     rows in are the decoded good rows."""
-    from tableflow_core.transforms.spark import TransformCounts
 
     in_tasks = batch.counter(DECODE_DUPLICATES)
     if result is None:

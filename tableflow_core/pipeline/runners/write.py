@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
+from tableflow_core.ingest.stages import Write
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.stages import Write
 from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets
 
 WriteMode = Callable[[StageContext, Write, Batch], Batch]

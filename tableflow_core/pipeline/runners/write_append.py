@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from tableflow_core.ingest.columns import is_hidden
+from tableflow_core.ingest.stages import Write
 from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.columns import is_hidden
 from tableflow_core.pipeline.runners.write import commit_properties, write_mode
-from tableflow_core.pipeline.stages import Write
 
 
 @write_mode("append")

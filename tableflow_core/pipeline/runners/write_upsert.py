@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from tableflow_core.engine.sql_text import quote_ident
 from tableflow_core.engine.test_hooks import crash_point
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import TOMBSTONE_COLUMN, is_hidden
+from tableflow_core.ingest.stages import Write
 from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.pipeline.runners.write import write_mode
-from tableflow_core.pipeline.stages import Write
+from tableflow_core.sql_text import quote_ident
 
 _RANK = "__tf_rank"
 

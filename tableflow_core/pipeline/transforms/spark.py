@@ -28,9 +28,9 @@ from tableflow_core.engine.observations import (
     observe_counts,
     observed_metrics,
 )
-from tableflow_core.engine.sql_text import quote_ident, sql_string
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.sql_text import quote_ident, sql_string
 from tableflow_core.transforms.compile import (
     CompiledTransforms,
     DedupStep,
@@ -78,7 +78,7 @@ class TransformCounts:
 
     def plus_read_task_duplicates(self, duplicates: int) -> TransformCounts:
         """These counts of the rows Spark got, plus `duplicates` the read tasks dropped
-        before (transforms/read_task_dedup.py)."""
+        before (pipeline/transforms/read_task_dedup.py)."""
         return replace(
             self, rows_in=self.rows_in + duplicates, duplicates=self.duplicates + duplicates
         )

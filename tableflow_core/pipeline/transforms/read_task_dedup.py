@@ -1,10 +1,10 @@
 """When an append table's dedup runs inside the read tasks instead of a Spark shuffle.
 
-Spark's exact dedup (`transforms.spark._run_dedup`) shuffles and sorts the whole batch
+Spark's exact dedup (`pipeline.transforms.spark._run_dedup`) shuffles and sorts the whole batch
 by key and ranks it in a window: on 1M rows, ~1.4 s of a 6-7 s table run, even when no
 key repeats. Most repeats a dedup removes are a producer's retries and replays of the
 same record: same key, same Kafka partition, close offsets. So a decode task can
-deduplicate what it read (`transforms/arrow_dedup.py`), and the batch is exact as long
+deduplicate what it read (`pipeline/transforms/arrow_dedup.py`), and the batch is exact as long
 as no key was kept by two tasks. Every task reports digests of the keys it kept; after
 the write, before publish, an audit looks for a digest reported by two tasks:
 
@@ -36,7 +36,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.transforms.arrow_dedup import TaskDedup, TaskDedupMode, dedupable_key_type
+from tableflow_core.pipeline.transforms.arrow_dedup import (
+    TaskDedup,
+    TaskDedupMode,
+    dedupable_key_type,
+)
+from tableflow_core.pipeline.transforms.spark import execution_order
 from tableflow_core.transforms.compile import CompiledTransforms, DedupStep
 
 if TYPE_CHECKING:
@@ -62,7 +67,6 @@ def read_task_dedup_step(transforms: CompiledTransforms) -> DedupStep | None:
     """The dedup step a read task can run: the first of the chain Spark would run
     (`transforms`: the chain without the masks that ran while decoding), keyed on
     top-level columns of types `arrow_dedup` groups exactly; else None."""
-    from tableflow_core.transforms.spark import execution_order
 
     steps = execution_order(transforms.steps)
     if not steps or not isinstance(steps[0], DedupStep):
@@ -76,7 +80,7 @@ def read_task_dedup_step(transforms: CompiledTransforms) -> DedupStep | None:
 
 def read_tasks_report_keys(spec: IngestSpec, ranges: Sequence[OffsetRange]) -> bool:
     """Whether the run's read tasks may work on keys at all (the dedup here, `unique`
-    checks in `checks/read_task_unique.py`): an append table with transforms or checks,
+    checks in `pipeline/checks/read_task_unique.py`): an append table with transforms or checks,
     and a run of at most MAX_RECORDS records."""
     records = sum(r.end - r.start for r in ranges)
     return spec.compiled is not None and spec.mode == "append" and records <= MAX_RECORDS

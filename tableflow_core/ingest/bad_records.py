@@ -8,6 +8,7 @@ and the run's accounting read it; nothing about a bad record travels as exceptio
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 import pyarrow as pa
@@ -54,3 +55,21 @@ REJECTED_ROW_SCHEMA = pa.schema(
 # dedup and upsert, and the way back to the source record); the write stage drops them.
 SOURCE_PARTITION_COLUMN = "__tf_partition"
 SOURCE_OFFSET_COLUMN = "__tf_offset"
+
+# The Iceberg dead-letter table: the bad records' columns, marked with the tables writing to
+# it; idempotent writes match on the key columns (deadletter/sinks/iceberg_table.py).
+DLQ_MARKER_PROPERTY = "tableflow.dead-letter"  # value: comma-separated source table names
+DLQ_KEY_COLUMNS: tuple[str, ...] = ("source_topic", "source_partition", "source_offset", "stage")
+
+
+def dlq_table_schema() -> pa.Schema:
+    """The desired schema of every Iceberg dead-letter table."""
+    return BAD_RECORD_SCHEMA
+
+
+def dlq_properties(source_tables: Iterable[str]) -> dict[str, str]:
+    return {
+        "format-version": "2",
+        DLQ_MARKER_PROPERTY: ",".join(sorted(set(source_tables))),
+        "write.merge.mode": "merge-on-read",
+    }

@@ -15,15 +15,10 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.config.project import Table
-from tableflow_core.pipeline.stages import Mode
-from tableflow_core.pipeline.terms import PartitionTerm, SortTerm
+from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
+from tableflow_core.ingest.stages import Mode
+from tableflow_core.ingest.terms import PartitionTerm, SortTerm
 
-# Written on every table we create, unless the project overrides them.
-DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
-    "format-version": "2",
-    "write.format.default": "parquet",
-    "write.parquet.compression-codec": "zstd",
-}
 # Upsert tables: MERGE writes position deletes instead of rewriting data files.
 UPSERT_TABLE_PROPERTIES: dict[str, str] = {
     "write.merge.mode": "merge-on-read",
@@ -149,7 +144,7 @@ def _transforms_step(table: Table, schema: pa.Schema) -> pa.Schema:
     """The table's columns after its transforms (raises ConfigError at file:line)."""
     if not table.transforms:
         return schema
-    from tableflow_core.pipeline.compiled import compile_table_transforms
+    from tableflow_core.plan.compiled import compile_table_transforms
 
     return compile_table_transforms(table, schema).output_schema
 

@@ -28,7 +28,7 @@ from great_expectations.expectations.expectation import BatchExpectation
 from great_expectations.expectations.metrics.metric_provider import metric_partial
 from great_expectations.expectations.metrics.table_metric_provider import TableMetricProvider
 
-from tableflow_core.engine.sql_text import quote_ident
+from tableflow_core.sql_text import quote_ident
 
 FLAG_SUM_METRIC = "tableflow.flag_column_sum"
 

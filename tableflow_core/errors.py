@@ -40,7 +40,7 @@ class MainMovedError(ConcurrentCommitError):
 
 class KeysAcrossReadTasks(IngestError):
     """The read tasks' dedup was not exact: `keys` keys were kept by more than one task
-    (transforms/read_task_dedup.py). Nothing was published: the engine runs the table
+    (pipeline/transforms/read_task_dedup.py). Nothing was published: the engine runs the table
     again with Spark's shuffle dedup."""
 
     def __init__(self, message: str, keys: int) -> None:

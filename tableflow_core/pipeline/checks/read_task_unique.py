@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.transforms.arrow_dedup import dedupable_key_type
+from tableflow_core.pipeline.transforms.arrow_dedup import dedupable_key_type
+from tableflow_core.pipeline.transforms.read_task_dedup import read_tasks_report_keys
 from tableflow_core.transforms.compile import (
     CompiledTransforms,
     DeriveStep,
@@ -33,7 +34,6 @@ from tableflow_core.transforms.compile import (
     MaskStep,
     RenameStep,
 )
-from tableflow_core.transforms.read_task_dedup import read_tasks_report_keys
 
 if TYPE_CHECKING:
     from tableflow_core.ingest.spec import IngestSpec

@@ -6,9 +6,11 @@ from typing import Any
 
 from tableflow_core.config.project import Project, Table
 from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.pipeline.shape import desired_shape
-from tableflow_core.pipeline.stages import Stage, table_stages
+from tableflow_core.ingest.stages import Stage, table_stages
+from tableflow_core.plan.compiled import compile_table
 from tableflow_core.plan.desired import format_spec, start_from_value
+from tableflow_core.plan.shape import desired_shape
+from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
 from tableflow_core.targets.registry import registry_settings
 
 
@@ -22,7 +24,6 @@ def ingest_spec(
 ) -> IngestSpec:
     """`resolved`: the topic's ResolvedSchema; `stages`: the plan's (default: the table's);
     `key_schema`: an upsert table's registry key schema (WorldState.key_schemas)."""
-    from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
 
     shape = desired_shape(table, resolved, key_schema)
     decoder = DecoderSpec(
@@ -57,6 +58,5 @@ def _compiled(table: Table, decoded_schema: Any) -> Any:
     """The table's transforms and checks, compiled as plan compiled them (None: neither)."""
     if not (table.transforms or table.checks) or decoded_schema is None:
         return None
-    from tableflow_core.pipeline.compiled import compile_table
 
     return compile_table(table, decoded_schema)

@@ -10,17 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 
-import pyarrow as pa
-
 from tableflow_core.config.models import IcebergDeadLetter
 from tableflow_core.config.project import Table
-from tableflow_core.pipeline.bad_records import BAD_RECORD_SCHEMA
+from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, DLQ_KEY_COLUMNS, dlq_properties
 from tableflow_core.plan.actions import Blocker, Column, CreateNamespace, CreateTable, SortTerm
 
-DLQ_MARKER_PROPERTY = "tableflow.dead-letter"  # value: comma-separated source table names
 DLQ_ACTION_PREFIX = "create_dlq_table:"
-# Idempotent writes match on these columns (see sinks/iceberg_table.py).
-DLQ_KEY_COLUMNS: tuple[str, ...] = ("source_topic", "source_partition", "source_offset", "stage")
 DLQ_SORT: tuple[SortTerm, ...] = tuple(SortTerm(column=c) for c in DLQ_KEY_COLUMNS[:3])
 
 
@@ -31,23 +26,10 @@ def dlq_blocker(table: Table) -> Callable[..., Blocker]:
     )
 
 
-def dlq_table_schema() -> pa.Schema:
-    """The desired schema of every Iceberg dead-letter table."""
-    return BAD_RECORD_SCHEMA
-
-
 def dlq_columns() -> tuple[Column, ...]:
     return tuple(
         Column(name=f.name, type=str(f.type), required=not f.nullable) for f in BAD_RECORD_SCHEMA
     )
-
-
-def dlq_properties(source_tables: Iterable[str]) -> dict[str, str]:
-    return {
-        "format-version": "2",
-        DLQ_MARKER_PROPERTY: ",".join(sorted(set(source_tables))),
-        "write.merge.mode": "merge-on-read",
-    }
 
 
 def iceberg_dlq_users(tables: Iterable[Table]) -> dict[str, list[Table]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tableflow_core.pipeline.bad_records import (
+from tableflow_core.ingest.bad_records import (
     BAD_RECORD_SCHEMA,
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
@@ -14,7 +14,7 @@ from tableflow_core.pipeline.bad_records import (
 TOMBSTONE_COLUMN = "__tf_tombstone"
 # Set on a record that could not be decoded (BAD_RECORD_SCHEMA), null on a good row.
 BAD_RECORD_COLUMN = "__tf_bad"
-# Append tables whose dedup runs in the read tasks (transforms/arrow_dedup.py): true on a
+# Append tables whose dedup runs in the read tasks (pipeline/transforms/arrow_dedup.py): true on a
 # good row a row of the same key in the same task supersedes (dropped after decode).
 DUPLICATE_COLUMN = "__tf_duplicate"
 

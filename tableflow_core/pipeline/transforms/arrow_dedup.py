@@ -1,5 +1,5 @@
 """Dedup inside a read task, and digests of keys, on Arrow (see
-`transforms/read_task_dedup.py` for when the dedup runs there, `pipeline/task_keys.py`
+`pipeline/transforms/read_task_dedup.py` for when the dedup runs there, `pipeline/task_keys.py`
 for what a task reports).
 
 This module is what Spark's Python workers import to deduplicate: pyarrow, numpy and
@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.columns import BAD_RECORD_COLUMN, DUPLICATE_COLUMN
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, DUPLICATE_COLUMN
 
 Digests = Any  # a numpy uint64 array
 

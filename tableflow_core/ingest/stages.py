@@ -114,7 +114,7 @@ Stage = Annotated[
 
 def table_stages(table: Table, compiled: Any = None) -> tuple[Stage, ...]:
     """The stages of one table's ingest, in order (pure). `compiled`: the table's
-    CompiledTable (pipeline/compiled.py), for the transforms' and checks' descriptions."""
+    CompiledTable (plan/compiled.py), for the transforms' and checks' descriptions."""
     transform_lines, check_lines = _descriptions(compiled)
     upsert = table.mode == "upsert"
     stages: list[Stage] = [

@@ -5,7 +5,7 @@ How a run commits (see docs/exactly-once.md):
    refuse to run unless they equal `expected_start`;
 2. one catalog commit (pyiceberg): a private branch `tableflow_run_<id>` at S (a table
    without snapshots first gets an empty one), stale run branches removed;
-3. run the table's stages (pipeline/stages.py): Spark tasks read their offset ranges
+3. run the table's stages (ingest/stages.py): Spark tasks read their offset ranges
    (mapInArrow), decode, and the write stage writes the branch;
 4. publish: audits on the branch, then one catalog commit: a snapshot carrying the
    offsets and the accounting on the branch, main moved to it, the branch removed. The
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
     drop_branches,
@@ -30,20 +31,15 @@ from tableflow_core.engine.run_branch import (
     stale_branches,
     start_run,
 )
-from tableflow_core.engine.table_state import TableState, table_state_of
-from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.batch import Batch, StageContext
-from tableflow_core.pipeline.errors import (
+from tableflow_core.errors import (
     ConcurrentCommitError,
     FailedRecord,
     IngestError,
     KeysAcrossReadTasks,
     MainMovedError,
 )
-from tableflow_core.pipeline.registry import run_stages
-from tableflow_core.pipeline.runners.publish import PUBLISHED_SNAPSHOT
-from tableflow_core.pipeline.stages import (
+from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.ingest.stages import (
     Decode,
     Publish,
     ReadRanges,
@@ -51,10 +47,15 @@ from tableflow_core.pipeline.stages import (
     Stage,
     Write,
 )
-from tableflow_core.transforms.read_task_dedup import (
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.registry import run_stages
+from tableflow_core.pipeline.runners.publish import PUBLISHED_SNAPSHOT
+from tableflow_core.pipeline.transforms.read_task_dedup import (
     KEYS_ACROSS_TASKS_PROPERTY,
     allowed_by_last_run,
 )
+from tableflow_core.state.table_state import TableState, table_state_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -125,7 +126,6 @@ def failure_cause(error: BaseException) -> str:
     """Our executor's error when a task raised one, else the JVM's root cause (e.g.
     `HttpHostConnectException: ... Connection refused`), never py4j's "An error occurred
     while calling o107.append"."""
-    from tableflow_core.deadletter.frames import spark_error_summary
 
     lines = [line.strip() for line in str(error).splitlines()]
     if any(_PYTHON_ERROR_LINE.match(line) and line.startswith("tableflow_core.") for line in lines):
@@ -237,7 +237,7 @@ def ingest(
 
 def _with_exact_dedup(run_once: Callable[..., IngestOutcome]) -> IngestOutcome:
     """`run_once()` (a bound `_ingest_once`), done again with Spark's shuffle dedup when
-    the read tasks' dedup of the run was not exact (transforms/read_task_dedup.py): its
+    the read tasks' dedup of the run was not exact (pipeline/transforms/read_task_dedup.py): its
     branch was dropped, nothing was published."""
     try:
         return run_once()

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 
 from tableflow_core.config.models import KafkaDeadLetter
 from tableflow_core.config.project import Table
-from tableflow_core.deadletter.table_plan import dlq_blocker
 from tableflow_core.plan.actions import Blocker, CreateTopic
+from tableflow_core.plan.dead_letter_table import dlq_blocker
 
 DLQ_TOPIC_ACTION_PREFIX = "create_dlq_topic:"
 

@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
-from tableflow_core.engine.sql_text import quote_ident
-from tableflow_core.pipeline.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.transforms.spark import rejected_rows
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.pipeline.transforms.spark import rejected_rows
+from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -130,7 +130,7 @@ def _expectation(check: CompiledCheck, index: int) -> Any:
     """The expectation judging `check` over the flag frame (see the module docstring)."""
     import great_expectations.expectations as gxe
 
-    from tableflow_core.checks.gx_flags import ExpectFlagColumnSumToBeZero
+    from tableflow_core.pipeline.checks.gx_flags import ExpectFlagColumnSumToBeZero
 
     if check.kind == "row_count":
         return gxe.ExpectTableRowCountToBeBetween(
@@ -279,7 +279,7 @@ def _row_predicates(
     checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
 ) -> dict[int, str]:
     """The failing predicate (SQL) of each row-level check that needs no window, by index:
-    `unique` checks in `proven` (no key repeats: `checks/read_task_unique.py`) fail no row."""
+    `unique` checks in `proven` (no key repeats: `pipeline/checks/read_task_unique.py`) fail no row."""
     predicates = {
         index: f"coalesce(({check.failing_rows}), false)"
         for index, check in enumerate(checks)
@@ -377,7 +377,7 @@ def run_checks(
 ) -> CheckRun:
     """Validate `df` (the transformed batch, hidden columns included) against `compiled`.
     `distinct_keys`: keys no two rows of `df` share, as the read tasks proved them
-    (`checks/read_task_unique.py`): a `unique` check on one of them needs no window."""
+    (`pipeline/checks/read_task_unique.py`): a `unique` check on one of them needs no window."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()

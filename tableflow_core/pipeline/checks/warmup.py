@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from tableflow_core.pipeline.checks.run import prepare_great_expectations
+
 if TYPE_CHECKING:
     from tableflow_core.config.project import Table
 
@@ -22,7 +24,6 @@ def prepare_checks_engine(tables: Iterable[Table]) -> bool:
     again, with its error, where the checks run."""
     if not any(table.checks for table in tables):
         return False
-    from tableflow_core.checks.run import prepare_great_expectations
 
     prepare_great_expectations()
     return True
