@@ -1,4 +1,5 @@
-"""The engine's errors: a run that raises one of these committed nothing."""
+"""The engine's errors: a run that raises one of these committed nothing (raised by the
+engine toolbox, `engine/run_branch.py`, and the pipeline)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,8 @@ class KeysAcrossReadTasks(IngestError):
     def __init__(self, message: str, keys: int) -> None:
         super().__init__(message)
         self.keys = keys
+
+
+class BindError(RuntimeError):
+    """Apply cannot bind a plan's ingest spec to the project (e.g. a salted mask whose
+    salt the project no longer gives)."""

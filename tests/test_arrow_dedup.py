@@ -28,7 +28,6 @@ from tableflow_core.pipeline.task_keys import (
 )
 from tableflow_core.pipeline.transforms.arrow_dedup import (
     TaskDedup,
-    dedupable_key_type,
     duplicate_flags,
     flag_duplicates,
     key_digests,
@@ -36,13 +35,13 @@ from tableflow_core.pipeline.transforms.arrow_dedup import (
 )
 from tableflow_core.pipeline.transforms.read_task_dedup import (
     KEYS_ACROSS_TASKS_PROPERTY,
-    MAX_RECORDS,
     allowed_by_last_run,
-    read_task_dedup_step,
     run_summary,
 )
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.decode_masks import masks_at_decode
+from tableflow_core.transforms.key_types import dedupable_key_type
+from tableflow_core.transforms.placement import MAX_RECORDS, read_task_dedup_step
 
 
 def batch(rows: list[tuple[Any, int, int]], key_type: pa.DataType = pa.int64()) -> pa.Table:

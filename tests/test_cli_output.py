@@ -10,14 +10,24 @@ import textwrap
 import pyarrow as pa
 import pytest
 
+from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.plan.actions import Column, CreateTable, Ingest, OffsetSpan, PartitionLag
 from tableflow_core.plan.plan import Plan
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.readers.duckdb_reader import TEXT_FORMATS
+from tableflow_core.schemas.formats import FormatSpec
 
 
 def long_plan() -> Plan:
     nested = pa.struct([(f"field_number_{i}", pa.list_(pa.decimal128(38, 9))) for i in range(8)])
+    schema = pa.schema(
+        [
+            ("amount", pa.decimal128(10, 2)),
+            ("created_at", pa.timestamp("us", "UTC")),
+            ("tags", pa.list_(pa.string())),
+            ("details", nested),
+        ]
+    )
     return Plan(
         tableflow_version="0",
         created_at="2026-01-01T00:00:00Z",
@@ -36,6 +46,7 @@ def long_plan() -> Plan:
                     Column(name="tags", type=iceberg_type_name(pa.list_(pa.string()))),
                     Column(name="details", type=iceberg_type_name(nested)),
                 ),
+                table_schema=schema,
             ),
             Ingest(
                 id="ingest:orders",
@@ -55,6 +66,14 @@ def long_plan() -> Plan:
                 ranges=(OffsetSpan(partition=0, start=0, end=1),),
                 records=1,
                 pending=1,
+                spec=IngestSpec(
+                    table_name="orders",
+                    namespace=("shop",),
+                    table="orders",
+                    topic="orders",
+                    value=FormatSpec(format="avro"),
+                    decoded_schema=schema,
+                ),
             ),
         ),
     )

@@ -10,7 +10,6 @@ then a re-run, leaves no duplicate dead-letter rows and no lost offsets.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -307,9 +306,9 @@ def test_catalog_stopped_mid_run_is_named_with_its_address(
     handle = SimpleNamespace(catalog=server.pyiceberg_catalog(), address=server.uri)
     try:
         register_catalog(spark, name, server.spark_properties())
-        spec = dataclasses.replace(env.spec(), catalog=name)
+        spec = env.spec().bind(catalog=name)
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote_ident(name)}.{env.namespace}")
-        ddl.create_table(spark, spec, spec.decoder.target_schema)
+        ddl.create_table(spark, spec.identifier, spec.decoded_schema, properties=spec.properties)
     finally:
         server.process.stop()
     with pytest.raises(IngestError) as info:

@@ -9,10 +9,9 @@ import pytest
 
 from tableflow_core.engine.ddl import SchemaEvolutionError, apply_schema_changes, create_table
 from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
-from tableflow_core.schemas.decoding import serialize_schema
 from tableflow_core.schemas.evolution import diff_schemas, iceberg_schema_for
+from tableflow_core.sql_text import quote_ident
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 
 CATALOG = "tf_ddl"
@@ -29,16 +28,8 @@ SCHEMA = pa.schema(
 )
 
 
-class _Decoder:
-    def __init__(self, schema: pa.Schema) -> None:
-        self.target_schema_ipc = serialize_schema(schema)
-        self.target_schema = schema
-
-
-def spec_for(namespace: str, schema: pa.Schema, **kwargs: Any) -> IngestSpec:
-    return IngestSpec(
-        "orders", CATALOG, (namespace,), "orders", "orders", _Decoder(schema), **kwargs
-    )
+def identifier(namespace: str) -> str:
+    return f"{quote_ident(CATALOG)}.{quote_ident(namespace)}.`orders`"
 
 
 def test_create_table_with_partitioning_properties_and_sort_order(
@@ -46,8 +37,9 @@ def test_create_table_with_partitioning_properties_and_sort_order(
 ) -> None:
     register_catalog(spark, CATALOG, catalog_server.spark_properties())
     namespace = unique_namespace("ddl")
-    spec = spec_for(
-        namespace,
+    create_table(
+        spark,
+        identifier(namespace),
         SCHEMA,
         partition_by=(
             PartitionTerm(column="_kafka_timestamp", transform="day"),
@@ -58,9 +50,8 @@ def test_create_table_with_partitioning_properties_and_sort_order(
             SortTerm(column="customer"),
             SortTerm(column="id", descending=True, nulls_first=False),
         ),
-        properties=(("write.target-file-size-bytes", "134217728"),),
+        properties={"write.target-file-size-bytes": "134217728"},
     )
-    create_table(spark, spec, SCHEMA)
     table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
     assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
         ("_kafka_timestamp_day", "day"),
@@ -79,8 +70,8 @@ def test_create_table_with_partitioning_properties_and_sort_order(
 
     # evolution: a new optional nested-free column and a widening, applied in place
     evolved = SCHEMA.set(2, pa.field("qty", pa.int64())).append(pa.field("note", pa.string()))
-    spec2 = spec_for(namespace, evolved)
-    apply_schema_changes(spark, spec2, diff_schemas(iceberg_schema_for(SCHEMA), evolved))
+    diff = diff_schemas(iceberg_schema_for(SCHEMA), evolved)
+    apply_schema_changes(spark, identifier(namespace), diff, evolved)
     table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
     assert str(table.schema().find_field("qty").field_type) == "long"
     assert table.schema().column_names[-1] == "note"
@@ -89,7 +80,12 @@ def test_create_table_with_partitioning_properties_and_sort_order(
     broken = evolved.set(1, pa.field("customer", pa.int64()))
     with pytest.raises(SchemaEvolutionError, match="customer"):
         apply_schema_changes(
-            spark, spec_for(namespace, broken), diff_schemas(iceberg_schema_for(evolved), broken)
+            spark,
+            identifier(namespace),
+            diff_schemas(iceberg_schema_for(evolved), broken),
+            broken,
+            table_name="orders",
+            topic="orders",
         )
     table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.orders")
     assert str(table.schema().find_field("customer").field_type) == "string"

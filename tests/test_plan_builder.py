@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from tableflow_core.config.loader import load_project
+from tableflow_core.errors import BindError
 from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.plan.actions import PartitionTerm
 from tableflow_core.plan.builder import build_plan
@@ -21,6 +22,7 @@ from tableflow_core.plan.render_json import generate_schema, plan_document, ship
 from tableflow_core.plan.render_markdown import render_markdown
 from tableflow_core.plan.shape import managed_properties
 from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
+from tableflow_core.runner.binding import bind_spec
 from tableflow_core.schemas.evolution import iceberg_schema_for
 from tableflow_core.schemas.resolve import ResolvedSchema, schema_fingerprint
 from tests.plan_project import write_project
@@ -258,14 +260,16 @@ def test_transforms_and_checks_plan_the_output_schema_and_one_line_each(tmp_path
         ("cents", "long"),
     ]
     ingest = next(a for a in plan.actions if a.kind == "ingest")
-    described = [s.description for s in ingest.stages if s.kind in ("transform", "check")]
+    described = [line for s in ingest.stages for line in s.details()]
     assert described == [
-        "filter where amount > 0",
-        "derive cents BIGINT = CAST(amount * 100 AS BIGINT)",
-        "rename id -> order_id",
-        "drop amount",
-        "check not_null(order_id) (warn: warn)",
+        "transform: filter where amount > 0",
+        "transform: derive cents BIGINT = CAST(amount * 100 AS BIGINT)",
+        "transform: rename id -> order_id",
+        "transform: drop amount",
+        "check: check not_null(order_id) (warn: warn)",
     ]
+    labels = [s.label() for s in ingest.stages]
+    assert labels[2:4] == ["transform(filter, derive, rename, drop)", "check(not_null)"]
     console = Console(record=True, width=200)
     render_human(plan, console)
     text = console.export_text()
@@ -275,7 +279,8 @@ def test_transforms_and_checks_plan_the_output_schema_and_one_line_each(tmp_path
     document = plan_document(plan)
     jsonschema.validate(document, shipped_schema())
     (ingest_json,) = [a for a in document["actions"] if a["kind"] == "ingest"]
-    assert ingest_json["stages"][2]["description"] == "filter where amount > 0"
+    transform = ingest_json["spec"]["stages"][2]
+    assert transform["steps"][0] == {"kind": "filter", "text": "filter where amount > 0"}
 
 
 def test_a_transform_or_check_that_cannot_run_is_a_blocker_at_its_line(tmp_path):
@@ -479,3 +484,89 @@ def test_kafka_dead_letter_topic_rules(tmp_path):
     assert blocker.location is not None and blocker.location.endswith(
         f":{project.tables[0].location_of('dlq').line}"
     )
+
+
+def test_the_ingest_action_carries_what_apply_runs_and_no_secret(tmp_path, monkeypatch):
+    """The spec in the plan (file) is the spec apply runs: bound to the target and the
+    salt, it equals the plan's own, and the salt is never in the plan's JSON."""
+    monkeypatch.setenv("MASK_SALT", "pepper-1234")
+    project = make_project(
+        tmp_path,
+        transforms=[
+            {"type": "mask", "columns": ["id"], "salt": "{{ env_var('MASK_SALT') }}"},
+            {"type": "filter", "where": "amount > 0"},
+        ],
+        checks=[{"type": "not_null", "columns": ["id"]}],
+    )
+    plan = build_plan(project, project.tables, world(project))
+    ingest = next(a for a in plan.actions if a.kind == "ingest")
+    spec = ingest.spec
+    assert spec.mode == "append" and ingest.on_error == "fail"
+    assert spec.decoded_schema == V1 and spec.table_schema().names == ["id", "amount", "ts"]
+    assert spec.partition_by == (PartitionTerm(column="ts", transform="day"),)
+    mask = spec.compiled.transforms.steps[0]
+    assert mask.salted and mask.salt is not None  # in memory, as compiled
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    assert "pepper-1234" not in path.read_text()
+    loaded = next(a for a in load_plan(path).actions if a.kind == "ingest").spec
+    assert loaded.compiled.transforms.steps[0].salt is None  # not in the file
+    bound = bind_spec(loaded, project, "tf_test")
+    assert bound.compiled.transforms.steps[0].salt.get_secret_value() == "pepper-1234"
+    assert bound.identifier == "`tf_test`.`shop`.`orders`"
+    assert bound.model_dump(mode="json") == spec.model_dump(mode="json")
+    assert bound.compiled.transforms.output_schema == spec.compiled.transforms.output_schema
+    create = next(a for a in load_plan(path).actions if a.kind == "create_table")
+    assert create.table_schema == spec.table_schema()
+
+
+def test_a_salted_mask_without_its_salt_is_refused_at_apply(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASK_SALT", "pepper-1234")
+    salted = {"type": "mask", "columns": ["id"], "salt": "{{ env_var('MASK_SALT') }}"}
+    project = make_project(tmp_path, transforms=[salted])
+    plan = build_plan(project, project.tables, world(project))
+    path = tmp_path / "plan.json"
+    save_plan(plan, path)
+    spec = next(a for a in load_plan(path).actions if a.kind == "ingest").spec
+    redacted = make_project(
+        tmp_path / "other", transforms=[{**salted, "method": "redact", "salt": None}]
+    )
+    with pytest.raises(BindError, match=r"transforms\[0\] is a salted mask"):
+        bind_spec(spec, redacted, "tf_test")
+
+
+def test_the_plan_shows_the_steps_fused_into_decode(tmp_path):
+    """Masks of text columns run while decoding, an append table's leading dedup in the
+    read tasks, and `unique` checks on untouched columns are proved by the read tasks'
+    key reports: the decode stage shows them, the transform stage the rest, in order."""
+    project = make_project(
+        tmp_path,
+        transforms=[
+            {"type": "mask", "columns": ["ts"], "method": "redact"},  # not text: in Spark
+            {"type": "mask", "columns": ["id"], "method": "redact"},
+            {"type": "dedup", "keys": ["amount"]},
+            {"type": "filter", "where": "amount > 0"},
+        ],
+        checks=[{"type": "unique", "columns": ["amount"]}],
+    )
+    plan = build_plan(project, project.tables, world(project))
+    ingest = next(a for a in plan.actions if a.kind == "ingest")
+    labels = [s.label() for s in ingest.stages]
+    assert labels[1:4] == [
+        "decode(avro + mask, dedup, unique)",
+        "transform(mask, filter)",
+        "check(unique)",
+    ]
+    decode, transform = ingest.stages[1], ingest.stages[2]
+    assert [line.kind for line in decode.fused] == ["mask", "dedup", "unique"]
+    assert decode.fused[0].text.startswith("mask id: redact with '****' (while decoding")
+    assert "in the read tasks" in decode.fused[1].text
+    assert [line.text for line in transform.steps] == [
+        "mask ts: redact with '****'",
+        "filter where amount > 0",
+    ]
+    console = Console(record=True, width=300)
+    render_human(plan, console)
+    text = console.export_text()
+    assert "decode(avro + mask, dedup, unique) -> transform(mask, filter)" in text
+    assert "decode: unique(amount): keys reported by the read tasks" in text

@@ -11,10 +11,9 @@ import pytest
 
 from tableflow_core.engine.ddl import apply_schema_changes, create_table
 from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.schemas.decoding import serialize_schema
 from tableflow_core.schemas.evolution import diff_schemas
 from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC, table_write_schema
+from tableflow_core.sql_text import quote_ident
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 
 pytestmark = pytest.mark.slow
@@ -41,20 +40,14 @@ V2 = pa.schema(
 )
 
 
-class _Decoder:
-    def __init__(self, schema: pa.Schema) -> None:
-        self.target_schema_ipc = serialize_schema(schema)
-        self.target_schema = schema
-
-
-def spec_for(namespace: str, schema: pa.Schema) -> IngestSpec:
-    return IngestSpec("t", CATALOG, (namespace,), "t", "topic", _Decoder(schema))
+def identifier(namespace: str) -> str:
+    return f"{quote_ident(CATALOG)}.{quote_ident(namespace)}.`t`"
 
 
 def test_local_timestamps_and_kept_columns(spark: Any, catalog_server: CatalogServer) -> None:
     register_catalog(spark, CATALOG, catalog_server.spark_properties())
     namespace = unique_namespace("schddl")
-    create_table(spark, spec_for(namespace, V1), V1)
+    create_table(spark, identifier(namespace), V1)
     catalog = catalog_server.pyiceberg_catalog()
     table = catalog.load_table(f"{namespace}.t")
     types = {f.name: str(f.field_type) for f in table.schema().fields}
@@ -70,7 +63,7 @@ def test_local_timestamps_and_kept_columns(spark: Any, catalog_server: CatalogSe
         ("keep_column", "s.gone"),
     }
     write = table_write_schema(V2, table.schema())
-    apply_schema_changes(spark, spec_for(namespace, write), diff)
+    apply_schema_changes(spark, identifier(namespace), diff, write)
     table = catalog.load_table(f"{namespace}.t")
     legacy = table.schema().find_field("legacy")
     assert not legacy.required and legacy.doc == KEPT_COLUMN_DOC
@@ -89,7 +82,7 @@ def test_local_timestamps_and_kept_columns(spark: Any, catalog_server: CatalogSe
         ("restore_column", "legacy"),
         ("restore_column", "s.gone"),
     ]
-    apply_schema_changes(spark, spec_for(namespace, V1), diff)
+    apply_schema_changes(spark, identifier(namespace), diff, V1)
     table = catalog.load_table(f"{namespace}.t")
     assert table.schema().find_field("legacy").doc != KEPT_COLUMN_DOC
     assert diff_schemas(table.schema(), V1).changes == ()

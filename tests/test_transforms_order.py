@@ -11,9 +11,10 @@ from pydantic import TypeAdapter
 
 from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
-from tableflow_core.pipeline.transforms.spark import execution_order, possible_fates
+from tableflow_core.pipeline.transforms.spark import possible_fates
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.compile import DedupStep, MaskStep
+from tableflow_core.transforms.placement import execution_order
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("user", pa.string()), ("city", pa.string()), ("kind", pa.string())]

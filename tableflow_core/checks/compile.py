@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+from pydantic.dataclasses import dataclass as data_model
 from sqlglot import exp
 
 from tableflow_core.config.errors import ConfigError, ConfigProblem
@@ -37,7 +38,7 @@ CheckKind = Literal["not_null", "unique", "accepted_values", "range", "expressio
 OnFailure = Literal["fail", "skip", "dlq"]
 
 
-@dataclass(frozen=True)
+@data_model(frozen=True)
 class CompiledCheck:
     """One expectation: what it checks, how bad a failure is, what happens to failing rows."""
 
@@ -72,7 +73,7 @@ class CompiledCheck:
         return f"check {self.name} ({self.severity}: {then})"
 
 
-@dataclass(frozen=True)
+@data_model(frozen=True)
 class CompiledChecks:
     checks: tuple[CompiledCheck, ...]
 

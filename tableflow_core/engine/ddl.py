@@ -1,12 +1,17 @@
-"""Creating and evolving Iceberg tables with Spark SQL DDL."""
+"""Creating, altering and dropping Iceberg tables with Spark SQL DDL.
+
+Every function takes the table's Spark identifier (quoted: `cat`.`ns`.`table`) and what
+the plan's action says; apply's DDL actions (runner/actions.py) call one each.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tableflow_core.ingest.spec import IngestSpec, PartitionFieldSpec, SortFieldSpec
+from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES, PartitionFieldSpec, SortFieldSpec
 from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
 from tableflow_core.sql_text import quote_ident
 
@@ -28,18 +33,6 @@ def spark_schema_for(arrow_schema: pa.Schema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
-
-
-def target_arrow_schema(spec: IngestSpec) -> pa.Schema:
-    """The table's write schema (`schemas.write_schema.table_write_schema`), after the
-    transforms when the table has some."""
-    schema: pa.Schema = spec.table_schema()
-    return schema
-
-
-def decoded_arrow_schema(spec: IngestSpec) -> pa.Schema:
-    """The decoder's output: the table's columns before any transform."""
-    return pa.ipc.read_schema(pa.py_buffer(spec.decoder.target_schema_ipc))
 
 
 def sql_type(data_type: DataType) -> str:
@@ -81,30 +74,80 @@ def _string_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def create_table_sql(spec: IngestSpec, arrow_schema: pa.Schema) -> list[str]:
+def create_table_sql(
+    identifier: str,
+    arrow_schema: pa.Schema,
+    partition_by: Sequence[PartitionFieldSpec] = (),
+    sort_by: Sequence[SortFieldSpec] = (),
+    properties: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The statements creating table `identifier` (its namespace too, if missing);
+    `properties` go over DEFAULT_TABLE_PROPERTIES."""
     columns = ", ".join(
         f"{quote_ident(f.name)} {sql_type(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
         for f in spark_schema_for(arrow_schema).fields
     )
-    statements = [f"CREATE NAMESPACE IF NOT EXISTS {spec.identifier.rsplit('.', 1)[0]}"]
-    create = f"CREATE TABLE {spec.identifier} ({columns}) USING iceberg"
-    if spec.partition_by:
-        create += " PARTITIONED BY (" + ", ".join(partition_sql(p) for p in spec.partition_by) + ")"
-    properties = ", ".join(
-        f"{_string_literal(k)} = {_string_literal(v)}" for k, v in spec.table_properties().items()
-    )
-    statements.append(f"{create} TBLPROPERTIES ({properties})")
-    if spec.sort_by:
-        order = ", ".join(sort_sql(s) for s in spec.sort_by)
-        statements.append(f"ALTER TABLE {spec.identifier} WRITE ORDERED BY {order}")
+    statements = [f"CREATE NAMESPACE IF NOT EXISTS {identifier.rsplit('.', 1)[0]}"]
+    create = f"CREATE TABLE {identifier} ({columns}) USING iceberg"
+    if partition_by:
+        create += " PARTITIONED BY (" + ", ".join(partition_sql(p) for p in partition_by) + ")"
+    wanted = {**DEFAULT_TABLE_PROPERTIES, **(properties or {})}
+    listed = ", ".join(f"{_string_literal(k)} = {_string_literal(v)}" for k, v in wanted.items())
+    statements.append(f"{create} TBLPROPERTIES ({listed})")
+    if sort_by:
+        order = ", ".join(sort_sql(s) for s in sort_by)
+        statements.append(f"ALTER TABLE {identifier} WRITE ORDERED BY {order}")
     return statements
 
 
-def create_table(spark: SparkSession, spec: IngestSpec, schema: Any) -> None:
-    """Create the table from a ResolvedSchema (or a bare pa.Schema)."""
-    arrow_schema = schema if isinstance(schema, pa.Schema) else schema.arrow_schema
-    for statement in create_table_sql(spec, arrow_schema):
+def create_table(
+    spark: SparkSession,
+    identifier: str,
+    schema: pa.Schema,
+    partition_by: Sequence[PartitionFieldSpec] = (),
+    sort_by: Sequence[SortFieldSpec] = (),
+    properties: Mapping[str, str] | None = None,
+) -> None:
+    for statement in create_table_sql(identifier, schema, partition_by, sort_by, properties):
         spark.sql(statement)
+
+
+def create_namespace(spark: SparkSession, namespace: str) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+
+
+def drop_table(spark: SparkSession, identifier: str) -> None:
+    """Drop the table and its files (a replace, or `--prune`)."""
+    spark.sql(f"DROP TABLE IF EXISTS {identifier} PURGE")
+
+
+def set_properties(spark: SparkSession, identifier: str, properties: Mapping[str, str]) -> None:
+    pairs = ", ".join(f"{_string_literal(k)} = {_string_literal(v)}" for k, v in properties.items())
+    spark.sql(f"ALTER TABLE {identifier} SET TBLPROPERTIES ({pairs})")
+
+
+def change_partition_spec(
+    spark: SparkSession,
+    identifier: str,
+    current: Sequence[PartitionFieldSpec],
+    desired: Sequence[PartitionFieldSpec],
+) -> None:
+    for term in current:
+        if term not in desired:
+            spark.sql(f"ALTER TABLE {identifier} DROP PARTITION FIELD {partition_sql(term)}")
+    for term in desired:
+        if term not in current:
+            spark.sql(f"ALTER TABLE {identifier} ADD PARTITION FIELD {partition_sql(term)}")
+
+
+def change_sort_order(
+    spark: SparkSession, identifier: str, desired: Sequence[SortFieldSpec]
+) -> None:
+    if desired:
+        order = ", ".join(sort_sql(s) for s in desired)
+        spark.sql(f"ALTER TABLE {identifier} WRITE ORDERED BY {order}")
+    else:
+        spark.sql(f"ALTER TABLE {identifier} WRITE UNORDERED")
 
 
 def _field_at(schema: pa.Schema, path: str) -> pa.Field:
@@ -125,7 +168,7 @@ def _column_path(path: str) -> str:
     return ".".join(quote_ident(p) for p in path.split("."))
 
 
-def schema_change_statements(spec: IngestSpec, change: Any, desired: pa.Schema) -> list[str]:
+def schema_change_statements(identifier: str, change: Any, desired: pa.Schema) -> list[str]:
     """The ALTER TABLE statements of one SchemaChange.
 
     `keep_column` (a column the topic's schema no longer has) makes it optional and marks
@@ -133,7 +176,7 @@ def schema_change_statements(spec: IngestSpec, change: Any, desired: pa.Schema) 
     `restore_column` (the field is back) clears the mark.
     """
 
-    column = f"{spec.identifier} ALTER COLUMN {_column_path(change.path)}"
+    column = f"{identifier} ALTER COLUMN {_column_path(change.path)}"
     if change.kind == "keep_column":
         return [
             f"ALTER TABLE {column} DROP NOT NULL",
@@ -141,36 +184,44 @@ def schema_change_statements(spec: IngestSpec, change: Any, desired: pa.Schema) 
         ]
     if change.kind == "restore_column":
         return [f"ALTER TABLE {column} COMMENT ''"]
-    return [schema_change_sql(spec, change, desired)]
+    return [schema_change_sql(identifier, change, desired)]
 
 
-def schema_change_sql(spec: IngestSpec, change: Any, desired: pa.Schema) -> str:
+def schema_change_sql(identifier: str, change: Any, desired: pa.Schema) -> str:
     """One ALTER TABLE statement for a SchemaChange (add_column/widen_type/make_optional)."""
     column = _column_path(change.path)
     field = _field_at(desired, change.path)
     spark_type = spark_schema_for(pa.schema([field])).fields[0].dataType
     if change.kind == "add_column":
-        return f"ALTER TABLE {spec.identifier} ADD COLUMN {column} {sql_type(spark_type)}"
+        return f"ALTER TABLE {identifier} ADD COLUMN {column} {sql_type(spark_type)}"
     if change.kind == "widen_type":
-        return f"ALTER TABLE {spec.identifier} ALTER COLUMN {column} TYPE {sql_type(spark_type)}"
+        return f"ALTER TABLE {identifier} ALTER COLUMN {column} TYPE {sql_type(spark_type)}"
     if change.kind == "make_optional":
-        return f"ALTER TABLE {spec.identifier} ALTER COLUMN {column} DROP NOT NULL"
+        return f"ALTER TABLE {identifier} ALTER COLUMN {column} DROP NOT NULL"
     raise SchemaEvolutionError(f"unknown schema change kind {change.kind!r} on {change.path!r}")
 
 
-def apply_schema_changes(spark: SparkSession, spec: IngestSpec, diff: Any) -> None:
-    """Apply a SchemaDiff to the table; refuse (changing nothing) if it is incompatible."""
+def apply_schema_changes(
+    spark: SparkSession,
+    identifier: str,
+    diff: Any,
+    desired: pa.Schema,
+    *,
+    table_name: str = "",
+    topic: str = "",
+) -> None:
+    """Apply a SchemaDiff to the table, whose columns become `desired` (their types come
+    from it); refuse (changing nothing) if it is incompatible."""
     if diff.incompatible:
         reasons = "; ".join(diff.incompatible)
         raise SchemaEvolutionError(
-            f"table {spec.table_name} ({spec.identifier}) cannot follow the schema of topic "
-            f"{spec.topic!r}: {reasons}. Nothing was changed or committed."
+            f"table {table_name} ({identifier}) cannot follow the schema of topic "
+            f"{topic!r}: {reasons}. Nothing was changed or committed."
         )
-    desired = target_arrow_schema(spec)
     statements = [
         statement
         for change in diff.changes
-        for statement in schema_change_statements(spec, change, desired)
+        for statement in schema_change_statements(identifier, change, desired)
     ]
     for statement in statements:
         spark.sql(statement)

@@ -1,20 +1,22 @@
 """A table's pipeline as data: typed stage specs, in the order the engine runs them.
 
-    read_ranges -> decode -> transform* -> check* -> route_bad_records -> write -> publish
+    read_ranges -> decode -> transform? -> check? -> route_bad_records -> write -> publish
 
-The planner emits them (pure, in the plan file and `plan --json`); the engine runs each
-kind through the runner registered for its spec type (`pipeline/registry.py`, one module
-per kind under `pipeline/runners/`). Adding a stage kind: a spec class here (and in
-`Stage`), a runner module, and its line in the renderers (`label()`).
+The planner emits them (pure, in the plan file and `plan --json`: `plan/ingest_spec.py`);
+the engine runs each kind through the runner registered for its spec type
+(`pipeline/registry.py`, one module per kind under `pipeline/runners/`). A stage shows
+what runs in it: the decode stage the steps fused into the read tasks (masks, an
+append table's dedup, the key reports proving `unique` checks), the transform stage the
+steps Spark runs, in the order it runs them (`transforms/placement.py`). Adding a stage
+kind: a spec class here (and in `Stage`), a runner module, and its line in the renderers
+(`label()`, `details()`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from tableflow_core.config.project import Table
 
 Mode = Literal["append", "upsert"]
 OnError = Literal["fail", "skip", "dlq"]
@@ -27,6 +29,24 @@ class StageSpec(BaseModel):
         """One short line for `plan` output and the DAG."""
         return str(getattr(self, "kind", type(self).__name__))
 
+    def details(self) -> tuple[str, ...]:
+        """What runs inside the stage, one line each (`plan` prints them under the
+        pipeline line)."""
+        return ()
+
+
+class StepLine(BaseModel):
+    """One step of the table's chain or one check, as `plan` shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str = Field(description="mask, dedup, filter, derive, rename, drop; or the check's type")
+    text: str = Field(description="What it does")
+
+
+def _kinds(steps: tuple[StepLine, ...]) -> str:
+    return ", ".join(dict.fromkeys(step.kind for step in steps))
+
 
 class ReadRanges(StageSpec):
     """The planned offset ranges as a DataFrame, one row (one Spark task) per range."""
@@ -38,41 +58,50 @@ class Decode(StageSpec):
     """Read each range with confluent-kafka inside its task and decode it to Arrow (mapInArrow).
 
     Output: the table's columns, the hidden source position, and a bad-record struct.
+    `fused`: steps of the table's chain and checks that run inside these read tasks.
     """
 
     kind: Literal["decode"] = "decode"
     value_format: str
     key_format: str | None = Field(None, description="Set when the key is decoded (upsert)")
+    fused: tuple[StepLine, ...] = Field(
+        (), description="Steps that run inside the read tasks, while decoding"
+    )
 
     def label(self) -> str:
         key = f", key {self.key_format}" if self.key_format else ""
-        return f"decode({self.value_format}{key})"
+        fused = f" + {_kinds(self.fused)}" if self.fused else ""
+        return f"decode({self.value_format}{key}{fused})"
+
+    def details(self) -> tuple[str, ...]:
+        return tuple(f"decode: {step.text}" for step in self.fused)
 
 
 class Transform(StageSpec):
-    """The table's transform number `index` (pipeline/runners/transform.py)."""
+    """The table's transforms that run on Spark, as one projection, in `steps` order
+    (pipeline/runners/transform.py); the steps fused into decode are not among them."""
 
     kind: Literal["transform"] = "transform"
-    index: int
-    type: str
-    description: str | None = Field(None, description="What it does, as plan shows it")
+    steps: tuple[StepLine, ...] = Field((), description="Steps Spark runs, in order")
 
     def label(self) -> str:
-        return f"transform({self.type})"
+        return f"transform({_kinds(self.steps)})" if self.steps else "transform"
+
+    def details(self) -> tuple[str, ...]:
+        return tuple(f"transform: {step.text}" for step in self.steps)
 
 
 class Check(StageSpec):
-    """The table's check number `index`, run on the batch before the write
-    (pipeline/runners/check.py)."""
+    """The table's checks, run as one validation before publish (pipeline/runners/check.py)."""
 
     kind: Literal["check"] = "check"
-    index: int
-    type: str
-    severity: Literal["error", "warn"] = "error"
-    description: str | None = Field(None, description="What it checks, as plan shows it")
+    checks: tuple[StepLine, ...] = Field(description="Each check, with what a failure does")
 
     def label(self) -> str:
-        return f"check({self.type})"
+        return f"check({_kinds(self.checks)})"
+
+    def details(self) -> tuple[str, ...]:
+        return tuple(f"check: {check.text}" for check in self.checks)
 
 
 class RouteBadRecords(StageSpec):
@@ -110,45 +139,3 @@ Stage = Annotated[
     ReadRanges | Decode | Transform | Check | RouteBadRecords | Write | Publish,
     Field(discriminator="kind"),
 ]
-
-
-def table_stages(table: Table, compiled: Any = None) -> tuple[Stage, ...]:
-    """The stages of one table's ingest, in order (pure). `compiled`: the table's
-    CompiledTable (plan/compiled.py), for the transforms' and checks' descriptions."""
-    transform_lines, check_lines = _descriptions(compiled)
-    upsert = table.mode == "upsert"
-    stages: list[Stage] = [
-        ReadRanges(),
-        Decode(value_format=table.value.format, key_format=table.key.format if upsert else None),
-    ]
-    stages.extend(
-        Transform(index=i, type=t.type, description=transform_lines.get(i))
-        for i, t in enumerate(table.transforms)
-    )
-    stages.extend(
-        Check(index=i, type=c.type, severity=c.severity, description=check_lines.get(i))
-        for i, c in enumerate(table.checks)
-    )
-    dead_letter = None
-    if table.on_error == "dlq" and table.dlq is not None:
-        dlq = table.dlq
-        dead_letter = (
-            f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
-        )
-    stages.append(RouteBadRecords(on_error=table.on_error, dead_letter=dead_letter))
-    stages.append(Write(mode=table.mode, key_columns=table.key_columns))
-    stages.append(Publish())
-    return tuple(stages)
-
-
-def _descriptions(compiled: Any) -> tuple[dict[int, str], dict[int, str]]:
-    """Transform index -> its line; check index -> its lines (a check on several columns
-    compiles to one check per column)."""
-    if compiled is None:
-        return {}, {}
-    transforms = {i: step.describe() for i, step in enumerate(compiled.transforms.steps)}
-    checks: dict[int, list[str]] = {}
-    for check in compiled.checks.checks:
-        index = int(check.key.split("[", 1)[1].split("]", 1)[0])
-        checks.setdefault(index, []).append(check.describe())
-    return transforms, {i: "; ".join(lines) for i, lines in checks.items()}

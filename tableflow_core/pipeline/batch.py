@@ -1,17 +1,23 @@
-"""What a stage runner receives (a context) and passes on (a batch)."""
+"""What a stage runner receives (a context) and passes on (a batch, with typed counts
+and audits)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from tableflow_core.deadletter.accounting import RunAccounting
+from tableflow_core.engine.observations import observed_metrics
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.task_keys import KeyReports
+from tableflow_core.pipeline.transforms.spark import TransformCounts, TransformResult
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Observation, SparkSession
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,105 @@ class StageContext:
         return f"table {self.spec.table_name} ({self.spec.identifier}), topic {self.spec.topic!r}"
 
 
-# An audit runs after the write, on the branch, before publish; it raises to stop the run.
-Audit = Callable[["StageContext", "Batch"], None]
+class Audit(ABC):
+    """A check on the written branch: the publish stage runs every audit of the batch after
+    the write, before the publish commit; one that raises stops the run (nothing is
+    published, the offsets do not move)."""
+
+    @abstractmethod
+    def run(self, context: StageContext, batch: Batch) -> None: ...
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome(Generic[T]):
+    """A result a stage leaves for the run's results, set when it is known (by an audit,
+    after the write, or by the stage itself)."""
+
+    value: T | None = None
+
+
+@dataclass(frozen=True)
+class DecodeCounts:
+    """What the decode stage's observation counts during the write's single pass: records
+    read, bad records, tombstones (upsert), duplicates the read tasks flagged, and the
+    records and bad records of each partition read (the run's accounting)."""
+
+    observation: Observation
+    partitions: tuple[int, ...]
+
+    def figure(self, name: str) -> int:
+        return int(observed_metrics(self.observation).get(name) or 0)
+
+    @property
+    def records_read(self) -> int:
+        return self.figure("records")
+
+    @property
+    def bad_records(self) -> int:
+        return self.figure("bad_records")
+
+    @property
+    def tombstones(self) -> int:
+        return self.figure("tombstones")
+
+    @property
+    def read_task_duplicates(self) -> int:
+        return self.figure("duplicates")
+
+    def read_by_partition(self) -> dict[int, int]:
+        return {p: self.figure(f"records_p{p}") for p in self.partitions}
+
+    def bad_by_partition(self) -> dict[int, int]:
+        return {p: self.figure(f"bad_p{p}") for p in self.partitions}
+
+
+@dataclass(frozen=True)
+class TransformCounting:
+    """The transform stage's counts, read after the write: the chain's (Spark's steps' and
+    the duplicates the read tasks dropped), and the rows left after the dedup against the
+    table (`after`; None: none ran)."""
+
+    decode: DecodeCounts
+    result: TransformResult | None  # None: no step ran in Spark
+    after: Observation | None
+    on_error: str  # the table's: `skip` counts the rejected rows as skipped
+
+    def counts(self) -> TransformCounts:
+        """The chain's counts: Spark's steps' (if any ran) plus the duplicates the read
+        tasks dropped; with no Spark step, the rows in are the decoded good rows."""
+        in_tasks = self.decode.read_task_duplicates
+        if self.result is None:
+            decoded = self.decode.records_read - self.decode.bad_records
+            return TransformCounts(decoded, decoded - in_tasks, 0, in_tasks, 0)
+        return self.result.counts().plus_read_task_duplicates(in_tasks)
+
+    def rows_left(self) -> int:
+        if self.after is None:
+            return self.counts().rows_out
+        return int(observed_metrics(self.after)["rows"])
+
+    @property
+    def skipped(self) -> int:
+        return self.counts().rejected if self.on_error == "skip" else 0
+
+    def report(self) -> dict[str, int]:
+        """run_results.json `transforms`."""
+        figures = self.counts().as_dict()
+        figures["already_in_table"] = figures["rows_out"] - self.rows_left()
+        return figures
+
+
+@dataclass(frozen=True)
+class CheckCounting:
+    """The checks' report (run_results.json `checks`: known when they ran on the batch,
+    set by their audit when they run on the written rows) and the rows they took out."""
+
+    report: Outcome[dict[str, Any]] = field(default_factory=Outcome)
+    skipped: int = 0
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,30 +178,56 @@ class Batch:
 
     `good`: rows for the table (its columns + the hidden `__tf_*` columns).
     `bad`: records rejected so far, in BAD_RECORD_SCHEMA shape (None: none possible).
-    `counters`: figures for the run results; values may be callables evaluated after
-    the write (Spark observations are filled by the write's single pass).
+    `decode`, `transforms`, `checks`: what each stage counted (read after the write: Spark
+    observations are filled by the write's single pass); `accounting`: the run's, set by
+    route_bad_records' audit.
     `rejected`: rows taken out by transforms and row-level checks (route_bad_records
     handles them by their policy).
     `audits`: checks on the written branch that decide whether publish may happen.
     `snapshot_properties`: extra summary properties of the commit the write makes.
-    `results`: per-stage reports for run_results.json (values may be callables, as counters).
+    `key_reports`: what the read tasks reported about keys, when the decode stage asked
+    them (read by the audits, after the write).
     """
 
     good: DataFrame | None = None
     bad: DataFrame | None = None
-    counters: Mapping[str, Any] = field(default_factory=dict)
+    decode: DecodeCounts | None = None
+    transforms: TransformCounting | None = None
+    checks: CheckCounting | None = None
+    accounting: Outcome[RunAccounting] = field(default_factory=Outcome)
     rejected: tuple[RejectedRows, ...] = ()
-    audits: Sequence[Audit] = ()
+    audits: tuple[Audit, ...] = ()
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
-    results: Mapping[str, Any] = field(default_factory=dict)
-    snapshot_id: int | None = None  # set by publish
-    # What the read tasks reported about keys (pipeline/task_keys.KeyReports), when the
-    # decode stage asked them: read by the audits, after the write.
-    key_reports: Any = None
+    snapshot_id: int | None = None  # main's snapshot after the publish (None: unpublished)
+    key_reports: KeyReports | None = None
 
     def evolve(self, **changes: Any) -> Batch:
         return replace(self, **changes)
 
-    def counter(self, name: str, default: int = 0) -> int:
-        value = self.counters.get(name, default)
-        return int(value() if callable(value) else value)
+    @property
+    def records_read(self) -> int:
+        return self.decode.records_read if self.decode is not None else 0
+
+    @property
+    def bad_records(self) -> int:
+        return self.decode.bad_records if self.decode is not None else 0
+
+    @property
+    def tombstones(self) -> int:
+        return self.decode.tombstones if self.decode is not None else 0
+
+    @property
+    def rows_skipped(self) -> int:
+        """Rows the transforms rejected under on_error skip, and skip checks' rows."""
+        transforms = self.transforms.skipped if self.transforms is not None else 0
+        return transforms + (self.checks.skipped if self.checks is not None else 0)
+
+    @property
+    def records_written(self) -> int:
+        """Rows decoded (or left by the transforms), less those the checks took out."""
+        good = self.records_read - self.bad_records
+        if self.transforms is not None:
+            good = self.transforms.rows_left()
+        if self.checks is not None:
+            good -= self.checks.skipped + self.checks.dead_lettered
+        return good

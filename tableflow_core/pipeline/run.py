@@ -39,18 +39,9 @@ from tableflow_core.errors import (
     MainMovedError,
 )
 from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.ingest.stages import (
-    Decode,
-    Publish,
-    ReadRanges,
-    RouteBadRecords,
-    Stage,
-    Write,
-)
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import run_stages
-from tableflow_core.pipeline.runners.publish import PUBLISHED_SNAPSHOT
 from tableflow_core.pipeline.transforms.read_task_dedup import (
     KEYS_ACROSS_TASKS_PROPERTY,
     allowed_by_last_run,
@@ -69,15 +60,6 @@ __all__ = [
     "MainMovedError",
     "ingest",
 ]
-
-# The append pipeline, for specs built without a plan (the plan always gives its stages).
-DEFAULT_STAGES: tuple[Stage, ...] = (
-    ReadRanges(),
-    Decode(value_format="avro"),
-    RouteBadRecords(),
-    Write(),
-    Publish(),
-)
 
 
 @dataclass(frozen=True)
@@ -306,7 +288,7 @@ def _ingest_once(
     batch: Batch | None = None
     try:
         try:
-            batch = run_stages(context, spec.stages or DEFAULT_STAGES, Batch())
+            batch = run_stages(context, spec.run_stages(), Batch())
         except (IngestError, NotImplementedError):
             raise
         except Exception as exc:
@@ -317,39 +299,22 @@ def _ingest_once(
     finally:
         for cleanup in context.cleanups:
             cleanup()
-        if batch is None or PUBLISHED_SNAPSHOT not in batch.results:  # publish removed it
+        if batch is None or batch.snapshot_id is None:  # else the publish removed it
             drop_branches(catalog.catalog, (*spec.namespace, spec.table), [branch])
+    accounting = batch.accounting.value
+    checks = batch.checks.report.value if batch.checks is not None else None
     return IngestOutcome(
-        records_read=batch.counter("records_read"),
-        records_written=_records_written(batch),
-        failures=batch.counter("bad_records"),
+        records_read=batch.records_read,
+        records_written=batch.records_written,
+        failures=batch.bad_records,
         offsets_before=before,
         offsets_after=after,
-        snapshot_id=batch.results.get(PUBLISHED_SNAPSHOT),
+        snapshot_id=batch.snapshot_id,
         duration_s=time.monotonic() - began,
-        tombstones=batch.counter("tombstones"),
-        accounting=_accounting(batch),
-        rows_skipped=batch.counter("rows_skipped"),
-        transforms=_result(batch, "transforms"),
-        checks=_result(batch, "checks"),
+        tombstones=batch.tombstones,
+        accounting=accounting.to_json() if accounting is not None else None,
+        rows_skipped=batch.rows_skipped,
+        transforms=batch.transforms.report() if batch.transforms is not None else None,
+        checks=dict(checks) if checks is not None else None,
         timings={name: round(seconds, 3) for name, seconds in context.timings.items()},
     )
-
-
-def _accounting(batch: Batch) -> dict[str, Any] | None:
-    value = batch.counters.get("accounting")
-    result = value() if callable(value) else value
-    return dict(result) if result is not None else None
-
-
-def _records_written(batch: Batch) -> int:
-    """Rows decoded (or left by the transforms), less those the checks took out."""
-    good = batch.counter("records_read") - batch.counter("bad_records")
-    if "transformed_rows" in batch.counters:
-        good = batch.counter("transformed_rows")
-    return good - batch.counter("check_skipped") - batch.counter("check_dead_lettered")
-
-
-def _result(batch: Batch, name: str) -> Any:
-    value = batch.results.get(name)
-    return value() if callable(value) else value

@@ -12,8 +12,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tableflow_core.ingest.stages import Mode, Stage
+from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.ingest.stages import Mode, OnError, RouteBadRecords, Stage
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
+from tableflow_core.schemas.arrow_json import ArrowSchema
 from tableflow_core.schemas.changes import SchemaChange
 
 __all__ = ["PartitionTerm", "SortTerm"]  # one representation: ingest/terms.py
@@ -75,10 +77,14 @@ class CreateNamespace(ActionBase):
     change: Literal["create"] = "create"
 
 
+TABLE_SCHEMA = "The table's exact columns (Arrow), as apply creates them; `columns` shows them"
+
+
 class CreateTable(ActionBase):
     kind: Literal["create_table"] = "create_table"
     change: Literal["create"] = "create"
     columns: tuple[Column, ...]
+    table_schema: ArrowSchema = Field(description=TABLE_SCHEMA)
     partition_by: tuple[PartitionTerm, ...] = ()
     sort_by: tuple[SortTerm, ...] = ()
     properties: dict[str, str] = Field(default_factory=dict)
@@ -98,6 +104,9 @@ class EvolveSchema(ActionBase):
     kind: Literal["evolve_schema"] = "evolve_schema"
     change: Literal["update"] = "update"
     changes: tuple[SchemaChange, ...]
+    table_schema: ArrowSchema = Field(
+        description="The table's exact columns (Arrow) after the changes: their types"
+    )
 
 
 class UpdateProperties(ActionBase):
@@ -128,6 +137,7 @@ class ReplaceTable(ActionBase):
     change: Literal["replace"] = "replace"
     reasons: tuple[str, ...]
     columns: tuple[Column, ...]
+    table_schema: ArrowSchema = Field(description=TABLE_SCHEMA)
     partition_by: tuple[PartitionTerm, ...] = ()
     sort_by: tuple[SortTerm, ...] = ()
     properties: dict[str, str] = Field(default_factory=dict)
@@ -161,13 +171,28 @@ class Ingest(ActionBase):
     pending: int = Field(description="Records waiting in the topic (lag)")
     checks: tuple[str, ...] = Field(default=(), description="Quality checks that will run")
     dead_letter: str | None = Field(None, description="Where bad records go, if anywhere")
-    on_error: Literal["fail", "skip", "dlq"] = "fail"
-    mode: Mode = Field("append", description="How rows land: append, or upsert by key")
-    key_columns: tuple[str, ...] = Field((), description="Upsert key columns")
-    stages: tuple[Stage, ...] = Field(
-        (), description="The table's pipeline, in the order the engine runs it"
-    )
     warnings: tuple[str, ...] = ()
+    spec: IngestSpec = Field(
+        description="Everything the run needs, as apply runs it: mode, on_error, columns, "
+        "stages, compiled transforms and checks (not the target's connections or secrets)"
+    )
+
+    @property
+    def mode(self) -> Mode:
+        return self.spec.mode
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return self.spec.key_columns
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        return self.spec.stages
+
+    @property
+    def on_error(self) -> OnError:
+        routes = [s for s in self.spec.stages if isinstance(s, RouteBadRecords)]
+        return routes[0].on_error if routes else "fail"
 
 
 class PublishTable(ActionBase):

@@ -9,7 +9,6 @@ from typing import Any
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
-from tableflow_core.ingest.stages import table_stages
 from tableflow_core.kafka.offsets import plan_offsets
 from tableflow_core.maintenance.schedule import maintenance_due
 from tableflow_core.plan import capabilities, column_checks
@@ -37,6 +36,7 @@ from tableflow_core.plan.dag import compile_dag
 from tableflow_core.plan.dead_letter_table import dlq_table_actions, iceberg_dlq_users
 from tableflow_core.plan.dead_letter_topic import dlq_topic_actions
 from tableflow_core.plan.desired import comparable_properties, config_hash, start_from_value
+from tableflow_core.plan.ingest_spec import ingest_spec
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
 from tableflow_core.plan.shape import (
     KEY_PROPERTY,
@@ -107,8 +107,10 @@ def build_plan(
                     Blocker(kind="invalid", table=table.name, message="no schema could be resolved")
                 )
             continue
+        key_schema = key_arrow_schema(world.key_schemas, table.name)
         try:
-            shape = desired_shape(table, resolved, key_arrow_schema(world.key_schemas, table.name))
+            shape = desired_shape(table, resolved, key_schema)
+            kept = _kept_shape(table, observed, resolved, key_schema, shape)
         except ConfigError as exc:  # a transform cannot run on this schema
             blockers.extend(_config_blockers(table, exc))
             continue
@@ -129,7 +131,7 @@ def build_plan(
             actions.append(
                 CreateNamespace(id=f"create_namespace:{'.'.join(ns)}", identifier=".".join(ns))
             )
-        table_actions, replaced = _table_changes(table, observed, shape, differ)
+        table_actions, replaced = _table_changes(table, observed, shape, kept.schema, differ)
         kept_from = None if replaced else observed  # a replaced table keeps no columns
         blockers.extend(column_checks.column_blockers(table, _write_schema(shape, kept_from)))
         actions.extend(table_actions)
@@ -146,11 +148,17 @@ def build_plan(
                 )
             )
         compiled = _compiled(table, shape)
+        # What apply writes with: a replaced table keeps none of its columns.
+        write_shape = shape if replaced else kept
+        if write_shape is not shape and not isinstance(compiled, ConfigError):
+            compiled = _compiled(table, write_shape)
         if isinstance(compiled, ConfigError):
             blockers.extend(_config_blockers(table, compiled))
             continue
         committed = None if (observed is None or replaced) else observed.committed
-        ingest = _ingest_action(table, committed, world, max_records_per_task, compiled)
+        ingest = _ingest_action(
+            table, committed, world, max_records_per_task, write_shape, compiled
+        )
         if isinstance(ingest, str):
             blockers.append(Blocker(kind="invalid", table=table.name, message=ingest))
         elif ingest is not None:
@@ -197,10 +205,32 @@ def _write_schema(shape: TableShape, observed: ObservedTable | None) -> Any:
     return table_write_schema(shape.schema, observed.schema if observed else None)
 
 
+def _kept_shape(
+    table: Table,
+    observed: ObservedTable | None,
+    resolved: Any,
+    key_schema: Any,
+    shape: TableShape,
+) -> TableShape:
+    """The shape an existing table is written with: the topic's schema plus the columns
+    the table keeps that the topic's schema no longer has (`schemas/write_schema.py`). A
+    table with transforms decodes the topic's own schema: its columns are what the
+    transforms make of it."""
+    if observed is None or table.transforms:
+        return shape
+    written = table_write_schema(resolved.arrow_schema, observed.schema)
+    return desired_shape(table, written, key_schema)
+
+
 def _table_changes(
-    table: Table, observed: ObservedTable | None, shape: TableShape, differ: SchemaDiffer
+    table: Table,
+    observed: ObservedTable | None,
+    shape: TableShape,
+    kept_schema: Any,
+    differ: SchemaDiffer,
 ) -> tuple[list[Action], bool]:
-    """The DDL actions of one table and whether they amount to a replace."""
+    """The DDL actions of one table and whether they amount to a replace (`kept_schema`:
+    the table's columns once its schema changes are applied)."""
     name, identifier = table.name, table.identifier
     desired_props = shape.properties
     columns = columns_of(shape.schema)
@@ -211,6 +241,7 @@ def _table_changes(
                 table=name,
                 identifier=identifier,
                 columns=columns,
+                table_schema=shape.schema,
                 partition_by=shape.partition_by,
                 sort_by=shape.sort_by,
                 properties=desired_props,
@@ -239,6 +270,7 @@ def _table_changes(
                 identifier=identifier,
                 reasons=tuple(reasons),
                 columns=columns,
+                table_schema=shape.schema,
                 partition_by=shape.partition_by,
                 sort_by=shape.sort_by,
                 properties=desired_props,
@@ -253,6 +285,7 @@ def _table_changes(
                 table=name,
                 identifier=identifier,
                 changes=diff.changes,
+                table_schema=kept_schema,
             )
         )
     wanted_spec = shape.partition_by
@@ -300,6 +333,7 @@ def _ingest_action(
     committed: Any,
     world: WorldState,
     max_records_per_task: int,
+    shape: TableShape,
     compiled: CompiledTable | None = None,
 ) -> Ingest | str | None:
     """The ingest action, None when nothing is pending, or a problem text."""
@@ -352,11 +386,8 @@ def _ingest_action(
         pending=sum(p.lag for p in partitions),
         checks=tuple(_describe_check(c) for c in table.checks),
         dead_letter=dead_letter,
-        on_error=table.on_error,
-        mode=table.mode,
-        key_columns=table.key_columns,
-        stages=table_stages(table, compiled),
         warnings=tuple(g.describe() for g in offsets.gaps),
+        spec=ingest_spec(table, shape, compiled, offsets.total_records),
     )
 
 

@@ -1,40 +1,21 @@
 """A table's transforms and checks compiled against its decoded schema (pure, no Spark).
 
 `plan` compiles them to validate the table (compile errors are plan blockers at
-file:line) and to show the output schema and one line per transform and check; `apply`
-compiles them again from the same config and schema, so both run the same steps.
+file:line), to show the output schema and one line per step, and puts the result in the
+ingest action's spec (`ingest/compiled.py`): apply runs what plan compiled.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 
-from tableflow_core.checks import CompiledChecks, compile_checks
+from tableflow_core.checks import compile_checks
 from tableflow_core.config.project import Table
-from tableflow_core.transforms import CompiledTransforms, compile_transforms, table_locator
-from tableflow_core.transforms.arrow_masks import DecodeMasks
-from tableflow_core.transforms.decode_masks import decode_masks, masks_at_decode
+from tableflow_core.ingest.compiled import CompiledTable
+from tableflow_core.transforms.compile import CompiledTransforms, compile_transforms
+from tableflow_core.transforms.locations import table_locator
 
-
-@dataclass(frozen=True)
-class CompiledTable:
-    transforms: CompiledTransforms
-    checks: CompiledChecks
-
-    @property
-    def output_schema(self) -> pa.Schema:
-        return self.transforms.output_schema
-
-    def decode_masks(self, key_columns: tuple[str, ...] = ()) -> DecodeMasks:
-        """The masks the decode stage runs (never on `key_columns`, filled from the Kafka
-        key after decoding); the transform stage runs the rest of the chain
-        (`transforms_in_spark`)."""
-        return decode_masks(masks_at_decode(self.transforms, key_columns))
-
-    def transforms_in_spark(self, key_columns: tuple[str, ...] = ()) -> CompiledTransforms:
-        return self.transforms.without(masks_at_decode(self.transforms, key_columns))
+__all__ = ["CompiledTable", "compile_table", "compile_table_transforms"]
 
 
 def compile_table_transforms(table: Table, decoded_schema: pa.Schema) -> CompiledTransforms:

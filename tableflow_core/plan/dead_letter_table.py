@@ -97,6 +97,7 @@ def dlq_table_actions(
                 table=None,
                 identifier=identifier,
                 columns=dlq_columns(),
+                table_schema=BAD_RECORD_SCHEMA,
                 sort_by=DLQ_SORT,
                 properties=dlq_properties(t.name for t in users),
             )

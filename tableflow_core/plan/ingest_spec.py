@@ -1,62 +1,125 @@
-"""A project table -> the engine's IngestSpec, from the same desired shape `plan` used."""
+"""A table's IngestSpec, as the plan's ingest action carries it (pure).
+
+Built from the table's config, its desired shape for the write (`plan/shape.py`: the
+topic's schema with the columns the table keeps) and its compiled transforms and checks
+(`plan/compiled.py`). Its stages say where each step runs for this run
+(`transforms/placement.py`): apply runs the spec as it is.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-from tableflow_core.config.project import Project, Table
+from tableflow_core.config.project import Table
+from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.ingest.stages import Stage, table_stages
-from tableflow_core.plan.compiled import compile_table
+from tableflow_core.ingest.stages import (
+    Check,
+    Decode,
+    Publish,
+    ReadRanges,
+    RouteBadRecords,
+    Stage,
+    StepLine,
+    Transform,
+    Write,
+)
 from tableflow_core.plan.desired import format_spec, start_from_value
-from tableflow_core.plan.shape import desired_shape
-from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
-from tableflow_core.targets.registry import registry_settings
+from tableflow_core.plan.shape import TableShape
+from tableflow_core.transforms.compile import TransformStep
+from tableflow_core.transforms.placement import Placement, place
 
 
 def ingest_spec(
-    project: Project,
-    table: Table,
-    resolved: Any,
-    catalog: str,
-    stages: tuple[Stage, ...] = (),
-    key_schema: Any = None,
+    table: Table, shape: TableShape, compiled: CompiledTable | None, records: int
 ) -> IngestSpec:
-    """`resolved`: the topic's ResolvedSchema; `stages`: the plan's (default: the table's);
-    `key_schema`: an upsert table's registry key schema (WorldState.key_schemas)."""
-
-    shape = desired_shape(table, resolved, key_schema)
-    decoder = DecoderSpec(
+    """The spec of a run of `records` records of `table` (`shape`: its write shape;
+    `compiled`: its transforms and checks compiled over `shape.decoded_schema`)."""
+    placement = place(
+        compiled.transforms if compiled is not None else None,
+        compiled.checks if compiled is not None else None,
+        mode=shape.mode,
+        key_columns=shape.key_columns,
+        records=records,
+    )
+    return IngestSpec(
+        table_name=table.name,
+        namespace=table.namespace,
+        table=table.table,
         topic=table.topic,
         value=format_spec(table.value),
         key=format_spec(table.key),
         metadata_columns=table.metadata_columns,
-        registry=registry_settings(project.target.schema_registry),
-        target_schema_ipc=serialize_schema(shape.decoded_schema or shape.schema),
-    )
-    return IngestSpec(
-        table_name=table.name,
-        catalog=catalog,
-        namespace=table.namespace,
-        table=table.table,
-        topic=table.topic,
-        decoder=decoder,
+        decoded_schema=shape.decoded_schema or shape.schema,
         partition_by=shape.partition_by,
         sort_by=shape.sort_by,
-        properties=tuple(sorted(shape.properties.items())),
+        properties=dict(sorted(shape.properties.items())),
         start_from=start_from_value(table),
         max_records_per_run=table.max_records_per_run,
         mode=shape.mode,
         key_columns=shape.key_columns,
-        stages=stages or table_stages(table),
+        stages=ingest_stages(table, compiled, placement),
         dead_letter=table.dlq,
-        compiled=_compiled(table, shape.decoded_schema),
+        compiled=compiled,
     )
 
 
-def _compiled(table: Table, decoded_schema: Any) -> Any:
-    """The table's transforms and checks, compiled as plan compiled them (None: neither)."""
-    if not (table.transforms or table.checks) or decoded_schema is None:
-        return None
+def ingest_stages(
+    table: Table, compiled: CompiledTable | None, placement: Placement = Placement()
+) -> tuple[Stage, ...]:
+    """The stages of one run of the table, in order, each showing what runs in it."""
+    upsert = table.mode == "upsert"
+    stages: list[Stage] = [
+        ReadRanges(),
+        Decode(
+            value_format=table.value.format,
+            key_format=table.key.format if upsert else None,
+            fused=_fused(placement),
+        ),
+    ]
+    if compiled is not None and table.transforms:
+        in_spark = [s for s in placement.in_spark if s is not placement.read_task_dedup]
+        stages.append(Transform(steps=tuple(_line(step) for step in in_spark)))
+    if compiled is not None and table.checks:
+        checks = compiled.checks.checks
+        stages.append(Check(checks=tuple(StepLine(kind=c.kind, text=c.describe()) for c in checks)))
+    dead_letter = None
+    if table.on_error == "dlq" and table.dlq is not None:
+        dlq = table.dlq
+        dead_letter = (
+            f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
+        )
+    stages.append(RouteBadRecords(on_error=table.on_error, dead_letter=dead_letter))
+    stages.append(Write(mode=table.mode, key_columns=table.key_columns))
+    stages.append(Publish())
+    return tuple(stages)
 
-    return compile_table(table, decoded_schema)
+
+def _line(step: TransformStep) -> StepLine:
+    return StepLine(kind=step.kind, text=step.describe())
+
+
+def _fused(placement: Placement) -> tuple[StepLine, ...]:
+    """The steps that run inside the read tasks, as `plan` shows them."""
+    lines = [
+        StepLine(
+            kind="mask", text=f"{mask.describe()} (while decoding: no clear value reaches Spark)"
+        )
+        for mask in placement.at_decode
+    ]
+    dedup = placement.read_task_dedup
+    if dedup is not None:
+        lines.append(
+            StepLine(
+                kind="dedup",
+                text=f"{dedup.describe()} (in the read tasks; in Spark's shuffle instead when "
+                "two read tasks kept one key, in this run or the table's last)",
+            )
+        )
+    lines.extend(
+        StepLine(
+            kind="unique",
+            text=f"unique({', '.join(columns)}): keys reported by the read tasks (none "
+            "repeated proves the check without Spark's window)",
+        )
+        for columns in placement.unique_in_read_tasks
+    )
+    return tuple(lines)

@@ -14,7 +14,7 @@ from tableflow_core.plan.actions import Action, Blocker, Ingest
 from tableflow_core.plan.dag import Dag, DagTask
 from tableflow_core.text import plural
 
-PLAN_FORMAT_VERSION: Literal[1] = 1
+PLAN_FORMAT_VERSION: Literal[2] = 2
 
 __all__ = ["Dag", "DagTask", "Plan", "PlanOptions", "Summary", "TableFingerprint"]
 
@@ -62,7 +62,7 @@ class Summary(Frozen):
 
 
 class Plan(Frozen):
-    plan_format_version: Literal[1] = PLAN_FORMAT_VERSION
+    plan_format_version: Literal[2] = PLAN_FORMAT_VERSION
     tableflow_version: str
     created_at: str = Field(description="ISO-8601 UTC time the plan was built")
     project: str

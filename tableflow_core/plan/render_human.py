@@ -109,9 +109,8 @@ def action_lines(action: object) -> list[Text]:
             stages = " -> ".join(stage.label() for stage in action.stages)
             lines.append(Text(f"      pipeline: {stages}", style=style))
             for stage in action.stages:
-                description = getattr(stage, "description", None)
-                if description:
-                    lines.append(Text(f"        {description}", style=style))
+                for detail in stage.details():
+                    lines.append(Text(f"        {detail}", style=style))
         for p in action.partitions:
             committed = "never read" if p.committed is None else f"committed {p.committed}"
             lines.append(

@@ -33,8 +33,8 @@ def generate_schema() -> dict[str, Any]:
     schema["properties"]["has_changes"] = {"type": "boolean"}
     schema["required"] = sorted({*schema.get("required", []), "summary", "has_changes", "actions"})
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://tableflow.dev/schemas/plan-v1.json"
-    schema["title"] = "tableflow plan (plan_format_version 1)"
+    schema["$id"] = "https://tableflow.dev/schemas/plan-v2.json"
+    schema["title"] = "tableflow plan (plan_format_version 2)"
     return schema
 
 
@@ -42,3 +42,9 @@ def shipped_schema() -> dict[str, Any]:
     """The schema file shipped in the package (tableflow_core/plan/schema/plan.schema.json)."""
     text = resources.files("tableflow_core.plan").joinpath("schema", SCHEMA_RESOURCE).read_text()
     return dict(json.loads(text))
+
+
+if (
+    __name__ == "__main__"
+):  # python -m tableflow_core.plan.render_json > plan/schema/plan.schema.json
+    print(json.dumps(generate_schema(), indent=2))

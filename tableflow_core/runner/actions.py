@@ -14,7 +14,6 @@ from tableflow_core.deadletter.topics import create_dlq_topic
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.engine import ddl
-from tableflow_core.engine.ddl import partition_sql, sort_sql
 from tableflow_core.errors import ConcurrentCommitError, IngestError
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
@@ -30,10 +29,9 @@ from tableflow_core.plan.actions import (
     UpdateProperties,
 )
 from tableflow_core.plan.dag import DagTask, publish_catalog
-from tableflow_core.plan.ingest_spec import ingest_spec
 from tableflow_core.plan.plan import Plan
-from tableflow_core.plan.world_state import key_arrow_schema
 from tableflow_core.publish import PublishError, publish_table
+from tableflow_core.runner.binding import bind_spec
 from tableflow_core.schemas.evolution import SchemaDiff
 from tableflow_core.sql_text import quote_ident
 from tableflow_core.targets.kafka import kafka_consumer_config
@@ -41,33 +39,24 @@ from tableflow_core.targets.kafka import kafka_consumer_config
 
 @dataclass
 class ApplyContext:
+    """What every task of one apply shares. The plan says what to do; the project gives
+    only the target's connections and the secrets a plan never holds (runner/binding.py)."""
+
     project: Project
     plan: Plan
     spark: Any
     handle: Any  # CatalogHandle
-    schemas: Any  # table name -> ResolvedSchema
     decoder_factory: Callable[[Any], Any] | None = None
-    key_schemas: Any = None  # WorldState.key_schemas: table name -> the key's ResolvedSchema
     suspend_on_bad_records: bool = False  # `tableflow run`: suspend instead of only failing
 
     def ident(self, dotted: str) -> str:
         return ".".join(quote_ident(p) for p in (self.handle.spark_name, *dotted.split(".")))
 
-    def spec(self, table_name: str) -> IngestSpec:
-        ingest = next((a for a in self.plan.actions_for(table_name) if isinstance(a, Ingest)), None)
-        return ingest_spec(
-            self.project,
-            self.project.table(table_name),
-            self.schemas[table_name],
-            self.handle.spark_name,
-            ingest.stages if ingest is not None else (),
-            key_arrow_schema(self.key_schemas or {}, table_name),
-        )
-
 
 TaskRunner = Callable[[ApplyContext, DagTask], Any]
 TASK_RUNNERS: dict[str, TaskRunner] = {}
-ActionRunner = Callable[[ApplyContext, IngestSpec, Any], None]
+# (context, the table's Spark identifier, the action)
+ActionRunner = Callable[[ApplyContext, str, Any], None]
 ACTION_RUNNERS: dict[type, ActionRunner] = {}
 
 
@@ -101,7 +90,7 @@ def run_task(context: ApplyContext, task: DagTask) -> Any:
 @task_runner("create_namespace")
 def _create_namespace(context: ApplyContext, task: DagTask) -> None:
     namespace = context.plan.action(task.actions[0]).identifier
-    context.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {context.ident(namespace)}")
+    ddl.create_namespace(context.spark, context.ident(namespace))
 
 
 @task_runner("create_dlq_table")
@@ -126,20 +115,19 @@ def _create_dlq_topic(context: ApplyContext, task: DagTask) -> bool:
 @task_runner("drop_table")
 def _drop_table(context: ApplyContext, task: DagTask) -> None:
     identifier = context.plan.action(task.actions[0]).identifier
-    context.spark.sql(f"DROP TABLE IF EXISTS {context.ident(identifier)} PURGE")
+    ddl.drop_table(context.spark, context.ident(identifier))
 
 
 @task_runner("ddl")
 def _ddl(context: ApplyContext, task: DagTask) -> list[str]:
     assert task.table is not None
-    spec = context.spec(task.table)
     done = []
     for action_id in task.actions:
         action = context.plan.action(action_id)
         runner = ACTION_RUNNERS.get(type(action))
         if runner is None:
             raise ValueError(f"unknown DDL action {action.kind}")
-        runner(context, spec, action)
+        runner(context, context.ident(action.identifier), action)
         done.append(action.id)
     return done
 
@@ -148,9 +136,9 @@ def _ddl(context: ApplyContext, task: DagTask) -> list[str]:
 def _ingest(context: ApplyContext, task: DagTask) -> Any:
 
     assert task.table is not None
-    spec = context.spec(task.table)
     action = context.plan.action(task.actions[0])
     assert isinstance(action, Ingest)
+    spec = bind_spec(action.spec, context.project, context.handle.spark_name)
     plan = context.plan
     replaced = any(a.kind == "replace_table" for a in plan.actions_for(spec.table_name))
     seen = plan.fingerprint(spec.table_name)
@@ -237,56 +225,49 @@ def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
 
 
 @action_runner(CreateTable)
-def _create_table(context: ApplyContext, spec: IngestSpec, action: CreateTable) -> None:
-
-    ddl.create_table(context.spark, spec, spec.table_schema())
+def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -> None:
+    ddl.create_table(
+        context.spark,
+        identifier,
+        action.table_schema,
+        action.partition_by,
+        action.sort_by,
+        action.properties,
+    )
 
 
 @action_runner(ReplaceTable)
-def _replace_table(context: ApplyContext, spec: IngestSpec, action: ReplaceTable) -> None:
-
-    context.spark.sql(f"DROP TABLE IF EXISTS {spec.identifier} PURGE")
-    ddl.create_table(context.spark, spec, spec.table_schema())
+def _replace_table(context: ApplyContext, identifier: str, action: ReplaceTable) -> None:
+    ddl.drop_table(context.spark, identifier)
+    ddl.create_table(
+        context.spark,
+        identifier,
+        action.table_schema,
+        action.partition_by,
+        action.sort_by,
+        action.properties,
+    )
 
 
 @action_runner(EvolveSchema)
-def _evolve_schema(context: ApplyContext, spec: IngestSpec, action: EvolveSchema) -> None:
-
-    ddl.apply_schema_changes(context.spark, spec, SchemaDiff(action.changes, ()))
-
-
-def _string_literal(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _evolve_schema(context: ApplyContext, identifier: str, action: EvolveSchema) -> None:
+    ddl.apply_schema_changes(
+        context.spark, identifier, SchemaDiff(action.changes, ()), action.table_schema
+    )
 
 
 @action_runner(UpdateProperties)
-def _update_properties(context: ApplyContext, spec: IngestSpec, action: UpdateProperties) -> None:
-    pairs = ", ".join(f"{_string_literal(k)} = {_string_literal(v)}" for k, v in action.set.items())
-    context.spark.sql(f"ALTER TABLE {spec.identifier} SET TBLPROPERTIES ({pairs})")
+def _update_properties(context: ApplyContext, identifier: str, action: UpdateProperties) -> None:
+    ddl.set_properties(context.spark, identifier, action.set)
 
 
 @action_runner(ChangePartitionSpec)
 def _change_partition_spec(
-    context: ApplyContext, spec: IngestSpec, action: ChangePartitionSpec
+    context: ApplyContext, identifier: str, action: ChangePartitionSpec
 ) -> None:
-
-    for term in action.current:
-        if term not in action.desired:
-            context.spark.sql(
-                f"ALTER TABLE {spec.identifier} DROP PARTITION FIELD {partition_sql(term)}"
-            )
-    for term in action.desired:
-        if term not in action.current:
-            context.spark.sql(
-                f"ALTER TABLE {spec.identifier} ADD PARTITION FIELD {partition_sql(term)}"
-            )
+    ddl.change_partition_spec(context.spark, identifier, action.current, action.desired)
 
 
 @action_runner(ChangeSortOrder)
-def _change_sort_order(context: ApplyContext, spec: IngestSpec, action: ChangeSortOrder) -> None:
-
-    if action.desired:
-        order = ", ".join(sort_sql(s) for s in action.desired)
-        context.spark.sql(f"ALTER TABLE {spec.identifier} WRITE ORDERED BY {order}")
-    else:
-        context.spark.sql(f"ALTER TABLE {spec.identifier} WRITE UNORDERED")
+def _change_sort_order(context: ApplyContext, identifier: str, action: ChangeSortOrder) -> None:
+    ddl.change_sort_order(context.spark, identifier, action.desired)

@@ -24,7 +24,6 @@ from tableflow_core.runner.executor import TaskOutcome, execute_dag
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.runner.progress import ApplyProgress
 from tableflow_core.runner.results import RunResults, TableResult, write_run_results
-from tableflow_core.schemas.write_schema import write_resolved_schemas
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 
 if TYPE_CHECKING:
@@ -46,9 +45,9 @@ class ApplyTask:
     spark_starter: SessionStarter | None = None
     handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
     # The world the plan was made from, when the caller planned an instant before
-    # (`tableflow run`, `apply --auto-approve`): not read again, and the plan is not
-    # checked for staleness. Each table's run still refuses to commit if its offsets
-    # moved since the plan.
+    # (`tableflow run`, `apply --auto-approve`): then the plan is not checked for
+    # staleness (the world is not read again). Each table's run still refuses to commit
+    # if its offsets moved since the plan.
     world: WorldState | None = None
     console: Console = field(default_factory=lambda: Console(stderr=True))
     lock_timeout_s: float = 0.0
@@ -71,7 +70,8 @@ class ApplyTask:
             table_locks(lock_dir, plan.tables, self.lock_timeout_s),
             use_catalog(self.project, self.handle) as handle,
         ):
-            world = self.world or self._fresh_world(plan, tables, handle)
+            if self.world is None:
+                self._refuse_if_stale(plan, tables, handle)
             outcomes: dict[str, TaskOutcome] = {}
             if plan.dag.tasks:
                 spark = self._spark(handle)
@@ -80,9 +80,7 @@ class ApplyTask:
                     plan,
                     spark,
                     handle,
-                    _write_schemas(plan, tables, world),
                     self.decoder_factory,
-                    world.key_schemas,
                     self.suspend_on_bad_records,
                 )
                 with ApplyProgress(self.console, len(plan.dag.tasks)) as progress:
@@ -101,10 +99,10 @@ class ApplyTask:
         )
         return results
 
-    def _fresh_world(
+    def _refuse_if_stale(
         self, plan: Plan, tables: tuple[Table, ...], handle: CatalogHandle
-    ) -> WorldState:
-        """The world now; StalePlanError if the plan was made from another one."""
+    ) -> None:
+        """StalePlanError if the plan was made from another world than the one now."""
         world = read_world(
             self.project,
             tables,
@@ -125,7 +123,6 @@ class ApplyTask:
         reasons = stale_reasons(plan, current, config_hash(self.project, tables))
         if reasons:
             raise StalePlanError(reasons)
-        return world
 
     def _spark(self, handle: CatalogHandle) -> SparkSession:
 
@@ -159,20 +156,6 @@ def project_spark_session(
         short_lived=short_lived,
         share_classes=settings.class_data_sharing,
     )
-
-
-def _write_schemas(plan: Plan, tables: tuple[Table, ...], world: Any) -> dict[str, Any]:
-    """Resolved schemas widened to the tables' write schemas (columns a writer dropped stay)."""
-
-    replaced = {a.table for a in plan.actions if a.kind == "replace_table"}
-    # A table with transforms decodes the topic's own schema: the table's columns are
-    # what the transforms make of it, not columns of the record.
-    current = {
-        t.name: world.tables[t.identifier].schema
-        for t in tables
-        if t.identifier in world.tables and t.name not in replaced and not t.transforms
-    }
-    return write_resolved_schemas(world.schemas, current)
 
 
 def _describe(project: Project, exc: BaseException) -> str:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
+from pydantic.dataclasses import dataclass
 
 from tableflow_core.config.errors import ConfigError, ConfigProblem
 from tableflow_core.config.models import (
@@ -27,6 +27,7 @@ from tableflow_core.config.models import (
     MaskTransform,
     RenameTransform,
 )
+from tableflow_core.schemas.arrow_json import ArrowSchema, ArrowType
 from tableflow_core.transforms.arrow_masks import MaskMethod
 from tableflow_core.transforms.locations import Locator, problem_at
 from tableflow_core.transforms.sql import (
@@ -49,10 +50,14 @@ class MaskStep:
     key: str
     columns: tuple[str, ...]
     method: MaskMethod
-    salt: SecretStr | None
     replacement: str
     keep_first: int
     keep_last: int
+    # The salt is a secret: never in a plan file or `plan --json` (`salted` says there is
+    # one); apply takes it from the project's config (runner/binding.py).
+    salt: SecretStr | None = Field(default=None, exclude=True)
+    salted: bool = False
+    kind: Literal["mask"] = "mask"
 
     def describe(self) -> str:
         how = {
@@ -68,6 +73,7 @@ class DedupStep:
     key: str
     keys: tuple[str, ...]
     keep: Literal["first", "last"]
+    kind: Literal["dedup"] = "dedup"
 
     def describe(self) -> str:
         return f"dedup on {', '.join(self.keys)}: keep {self.keep} by Kafka offset"
@@ -79,6 +85,7 @@ class FilterStep:
     where: str
     # A plain CAST in `where` that fails on a row rejects it (not filtered out unnoticed).
     cast_checks: tuple[CastCheck, ...] = ()
+    kind: Literal["filter"] = "filter"
 
     def describe(self) -> str:
         return f"filter where {self.where}"
@@ -92,12 +99,13 @@ class DeriveStep:
     # What Spark evaluates before casting to the planned type: the expression, or the
     # operand of its outermost CAST, so a value that CAST would turn into NULL is caught.
     value_expression: str
-    arrow_type: pa.DataType
+    arrow_type: ArrowType
     spark_type: str
     replaces: bool
     # The plain CASTs inside `value_expression`: a row where one fails is rejected too,
     # never written with the NULL Spark's non-ANSI CAST gives.
     cast_checks: tuple[CastCheck, ...] = ()
+    kind: Literal["derive"] = "derive"
 
     def describe(self) -> str:
         verb = "replace" if self.replaces else "derive"
@@ -108,6 +116,7 @@ class DeriveStep:
 class RenameStep:
     key: str
     renames: tuple[tuple[str, str], ...]
+    kind: Literal["rename"] = "rename"
 
     def describe(self) -> str:
         return "rename " + ", ".join(f"{old} -> {new}" for old, new in self.renames)
@@ -117,21 +126,24 @@ class RenameStep:
 class DropStep:
     key: str
     columns: tuple[str, ...]
+    kind: Literal["drop"] = "drop"
 
     def describe(self) -> str:
         return f"drop {', '.join(self.columns)}"
 
 
 TransformStep = MaskStep | DedupStep | FilterStep | DeriveStep | RenameStep | DropStep
+# A step as a field of a model: told apart by its `kind` (plan files, `plan --json`).
+AnyStep = Annotated[TransformStep, Field(discriminator="kind")]
 
 
 @dataclass(frozen=True)
 class CompiledTransforms:
     """The validated chain: steps in order, and the table's schema before and after."""
 
-    steps: tuple[TransformStep, ...]
-    input_schema: pa.Schema
-    output_schema: pa.Schema
+    steps: tuple[AnyStep, ...]
+    input_schema: ArrowSchema
+    output_schema: ArrowSchema
 
     def describe(self) -> list[str]:
         return [step.describe() for step in self.steps]
@@ -235,10 +247,11 @@ def _mask(t: MaskTransform, schema: pa.Schema, key: str) -> tuple[MaskStep, pa.S
         key=key,
         columns=tuple(columns),
         method=t.method,
-        salt=t.salt,
         replacement=t.replacement,
         keep_first=t.keep_first,
         keep_last=t.keep_last,
+        salt=t.salt,
+        salted=t.salt is not None,
     )
     return step, schema
 

@@ -37,3 +37,12 @@ def table_locator(table: Table) -> Locator:
 def problem_at(locate: Locator, key: str, message: str) -> ConfigProblem:
     location = locate(key)
     return ConfigProblem(message, location.file, location.line, key)
+
+
+_INDEX = re.compile(r"^[a-z_]+\[(\d+)\]")
+
+
+def step_index(key: str) -> int | None:
+    """'transforms[3]' or 'checks[3].columns' -> 3 (None: no index)."""
+    match = _INDEX.match(key)
+    return int(match.group(1)) if match else None

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import sqlglot
+from pydantic.dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types

@@ -14,26 +14,19 @@ exact failing rows.
 
 Only where the checks judge the rows the write appended to an append table (no check
 takes rows out: `pipeline/runners/check.py`), the reports being complete once the write
-ran; for keys of the types the digests handle (`arrow_dedup.dedupable_key_type`); and
-for runs of at most `read_task_dedup.MAX_RECORDS` records (the driver holds 8 bytes per
+ran; for keys of the types the digests handle (`transforms/key_types.py`); and
+for runs of at most `placement.MAX_RECORDS` records (the driver holds 8 bytes per
 row of each such key until the check).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.transforms.arrow_dedup import dedupable_key_type
 from tableflow_core.pipeline.transforms.read_task_dedup import read_tasks_report_keys
-from tableflow_core.transforms.compile import (
-    CompiledTransforms,
-    DeriveStep,
-    DropStep,
-    MaskStep,
-    RenameStep,
-)
+from tableflow_core.transforms.placement import unique_keys_reported
 
 if TYPE_CHECKING:
     from tableflow_core.ingest.spec import IngestSpec
@@ -43,39 +36,6 @@ def unique_keys_in_read_tasks(
     spec: IngestSpec, ranges: Sequence[OffsetRange]
 ) -> tuple[tuple[str, ...], ...]:
     """The columns of each `unique` check of `spec` the read tasks report keys for."""
-    if not read_tasks_report_keys(spec, ranges):
+    if not read_tasks_report_keys(spec, ranges) or spec.compiled is None:
         return ()
-    compiled = spec.compiled
-    checks = compiled.checks.checks
-    if any(check.splits_rows for check in checks):
-        return ()
-    chain = compiled.transforms
-    touched = columns_written(chain)
-    schema = chain.input_schema
-    keys: list[tuple[str, ...]] = []
-    for check in checks:
-        if check.kind != "unique" or check.columns in keys:
-            continue
-        if all(
-            c in schema.names and c not in touched and dedupable_key_type(schema.field(c).type)
-            for c in check.columns
-        ):
-            keys.append(check.columns)
-    return tuple(keys)
-
-
-def columns_written(chain: CompiledTransforms) -> frozenset[str]:
-    """Every column name a step of `chain` gives values to, renames or drops (a dedup or
-    a filter only takes rows out)."""
-    names: set[str] = set()
-    for step in chain.steps:
-        names |= _WRITTEN_BY.get(type(step), lambda _: set())(step)
-    return frozenset(names)
-
-
-_WRITTEN_BY: dict[type, Callable[[Any], set[str]]] = {
-    MaskStep: lambda step: set(step.columns),
-    DropStep: lambda step: set(step.columns),
-    DeriveStep: lambda step: {step.column},
-    RenameStep: lambda step: {name for pair in step.renames for name in pair},
-}
+    return unique_keys_reported(spec.compiled.transforms, spec.compiled.checks)

@@ -1,9 +1,8 @@
 """check: the table's data-quality checks (issue #10), run as one validation.
 
-Plan emits one Check stage per configured check (one line each in `plan`); all of them
-run at the first, as one great-expectations validation (`pipeline.checks.run.run_checks`: one
-aggregate pass of the row count and every check's failing count); the later
-check stages pass the batch on. What is validated:
+The plan's one Check stage lists every check (one line each in `plan`); they run as one
+great-expectations validation (`pipeline.checks.run.run_checks`: one aggregate pass of
+the row count and every check's failing count). What is validated:
 
 - on an append table whose checks take no rows out (severity warn, or on_failure fail),
   the rows the write appended to the run's branch, as an audit before publish
@@ -21,13 +20,14 @@ Then:
   `batch.rejected` for route_bad_records: skip rows are counted as `skipped` in the
   run's accounting, dlq rows are dead-lettered (stage `check`, error class
   `CheckFailed`, message `check <name> failed`);
-- the report goes to run_results.json (`batch.results["checks"]`) and its summary into
+- the report goes to run_results.json (`batch.checks.report`) and its summary into
   the snapshot summary of the commit that publishes the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks import ChecksFailedError
@@ -35,7 +35,14 @@ from tableflow_core.errors import IngestError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
 from tableflow_core.ingest.stages import Check
-from tableflow_core.pipeline.batch import Audit, Batch, RejectedRows, StageContext
+from tableflow_core.pipeline.batch import (
+    Audit,
+    Batch,
+    CheckCounting,
+    Outcome,
+    RejectedRows,
+    StageContext,
+)
 from tableflow_core.pipeline.checks.run import prepare_great_expectations, run_checks
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.schemas.formats import METADATA_PREFIX
@@ -47,9 +54,6 @@ if TYPE_CHECKING:
 
     from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 
-# batch.results key of the check report (run_results.json).
-CHECKS_RESULT = "checks"
-
 
 class ChecksFailed(IngestError):
     """A check with severity error and on_failure fail failed: nothing was published."""
@@ -60,18 +64,14 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     compiled = context.spec.compiled
     if compiled is None:
         raise NotImplementedError(f"{context.where()}: checks were not compiled for this run")
-    if spec.index != 0:
-        return batch  # every check ran at the first check stage
 
     assert batch.good is not None, "check needs the decode stage before it"
     # A no-op when apply/run started the import already (pipeline/checks/warmup.py).
     prepare_great_expectations()
     if _audits_written_rows(context, compiled.checks.checks):
-        report: dict[str, Any] = {}  # filled by the audit; an audit that never ran: None
-        return batch.evolve(
-            audits=(*batch.audits, _written_rows_audit(compiled.checks, report)),
-            results={**batch.results, CHECKS_RESULT: lambda: dict(report) or None},
-        )
+        counting = CheckCounting()  # its report is set by the audit (none if it never ran)
+        audit = ChecksOnWrittenRows(compiled.checks, counting.report)
+        return batch.evolve(audits=(*batch.audits, audit), checks=counting)
     # Validated, then written (and split when a check fails): read Kafka and transform once.
     persisted = batch.good.persist()
 
@@ -90,14 +90,7 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         run.report.raise_for_failures()
     except ChecksFailedError as exc:
         raise ChecksFailed(str(exc)) from exc
-    skipped = run.skipped_count + batch.counter("rows_skipped")
-    counters = {
-        **batch.counters,
-        "rows_skipped": skipped,
-        "check_skipped": run.skipped_count,
-        "check_dead_lettered": run.rejected_count,
-    }
-    rejected = tuple(batch.rejected)
+    rejected = batch.rejected
     if run.rejected_count:
         rejected = (*rejected, RejectedRows(policy="dlq", rows=run.rejected_df))
     if run.skipped_count and run.skipped_df is not None:
@@ -105,10 +98,13 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         rejected = (*rejected, RejectedRows(policy="skip", rows=run.skipped_df))
     return batch.evolve(
         good=run.passing_df if deletes is None else run.passing_df.unionByName(deletes),
-        counters=counters,
+        checks=CheckCounting(
+            Outcome(run.report.as_dict()),
+            skipped=run.skipped_count,
+            dead_lettered=run.rejected_count,
+        ),
         rejected=rejected,
         snapshot_properties={**batch.snapshot_properties, **run.report.summary_properties()},
-        results={**batch.results, CHECKS_RESULT: run.report.as_dict()},
     )
 
 
@@ -131,14 +127,16 @@ def _audits_written_rows(context: StageContext, checks: Sequence[CompiledCheck])
     return context.spec.mode == "append" and not any(c.splits_rows for c in checks)
 
 
-def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Audit:
-    """An audit running the checks on the rows this run appended to its branch. A failing
-    error check raises before publish (nothing is published, the offsets do not move);
-    the report goes to `report` (run_results.json) and its summary into the publish
-    commit."""
+@dataclass(frozen=True)
+class ChecksOnWrittenRows(Audit):
+    """The checks, run on the rows this run appended to its branch. A failing error check
+    raises before publish (nothing is published, the offsets do not move); the report goes
+    to `report` (run_results.json) and its summary into the publish commit."""
 
-    def audit(context: StageContext, batch: Batch) -> None:
+    compiled: CompiledChecks
+    report: Outcome[dict[str, Any]]
 
+    def run(self, context: StageContext, batch: Batch) -> None:
         # Not cached: great-expectations' pass reads only the columns the checks need
         # from this run's Parquet files, cheaper than caching every column (1M rows:
         # ~1 s against ~8 s).
@@ -147,19 +145,17 @@ def _written_rows_audit(compiled: CompiledChecks, report: dict[str, Any]) -> Aud
         reports = batch.key_reports
         run = run_checks(
             written,
-            compiled,
+            self.compiled,
             context.spark,
             table=f"{context.spec.table_name} ({context.spec.identifier})",
             distinct_keys=reports.distinct() if reports is not None else (),
         )
-        report.update(run.report.as_dict())
+        self.report.value = run.report.as_dict()
         context.publish_properties.update(run.report.summary_properties())
         try:
             run.report.raise_for_failures()
         except ChecksFailedError as exc:
             raise ChecksFailed(str(exc)) from exc
-
-    return audit
 
 
 def _appended_rows(context: StageContext) -> DataFrame:

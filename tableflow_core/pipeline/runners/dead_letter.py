@@ -20,8 +20,9 @@ offsets, and the Iceberg sink's MERGE adds no duplicates (a Kafka sink sends aga
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.deadletter.originals import fetch_originals
@@ -37,16 +38,11 @@ from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
 from tableflow_core.ingest.stages import RouteBadRecords
-from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
+from tableflow_core.pipeline.batch import Audit, Batch, Outcome, RejectedRows, StageContext
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
-# Batch.counters key: a callable giving the run's accounting (RunAccounting.to_json()).
-ACCOUNTING_COUNTER = "accounting"
-READ_COUNTER = "records_read_by_partition"  # set by the decode stage
-BAD_COUNTER = "bad_records_by_partition"  # set by the decode stage
+    from pyspark.sql import DataFrame, Observation
 
 
 def sink_context(context: StageContext) -> SinkContext:
@@ -60,16 +56,11 @@ def sink_context(context: StageContext) -> SinkContext:
     )
 
 
-def _mapping(counters: Mapping[str, Any], name: str) -> dict[int, int]:
-    value = counters.get(name, {})
-    value = value() if callable(value) else value
-    return {int(p): int(n) for p, n in dict(value).items()}
-
-
 def _filtered(
     read: Mapping[int, int],
     bad: Mapping[int, int],
-    observed: Mapping[str, Mapping[int, int]],
+    written: Mapping[int, int],
+    tombstones: Mapping[int, int],
     rejected: list[SinkResult],
 ) -> dict[int, int]:
     """Rows taken out of the batch on purpose (transform filters and dedup): the decoded
@@ -82,19 +73,31 @@ def _filtered(
     return {
         p: read.get(p, 0)
         - bad.get(p, 0)
-        - observed["written"].get(p, 0)
-        - observed["tombstones"].get(p, 0)
+        - written.get(p, 0)
+        - tombstones.get(p, 0)
         - routed["skipped"].get(p, 0)
         - routed["dead_lettered"].get(p, 0)
         for p in read
     }
 
 
-def _observe_written(
-    context: StageContext, good: DataFrame
-) -> tuple[DataFrame, Callable[[], dict[str, dict[int, int]]]]:
+@dataclass(frozen=True)
+class WrittenCounts:
+    """Rows going to the write, and tombstones (upsert), per partition read: counted by an
+    observation during the write's pass (None: no ranges, nothing is written)."""
 
-    partitions = sorted({r.partition for r in context.ranges})
+    observation: Observation | None
+    partitions: tuple[int, ...]
+
+    def per_partition(self, name: str) -> dict[int, int]:
+        if self.observation is None:
+            return {}
+        counted = observed_metrics(self.observation)
+        return {p: int(counted.get(f"{name}_p{p}") or 0) for p in self.partitions}
+
+
+def _observe_written(context: StageContext, good: DataFrame) -> tuple[DataFrame, WrittenCounts]:
+    partitions = tuple(sorted({r.partition for r in context.ranges}))
     upsert = TOMBSTONE_COLUMN in good.columns
     source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
     tombstone = quote_ident(TOMBSTONE_COLUMN)
@@ -106,17 +109,9 @@ def _observe_written(
         if upsert:
             counts[f"tombstones_p{p}"] = f"count(CASE WHEN {in_p} AND {tombstone} THEN 1 END)"
     if not counts:  # no ranges: nothing was read, nothing is written
-        return good, lambda: {"written": {}, "tombstones": {}}
+        return good, WrittenCounts(None, ())
     observed, observation = observe_counts(good, "written", counts)
-
-    def figures() -> dict[str, dict[int, int]]:
-        counted = observed_metrics(observation)
-        return {
-            name: {p: int(counted.get(f"{name}_p{p}") or 0) for p in partitions}
-            for name in ("written", "tombstones")
-        }
-
-    return observed, figures
+    return observed, WrittenCounts(observation, partitions)
 
 
 def _route_rejected(
@@ -134,6 +129,45 @@ def _route_rejected(
     return POLICY_SINKS["skip"](sinks).write(rejected.rows)
 
 
+@dataclass(frozen=True)
+class RouteAndAccount(Audit):
+    """After the write, before publish: route bad records (decode failures under `skip` /
+    `dlq` when `route_decode`, and the rows transforms and checks rejected, by their own
+    policy), then check the run's accounting and record it for the publish commit."""
+
+    spec: RouteBadRecords
+    route_decode: bool
+    written: WrittenCounts
+    accounting: Outcome[RunAccounting]
+
+    def run(self, context: StageContext, batch: Batch) -> None:
+        assert batch.decode is not None, "route_bad_records needs the decode stage before it"
+        sinks = sink_context(context)
+        results: list[SinkResult] = []
+        if self.route_decode and batch.bad is not None and batch.bad_records:
+            results.append(
+                route_bad_records(batch.bad, self.spec.on_error, context.spec.dead_letter, sinks)
+            )
+        rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
+        written = self.written.per_partition("written")
+        tombstones = self.written.per_partition("tombstones")
+        read = batch.decode.read_by_partition()
+        bad = batch.decode.bad_by_partition()
+        accounting = RunAccounting.from_counts(
+            context.spec.table_name,
+            context.spec.topic,
+            context.run_id,
+            read=read,
+            written=written,
+            tombstones=tombstones,
+            filtered=_filtered(read, bad, written, tombstones, rejected),
+            **counts_by_outcome([*results, *rejected]),
+        ).check()
+        self.accounting.value = accounting
+        crash_point("after_dead_letter")
+        _record_accounting(context, accounting)
+
+
 def route_and_account(
     context: StageContext, spec: RouteBadRecords, batch: Batch, *, route_decode: bool
 ) -> Batch:
@@ -143,42 +177,9 @@ def route_and_account(
     the fail audit has already stopped the run when there were any.
     """
     assert batch.good is not None, "route_bad_records needs the decode stage before it"
-    good, written_counts = _observe_written(context, batch.good)
-    holder: dict[str, RunAccounting] = {}
-
-    def audit(context: StageContext, batch: Batch) -> None:
-        sinks = sink_context(context)
-        results: list[SinkResult] = []
-        if route_decode and batch.bad is not None and batch.counter("bad_records"):
-            results.append(
-                route_bad_records(batch.bad, spec.on_error, context.spec.dead_letter, sinks)
-            )
-        rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
-        observed = written_counts()
-        read = _mapping(batch.counters, READ_COUNTER)
-        accounting = RunAccounting.from_counts(
-            context.spec.table_name,
-            context.spec.topic,
-            context.run_id,
-            read=read,
-            written=observed["written"],
-            tombstones=observed["tombstones"],
-            filtered=_filtered(read, _mapping(batch.counters, BAD_COUNTER), observed, rejected),
-            **counts_by_outcome([*results, *rejected]),
-        ).check()
-        holder["accounting"] = accounting
-        crash_point("after_dead_letter")
-        _record_accounting(context, accounting)
-
-    def accounting_json() -> dict[str, Any] | None:
-        found = holder.get("accounting")
-        return found.to_json() if found is not None else None
-
-    return batch.evolve(
-        good=good,
-        audits=(*batch.audits, audit),
-        counters={**batch.counters, ACCOUNTING_COUNTER: accounting_json},
-    )
+    good, written = _observe_written(context, batch.good)
+    audit = RouteAndAccount(spec, route_decode, written, batch.accounting)
+    return batch.evolve(good=good, audits=(*batch.audits, audit))
 
 
 def _record_accounting(context: StageContext, accounting: RunAccounting) -> None:

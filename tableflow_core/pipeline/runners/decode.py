@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tableflow_core.engine.ddl import decoded_arrow_schema, spark_schema_for
-from tableflow_core.engine.observations import observe_counts, observed_metrics
+from tableflow_core.engine.ddl import spark_schema_for
+from tableflow_core.engine.observations import observe_counts
 from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import (
     BAD_RECORD_COLUMN,
@@ -32,12 +32,15 @@ from tableflow_core.ingest.columns import (
 from tableflow_core.ingest.stages import Decode
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
-from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.batch import Batch, DecodeCounts, StageContext
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
 from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.runners.read_task_keys import dedup_audit, start_reports, task_keys_of
+from tableflow_core.pipeline.runners.read_task_keys import (
+    DedupAcrossReadTasks,
+    start_reports,
+    task_keys_of,
+)
 from tableflow_core.pipeline.task_keys import TaskKeys, TaskKeysRun
-from tableflow_core.pipeline.transforms.read_task_dedup import DECODE_DUPLICATES
 from tableflow_core.schemas.decoding import build_decoder
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.sql_text import quote_ident
@@ -118,7 +121,7 @@ def key_spec_of(context: StageContext) -> KeySpec | None:
 def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     assert batch.good is not None, "decode needs the read_ranges stage before it"
     key = key_spec_of(context)
-    table_schema = decoded_arrow_schema(context.spec)
+    table_schema = context.spec.decoded_schema
     output_schema = decoded_schema(table_schema, upsert=key is not None)
     task_keys = task_keys_of(context)
     reports = start_reports(context.spark, context, task_keys) if task_keys else None
@@ -159,25 +162,13 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     if flagged:
         good = good.where(f"NOT {quote_ident(DUPLICATE_COLUMN)}").drop(DUPLICATE_COLUMN)
 
-    def metric(name: str) -> Callable[[], int]:
-        return lambda: int(observed_metrics(observation).get(name) or 0)
-
-    counters: dict[str, Any] = {
-        **batch.counters,
-        "records_read": metric("records"),
-        "bad_records": metric("bad_records"),
-    }
-    if key is not None:
-        counters["tombstones"] = metric("tombstones")
-    counters["records_read_by_partition"] = lambda: {
-        p: int(observed_metrics(observation).get(f"records_p{p}") or 0) for p in partitions
-    }
-    counters["bad_records_by_partition"] = lambda: {
-        p: int(observed_metrics(observation).get(f"bad_p{p}") or 0) for p in partitions
-    }
-    audits = tuple(batch.audits)
+    audits = batch.audits
     if reports is not None and task_keys.dedup is not None:
-        if flagged:
-            counters[DECODE_DUPLICATES] = metric("duplicates")
-        audits = (*audits, dedup_audit(reports))
-    return batch.evolve(good=good, bad=bad, counters=counters, audits=audits, key_reports=reports)
+        audits = (*audits, DedupAcrossReadTasks(reports))
+    return batch.evolve(
+        good=good,
+        bad=bad,
+        decode=DecodeCounts(observation, tuple(partitions)),
+        audits=audits,
+        key_reports=reports,
+    )

@@ -19,9 +19,6 @@ from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.runners.write import commit_properties
 
-# batch.results key: the snapshot main points at after the publish.
-PUBLISHED_SNAPSHOT = "published_snapshot_id"
-
 
 def publish_branch(context: StageContext, batch: Batch) -> int:
     """Move main to the run's branch (plus its accounting snapshot); main's new snapshot id."""
@@ -49,9 +46,9 @@ def publish_branch(context: StageContext, batch: Batch) -> int:
 @stage_runner(Publish)
 def publish(context: StageContext, spec: Publish, batch: Batch) -> Batch:
     for audit in batch.audits:
-        audit(context, batch)
+        audit.run(context, batch)
     started = time.perf_counter()
     snapshot_id = publish_branch(context, batch)
     context.timings["publish_commit"] = time.perf_counter() - started
     crash_point("after_commit")
-    return batch.evolve(results={**batch.results, PUBLISHED_SNAPSHOT: snapshot_id})
+    return batch.evolve(snapshot_id=snapshot_id)

@@ -9,6 +9,7 @@ starts the accumulator they report to (`KeyReports`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tableflow_core.errors import KeysAcrossReadTasks
@@ -41,16 +42,19 @@ def start_reports(spark: SparkSession, context: StageContext, keys: TaskKeys) ->
     return reports
 
 
-def dedup_audit(reports: KeyReports) -> Audit:
+@dataclass(frozen=True)
+class DedupAcrossReadTasks(Audit):
     """After the write, before publish (the run's first audit): did two read tasks keep
     one dedup key? The outcome goes in the publish commit's summary; when the read tasks
     ran the dedup, such a key (or a missing report) raises KeysAcrossReadTasks: the engine
     drops the branch and runs the table again with Spark's shuffle dedup."""
-    dedup = reports.keys.dedup
-    assert dedup is not None, "a dedup audit needs the run's dedup"
 
-    def audit(context: StageContext, batch: Batch) -> None:
-        across = reports.dedup_keys_across_tasks()
+    reports: KeyReports
+
+    def run(self, context: StageContext, batch: Batch) -> None:
+        dedup = self.reports.keys.dedup
+        assert dedup is not None, "a dedup audit needs the run's dedup"
+        across = self.reports.dedup_keys_across_tasks()
         table = f"{context.spec.table_name} ({context.spec.identifier})"
         if across is None:  # never expected: then nothing proves the tasks disjoint
             if dedup.flags:
@@ -60,6 +64,4 @@ def dedup_audit(reports: KeyReports) -> Audit:
             return
         if across and dedup.flags:
             raise KeysAcrossReadTasks(describe_fallback(table, across), keys=across)
-        context.publish_properties.update(run_summary(dedup, across, reports.tasks))
-
-    return audit
+        context.publish_properties.update(run_summary(dedup, across, self.reports.tasks))

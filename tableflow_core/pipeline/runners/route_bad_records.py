@@ -17,7 +17,7 @@ from functools import partial
 
 from tableflow_core.errors import FailedRecord, IngestError
 from tableflow_core.ingest.stages import RouteBadRecords
-from tableflow_core.pipeline.batch import Batch, StageContext
+from tableflow_core.pipeline.batch import Audit, Batch, StageContext
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.runners.dead_letter import route_and_account
 
@@ -40,23 +40,27 @@ def failed_records(batch: Batch, limit: int = MAX_REPORTED_FAILURES) -> list[Fai
     return [FailedRecord(r[0], int(r[1]), int(r[2]), str(r[3])) for r in rows]
 
 
-def _fail_if_any(context: StageContext, batch: Batch) -> None:
-    count = batch.counter("bad_records")
-    if not count:
-        return
-    failures = failed_records(batch)
-    listed = "; ".join(f.describe() for f in failures)
-    more = f" (first {len(failures)} listed)" if count > len(failures) else ""
-    raise IngestError(
-        f"table {context.spec.table_name} ({context.spec.identifier}): {count} record(s) "
-        f"could not be decoded, nothing was committed{more}: {listed}",
-        failures,
-        run_id=context.run_id,
-    )
+class FailOnBadRecords(Audit):
+    """`on_error: fail`: records that could not be decoded stop the run before publish,
+    naming the first of them (lowest partition and offset)."""
+
+    def run(self, context: StageContext, batch: Batch) -> None:
+        count = batch.bad_records
+        if not count:
+            return
+        failures = failed_records(batch)
+        listed = "; ".join(f.describe() for f in failures)
+        more = f" (first {len(failures)} listed)" if count > len(failures) else ""
+        raise IngestError(
+            f"table {context.spec.table_name} ({context.spec.identifier}): {count} record(s) "
+            f"could not be decoded, nothing was committed{more}: {listed}",
+            failures,
+            run_id=context.run_id,
+        )
 
 
 def fail(context: StageContext, spec: RouteBadRecords, batch: Batch) -> Batch:
-    batch = batch.evolve(audits=(*batch.audits, _fail_if_any))
+    batch = batch.evolve(audits=(*batch.audits, FailOnBadRecords()))
     # Every run gets its accounting, also when nothing can be rejected: read = written
     # (+ filtered + tombstones) is what users check first.
     return route_and_account(context, spec, batch, route_decode=False)

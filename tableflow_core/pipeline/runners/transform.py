@@ -1,12 +1,13 @@
 """transform: the table's transforms (issue #10), run as one compiled chain.
 
-Plan emits one Transform stage per configured transform (one line each in `plan`); the
-chain is compiled once (`IngestSpec.compiled`, plan/compiled.py) and runs at the
-first of them as one projection with one counting observation
-(`pipeline.transforms.spark.apply_transforms`); the later stages of the chain pass the batch on.
-Steps the decode tasks ran are left out: masks of text columns, and an append table's
-dedup when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`; the duplicates
-they flagged are counted by the decode stage and added to the chain's counts).
+The plan compiled the chain (`IngestSpec.compiled`, plan/compiled.py) and its one
+Transform stage lists the steps Spark runs, in the order it runs them
+(`transforms/placement.py`); they run here as one projection with one counting
+observation (`pipeline.transforms.spark.apply_transforms`). Steps the read tasks ran are
+left out (the plan shows them under the decode stage): masks of text columns, and an
+append table's dedup when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`;
+the duplicates they flagged are counted by the decode stage and added to the chain's
+counts).
 Append tables with a `dedup` then drop rows whose key is already in the table (the
 run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
 
@@ -19,42 +20,35 @@ run before publish; `skip` and `dlq` reach route_bad_records as `batch.rejected`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tableflow_core.engine.observations import observe_counts, observed_metrics
+from tableflow_core.engine.observations import observe_counts
 from tableflow_core.errors import IngestError
 from tableflow_core.ingest.stages import RouteBadRecords, Transform
-from tableflow_core.pipeline.batch import Batch, RejectedRows, StageContext
-from tableflow_core.pipeline.registry import stage_runner
-from tableflow_core.pipeline.transforms.read_task_dedup import (
-    DECODE_DUPLICATES,
-    read_task_dedup_step,
+from tableflow_core.pipeline.batch import (
+    Audit,
+    Batch,
+    RejectedRows,
+    StageContext,
+    TransformCounting,
 )
+from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.transforms.spark import (
-    TransformCounts,
+    TransformResult,
     align_to_table,
     apply_transforms,
     dedup_against_table,
 )
+from tableflow_core.transforms.placement import read_task_dedup_step
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation
 
-    from tableflow_core.pipeline.transforms.spark import TransformCounts, TransformResult
+    from tableflow_core.pipeline.transforms.spark import TransformResult
     from tableflow_core.transforms.compile import CompiledTransforms
 
 MAX_REPORTED_REJECTS = 5
-
-
-def transform_counts(result: TransformResult) -> TransformCounts:
-    """The transforms' counts, waiting (bounded) for Spark to deliver the observation:
-    it arrives asynchronously after the action that read the batch."""
-    return result.counts()
-
-
-def _observed_rows(observation: Observation) -> int:
-
-    return int(observed_metrics(observation)["rows"])
 
 
 def table_on_error(context: StageContext) -> str:
@@ -69,13 +63,19 @@ def _rows_after(good: DataFrame) -> tuple[DataFrame, Observation]:
     return observe_counts(good, "transformed", {"rows": "count(1)"})
 
 
-def _fail_on_rejects(result: TransformResult) -> Any:
-    def audit(context: StageContext, batch: Batch) -> None:
-        rejected = transform_counts(result).rejected
+@dataclass(frozen=True)
+class FailOnRejectedRows(Audit):
+    """`on_error: fail`: rows a derive or a CAST rejected stop the run before publish,
+    naming the first of them."""
+
+    result: TransformResult
+
+    def run(self, context: StageContext, batch: Batch) -> None:
+        rejected = self.result.counts().rejected
         if not rejected:
             return
         rows = (
-            result.rejected_df.orderBy("source_partition", "source_offset")
+            self.result.rejected_df.orderBy("source_partition", "source_offset")
             .limit(MAX_REPORTED_REJECTS)
             .collect()
         )
@@ -88,16 +88,12 @@ def _fail_on_rejects(result: TransformResult) -> Any:
             f"rejected by the transforms (on_error fail), nothing was committed: {listed}"
         )
 
-    return audit
-
 
 @stage_runner(Transform)
 def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     compiled = context.spec.compiled
     if compiled is None:
         raise NotImplementedError(f"{context.where()}: transforms were not compiled for this run")
-    if spec.index != 0:
-        return batch  # the whole chain ran at the first transform stage
 
     assert batch.good is not None, "transform needs the decode stage before it"
     chain = compiled.transforms
@@ -122,55 +118,23 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
         good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
         good, after = _rows_after(good)
 
-    def chain_counts() -> TransformCounts:
-        return _chain_counts(batch, result)
-
-    def rows_left() -> int:
-        if after is None:
-            return chain_counts().rows_out
-        return _observed_rows(after)
-
-    def counts() -> dict[str, int]:
-        figures = chain_counts().as_dict()
-        figures["already_in_table"] = figures["rows_out"] - rows_left()
-        return figures
-
+    assert batch.decode is not None, "transform needs the decode stage before it"
     on_error = table_on_error(context)
-    counters = {
-        **batch.counters,
-        "transformed_rows": rows_left,
-        "transform_rejected": lambda: chain_counts().rejected,
-    }
-    if on_error == "skip":
-        counters["rows_skipped"] = lambda: chain_counts().rejected
-    audits = tuple(batch.audits)
-    rejected = tuple(batch.rejected)
+    audits = batch.audits
+    rejected = batch.rejected
     if result is not None:
         if on_error == "fail":
-            audits = (*audits, _fail_on_rejects(result))
+            audits = (*audits, FailOnRejectedRows(result))
         else:
             rejected = (*rejected, RejectedRows(policy=on_error, rows=result.rejected_df))
     return batch.evolve(
         good=good,
-        counters=counters,
+        transforms=TransformCounting(batch.decode, result, after, on_error),
         audits=audits,
         rejected=rejected,
-        results={**batch.results, "transforms": counts},
     )
 
 
 def _apply(context: StageContext, good: DataFrame, chain: CompiledTransforms) -> TransformResult:
 
     return apply_transforms(good, chain, spark=context.spark)
-
-
-def _chain_counts(batch: Batch, result: TransformResult | None) -> TransformCounts:
-    """The chain's counts: Spark's steps' (if any ran) plus the duplicates the read tasks
-    dropped (`decode_duplicates`, counted by the decode stage); with no Spark step, the
-    rows in are the decoded good rows."""
-
-    in_tasks = batch.counter(DECODE_DUPLICATES)
-    if result is None:
-        decoded = batch.counter("records_read") - batch.counter("bad_records")
-        return TransformCounts(decoded, decoded - in_tasks, 0, in_tasks, 0)
-    return transform_counts(result).plus_read_task_duplicates(in_tasks)

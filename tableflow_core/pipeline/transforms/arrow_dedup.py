@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, DUPLICATE_COLUMN
+from tableflow_core.transforms.key_types import integer_like
 
 Digests = Any  # a numpy uint64 array
 
@@ -48,34 +49,6 @@ class TaskDedup:
     @property
     def flags(self) -> bool:
         return self.mode == "dedup"
-
-
-def dedupable_key_type(data_type: pa.DataType) -> bool:
-    """Types whose values this module groups exactly as Spark's window does: whole numbers,
-    booleans, dates, times, timestamps, text, binary, decimals. Floats are left to Spark
-    (it groups -0.0 with 0.0 and every NaN together); nested types too."""
-    t = pa.types
-    return (
-        _integer_like(data_type)
-        or t.is_string(data_type)
-        or t.is_large_string(data_type)
-        or t.is_binary(data_type)
-        or t.is_large_binary(data_type)
-        or t.is_decimal(data_type)
-    )
-
-
-def _integer_like(data_type: pa.DataType) -> bool:
-    t = pa.types
-    if (t.is_time(data_type) or t.is_timestamp(data_type)) and data_type.unit == "ns":
-        return False  # Spark keeps microseconds: two values here could be one there
-    return (
-        t.is_integer(data_type)
-        or t.is_boolean(data_type)
-        or t.is_date(data_type)
-        or t.is_time(data_type)
-        or t.is_timestamp(data_type)
-    )
 
 
 def flag_duplicates(
@@ -188,7 +161,7 @@ def distinct(digests: Digests) -> Digests:
 def _column_digest(column: pa.ChunkedArray) -> Any:
     data_type = column.type
     valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
-    if _integer_like(data_type):
+    if integer_like(data_type):
         words = _as_words(column)
         digest = _mix(words)
     else:

@@ -26,8 +26,8 @@ Where it applies (else the shuffle runs, as before):
 - the chain Spark would run starts with the dedup (masks before it ran while decoding),
   so the rows it compares are the decoded rows;
 - every key column is a whole number, boolean, date, time or timestamp (not in
-  nanoseconds), text, binary or decimal (`arrow_dedup.dedupable_key_type`);
-- a run of at most `MAX_RECORDS` records: the driver holds 8 bytes per kept key.
+  nanoseconds), text, binary or decimal (`transforms/key_types.py`);
+- a run of at most `placement.MAX_RECORDS` records: the driver holds 8 bytes per kept key.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.transforms.arrow_dedup import (
-    TaskDedup,
-    TaskDedupMode,
-    dedupable_key_type,
+from tableflow_core.pipeline.transforms.arrow_dedup import TaskDedup, TaskDedupMode
+from tableflow_core.transforms.compile import CompiledTransforms
+from tableflow_core.transforms.placement import (
+    read_task_dedup_step,
+    read_tasks_work_on_keys,
+    spark_chain,
 )
-from tableflow_core.pipeline.transforms.spark import execution_order
-from tableflow_core.transforms.compile import CompiledTransforms, DedupStep
 
 if TYPE_CHECKING:
     from tableflow_core.ingest.spec import IngestSpec
@@ -55,35 +55,13 @@ DEDUP_RAN_IN_PROPERTY = "tableflow.dedup.ran-in"
 RAN_IN_READ_TASKS = "read tasks"
 RAN_IN_SHUFFLE = "shuffle"
 
-# Batch counter (decode stage): good rows the read tasks flagged as duplicates.
-DECODE_DUPLICATES = "decode_duplicates"
-
-# Records in one run above which the shuffle runs (and no key is reported): the driver
-# would hold 8 bytes per key of the run, plus a sort's copies.
-MAX_RECORDS = 4_000_000
-
-
-def read_task_dedup_step(transforms: CompiledTransforms) -> DedupStep | None:
-    """The dedup step a read task can run: the first of the chain Spark would run
-    (`transforms`: the chain without the masks that ran while decoding), keyed on
-    top-level columns of types `arrow_dedup` groups exactly; else None."""
-
-    steps = execution_order(transforms.steps)
-    if not steps or not isinstance(steps[0], DedupStep):
-        return None
-    step = steps[0]
-    schema = transforms.input_schema
-    if not all(k in schema.names and dedupable_key_type(schema.field(k).type) for k in step.keys):
-        return None
-    return step
-
 
 def read_tasks_report_keys(spec: IngestSpec, ranges: Sequence[OffsetRange]) -> bool:
     """Whether the run's read tasks may work on keys at all (the dedup here, `unique`
     checks in `pipeline/checks/read_task_unique.py`): an append table with transforms or checks,
     and a run of at most MAX_RECORDS records."""
     records = sum(r.end - r.start for r in ranges)
-    return spec.compiled is not None and spec.mode == "append" and records <= MAX_RECORDS
+    return read_tasks_work_on_keys(spec.mode, spec.compiled is not None, records)
 
 
 def task_dedup(
@@ -94,7 +72,7 @@ def task_dedup(
     dedup this run (`allowed_by_last_run`, not after a fallback)."""
     if not read_tasks_report_keys(spec, ranges):
         return None
-    step = read_task_dedup_step(spec.compiled.transforms_in_spark(spec.key_columns))
+    step = read_task_dedup_step(spec_chain(spec))
     if step is None:
         return None
     mode: TaskDedupMode = "dedup" if in_read_tasks else "report"
@@ -128,3 +106,9 @@ def describe_fallback(table: str, keys_across_tasks: int) -> str:
         "task; the run was written again with Spark's shuffle dedup (its next runs too, "
         "until a run sees no key across read tasks)"
     )
+
+
+def spec_chain(spec: IngestSpec) -> CompiledTransforms:
+    """The chain of `spec` Spark runs (without the masks that ran while decoding)."""
+    assert spec.compiled is not None
+    return spark_chain(spec.compiled.transforms, spec.key_columns)
