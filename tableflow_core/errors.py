@@ -1,10 +1,37 @@
-"""The engine's errors: a run that raises one of these committed nothing (raised by the
-engine toolbox, `engine/run_branch.py`, and the pipeline)."""
+"""tableflow's errors: one root, `TableflowError`, and the errors of a table's run.
+
+Every exception class tableflow defines derives from `TableflowError` (each area's root
+below it: `ConfigError`, `IngestError`, `DeadLetterError`, `PublishError`, ...; they keep
+their builtin bases too, so `except ValueError` still catches `PlanFileError`). The
+CLI handles them in one place (`cli/main.py`): it prints `user_message()` (secrets
+redacted), and, for a component that is down, how to start the local stack, and exits
+with `exit_code`. Anything else is a bug and keeps its traceback.
+
+The run's errors live here because both the engine toolbox (`engine/run_branch.py`) and
+the pipeline raise them: a run that raises one of these committed nothing.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
+
+
+class TableflowError(Exception):
+    """An error tableflow raises on purpose, with a message for the user."""
+
+    # The CLI's exit status for it (1: error; 2 is click's, for usage errors).
+    exit_code: ClassVar[int] = 1
+    # A component (Kafka, registry, catalog) is down: the CLI says "Nothing was changed."
+    # and, on a target with a local stack, how to start it.
+    component_down: ClassVar[bool] = False
+    # Raised before anything changed: the CLI says so ("Nothing was changed.").
+    changes_nothing: ClassVar[bool] = False
+
+    def user_message(self) -> str:
+        """What the CLI prints after "Error: "."""
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -20,7 +47,7 @@ class FailedRecord:
         )
 
 
-class IngestError(RuntimeError):
+class IngestError(TableflowError, RuntimeError):
     """The run failed and committed nothing; `failures` names the records at fault."""
 
     def __init__(
@@ -49,6 +76,6 @@ class KeysAcrossReadTasks(IngestError):
         self.keys = keys
 
 
-class BindError(RuntimeError):
+class BindError(TableflowError, RuntimeError):
     """Apply cannot bind a plan's ingest spec to the project (e.g. a salted mask whose
     salt the project no longer gives)."""

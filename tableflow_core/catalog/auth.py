@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from pydantic import SecretStr
 
 from tableflow_core.catalog.errors import NotAuthorizedError
+from tableflow_core.errors import TableflowError
 
 TOKEN_PREFIX = "tfc1"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -26,7 +27,7 @@ CLIENT_CREDENTIALS_GRANT = "client_credentials"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 
 
-class OAuthError(Exception):
+class OAuthError(TableflowError):
     """An RFC 6749 token endpoint error (`{"error": code, "error_description": ...}`)."""
 
     def __init__(self, code: str, description: str, status: int = 400) -> None:

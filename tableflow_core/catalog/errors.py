@@ -21,28 +21,30 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
 
+from tableflow_core.errors import TableflowError
 
-class NotAuthorizedError(Exception):
+
+class NotAuthorizedError(TableflowError):
     """Missing, malformed or expired bearer token (HTTP 401)."""
 
 
-class BadRequestError(ValueError):
+class BadRequestError(TableflowError, ValueError):
     """Malformed request (HTTP 400)."""
 
 
-class RequestTooLargeError(Exception):
+class RequestTooLargeError(TableflowError):
     """A request body over the server's limit (HTTP 413)."""
 
 
-class UnprocessableEntityError(ValueError):
+class UnprocessableEntityError(TableflowError, ValueError):
     """Well-formed but contradictory request, e.g. a key both updated and removed (HTTP 422)."""
 
 
-class NoSuchViewError(Exception):
+class NoSuchViewError(TableflowError):
     """Views are not stored by this catalog (HTTP 404)."""
 
 
-class UnsupportedOperationError(Exception):
+class UnsupportedOperationError(TableflowError):
     """An operation this catalog does not implement (HTTP 501)."""
 
 

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tableflow_core.errors import TableflowError
+
 Outcome = Literal["pass", "warn", "fail"]
 Action = Literal["none", "skipped", "dead_lettered"]
 
@@ -135,7 +137,7 @@ class CheckReport:
             raise ChecksFailedError(self)
 
 
-class ChecksFailedError(RuntimeError):
+class ChecksFailedError(TableflowError, RuntimeError):
     """A check with severity error (on_failure fail) failed: the batch must not be published."""
 
     def __init__(self, report: CheckReport) -> None:

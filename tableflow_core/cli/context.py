@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tableflow_core.config.project import Project, Table
+    from tableflow_core.errors import TableflowError
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -58,25 +59,27 @@ class CliContext:
         return self._err_console
 
     def load_project(self) -> Project:
-        """The project, loaded once; config errors end the command with exit 1."""
-        from tableflow_core.config.errors import ConfigError
+        """The project, loaded once (a ConfigError ends the command: `report`)."""
         from tableflow_core.config.loader import load_project
 
         if self._project is None:
-            try:
-                self._project = load_project(self.project_dir, self.target, self.vars)
-            except ConfigError as exc:
-                self.fail(f"invalid project:\n{exc.render()}")
+            self._project = load_project(self.project_dir, self.target, self.vars)
         return self._project
 
     def selected_tables(self) -> tuple[Table, ...]:
-        from tableflow_core.config.selection import SelectionError, select_tables
+        from tableflow_core.config.selection import select_tables
 
-        project = self.load_project()
-        try:
-            return select_tables(project.tables, self.selectors)
-        except SelectionError as exc:
-            self.fail(str(exc))
+        return select_tables(self.load_project().tables, self.selectors)
+
+    def report(self, exc: TableflowError) -> NoReturn:
+        """End the command on a tableflow error: its message, and its exit code. The one
+        place the CLI handles them (`cli/main.py` LazyGroup.invoke)."""
+        message = exc.user_message()
+        if exc.component_down:
+            self.unreachable(message)
+        if exc.changes_nothing:
+            message += "\nNothing was changed."
+        self.fail(message, exc.exit_code)
 
     def unreachable(self, exc: Exception | str) -> NoReturn:
         """A component (Kafka, registry, catalog) is down: say which, and on a target

@@ -19,6 +19,7 @@ import click
 
 from tableflow_core.cli.context import CliContext
 from tableflow_core.cli.options import add_global_options, group_options
+from tableflow_core.errors import TableflowError
 
 # One module per command under tableflow_core/cli/commands/; each exposes `command`.
 COMMAND_MODULES = (
@@ -77,6 +78,18 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load_all()
         return sorted(self.commands)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a TableflowError ends it with its message and exit code (the
+        one place the CLI handles them: `CliContext.report`). Any other exception is a
+        bug, and keeps its traceback."""
+        try:
+            return super().invoke(ctx)
+        except TableflowError as exc:
+            context = (
+                ctx.obj if isinstance(ctx.obj, CliContext) else CliContext(Path("."), None, (), {})
+            )
+            context.report(exc)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

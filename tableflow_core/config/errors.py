@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tableflow_core.errors import TableflowError
+
 
 @dataclass(frozen=True)
 class ConfigProblem:
@@ -27,7 +29,7 @@ class ConfigProblem:
         return f"{prefix}{self.message}"
 
 
-class ConfigError(Exception):
+class ConfigError(TableflowError):
     """The project cannot be loaded; carries every problem found, not just the first."""
 
     def __init__(self, problems: list[ConfigProblem], root: Path | None = None) -> None:
@@ -37,6 +39,9 @@ class ConfigError(Exception):
 
     def render(self) -> str:
         return "\n".join(problem.render(self.root) for problem in self.problems)
+
+    def user_message(self) -> str:
+        return f"invalid project:\n{self.render()}"
 
 
 def _relative(file: Path, root: Path) -> Path:

@@ -27,6 +27,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tableflow_core.config.errors import ConfigProblem
 from tableflow_core.config.yaml_source import FieldPath, YamlDocument, dotted_path
+from tableflow_core.errors import TableflowError
 
 _MISSING = object()
 TEMPLATE_MARKERS = ("{{", "{%", "{#")
@@ -43,7 +44,7 @@ class _TargetContext:
         return self.name
 
 
-class RenderError(Exception):
+class RenderError(TableflowError):
     """A template in one value cannot be rendered (message is shown to the user)."""
 
 

@@ -6,9 +6,10 @@ import fnmatch
 from collections.abc import Iterable
 
 from tableflow_core.config.project import Table
+from tableflow_core.errors import TableflowError
 
 
-class SelectionError(ValueError):
+class SelectionError(TableflowError, ValueError):
     pass
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tableflow_core.errors import TableflowError
 
-class DeadLetterError(RuntimeError):
+
+class DeadLetterError(TableflowError, RuntimeError):
     """Bad records could not be routed as the table's policy says."""
 
 

@@ -35,6 +35,7 @@ from tableflow_core.dev.processes import (
     stop_pid,
 )
 from tableflow_core.dev.registry import registry_command
+from tableflow_core.errors import TableflowError
 from tableflow_core.registry.server import PASSWORD_ENV
 
 KAFKA = "kafka"
@@ -47,7 +48,7 @@ STATE_FILE = "state.json"
 ComponentState = Literal["running", "stopped", "not available"]
 
 
-class StackError(RuntimeError):
+class StackError(TableflowError, RuntimeError):
     """A component could not be started or stopped; the message names it, its port and log."""
 
 

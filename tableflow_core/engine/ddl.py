@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES, PartitionFieldSpec, SortFieldSpec
 from tableflow_core.schemas.write_schema import KEPT_COLUMN_DOC
 from tableflow_core.sql_text import quote_ident
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 
-class SchemaEvolutionError(RuntimeError):
+class SchemaEvolutionError(TableflowError, RuntimeError):
     """The registry schema cannot be applied to the table in place."""
 
 

@@ -7,6 +7,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from tableflow_core.errors import TableflowError
+
 # librdkafka drops fetch responses above receive.message.max.bytes and retries forever,
 # silently. noida-db ignores fetch size limits and may answer with a whole partition's
 # log, so the limit must be high there (real brokers honour fetch.max.bytes).
@@ -25,12 +27,21 @@ BOUNDED_FETCH: dict[str, str] = {
 }
 
 
-class KafkaMetadataError(RuntimeError):
+class KafkaMetadataError(TableflowError, RuntimeError):
     """The broker could not tell us about a topic (missing topic, broker down)."""
 
 
 class KafkaUnreachableError(KafkaMetadataError):
-    """No bootstrap server accepted a connection."""
+    """No bootstrap server of `address` accepted a connection."""
+
+    component_down = True
+
+    def __init__(self, address: str, detail: str) -> None:
+        super().__init__(detail)
+        self.address = address
+
+    def user_message(self) -> str:
+        return f"kafka at {self.address} is not reachable: {self}"
 
 
 # A broker that does not accept a TCP connection within this is reported as down.
@@ -77,7 +88,7 @@ def probe_bootstrap(bootstrap_servers: str, timeout: float = CONNECT_TIMEOUT_S) 
         except OSError as exc:
             failures.append(f"{host}:{port}: {exc.strerror or exc}")
     raise KafkaUnreachableError(
-        "cannot connect to any bootstrap server (" + "; ".join(failures) + ")"
+        bootstrap_servers, "cannot connect to any bootstrap server (" + "; ".join(failures) + ")"
     )
 
 

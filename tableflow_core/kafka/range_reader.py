@@ -12,12 +12,13 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.admin import brokers_of, consumer_conf
 from tableflow_core.kafka.messages import Headers, MessageChunk
 from tableflow_core.kafka.offsets import OffsetRange
 
 
-class KafkaReadError(RuntimeError):
+class KafkaReadError(TableflowError, RuntimeError):
     """A range could not be read completely (broker error or no progress)."""
 
 

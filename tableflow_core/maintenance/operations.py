@@ -18,6 +18,7 @@ from tableflow_core.config.models import (
     RewriteDeletesSettings,
     parse_duration_seconds,
 )
+from tableflow_core.errors import TableflowError
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.target import SparkTable
 from tableflow_core.sql_text import sql_string
@@ -35,7 +36,7 @@ METADATA_PATH_PROPERTY = "write.metadata.path"
 PROTECTED_DIRECTORY = "_delta_log"
 
 
-class MaintenanceError(RuntimeError):
+class MaintenanceError(TableflowError, RuntimeError):
     """A maintenance operation failed or would have broken the table's state."""
 
 

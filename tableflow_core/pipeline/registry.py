@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.stages import StageSpec
 from tableflow_core.pipeline.batch import Batch, StageContext
 
@@ -31,7 +32,7 @@ RUNNER_MODULES: tuple[str, ...] = (
 )
 
 
-class UnknownStageError(LookupError):
+class UnknownStageError(TableflowError, LookupError):
     """No runner is registered for a stage spec type."""
 
 

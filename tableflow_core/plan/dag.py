@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.plan.actions import DDL_KINDS
 from tableflow_core.plan.dead_letter_table import is_dlq_action
 
@@ -55,7 +56,7 @@ class Dag(BaseModel):
         raise KeyError(task_id)
 
 
-class DagError(ValueError):
+class DagError(TableflowError, ValueError):
     """The DAG is malformed (unknown dependency or a cycle)."""
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.plan.plan import PLAN_FORMAT_VERSION, Plan, TableFingerprint
 from tableflow_core.plan.render_json import render_json
 
@@ -29,12 +30,14 @@ FINGERPRINT_FIELDS: tuple[tuple[str, str], ...] = (
 )
 
 
-class PlanFileError(ValueError):
+class PlanFileError(TableflowError, ValueError):
     """The file is not a plan tableflow can apply."""
 
 
-class StalePlanError(RuntimeError):
+class StalePlanError(TableflowError, RuntimeError):
     """The world (or the project) changed since the plan was made."""
+
+    changes_nothing = True
 
     def __init__(self, reasons: list[str]) -> None:
         self.reasons = reasons

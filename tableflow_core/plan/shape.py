@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.config.project import Table
+from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 from tableflow_core.ingest.stages import Mode
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
@@ -40,7 +41,7 @@ PRIMITIVE_KEY_COLUMN = "value"
 _PRIMITIVE_KEY_TYPES: dict[str, pa.DataType] = {"string": pa.string(), "bytes": pa.binary()}
 
 
-class ShapeError(ValueError):
+class ShapeError(TableflowError, ValueError):
     """The table cannot have a consistent shape (e.g. a key column nowhere to be found)."""
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from tableflow_core.config.project import Project, Table
 from tableflow_core.deadletter.topics import topic_partitions
+from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.kafka.admin import (
     get_watermarks,
@@ -39,8 +40,10 @@ KAFKA_TIMEOUT_S = 10.0
 _TRANSFORM = re.compile(r"^(?P<name>[a-z]+)(?:\[(?P<param>\d+)\])?$")
 
 
-class WorldReadError(RuntimeError):
+class WorldReadError(TableflowError, RuntimeError):
     """A component (catalog, schema registry, Kafka) could not be read."""
+
+    component_down = True
 
     def __init__(self, component: str, address: str, detail: str) -> None:
         self.component = component

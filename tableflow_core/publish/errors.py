@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tableflow_core.errors import TableflowError
 
-class PublishError(RuntimeError):
+
+class PublishError(TableflowError, RuntimeError):
     """A table could not be published to a catalog."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tableflow_core.errors import TableflowError
 
-class RegistryError(Exception):
+
+class RegistryError(TableflowError):
     """An error the HTTP layer returns as `{"error_code": code, "message": message}`."""
 
     def __init__(self, http_status: int, error_code: int, message: str) -> None:

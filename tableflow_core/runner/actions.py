@@ -14,7 +14,7 @@ from tableflow_core.deadletter.topics import create_dlq_topic
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.engine import ddl
-from tableflow_core.errors import ConcurrentCommitError, IngestError
+from tableflow_core.errors import ConcurrentCommitError, IngestError, TableflowError
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.run import ingest
@@ -189,7 +189,7 @@ def _suspending(context: ApplyContext, spec: IngestSpec) -> Iterator[None]:
 SUSPENDED_MARK = "suspended since"  # in the error text of a table `run` just suspended
 
 
-class TableSuspendedError(RuntimeError):
+class TableSuspendedError(TableflowError, RuntimeError):
     """`tableflow run` suspended the table: its run stopped on bad records."""
 
 

@@ -26,8 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from tableflow_core.errors import TableflowError
 
-class LockTimeoutError(RuntimeError):
+
+class LockTimeoutError(TableflowError, RuntimeError):
+    """Another apply holds one of the plan's tables for longer than the lock timeout."""
+
+    changes_nothing = True
+
     def __init__(self, table: str, holder: dict[str, Any] | None, waited_s: float) -> None:
         self.table = table
         self.holder = holder

@@ -17,13 +17,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from tableflow_core.errors import TableflowError
+
 
 class TemporalAs(enum.Enum):
     INT = "int"
     TEXT = "text"
 
 
-class SchemaMappingError(ValueError):
+class SchemaMappingError(TableflowError, ValueError):
     """A registry schema that has no faithful Arrow/Iceberg representation."""
 
 

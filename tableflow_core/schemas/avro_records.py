@@ -23,6 +23,7 @@ from typing import Any
 
 import fastavro
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.schemas import avro_types
 
 RecordReader = Callable[[bytes, int], tuple[Any, ...]]
@@ -37,7 +38,7 @@ _LOGICAL = {
 _MAX_VARINT_BYTES = 10  # a 64-bit zigzag varint
 
 
-class TrailingBytes(ValueError):
+class TrailingBytes(TableflowError, ValueError):
     """The record's fields end before its bytes do."""
 
     def __init__(self, count: int) -> None:

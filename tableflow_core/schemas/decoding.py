@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.messages import MessageChunk
 from tableflow_core.schemas.arrow_values import TemporalAs, storage_schema
 from tableflow_core.schemas.formats import (
@@ -106,7 +107,7 @@ class RecordDecoder(Protocol):
     def decode(self, messages: Sequence[MessageLike]) -> DecodeResult: ...
 
 
-class DecodingError(RuntimeError):
+class DecodingError(TableflowError, RuntimeError):
     """Decoding cannot go on at all (e.g. the registry is down); names the record."""
 
 

@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.schemas import avro_records, avro_types, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError, TemporalAs
 from tableflow_core.schemas.formats import FormatSpec
@@ -34,7 +35,7 @@ from tableflow_core.schemas.wire_format import (
 VALUE_COLUMN = "value"
 
 
-class PayloadError(Exception):
+class PayloadError(TableflowError):
     """This record's bytes cannot be decoded; `reason` says why."""
 
     def __init__(self, reason: str) -> None:
@@ -42,7 +43,7 @@ class PayloadError(Exception):
         self.reason = reason
 
 
-class RegistryUnavailable(RuntimeError):
+class RegistryUnavailable(TableflowError, RuntimeError):
     """The registry could not answer (down, auth, 5xx): retry later, skip nothing."""
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 from confluent_kafka.schema_registry import RegisteredSchema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.formats import FormatSpec, metadata_field
@@ -23,7 +24,7 @@ from tableflow_core.schemas.registry import RegistrySettings
 VALUE_COLUMN = "value"
 
 
-class SchemaResolutionError(RuntimeError):
+class SchemaResolutionError(TableflowError, RuntimeError):
     """The topic's schema cannot be resolved (missing subject, unmappable type, ...)."""
 
 

@@ -6,11 +6,13 @@ that many zigzag varints; a single 0 byte is the shorthand for `[0]` (first mess
 
 from __future__ import annotations
 
+from tableflow_core.errors import TableflowError
+
 MAGIC_BYTE = 0
 HEADER_SIZE = 5
 
 
-class FramingError(ValueError):
+class FramingError(TableflowError, ValueError):
     """The bytes are not a valid Confluent-framed record."""
 
 

@@ -19,13 +19,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from tableflow_core.errors import TableflowError
+
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 OFFSETS_KEY = "tableflow.offsets"
 
 
-class OffsetStateError(RuntimeError):
+class OffsetStateError(TableflowError, RuntimeError):
     """The stored offsets cannot be used (corrupt JSON, or another topic's offsets)."""
 
 

@@ -20,9 +20,12 @@ from tableflow_core.config.models import (
     SqlCatalog,
 )
 from tableflow_core.config.project import Project
+from tableflow_core.errors import TableflowError
 
 
-class CatalogUnavailableError(RuntimeError):
+class CatalogUnavailableError(TableflowError, RuntimeError):
+    component_down = True
+
     """The catalog cannot be reached or opened."""
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
 from tableflow_core.engine.spark_session import build_spark_session, register_catalog
+from tableflow_core.errors import TableflowError
 from tableflow_core.plan.builder import table_fingerprint
 from tableflow_core.plan.desired import config_hash
 from tableflow_core.plan.plan import Plan
@@ -32,8 +33,10 @@ if TYPE_CHECKING:
     from tableflow_core.engine.spark_session import SessionStarter
 
 
-class PlanNotApplicableError(RuntimeError):
+class PlanNotApplicableError(TableflowError, RuntimeError):
     """The plan has blockers (not supported yet, destructive without the flag, ...)."""
+
+    changes_nothing = True
 
 
 @dataclass

@@ -6,6 +6,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from tableflow_core.errors import TableflowError
+
 # The template ships inside the package: tableflow_core/_template is a symlink to the
 # repository's top-level project_template/ (which stays part of the project's layout),
 # and setuptools copies the files it points at into wheels (pyproject.toml package-data).
@@ -23,7 +25,7 @@ plan.json
 """
 
 
-class InitError(Exception):
+class InitError(TableflowError):
     pass
 
 

@@ -27,6 +27,7 @@ from tableflow_core.config.models import (
     MaskTransform,
     RenameTransform,
 )
+from tableflow_core.errors import TableflowError
 from tableflow_core.schemas.arrow_json import ArrowSchema, ArrowType
 from tableflow_core.transforms.arrow_masks import MaskMethod
 from tableflow_core.transforms.locations import Locator, problem_at
@@ -170,7 +171,7 @@ class CompiledTransforms:
         return tuple(present) if len(present) == len(keys) else None
 
 
-class StepError(ValueError):
+class StepError(TableflowError, ValueError):
     """One transform cannot be compiled; `subkey` narrows the location ("where")."""
 
     def __init__(self, message: str, subkey: str = "") -> None:

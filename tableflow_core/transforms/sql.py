@@ -20,6 +20,8 @@ from sqlglot.errors import ParseError, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
+from tableflow_core.errors import TableflowError
+
 DIALECT = "spark"
 # Columns the pipeline carries beside the table's (source partition and offset); users
 # cannot reference or create them.
@@ -28,7 +30,7 @@ _INPUT = "__tf_input"
 _VALUE = "__tf_value"
 
 
-class ExpressionError(ValueError):
+class ExpressionError(TableflowError, ValueError):
     """An expression cannot be used as written (the compiler adds the file:line)."""
 
 

@@ -62,11 +62,7 @@ def command(
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
-    from tableflow_core.plan.plan_file import StalePlanError
-    from tableflow_core.plan.world import WorldReadError
-    from tableflow_core.runner.lock import LockTimeoutError
-    from tableflow_core.targets.catalog import CatalogUnavailableError, open_catalog
-    from tableflow_core.tasks.apply import PlanNotApplicableError
+    from tableflow_core.targets.catalog import open_catalog
 
     project = ctx.load_project()
     if ctx.selected_tables():
@@ -75,26 +71,21 @@ def command(
     # With checks to run, great-expectations' import overlaps the JVM start and the plan
     # (a saved plan may hold any table of the project).
     prepare_checks_engine(project.tables if plan_file is not None else ctx.selected_tables())
-    try:
-        # One catalog for the plan and the apply (an embedded one is started once).
-        with open_catalog(project) as handle:
-            results = _plan_and_apply(
-                ctx,
-                project,
-                handle,
-                spark_starter,
-                plan_file=plan_file,
-                auto_approve=auto_approve,
-                allow_destructive=allow_destructive,
-                prune=prune,
-                lock_timeout=lock_timeout,
-                max_parallel=max_parallel,
-                show_dag=show_dag,
-            )
-    except (StalePlanError, LockTimeoutError, PlanNotApplicableError) as exc:
-        ctx.fail(f"{exc}\nNothing was changed.")
-    except (WorldReadError, CatalogUnavailableError) as exc:
-        ctx.unreachable(exc)
+    # One catalog for the plan and the apply (an embedded one is started once).
+    with open_catalog(project) as handle:
+        results = _plan_and_apply(
+            ctx,
+            project,
+            handle,
+            spark_starter,
+            plan_file=plan_file,
+            auto_approve=auto_approve,
+            allow_destructive=allow_destructive,
+            prune=prune,
+            lock_timeout=lock_timeout,
+            max_parallel=max_parallel,
+            show_dag=show_dag,
+        )
     if results is None:
         return
     for result in results.tables:
@@ -139,15 +130,12 @@ def _plan_and_apply(
     show_dag: bool,
 ) -> RunResults | None:
     """Load or make the plan, show it, confirm, apply it. None: nothing to apply."""
-    from tableflow_core.plan.plan_file import PlanFileError, load_plan
+    from tableflow_core.plan.plan_file import load_plan
     from tableflow_core.tasks.apply import ApplyTask
 
     world = None  # the world a plan made here was read from (no re-read before applying)
     if plan_file is not None:
-        try:
-            plan = load_plan(plan_file)
-        except PlanFileError as exc:
-            ctx.fail(str(exc))
+        plan = load_plan(plan_file)
         if plan.project != project.name or plan.target != project.target_name:
             ctx.fail(
                 f"{plan_file} is a plan for project {plan.project} target {plan.target}, "

@@ -67,10 +67,7 @@ def up(ctx: CliContext) -> None:
     from tableflow_core.dev import stack
 
     settings = stack_settings(ctx, ctx.load_project())
-    try:
-        status = stack.up(settings)
-    except stack.StackError as exc:
-        ctx.fail(str(exc))
+    status = stack.up(settings)
     print_status(ctx, status, "tableflow dev stack")
 
 
@@ -94,10 +91,7 @@ def down(ctx: CliContext) -> None:
     from tableflow_core.dev import stack
 
     settings = stack_settings(ctx, ctx.load_project())
-    try:
-        stopped = stack.down(settings)
-    except stack.StackError as exc:
-        ctx.fail(str(exc))
+    stopped = stack.down(settings)
     if not stopped:
         ctx.console.print("Nothing was running.")
     for component in stopped:
@@ -136,13 +130,9 @@ def produce(
     registry = project.target.schema_registry
     if registry is None:
         ctx.fail(f"target {project.target_name!r} has no schema_registry")
-    from tableflow_core.kafka.admin import KafkaUnreachableError, probe_bootstrap
+    from tableflow_core.kafka.admin import probe_bootstrap
 
-    bootstrap = project.target.kafka.bootstrap_servers
-    try:
-        probe_bootstrap(bootstrap)
-    except KafkaUnreachableError as exc:
-        ctx.unreachable(f"kafka at {bootstrap} is not reachable: {exc}")
+    probe_bootstrap(project.target.kafka.bootstrap_servers)
     registry_config: dict[str, object] = {}
     if registry.basic_auth is not None:
         registry_config["basic.auth.user.info"] = (

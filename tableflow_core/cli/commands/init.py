@@ -14,12 +14,9 @@ from tableflow_core.text import plural
 @click.pass_obj
 def command(ctx: CliContext, directory: Path, name: str | None) -> None:
     """Create a new project in DIRECTORY from the template."""
-    from tableflow_core.tasks.init import InitError, InitTask
+    from tableflow_core.tasks.init import InitTask
 
-    try:
-        created = InitTask(directory, name).run()
-    except InitError as exc:
-        ctx.fail(str(exc))
+    created = InitTask(directory, name).run()
     ctx.console.print(f"Created project in [bold]{directory}[/] ({plural(len(created), 'file')}):")
     for path in created:
         ctx.console.print(f"  {path}")

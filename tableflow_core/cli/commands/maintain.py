@@ -57,7 +57,6 @@ def command(
     Each table is maintained under its lock, so it never races an apply or run of the
     same table from this project. Exit 1 if any operation failed.
     """
-    from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.maintain import MaintainTask, TableMaintenance
 
     ctx.selectors = (*ctx.selectors, *selectors)
@@ -83,18 +82,15 @@ def command(
         if result.published is not None:
             ctx.console.print(f"published {result.published.summary_line()}", highlight=False)
 
-    try:
-        results = MaintainTask(
-            project,
-            tables,
-            dry_run=dry_run,
-            force=force,
-            only=only,
-            lock_timeout_s=lock_timeout,
-            console=ctx.err_console,
-            on_table=show,
-        ).run()
-    except CatalogUnavailableError as exc:
-        ctx.fail(str(exc))
+    results = MaintainTask(
+        project,
+        tables,
+        dry_run=dry_run,
+        force=force,
+        only=only,
+        lock_timeout_s=lock_timeout,
+        console=ctx.err_console,
+        on_table=show,
+    ).run()
     if not all(r.ok for r in results):
         raise SystemExit(1)

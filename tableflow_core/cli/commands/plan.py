@@ -20,13 +20,9 @@ EXIT_CHANGES = 2
 def fail_fast_if_kafka_is_down(ctx: CliContext) -> None:
     """One TCP connection before anything slow (importing the planner, starting an
     embedded catalog): a stack that is down is reported at once."""
-    from tableflow_core.kafka.admin import KafkaUnreachableError, probe_bootstrap
+    from tableflow_core.kafka.admin import probe_bootstrap
 
-    address = ctx.load_project().target.kafka.bootstrap_servers
-    try:
-        probe_bootstrap(address)
-    except KafkaUnreachableError as exc:
-        ctx.unreachable(f"kafka at {address} is not reachable: {exc}")
+    probe_bootstrap(ctx.load_project().target.kafka.bootstrap_servers)
 
 
 def run_plan(
@@ -39,8 +35,6 @@ def run_plan(
     if tables:
         fail_fast_if_kafka_is_down(ctx)
     from tableflow_core.plan.plan import PlanOptions
-    from tableflow_core.plan.world import WorldReadError
-    from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.plan import PlanTask
 
     task = PlanTask(
@@ -50,10 +44,7 @@ def run_plan(
         options=PlanOptions(allow_destructive=allow_destructive, prune=prune),
         handle=handle,
     )
-    try:
-        return task.run(), task.world
-    except (WorldReadError, CatalogUnavailableError) as exc:
-        ctx.unreachable(exc)
+    return task.run(), task.world
 
 
 def show_plan(ctx: CliContext, plan: Plan, output_format: str, show_dag: bool) -> None:

@@ -23,12 +23,13 @@ def command(ctx: CliContext, sql: str, limit: int, output_format: str) -> None:
     Tables are named `namespace.table` (the first table's namespace is the default
     schema) or `<catalog>.namespace.table`.
     """
+    from tableflow_core.errors import TableflowError
     from tableflow_core.readers.duckdb_reader import (
         TEXT_FORMATS,
         attach_rest_catalog,
         duckdb_connection,
     )
-    from tableflow_core.targets.catalog import CatalogUnavailableError, open_catalog
+    from tableflow_core.targets.catalog import open_catalog
 
     project = ctx.load_project()
     default_schema = project.tables[0].namespace[0] if project.tables else None
@@ -48,8 +49,8 @@ def command(ctx: CliContext, sql: str, limit: int, output_format: str) -> None:
             result = con.sql(sql)
             columns = result.columns
             rows = result.fetchmany(limit)
-    except CatalogUnavailableError as exc:
-        ctx.unreachable(exc)
+    except TableflowError:
+        raise  # the CLI's one handler (cli/main.py)
     except Exception as exc:  # duckdb errors: show the message, not a traceback
         ctx.fail(f"query failed: {exc}")
     if output_format in TEXT_FORMATS:

@@ -121,14 +121,9 @@ def render_status(status: ProjectStatus, console: Console) -> None:
 @click.pass_obj
 def command(ctx: CliContext, as_json: bool) -> None:
     """Per table: lag, last commit and its age, rows, files, last run, DLQ, suspension. No Spark."""
-    from tableflow_core.targets.catalog import CatalogUnavailableError
     from tableflow_core.tasks.status import StatusTask
 
-    project = ctx.load_project()
-    try:
-        status = StatusTask(project, ctx.selected_tables()).run()
-    except CatalogUnavailableError as exc:
-        ctx.fail(str(exc))
+    status = StatusTask(ctx.load_project(), ctx.selected_tables()).run()
     if as_json:
         click.echo(status.to_json())
         return
