@@ -1,4 +1,4 @@
-"""Command examples in README.md and docs/*.md, as tests/test_docs_examples.py runs them.
+"""Command examples in README.md and docs/*.md, as tests/integration/test_docs_examples.py runs them.
 
 Convention: commands go in ```console blocks, one per line starting with `$ ` (a
 trailing `\\` continues it on the next line). Lines without `$ ` in a console block are
@@ -13,6 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Regular expression (matched at the start of the command) -> why it is not run. Short.
+NOT_RUN: dict[str, str] = {
+    r"bash scripts/demo\.sh": "creates .venv and a stack on the default ports; CI runs it as its own job",
+    r"bash scripts/test\.sh": "is the test suite itself",
+    r"tableflow dev (up|down|status)\b": "the test session's fixtures are the stack (tests/integration/test_cli_dev.py runs these)",
+    r"python -m tableflow_core\.catalog\.server\b": "serves in the foreground until stopped",
+    r'"\$SPARK_HOME"/bin/spark-class\b': "a long-running Spark master/worker (tests/integration/test_cluster.py starts them)",
+}
+# Commands about the checkout itself (its .venv, its tests): run from the repository's root,
+# not from the doc's copy of the example project.
+IN_REPOSITORY: tuple[str, ...] = (r"\.venv/bin/python -m pytest tests/unit\b",)
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "shell-session"})
 EXPECTED_EXIT = re.compile(r"#.*\bexits? (?P<code>\d+)\b")
@@ -29,6 +41,16 @@ class Example:
         match = EXPECTED_EXIT.search(self.command)
         return int(match.group("code")) if match else 0
 
+    def reason_not_run(self) -> str | None:
+        for pattern, reason in NOT_RUN.items():
+            if re.match(pattern, self.command):
+                return reason
+        return None
+
+    @property
+    def in_repository(self) -> bool:
+        return any(re.match(pattern, self.command) for pattern in IN_REPOSITORY)
+
     def __str__(self) -> str:
         return f"{self.doc}:{self.line}: $ {self.command}"
 
@@ -44,6 +66,10 @@ class Block:
 def documents() -> list[Path]:
     """Every doc whose examples are run: README.md and docs/*.md (new docs included)."""
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def all_examples() -> list[Example]:
+    return [example for doc in documents() for example in examples(doc)]
 
 
 def blocks(path: Path) -> list[Block]:

@@ -9,10 +9,10 @@ import pyarrow as pa
 from pydantic.dataclasses import dataclass
 
 from tableflow_core.checks.compile import CompiledChecks
+from tableflow_core.ingest.placement import spark_chain
 from tableflow_core.transforms.arrow_masks import DecodeMasks
 from tableflow_core.transforms.compile import CompiledTransforms
 from tableflow_core.transforms.decode_masks import decode_masks, masks_at_decode
-from tableflow_core.transforms.placement import spark_chain
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the engine runs each kind through the runner registered for its spec type
 (`pipeline/registry.py`, one module per kind under `pipeline/runners/`). A stage shows
 what runs in it: the decode stage the steps fused into the read tasks (masks, an
 append table's dedup, the key reports proving `unique` checks), the transform stage the
-steps Spark runs, in the order it runs them (`transforms/placement.py`). Adding a stage
+steps Spark runs, in the order it runs them (`ingest/placement.py`). Adding a stage
 kind: a spec class here (and in `Stage`), a runner module, and its line in the renderers
 (`label()`, `details()`).
 """

@@ -3,13 +3,14 @@
 Built from the table's config, its desired shape for the write (`plan/shape.py`: the
 topic's schema with the columns the table keeps) and its compiled transforms and checks
 (`plan/compiled.py`). Its stages say where each step runs for this run
-(`transforms/placement.py`): apply runs the spec as it is.
+(`ingest/placement.py`): apply runs the spec as it is.
 """
 
 from __future__ import annotations
 
 from tableflow_core.config.project import Table
 from tableflow_core.ingest.compiled import CompiledTable
+from tableflow_core.ingest.placement import Placement, place
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import (
     Check,
@@ -25,7 +26,6 @@ from tableflow_core.ingest.stages import (
 from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.shape import TableShape
 from tableflow_core.transforms.compile import TransformStep
-from tableflow_core.transforms.placement import Placement, place
 
 
 def ingest_spec(

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tableflow_core.ingest.placement import unique_keys_reported
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.transforms.read_task_dedup import read_tasks_report_keys
-from tableflow_core.transforms.placement import unique_keys_reported
 
 if TYPE_CHECKING:
     from tableflow_core.ingest.spec import IngestSpec

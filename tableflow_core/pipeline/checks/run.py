@@ -20,7 +20,7 @@ depends on the row count, which cost a pass of its own before the sums (5 checks
 written rows: a check stage of 2.03-2.15 s then, 1.89-1.97 s now). Mapping each check
 straight onto a native expectation (ExpectColumnValuesToNotBeNull, ...ToBeUnique,
 ...ToBeInSet, ...ToBeBetween, UnexpectedRowsExpectation) cost one or more Spark jobs per
-expectation (10 jobs for five checks); `tests/test_checks_run.py` holds the predicates to
+expectation (10 jobs for five checks); `tests/integration/test_checks_run.py` holds the predicates to
 those native expectations' counts. A hash aggregate for `unique` (group by the key,
 count above 1) and count vs count(distinct) were measured against the window and
 dropped: both cost more CPU over 1M keys than the window's shuffle and sort; so were

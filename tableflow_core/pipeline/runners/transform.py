@@ -2,7 +2,7 @@
 
 The plan compiled the chain (`IngestSpec.compiled`, plan/compiled.py) and its one
 Transform stage lists the steps Spark runs, in the order it runs them
-(`transforms/placement.py`); they run here as one projection with one counting
+(`ingest/placement.py`); they run here as one projection with one counting
 observation (`pipeline.transforms.spark.apply_transforms`). Steps the read tasks ran are
 left out (the plan shows them under the decode stage): masks of text columns, and an
 append table's dedup when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`;
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from tableflow_core.engine.observations import observe_counts
 from tableflow_core.errors import IngestError
+from tableflow_core.ingest.placement import read_task_dedup_step
 from tableflow_core.ingest.stages import RouteBadRecords, Transform
 from tableflow_core.pipeline.batch import (
     Audit,
@@ -40,7 +41,6 @@ from tableflow_core.pipeline.transforms.spark import (
     apply_transforms,
     dedup_against_table,
 )
-from tableflow_core.transforms.placement import read_task_dedup_step
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation

@@ -35,14 +35,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.pipeline.transforms.arrow_dedup import TaskDedup, TaskDedupMode
-from tableflow_core.transforms.compile import CompiledTransforms
-from tableflow_core.transforms.placement import (
+from tableflow_core.ingest.placement import (
     read_task_dedup_step,
     read_tasks_work_on_keys,
     spark_chain,
 )
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.transforms.arrow_dedup import TaskDedup, TaskDedupMode
+from tableflow_core.transforms.compile import CompiledTransforms
 
 if TYPE_CHECKING:
     from tableflow_core.ingest.spec import IngestSpec

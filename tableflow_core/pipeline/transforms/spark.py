@@ -30,6 +30,7 @@ from tableflow_core.engine.observations import (
 )
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.placement import execution_order
 from tableflow_core.sql_text import quote_ident, sql_string
 from tableflow_core.transforms.compile import (
     CompiledTransforms,
@@ -41,7 +42,6 @@ from tableflow_core.transforms.compile import (
     RenameStep,
     TransformStep,
 )
-from tableflow_core.transforms.placement import execution_order
 from tableflow_core.transforms.sql import CastCheck
 
 if TYPE_CHECKING:

@@ -1,0 +1,96 @@
+"""A stack that is down: plan fails at once, names the component and its address,
+suggests `tableflow dev up` on a dev target, and librdkafka does not flood stderr."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+
+from tableflow_core.kafka.admin import (
+    KafkaUnreachableError,
+    consumer_conf,
+    probe_bootstrap,
+)
+from tests.integration.test_cli_basics import tableflow
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    assert tableflow("init", "p", cwd=tmp_path).returncode == 0
+    return tmp_path / "p"
+
+
+def test_plan_with_the_dev_stack_down(project: Path) -> None:
+    kafka, registry, catalog = closed_port(), closed_port(), closed_port()
+    env = {
+        "TABLEFLOW_KAFKA_PORT": str(kafka),
+        "TABLEFLOW_REGISTRY_PORT": str(registry),
+        "TABLEFLOW_CATALOG_PORT": str(catalog),
+    }
+    result = tableflow("plan", cwd=project, env=env)
+    assert result.returncode == 1
+    assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
+    assert "Connection refused" in result.stderr
+    assert "tableflow dev up" in result.stderr
+    assert "rdkafka" not in result.stderr and "%3|" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_plan_on_a_remote_target_names_kafka_without_the_dev_hint(project: Path) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    result = tableflow("plan", "--target", "prod", cwd=project, env={"KAFKA_BOOTSTRAP": address})
+    assert result.returncode == 1
+    assert f"kafka at {address} is not reachable" in result.stderr
+    assert "dev up" not in result.stderr
+
+
+def test_probe_accepts_a_listening_server_and_refuses_a_closed_port() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        probe_bootstrap(f"127.0.0.1:{closed_port()},127.0.0.1:{port}", timeout=2.0)
+    with pytest.raises(KafkaUnreachableError, match="Connection refused"):
+        probe_bootstrap(f"127.0.0.1:{closed_port()}", timeout=2.0)
+
+
+def test_librdkafka_logs_go_to_python_logging_at_debug(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from confluent_kafka import Consumer
+
+    caplog.set_level(logging.DEBUG, logger="tableflow.kafka.librdkafka")
+    consumer = Consumer(consumer_conf({"bootstrap.servers": f"127.0.0.1:{closed_port()}"}))
+    try:
+        for _ in range(10):
+            consumer.poll(0.2)
+            if caplog.records:
+                break
+    finally:
+        consumer.close()
+    records = [r for r in caplog.records if r.name == "tableflow.kafka.librdkafka"]
+    assert records, "librdkafka's connection failures should reach Python logging"
+    assert all(r.levelno == logging.DEBUG for r in records)
+    assert "Connection refused" in " ".join(r.getMessage() for r in records)
+    assert "%3|" not in capfd.readouterr().err
+
+
+def test_dev_produce_with_the_stack_down(project: Path) -> None:
+    kafka = closed_port()
+    env = {"TABLEFLOW_KAFKA_PORT": str(kafka), "TABLEFLOW_REGISTRY_PORT": str(closed_port())}
+    result = tableflow("dev", "produce", "orders", "--count", "10", cwd=project, env=env)
+    assert result.returncode == 1
+    assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
+    assert "tableflow dev up" in result.stderr
+    assert "%3|" not in result.stderr

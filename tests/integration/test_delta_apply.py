@@ -1,0 +1,63 @@
+"""apply keeps a Delta log over a `formats: [iceberg, delta]` table after every commit
+(real broker, registry, Spark, catalog); Delta readers (deltalake, DuckDB's delta_scan)
+read exactly the Iceberg rows. plan refuses delta on an upsert table, with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tableflow_core.delta import mirrored_snapshot_id
+from tableflow_core.tasks.plan import PlanTask
+from tests.fixtures.apply_env import apply
+from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.integration.test_delta_sync import deltalake_rows, duckdb_rows, iceberg_rows
+from tests.unit.test_engine_helpers import produce_avro
+
+pytestmark = pytest.mark.slow
+
+
+def records(start: int, count: int) -> list[dict[str, Any]]:
+    return [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(start, start + count)]
+
+
+def test_apply_syncs_the_delta_log_after_each_commit(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+) -> None:
+    topic = kafka_broker.create_topic(unique_name("delta"), 2)
+    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 12), 2)
+    env = make_env(topic, formats=["iceberg", "delta"])
+
+    for expected_ids, more in ((list(range(12)), 7), (list(range(19)), 0)):
+        result = apply(spark, env)
+        assert result.delta_version is not None
+        table = env.pyiceberg_table()
+        expected = iceberg_rows(table)
+        assert [r["id"] for r in expected] == expected_ids
+        location = table.metadata.location
+        assert deltalake_rows(location) == expected
+        assert duckdb_rows(location) == expected
+        snapshot = table.current_snapshot()
+        assert snapshot is not None and mirrored_snapshot_id(location) == snapshot.snapshot_id
+        if more:
+            produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(12, more), 2)
+
+
+def test_plan_refuses_delta_on_an_upsert_table(
+    make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
+    topic = kafka_broker.create_topic(unique_name("deltaup"), 1)
+    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 3), 1)
+    env = make_env(topic, formats=["iceberg", "delta"], mode="upsert", key_columns=["id"])
+    project = env.project
+    plan = PlanTask(project, project.tables).run()
+    (blocker,) = [b for b in plan.blockers if b.key == "formats"]
+    table = project.table("t")
+    assert blocker.location == f"{table.source.file}:{table.key_lines['formats']}"
+    assert "format delta is not available for mode upsert" in blocker.message
+    assert "use mode append" in blocker.message

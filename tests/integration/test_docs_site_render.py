@@ -1,0 +1,159 @@
+"""`tableflow docs generate`: the site from the project alone, looked at in a real browser."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tableflow_core.cli.main import cli
+
+TABLES = [
+    {
+        "name": "orders",
+        "topic": "shop.orders",
+        "description": "Every order placed in the shop.",
+        "partition_by": ["day(created_at)"],
+        "sort_by": ["created_at desc"],
+        "transforms": [
+            {"type": "mask", "columns": ["email"], "salt": "very-secret-salt"},
+            {"type": "filter", "where": "status <> 'TEST'"},
+        ],
+        "checks": [{"type": "not_null", "columns": ["order_id"]}],
+        "on_error": "dlq",
+        "dlq": {"type": "iceberg", "table": "shop.dead_letters"},
+        "publish_to": ["analytics"],
+        "formats": ["iceberg", "delta"],
+    },
+    {
+        "name": "customers",
+        "topic": "shop.customers",
+        "mode": "upsert",
+        "key_columns": ["customer_id"],
+        "dlq": {"type": "iceberg", "table": "shop.dead_letters"},
+        "publish_to": ["analytics", "partners"],
+    },
+    {
+        "name": "clicks",
+        "topic": "web.clicks",
+        "value": {
+            "format": "json",
+            "columns": [{"name": "url", "type": "string"}, {"name": "ms", "type": "long"}],
+        },
+        "on_error": "dlq",
+        "dlq": {"type": "kafka", "topic": "web.clicks.dlq"},
+    },
+]
+
+
+def write_docs_project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    catalog = {"type": "rest", "uri": "http://127.0.0.1:1/catalog"}
+    project = {
+        "name": "shop",
+        "targets": {
+            "dev": {
+                "kafka": {"bootstrap_servers": "127.0.0.1:1"},
+                "schema_registry": {"url": "http://127.0.0.1:1"},
+                "catalog": {"type": "embedded", "warehouse": "./wh"},
+                "publish_catalogs": {"analytics": catalog, "partners": catalog},
+            }
+        },
+        "defaults": {"namespace": "shop"},
+    }
+    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    (root / "tables").mkdir(exist_ok=True)
+    (root / "tables" / "shop.yml").write_text(yaml.safe_dump({"tables": TABLES}, sort_keys=False))
+    return root
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.skip("no headless browser: scripts/bootstrap.sh installs Debian's chromium")
+
+
+def _browser(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-dev-shm-usage", "--hide-scrollbars", *args,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+
+
+def png_pixels(path: Path) -> tuple[int, int, set[tuple[int, ...]]]:
+    """Width, height and the distinct colours of an 8-bit RGB(A) PNG (no Pillow here)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and colour in (2, 6)
+    channels = 3 if colour == 2 else 4
+    raw, stride = zlib.decompress(idat), width * channels
+    previous, colours = bytearray(stride), set()
+    for row in range(height):
+        start = row * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, up_left = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - up_left
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - up_left)
+                pred = left if pa <= pb and pa <= pc else up if pb <= pc else up_left
+                line[i] = (line[i] + pred) & 0xFF
+        if row % 4 == 0:
+            colours.update(tuple(line[i : i + 3]) for i in range(0, stride, channels * 4))
+        previous = line
+    return width, height, colours
+
+
+@pytest.mark.slow
+def test_site_renders_in_a_headless_browser(tmp_path: Path) -> None:
+    root = write_docs_project(tmp_path / "p")
+    outcome = CliRunner().invoke(cli, ["--project-dir", str(root), "docs", "generate", "--offline"])
+    assert outcome.exit_code == 0, outcome.output
+    index = root / "target" / "docs" / "index.html"
+
+    dom = _browser("--dump-dom", index.as_uri()).stdout
+    svg_text = re.findall(r'<text[^>]*class="label"[^>]*>([^<]+)</text>', dom)
+    assert {"orders", "customers", "clicks", "shop.dead_letters", "analytics"} <= set(svg_text)
+    assert 'href="tables/orders.html"' in dom
+
+    shot = tmp_path / "index.png"
+    _browser(f"--screenshot={shot}", "--window-size=1400,900", index.as_uri())
+    width, height, colours = png_pixels(shot)
+    assert (width, height) == (1400, 900)
+    # Header, node fills and text: far more than a blank page's single colour.
+    assert len(colours) > 20
+    assert (29, 43, 69) in colours  # the header's colour: the stylesheet was applied
+
+    page_shot = tmp_path / "orders.png"
+    page = root / "target" / "docs" / "tables" / "orders.html"
+    page_dom = _browser("--dump-dom", page.as_uri()).stdout
+    assert "day(created_at)" in page_dom and "shop.orders" in page_dom
+    _browser(f"--screenshot={page_shot}", "--window-size=1200,1400", page.as_uri())
+    assert len(png_pixels(page_shot)[2]) > 20

@@ -1,0 +1,391 @@
+"""End to end: real noida-db, real registry, real Spark + Iceberg runtime, REST catalog.
+
+One topic of 100k Avro records over 4 partitions is produced once and shared.
+Results are read back with pyiceberg and DuckDB (independent readers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.fixtures.apply_env import Env, apply, apply_ddl_only, run_cli_apply
+from tests.fixtures.stack import KafkaBroker, unique_name
+from tests.unit.test_engine_helpers import duckdb_connection, produce_avro
+
+pytestmark = pytest.mark.slow
+RECORDS = 100_000
+PARTITIONS = 4
+
+
+def payment(i: int) -> dict[str, Any]:
+    return {"id": i, "name": f"n{i % 97}", "amount": (i % 1000) / 4}
+
+
+EXPECTED_ID_SUM = RECORDS * (RECORDS - 1) // 2
+EXPECTED_AMOUNT_SUM = sum((i % 1000) / 4 for i in range(RECORDS))
+
+
+@pytest.fixture(scope="module")
+def big_topic(kafka_broker: KafkaBroker, schema_registry: Any) -> str:
+    topic = kafka_broker.create_topic(unique_name("payments"), PARTITIONS)
+    produce_avro(
+        kafka_broker.bootstrap,
+        schema_registry.url,
+        topic,
+        [payment(i) for i in range(RECORDS)],
+        PARTITIONS,
+    )
+    return topic
+
+
+def read_back(env: Env) -> tuple[int, int, float, int]:
+    """(rows, sum(id), sum(amount), distinct ids) by pyiceberg, checked against DuckDB."""
+    table = env.pyiceberg_table()
+    arrow = table.scan().to_arrow()
+    by_pyiceberg = (
+        arrow.num_rows,
+        sum(arrow["id"].to_pylist()),
+        round(sum(arrow["amount"].to_pylist()), 3),
+        len(set(arrow["id"].to_pylist())),
+    )
+    con = duckdb_connection()
+    rows, ids, amount, distinct = con.execute(
+        "SELECT count(*), coalesce(sum(id), 0), coalesce(sum(amount), 0), count(DISTINCT id) "
+        f"FROM iceberg_scan('{table.metadata_location}')"
+    ).fetchone()  # type: ignore[misc]
+    assert (rows, ids, round(amount, 3), distinct) == by_pyiceberg
+    return by_pyiceberg
+
+
+def test_100k_records_land_exactly_once(spark: Any, make_env: Any, big_topic: str) -> None:
+    env = make_env(big_topic)
+    first = apply(spark, env)
+    assert first.records_written == RECORDS and first.records_read == RECORDS
+    assert first.offsets_after == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
+    assert read_back(env) == (
+        RECORDS,
+        EXPECTED_ID_SUM,
+        round(EXPECTED_AMOUNT_SUM, 3),
+        RECORDS,
+    )
+    again = apply(spark, env)
+    assert again.status == "no_changes" and again.records_written == 0
+    assert read_back(env)[0] == RECORDS
+
+
+def test_sigkill_before_and_after_commit_then_rerun(
+    spark: Any, make_env: Any, big_topic: str
+) -> None:
+    env = make_env(big_topic, max_records_per_run=40_000)
+    apply_ddl_only(spark, env)
+    run_cli_apply(env, crash_at="before_commit")
+    assert read_back(env)[0] == 0  # the branch write is invisible on main
+    run_cli_apply(env, crash_at="after_commit")
+    assert read_back(env)[0] == 40_000  # committed just before the kill
+    env.configure()
+    outcome = apply(spark, env)
+    assert outcome.records_written == RECORDS - 40_000
+    assert read_back(env) == (
+        RECORDS,
+        EXPECTED_ID_SUM,
+        round(EXPECTED_AMOUNT_SUM, 3),
+        RECORDS,
+    )
+    refs = spark.sql(f"SELECT name FROM {env.spec().identifier}.refs").collect()
+    assert [r.name for r in refs if r.name != "main"] == []  # crashed runs' branches cleaned up
+
+
+def test_bad_records_fail_the_run_naming_the_offset(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    from tests.unit.test_engine_helpers import produce_raw
+
+    topic = kafka_broker.create_topic(unique_name("bad"), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(5)], 1
+    )
+    produce_raw(kafka_broker.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
+    env = make_env(topic)
+    failed = apply(spark, env, expect="error")
+    message = failed.error or ""
+    assert "IngestError" in message and "2 record(s) could not be decoded" in message
+    assert f"topic {topic!r} partition 0 offset 5" in message
+    assert f"topic {topic!r} partition 0 offset 6" in message
+    assert read_back(env)[0] == 0
+
+
+def test_bad_records_travel_as_data(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """The engine's error carries the failed records; its message is not parsed back."""
+    from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import IngestError, ingest
+    from tableflow_core.targets.catalog import open_catalog
+    from tests.unit.test_engine_helpers import produce_raw
+
+    topic = kafka_broker.create_topic(unique_name("bad"), 2)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(4)], 2
+    )
+    produce_raw(kafka_broker.bootstrap, topic, [b"junk"], partition=1)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    ranges = [OffsetRange(topic, 0, 0, 2), OffsetRange(topic, 1, 0, 3)]
+    with open_catalog(env.project) as handle, pytest.raises(IngestError) as caught:
+        ingest(
+            spark,
+            env.spec(),
+            ranges,
+            {"bootstrap.servers": kafka_broker.bootstrap},
+            {},
+            catalog=handle,
+        )
+    assert [(f.partition, f.offset) for f in caught.value.failures] == [(1, 2)]
+    # b"junk" is 4 bytes: shorter than the Confluent header (the decoder's own words)
+    assert "shorter than the 5-byte Confluent header" in caught.value.failures[0].reason
+
+
+def test_schema_v2_adds_a_column(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = kafka_broker.create_topic(unique_name("evolve"), 2)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply(spark, env)
+    v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
+    produce_avro(bootstrap, registry, topic, v2_records, 2, version=2)
+    outcome = apply(spark, env)  # plans v2: evolve_schema then ingest
+    assert outcome.records_written == 6
+    assert any(d.startswith("evolve_schema") for d in outcome.ddl)
+    arrow = env.pyiceberg_table().scan().to_arrow()
+    rows = {r["id"]: r["country"] for r in arrow.to_pylist()}
+    assert rows == {i: (f"c{i}" if i >= 10 else None) for i in range(16)}
+    assert arrow.schema.names[-1] == "country"  # added after the existing columns
+    assert set(arrow["_kafka_topic"].to_pylist()) == {topic}
+    assert sorted(arrow["_kafka_offset"].to_pylist()) == sorted([*range(8), *range(8)])
+    assert "__tf_partition" not in arrow.schema.names  # hidden columns never land
+
+
+def test_offsets_survive_compaction_and_expiry(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from tableflow_core.config.models import CompactSettings, ExpireSnapshotsSettings
+    from tableflow_core.maintenance.operations import compact, expire_snapshots
+    from tableflow_core.maintenance.target import SparkTable
+    from tableflow_core.state.offsets import read_committed_offsets
+    from tableflow_core.state.table_state import read_table_state
+
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = kafka_broker.create_topic(unique_name("maint"), 2)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply(spark, env)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 20)], 2)
+    apply(spark, env)  # two commits -> several small files
+    spec = env.spec()
+    table_ref = SparkTable.parse(spec.identifier)
+    compact(spark, table_ref, CompactSettings(min_input_files=2), datetime.now(UTC))
+    state = read_table_state(spark, spec.identifier)
+    current = next(s for s in state.snapshots if s.snapshot_id == state.current_snapshot_id)
+    assert (
+        current.summary.get("operation") in (None, "replace")
+        and "tableflow.offsets" not in current.summary
+    )
+    assert state.committed_offsets(topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
+
+    expire_snapshots(
+        spark,
+        table_ref,
+        ExpireSnapshotsSettings(older_than="0s", retain_last=1),
+        datetime(2999, 1, 1, tzinfo=UTC),
+    )
+    state = read_table_state(spark, spec.identifier)
+    assert len(state.snapshots) == 1
+    found = state.committed_offsets(topic)
+    assert found is not None and found.source == "property" and found.offsets == {0: 10, 1: 10}
+    table = env.pyiceberg_table()
+    assert read_committed_offsets(table, topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
+
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(20, 24)], 2)
+    assert apply(spark, env).records_written == 4
+    rows, ids, _, distinct = read_back(env)
+    assert (rows, ids, distinct) == (24, sum(range(24)), 24)
+
+
+def run_branches(env: Env) -> list[str]:
+    return [name for name in env.pyiceberg_table().metadata.refs if name != "main"]
+
+
+def commits(env: Env) -> int:
+    """Catalog commits of the table so far: one metadata file each (the metadata log)."""
+    return len(env.pyiceberg_table().metadata.metadata_log)
+
+
+def test_a_run_is_three_catalog_commits(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """Branch (+ a new table's first snapshot), data, publish (accounting + main + drop)."""
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = kafka_broker.create_topic(unique_name("commits"), 2)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    created = commits(env)
+    assert apply(spark, env).records_written == 10
+    assert commits(env) - created == 3  # was 6: main, branch, data, accounting, ff, drop
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
+    before = commits(env)
+    assert apply(spark, env).records_written == 4
+    assert commits(env) - before == 3  # was 5
+    table = env.pyiceberg_table()
+    head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
+    assert head is not None
+    assert {"tableflow.offsets", "tableflow.accounting"} <= set(head.summary.additional_properties)
+    assert run_branches(env) == []
+    assert read_back(env) == (
+        14,
+        sum(range(14)),
+        round(sum(payment(i)["amount"] for i in range(14)), 3),
+        14,
+    )
+
+
+def test_a_concurrent_commit_makes_the_run_refuse(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tableflow_core.pipeline.runners.publish as publish_module
+    from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import ConcurrentCommitError, ingest
+    from tableflow_core.targets.catalog import open_catalog
+
+    topic = kafka_broker.create_topic(unique_name("race"), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
+    )
+    env = make_env(topic, max_records_per_run=3)
+    apply(spark, env)  # commits offsets {0: 3}
+    spec = env.spec()
+    conf = {"bootstrap.servers": kafka_broker.bootstrap}
+    with open_catalog(env.project) as handle:
+        # planned from stale offsets: refused before anything is read
+        with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
+            ingest(spark, spec, [OffsetRange(topic, 0, 0, 6)], conf, {}, catalog=handle)
+        # another run commits {0: 6} after this run's publish checked main, before its
+        # commit: the catalog refuses the commit (main moved), the retry finds the
+        # other run's offsets and refuses as a stale plan; nothing of this run is visible
+        others: list[str] = []
+
+        def another_run_publishes(name: str) -> None:
+            if name == "before_commit" and not others:
+                others.append("running")
+                apply(spark, env)
+
+        monkeypatch.setattr(publish_module, "crash_point", another_run_publishes)
+        with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
+            ingest(spark, spec, [OffsetRange(topic, 0, 3, 6)], conf, {0: 3}, catalog=handle)
+    assert others == ["running"]
+    rows, ids, _, distinct = read_back(env)
+    assert (rows, ids, distinct) == (6, sum(range(6)), 6)
+    assert run_branches(env) == []
+
+
+def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The publish's concurrency guard: main moves between the write and the publish
+    (after the publish's own check), three times: MainMovedError, main keeps the old data
+    and offsets, no branch is left."""
+    import tableflow_core.pipeline.runners.publish as publish_module
+    from tableflow_core.kafka.offsets import OffsetRange
+    from tableflow_core.pipeline.run import MainMovedError, ingest
+    from tableflow_core.state.offsets import read_committed_offsets
+    from tableflow_core.targets.catalog import open_catalog
+
+    topic = kafka_broker.create_topic(unique_name("moved"), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
+    )
+    env = make_env(topic, max_records_per_run=3)
+    apply(spark, env)  # offsets {0: 3}
+    spec = env.spec()
+    moves: list[int] = []
+
+    def main_moves(name: str) -> None:
+        if name == "before_commit":  # a metadata-only commit on main (no offsets)
+            table = env.pyiceberg_table()
+            table.append(table.schema().as_arrow().empty_table())
+            moves.append(table.metadata.current_snapshot_id)
+
+    monkeypatch.setattr(publish_module, "crash_point", main_moves)
+    with open_catalog(env.project) as handle, pytest.raises(MainMovedError, match="another commit"):
+        ingest(
+            spark,
+            spec,
+            [OffsetRange(topic, 0, 3, 6)],
+            {"bootstrap.servers": kafka_broker.bootstrap},
+            {0: 3},
+            catalog=handle,
+        )
+    assert len(moves) == 3  # every attempt reached its commit and was refused
+    table = env.pyiceberg_table()
+    assert table.metadata.current_snapshot_id == moves[-1]
+    assert read_committed_offsets(table, topic).offsets == {0: 3}  # type: ignore[union-attr]
+    rows, ids, _, _ = read_back(env)
+    assert (rows, ids) == (3, sum(range(3)))
+    assert run_branches(env) == []
+
+
+def test_a_compaction_during_the_write_is_retried_exactly_once(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tableflow_core.pipeline.runners.publish as publish_module
+
+    topic = kafka_broker.create_topic(unique_name("compacted"), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
+    )
+    env = make_env(topic, max_records_per_run=4)
+    apply(spark, env)  # 4 rows, offsets {0: 4}
+    spec = env.spec()
+
+    # The first publish finds that a real compaction moved main after the branch was cut
+    # and after its own check (a replace snapshot: data and committed offsets unchanged):
+    # the catalog refuses the commit, the run retries.
+    compactions: list[str] = []
+
+    def compaction_lands_first(name: str) -> None:
+        if name == "before_commit" and not compactions:
+            table_arg = spec.identifier.replace("'", "\\'")
+            spark.sql(
+                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
+                "options => map('rewrite-all', 'true'))"
+            )
+            compactions.append("done")
+
+    monkeypatch.setattr(publish_module, "crash_point", compaction_lands_first)
+    outcome = apply(spark, env)
+    assert compactions == ["done"]
+    assert outcome.offsets_after == {0: 8}
+    assert any("commit retried 1 time(s)" in w for w in outcome.warnings)
+    rows, id_sum, _, distinct = read_back(env)
+    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
+    monkeypatch.undo()
+    assert apply(spark, env).records_written == 0  # offsets were found after the retry
+    assert run_branches(env) == []
