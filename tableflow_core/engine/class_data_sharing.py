@@ -5,7 +5,7 @@ thousands of classes (Spark, Iceberg, Parquet, Arrow, Catalyst's code generation
 of CPU on every cold start. The JDK can map those classes, already parsed and verified,
 from an archive instead (JDK 13+: `-XX:ArchiveClassesAtExit` writes one when a JVM exits,
 `-XX:SharedArchiveFile` maps it). On the 2-core machine a bare session plus its first
-query went from ~4.9 s to ~2.5 s (docs/performance.md).
+query went from ~4.9 s to ~2.5 s (docs/history/performance-rounds.md).
 
 The first application (apply, run, maintain) for a given JDK, Spark jar set and JVM
 options writes the archive when its JVM exits (after the command's own work is done);

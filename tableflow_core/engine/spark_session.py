@@ -57,7 +57,7 @@ WORKER_DAEMON_MODULE = "tableflow_core.pipeline.worker_daemon"
 # A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
 # CPU than its faster code saves (1M records: the JVM used ~30 s of CPU with tiered JIT,
 # ~17 s with C1 only), and the parallel collector returning free heap keeps the JVM's
-# memory ~130 MB lower than G1 (docs/performance.md). `tableflow run` keeps the defaults.
+# memory ~130 MB lower than G1 (docs/history/performance-rounds.md). `tableflow run` keeps the defaults.
 SHORT_LIVED_JVM_OPTIONS = (
     "-XX:TieredStopAtLevel=1",
     "-XX:+UseParallelGC",
@@ -69,7 +69,7 @@ SHORT_LIVED_JVM_OPTIONS = (
 # The same one-shot JVM keeps its heap small (the options above), so a sort's pages on
 # the heap (a dedup's window, an upsert's MERGE) made the collector run again and again:
 # 1M rows with a dedup spent 3.2 s in task GC on the heap, 0.9 s with the pages off it
-# (docs/performance.md). Off-heap pages are allocated only by sorts and aggregations.
+# (docs/history/performance-rounds.md). Off-heap pages are allocated only by sorts and aggregations.
 SHORT_LIVED_SPARK_CONF: dict[str, str] = {
     "spark.memory.offHeap.enabled": "true",
     "spark.memory.offHeap.size": "512m",

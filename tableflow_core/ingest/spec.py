@@ -73,7 +73,7 @@ class IngestSpec(BaseModel):
     max_records_per_run: int | None = None
     max_records_per_task: int = 250_000
     # Messages decoded per call to the decoder inside a task: 10k keeps a task's Python
-    # memory ~55 MB lower than 50k at the same CPU per record (docs/performance.md).
+    # memory ~55 MB lower than 50k at the same CPU per record (docs/history/performance-rounds.md).
     decode_chunk_size: int = 10_000
     mode: Mode = "append"
     key_columns: tuple[str, ...] = ()

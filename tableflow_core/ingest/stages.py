@@ -101,7 +101,7 @@ class Check(StageSpec):
         return f"check({_kinds(self.checks)})"
 
     def details(self) -> tuple[str, ...]:
-        return tuple(f"check: {check.text}" for check in self.checks)
+        return tuple(check.text for check in self.checks)  # "check not_null(id) (...)"
 
 
 class RouteBadRecords(StageSpec):

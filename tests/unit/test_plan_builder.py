@@ -266,7 +266,7 @@ def test_transforms_and_checks_plan_the_output_schema_and_one_line_each(tmp_path
         "transform: derive cents BIGINT = CAST(amount * 100 AS BIGINT)",
         "transform: rename id -> order_id",
         "transform: drop amount",
-        "check: check not_null(order_id) (warn: warn)",
+        "check not_null(order_id) (warn: warn)",
     ]
     labels = [s.label() for s in ingest.stages]
     assert labels[2:4] == ["transform(filter, derive, rename, drop)", "check(not_null)"]
