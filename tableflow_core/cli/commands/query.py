@@ -3,6 +3,7 @@ from __future__ import annotations
 import click
 
 from tableflow_core.cli.context import CliContext
+from tableflow_core.errors import TableflowError
 
 
 @click.command("query")
@@ -23,7 +24,6 @@ def command(ctx: CliContext, sql: str, limit: int, output_format: str) -> None:
     Tables are named `namespace.table` (the first table's namespace is the default
     schema) or `<catalog>.namespace.table`.
     """
-    from tableflow_core.errors import TableflowError
     from tableflow_core.readers.duckdb_reader import (
         TEXT_FORMATS,
         attach_rest_catalog,
