@@ -88,6 +88,8 @@ class TokenAuthority:
 
     def verify(self, token: str, now: float | None = None) -> str:
         """The token's subject; raises NotAuthorizedError if forged, malformed or expired."""
+        if not token.isascii():  # hmac.compare_digest raises TypeError on non-ASCII str
+            raise NotAuthorizedError("Malformed bearer token")
         parts = token.split(".")
         if len(parts) != 4 or parts[0] != TOKEN_PREFIX:
             raise NotAuthorizedError("Malformed bearer token")
