@@ -188,7 +188,13 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         settings.allowed_locations,
     )
     authority = (
-        TokenAuthority(settings.client_id, settings.client_secret, settings.token_ttl_seconds)
+        TokenAuthority(
+            settings.client_id,
+            settings.client_secret,
+            settings.token_ttl_seconds,
+            audience=settings.token_audience,
+            max_lifetime_seconds=settings.token_max_lifetime_seconds,
+        )
         if settings.auth == "client-credentials" and settings.client_secret
         else None
     )

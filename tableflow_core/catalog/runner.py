@@ -249,6 +249,7 @@ def server_arguments(settings: CatalogServerSettings) -> list[str]:
         "--auth", settings.auth, "--client-id", settings.client_id,
         "--catalog-name", settings.catalog_name,
         "--token-ttl-seconds", str(settings.token_ttl_seconds),
+        "--token-max-lifetime-seconds", str(settings.token_max_lifetime_seconds),
         "--log-level", settings.log_level,
     ]  # fmt: skip
     if settings.database_url is not None:
