@@ -26,6 +26,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
@@ -293,6 +294,11 @@ class CatalogService:
             ),
             "table location",
         )
+        # The metadata file is written under it: checked as a file path (links resolved).
+        metadata_file = load_location_provider(
+            location, request.properties
+        ).new_table_metadata_file_location()
+        self.locations.check(metadata_file, "table metadata location")
         if request.stage_create:
             metadata = new_table_metadata(
                 location=location,
@@ -399,6 +405,9 @@ class CatalogService:
         with self._locks.holding(identifiers):
             staged = [self._stage(change) for change in changes]
             written = [s for s in staged if not s.unchanged]
+            for commit in written:
+                # The location was checked; a link created under it since must not lead out.
+                self.locations.check(commit.staged.metadata_location, "table metadata location")
             for commit in written:
                 self.catalog._write_metadata(
                     commit.staged.metadata, commit.staged.io, commit.staged.metadata_location
