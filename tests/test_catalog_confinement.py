@@ -6,13 +6,18 @@ A real server on a thread of this process (no child process), plain HTTP and pyi
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import requests
+from pyiceberg.catalog import load_catalog
+from pyiceberg.catalog.rest import RestCatalog
 
 from tableflow_core.catalog import CatalogServerSettings, serve_in_background
 from tableflow_core.catalog.locations import LocationPolicy
@@ -124,3 +129,87 @@ def test_links_that_stay_inside_the_warehouse_are_fine(
     create = {"name": "t", "schema": SCHEMA, "location": str(warehouse / "alias" / "t")}
     assert call(server, "POST", "/namespaces/n/tables", json=create).status_code == 200
     assert list((warehouse / "real" / "t" / "metadata").glob("*.metadata.json"))
+
+
+# ---------------------------------------------------------------- purge
+
+
+def purge(server: RunningCatalogServer, table: str) -> None:
+    response = call(server, "DELETE", f"/namespaces/p/tables/{table}?purgeRequested=true")
+    assert response.status_code == 204, response.text
+
+
+def parquet(path: Path, ids: list[int]) -> str:
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), path)
+    return str(path)
+
+
+@pytest.fixture
+def catalog(server: RunningCatalogServer) -> RestCatalog:
+    loaded = load_catalog("purge", **server.pyiceberg_properties())
+    assert isinstance(loaded, RestCatalog)
+    loaded.create_namespace("p")
+    return loaded
+
+
+def files_under(path: Path) -> set[Path]:
+    return {p for p in path.rglob("*") if p.is_file()}
+
+
+def test_purge_never_deletes_a_file_outside_the_warehouse(
+    server: RunningCatalogServer, catalog: RestCatalog, warehouse: Path, outside: Path
+) -> None:
+    table = catalog.create_table(("p", "t"), pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    foreign = parquet(outside / "foreign.parquet", [3])
+    table.add_files([foreign])
+    assert table.refresh().scan().to_arrow().num_rows == 3
+    own_files = files_under(warehouse / "p" / "t")
+    assert any(p.suffix == ".parquet" for p in own_files)
+    purge(server, "t")
+    assert Path(foreign).read_bytes()  # still there, untouched
+    assert (outside / "precious.txt").read_text() == "keep me"
+    assert not files_under(warehouse / "p" / "t")  # the table's own files are gone
+
+
+def test_purge_keeps_another_tables_files_and_honours_gc_enabled(
+    server: RunningCatalogServer, catalog: RestCatalog, warehouse: Path
+) -> None:
+    other = catalog.create_table(("p", "other"), pa.schema([("id", pa.int64())]))
+    other.append(pa.table({"id": pa.array([7], pa.int64())}))
+    others_file = next(p for p in files_under(warehouse / "p" / "other") if p.suffix == ".parquet")
+    borrower = catalog.create_table(("p", "borrower"), pa.schema([("id", pa.int64())]))
+    borrower.add_files([str(others_file)])
+    purge(server, "borrower")
+    assert others_file.exists()
+    assert catalog.load_table(("p", "other")).scan().to_arrow().num_rows == 1
+
+    kept = catalog.create_table(
+        ("p", "kept"), pa.schema([("id", pa.int64())]), properties={"gc.enabled": "false"}
+    )
+    kept.append(pa.table({"id": pa.array([1], pa.int64())}))
+    data_files = {p for p in files_under(warehouse / "p" / "kept") if p.suffix == ".parquet"}
+    assert data_files
+    purge(server, "kept")
+    assert all(p.exists() for p in data_files)  # data kept, as Iceberg does with gc disabled
+    assert not list((warehouse / "p" / "kept" / "metadata").glob("*.metadata.json"))
+
+
+def test_register_refuses_metadata_naming_files_outside_the_warehouse(
+    server: RunningCatalogServer, catalog: RestCatalog, warehouse: Path, outside: Path
+) -> None:
+    table = catalog.create_table(("p", "src"), pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array([1], pa.int64())}))
+    metadata = json.loads(
+        Path(table.refresh().metadata_location.removeprefix("file://")).read_text()
+    )
+    metadata["snapshots"][0]["manifest-list"] = str(outside / "precious.txt")
+    forged = warehouse / "p" / "forged.metadata.json"
+    forged.write_text(json.dumps(metadata))
+    body = {"name": "forged", "metadata-location": str(forged)}
+    assert_refused(call(server, "POST", "/namespaces/p/register", json=body))
+    metadata["snapshots"][0]["manifest-list"] = table.metadata.snapshots[0].manifest_list
+    metadata["metadata-log"] = [{"metadata-file": str(outside / "precious.txt"), "timestamp-ms": 1}]
+    forged.write_text(json.dumps(metadata))
+    assert_refused(call(server, "POST", "/namespaces/p/register", json=body))
+    assert untouched(outside)

@@ -40,6 +40,7 @@ from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
 from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
 from tableflow_core.catalog.models import CreateTableBody
+from tableflow_core.catalog.purge import purge_files
 from tableflow_core.catalog.updates import (
     check_result,
     check_schema,
@@ -356,6 +357,15 @@ class CatalogService:
             ) from None
         self.locations.check(metadata.location, "the registered table's location")
         self.locations.check_properties(metadata.properties, "the registered table's")
+        # Files the catalog may read or (on purge) delete later.
+        named = [
+            *(s.manifest_list for s in metadata.snapshots if s.manifest_list),
+            *(entry.metadata_file for entry in metadata.metadata_log),
+            *(s.statistics_path for s in metadata.statistics),
+            *(s.statistics_path for s in metadata.partition_statistics),
+        ]
+        for path in named:
+            self.locations.check(path, "a file the registered metadata names")
 
     def register_table(
         self, namespace: Identifier, name: str, metadata_location: str, overwrite: bool
@@ -372,12 +382,14 @@ class CatalogService:
         return LoadedTable.of(table.metadata, table.metadata_location)
 
     def drop_table(self, identifier: Identifier, purge: bool) -> None:
+        """Drop the table; with `purge`, then delete its own files (`catalog/purge.py`)."""
         validate_identifier(identifier)
         with self._locks.holding([identifier]):
-            if purge:
-                self.catalog.purge_table(identifier)
-            else:
-                self.catalog.drop_table(identifier)
+            loaded = self._current(identifier) if purge else None
+            self.catalog.drop_table(identifier)
+        if loaded is not None and loaded.metadata_location is not None:
+            io = self._as_table(identifier, loaded).io
+            purge_files(loaded.metadata, loaded.metadata_location, io, self.locations)
 
     def rename_table(self, source: Identifier, destination: Identifier) -> None:
         validate_identifier(source)
