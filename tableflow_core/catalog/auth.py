@@ -35,6 +35,9 @@ _TOKEN_PARTS = 6
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 CLIENT_CREDENTIALS_GRANT = "client_credentials"
 TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+# The unauthenticated endpoint where a server proves it holds the client secret.
+PROOF_PATH = "/tableflow/v1/proof"
+SERVER_KIND = "tableflow-catalog"
 
 
 class OAuthError(Exception):
@@ -62,6 +65,16 @@ class IssuedToken:
             "expires_in": self.expires_in,
             "issued_token_type": ACCESS_TOKEN_TYPE,
         }
+
+
+def server_proof(client_secret: str, challenge: str, address: str) -> str:
+    """What a catalog server holding `client_secret` answers to `challenge` on `address`
+    (`ip:port` of the connection's server side): the client checks it before it sends
+    its credentials (`catalog/verification.py`). Binding the address stops a server that
+    is not ours from relaying the challenge to ours and replaying the answer."""
+    key = hmac.new(client_secret.encode(), b"tableflow-catalog-proof-v1", hashlib.sha256)
+    message = f"{challenge}\x00{address}".encode()
+    return hmac.new(key.digest(), message, hashlib.sha256).hexdigest()
 
 
 def _b64(data: bytes) -> str:
@@ -92,6 +105,9 @@ class TokenAuthority:
         self._key = hmac.new(
             client_secret.get_secret_value().encode(), b"tableflow-catalog-token-v2", hashlib.sha256
         ).digest()
+
+    def proof(self, challenge: str, address: str) -> str:
+        return server_proof(self._client_secret.get_secret_value(), challenge, address)
 
     def credentials_match(self, client_id: str, client_secret: str) -> bool:
         id_ok = hmac.compare_digest(client_id.encode(), self._client_id.encode())
