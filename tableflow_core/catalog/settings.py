@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from tableflow_core.addresses import is_loopback
+
 CLIENT_SECRET_ENV = "TABLEFLOW_CATALOG_CLIENT_SECRET"
 
 AuthMode = Literal["none", "client-credentials"]
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (no name resolution but `localhost`)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class CatalogServerSettings(BaseModel):
