@@ -8,9 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from tableflow_core.cli.main import cli
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.loader import load_project
+from tableflow_core.config.names import catalog_name_problem, namespace_problem, topic_problem
 
 HEAD = (
     "name: p\ntargets:\n  dev:\n    kafka: {bootstrap_servers: 'b:1'}\n"
@@ -56,3 +59,64 @@ def test_duplicate_tables_validate_in_linear_time(tmp_path: Path) -> None:
         assert len(found) == 2 * (count - 1)
         assert found[0].startswith("tables/t.yml:5: table name 'orders' is declared twice")
     assert seconds[3000] / seconds[300] < 20, seconds  # linear: ~10; it was ~35
+
+
+@pytest.mark.parametrize(
+    ("tables", "head", "needle"),
+    [
+        (TABLE.replace("name: orders", "name: " + "a" * 70_000), HEAD, "at most 255 characters"),
+        (TABLE, HEAD.replace("name: p", "name: " + "p" * 70_000), "at most 255 characters"),
+        (TABLE.replace("topic: orders", "topic: " + "t" * 70_000), HEAD, "(70,000 characters)"),
+        (TABLE.replace("topic: orders", "topic: 'my orders'"), HEAD, "Kafka's rule"),
+        (TABLE.replace("topic: orders", "topic: 'orders\\n'"), HEAD, "Kafka's rule"),
+        (TABLE.replace("topic: orders", "topic: '" + "t" * 250 + "'"), HEAD, "1-249"),
+        (TABLE + "    namespace: 'a/b'\n", HEAD, "level 'a/b' cannot contain '/'"),
+        (TABLE + "    namespace: 'a..b'\n", HEAD, "has an empty level"),
+        (TABLE + "    namespace: " + ".".join("n" * 17) + "\n", HEAD, "more than 16 levels"),
+        (
+            TABLE + "    on_error: dlq\n    dlq: {type: kafka, topic: \"dlq\\n\"}\n",
+            HEAD,
+            "invalid dead-letter topic name",
+        ),
+        (
+            TABLE + "    on_error: dlq\n    dlq: {type: iceberg, table: \"ns.dlq\\n\"}\n",
+            HEAD,
+            "invalid dead-letter table",
+        ),
+    ],
+    ids=[
+        "long-table-name", "long-project-name", "long-topic", "topic-space", "topic-newline",
+        "topic-250", "namespace-slash", "namespace-empty-level", "namespace-17-levels",
+        "dlq-topic-newline", "dlq-table-newline",
+    ],
+)  # fmt: skip
+def test_names_follow_the_rules_apply_enforces(
+    tmp_path: Path, tables: str, head: str, needle: str
+) -> None:
+    start = time.perf_counter()
+    found = problems(project(tmp_path, tables, head))
+    assert time.perf_counter() - start < 5
+    assert any(needle in message for message in found), found
+    assert all(len(message) < 400 for message in found)
+
+
+def test_the_name_rules_are_the_catalogs_and_kafkas() -> None:
+    assert topic_problem("orders.v1_eu-west") is None
+    for bad in ("", ".", "..", "a b", "a\n", "é", "t" * 250):
+        assert topic_problem(bad) is not None, bad
+    assert namespace_problem("sales.eu") is None
+    assert catalog_name_problem("x" * 255) is None and catalog_name_problem("x" * 256)
+
+
+def test_validate_prints_names_as_data(tmp_path: Path) -> None:
+    tables = TABLE.replace("topic: orders", "topic: '[red]orders'").replace(
+        "value: {format: json}", "value: {format: json}\n    namespace: '[bold]x'"
+    )
+    directory = project(tmp_path, tables)
+    with pytest.raises(ConfigError):  # '[' is neither a Kafka nor a catalog name character
+        load_project(directory)
+    ok = project(tmp_path / "ok", TABLE.replace("name: orders", "name: o" + "r" * 250))
+    start = time.perf_counter()
+    result = CliRunner().invoke(cli, ["--project-dir", str(ok), "validate"])
+    assert result.exit_code == 0, result.output
+    assert time.perf_counter() - start < 5

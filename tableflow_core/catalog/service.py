@@ -47,6 +47,7 @@ from tableflow_core.catalog.updates import (
     check_transforms,
     checked_updates,
 )
+from tableflow_core.config.names import MAX_NAMESPACE_LEVELS, catalog_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -122,36 +123,19 @@ def _tune_sqlite(engine: Engine) -> None:
     engine.dispose()
 
 
-MAX_NAME_LENGTH = 255
-MAX_NAMESPACE_LEVELS = 16
-
-
-def _name_problem(name: object) -> str | None:
-    if not isinstance(name, str) or not name:
-        return "must be a non-empty string"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"is longer than {MAX_NAME_LENGTH} characters"
-    if "." in name:
-        # SqlCatalog stores namespaces as dotted strings: a dot inside a level is ambiguous.
-        return "cannot contain '.'"
-    if any(c in name for c in "/\\") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
-        return "cannot contain '/', '\\' or control characters"
-    return None
-
-
 def validate_namespace(namespace: Identifier) -> Identifier:
     if not namespace:
         raise BadRequestError("Namespace must have at least one non-empty level")
     if len(namespace) > MAX_NAMESPACE_LEVELS:
         raise BadRequestError(f"Namespace has more than {MAX_NAMESPACE_LEVELS} levels")
     for level in namespace:
-        if problem := _name_problem(level):
+        if problem := catalog_name_problem(level):
             raise BadRequestError(f"Invalid namespace level: {problem}")
     return namespace
 
 
 def validate_table_name(name: str) -> str:
-    if problem := _name_problem(name):
+    if problem := catalog_name_problem(name):
         raise BadRequestError(f"Invalid table name: {problem}")
     return name
 
