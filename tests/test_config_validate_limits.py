@@ -108,6 +108,35 @@ def test_the_name_rules_are_the_catalogs_and_kafkas() -> None:
     assert catalog_name_problem("x" * 255) is None and catalog_name_problem("x" * 256)
 
 
+@pytest.mark.parametrize(
+    ("line", "suggestion"),
+    [
+        ("    value: {format: json-schema}\n", "did you mean 'json_schema'?"),
+        ("    value: {format: JSON}\n", "did you mean 'json'?"),
+        ("    value: {format: protobf}\n", "did you mean 'protobuf'?"),
+        ("    mode: apend\n", "did you mean 'append'?"),
+        ("    on_error: DLQ\n    dlq: {type: kafka, topic: d}\n", "did you mean 'dlq'?"),
+        ("    start_from: earliset\n", "did you mean 'earliest'?"),
+        ("    metadata_columns: [offest]\n", "did you mean 'offset'?"),
+        ("    topik: orders\n", "unknown key 'topik'; did you mean 'topic'?"),
+    ],
+)
+def test_mistyped_values_and_keys_get_a_did_you_mean(
+    tmp_path: Path, line: str, suggestion: str
+) -> None:
+    table = "  - name: orders\n    topic: orders\n" + line
+    if "format" not in line:
+        table += "    value: {format: json}\n"
+    found = problems(project(tmp_path, table))
+    assert any(suggestion in message for message in found), found
+
+
+def test_no_suggestion_for_values_far_from_every_choice(tmp_path: Path) -> None:
+    table = "  - name: orders\n    topic: orders\n    value: {format: parquet-ish-thing}\n"
+    [message] = problems(project(tmp_path, table))
+    assert "did you mean" not in message and "parquet" not in message
+
+
 def test_validate_prints_names_as_data(tmp_path: Path) -> None:
     tables = TABLE.replace("topic: orders", "topic: '[red]orders'").replace(
         "value: {format: json}", "value: {format: json}\n    namespace: '[bold]x'"
