@@ -36,6 +36,7 @@ from tableflow_core.config.yaml_source import (
     load_yaml,
     read_project_file,
 )
+from tableflow_core.redaction import secrets_in_settings
 
 PROJECT_FILE = "tableflow_project.yml"
 TABLE_FILE_SUFFIXES = (".yml", ".yaml")
@@ -133,8 +134,14 @@ def load_project(
         config_file=project_file,
         target_name=target_name,
         tables=tuple(tables),
-        # Table files hold secrets too (mask salts).
-        secrets=frozenset(_collect_secrets([config, *(t.transforms for t in tables)])),
+        # Table files hold secrets too (mask salts, secret-looking table properties).
+        secrets=frozenset(
+            [
+                *_collect_secrets([config, *(t.transforms for t in tables)]),
+                *secrets_in_settings(config.model_dump(mode="json")),
+                *secrets_in_settings([t.properties for t in tables]),
+            ]
+        ),
     )
 
 

@@ -24,6 +24,7 @@ from tableflow_core.config.models import (
     Target,
     Transform,
 )
+from tableflow_core.redaction import redact_text
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,10 @@ class Project:
         raise KeyError(name)
 
     def redact(self, text: str) -> str:
-        """Remove every secret value of the project from `text`."""
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            if secret:
-                text = text.replace(secret, "**********")
-        return text
+        """`text` without the project's secrets: `SecretStr` values, values of secret
+        settings (`kafka.config` passwords, catalog tokens...) and URL passwords, known
+        or not (`tableflow_core/redaction.py`)."""
+        return redact_text(text, self.secrets)
 
     def resolve_path(self, path: str) -> Path:
         """A path from the config, relative to the project root unless absolute."""

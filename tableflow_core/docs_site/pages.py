@@ -17,6 +17,7 @@ from tableflow_core.docs_site.model import (
     describe_check,
     describe_transform,
 )
+from tableflow_core.redaction import redact_setting
 
 NONE = "-"
 STYLE = """
@@ -276,7 +277,10 @@ def render_table_page(
         + "<h2>Properties</h2>"
         + _grid(
             ("property", "value"),
-            [(escape(k), escape(v)) for k, v in sorted(table.properties.items())],
+            [
+                (escape(k), escape(redact_setting(k, v)))
+                for k, v in sorted(table.properties.items())
+            ],
         )
     )
     subtitle = (

@@ -22,6 +22,7 @@ from tableflow_core.config.models import (
     SqlCatalog,
 )
 from tableflow_core.config.project import Project
+from tableflow_core.redaction import redact_url
 
 
 class CatalogUnavailableError(RuntimeError):
@@ -112,7 +113,7 @@ def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
         props.setdefault("rest.auth.type", "oauth2")  # Spark warns when it has to infer this
     if config.token is not None:
         props["token"] = config.token.get_secret_value()
-    return props, dict(props), config.uri
+    return props, dict(props), redact_url(config.uri)
 
 
 def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str, str], str]:
@@ -131,7 +132,7 @@ def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str
         "warehouse": warehouse,
         **config.properties,
     }
-    return pyiceberg_props, spark_props, config.uri.split("@")[-1]
+    return pyiceberg_props, spark_props, redact_url(config.uri)
 
 
 def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str, str], str]:
@@ -140,7 +141,7 @@ def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str,
         props["warehouse"] = config.warehouse
     if isinstance(config, HiveCatalog):
         props["uri"] = config.uri
-        return props, dict(props), config.uri
+        return props, dict(props), redact_url(config.uri)
     if config.region:
         props["glue.region"] = config.region
     return props, dict(props), f"glue ({config.region or 'default region'})"
