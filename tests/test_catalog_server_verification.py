@@ -3,6 +3,7 @@ proved it holds the project's secret. Servers run on threads of this process."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -78,9 +79,8 @@ def test_credentials_are_never_sent_to_another_server_on_the_port(
     tmp_path: Path, impostor: RecordingServer
 ) -> None:
     project = project_on_port(tmp_path, impostor.server_address[1])
-    with pytest.raises(CatalogServerNotVerifiedError) as refused:
-        with open_catalog(project):
-            pass
+    with pytest.raises(CatalogServerNotVerifiedError) as refused, open_catalog(project):
+        pass
     message = str(refused.value)
     assert "did not prove it is this project's catalog server" in message
     assert "not a tableflow catalog server" in message and "sent it no credentials" in message
@@ -99,18 +99,18 @@ def test_a_tableflow_catalog_with_another_secret_or_no_auth_is_refused(tmp_path:
     with (
         serve_in_background(other),
         pytest.raises(CatalogServerNotVerifiedError, match="another client secret"),
+        open_catalog(project),
     ):
-        with open_catalog(project):
-            pass
+        pass
     open_server = CatalogServerSettings(
         warehouse=tmp_path / "other", port=port, auth="none", access_log=False
     )
     with (
         serve_in_background(open_server),
-        pytest.raises(CatalogServerNotVerifiedError, match="auth.mode: none"),
+        pytest.raises(CatalogServerNotVerifiedError, match=r"auth\.mode: none"),
+        open_catalog(project),
     ):
-        with open_catalog(project):
-            pass
+        pass
 
 
 def test_the_projects_own_server_is_verified_and_used(
@@ -122,11 +122,10 @@ def test_the_projects_own_server_is_verified_and_used(
     config = project.target.catalog
     assert isinstance(config, EmbeddedCatalog)
     settings = embedded_server_settings(project, config, access_log=False)
-    with serve_in_background(settings) as running:
-        with open_catalog(project) as handle:
-            assert not handle.started_server and handle.address == running.uri
-            handle.catalog.create_namespace("verified")
-            assert ("verified",) in handle.catalog.list_namespaces()
+    with serve_in_background(settings) as running, open_catalog(project) as handle:
+        assert not handle.started_server and handle.address == running.uri
+        handle.catalog.create_namespace("verified")
+        assert ("verified",) in handle.catalog.list_namespaces()
 
 
 def test_auth_none_projects_send_nothing_to_verify(tmp_path: Path) -> None:
@@ -186,7 +185,5 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         pass
     finally:
         for sock in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
