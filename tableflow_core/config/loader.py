@@ -302,6 +302,7 @@ def _resolve_table(
         refresh_interval_s=parse_duration_seconds(
             table.refresh_interval or defaults.refresh_interval
         ),
+        refresh_interval=(table.refresh_interval or defaults.refresh_interval).strip(),
         publish_to=tuple(table.publish_to),
         tags=tuple(dict.fromkeys([*defaults.tags, *table.tags])),
         description=table.description,

@@ -35,6 +35,11 @@ class SourceLocation:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" if self.line else str(self.file)
 
+    def relative_to(self, root: Path) -> str:
+        """`tables/orders.yml:2`: the file relative to `root` when inside it."""
+        file = self.file.relative_to(root) if self.file.is_relative_to(root) else self.file
+        return f"{file}:{self.line}" if self.line else str(file)
+
 
 @dataclass(frozen=True)
 class Table:
@@ -69,6 +74,8 @@ class Table:
     formats: tuple[TableFormatName, ...] = ("iceberg",)
     # The table's maintenance block over `defaults.maintenance` (None: no maintenance).
     maintenance: Maintenance | None = None
+    # `refresh_interval` as written (`5m`), for what users read; "" when not known.
+    refresh_interval: str = ""
 
     @property
     def identifier(self) -> str:

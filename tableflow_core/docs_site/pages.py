@@ -235,11 +235,11 @@ def render_table_page(
                 )
             ),
         ),
-        ("refresh interval", escape(f"{table.refresh_interval_s:g}s")),
+        ("refresh interval", escape(table.refresh_interval or f"{table.refresh_interval_s:g}s")),
         ("on error", escape(table.on_error)),
         ("metadata columns", escape(", ".join(table.metadata_columns) or NONE)),
         ("tags", escape(", ".join(table.tags) or NONE)),
-        ("defined in", f"<code>{escape(str(table.source))}</code>"),
+        ("defined in", f"<code>{escape(table.source.relative_to(project.root))}</code>"),
     ]
     sub = _subgraph(graph, table)
     body = (
