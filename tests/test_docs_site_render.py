@@ -222,6 +222,22 @@ def test_site_renders_in_a_headless_browser(tmp_path: Path) -> None:
     assert len(png_pixels(page_shot)[2]) > 20
 
 
+GRID_HEADER = (240, 243, 248)  # table.grid th background
+
+
+@pytest.mark.slow
+def test_a_wide_window_is_used(tmp_path: Path) -> None:
+    """On a 2400-pixel window the grids span the page (they used a quarter of it)."""
+    root = write_docs_project(tmp_path / "p")
+    outcome = CliRunner().invoke(cli, ["--project-dir", str(root), "docs", "generate", "--offline"])
+    assert outcome.exit_code == 0, outcome.output
+    site = root / "target" / "docs"
+    for page in (site / "index.html", site / "tables" / "orders.html"):
+        shot = tmp_path / f"{page.stem}-wide.png"
+        _browser(f"--screenshot={shot}", "--window-size=2400,1400", page.as_uri())
+        assert rightmost(shot, GRID_HEADER) > 0.9 * 2400, page.name
+
+
 def test_pages_show_project_relative_paths_and_durations_as_written(tmp_path: Path) -> None:
     root = write_docs_project(tmp_path / "p")
     tables_file = root / "tables" / "shop.yml"
