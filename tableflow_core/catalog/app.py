@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
@@ -24,7 +25,13 @@ from pyiceberg.catalog.rest import (
 from pyiceberg.typedef import Identifier
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tableflow_core.catalog.auth import OAuthError, TokenAuthority, bearer_token
+from tableflow_core.catalog.auth import (
+    PROOF_PATH,
+    SERVER_KIND,
+    OAuthError,
+    TokenAuthority,
+    bearer_token,
+)
 from tableflow_core.catalog.clients import HADOOP_FILE_IO
 from tableflow_core.catalog.errors import (
     BadRequestError,
@@ -80,6 +87,14 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+_CHALLENGE = re.compile(r"[0-9a-f]{32,128}")
+
+
+def connection_address(scope: Scope) -> str:
+    """`ip:port` of the server side of the request's connection."""
+    server = scope.get("server") or ("", 0)
+    return f"{server[0]}:{server[1]}"
 
 
 class BodyLimitMiddleware:
@@ -188,7 +203,13 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         settings.allowed_locations,
     )
     authority = (
-        TokenAuthority(settings.client_id, settings.client_secret, settings.token_ttl_seconds)
+        TokenAuthority(
+            settings.client_id,
+            settings.client_secret,
+            settings.token_ttl_seconds,
+            audience=settings.token_audience,
+            max_lifetime_seconds=settings.token_max_lifetime_seconds,
+        )
         if settings.auth == "client-credentials" and settings.client_secret
         else None
     )
@@ -219,6 +240,17 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         except OAuthError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         return JSONResponse(issued.response_body(), headers={"Cache-Control": "no-store"})
+
+    @app.get(PROOF_PATH)
+    def prove_identity(request: Request, challenge: str = "") -> Response:
+        # No token needed: the answer proves this server holds the project's secret
+        # without revealing it (catalog/verification.py, the client side).
+        if not _CHALLENGE.fullmatch(challenge):
+            raise BadRequestError("challenge must be 32 to 128 hexadecimal digits")
+        body: dict[str, str | None] = {"server": SERVER_KIND, "auth": settings.auth, "proof": None}
+        if authority is not None:
+            body["proof"] = authority.proof(challenge, connection_address(request.scope))
+        return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
     router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
     _add_catalog_routes(router, service)

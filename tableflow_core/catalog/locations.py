@@ -2,13 +2,19 @@
 
 Every location a client names (a table or namespace `location`, `set-location`,
 `write.*.path` properties, a manifest list, a statistics file, a metadata file to
-register) is checked as a string, before anything touches the file system. A refused
-location gets one answer whatever is at that path, so a client learns nothing about
-files outside the warehouse.
+register) is checked before the server touches it. A refused location gets one answer
+whatever is at that path, so a client learns nothing about files outside the warehouse.
+
+Local (`file://`) locations are compared after resolving symbolic links (the warehouse
+and the allowed prefixes too): a link inside the warehouse that points outside it does
+not make the outside a place for tables. The server checks again each file it writes or
+deletes, right before it does; a link swapped in between that check and the write is
+not caught (no portable way to write through a path without following links).
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -43,14 +49,14 @@ class LocationPolicy:
             normalized = normalize_location(prefix)
             if normalized is None:
                 raise ValueError(f"invalid allowed location prefix {prefix!r}")
-            prefixes.append(normalized.rstrip("/") + "/")
+            prefixes.append(resolve_links(normalized).rstrip("/") + "/")
         return cls(tuple(prefixes))
 
     def allows(self, location: str) -> bool:
         normalized = normalize_location(location)
         if normalized is None:
             return False
-        candidate = normalized.rstrip("/") + "/"
+        candidate = resolve_links(normalized).rstrip("/") + "/"
         return any(candidate.startswith(prefix) for prefix in self.prefixes)
 
     def check(self, location: str, what: str) -> str:
@@ -65,6 +71,14 @@ class LocationPolicy:
         for key in LOCATION_PROPERTIES:
             if key in properties:
                 self.check(properties[key], f"{what} property {key}")
+
+
+def resolve_links(normalized: str) -> str:
+    """A normalized `file://` location with its symbolic links resolved (the part of the
+    path that exists); other schemes unchanged."""
+    if not normalized.startswith("file://"):
+        return normalized
+    return "file://" + os.path.realpath(normalized.removeprefix("file://"))
 
 
 def normalize_location(location: str) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import logging
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -24,23 +23,20 @@ from tableflow_core.catalog.clients import (
 )
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
-
-_SECRET_IN_QUERY = re.compile(
-    r"((?:client_secret|secret|token|credential)=)[^&\s\"]*", re.IGNORECASE
-)
+from tableflow_core.redaction import redact_url
 
 
 class RedactSecretsFilter(logging.Filter):
-    """Masks secret-looking query parameters in log lines (access logs print the full path)."""
+    """Masks secret-looking query parameters and URL passwords in log lines (access logs
+    print the full path); the rules are `tableflow_core/redaction.py`'s."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args and isinstance(record.args, tuple):
             record.args = tuple(
-                _SECRET_IN_QUERY.sub(r"\1***", arg) if isinstance(arg, str) else arg
-                for arg in record.args
+                redact_url(arg) if isinstance(arg, str) else arg for arg in record.args
             )
         if isinstance(record.msg, str):
-            record.msg = _SECRET_IN_QUERY.sub(r"\1***", record.msg)
+            record.msg = redact_url(record.msg)
         return True
 
 
@@ -249,6 +245,7 @@ def server_arguments(settings: CatalogServerSettings) -> list[str]:
         "--auth", settings.auth, "--client-id", settings.client_id,
         "--catalog-name", settings.catalog_name,
         "--token-ttl-seconds", str(settings.token_ttl_seconds),
+        "--token-max-lifetime-seconds", str(settings.token_max_lifetime_seconds),
         "--log-level", settings.log_level,
     ]  # fmt: skip
     if settings.database_url is not None:

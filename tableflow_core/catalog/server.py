@@ -63,6 +63,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--catalog-name", default="tableflow", help="name of the catalog's rows")
     parser.add_argument("--token-ttl-seconds", type=int, default=3600)
+    parser.add_argument(
+        "--token-max-lifetime-seconds",
+        type=int,
+        default=86400,
+        help="token exchanges renew a token without the secret up to this long after "
+        "its client-credentials grant",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", action="store_true")
     # For serve_in_subprocess: a socket the parent bound, and stop when the parent is gone.
@@ -86,6 +93,7 @@ def settings_from_args(
         client_id=args.client_id,
         client_secret=SecretStr(secret) if secret else None,
         token_ttl_seconds=args.token_ttl_seconds,
+        token_max_lifetime_seconds=args.token_max_lifetime_seconds,
         catalog_name=args.catalog_name,
         log_level=args.log_level,
         access_log=not args.no_access_log,

@@ -26,6 +26,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import StagedTable, Table
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
@@ -39,12 +40,14 @@ from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
 from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
 from tableflow_core.catalog.models import CreateTableBody
+from tableflow_core.catalog.purge import purge_files
 from tableflow_core.catalog.updates import (
     check_result,
     check_schema,
     check_transforms,
     checked_updates,
 )
+from tableflow_core.config.names import MAX_NAMESPACE_LEVELS, catalog_name_problem
 
 log = logging.getLogger(__name__)
 
@@ -120,36 +123,19 @@ def _tune_sqlite(engine: Engine) -> None:
     engine.dispose()
 
 
-MAX_NAME_LENGTH = 255
-MAX_NAMESPACE_LEVELS = 16
-
-
-def _name_problem(name: object) -> str | None:
-    if not isinstance(name, str) or not name:
-        return "must be a non-empty string"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"is longer than {MAX_NAME_LENGTH} characters"
-    if "." in name:
-        # SqlCatalog stores namespaces as dotted strings: a dot inside a level is ambiguous.
-        return "cannot contain '.'"
-    if any(c in name for c in "/\\") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
-        return "cannot contain '/', '\\' or control characters"
-    return None
-
-
 def validate_namespace(namespace: Identifier) -> Identifier:
     if not namespace:
         raise BadRequestError("Namespace must have at least one non-empty level")
     if len(namespace) > MAX_NAMESPACE_LEVELS:
         raise BadRequestError(f"Namespace has more than {MAX_NAMESPACE_LEVELS} levels")
     for level in namespace:
-        if problem := _name_problem(level):
+        if problem := catalog_name_problem(level):
             raise BadRequestError(f"Invalid namespace level: {problem}")
     return namespace
 
 
 def validate_table_name(name: str) -> str:
-    if problem := _name_problem(name):
+    if problem := catalog_name_problem(name):
         raise BadRequestError(f"Invalid table name: {problem}")
     return name
 
@@ -293,6 +279,11 @@ class CatalogService:
             ),
             "table location",
         )
+        # The metadata file is written under it: checked as a file path (links resolved).
+        metadata_file = load_location_provider(
+            location, request.properties
+        ).new_table_metadata_file_location()
+        self.locations.check(metadata_file, "table metadata location")
         if request.stage_create:
             metadata = new_table_metadata(
                 location=location,
@@ -350,6 +341,15 @@ class CatalogService:
             ) from None
         self.locations.check(metadata.location, "the registered table's location")
         self.locations.check_properties(metadata.properties, "the registered table's")
+        # Files the catalog may read or (on purge) delete later.
+        named = [
+            *(s.manifest_list for s in metadata.snapshots if s.manifest_list),
+            *(entry.metadata_file for entry in metadata.metadata_log),
+            *(s.statistics_path for s in metadata.statistics),
+            *(s.statistics_path for s in metadata.partition_statistics),
+        ]
+        for path in named:
+            self.locations.check(path, "a file the registered metadata names")
 
     def register_table(
         self, namespace: Identifier, name: str, metadata_location: str, overwrite: bool
@@ -366,12 +366,14 @@ class CatalogService:
         return LoadedTable.of(table.metadata, table.metadata_location)
 
     def drop_table(self, identifier: Identifier, purge: bool) -> None:
+        """Drop the table; with `purge`, then delete its own files (`catalog/purge.py`)."""
         validate_identifier(identifier)
         with self._locks.holding([identifier]):
-            if purge:
-                self.catalog.purge_table(identifier)
-            else:
-                self.catalog.drop_table(identifier)
+            loaded = self._current(identifier) if purge else None
+            self.catalog.drop_table(identifier)
+        if loaded is not None and loaded.metadata_location is not None:
+            io = self._as_table(identifier, loaded).io
+            purge_files(loaded.metadata, loaded.metadata_location, io, self.locations)
 
     def rename_table(self, source: Identifier, destination: Identifier) -> None:
         validate_identifier(source)
@@ -399,6 +401,9 @@ class CatalogService:
         with self._locks.holding(identifiers):
             staged = [self._stage(change) for change in changes]
             written = [s for s in staged if not s.unchanged]
+            for commit in written:
+                # The location was checked; a link created under it since must not lead out.
+                self.locations.check(commit.staged.metadata_location, "table metadata location")
             for commit in written:
                 self.catalog._write_metadata(
                     commit.staged.metadata, commit.staged.io, commit.staged.metadata_location

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import ipaddress
+import hashlib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from tableflow_core.addresses import is_loopback
+
 CLIENT_SECRET_ENV = "TABLEFLOW_CATALOG_CLIENT_SECRET"
 
 AuthMode = Literal["none", "client-credentials"]
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (no name resolution but `localhost`)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class CatalogServerSettings(BaseModel):
@@ -41,6 +33,12 @@ class CatalogServerSettings(BaseModel):
     client_id: str = "tableflow"
     client_secret: SecretStr | None = None
     token_ttl_seconds: int = Field(default=3600, gt=0)
+    token_max_lifetime_seconds: int = Field(
+        default=86400,
+        gt=0,
+        description="How long token exchanges may renew a token without the secret, "
+        "counted from the client-credentials grant it descends from",
+    )
     catalog_name: str = "tableflow"
     log_level: str = "info"
     access_log: bool = True
@@ -77,6 +75,13 @@ class CatalogServerSettings(BaseModel):
     def warehouse_uri(self) -> str:
         """The warehouse as a file:// URI (table locations are built under it)."""
         return self.warehouse.resolve().as_uri()
+
+    @property
+    def token_audience(self) -> str:
+        """Which catalog a token is for: the same warehouse and catalog name across
+        restarts (tokens survive them), different for another catalog with the same secret."""
+        identity = f"tableflow-catalog\x00{self.warehouse_uri}\x00{self.catalog_name}"
+        return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
     @property
     def resolved_database_url(self) -> str:

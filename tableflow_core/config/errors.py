@@ -38,7 +38,8 @@ class ConfigError(TableflowError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        return "\n".join(problem.render(self.root) for problem in self.problems)
+        root = self.root.resolve() if self.root is not None else None  # once, not per problem
+        return "\n".join(problem.render(root) for problem in self.problems)
 
     def user_message(self) -> str:
         return f"invalid project:\n{self.render()}"
@@ -47,9 +48,7 @@ class ConfigError(TableflowError):
 def _relative(file: Path, root: Path) -> Path:
     """`file` relative to `root` if it is inside (as written, or once links are resolved)."""
     base = root.resolve()
-    for candidate in (file, file.resolve()):
-        try:
-            return candidate.relative_to(base)
-        except ValueError:
-            continue
-    return file
+    if file.is_relative_to(base):
+        return file.relative_to(base)
+    resolved = file.resolve()
+    return resolved.relative_to(base) if resolved.is_relative_to(base) else file

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,7 +21,14 @@ from pydantic import (
     model_validator,
 )
 
-IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+from tableflow_core.config.names import (
+    MAX_NAME_LENGTH,
+    namespace_problem,
+    shown,
+    topic_problem,
+)
+
+IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"  # pydantic's (Rust) regex: `$` is the very end
 DURATION_PATTERN = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SIZE_PATTERN = re.compile(r"^\s*(\d+)\s*(B|KB|MB|GB|TB)?\s*$", re.IGNORECASE)
@@ -32,6 +40,23 @@ ORPHAN_MIN_AGE = "1d"
 SPARK_RESERVED_PROPERTIES = frozenset(
     {"provider", "location", "owner", "external", "comment", "is_managed_location"}
 )
+
+
+def _checked_namespace(value: str | None) -> str | None:
+    if value is not None and (problem := namespace_problem(value)):
+        raise ValueError(f"invalid namespace {shown(value)}: {problem}")
+    return value
+
+
+def _checked_topic(value: str) -> str:
+    if problem := topic_problem(value):
+        raise ValueError(f"invalid topic name {shown(value)}: {problem}")
+    return value
+
+
+# The names apply uses: the catalog's rule for namespaces, Kafka's for topics.
+NamespaceName = Annotated[str | None, AfterValidator(_checked_namespace)]
+TopicName = Annotated[str, AfterValidator(_checked_topic)]
 
 
 class ConfigModel(BaseModel):
@@ -148,7 +173,10 @@ class EmbeddedCatalog(ConfigModel):
 
     type: Literal["embedded"] = "embedded"
     name: str = Field(
-        "tableflow", pattern=IDENTIFIER, description="Catalog name in Spark and engines."
+        "tableflow",
+        pattern=IDENTIFIER,
+        max_length=MAX_NAME_LENGTH,
+        description="Catalog name in Spark and engines.",
     )
     warehouse: str = Field(
         "./.tableflow/warehouse", description="Where table data and metadata live."
@@ -169,7 +197,12 @@ class EmbeddedCatalog(ConfigModel):
 class ExternalCatalog(ConfigModel):
     """What every catalog tableflow connects to (rather than serves) has."""
 
-    name: str = Field("tableflow", pattern=IDENTIFIER, description="Catalog name in Spark.")
+    name: str = Field(
+        "tableflow",
+        pattern=IDENTIFIER,
+        max_length=MAX_NAME_LENGTH,
+        description="Catalog name in Spark.",
+    )
     properties: dict[str, str] = Field(
         default_factory=dict, description="Extra catalog properties, passed through."
     )
@@ -450,7 +483,7 @@ DECIMAL_TYPE = re.compile(r"^decimal\(\s*\d+\s*,\s*\d+\s*\)$")
 
 
 class JsonColumn(ConfigModel):
-    name: str = Field(pattern=IDENTIFIER, description="Column name.")
+    name: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME_LENGTH, description="Column name.")
     type: str = Field(
         "string",
         description="string, int, long, float, double, boolean, date, timestamp, timestamptz, "
@@ -640,7 +673,9 @@ class DeriveTransform(ConfigModel):
     """Add (or replace) a column computed by a Spark SQL expression."""
 
     type: Literal["derive"]
-    column: str = Field(pattern=IDENTIFIER, description="New column name.")
+    column: str = Field(
+        pattern=IDENTIFIER, max_length=MAX_NAME_LENGTH, description="New column name."
+    )
     expression: str = Field(min_length=1, description="Spark SQL expression.")
 
 
@@ -706,7 +741,9 @@ class RangeCheck(CheckBase):
 
 class ExpressionCheck(CheckBase):
     type: Literal["expression"]
-    name: str = Field(pattern=IDENTIFIER, description="Name shown in results.")
+    name: str = Field(
+        pattern=IDENTIFIER, max_length=MAX_NAME_LENGTH, description="Name shown in results."
+    )
     expression: str = Field(min_length=1, description="Spark SQL predicate every row must satisfy.")
 
 
@@ -722,8 +759,8 @@ Check = Annotated[
 ]
 
 
-KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-QUALIFIED_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+# Matched with fullmatch: `$` alone also accepts a trailing newline.
+QUALIFIED_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 class KafkaDeadLetter(ConfigModel):
@@ -737,11 +774,8 @@ class KafkaDeadLetter(ConfigModel):
     @field_validator("topic")
     @classmethod
     def _valid_topic(cls, value: str) -> str:
-        if not KAFKA_TOPIC.match(value):
-            raise ValueError(
-                f"invalid dead-letter topic name {value!r}: use 1-249 letters, digits, '.', "
-                "'_' or '-'"
-            )
+        if problem := topic_problem(value):
+            raise ValueError(f"invalid dead-letter topic name {shown(value)}: {problem}")
         return value
 
 
@@ -755,11 +789,13 @@ class IcebergDeadLetter(ConfigModel):
     @field_validator("table")
     @classmethod
     def _qualified(cls, value: str) -> str:
-        if not QUALIFIED_TABLE.match(value):
+        if not QUALIFIED_TABLE.fullmatch(value):
             raise ValueError(
-                f"invalid dead-letter table {value!r}: write it as `namespace.table` "
+                f"invalid dead-letter table {shown(value)}: write it as `namespace.table` "
                 "(identifiers of letters, digits and underscores)"
             )
+        if problem := namespace_problem(value):
+            raise ValueError(f"invalid dead-letter table {shown(value)}: {problem}")
         return value
 
 
@@ -793,7 +829,7 @@ def check_table_formats(value: list[TableFormatName] | None) -> list[TableFormat
 class TableDefaults(ConfigModel):
     """Values every table inherits unless it sets its own."""
 
-    namespace: str | None = Field(None, description="Default Iceberg namespace (dot-separated).")
+    namespace: NamespaceName = Field(None, description="Default Iceberg namespace (dot-separated).")
     mode: Literal["append", "upsert"] = Field("append", description="Default table mode.")
     value: Format | None = Field(None, description="Default value format.")
     key: Format | None = Field(None, description="Default key format.")
@@ -858,17 +894,21 @@ class TableConfig(ConfigModel):
 
     name: str = Field(
         pattern=IDENTIFIER,
+        max_length=MAX_NAME_LENGTH,
         description="Unique name of this table in the project (used by --select).",
     )
     description: str | None = Field(
         None, description="Free text; becomes the table's `comment` property."
     )
-    topic: str = Field(min_length=1, description="Source Kafka topic.")
-    namespace: str | None = Field(
+    topic: TopicName = Field(description="Source Kafka topic.")
+    namespace: NamespaceName = Field(
         None, description="Iceberg namespace (dot-separated); default from `defaults`."
     )
     table: str | None = Field(
-        None, pattern=IDENTIFIER, description="Iceberg table name; default `name`."
+        None,
+        pattern=IDENTIFIER,
+        max_length=MAX_NAME_LENGTH,
+        description="Iceberg table name; default `name`.",
     )
     value: Format | None = Field(
         None, description="Value format; default from `defaults`, else avro."
@@ -974,7 +1014,7 @@ class TableFile(ConfigModel):
 class ProjectConfig(ConfigModel):
     """`tableflow_project.yml`."""
 
-    name: str = Field(pattern=IDENTIFIER, description="Project name.")
+    name: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME_LENGTH, description="Project name.")
     config_version: Literal[1] = Field(1, description="Version of this file format.")
     default_target: str = Field("dev", description="Target used when --target is not given.")
     targets: dict[str, Target] = Field(min_length=1, description="Deployment targets by name.")

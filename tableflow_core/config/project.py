@@ -24,6 +24,7 @@ from tableflow_core.config.models import (
     Target,
     Transform,
 )
+from tableflow_core.redaction import redact_text
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class SourceLocation:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}" if self.line else str(self.file)
+
+    def relative_to(self, root: Path) -> str:
+        """`tables/orders.yml:2`: the file relative to `root` when inside it."""
+        file = self.file.relative_to(root) if self.file.is_relative_to(root) else self.file
+        return f"{file}:{self.line}" if self.line else str(file)
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ class Table:
     formats: tuple[TableFormatName, ...] = ("iceberg",)
     # The table's maintenance block over `defaults.maintenance` (None: no maintenance).
     maintenance: Maintenance | None = None
+    # `refresh_interval` as written (`5m`), for what users read; "" when not known.
+    refresh_interval: str = ""
 
     @property
     def identifier(self) -> str:
@@ -104,11 +112,10 @@ class Project:
         raise KeyError(name)
 
     def redact(self, text: str) -> str:
-        """Remove every secret value of the project from `text`."""
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            if secret:
-                text = text.replace(secret, "**********")
-        return text
+        """`text` without the project's secrets: `SecretStr` values, values of secret
+        settings (`kafka.config` passwords, catalog tokens...) and URL passwords, known
+        or not (`tableflow_core/redaction.py`)."""
+        return redact_text(text, self.secrets)
 
     def resolve_path(self, path: str) -> Path:
         """A path from the config, relative to the project root unless absolute."""

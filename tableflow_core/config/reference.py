@@ -63,8 +63,11 @@ Generated from `tableflow_core/config/models.py` (and, for what is marked
 **Not supported yet**, `tableflow_core/config/capabilities.py`: plan refuses those with
 the key's file:line) by
 `python -m tableflow_core.config.reference > docs/reference.md`; a test fails when
-it is out of date. Every model rejects unknown keys (with a "did you mean"
-suggestion). String values are rendered with Jinja2 (sandboxed, after YAML parsing, so a
+it is out of date. Every model rejects unknown keys and values outside a key's choices
+(with a "did you mean" suggestion: `json-schema` -> `json_schema`). Names follow the
+rules apply meets: topics Kafka's (1-249 of `A-Za-z0-9._-`), namespaces the catalog's
+(at most 16 levels of at most 255 characters, no `/`, `\\` or control characters),
+identifiers at most 255 characters. String values are rendered with Jinja2 (sandboxed, after YAML parsing, so a
 rendered value is always a string of data): `{{ env_var('NAME', 'default') }}`,
 `{{ var('name') }}`, `{{ target.name }}`. Secret fields are masked in every output.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -10,9 +11,13 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from tableflow_core.config.errors import ConfigProblem
+from tableflow_core.config.names import shown
 from tableflow_core.config.yaml_source import FieldPath, YamlDocument, dotted_path
 
 M = TypeVar("M", bound=BaseModel)
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+# Beyond this a value is not a typo of a short keyword (and difflib is quadratic).
+_MAX_SUGGESTED_LENGTH = 100
 
 
 def validate_document(
@@ -46,10 +51,16 @@ def _message(model: type[BaseModel], data: Any, path: FieldPath, error: Any) -> 
     if kind == "extra_forbidden" and path:
         key = str(path[-1])
         allowed = allowed_keys(model, data, path[:-1])
-        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = did_you_mean(key, allowed)
+        hint = f"; did you mean {close!r}?" if close else ""
         valid = f" Valid keys: {', '.join(sorted(allowed))}." if allowed and not close else ""
-        return f"unknown key {key!r}{hint}{valid}"
+        return f"unknown key {shown(key)}{hint}{valid}"
+    if kind in ("literal_error", "enum"):
+        # pydantic lists the allowed values as reprs: "'append' or 'upsert'"
+        expected = _QUOTED.findall(str(error.get("ctx", {}).get("expected", "")))
+        close = did_you_mean(error.get("input"), expected)
+        hint = f"; did you mean {close!r}?" if close else ""
+        return str(error["msg"]) + hint
     if kind == "missing":
         return f"missing required key {str(path[-1])!r}" if path else "missing value"
     if kind == "union_tag_invalid":
@@ -59,6 +70,23 @@ def _message(model: type[BaseModel], data: Any, path: FieldPath, error: Any) -> 
         return f"missing key 'type' (one of {error.get('ctx', {}).get('discriminator', '')})"
     # pydantic messages never include the input value here, so secrets stay out of them.
     return str(error["msg"]).removeprefix("Value error, ")
+
+
+def did_you_mean(given: object, candidates: list[str]) -> str | None:
+    """The candidate `given` was most likely meant to be (`json-schema` -> `json_schema`,
+    `DLQ` -> `dlq`, `apend` -> `append`), else None. Only the candidate is shown, never
+    the given value (it may be a secret in the wrong place)."""
+    if not isinstance(given, str) or not candidates or len(given) > _MAX_SUGGESTED_LENGTH:
+        return None
+    normalized = {_normalized(c): c for c in candidates}
+    if (same := normalized.get(_normalized(given))) is not None:
+        return same
+    close = difflib.get_close_matches(given.lower(), candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _normalized(text: str) -> str:
+    return text.strip().lower().replace("-", "_").replace(" ", "_")
 
 
 def _get_at(data: Any, path: FieldPath) -> Any:

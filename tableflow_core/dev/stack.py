@@ -36,7 +36,7 @@ from tableflow_core.dev.processes import (
 )
 from tableflow_core.dev.registry import registry_command
 from tableflow_core.errors import TableflowError
-from tableflow_core.registry.server import PASSWORD_ENV
+from tableflow_core.registry.server import PASSWORD_ENV, bind_problem
 
 KAFKA = "kafka"
 REGISTRY = "schema-registry"
@@ -166,6 +166,8 @@ class _Spec:
 
 def up(settings: StackSettings) -> StackStatus:
     """Start every component that is not running; report all of them."""
+    if problem := bind_problem(settings.host, settings.registry_basic_auth_user):
+        raise StackError(f"cannot start {REGISTRY}: {problem}")
     _prepare_dirs(settings)
     with _locked(settings):
         state = _read_state(settings)

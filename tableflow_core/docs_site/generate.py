@@ -9,6 +9,7 @@ from pathlib import Path
 from tableflow_core.config.project import Project, Table
 from tableflow_core.docs_site.model import Enrichment, build_graph, page_name
 from tableflow_core.docs_site.pages import STYLE, render_index, render_table_page
+from tableflow_core.output_files import write_text
 
 
 @dataclass(frozen=True)
@@ -19,20 +20,20 @@ class SiteResult:
     notes: tuple[str, ...]
 
 
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def generate_site(
     project: Project,
     tables: tuple[Table, ...],
     out_dir: Path,
     enrichment: Enrichment | None = None,
     when: str | None = None,
+    base: Path | None = None,
 ) -> SiteResult:
-    """Write index.html, style.css and tables/<name>.html under `out_dir`."""
+    """Write index.html, style.css and tables/<name>.html under `out_dir`; no symbolic
+    link from `base` (default `out_dir`) down to a page is followed."""
+
+    def _write(path: Path, text: str) -> Path:
+        return write_text(path, text, base=base or out_dir)
+
     extra = enrichment or Enrichment(notes=("Built from the project alone (offline).",))
     moment = when or datetime.now(tz=UTC).isoformat(timespec="seconds")
     graph = build_graph(project, tables)

@@ -17,6 +17,7 @@ from tableflow_core.docs_site.model import (
     describe_check,
     describe_transform,
 )
+from tableflow_core.redaction import redact_setting
 
 NONE = "-"
 STYLE = """
@@ -27,7 +28,7 @@ header a { color: #cfe0ff; } header h1 { margin: 0; font-size: 22px; }
 header .meta { font-size: 13px; color: #b8c4da; margin-top: 4px; }
 main { padding: 18px 28px 40px; }
 h2 { font-size: 17px; margin: 26px 0 10px; border-bottom: 1px solid #dde2ea; padding-bottom: 4px; }
-table.grid { border-collapse: collapse; font-size: 14px; background: #fff; }
+table.grid { border-collapse: collapse; font-size: 14px; background: #fff; width: 100%; }
 table.grid th, table.grid td { border: 1px solid #dde2ea; padding: 5px 10px; text-align: left;
        vertical-align: top; }
 table.grid th { background: #f0f3f8; }
@@ -45,6 +46,10 @@ svg.dag a:hover rect { stroke-width: 3; }
 .state-ok { color: #1e7d3b; } .state-lagging { color: #a66f00; } .state-error { color: #c0392b; }
 .state-suspended { color: #8e44ad; } .state-not_created { color: #777; }
 code { background: #eef1f6; padding: 1px 4px; border-radius: 3px; }
+/* Side by side on a wide window, one under the other on a narrow one. */
+.split { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr));
+         gap: 0 36px; align-items: start; }
+.split > section > h2:first-child { margin-top: 0; }
 """
 
 
@@ -234,18 +239,26 @@ def render_table_page(
                 )
             ),
         ),
-        ("refresh interval", escape(f"{table.refresh_interval_s:g}s")),
+        ("refresh interval", escape(table.refresh_interval or f"{table.refresh_interval_s:g}s")),
         ("on error", escape(table.on_error)),
         ("metadata columns", escape(", ".join(table.metadata_columns) or NONE)),
         ("tags", escape(", ".join(table.tags) or NONE)),
-        ("defined in", f"<code>{escape(str(table.source))}</code>"),
+        ("defined in", f"<code>{escape(table.source.relative_to(project.root))}</code>"),
     ]
     sub = _subgraph(graph, table)
-    body = (
+    overview = (
         (f"<p>{escape(table.description)}</p>" if table.description else "")
         + _facts(facts)
         + "<h2>Last status</h2>"
         + _status_section(status)
+    )
+    lineage = (
+        "<h2>Lineage</h2>"
+        + _lineage(table, sub.edges)
+        + f'<div class="dagbox">{render_svg(sub)}</div>'
+    )
+    body = (
+        f'<div class="split"><section>{overview}</section><section>{lineage}</section></div>'
         + "<h2>Schema</h2>"
         + _schema_section(table, enrichment.schemas.get(table.name))
         + "<h2>Partitions and sort order</h2>"
@@ -270,13 +283,13 @@ def render_table_page(
             ("type", "severity", "settings"),
             [(escape(c.type), escape(c.severity), escape(describe_check(c))) for c in table.checks],
         )
-        + "<h2>Lineage</h2>"
-        + _lineage(table, sub.edges)
-        + f'<div class="dagbox">{render_svg(sub)}</div>'
         + "<h2>Properties</h2>"
         + _grid(
             ("property", "value"),
-            [(escape(k), escape(v)) for k, v in sorted(table.properties.items())],
+            [
+                (escape(k), escape(redact_setting(k, v)))
+                for k, v in sorted(table.properties.items())
+            ],
         )
     )
     subtitle = (

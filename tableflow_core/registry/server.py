@@ -5,6 +5,8 @@
 
 With --basic-auth-user, the password comes from the environment variable
 TABLEFLOW_REGISTRY_PASSWORD (never from the command line, so it stays out of `ps`).
+Without it the registry has no authentication, and then it only binds to a loopback
+address (the catalog's rule for auth none).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import uvicorn
 
+from tableflow_core.addresses import is_loopback
 from tableflow_core.registry.app import create_app
 from tableflow_core.registry.service import SchemaRegistry
 
@@ -34,9 +37,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def bind_problem(host: str, basic_auth_user: str | None) -> str | None:
+    """Why the registry may not listen on `host` with these settings, or None."""
+    if basic_auth_user or is_loopback(host):
+        return None
+    return (
+        f"the schema registry without authentication is refused on {host!r}: it only "
+        "binds to a loopback address (127.0.0.1, ::1, localhost) unless basic auth is on "
+        f"(--basic-auth-user, password in ${PASSWORD_ENV})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    if problem := bind_problem(args.host, args.basic_auth_user):
+        print(problem, file=sys.stderr)
+        return 2
     password = os.environ.get(PASSWORD_ENV)
     if args.basic_auth_user and not password:
         print(f"--basic-auth-user needs the password in ${PASSWORD_ENV}", file=sys.stderr)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tableflow_core.errors import TableflowError
+from tableflow_core.output_files import open_lock_file
 
 
 class LockTimeoutError(TableflowError, RuntimeError):
@@ -74,16 +75,19 @@ def table_locks(
     timeout_s: float = 0.0,
     command: str = "tableflow apply",
     poll_s: float = 0.2,
+    base: Path | None = None,
 ) -> Iterator[list[Path]]:
-    """Hold the locks of `tables` (taken in name order, so two applies cannot deadlock)."""
-    lock_dir.mkdir(parents=True, exist_ok=True)
+    """Hold the locks of `tables` (taken in name order, so two applies cannot deadlock).
+
+    No symbolic link from `base` (e.g. the project root; default `lock_dir`) down to a
+    lock file is followed (`output_files`)."""
     held: list[IO[str]] = []
     paths: list[Path] = []
     started = time.monotonic()
     try:
         for table in sorted(set(tables)):
             path = _lock_path(lock_dir, table)
-            handle: IO[str] = open(path, "a+")  # noqa: SIM115 - kept open while the lock is held
+            handle: IO[str] = open_lock_file(path, base or lock_dir)  # kept while held
             while not _try_lock(handle):
                 if time.monotonic() - started >= timeout_s:
                     handle.close()

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.output_files import write_text
 from tableflow_core.text import plural
 
 RUN_RESULTS_VERSION: Literal[1] = 1
@@ -80,8 +81,7 @@ class RunResults(BaseModel):
         )
 
 
-def write_run_results(results: RunResults, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(results.model_dump_json(indent=2) + "\n")
-    tmp.replace(path)
+def write_run_results(results: RunResults, path: Path, base: Path | None = None) -> None:
+    """Write atomically; no symbolic link from `base` (e.g. the project root) down to
+    the file is followed (`output_files`)."""
+    write_text(path, results.model_dump_json(indent=2) + "\n", base=base)

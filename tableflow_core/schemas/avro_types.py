@@ -19,6 +19,7 @@ import fastavro.read
 import pyarrow as pa
 
 from tableflow_core.schemas.arrow_values import SchemaMappingError
+from tableflow_core.schemas.expansion import MAX_DEPTH, ExpansionBudget, check_expansion
 
 Adapter = Callable[[Any], Any]
 
@@ -83,8 +84,12 @@ def map_avro_schema(schema_text: str) -> AvroMapping:
         schema = json.loads(schema_text)
     except json.JSONDecodeError:
         schema = schema_text  # a bare primitive name such as `string`
+    except RecursionError:
+        raise SchemaMappingError(f"the schema nests more than {MAX_DEPTH} levels deep") from None
     walker = _AvroWalker()
     arrow_type, adapter = walker.visit(schema, namespace="", path="")
+    # Named types are mapped once and shared: the walk is linear, the expansion is not.
+    check_expansion(arrow_type)
     rewritten = _rewrite_logical_types(copy.deepcopy(schema))
     try:
         reader_schema = fastavro.parse_schema(rewritten)
@@ -102,8 +107,19 @@ class _AvroWalker:
     def __init__(self) -> None:
         self.named: dict[str, tuple[pa.DataType, Adapter | None, dict[str, Any]]] = {}
         self.in_progress: set[str] = set()
+        self.depth = 0
+        self.budget = ExpansionBudget()
 
     def visit(self, schema: Any, namespace: str, path: str) -> tuple[pa.DataType, Adapter | None]:
+        self.depth += 1
+        try:
+            # Definitions nest as deep as the types they write out (Python's stack).
+            self.budget.walk_level(self.depth, path)
+            return self._visit(schema, namespace, path)
+        finally:
+            self.depth -= 1
+
+    def _visit(self, schema: Any, namespace: str, path: str) -> tuple[pa.DataType, Adapter | None]:
         if isinstance(schema, list):
             return self._union(schema, namespace, path)
         if isinstance(schema, str):

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.schemas.arrow_values import SchemaMappingError
+from tableflow_core.schemas.expansion import MAX_DEPTH, ExpansionBudget, check_expansion
 
 Adapter = Callable[[Any], Any]
 
@@ -46,8 +47,11 @@ def map_json_schema(schema_text: str) -> JsonSchemaMapping:
         document = json.loads(schema_text)
     except json.JSONDecodeError as exc:
         raise SchemaMappingError(f"invalid JSON Schema document: {exc}") from exc
+    except RecursionError:
+        raise SchemaMappingError(f"the schema nests more than {MAX_DEPTH} levels deep") from None
     walker = _JsonSchemaWalker(document)
     arrow_type, adapter = walker.visit(document, path="", refs=())
+    check_expansion(arrow_type)  # the walk counted columns; this checks column depth
     return JsonSchemaMapping(arrow_type, pa.types.is_struct(arrow_type), adapter)
 
 
@@ -63,8 +67,13 @@ def _number_text(value: Any) -> Any:
 
 
 class _JsonSchemaWalker:
+    """Expands `$ref`s where they are used: the budget stops a walk that would expand a
+    reused definition into too many columns (the walk costs what it produces)."""
+
     def __init__(self, document: Any) -> None:
         self.document = document
+        self.budget = ExpansionBudget()
+        self.depth = 0
 
     def _resolve_ref(self, ref: str, path: str) -> Any:
         if not ref.startswith("#"):
@@ -82,6 +91,16 @@ class _JsonSchemaWalker:
         return node
 
     def visit(
+        self, schema: Any, path: str, refs: tuple[str, ...]
+    ) -> tuple[pa.DataType, Adapter | None]:
+        self.depth += 1
+        try:
+            self.budget.walk_level(self.depth, path)
+            return self._visit(schema, path, refs)
+        finally:
+            self.depth -= 1
+
+    def _visit(
         self, schema: Any, path: str, refs: tuple[str, ...]
     ) -> tuple[pa.DataType, Adapter | None]:
         if schema is True or schema == {}:
@@ -120,6 +139,7 @@ class _JsonSchemaWalker:
             return self._object(schema, path, refs)
         if kind == "array":
             items = schema.get("items", True)
+            self.budget.column(f"{path}[]")
             item_type, item_adapter = self.visit(items, f"{path}[]", refs)
             adapter = None if item_adapter is None else _list_adapter(item_adapter)
             return pa.list_(pa.field("element", item_type)), adapter
@@ -149,7 +169,13 @@ class _JsonSchemaWalker:
         properties: dict[str, Any] = dict(merged.get("properties", {}))
         required: list[str] = list(merged.get("required", []))
         for part in schema["allOf"]:
+            seen: set[str] = set()
             while isinstance(part, dict) and "$ref" in part:
+                if part["$ref"] in seen:
+                    raise SchemaMappingError(
+                        f"recursive $ref {part['$ref']!r} in allOf at {path or '<root>'}"
+                    )
+                seen.add(part["$ref"])
                 part = self._resolve_ref(part["$ref"], path)
             if isinstance(part, dict):
                 properties.update(part.get("properties", {}))
@@ -167,6 +193,8 @@ class _JsonSchemaWalker:
         if not properties:
             extra = schema.get("additionalProperties")
             if isinstance(extra, dict) and extra:
+                self.budget.column(f"{path}{{key}}")
+                self.budget.column(f"{path}{{}}")
                 value_type, value_adapter = self.visit(extra, f"{path}{{}}", refs)
                 map_type = pa.map_(
                     pa.field("key", pa.string(), nullable=False), pa.field("value", value_type)
@@ -177,6 +205,7 @@ class _JsonSchemaWalker:
         adapters: dict[str, Adapter] = {}
         for name, subschema in properties.items():
             field_path = f"{path}.{name}" if path else name
+            self.budget.column(field_path)
             field_type, field_adapter = self.visit(subschema, field_path, refs)
             fields.append(pa.field(name, field_type, nullable=True))
             if field_adapter is not None:

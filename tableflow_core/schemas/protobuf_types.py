@@ -25,6 +25,7 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import Message
 
 from tableflow_core.schemas.arrow_values import SchemaMappingError
+from tableflow_core.schemas.expansion import ExpansionBudget, check_expansion
 
 Converter = Callable[[Any], Any]
 
@@ -171,14 +172,18 @@ def message_class(descriptor: Descriptor) -> type[Message]:
 
 
 def map_message(descriptor: Descriptor) -> ProtobufMapping:
-    arrow_type, converter = _message(descriptor, path="", in_progress=())
+    """The message's columns. A message type used in several fields is expanded at each
+    use: the budget stops a walk that would produce too many columns or levels."""
+    arrow_type, converter = _message(descriptor, path="", in_progress=(), budget=ExpansionBudget())
     assert isinstance(arrow_type, pa.StructType)
+    check_expansion(arrow_type)  # the walk counted columns; this checks column depth
     return ProtobufMapping(arrow_type, converter)
 
 
 def _message(
-    descriptor: Descriptor, path: str, in_progress: tuple[str, ...]
+    descriptor: Descriptor, path: str, in_progress: tuple[str, ...], budget: ExpansionBudget
 ) -> tuple[pa.DataType, Converter]:
+    budget.level(len(in_progress) + 1, path)
     if descriptor.full_name in in_progress:
         raise SchemaMappingError(
             f"recursive Protobuf message {descriptor.full_name!r} at {path or '<root>'}: "
@@ -189,7 +194,8 @@ def _message(
     readers: list[tuple[str, Callable[[Message], Any]]] = []
     for field in descriptor.fields:
         field_path = f"{path}.{field.name}" if path else field.name
-        field_type, read = _field(field, field_path, in_progress)
+        budget.column(field_path)
+        field_type, read = _field(field, field_path, in_progress, budget)
         fields.append(pa.field(field.name, field_type, nullable=True))
         readers.append((field.name, read))
 
@@ -200,18 +206,24 @@ def _message(
 
 
 def _field(
-    field: FieldDescriptor, path: str, in_progress: tuple[str, ...]
+    field: FieldDescriptor, path: str, in_progress: tuple[str, ...], budget: ExpansionBudget
 ) -> tuple[pa.DataType, Callable[[Message], Any]]:
     name = field.name
     if _is_map(field):
         entry = field.message_type
-        key_type, key_conv = _value(entry.fields_by_name["key"], path, in_progress)
-        value_type, value_conv = _value(entry.fields_by_name["value"], f"{path}{{}}", in_progress)
+        budget.column(f"{path}{{key}}")
+        budget.column(f"{path}{{}}")
+        key_type, key_conv = _value(entry.fields_by_name["key"], path, in_progress, budget)
+        value_type, value_conv = _value(
+            entry.fields_by_name["value"], f"{path}{{}}", in_progress, budget
+        )
         map_type = pa.map_(pa.field("key", key_type, nullable=False), pa.field("value", value_type))
         return map_type, lambda m: [
             (key_conv(k), value_conv(v)) for k, v in getattr(m, name).items()
         ]
-    value_type, conv = _value(field, path, in_progress)
+    if _is_repeated(field):
+        budget.column(f"{path}[]")
+    value_type, conv = _value(field, path, in_progress, budget)
     if _is_repeated(field):
         return pa.list_(pa.field("element", value_type)), lambda m: [
             conv(v) for v in getattr(m, name)
@@ -241,7 +253,7 @@ def _identity(value: Any) -> Any:
 
 
 def _value(
-    field: FieldDescriptor, path: str, in_progress: tuple[str, ...]
+    field: FieldDescriptor, path: str, in_progress: tuple[str, ...], budget: ExpansionBudget
 ) -> tuple[pa.DataType, Converter]:
     """Type and converter of one (non-repeated) value of `field`."""
     if field.type == _F.TYPE_ENUM:
@@ -257,12 +269,12 @@ def _value(
     if field.type in _SCALARS:
         return _SCALARS[field.type], _identity
     if field.type in (_F.TYPE_MESSAGE, _F.TYPE_GROUP):
-        return _message_value(field.message_type, path, in_progress)
+        return _message_value(field.message_type, path, in_progress, budget)
     raise SchemaMappingError(f"unsupported Protobuf field type {field.type} at {path}")
 
 
 def _message_value(
-    descriptor: Descriptor, path: str, in_progress: tuple[str, ...]
+    descriptor: Descriptor, path: str, in_progress: tuple[str, ...], budget: ExpansionBudget
 ) -> tuple[pa.DataType, Converter]:
     full_name = descriptor.full_name
     if full_name == "google.protobuf.Timestamp":
@@ -277,4 +289,4 @@ def _message_value(
         return wrapped, lambda w: w.value
     if full_name in _JSON_TEXT:
         return pa.string(), lambda m: json_format.MessageToJson(m, indent=None, sort_keys=True)
-    return _message(descriptor, path, in_progress)
+    return _message(descriptor, path, in_progress, budget)

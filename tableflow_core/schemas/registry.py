@@ -7,6 +7,8 @@ import threading
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from tableflow_core.redaction import redact_url
+
 _clients: dict[tuple[str, str | None, str | None], SchemaRegistryClient] = {}
 _clients_lock = threading.Lock()
 
@@ -19,6 +21,11 @@ class RegistrySettings(BaseModel):
     url: str
     basic_auth_user: str | None = None
     basic_auth_password: SecretStr | None = None
+
+    @property
+    def display_url(self) -> str:
+        """The URL as messages show it (a password in it masked)."""
+        return redact_url(self.url)
 
     def client(self) -> SchemaRegistryClient:
         """One client per settings per process (it caches schemas by id internally).

@@ -15,6 +15,7 @@ from confluent_kafka.schema_registry import RegisteredSchema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from tableflow_core.errors import TableflowError
+from tableflow_core.redaction import redact_url
 from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.formats import FormatSpec, metadata_field
@@ -120,11 +121,12 @@ def _registered(
     except SchemaRegistryError as exc:
         raise SchemaResolutionError(
             f"topic {topic!r}: cannot read {side} subject {subject!r} version {spec.version} "
-            f"from the registry at {registry.url}: {exc}"
+            f"from the registry at {registry.display_url}: {redact_url(str(exc))}"
         ) from exc
     except Exception as exc:
         raise SchemaResolutionError(
-            f"topic {topic!r}: schema registry at {registry.url} unreachable: {exc}"
+            f"topic {topic!r}: schema registry at {registry.display_url} unreachable: "
+            f"{redact_url(str(exc))}"
         ) from exc
     if found is None:  # the mock registry answers None for unknown subjects
         raise SchemaResolutionError(

@@ -3,6 +3,8 @@
 For an `embedded` catalog: if something answers on its configured host:port (the
 server of `tableflow dev up`, or `tableflow catalog serve`), use it; otherwise run
 the server in this process on a background thread for the duration of the command.
+A server found on the port gets the client credentials only after it proved it holds
+the project's secret (`catalog/verification.py`); otherwise the command stops.
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ from tableflow_core.config.models import (
 )
 from tableflow_core.config.project import Project
 from tableflow_core.errors import TableflowError
+from tableflow_core.redaction import redact_url
 
 
 class CatalogUnavailableError(TableflowError, RuntimeError):
     component_down = True
 
     """The catalog cannot be reached or opened."""
+
+
+class CatalogServerNotVerifiedError(CatalogUnavailableError):
+    """Something listens on the embedded catalog's port but did not prove it is the
+    project's catalog server: no credential was sent to it."""
 
 
 @dataclass
@@ -50,12 +58,18 @@ def _embedded(
         pyiceberg_catalog_properties,
         spark_catalog_properties,
     )
-    from tableflow_core.catalog.project_settings import embedded_client_credential
+    from tableflow_core.catalog.project_settings import (
+        embedded_client_credential,
+        embedded_client_secret,
+    )
     from tableflow_core.dev.processes import port_is_open
 
     credential = embedded_client_credential(config)
     server = None
     if config.port and port_is_open(config.host, config.port):
+        secret = embedded_client_secret(config)
+        if credential is not None and secret is not None:
+            _verify_server(config, secret.get_secret_value())
         uri = f"http://{config.host}:{config.port}"
     else:
         from tableflow_core.catalog.project_settings import in_process_server_settings
@@ -80,6 +94,19 @@ def _embedded(
     )
 
 
+def _verify_server(config: EmbeddedCatalog, client_secret: str) -> None:
+    from tableflow_core.catalog.verification import verification_problem
+
+    problem = verification_problem(config.host, config.port, client_secret)
+    if problem is not None:
+        raise CatalogServerNotVerifiedError(
+            f"catalog: something listens on {config.host}:{config.port}, the embedded "
+            f"catalog's port, but it did not prove it is this project's catalog server: "
+            f"{problem}. tableflow sent it no credentials. Stop that process, or give "
+            "`catalog.port` another port (0 picks a free one)."
+        )
+
+
 def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
     props = {"type": "rest", "uri": config.uri, **config.properties}
     if config.warehouse:
@@ -89,7 +116,7 @@ def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
         props.setdefault("rest.auth.type", "oauth2")  # Spark warns when it has to infer this
     if config.token is not None:
         props["token"] = config.token.get_secret_value()
-    return props, dict(props), config.uri
+    return props, dict(props), redact_url(config.uri)
 
 
 def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str, str], str]:
@@ -108,7 +135,7 @@ def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str
         "warehouse": warehouse,
         **config.properties,
     }
-    return pyiceberg_props, spark_props, config.uri.split("@")[-1]
+    return pyiceberg_props, spark_props, redact_url(config.uri)
 
 
 def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str, str], str]:
@@ -117,7 +144,7 @@ def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str,
         props["warehouse"] = config.warehouse
     if isinstance(config, HiveCatalog):
         props["uri"] = config.uri
-        return props, dict(props), config.uri
+        return props, dict(props), redact_url(config.uri)
     if config.region:
         props["glue.region"] = config.region
     return props, dict(props), f"glue ({config.region or 'default region'})"

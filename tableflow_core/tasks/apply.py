@@ -70,7 +70,7 @@ class ApplyTask:
         started_at, began = datetime.now(UTC), time.monotonic()
         lock_dir = self.project.root / "target" / "locks"
         with (
-            table_locks(lock_dir, plan.tables, self.lock_timeout_s),
+            table_locks(lock_dir, plan.tables, self.lock_timeout_s, base=self.project.root),
             use_catalog(self.project, self.handle) as handle,
         ):
             if self.world is None:
@@ -97,9 +97,9 @@ class ApplyTask:
         results = _results(
             self.project, plan, tables, outcomes, started_at, time.monotonic() - began
         )
-        write_run_results(
-            results, self.results_path or self.project.root / "target" / "run_results.json"
-        )
+        path = self.results_path or self.project.root / "target" / "run_results.json"
+        inside = path.absolute().is_relative_to(self.project.root)
+        write_run_results(results, path, base=self.project.root if inside else None)
         return results
 
     def _refuse_if_stale(

@@ -27,8 +27,12 @@ class DocsGenerateTask:
 
     def run(self) -> SiteResult:
         out = self.out_dir or self.project.root / DEFAULT_OUT
+        # Under the project (target/docs by default): no link from the root down is followed.
+        inside = out.absolute().is_relative_to(self.project.root)
         enrichment = None if self.offline else read_enrichment(self.project, self.tables)
-        return generate_site(self.project, self.tables, out, enrichment)
+        return generate_site(
+            self.project, self.tables, out, enrichment, base=self.project.root if inside else out
+        )
 
 
 # ----------------------------------------------------------------- enrichment (I/O)

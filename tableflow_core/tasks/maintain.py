@@ -126,7 +126,13 @@ class MaintainTask:
             return TableMaintenance(table.name, tuple(due), note=None if due else "nothing due")
         lock_dir = self.project.root / "target" / "locks"
         try:
-            with table_locks(lock_dir, [table.name], self.lock_timeout_s, command=LOCK_COMMAND):
+            with table_locks(
+                lock_dir,
+                [table.name],
+                self.lock_timeout_s,
+                command=LOCK_COMMAND,
+                base=self.project.root,
+            ):
                 _, due = self.due(handle, table)  # another host may have just done it
                 if not due:
                     return TableMaintenance(table.name, note="nothing due")

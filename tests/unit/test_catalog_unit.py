@@ -15,8 +15,12 @@ from tableflow_core.catalog.runner import RedactSecretsFilter
 from tableflow_core.catalog.settings import CatalogServerSettings
 
 
-def authority(secret: str = "s3cret", ttl: int = 60) -> TokenAuthority:
-    return TokenAuthority("client", SecretStr(secret), ttl)
+def authority(
+    secret: str = "s3cret", ttl: int = 60, audience: str = "aud1", max_lifetime: int = 3600
+) -> TokenAuthority:
+    return TokenAuthority(
+        "client", SecretStr(secret), ttl, audience=audience, max_lifetime_seconds=max_lifetime
+    )
 
 
 def test_issued_token_verifies_until_it_expires() -> None:
@@ -31,9 +35,11 @@ def test_token_signed_with_another_secret_or_tampered_is_rejected() -> None:
     with pytest.raises(NotAuthorizedError, match="Invalid"):
         authority().verify(token)
     good = authority().issue("client").access_token
-    prefix, subject, expiry, signature = good.split(".")
+    prefix, subject, audience, granted, expiry, signature = good.split(".")
     with pytest.raises(NotAuthorizedError):
-        authority().verify(f"{prefix}.{subject}.{int(expiry) + 9999}.{signature}")
+        authority().verify(f"{prefix}.{subject}.{audience}.{granted}.{int(expiry) + 9}.{signature}")
+    with pytest.raises(NotAuthorizedError):
+        authority().verify(f"{prefix}.{subject}.{audience}.{int(granted) + 9}.{expiry}.{signature}")
     with pytest.raises(NotAuthorizedError, match="Malformed"):
         authority().verify("not-a-token")
 

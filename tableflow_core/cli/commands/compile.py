@@ -11,9 +11,11 @@ from tableflow_core.cli.context import CliContext
 @click.pass_obj
 def command(ctx: CliContext) -> None:
     """Print the fully resolved project (defaults applied, templates rendered) as JSON."""
+    from tableflow_core.redaction import redact_mapping
     from tableflow_core.tasks.validate import compiled_project
 
     project = ctx.load_project()
     data = compiled_project(project, ctx.selected_tables())
-    # Secrets are masked by the models; redact() also catches any that leaked into free text.
-    click.echo(project.redact(json.dumps(data, indent=2)))
+    # SecretStr fields are masked by the models; secret-keyed settings (kafka.config,
+    # catalog properties, Spark conf) and URL passwords here; redact() catches the rest.
+    click.echo(project.redact(json.dumps(redact_mapping(data), indent=2)))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from tableflow_core.cli.context import CliContext
 from tableflow_core.text import plural
@@ -12,11 +13,15 @@ def command(ctx: CliContext) -> None:
     """Check the project's files: syntax, keys, types, references. No connections."""
     project = ctx.load_project()
     tables = ctx.selected_tables()
+    # Names are the project's data: no markup in them, no highlighting (rich's highlighter
+    # is quadratic in a long word).
     ctx.console.print(
-        f"[green]OK[/] project [bold]{project.name}[/], target [bold]{project.target_name}[/]: "
-        f"{plural(len(tables), 'table')} valid"
+        f"[green]OK[/] project [bold]{escape(project.name)}[/], target "
+        f"[bold]{escape(project.target_name)}[/]: {plural(len(tables), 'table')} valid",
+        highlight=False,
     )
     for table in tables:
         ctx.console.print(
-            f"  {table.name} <- {table.topic} -> {table.identifier} ({table.mode})", highlight=False
+            escape(f"  {table.name} <- {table.topic} -> {table.identifier} ({table.mode})"),
+            highlight=False,
         )

@@ -1,0 +1,124 @@
+"""Deleting a dropped table's files (`DELETE ...?purgeRequested=true`), confined to the table.
+
+pyiceberg's `purge_table` deletes every path the table's metadata and manifests name.
+Those paths come from clients: `add_files` puts any file in a manifest, so a purge
+deleted files outside the warehouse, or another table's. Here a file is deleted only
+if it lies under the table's own locations (its `location` and `write.*.path`
+properties) *and* is allowed by the catalog's policy, both checked with symbolic links
+resolved, right before the delete. Manifest lists and manifests outside those places
+are not even read. What is kept is counted and logged.
+
+As in Iceberg's `CatalogUtil.dropTableData`, `gc.enabled=false` keeps the data and
+delete files (a table that may share files with another) and deletes only metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestFile, read_manifest_list
+from pyiceberg.table.metadata import TableMetadata
+
+from tableflow_core.catalog.locations import LOCATION_PROPERTIES, LocationPolicy
+
+log = logging.getLogger(__name__)
+
+GC_ENABLED = "gc.enabled"
+
+
+@dataclass
+class PurgeResult:
+    deleted: int = 0
+    kept_outside: list[str] = field(default_factory=list)  # named by the table, not its own
+    failed: int = 0
+
+
+@dataclass
+class _Purge:
+    io: FileIO
+    allowed: LocationPolicy  # the catalog's policy
+    own: LocationPolicy  # the table's own locations
+    result: PurgeResult = field(default_factory=PurgeResult)
+
+    def is_own(self, path: str) -> bool:
+        return self.own.allows(path) and self.allowed.allows(path)
+
+    def readable(self, path: str) -> bool:
+        if self.is_own(path):
+            return True
+        self.result.kept_outside.append(path)
+        return False
+
+    def delete(self, paths: Iterable[str]) -> None:
+        for path in dict.fromkeys(paths):  # once each, in order
+            if not self.is_own(path):  # checked again right before deleting
+                self.result.kept_outside.append(path)
+                continue
+            try:
+                self.io.delete(path)
+                self.result.deleted += 1
+            except OSError:
+                self.result.failed += 1
+                log.warning("purge: could not delete %s", path)
+
+
+def table_policy(metadata: TableMetadata) -> LocationPolicy:
+    """The table's own places: its location and the `write.*.path` properties."""
+    extra = [metadata.properties[key] for key in LOCATION_PROPERTIES if key in metadata.properties]
+    return LocationPolicy.for_warehouse(metadata.location, extra)
+
+
+def purge_files(
+    metadata: TableMetadata, metadata_location: str, io: FileIO, allowed: LocationPolicy
+) -> PurgeResult:
+    """Delete the files of a table already dropped from the catalog (best effort)."""
+    purge = _Purge(io, allowed, table_policy(metadata))
+    manifest_lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
+    manifests: dict[str, ManifestFile] = {}
+    for manifest_list in filter(purge.readable, dict.fromkeys(manifest_lists)):
+        try:
+            snapshot_manifests = _read_manifest_list(io, manifest_list)
+        except Exception:
+            purge.result.failed += 1
+            log.warning("purge: could not read manifest list %s", manifest_list)
+            continue
+        for manifest in snapshot_manifests:
+            if purge.readable(manifest.manifest_path):
+                manifests.setdefault(manifest.manifest_path, manifest)
+    if metadata.properties.get(GC_ENABLED, "true").strip().lower() != "false":
+        purge.delete(_content_files(io, manifests.values(), purge.result))
+    purge.delete(manifests)
+    purge.delete(manifest_lists)
+    purge.delete(s.statistics_path for s in metadata.statistics)
+    purge.delete(s.statistics_path for s in metadata.partition_statistics)
+    purge.delete([entry.metadata_file for entry in metadata.metadata_log])
+    purge.delete([metadata_location])
+    if purge.result.kept_outside:
+        log.warning(
+            "purge of the table at %s kept %d file(s) outside its locations, e.g. %s",
+            metadata.location,
+            len(purge.result.kept_outside),
+            purge.result.kept_outside[0],
+        )
+    return purge.result
+
+
+def _read_manifest_list(io: FileIO, manifest_list: str) -> list[ManifestFile]:
+    return list(read_manifest_list(io.new_input(manifest_list)))
+
+
+def _content_files(
+    io: FileIO, manifests: Iterable[ManifestFile], result: PurgeResult
+) -> Iterable[str]:
+    """Data and delete file paths of `manifests`, deleted entries included."""
+    for manifest in manifests:
+        try:
+            entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+        except Exception:
+            result.failed += 1
+            log.warning("purge: could not read manifest %s", manifest.manifest_path)
+            continue
+        yield from (entry.data_file.file_path for entry in entries)
