@@ -252,6 +252,8 @@ def server_properties(host: str, port: int, controller_port: int, log_dirs: Path
         # The log cleaner and retention checks run every 5 minutes by default; tests and
         # the dev stack want compaction and retention visible within seconds.
         "log.retention.check.interval.ms": "1000",
+        # The first retention check otherwise waits 30 s after start (LogManager).
+        "log.initial.task.delay.ms": "1000",
         "log.cleaner.backoff.ms": "1000",
         "auto.create.topics.enable": "false",
     }
