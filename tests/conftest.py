@@ -9,6 +9,7 @@ topic, namespace and table names.
 pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.kafka_server",
+    "tests.fixtures.apicurio",
     "tests.fixtures.catalog",
     "tests.fixtures.spark",
     "tests.fixtures.projects",

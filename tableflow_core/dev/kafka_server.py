@@ -16,10 +16,11 @@ the data folder, and never printed or put on a command line.
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import json
 import os
 import secrets
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -30,14 +31,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from tableflow_core.dev.artifacts import ensure, load_lock
-from tableflow_core.dev.java import find_java
+from tableflow_core.dev.java import class_data_sharing_options, find_java
 from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
 from tableflow_core.dev.tls import make_server_tls
-from tableflow_core.engine.class_data_sharing import (
-    ClassDataSharing,
-    cache_directory,
-    file_identity,
-)
 
 KAFKA_LOCK = "kafka"
 KAFKA_NAME = "kafka"
@@ -161,7 +157,9 @@ def start_kafka(
     log4j.write_text(LOG4J2)
     jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
     sharing = (
-        archive_options(java.executable, jvm, jars.files) if settings.class_data_sharing else []
+        class_data_sharing_options(KAFKA_NAME, java, jvm, jars.files)
+        if settings.class_data_sharing
+        else []
     )
     base = [
         str(java.executable),
@@ -204,23 +202,6 @@ def start_kafka(
     return KafkaServer(
         **{**server.__dict__, "startup_seconds": time.monotonic() - started},
     )
-
-
-def archive_options(java: Path, jvm_options: list[str], jars: tuple[Path, ...]) -> list[str]:
-    """Class-data sharing: map the broker's archive, or write it when this broker exits.
-
-    Archives live in `$XDG_CACHE_HOME/tableflow/jvm/kafka`, named by a digest of the JDK,
-    the jars and the JVM options, so another version or option gets its own.
-    """
-    identity = [str(java), *jvm_options, *(file_identity(jar) for jar in jars)]
-    digest = hashlib.sha256(json.dumps(identity, default=str).encode()).hexdigest()[:24]
-    sharing = ClassDataSharing(
-        directory=cache_directory() / KAFKA_NAME,
-        digest=digest,
-        java=java,
-        layout=tuple(jvm_options),
-    )
-    return sharing.java_options()
 
 
 def server_properties(host: str, port: int, controller_port: int, log_dirs: Path) -> dict[str, str]:
@@ -319,7 +300,6 @@ def _format(
     log: Path,
 ) -> None:
     """`StorageTool format --standalone`; SCRAM users go in through a 0600 argument file."""
-    import subprocess
 
     arguments = [
         "kafka.tools.StorageTool",
@@ -365,10 +345,15 @@ def redact_format_output(text: str) -> str:
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
-    import base64
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars).
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    Like Kafka's `Uuid.randomUuid()`, never one starting with "-": the storage tool's
+    argument parser would read it as an option.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _quote_argument(argument: str) -> str:
