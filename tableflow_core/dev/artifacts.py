@@ -364,6 +364,10 @@ def _published_checksum(url: str) -> tuple[str, str]:
             if exc.code == 404:
                 continue
             raise ArtifactError(f"{url}.{algorithm}: HTTP {exc.code}") from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, FileNotFoundError):  # a file:// mirror
+                continue
+            raise ArtifactError(f"{url}.{algorithm}: {exc.reason}") from exc
         if text:
             return algorithm, text.split()[0].lower()
     raise ArtifactError(f"{url}: the repository publishes no .sha256 or .sha1 beside it")
