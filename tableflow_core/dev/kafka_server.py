@@ -17,6 +17,7 @@ the data folder, and never printed or put on a command line.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import secrets
@@ -144,7 +145,12 @@ def start_kafka(
     broker_credentials = None
     ca_location = None
     properties = server_properties(settings.host, port, controller_port, data_dir / "logs")
+    formatted = (data_dir / "logs" / "meta.properties").exists()
     if settings.sasl_ssl:
+        if formatted and not (data_dir / CREDENTIALS_FILE).exists():
+            raise KafkaServerError(
+                f"{data_dir} was formatted without SCRAM users; SASL_SSL needs a new data folder"
+            )
         tls = make_server_tls(data_dir / "tls", hosts=(settings.host, "localhost"))
         ca_location = tls.ca_certificate
         broker_credentials, credentials = _credentials(data_dir)
@@ -168,7 +174,7 @@ def start_kafka(
         "-cp",
         classpath,
     ]
-    if not (data_dir / "logs" / "meta.properties").exists():
+    if not formatted:
         # The formatting JVM may map the archive but must not write it (it would hold
         # only the storage tool's classes).
         mapping = [o for o in sharing if not o.startswith("-XX:ArchiveClassesAtExit")]
@@ -199,9 +205,7 @@ def start_kafka(
     except KafkaServerError:
         process.stop(timeout=5)
         raise
-    return KafkaServer(
-        **{**server.__dict__, "startup_seconds": time.monotonic() - started},
-    )
+    return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
 
 
 def server_properties(host: str, port: int, controller_port: int, log_dirs: Path) -> dict[str, str]:
