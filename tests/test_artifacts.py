@@ -206,3 +206,17 @@ def test_format_output_with_scram_records_is_not_logged() -> None:
     assert redact_format_output(text) == (
         "(bootstrap metadata with SCRAM credentials: not logged)\nok\n"
     )
+
+
+def test_a_failed_start_releases_its_unwritten_archive(tmp_path: Path) -> None:
+    from tableflow_core.dev.java import release_unwritten_archive
+    from tableflow_core.engine.class_data_sharing import DYNAMIC_ARCHIVE_MAGIC
+
+    claimed = tmp_path / "a.jsa.partial"
+    claimed.touch()
+    written = tmp_path / "b.jsa.partial"
+    written.write_bytes(DYNAMIC_ARCHIVE_MAGIC + b"rest")
+    release_unwritten_archive(
+        [f"-XX:ArchiveClassesAtExit={claimed}", f"-XX:ArchiveClassesAtExit={written}", "-Xmx1m"]
+    )
+    assert not claimed.exists() and written.exists()

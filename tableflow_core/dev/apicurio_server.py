@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tableflow_core.dev.artifacts import ensure, load_lock, unpack
-from tableflow_core.dev.java import class_data_sharing_options, find_java
+from tableflow_core.dev.java import (
+    class_data_sharing_options,
+    find_java,
+    release_unwritten_archive,
+)
 from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
 
 APICURIO_LOCK = "apicurio"
@@ -133,12 +137,14 @@ def start_apicurio(
             APICURIO_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
         )
     except RuntimeError as exc:
+        release_unwritten_archive(sharing)
         raise ApicurioServerError(str(exc)) from exc
     server = ApicurioServer(process, settings.host, port, management_port)
     try:
         wait_until_ready(server, timeout=timeout)
     except ApicurioServerError:
         process.stop(timeout=5)
+        release_unwritten_archive(sharing)
         raise
     return ApicurioServer(process, settings.host, port, management_port, time.monotonic() - started)
 

@@ -21,6 +21,7 @@ from tableflow_core.engine.class_data_sharing import (
     ClassDataSharing,
     cache_directory,
     file_identity,
+    is_complete_archive,
 )
 
 JAVA_HOME_ENV = "TABLEFLOW_JAVA_HOME"
@@ -121,3 +122,14 @@ def class_data_sharing_options(
         layout=tuple(jvm_options),
     )
     return sharing.java_options()
+
+
+def release_unwritten_archive(options: Sequence[str]) -> None:
+    """After a failed start: drop the archive file this JVM had claimed but not written,
+    so the next start may write it (a claimed file otherwise blocks writing for 10 min)."""
+    prefix = "-XX:ArchiveClassesAtExit="
+    for option in options:
+        if option.startswith(prefix):
+            claimed = Path(option.removeprefix(prefix))
+            if not is_complete_archive(claimed):
+                claimed.unlink(missing_ok=True)

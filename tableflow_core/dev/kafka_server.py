@@ -32,7 +32,11 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from tableflow_core.dev.artifacts import ensure, load_lock
-from tableflow_core.dev.java import class_data_sharing_options, find_java
+from tableflow_core.dev.java import (
+    class_data_sharing_options,
+    find_java,
+    release_unwritten_archive,
+)
 from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
 from tableflow_core.dev.tls import make_server_tls
 
@@ -174,13 +178,13 @@ def start_kafka(
         "-cp",
         classpath,
     ]
-    if not formatted:
-        # The formatting JVM may map the archive but must not write it (it would hold
-        # only the storage tool's classes).
-        mapping = [o for o in sharing if not o.startswith("-XX:ArchiveClassesAtExit")]
-        format_command = [base[0], *mapping, *base[1:]]
-        _format(format_command, config_file, data_dir, broker_credentials, credentials, log)
     try:
+        if not formatted:
+            # The formatting JVM may map the archive but must not write it (it would
+            # hold only the storage tool's classes).
+            mapping = [o for o in sharing if not o.startswith("-XX:ArchiveClassesAtExit")]
+            format_command = [base[0], *mapping, *base[1:]]
+            _format(format_command, config_file, data_dir, broker_credentials, credentials, log)
         process = start_background(
             KAFKA_NAME,
             [base[0], *sharing, *base[1:], "kafka.Kafka", str(config_file)],
@@ -189,7 +193,11 @@ def start_kafka(
             log,
             timeout=timeout,
         )
+    except KafkaServerError:
+        release_unwritten_archive(sharing)
+        raise
     except RuntimeError as exc:
+        release_unwritten_archive(sharing)
         raise KafkaServerError(str(exc)) from exc
     server = KafkaServer(
         process=process,
@@ -204,6 +212,7 @@ def start_kafka(
         wait_until_answering(server.client_config(), timeout=max(5.0, timeout))
     except KafkaServerError:
         process.stop(timeout=5)
+        release_unwritten_archive(sharing)
         raise
     return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
 
