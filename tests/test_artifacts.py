@@ -24,7 +24,7 @@ from tableflow_core.dev.artifacts import (
     unpack,
     write_lock,
 )
-from tableflow_core.dev.java import find_java, runtime_at
+from tableflow_core.dev.java import find_java, release_unwritten_archive, runtime_at
 from tableflow_core.dev.kafka_server import (
     ScramCredentials,
     redact_format_output,
@@ -32,6 +32,7 @@ from tableflow_core.dev.kafka_server import (
     sasl_ssl_properties,
     server_properties,
 )
+from tableflow_core.engine.class_data_sharing import DYNAMIC_ARCHIVE_MAGIC
 
 
 def _publish(repository: Path, coordinate: Coordinate, data: bytes, sha1: bool = True) -> None:
@@ -209,9 +210,6 @@ def test_format_output_with_scram_records_is_not_logged() -> None:
 
 
 def test_a_failed_start_releases_its_unwritten_archive(tmp_path: Path) -> None:
-    from tableflow_core.dev.java import release_unwritten_archive
-    from tableflow_core.engine.class_data_sharing import DYNAMIC_ARCHIVE_MAGIC
-
     claimed = tmp_path / "a.jsa.partial"
     claimed.touch()
     written = tmp_path / "b.jsa.partial"
