@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
+    "tests.fixtures.s3",
 ]
