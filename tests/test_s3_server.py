@@ -51,7 +51,7 @@ def test_racing_conditional_creates_have_one_winner_per_key(s3_server: RunningS3
     barrier = threading.Barrier(writers)
 
     def write(writer: int) -> None:
-        client = s3_server.client(retries={"max_attempts": 1})
+        client = s3_server.client(retries={"total_max_attempts": 1})
         barrier.wait()
         for key in keys:
             try:
@@ -147,7 +147,9 @@ def test_list_objects_v2_pages_prefixes_and_delimiters(s3_server: RunningS3Serve
 
 def test_wrong_secret_and_anonymous_requests_are_refused(s3_server: RunningS3Server) -> None:
     wrong = S3Credentials(s3_server.credentials.access_key_id, SecretStr("nope"))
-    client = s3_client(s3_server.endpoint, wrong, s3_server.region, retries={"max_attempts": 1})
+    client = s3_client(
+        s3_server.endpoint, wrong, s3_server.region, retries={"total_max_attempts": 1}
+    )
     with pytest.raises(ClientError) as refused:
         client.list_objects_v2(Bucket=s3_server.bucket)
     assert _status(refused.value) == 403

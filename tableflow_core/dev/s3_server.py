@@ -124,7 +124,8 @@ class RunningS3Server:
         return pid_is_alive(self.process.pid)
 
     def client(self, **config: Any) -> S3Client:
-        """A boto3 S3 client for this server (path-style addressing)."""
+        """A boto3 S3 client for this server (path-style addressing); `retries={"total_max_attempts": 1}`
+    turns retrying off (`max_attempts` counts retries, not attempts)."""
         return s3_client(self.endpoint, self.credentials, self.region, **config)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -157,7 +158,8 @@ def s3_client(endpoint: str, credentials: S3Credentials, region: str, **config: 
         "response_checksum_validation": "when_required",
         "retries": {"max_attempts": 3, "mode": "standard"},
     }
-    options.update(config)
+    retries = {**options["retries"], **config.pop("retries", {})}
+    options.update(config, retries=retries)
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -250,7 +252,7 @@ def ensure_bucket(server: RunningS3Server, timeout: float = 30.0) -> None:
     """Create the bucket unless it exists; retried while the server finishes starting."""
     from botocore.exceptions import ClientError, EndpointConnectionError
 
-    client = server.client(retries={"max_attempts": 1})
+    client = server.client(retries={"total_max_attempts": 1})
     deadline = time.monotonic() + timeout
     while True:
         try:
