@@ -13,4 +13,5 @@ pytest_plugins = [
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
     "tests.fixtures.s3",
+    "tests.fixtures.s3_catalog",
 ]

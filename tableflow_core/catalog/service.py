@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +97,20 @@ class _StagedCommit:
         return self.staged.metadata_location == self.previous_location
 
 
-def open_sql_catalog(name: str, database_url: str, warehouse_uri: str) -> SqlCatalog:
-    """A SqlCatalog on `database_url` (sqlite:///... or postgresql+psycopg://...)."""
-    catalog = SqlCatalog(name, uri=database_url, warehouse=warehouse_uri)
+def open_sql_catalog(
+    name: str,
+    database_url: str,
+    warehouse_uri: str,
+    file_io_properties: Mapping[str, str] | None = None,
+) -> SqlCatalog:
+    """A SqlCatalog on `database_url` (sqlite:///... or postgresql+psycopg://...).
+
+    `file_io_properties`: pyiceberg FileIO properties (an s3:// warehouse's endpoint,
+    region and keys), used for every metadata read and write.
+    """
+    catalog = SqlCatalog(
+        name, **{**(file_io_properties or {}), "uri": database_url, "warehouse": warehouse_uri}
+    )
     if catalog.engine.dialect.name == "sqlite":
         _tune_sqlite(catalog.engine)
     return catalog
@@ -176,10 +187,11 @@ class CatalogService:
         warehouse_uri: str,
         name: str = "tableflow",
         allowed_locations: Sequence[str] = (),
+        file_io_properties: Mapping[str, str] | None = None,
     ) -> CatalogService:
         """`allowed_locations`: prefixes besides the warehouse where tables may live."""
         return cls(
-            open_sql_catalog(name, database_url, warehouse_uri),
+            open_sql_catalog(name, database_url, warehouse_uri, file_io_properties),
             LocationPolicy.for_warehouse(warehouse_uri, allowed_locations),
         )
 
@@ -499,10 +511,9 @@ class CatalogService:
             )
             session.commit()
 
-    @staticmethod
-    def _delete_metadata_files(commits: Sequence[_StagedCommit]) -> None:
+    def _delete_metadata_files(self, commits: Sequence[_StagedCommit]) -> None:
         """Best effort: metadata files of a failed commit are never referenced."""
         for commit in commits:
             location = commit.staged.metadata_location
             with contextlib.suppress(Exception):
-                load_file_io(location=location).delete(location)
+                load_file_io(self.catalog.properties, location).delete(location)
