@@ -49,6 +49,9 @@ _HOP_BY_HOP = {
 }
 
 
+_CONDITIONAL_HEADERS = {"if-match", "if-none-match"}
+
+
 @dataclass
 class Fault:
     """Which requests to hit (regular expressions; None matches anything) and how."""
@@ -89,6 +92,8 @@ class RecordedRequest:
     status: int | None  # None: the connection was dropped
     fault: FaultAction | None
     seconds: float
+    at: float  # time.time() when the request arrived, to match it to a client's phases
+    conditions: tuple[tuple[str, str], ...] = ()  # If-Match / If-None-Match headers sent
 
 
 @dataclass
@@ -120,6 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _proxy(self) -> None:
         started = time.monotonic()
+        arrived = time.time()
         split = urlsplit(self.path)
         body = self._read_body()
         fault = self.server.state.pick(self.command, split.path, split.query)
@@ -135,6 +141,12 @@ class _Handler(BaseHTTPRequestHandler):
                     status,
                     fault.action if fault else None,
                     time.monotonic() - started,
+                    arrived,
+                    tuple(
+                        (name, value)
+                        for name, value in self.headers.items()
+                        if name.lower() in _CONDITIONAL_HEADERS
+                    ),
                 )
             )
 
@@ -165,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip(), 16)
                 if size == 0:

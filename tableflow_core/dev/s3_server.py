@@ -125,7 +125,7 @@ class RunningS3Server:
 
     def client(self, **config: Any) -> S3Client:
         """A boto3 S3 client for this server (path-style addressing); `retries={"total_max_attempts": 1}`
-    turns retrying off (`max_attempts` counts retries, not attempts)."""
+        turns retrying off (`max_attempts` counts retries, not attempts)."""
         return s3_client(self.endpoint, self.credentials, self.region, **config)
 
     def stop(self, timeout: float = 10.0) -> None:
