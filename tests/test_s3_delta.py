@@ -89,7 +89,7 @@ def test_concurrent_committers_never_both_win_a_version(s3_server: RunningS3Serv
         [(-1, -1)] + [(w, n) for w in range(WRITERS) for n in range(COMMITS_EACH)]
     )
     claimed = [
-        entry.get("tableflow.writer")
+        str(entry["tableflow.writer"])
         for entry in table.history()
         if entry.get("operation") == "WRITE" and "tableflow.writer" in entry
     ]
