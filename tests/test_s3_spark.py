@@ -26,6 +26,7 @@ from tableflow_core.dev.fault_proxy import FaultProxy
 from tableflow_core.dev.jar_cache import iceberg_s3_jars
 from tableflow_core.dev.s3_server import RunningS3Server
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.s3 import ThroughProxy
 from tests.fixtures.s3_catalog import S3CatalogServer, start_s3_catalog_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,27 +42,13 @@ def proxied_catalog(
 ) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
     """A catalog whose S3 endpoint (its own and the one it hands out) is the fault proxy."""
     with FaultProxy(upstream=s3_server.endpoint) as proxy:
-        proxied = RunningS3Server(s3_server.settings, s3_server.process, 0.0)
-        proxied_endpoint = proxy.endpoint
         server = start_s3_catalog_server(
-            tmp_path_factory.mktemp("spark-s3-catalog"), _Proxied(proxied, proxied_endpoint)
+            tmp_path_factory.mktemp("spark-s3-catalog"), ThroughProxy(s3_server, proxy.endpoint)
         )
         try:
             yield server, proxy
         finally:
             server.process.stop()
-
-
-class _Proxied(RunningS3Server):
-    """The S3 server as seen through the proxy (its endpoint replaced)."""
-
-    def __init__(self, server: RunningS3Server, endpoint: str) -> None:
-        super().__init__(server.settings, server.process, server.started_seconds)
-        self._endpoint = endpoint
-
-    @property
-    def endpoint(self) -> str:
-        return self._endpoint
 
 
 def _run_scenario(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,11 @@ from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tableflow_core.catalog.errors import BadRequestError, UnprocessableEntityError
+from tableflow_core.catalog.errors import (
+    BadRequestError,
+    StorageUnavailableError,
+    UnprocessableEntityError,
+)
 from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
 from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
@@ -249,7 +253,8 @@ class CatalogService:
         return self.catalog.table_exists(validate_identifier(identifier))
 
     def load_table(self, identifier: Identifier) -> LoadedTable:
-        loaded = self._current(validate_identifier(identifier))
+        with self._storage("reading the metadata of", validate_identifier(identifier)):
+            loaded = self._current(identifier)
         if loaded is None:
             raise NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
         return loaded
@@ -314,7 +319,7 @@ class CatalogService:
                 properties=request.properties,
             )
             return LoadedTable.of(metadata, None)
-        with self._locks.holding([identifier]):
+        with self._locks.holding([identifier]), self._storage("creating", identifier):
             table = self.catalog.create_table(
                 identifier,
                 schema=request.table_schema,
@@ -412,9 +417,10 @@ class CatalogService:
             staged = [self._stage(change) for change in changes]
             written = [s for s in staged if not s.unchanged]
             for commit in written:
-                self.catalog._write_metadata(
-                    commit.staged.metadata, commit.staged.io, commit.staged.metadata_location
-                )
+                with self._storage("writing the metadata of", commit.identifier):
+                    self.catalog._write_metadata(
+                        commit.staged.metadata, commit.staged.io, commit.staged.metadata_location
+                    )
             try:
                 self._swap_metadata_locations(written)
             except Exception:
@@ -426,8 +432,20 @@ class CatalogService:
                 self._metadata.put(commit.staged.metadata_location, loaded.parsed)
         return committed
 
+    @contextlib.contextmanager
+    def _storage(self, doing: str, identifier: Identifier) -> Iterator[None]:
+        """OSError from the warehouse's store -> 503 naming the store and the table."""
+        try:
+            yield
+        except OSError as exc:
+            warehouse = self.catalog.properties.get("warehouse", "the warehouse")
+            raise StorageUnavailableError(
+                f"storage error at {warehouse} while {doing} {'.'.join(identifier)}: {exc}"
+            ) from exc
+
     def _stage(self, change: TableChange) -> _StagedCommit:
-        loaded = self._current(change.identifier)
+        with self._storage("reading the metadata of", change.identifier):
+            loaded = self._current(change.identifier)
         current = self._as_table(change.identifier, loaded) if loaded else None
         if current is None:
             if not any(isinstance(r, AssertCreate) for r in change.requirements):
