@@ -1,18 +1,21 @@
-"""JVM jars from Maven Central, downloaded once into a local cache and checked.
+"""The S3 work's JVM jars from Maven Central, fetched once into the user cache and verified.
 
-The S3 work needs three jars that PyPI does not carry: the Iceberg Spark runtime and
-the Iceberg AWS bundle of the same version, and s3proxy (the dev stack's object
-store). Each is pinned here by coordinates and SHA-256 (taken when the pin was made,
-after checking Maven Central's own `.sha1`), downloaded at most once into
-`~/.cache/tableflow/jars` (`$TABLEFLOW_JAR_CACHE` moves it) and verified on every
-call, so a truncated or altered file is never used.
+INTERIM. The Kafka work (branch `kafka`) brings the project's generic artifact cache,
+`tableflow_core/dev/artifacts.py`: committed *locks* (`dev/artifact_locks/<name>.json`)
+name every file with its size and SHA-256, and `ensure(load_lock(name))` downloads what
+the cache lacks. This module reads the same lock files (`iceberg-s3.json`,
+`s3proxy.json`, written in that format) into the same cache layout
+(`$TABLEFLOW_ARTIFACT_CACHE`, default `~/.cache/tableflow/maven/<maven path>`), so
+when `artifacts.py` lands, `lock_files(name)` becomes `ensure(load_lock(name)).files`
+and this module goes, with nothing downloaded twice.
 
-This is deliberately the smallest direct download; it is meant to merge with the
-generic Maven artifact cache of the Kafka work (`tableflow_core/dev/artifacts.py`)
-once that lands: the pins below then become its entries.
+The locks pin:
+- `iceberg-s3`: `iceberg-spark-runtime-3.5_2.12` and `iceberg-aws-bundle`, both 1.12.0
+  (the same version: docs/object-storage.md says why this one);
+- `s3proxy`: `org.gaul:s3proxy:4.1.0`, classifier `jar-with-dependencies`.
 
-A user with a Spark cluster does not need this module: the same coordinates work in
-`spark.jars.packages` (Spark's Ivy resolves them from Maven Central).
+A user with a Spark cluster does not need this: `iceberg_s3_packages()` gives the same
+jars as `spark.jars.packages` coordinates (Spark's Ivy resolves them from Maven Central).
 """
 
 from __future__ import annotations
@@ -20,115 +23,96 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-MAVEN_REPOSITORY_ENV = "TABLEFLOW_MAVEN_REPOSITORY"
-JAR_CACHE_ENV = "TABLEFLOW_JAR_CACHE"
-DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+CACHE_ENV = "TABLEFLOW_ARTIFACT_CACHE"
+REPOSITORY_ENV = "TABLEFLOW_MAVEN_REPOSITORY"
+LOCK_DIR = Path(__file__).with_name("artifact_locks")
+ICEBERG_S3_LOCK = "iceberg-s3"
+S3PROXY_LOCK = "s3proxy"
 
 
 class JarDownloadError(RuntimeError):
-    """A pinned jar could not be downloaded or did not match its checksum."""
+    """A locked jar could not be downloaded or did not match its lock."""
 
 
 @dataclass(frozen=True)
-class MavenJar:
-    """One pinned artifact: `group:artifact:version[:classifier]` and its SHA-256."""
+class LockedJar:
+    """`group:artifact[:extension[:classifier]]:version` with its size and SHA-256."""
 
-    group: str
-    artifact: str
-    version: str
+    coordinate: str
     sha256: str
-    classifier: str | None = None
+    size: int
 
     @property
-    def file_name(self) -> str:
-        suffix = f"-{self.classifier}" if self.classifier else ""
-        return f"{self.artifact}-{self.version}{suffix}.jar"
+    def parts(self) -> tuple[str, str, str, str, str]:
+        fields = self.coordinate.split(":")
+        if len(fields) == 3:
+            return fields[0], fields[1], "jar", "", fields[2]
+        if len(fields) == 5:
+            return fields[0], fields[1], fields[2], fields[3], fields[4]
+        raise JarDownloadError(f"unsupported coordinate in a lock: {self.coordinate!r}")
 
     @property
-    def coordinates(self) -> str:
-        """The `spark.jars.packages` form (no classifier: Ivy's syntax has none)."""
-        return f"{self.group}:{self.artifact}:{self.version}"
+    def relative_path(self) -> str:
+        group, artifact, extension, classifier, version = self.parts
+        suffix = f"-{classifier}" if classifier else ""
+        return f"{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}{suffix}.{extension}"
 
-    def url(self, repository: str) -> str:
-        group_path = self.group.replace(".", "/")
-        base = repository.rstrip("/")
-        return f"{base}/{group_path}/{self.artifact}/{self.version}/{self.file_name}"
-
-
-# The runtime and the AWS bundle must be the same Iceberg version. 1.10.2 (the PyPI
-# runtime) has no AWS bundle on Maven Central; 1.10.1 would drop 1.10.2's fixes;
-# 1.12.0 has them, still ships a Spark 3.5 runtime and made fewer S3 requests in the
-# same scenario (docs/object-storage.md has the evidence).
-ICEBERG_VERSION = "1.12.0"
-ICEBERG_SPARK_RUNTIME = MavenJar(
-    "org.apache.iceberg",
-    "iceberg-spark-runtime-3.5_2.12",
-    ICEBERG_VERSION,
-    "8dd8c90e54ed1a20f2461309d047a255ee56382eb7c0a46162b27a4936fd86dc",
-)
-ICEBERG_AWS_BUNDLE = MavenJar(
-    "org.apache.iceberg",
-    "iceberg-aws-bundle",
-    ICEBERG_VERSION,
-    "dd7e49ffa4ac9b215bed846581991259e3aec9bb2fa08d6cec029c46cd66d957",
-)
-S3PROXY = MavenJar(
-    "org.gaul",
-    "s3proxy",
-    "4.1.0",
-    "a4d025969aaf796616ed4b1e2491d87d455ce84bb28cb9db086b2e6aaa68b48d",
-    classifier="jar-with-dependencies",
-)
+    @property
+    def package(self) -> str:
+        """The `spark.jars.packages` form (Ivy's syntax has no classifier)."""
+        group, artifact, _, _, version = self.parts
+        return f"{group}:{artifact}:{version}"
 
 
-def cache_dir() -> Path:
-    configured = os.environ.get(JAR_CACHE_ENV)
+def load_lock(name: str) -> list[LockedJar]:
+    document = json.loads((LOCK_DIR / f"{name}.json").read_text())
+    return [LockedJar(a["coordinate"], a["sha256"], int(a["size"])) for a in document["artifacts"]]
+
+
+def cache_root() -> Path:
+    configured = os.environ.get(CACHE_ENV)
     if configured:
-        return Path(configured)
+        return Path(configured).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tableflow" / "jars"
+    return Path(base) / "tableflow" / "maven"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def lock_files(name: str) -> list[Path]:
+    """The lock's files in the cache, downloading and verifying what is missing."""
+    return [ensure_jar(jar) for jar in load_lock(name)]
 
 
-def cached_jar(jar: MavenJar) -> Path | None:
-    """The verified cached file, or None when it is not (validly) in the cache."""
-    path = cache_dir() / jar.file_name
-    if path.is_file() and sha256_of(path) == jar.sha256:
+def ensure_jar(jar: LockedJar, timeout: float = 300.0) -> Path:
+    """A cached file is trusted by its size (it was verified before it was moved there)."""
+    path = cache_root() / jar.relative_path
+    if _cached(jar, path):
         return path
-    return None
-
-
-def ensure_jar(jar: MavenJar, timeout: float = 300.0) -> Path:
-    """The jar's path in the cache, downloading it first if needed (once, under a lock)."""
-    directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    lock_path = directory / f".{jar.file_name}.lock"
-    with open(lock_path, "w") as lock:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be downloading it now
-        found = cached_jar(jar)
-        if found is not None:
-            return found
-        return _download(jar, directory, timeout)
+        if not _cached(jar, path):
+            _download(jar, path, timeout)
+    return path
 
 
-def _download(jar: MavenJar, directory: Path, timeout: float) -> Path:
-    repository = os.environ.get(MAVEN_REPOSITORY_ENV, DEFAULT_REPOSITORY)
-    url = jar.url(repository)
-    target = directory / jar.file_name
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{jar.file_name}.")
+def _cached(jar: LockedJar, path: Path) -> bool:
+    try:
+        return path.stat().st_size == jar.size
+    except FileNotFoundError:
+        return False
+
+
+def _download(jar: LockedJar, target: Path, timeout: float) -> None:
+    url = f"{os.environ.get(REPOSITORY_ENV, MAVEN_CENTRAL).rstrip('/')}/{jar.relative_path}"
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         digest = hashlib.sha256()
         with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -137,23 +121,27 @@ def _download(jar: MavenJar, directory: Path, timeout: float) -> Path:
                 out.write(block)
         if digest.hexdigest() != jar.sha256:
             raise JarDownloadError(
-                f"{jar.coordinates}: checksum mismatch for {url} "
-                f"(expected sha256 {jar.sha256}, got {digest.hexdigest()})"
+                f"{jar.coordinate}: checksum mismatch for {url} "
+                f"(lock says sha256 {jar.sha256}, got {digest.hexdigest()})"
             )
         os.replace(temporary, target)
     except OSError as exc:
-        raise JarDownloadError(f"{jar.coordinates}: cannot download {url}: {exc}") from exc
+        raise JarDownloadError(f"{jar.coordinate}: cannot download {url}: {exc}") from exc
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-    return target
 
 
 def iceberg_s3_jars() -> list[Path]:
     """The Iceberg Spark runtime and AWS bundle (same version), for `spark.jars`."""
-    return [ensure_jar(ICEBERG_SPARK_RUNTIME), ensure_jar(ICEBERG_AWS_BUNDLE)]
+    return lock_files(ICEBERG_S3_LOCK)
 
 
 def iceberg_s3_packages() -> str:
-    """The same two jars as `spark.jars.packages` coordinates, for a cluster with Maven."""
-    return f"{ICEBERG_SPARK_RUNTIME.coordinates},{ICEBERG_AWS_BUNDLE.coordinates}"
+    """The same jars as `spark.jars.packages` coordinates, for a cluster that resolves."""
+    return ",".join(jar.package for jar in load_lock(ICEBERG_S3_LOCK))
+
+
+def s3proxy_jar() -> Path:
+    (path,) = lock_files(S3PROXY_LOCK)
+    return path
