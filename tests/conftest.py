@@ -14,4 +14,6 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
+    "tests.fixtures.s3",
+    "tests.fixtures.s3_catalog",
 ]
