@@ -3,7 +3,7 @@
 Run by tests/test_s3_spark.py as `python -m tests.s3_spark_scenario` with a JSON
 request on stdin (secrets travel there, never on the command line) and one JSON result
 line on stdout. Its own process because the session needs the Iceberg runtime and AWS
-bundle of one version (tableflow_core.dev.jar_cache), where the test run's shared
+bundle of one version (tableflow_core.dev.artifacts, lock `iceberg-s3`), where the test run's shared
 session carries the runtime from PyPI, and a JVM's jars cannot change once started.
 
 Protocol: one JSON request line on stdin {"catalog_uri", "credential", "vended",

@@ -20,7 +20,9 @@ from tableflow_core.dev.artifacts import (
     Coordinate,
     LockedArtifact,
     ensure,
+    load_lock,
     parse_dependency_list,
+    spark_packages,
     unpack,
     write_lock,
 )
@@ -218,3 +220,18 @@ def test_a_failed_start_releases_its_unwritten_archive(tmp_path: Path) -> None:
         [f"-XX:ArchiveClassesAtExit={claimed}", f"-XX:ArchiveClassesAtExit={written}", "-Xmx1m"]
     )
     assert not claimed.exists() and written.exists()
+
+
+def test_the_iceberg_s3_lock_pins_one_version_and_s3proxy() -> None:
+    iceberg = load_lock("iceberg-s3")
+    assert len({a.coordinate.version for a in iceberg.artifacts}) == 1, (
+        "the Spark runtime and the AWS bundle must be the same Iceberg version"
+    )
+    assert spark_packages(iceberg) == (
+        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.12.0,"
+        "org.apache.iceberg:iceberg-aws-bundle:1.12.0"
+    )
+    (s3proxy,) = load_lock("s3proxy").artifacts
+    assert s3proxy.coordinate.relative_path == (
+        "org/gaul/s3proxy/4.1.0/s3proxy-4.1.0-jar-with-dependencies.jar"
+    )

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tableflow_core.dev.artifacts import ensure, load_lock
 from tableflow_core.dev.fault_proxy import FaultProxy
-from tableflow_core.dev.jar_cache import iceberg_s3_jars
 from tableflow_core.dev.s3_server import RunningS3Server
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3 import ThroughProxy
@@ -67,7 +67,7 @@ def _run_scenario(
         "s3_keys": {} if vended else server.own_keys(),
         "namespace": ns,
         "event_log_dir": event_log.as_uri(),
-        "jars": [str(p) for p in (jars or iceberg_s3_jars())],
+        "jars": [str(p) for p in (jars or ensure(load_lock("iceberg-s3")).files)],
         **extra,
     }
     process = subprocess.Popen(

@@ -246,6 +246,14 @@ def ensure(
     )
 
 
+def spark_packages(lock: ArtifactLock) -> str:
+    """The lock's roots as `spark.jars.packages` coordinates (Ivy's syntax: no classifier).
+
+    For a cluster whose Spark resolves from Maven Central itself instead of `spark.jars`.
+    """
+    return ",".join(f"{c.group}:{c.artifact}:{c.version}" for c in lock.roots)
+
+
 def unpack(archive: Path, cache: Path | None = None) -> Path:
     """Extract a cached `.tar.gz`/`.tgz`/`.zip` once; later calls return the same folder.
 

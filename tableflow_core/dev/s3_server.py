@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.jar_cache import s3proxy_jar
+from tableflow_core.dev.artifacts import ensure, load_lock
 from tableflow_core.dev.processes import (
     BackgroundProcess,
     free_port,
@@ -210,7 +210,7 @@ def s3proxy_command(settings: S3ServerSettings, jar: Path, properties_file: Path
 
 def start_s3_server(settings: S3ServerSettings) -> RunningS3Server:
     """Start s3proxy, wait until it answers, create the bucket (kept if it exists)."""
-    jar = s3proxy_jar()
+    (jar,) = ensure(load_lock("s3proxy")).files
     settings.blob_dir.mkdir(parents=True, exist_ok=True)
     port = settings.port or free_port(settings.host)
     properties_file = settings.data_dir / "s3proxy.properties"
