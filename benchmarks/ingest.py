@@ -61,8 +61,8 @@ from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.registry import registry_url, start_registry
-from tableflow_core.engine import class_data_sharing
 from tableflow_core.engine.spark_session import session_conf
+from tableflow_core.jvm import class_data_sharing
 from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
@@ -122,7 +122,7 @@ def prime_class_archive(work: Path, bootstrap: str, url: str) -> None:
     """Make sure the driver JVM's class archive exists before anything is timed.
 
     The first JVM of a configuration writes the archive when it exits, after the command
-    has returned (`engine/class_data_sharing.py`): a user pays that once per machine, and
+    has returned (`jvm/class_data_sharing.py`): a user pays that once per machine, and
     a benchmark must neither time it nor let it compete with the next measured run. If no
     finished archive is there, a one-record apply (the benchmarks' Spark settings) writes
     it, and this waits until the archive's header is written."""

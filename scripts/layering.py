@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "outside systems",
         (
+            "jvm",
             "kafka",
             "schemas",
             "state",

@@ -8,8 +8,12 @@ topic, namespace and table names.
 
 pytest_plugins = [
     "tests.fixtures.stack",
+    "tests.fixtures.kafka_server",
+    "tests.fixtures.apicurio",
     "tests.fixtures.catalog",
     "tests.fixtures.spark",
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
+    "tests.fixtures.s3",
+    "tests.fixtures.s3_catalog",
 ]

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -54,6 +55,7 @@ from tableflow_core.catalog.models import (
 )
 from tableflow_core.catalog.service import CatalogService, LoadedTable, TableChange
 from tableflow_core.catalog.settings import CatalogServerSettings
+from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, VENDED_CREDENTIALS
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ SUPPORTED_ENDPOINTS = [
     "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "POST /v1/{prefix}/namespaces/{namespace}/register",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
     "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",
 ]
@@ -82,6 +85,9 @@ SUPPORTED_ENDPOINTS = [
 
 # Commit bodies carry metadata updates, a few MB at most; this only stops abuse.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+
+# The request header by which a client asks for vended credentials (Iceberg REST spec).
+AccessDelegation = Annotated[str | None, Header(alias=ACCESS_DELEGATION_HEADER)]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -143,13 +149,45 @@ def _error(info: ErrorInfo) -> JSONResponse:
     return JSONResponse(info.body(), status_code=info.status, headers=headers)
 
 
-def _table_response(loaded: LoadedTable) -> Response:
+@dataclass(frozen=True)
+class TableAccess:
+    """What a loadTable answer tells the client about storage: `config` (endpoint,
+    region, addressing; keys too when vended) and `storage-credentials`."""
+
+    config: dict[str, str]
+    storage_credentials: list[dict[str, object]]
+
+    @classmethod
+    def none(cls) -> TableAccess:
+        return cls({}, [])
+
+    @classmethod
+    def for_request(
+        cls, settings: CatalogServerSettings, access_delegation: str | None
+    ) -> TableAccess:
+        storage = settings.storage
+        if storage is None:
+            return cls.none()
+        config = storage.client_config()
+        if not storage.vends_to(access_delegation):
+            return cls(config, [])
+        keys = storage.credential_config()
+        # Clients check storage-credentials first (Java's S3FileIO, pyiceberg, DuckDB);
+        # the same keys in `config` serve clients that only read that.
+        prefix = settings.warehouse_uri.rstrip("/") + "/"
+        return cls({**config, **keys}, [{"prefix": prefix, "config": keys}])
+
+
+def _table_response(loaded: LoadedTable, access: TableAccess | None = None) -> Response:
     """pyiceberg's `TableResponse`, around metadata JSON serialized once per metadata file."""
+    access = access or TableAccess.none()
     location = loaded.metadata_location  # None for a staged create: left out, as pyiceberg does
     head = f'"metadata-location":{json.dumps(location)},' if location is not None else ""
-    return _json(
-        f'{{{head}"metadata":{loaded.metadata_json()},"config":{{}},"storage-credentials":[]}}'
+    tail = (
+        f'"config":{json.dumps(access.config)},'
+        f'"storage-credentials":{json.dumps(access.storage_credentials)}'
     )
+    return _json(f'{{{head}"metadata":{loaded.metadata_json()},{tail}}}')
 
 
 def _commit_response(loaded: LoadedTable) -> Response:
@@ -201,6 +239,7 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         settings.warehouse_uri,
         settings.catalog_name,
         settings.allowed_locations,
+        settings.file_io_properties,
     )
     authority = (
         TokenAuthority(
@@ -253,17 +292,27 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
     router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])
-    _add_catalog_routes(router, service)
+    _add_catalog_routes(router, service, settings)
     app.include_router(router)
     return app
 
 
-def _add_catalog_routes(router: APIRouter, service: CatalogService) -> None:
+def _add_catalog_routes(
+    router: APIRouter, service: CatalogService, settings: CatalogServerSettings
+) -> None:
+    def table_access(access_delegation: str | None) -> TableAccess:
+        return TableAccess.for_request(settings, access_delegation)
+
     @router.get("/config")
     def get_config(warehouse: str | None = None) -> Response:
         # Any warehouse name is accepted: this server has one warehouse. Java clients
-        # (Spark, Trino's REST client) read and write its file:// paths through Hadoop.
-        defaults = {"io-impl": HADOOP_FILE_IO}
+        # (Spark, Trino's REST client) read and write its file:// paths through Hadoop,
+        # an s3:// warehouse through S3FileIO with the store's endpoint and region
+        # (defaults: a client may still point at the store by another address).
+        if settings.storage is not None:
+            defaults = settings.storage.client_config()
+        else:
+            defaults = {"io-impl": HADOOP_FILE_IO}
         return JSONResponse(
             {"defaults": defaults, "overrides": {}, "endpoints": SUPPORTED_ENDPOINTS}
         )
@@ -323,19 +372,39 @@ def _add_catalog_routes(router: APIRouter, service: CatalogService) -> None:
         return _json(ListTablesResponse(identifiers=entries).model_dump_json())
 
     @router.post("/namespaces/{namespace}/tables")
-    def create_table(namespace: str, body: CreateTableBody) -> Response:
-        return _table_response(service.create_table(parse_namespace(namespace), body))
+    def create_table(
+        namespace: str, body: CreateTableBody, access_delegation: AccessDelegation = None
+    ) -> Response:
+        loaded = service.create_table(parse_namespace(namespace), body)
+        return _table_response(loaded, table_access(access_delegation))
 
     @router.post("/namespaces/{namespace}/register")
-    def register_table(namespace: str, body: RegisterTableBody) -> Response:
+    def register_table(
+        namespace: str, body: RegisterTableBody, access_delegation: AccessDelegation = None
+    ) -> Response:
         loaded = service.register_table(
             parse_namespace(namespace), body.name, body.metadata_location, body.overwrite
         )
-        return _table_response(loaded)
+        return _table_response(loaded, table_access(access_delegation))
 
     @router.get("/namespaces/{namespace}/tables/{table}")
-    def load_table(namespace: str, table: str, snapshots: str | None = None) -> Response:
-        return _table_response(service.load_table((*parse_namespace(namespace), table)))
+    def load_table(
+        namespace: str,
+        table: str,
+        snapshots: str | None = None,
+        access_delegation: AccessDelegation = None,
+    ) -> Response:
+        loaded = service.load_table((*parse_namespace(namespace), table))
+        return _table_response(loaded, table_access(access_delegation))
+
+    @router.get("/namespaces/{namespace}/tables/{table}/credentials")
+    def load_credentials(
+        namespace: str, table: str, access_delegation: AccessDelegation = None
+    ) -> Response:
+        service.load_table((*parse_namespace(namespace), table))  # 404 for an unknown table
+        # Asking this endpoint is asking for credentials, with or without the header.
+        access = table_access(access_delegation or VENDED_CREDENTIALS)
+        return JSONResponse({"storage-credentials": access.storage_credentials})
 
     @router.head("/namespaces/{namespace}/tables/{table}")
     def table_exists(namespace: str, table: str) -> Response:

@@ -48,6 +48,15 @@ class UnsupportedOperationError(TableflowError):
     """An operation this catalog does not implement (HTTP 501)."""
 
 
+class StorageUnavailableError(TableflowError):
+    """The warehouse's store (an object store or the disk) failed a read or write (HTTP 503).
+
+    Answered as a handled error, not an unexpected one: Starlette re-raises unexpected
+    errors after the 500 and uvicorn then drops the connection, which a client reusing
+    it sees as a reset on its next request.
+    """
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     status: int
@@ -72,6 +81,7 @@ _STATUS_BY_EXCEPTION: tuple[tuple[type[Exception], int, str], ...] = (
     (RequestTooLargeError, 413, "RequestTooLargeException"),
     (UnprocessableEntityError, 422, "UnprocessableEntityException"),
     (UnsupportedOperationError, 501, "UnsupportedOperationException"),
+    (StorageUnavailableError, 503, "ServiceUnavailableException"),
     (NotImplementedError, 501, "UnsupportedOperationException"),
     (ValidationError, 400, "BadRequestException"),
     # pyiceberg's models raise their own ValidationError (not a ValueError) from validators,

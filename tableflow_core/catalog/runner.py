@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 
 import uvicorn
@@ -23,7 +24,15 @@ from tableflow_core.catalog.clients import (
 )
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
+from tableflow_core.catalog.storage import (
+    ACCESS_KEY_ID_ENV,
+    SECRET_ACCESS_KEY_ENV,
+    SESSION_TOKEN_ENV,
+    ObjectStorage,
+)
 from tableflow_core.redaction import redact_url
+
+STORAGE_KEY_ENVS = (ACCESS_KEY_ID_ENV, SECRET_ACCESS_KEY_ENV, SESSION_TOKEN_ENV)
 
 
 class RedactSecretsFilter(logging.Filter):
@@ -74,12 +83,14 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
 
 
 def _open_service(settings: CatalogServerSettings) -> CatalogService:
-    settings.warehouse.mkdir(parents=True, exist_ok=True)
+    if isinstance(settings.warehouse, Path):
+        settings.warehouse.mkdir(parents=True, exist_ok=True)
     return CatalogService.open(
         settings.resolved_database_url,
         settings.warehouse_uri,
         settings.catalog_name,
         settings.allowed_locations,
+        settings.file_io_properties,
     )
 
 
@@ -196,9 +207,11 @@ def serve_in_subprocess(
         *server_arguments(settings),
         "--listen-fd", str(listener.fileno()), "--exit-on-stdin-eof",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != CLIENT_SECRET_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (CLIENT_SECRET_ENV, *STORAGE_KEY_ENVS)}
     if settings.client_secret is not None:
         env[CLIENT_SECRET_ENV] = settings.client_secret.get_secret_value()
+    if settings.storage is not None:
+        env.update(settings.storage.environment())
     try:
         process = subprocess.Popen(
             command, env=env, stdin=subprocess.PIPE, pass_fds=(listener.fileno(),)
@@ -254,6 +267,19 @@ def server_arguments(settings: CatalogServerSettings) -> list[str]:
         arguments += ["--allow-location", location]
     if not settings.access_log:
         arguments.append("--no-access-log")
+    if settings.storage is not None:
+        arguments += storage_arguments(settings.storage)
+    return arguments
+
+
+def storage_arguments(storage: ObjectStorage) -> list[str]:
+    """The object store's settings as server arguments (its keys go through the environment)."""
+    arguments = ["--s3-region", storage.region]
+    if storage.endpoint:
+        arguments += ["--s3-endpoint", storage.endpoint]
+    arguments.append("--s3-path-style-access" if storage.path_style_access else "--s3-virtual-host")
+    if storage.vend_credentials:
+        arguments.append("--vend-credentials")
     return arguments
 
 

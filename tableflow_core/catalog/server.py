@@ -28,6 +28,13 @@ from tableflow_core.catalog.runner import (
     serve_in_subprocess,
 )
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
+from tableflow_core.catalog.storage import (
+    ACCESS_KEY_ID_ENV,
+    SECRET_ACCESS_KEY_ENV,
+    SESSION_TOKEN_ENV,
+    ObjectStorage,
+    is_object_store_location,
+)
 
 __all__ = [
     "CatalogServerSettings",
@@ -46,7 +53,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8181)
-    parser.add_argument("--warehouse", required=True, help="warehouse directory")
+    parser.add_argument(
+        "--warehouse", required=True, help="warehouse directory, or s3://bucket/prefix"
+    )
     parser.add_argument(
         "--database-url", default=None, help="default sqlite:///<warehouse>/catalog.db"
     )
@@ -70,6 +79,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="token exchanges renew a token without the secret up to this long after "
         "its client-credentials grant",
     )
+    storage = parser.add_argument_group(
+        "object storage (s3:// warehouse)",
+        f"keys are read from ${ACCESS_KEY_ID_ENV} and ${SECRET_ACCESS_KEY_ENV} "
+        f"(and ${SESSION_TOKEN_ENV}); without them, the AWS default chain",
+    )
+    storage.add_argument("--s3-endpoint", default=None, help="S3 API URL (default: AWS)")
+    storage.add_argument("--s3-region", default=None, help="region (default us-east-1)")
+    addressing = storage.add_mutually_exclusive_group()
+    addressing.add_argument(
+        "--s3-path-style-access", dest="s3_path_style", action="store_true", default=None
+    )
+    addressing.add_argument("--s3-virtual-host", dest="s3_path_style", action="store_false")
+    storage.add_argument(
+        "--vend-credentials",
+        action="store_true",
+        help="hand the keys to authenticated clients that ask (X-Iceberg-Access-Delegation)",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", action="store_true")
     # For serve_in_subprocess: a socket the parent bound, and stop when the parent is gone.
@@ -84,6 +110,7 @@ def settings_from_args(
     environ = dict(os.environ) if environ is None else environ
     secret = environ.get(CLIENT_SECRET_ENV)
     return CatalogServerSettings(
+        storage=storage_from_args(args, environ),
         host=args.host,
         port=args.port,
         warehouse=args.warehouse,
@@ -98,6 +125,26 @@ def settings_from_args(
         log_level=args.log_level,
         access_log=not args.no_access_log,
     )
+
+
+def storage_from_args(args: argparse.Namespace, environ: dict[str, str]) -> ObjectStorage | None:
+    """Object storage settings when the warehouse is s3:// or any --s3-* option is given."""
+    given = (
+        args.s3_endpoint is not None
+        or args.s3_region is not None
+        or args.s3_path_style is not None
+        or args.vend_credentials
+    )
+    if not given and not is_object_store_location(args.warehouse):
+        return None
+    values: dict[str, object] = {"vend_credentials": args.vend_credentials}
+    if args.s3_endpoint is not None:
+        values["endpoint"] = args.s3_endpoint
+    if args.s3_region is not None:
+        values["region"] = args.s3_region
+    if args.s3_path_style is not None:
+        values["path_style_access"] = args.s3_path_style
+    return ObjectStorage.from_environment(environ, **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,11 @@ from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tableflow_core.catalog.errors import BadRequestError, UnprocessableEntityError
+from tableflow_core.catalog.errors import (
+    BadRequestError,
+    StorageUnavailableError,
+    UnprocessableEntityError,
+)
 from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
 from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
@@ -100,9 +104,20 @@ class _StagedCommit:
         return self.staged.metadata_location == self.previous_location
 
 
-def open_sql_catalog(name: str, database_url: str, warehouse_uri: str) -> SqlCatalog:
-    """A SqlCatalog on `database_url` (sqlite:///... or postgresql+psycopg://...)."""
-    catalog = SqlCatalog(name, uri=database_url, warehouse=warehouse_uri)
+def open_sql_catalog(
+    name: str,
+    database_url: str,
+    warehouse_uri: str,
+    file_io_properties: Mapping[str, str] | None = None,
+) -> SqlCatalog:
+    """A SqlCatalog on `database_url` (sqlite:///... or postgresql+psycopg://...).
+
+    `file_io_properties`: pyiceberg FileIO properties (an s3:// warehouse's endpoint,
+    region and keys), used for every metadata read and write.
+    """
+    catalog = SqlCatalog(
+        name, **{**(file_io_properties or {}), "uri": database_url, "warehouse": warehouse_uri}
+    )
     if catalog.engine.dialect.name == "sqlite":
         _tune_sqlite(catalog.engine)
     return catalog
@@ -162,10 +177,11 @@ class CatalogService:
         warehouse_uri: str,
         name: str = "tableflow",
         allowed_locations: Sequence[str] = (),
+        file_io_properties: Mapping[str, str] | None = None,
     ) -> CatalogService:
         """`allowed_locations`: prefixes besides the warehouse where tables may live."""
         return cls(
-            open_sql_catalog(name, database_url, warehouse_uri),
+            open_sql_catalog(name, database_url, warehouse_uri, file_io_properties),
             LocationPolicy.for_warehouse(warehouse_uri, allowed_locations),
         )
 
@@ -223,7 +239,8 @@ class CatalogService:
         return self.catalog.table_exists(validate_identifier(identifier))
 
     def load_table(self, identifier: Identifier) -> LoadedTable:
-        loaded = self._current(validate_identifier(identifier))
+        with self._storage("reading the metadata of", validate_identifier(identifier)):
+            loaded = self._current(identifier)
         if loaded is None:
             raise NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
         return loaded
@@ -293,7 +310,7 @@ class CatalogService:
                 properties=request.properties,
             )
             return LoadedTable.of(metadata, None)
-        with self._locks.holding([identifier]):
+        with self._locks.holding([identifier]), self._storage("creating", identifier):
             table = self.catalog.create_table(
                 identifier,
                 schema=request.table_schema,
@@ -405,9 +422,10 @@ class CatalogService:
                 # The location was checked; a link created under it since must not lead out.
                 self.locations.check(commit.staged.metadata_location, "table metadata location")
             for commit in written:
-                self.catalog._write_metadata(
-                    commit.staged.metadata, commit.staged.io, commit.staged.metadata_location
-                )
+                with self._storage("writing the metadata of", commit.identifier):
+                    self.catalog._write_metadata(
+                        commit.staged.metadata, commit.staged.io, commit.staged.metadata_location
+                    )
             try:
                 self._swap_metadata_locations(written)
             except Exception:
@@ -419,8 +437,20 @@ class CatalogService:
                 self._metadata.put(commit.staged.metadata_location, loaded.parsed)
         return committed
 
+    @contextlib.contextmanager
+    def _storage(self, doing: str, identifier: Identifier) -> Iterator[None]:
+        """OSError from the warehouse's store -> 503 naming the store and the table."""
+        try:
+            yield
+        except OSError as exc:
+            warehouse = self.catalog.properties.get("warehouse", "the warehouse")
+            raise StorageUnavailableError(
+                f"storage error at {warehouse} while {doing} {'.'.join(identifier)}: {exc}"
+            ) from exc
+
     def _stage(self, change: TableChange) -> _StagedCommit:
-        loaded = self._current(change.identifier)
+        with self._storage("reading the metadata of", change.identifier):
+            loaded = self._current(change.identifier)
         current = self._as_table(change.identifier, loaded) if loaded else None
         if current is None:
             if not any(isinstance(r, AssertCreate) for r in change.requirements):
@@ -504,10 +534,9 @@ class CatalogService:
             )
             session.commit()
 
-    @staticmethod
-    def _delete_metadata_files(commits: Sequence[_StagedCommit]) -> None:
+    def _delete_metadata_files(self, commits: Sequence[_StagedCommit]) -> None:
         """Best effort: metadata files of a failed commit are never referenced."""
         for commit in commits:
             location = commit.staged.metadata_location
             with contextlib.suppress(Exception):
-                load_file_io(location=location).delete(location)
+                load_file_io(self.catalog.properties, location).delete(location)

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from tableflow_core.addresses import is_loopback
+from tableflow_core.catalog.storage import ObjectStorage, is_object_store_location
 
 CLIENT_SECRET_ENV = "TABLEFLOW_CATALOG_CLIENT_SECRET"
 
@@ -20,7 +21,13 @@ class CatalogServerSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535)
-    warehouse: Path = Field(description="Directory holding table data and metadata")
+    warehouse: Path | str = Field(
+        description="Directory (a Path) or object store URI (`s3://bucket/prefix`, a str) "
+        "holding table data and metadata"
+    )
+    storage: ObjectStorage | None = Field(
+        default=None, description="How to reach an s3:// warehouse (endpoint, region, keys)"
+    )
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL of the catalog database; default sqlite:///<warehouse>/catalog.db",
@@ -45,10 +52,28 @@ class CatalogServerSettings(BaseModel):
 
     @field_validator("warehouse", mode="before")
     @classmethod
-    def _strip_file_scheme(cls, value: object) -> object:
-        if isinstance(value, str) and value.startswith("file://"):
-            return value.removeprefix("file://")
+    def _local_path_or_object_store(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value.startswith("file://"):
+                return Path(value.removeprefix("file://"))
+            if is_object_store_location(value):
+                bucket = value.split("://", 1)[1].split("/", 1)[0]
+                if not bucket:
+                    raise ValueError(f"warehouse {value!r} names no bucket")
+                return value.rstrip("/")
+            if "://" in value:
+                raise ValueError(f"warehouse {value!r}: only file:// and s3:// are supported")
+            return Path(value)
         return value
+
+    @model_validator(mode="after")
+    def _object_store_needs_a_database(self) -> CatalogServerSettings:
+        if self.is_object_store and self.database_url is None:
+            raise ValueError(
+                f"an object store warehouse ({self.warehouse}) needs database_url "
+                "(--database-url): the catalog database cannot live in object storage"
+            )
+        return self
 
     @model_validator(mode="after")
     def _secret_required_for_client_credentials(self) -> CatalogServerSettings:
@@ -72,8 +97,14 @@ class CatalogServerSettings(BaseModel):
         return self
 
     @property
+    def is_object_store(self) -> bool:
+        return isinstance(self.warehouse, str)
+
+    @property
     def warehouse_uri(self) -> str:
-        """The warehouse as a file:// URI (table locations are built under it)."""
+        """The warehouse as a file:// or s3:// URI (table locations are built under it)."""
+        if isinstance(self.warehouse, str):
+            return self.warehouse
         return self.warehouse.resolve().as_uri()
 
     @property
@@ -84,5 +115,13 @@ class CatalogServerSettings(BaseModel):
         return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
     @property
+    def file_io_properties(self) -> dict[str, str]:
+        """pyiceberg FileIO properties of the server's own reads and writes."""
+        return self.storage.server_file_io_properties() if self.storage else {}
+
+    @property
     def resolved_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.warehouse.resolve() / 'catalog.db'}"
+        if self.database_url is not None:
+            return self.database_url
+        assert isinstance(self.warehouse, Path)  # an object store warehouse requires one
+        return f"sqlite:///{self.warehouse.resolve() / 'catalog.db'}"

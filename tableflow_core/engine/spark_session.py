@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tableflow_core.engine.class_data_sharing import JAVA_OPTIONS_KEY, class_data_sharing
+from tableflow_core.jvm.class_data_sharing import JAVA_OPTIONS_KEY, class_data_sharing
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -118,7 +118,7 @@ def build_spark_session(
 
     `short_lived`: the application ends with the command (apply): C1-only JIT.
     `share_classes`: the driver JVM maps its classes from a class-data sharing archive
-    (written by the first such JVM to exit; `engine/class_data_sharing.py`).
+    (written by the first such JVM to exit; `jvm/class_data_sharing.py`).
     """
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

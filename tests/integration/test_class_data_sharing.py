@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tableflow_core.engine.class_data_sharing import (
+from tableflow_core.jvm.class_data_sharing import (
     DYNAMIC_ARCHIVE_MAGIC,
     STALE_PARTIAL_SECONDS,
     ClassDataSharing,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tableflow_core.engine.class_data_sharing import (
+from tableflow_core.engine.spark_session import driver_java_options
+from tableflow_core.jvm.class_data_sharing import (
     DYNAMIC_ARCHIVE_MAGIC,
     ClassDataSharing,
     class_data_sharing,
     java_executable,
     prune_archives,
 )
-from tableflow_core.engine.spark_session import driver_java_options
 
 
 def sharing_in(directory: Path, *layout: str) -> ClassDataSharing:

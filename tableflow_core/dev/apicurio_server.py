@@ -1,0 +1,171 @@
+"""Apicurio Registry 3.x (a Quarkus app from Maven Central) with its Confluent-compatible API.
+
+    server = start_apicurio(ApicurioSettings(data_dir=Path(".tableflow/dev/apicurio")))
+    server.url                 # http://127.0.0.1:<port>/apis/ccompat/v7 (for SchemaRegistryClient)
+    server.stop()
+
+The `apicurio` artifact lock pins the `-all.tar.gz`; it is fetched once into the user
+cache and unpacked there, then started with a Java 21+ runtime (`find_java(21)`; here
+Temurin 25) as `java -jar quarkus-run.jar`. Both the API and Quarkus' management
+interface (health) bind 127.0.0.1 on free ports (the management interface otherwise
+listens on 0.0.0.0:9000). Storage is in-memory H2 unless `database` names a file.
+Deleting subjects and versions is switched on, as Confluent's registry allows it
+(Apicurio refuses it by default).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
+from tableflow_core.errors import TableflowError
+from tableflow_core.jvm.artifacts import ensure, load_lock, unpack
+from tableflow_core.jvm.java import (
+    class_data_sharing_options,
+    find_java,
+    release_unwritten_archive,
+)
+
+APICURIO_LOCK = "apicurio"
+APICURIO_NAME = "apicurio"
+MIN_JAVA = 21
+CCOMPAT_PATH = "/apis/ccompat/v7"
+# Measured on the 2-core machine (docs/environment.md): C1 only and the serial collector
+# start it in ~4.5 s instead of ~8.5 s; class-data sharing brings that to ~3.3 s.
+DEFAULT_JAVA_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+DEFAULT_PROPERTIES = (
+    # Confluent's registry deletes subjects and versions; Apicurio refuses by default.
+    ("apicurio.rest.deletion.artifact.enabled", "true"),
+    ("apicurio.rest.deletion.artifact-version.enabled", "true"),
+    ("apicurio.rest.deletion.group.enabled", "true"),
+    # Twenty pooled H2 connections by default: a dev registry needs a few.
+    ("apicurio.datasource.jdbc.initial-size", "2"),
+    ("apicurio.datasource.jdbc.min-size", "2"),
+    ("apicurio.datasource.jdbc.max-size", "20"),
+)
+
+
+class ApicurioServerError(TableflowError, RuntimeError):
+    """The registry did not start; the message names its log."""
+
+
+@dataclass(frozen=True)
+class ApicurioSettings:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    management_port: int = 0
+    heap_mb: int = 192
+    database: Path | None = None  # None: in-memory H2, gone when the process stops
+    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
+    properties: tuple[tuple[str, str], ...] = DEFAULT_PROPERTIES
+    lock: str = APICURIO_LOCK
+    class_data_sharing: bool = True
+
+
+@dataclass(frozen=True)
+class ApicurioServer:
+    process: BackgroundProcess
+    host: str
+    port: int
+    management_port: int
+    startup_seconds: float = 0.0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API: what `SchemaRegistryClient({"url": ...})` takes."""
+        return self.base_url + CCOMPAT_PATH
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{self.host}:{self.management_port}/health/ready"
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self.process.stop(timeout)
+
+
+def start_apicurio(
+    settings: ApicurioSettings, log_file: Path | None = None, timeout: float = 120.0
+) -> ApicurioServer:
+    """Start the registry and wait until its ccompat API and readiness check answer."""
+    started = time.monotonic()
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = log_file or data_dir / "apicurio.log"
+    port = settings.port or free_port(settings.host)
+    management_port = settings.management_port or free_port(settings.host)
+    java = find_java(MIN_JAVA)
+    archive = ensure(load_lock(settings.lock)).files[0]
+    app = unpack(archive)
+    runner = app / "quarkus-run.jar"
+
+    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
+    sharing = (
+        class_data_sharing_options(APICURIO_NAME, java, jvm, [archive, runner])
+        if settings.class_data_sharing
+        else []
+    )
+    properties = {
+        "quarkus.http.host": settings.host,
+        "quarkus.http.port": str(port),
+        "quarkus.management.host": settings.host,
+        "quarkus.management.port": str(management_port),
+        # Apicurio writes snapshots and imports to /tmp by default.
+        "apicurio.storage.snapshot.location": str(data_dir),
+        "apicurio.import.work-dir": str(data_dir),
+        **dict(settings.properties),
+    }
+    if settings.database is not None:
+        properties["apicurio.datasource.url"] = f"jdbc:h2:file:{settings.database.resolve()}"
+    command = [
+        str(java.executable),
+        *sharing,
+        *jvm,
+        *(f"-D{key}={value}" for key, value in properties.items()),
+        "-jar",
+        str(runner),
+    ]
+    try:
+        process = start_background(
+            APICURIO_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
+        )
+    except RuntimeError as exc:
+        release_unwritten_archive(sharing)
+        raise ApicurioServerError(str(exc)) from exc
+    server = ApicurioServer(process, settings.host, port, management_port)
+    try:
+        wait_until_ready(server, timeout=timeout)
+    except ApicurioServerError:
+        process.stop(timeout=5)
+        release_unwritten_archive(sharing)
+        raise
+    return ApicurioServer(process, settings.host, port, management_port, time.monotonic() - started)
+
+
+def wait_until_ready(server: ApicurioServer, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(server.health_url, timeout=2) as health:
+                if health.status == 200:
+                    with urllib.request.urlopen(server.url + "/subjects", timeout=2) as api:
+                        if api.status == 200:
+                            return
+        except (urllib.error.URLError, OSError) as exc:
+            last = exc
+        if not server.process.alive:
+            break
+        time.sleep(0.1)
+    raise ApicurioServerError(
+        f"Apicurio Registry at {server.base_url} was not ready within {timeout:.0f}s "
+        f"({last}); see {server.process.log_file}"
+    )

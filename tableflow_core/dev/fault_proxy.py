@@ -1,0 +1,329 @@
+"""An HTTP proxy in front of the S3 server that records requests and injects faults.
+
+Tests put it between a client (Spark's S3FileIO, pyiceberg, delta-rs, boto3) and the
+object store to prove what happens when the store fails mid-operation, and to count
+the S3 requests an operation makes. Clients use the proxy's `endpoint` in place of the
+store's; requests are forwarded unchanged (the `Host` header too, so AWS signatures
+made for the proxy's address still verify at the store).
+
+    with FaultProxy(upstream=server.endpoint) as proxy:
+        proxy.add_fault(Fault(method="PUT", path=r"/metadata/.*\\.json$", action="status",
+                              status=503, times=1))
+        ... run the client against proxy.endpoint ...
+        proxy.requests            # every request seen, with the answer given
+        proxy.count(method="PUT") # how many PUTs went through
+
+Actions: `status` answers with an S3 error (the store never sees the request),
+`reset` drops the connection before forwarding, `reset-after` forwards (the store
+applies the request) and then drops the connection so the client never learns the
+outcome, `delay` waits `seconds` before forwarding. `skip` lets the first N matching
+requests through untouched; `times` limits how many are hit (None: all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Literal
+from urllib.parse import urlsplit
+
+FaultAction = Literal["status", "reset", "reset-after", "delay"]
+
+# Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; the body is re-framed.
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+}
+
+
+_CONDITIONAL_HEADERS = {"if-match", "if-none-match"}
+
+
+@dataclass
+class Fault:
+    """Which requests to hit (regular expressions; None matches anything) and how."""
+
+    action: FaultAction
+    method: str | None = None
+    path: str | None = None
+    query: str | None = None
+    status: int = 503
+    seconds: float = 0.0
+    skip: int = 0
+    times: int | None = 1
+    seen: int = 0
+    hits: int = 0
+
+    def matches(self, method: str, path: str, query: str) -> bool:
+        return (
+            (self.method is None or self.method == method)
+            and (self.path is None or re.search(self.path, path) is not None)
+            and (self.query is None or re.search(self.query, query) is not None)
+        )
+
+    def take(self) -> bool:
+        """Count a matching request; True when this one is to be hit."""
+        self.seen += 1
+        if self.seen <= self.skip or (self.times is not None and self.hits >= self.times):
+            return False
+        self.hits += 1
+        return True
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    query: str
+    request_bytes: int
+    status: int | None  # None: the connection was dropped
+    fault: FaultAction | None
+    seconds: float
+    at: float  # time.time() when the request arrived, to match it to a client's phases
+    conditions: tuple[tuple[str, str], ...] = ()  # If-Match / If-None-Match headers sent
+
+
+@dataclass
+class _State:
+    upstream_host: str
+    upstream_port: int
+    faults: list[Fault] = field(default_factory=list)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pick(self, method: str, path: str, query: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.matches(method, path, query) and fault.take():
+                    return fault
+        return None
+
+    def record(self, request: RecordedRequest) -> None:
+        with self.lock:
+            self.requests.append(request)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _ProxyServer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # requests are recorded, not printed (query strings may carry signatures)
+
+    def _proxy(self) -> None:
+        started = time.monotonic()
+        arrived = time.time()
+        split = urlsplit(self.path)
+        body = self._read_body()
+        fault = self.server.state.pick(self.command, split.path, split.query)
+
+        def record(status: int | None) -> None:
+            # Before the client hears back, so a test that asserts right after sees it.
+            self.server.state.record(
+                RecordedRequest(
+                    self.command,
+                    split.path,
+                    split.query,
+                    len(body),
+                    status,
+                    fault.action if fault else None,
+                    time.monotonic() - started,
+                    arrived,
+                    tuple(
+                        (name, value)
+                        for name, value in self.headers.items()
+                        if name.lower() in _CONDITIONAL_HEADERS
+                    ),
+                )
+            )
+
+        if fault is not None and fault.action == "status":
+            record(fault.status)
+            self._send_error(fault.status)
+            return
+        if fault is not None and fault.action == "reset":
+            record(None)
+            self._reset()
+            return
+        if fault is not None and fault.action == "delay":
+            time.sleep(fault.seconds)
+        try:
+            status, headers, payload = self._forward(body)
+        except OSError:
+            record(None)
+            self._send_error(502)
+            return
+        if fault is not None and fault.action == "reset-after":
+            record(None)
+            self._reset()
+            return
+        record(status)
+        self._respond(status, headers, payload)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        state = self.server.state
+        connection = http.client.HTTPConnection(
+            state.upstream_host, state.upstream_port, timeout=300
+        )
+        try:
+            connection.putrequest(
+                self.command, self.path, skip_host=True, skip_accept_encoding=True
+            )
+            for name, value in self.headers.items():
+                lower = name.lower()
+                if lower in _HOP_BY_HOP or lower in ("content-length", "expect"):
+                    continue
+                connection.putheader(name, value)
+            if body or self.command in ("PUT", "POST"):
+                connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body or None)
+            response = connection.getresponse()
+            payload = response.read()
+            headers = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            return response.status, headers, payload
+        finally:
+            connection.close()
+
+    def _respond(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+        self.send_response_only(status)
+        has_length = False
+        for name, value in headers:
+            if name.lower() == "content-length":
+                has_length = True
+                if self.command != "HEAD":
+                    value = str(len(payload))
+            self.send_header(name, value)
+        if not has_length:
+            self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _send_error(self, status: int) -> None:
+        code = {500: "InternalError", 502: "BadGateway", 503: "SlowDown"}.get(
+            status, "ServiceUnavailable"
+        )
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f"<Error><Code>{code}</Code><Message>injected by the fault proxy</Message></Error>"
+        ).encode()
+        self.send_response_only(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _reset(self) -> None:
+        """Close with RST (SO_LINGER 0): the client sees 'connection reset by peer'."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            super().finish()
+
+
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], state: _State) -> None:
+        super().__init__(address, _Handler)
+        self.state = state
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a reset connection is the point, not an error worth a traceback
+
+
+class FaultProxy:
+    """The proxy, serving on `host` (loopback) and a free port, on a background thread."""
+
+    def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        parsed = urlsplit(upstream)
+        if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
+            raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
+        self._state = _State(parsed.hostname, parsed.port)
+        self._server = _ProxyServer((host, port), self._state)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="s3-fault-proxy", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def add_fault(self, fault: Fault) -> Fault:
+        with self._state.lock:
+            self._state.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._state.lock:
+            self._state.faults.clear()
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._state.lock:
+            return list(self._state.requests)
+
+    def reset_requests(self) -> None:
+        with self._state.lock:
+            self._state.requests.clear()
+
+    def count(self, method: str | None = None, path: str | None = None) -> int:
+        return sum(
+            1
+            for r in self.requests
+            if (method is None or r.method == method)
+            and (path is None or re.search(path, r.path) is not None)
+        )
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

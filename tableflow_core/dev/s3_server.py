@@ -1,0 +1,276 @@
+"""The dev stack's and the tests' S3-compatible object store: s3proxy on local disk.
+
+s3proxy 4.x (Maven Central, `org.gaul:s3proxy`, Java 17) with its `filesystem`
+backend: objects are files under `data_dir/blobs/<bucket>/<key>`, so they survive a
+restart, and `If-None-Match: *` is resolved by a hard link, so of two writers racing to
+create one key exactly one gets 200 and the other 412 (what the Delta log and any
+put-if-absent commit rely on). Why s3proxy and not SeaweedFS or moto:
+docs/object-storage.md.
+
+The server always runs with authentication (AWS signature v2/v4) on a loopback
+address. Its access key and secret go to s3proxy in a properties file readable by this
+user only, which is deleted as soon as the server listens: the secret is never on a
+command line, in the environment of the JVM or in its log.
+
+    server = start_s3_server(S3ServerSettings(data_dir=Path(".tableflow/dev/s3")))
+    server.endpoint, server.credentials.access_key_id, server.bucket
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pydantic import SecretStr
+
+from tableflow_core.dev.processes import (
+    BackgroundProcess,
+    free_port,
+    pid_is_alive,
+    start_background,
+    stop_pid,
+)
+from tableflow_core.jvm.artifacts import ensure, load_lock
+
+# boto3 clients are built at run time; no stubs are installed for them.
+S3Client = Any
+
+S3_SERVER_NAME = "s3"
+MAIN_CLASS = "org.gaul.s3proxy.Main"
+DEFAULT_BUCKET = "warehouse"
+# Any region string works against s3proxy; clients need one (the AWS SDKs refuse none).
+DEFAULT_REGION = "us-east-1"
+# A one-shot-looking JVM: the store is I/O bound, C1 code is fast enough, and a small
+# serial heap keeps its memory near 120 MB (docs/object-storage.md has the figures).
+JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """A static access key pair. The secret only leaves as `get_secret_value()`."""
+
+    access_key_id: str
+    secret_access_key: SecretStr
+
+    @classmethod
+    def generate(cls, access_key_id: str = "tableflow") -> S3Credentials:
+        return cls(access_key_id, SecretStr(secrets.token_urlsafe(30)))
+
+
+@dataclass(frozen=True)
+class S3ServerSettings:
+    """Where and how to run the store. `port=0` takes a free port at start."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    bucket: str = DEFAULT_BUCKET
+    credentials: S3Credentials = field(default_factory=S3Credentials.generate)
+    region: str = DEFAULT_REGION
+    java: str = "java"
+    start_timeout: float = 60.0
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "s3proxy.log"
+
+
+@dataclass
+class RunningS3Server:
+    """An s3proxy this process started; `stop()` ends exactly that process."""
+
+    settings: S3ServerSettings
+    process: BackgroundProcess
+    started_seconds: float
+
+    @property
+    def host(self) -> str:
+        return self.process.host
+
+    @property
+    def port(self) -> int:
+        return self.process.port
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def bucket(self) -> str:
+        return self.settings.bucket
+
+    @property
+    def credentials(self) -> S3Credentials:
+        return self.settings.credentials
+
+    @property
+    def region(self) -> str:
+        return self.settings.region
+
+    @property
+    def alive(self) -> bool:
+        return pid_is_alive(self.process.pid)
+
+    def client(self, **config: Any) -> S3Client:
+        """A boto3 S3 client for this server (path-style addressing); `retries={"total_max_attempts": 1}`
+        turns retrying off (`max_attempts` counts retries, not attempts)."""
+        return s3_client(self.endpoint, self.credentials, self.region, **config)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        stop_pid(self.process.pid, timeout)
+
+    def __enter__(self) -> RunningS3Server:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def s3_client(endpoint: str, credentials: S3Credentials, region: str, **config: Any) -> S3Client:
+    """boto3 against an S3-compatible endpoint: path-style, checksums only when required.
+
+    botocore 1.36+ adds CRC checksums to every upload by default; stores that predate
+    them reject the trailers, so ask for them only where the API requires them.
+    """
+    import boto3
+    from botocore.config import Config
+
+    options: dict[str, Any] = {
+        "s3": {"addressing_style": "path"},
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+        "retries": {"max_attempts": 3, "mode": "standard"},
+    }
+    retries = {**options["retries"], **config.pop("retries", {})}
+    options.update(config, retries=retries)
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key.get_secret_value(),
+        region_name=region,
+        config=Config(**options),
+    )
+
+
+def find_java(java: str = "java") -> str:
+    found = shutil.which(java)
+    if found is None:
+        raise FileNotFoundError(
+            f"{java!r} not found: the S3 server (s3proxy) needs Java 17 or newer on PATH"
+        )
+    return found
+
+
+def s3proxy_properties(settings: S3ServerSettings, port: int) -> str:
+    """s3proxy's configuration: authenticated, loopback, files under `blob_dir`."""
+    lines = {
+        "s3proxy.endpoint": f"http://{settings.host}:{port}",
+        "s3proxy.authorization": "aws-v2-or-v4",
+        "s3proxy.identity": settings.credentials.access_key_id,
+        "s3proxy.credential": settings.credentials.secret_access_key.get_secret_value(),
+        "jclouds.provider": "filesystem",
+        "jclouds.filesystem.basedir": str(settings.blob_dir.resolve()),
+    }
+    return "".join(f"{key}={_escape_property(value)}\n" for key, value in lines.items())
+
+
+def _escape_property(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def s3proxy_command(settings: S3ServerSettings, jar: Path, properties_file: Path) -> list[str]:
+    return [
+        find_java(settings.java),
+        *JVM_OPTIONS,
+        "-cp",
+        str(jar),
+        MAIN_CLASS,
+        "--properties",
+        str(properties_file),
+    ]
+
+
+def start_s3_server(settings: S3ServerSettings) -> RunningS3Server:
+    """Start s3proxy, wait until it answers, create the bucket (kept if it exists)."""
+    (jar,) = ensure(load_lock("s3proxy")).files
+    settings.blob_dir.mkdir(parents=True, exist_ok=True)
+    port = settings.port or free_port(settings.host)
+    properties_file = settings.data_dir / "s3proxy.properties"
+    _write_private(properties_file, s3proxy_properties(settings, port))
+    started = time.monotonic()
+    try:
+        process = start_background(
+            S3_SERVER_NAME,
+            s3proxy_command(settings, jar, properties_file),
+            settings.host,
+            port,
+            settings.log_file,
+            timeout=settings.start_timeout,
+        )
+    finally:
+        # s3proxy read it before it bound the port: the secret does not stay on disk.
+        with contextlib.suppress(FileNotFoundError):
+            properties_file.unlink()
+    server = RunningS3Server(settings, process, 0.0)
+    try:
+        ensure_bucket(server)
+    except BaseException:
+        server.stop()
+        raise
+    server.started_seconds = time.monotonic() - started
+    return server
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+
+
+def ensure_bucket(server: RunningS3Server, timeout: float = 30.0) -> None:
+    """Create the bucket unless it exists; retried while the server finishes starting."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    client = server.client(retries={"total_max_attempts": 1})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.head_bucket(Bucket=server.bucket)
+            return
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 404:
+                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+                    client.create_bucket(Bucket=server.bucket)
+                return
+            if status in (401, 403):
+                raise RuntimeError(
+                    f"S3 server at {server.endpoint} refused our credentials ({status})"
+                ) from None
+            if time.monotonic() > deadline:
+                raise
+        except EndpointConnectionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
