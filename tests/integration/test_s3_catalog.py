@@ -14,7 +14,7 @@ import requests
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, S3_FILE_IO
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
-from tests.test_catalog_duckdb import extension_path
+from tests.integration.test_catalog_duckdb import extension_path
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
