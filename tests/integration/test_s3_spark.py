@@ -29,7 +29,7 @@ from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3 import ThroughProxy
 from tests.fixtures.s3_catalog import S3CatalogServer, start_s3_catalog_server
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # ids 0..2999 appended; MERGE of 2900..3099: 50 even matches deleted, 50 odd updated,
 # 100 inserted.
 EXPECTED_ROWS = 3000 - 50 + 100
