@@ -16,4 +16,5 @@ pytest_plugins = [
     "tests.fixtures.apply_env",
     "tests.fixtures.s3",
     "tests.fixtures.s3_catalog",
+    "tests.fixtures.trino",
 ]
