@@ -17,4 +17,5 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.s3_catalog",
     "tests.fixtures.trino",
+    "tests.fixtures.nessie",
 ]

@@ -107,8 +107,15 @@ def run_spark_sql(
         check=False,
     )
     if process.returncode != 0:
+        causes = [
+            line.strip()[:400]
+            for line in process.stderr.splitlines()
+            if ("Exception" in line or "Error" in line) and not line.strip().startswith("at ")
+        ]
         raise AssertionError(
-            f"Spark SQL runner failed (exit {process.returncode}):\n{process.stderr[-4000:]}"
+            f"Spark SQL runner failed (exit {process.returncode}):\n"
+            + "\n".join(dict.fromkeys(causes[:12]))
+            + f"\n--- stderr tail ---\n{process.stderr[-1500:]}"
         )
     return dict(json.loads(process.stdout.strip().splitlines()[-1]))
 

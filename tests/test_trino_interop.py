@@ -12,7 +12,6 @@ both writers. Each table is read by Trino and by pyiceberg and compared value by
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -25,89 +24,17 @@ from tableflow_core.dev.artifacts import ensure, load_lock
 from tableflow_core.dev.trino_server import TrinoServer
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
-from tests.fixtures.trino import trino_rows
-from tests.iceberg_values import canonical_rows, first_difference
+from tests.fixtures.trino import assert_trino_reads_as_pyiceberg
+from tests.iceberg_values import (
+    SAMPLE_ARROW_SCHEMA,
+    SAMPLE_SPARK_COLUMNS,
+    SAMPLE_TRINO_TYPES,
+    UTC,
+    sample_row,
+)
 from tests.spark_sql_runner import iceberg_rest_conf, run_spark_sql
 
 pytestmark = pytest.mark.slow
-
-UTC = dt.UTC
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("flag", pa.bool_()),
-        pa.field("i32", pa.int32()),
-        pa.field("f32", pa.float32()),
-        pa.field("f64", pa.float64()),
-        pa.field("dec", pa.decimal128(18, 4)),
-        pa.field("dec38", pa.decimal128(38, 10)),
-        pa.field("name", pa.string()),
-        pa.field("ts_tz", pa.timestamp("us", tz="UTC")),
-        pa.field("ts", pa.timestamp("us")),
-        pa.field("d", pa.date32()),
-        pa.field("t", pa.time64("us")),
-        pa.field("bin", pa.binary()),
-        pa.field("fx", pa.binary(4)),
-        pa.field("st", pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.string())])),
-        pa.field("lst", pa.list_(pa.string())),
-        pa.field("mp", pa.map_(pa.string(), pa.int64())),
-    ]
-)
-# What Trino 476 calls each column of ARROW_SCHEMA (the Iceberg -> Trino type mapping).
-TRINO_TYPES = [
-    "bigint",
-    "boolean",
-    "integer",
-    "real",
-    "double",
-    "decimal(18, 4)",
-    "decimal(38, 10)",
-    "varchar",
-    "timestamp(6) with time zone",
-    "timestamp(6)",
-    "date",
-    "time(6)",
-    "varbinary",
-    "varbinary",
-    "row(a integer, b varchar)",
-    "array(varchar)",
-    "map(varchar, bigint)",
-]
-# The same columns as Spark SQL expressions over `id` (no TIME and no fixed in Spark).
-SPARK_COLUMNS = """id, id % 2 = 0 AS flag, CAST(id * 7 AS INT) AS i32,
- CAST(id / 4 AS FLOAT) AS f32, id / 3 AS f64, CAST(id / 7 AS DECIMAL(18,4)) AS dec,
- CAST(CAST(id AS DECIMAL(38,10)) * 1000000000000 + 0.0123456789 AS DECIMAL(38,10)) AS dec38,
- concat('n', id, 'é') AS name, timestamp_micros(1704067200000000 + id * 1000001) AS ts_tz,
- CAST(timestamp_micros(1706749323000000 + id) AS TIMESTAMP_NTZ) AS ts,
- date_add(DATE '1969-12-25', CAST(id AS INT)) AS d, CAST(concat('b', id) AS BINARY) AS bin,
- named_struct('a', CAST(id AS INT), 'b', concat('s', id)) AS st,
- IF(id % 10 = 3, NULL, array(concat('x', id), NULL)) AS lst,
- IF(id % 10 = 4, map_filter(map('k', id), (k, v) -> false), map('k', id, 'z', -id)) AS mp"""
-
-
-def _row(i: int) -> dict:
-    if i % 25 == 0:  # every nullable column null
-        return {"id": i, **{f.name: None for f in ARROW_SCHEMA if f.name != "id"}}
-    return {
-        "id": i,
-        "flag": i % 2 == 0,
-        "i32": -(i * 7) if i % 3 else 2**31 - 1,
-        "f32": i / 3,
-        "f64": i / 7 if i % 11 else -0.0,
-        "dec": decimal.Decimal(i * 10001).scaleb(-4).quantize(decimal.Decimal("0.0001")),
-        "dec38": decimal.Decimal(f"{'-' if i % 2 else ''}{i}1234567890123456.0123456789"),
-        "name": f"n{i}é\u4e2d" if i % 7 else "",
-        # Before 1970, across a leap second day, at the microsecond.
-        "ts_tz": dt.datetime(1969 + i % 60, 6, 30, 23, 59, 59, i, tzinfo=UTC),
-        "ts": dt.datetime(2024, 2, 29, 1, 2, 3, 999999 - i),
-        "d": dt.date(1900, 1, 1) + dt.timedelta(days=i * 997),
-        "t": dt.time(23, 59, 59, i) if i % 2 else dt.time(0, 0, 0),
-        "bin": bytes([i % 256, 0, 255]) if i % 5 else b"",
-        "fx": i.to_bytes(4, "big"),
-        "st": {"a": i, "b": None if i % 4 == 0 else f"s{i}"},
-        "lst": [f"x{i}", None] if i % 3 else [],
-        "mp": [("k", i), ("z", -i)] if i % 6 else [],
-    }
 
 
 @pytest.fixture(scope="module")
@@ -125,27 +52,23 @@ def namespace(catalog: RestCatalog) -> Iterator[str]:
 def _compare(
     trino: TrinoServer, catalog: RestCatalog, namespace: str, table: str
 ) -> tuple[Schema, list[tuple], list[str]]:
-    """Read the table with both engines; assert they hold the same rows, value by value."""
-    loaded = catalog.load_table((namespace, table))
-    schema = loaded.schema()
-    expected = canonical_rows(loaded.scan().to_arrow().to_pylist(), schema)
-    columns = ", ".join(f'"{f.name}"' for f in schema.fields)
-    rows, types = trino_rows(trino, f"SELECT {columns} FROM lake.{namespace}.{table}")
-    got = canonical_rows(rows, schema)
-    assert first_difference(got, expected, schema) is None, first_difference(got, expected, schema)
-    return schema, expected, types
+    return assert_trino_reads_as_pyiceberg(trino, "lake", catalog, namespace, table)
 
 
 def test_trino_reads_every_type_pyiceberg_appends(
     trino_on_s3_catalog: TrinoServer, catalog: RestCatalog, namespace: str
 ) -> None:
-    table = catalog.create_table((namespace, "types"), schema=ARROW_SCHEMA)
-    table.append(pa.Table.from_pylist([_row(i) for i in range(0, 60)], schema=ARROW_SCHEMA))
-    table.append(pa.Table.from_pylist([_row(i) for i in range(60, 130)], schema=ARROW_SCHEMA))
+    table = catalog.create_table((namespace, "types"), schema=SAMPLE_ARROW_SCHEMA)
+    table.append(
+        pa.Table.from_pylist([sample_row(i) for i in range(0, 60)], schema=SAMPLE_ARROW_SCHEMA)
+    )
+    table.append(
+        pa.Table.from_pylist([sample_row(i) for i in range(60, 130)], schema=SAMPLE_ARROW_SCHEMA)
+    )
 
     schema, rows, types = _compare(trino_on_s3_catalog, catalog, namespace, "types")
     assert len(rows) == 130
-    assert types == TRINO_TYPES
+    assert types == SAMPLE_TRINO_TYPES
     # Spot checks against the model, beside the engine-against-engine comparison.
     by_id = {r[0]: r for r in rows}
     names = [f.name for f in schema.fields]
@@ -156,7 +79,7 @@ def test_trino_reads_every_type_pyiceberg_appends(
     sums = trino_on_s3_catalog.query(
         f"SELECT count(*), sum(id), sum(dec), count(lst), min(d) FROM lake.{namespace}.types"
     )
-    model = [_row(i) for i in range(130)]
+    model = [sample_row(i) for i in range(130)]
     assert sums == [
         [
             130,
@@ -188,8 +111,8 @@ def test_trino_reads_spark_merge_on_read_upserts(
             f"CREATE TABLE {t} USING iceberg PARTITIONED BY (bucket(4, id)) TBLPROPERTIES ("
             "'format-version'='2', 'write.delete.mode'='merge-on-read', "
             "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read') "
-            f"AS SELECT {SPARK_COLUMNS} FROM range(0, 400)",
-            f"MERGE INTO {t} t USING (SELECT {SPARK_COLUMNS} FROM range(350, 450)) s "
+            f"AS SELECT {SAMPLE_SPARK_COLUMNS} FROM range(0, 400)",
+            f"MERGE INTO {t} t USING (SELECT {SAMPLE_SPARK_COLUMNS} FROM range(350, 450)) s "
             "ON t.id = s.id WHEN MATCHED AND s.id % 2 = 0 THEN DELETE "
             "WHEN MATCHED THEN UPDATE SET t.name = 'updated', t.mp = map('u', s.id) "
             "WHEN NOT MATCHED THEN INSERT *",
