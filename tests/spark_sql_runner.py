@@ -1,9 +1,11 @@
 """Runs SQL statements in a Spark session of its own (its own jars), JSON in, JSON out.
 
 `python -m tests.spark_sql_runner` reads one JSON request line on stdin:
-{"conf": {spark conf}, "statements": ["SQL", ...], "master": "local[2]"}; secrets travel
-there (catalog credentials, S3 keys), never on the command line. It prints one JSON
-line: {"results": [rows of each statement], "seconds": [...], "session_seconds": s}.
+{"conf": {spark conf}, "statements": ["SQL", ...], "master": "local[2]",
+"collect_errors": false}; secrets travel there (catalog credentials, S3 keys), never on
+the command line. It prints one JSON line: {"results": [rows of each statement],
+"seconds": [...], "session_seconds": s}. With `collect_errors` a failing statement's
+result is {"error": "<exception class>: <first lines>"} and the next one runs.
 Rows are lists of JSON values: decimals as strings, timestamps and dates in ISO form,
 binary as hex, structs as objects, maps as [key, value] pairs.
 
@@ -75,9 +77,17 @@ def main() -> int:
     try:
         for statement in request["statements"]:
             begun = time.monotonic()
-            rows = spark.sql(statement).collect()
+            try:
+                rows = spark.sql(statement).collect()
+            except Exception as exc:
+                if not request.get("collect_errors"):
+                    raise
+                # py4j's first line is generic; the Java exception follows it.
+                head = " ".join(str(exc).strip().splitlines()[:3])
+                results.append({"error": f"{type(exc).__name__}: {head}"[:1500]})
+            else:
+                results.append([[to_json_value(v) for v in row] for row in rows])
             seconds.append(round(time.monotonic() - begun, 3))
-            results.append([[to_json_value(v) for v in row] for row in rows])
     finally:
         spark.stop()
     print(
@@ -94,12 +104,14 @@ def run_spark_sql(
     statements: Sequence[str],
     timeout: float = 900.0,
     env: Mapping[str, str] | None = None,
+    collect_errors: bool = False,
 ) -> dict[str, Any]:
     """Run `statements` in a new Spark process with `conf`; its result document."""
+    request = {"conf": dict(conf), "statements": list(statements), "collect_errors": collect_errors}
     process = subprocess.run(
         [sys.executable, "-m", "tests.spark_sql_runner"],
         cwd=REPO,
-        input=json.dumps({"conf": dict(conf), "statements": list(statements)}) + "\n",
+        input=json.dumps(request) + "\n",
         capture_output=True,
         text=True,
         timeout=timeout,
