@@ -37,8 +37,11 @@ def probe(
     ns = f"probe_{uuid.uuid4().hex[:8]}"
     pyiceberg = catalog.pyiceberg_catalog()
     pyiceberg.create_namespace(ns)
+    # A connector name of its own: Connect's consumer group is `connect-<name>`, and a
+    # group shared with the previous (stopped) sink rebalanced mid-run and stalled it.
+    name = f"sink-{interval_ms}-{uuid.uuid4().hex[:6]}"
     worker = start_iceberg_sink(
-        base / str(interval_ms), kafka, catalog, topic, f"{ns}.t", interval_ms
+        base / str(interval_ms), kafka, catalog, topic, f"{ns}.t", interval_ms, name=name
     )
     produced = 0
     stop = threading.Event()
@@ -64,7 +67,7 @@ def probe(
     began = time.monotonic()
     while time.monotonic() - began < seconds:
         time.sleep(1.0)
-        if worker.connector_status("iceberg-sink")["tasks"][0]["state"] != "RUNNING":
+        if worker.connector_status(name)["tasks"][0]["state"] != "RUNNING":
             failures += 1
         try:
             table = pyiceberg.load_table((ns, "t"))
@@ -117,9 +120,10 @@ def main() -> None:
     parser.add_argument("--intervals", default="500,1000,2000")
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=40)
+    parser.add_argument("--work-dir", help="keep the servers' folders and logs here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sink-probe-") as work:
-        base = Path(work)
+        base = Path(args.work_dir or work)
         s3 = start_s3_server(S3ServerSettings(data_dir=base / "s3"))
         catalog = start_s3_catalog_server(base, s3)
         kafka = ApacheKafka(start_kafka(KafkaServerSettings(data_dir=base / "kafka")))

@@ -42,7 +42,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from tableflow_core.dev.artifacts import ensure, load_lock
-from tableflow_core.dev.java import class_data_sharing_options, find_java
+from tableflow_core.dev.java import (
+    class_data_sharing_options,
+    drop_archive_of_failed_start,
+    find_java,
+)
 from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
 
 CONNECT_LOCK = "kafka-connect"
@@ -288,15 +292,15 @@ def start_kafka_connect(
         )
     except RuntimeError as exc:
         secrets_file(data_dir).unlink(missing_ok=True)
-        _drop_archive_of_failed_start(sharing)
+        drop_archive_of_failed_start(sharing)
         raise KafkaConnectError(str(exc)) from exc
     names = tuple(c.name for c in settings.connectors)
     worker = KafkaConnectWorker(process, settings.host, port, data_dir, connectors=names)
     try:
         wait_until_running(worker, names, timeout=timeout)
-    except KafkaConnectError:
+    except BaseException:
         worker.stop(timeout=5)
-        _drop_archive_of_failed_start(sharing)
+        drop_archive_of_failed_start(sharing)
         raise
     return dataclasses.replace(worker, startup_seconds=time.monotonic() - started)
 
@@ -340,13 +344,6 @@ def _render(properties: Mapping[str, str]) -> str:
         return value.replace("\\", "\\\\").replace("\n", "\\n")
 
     return "".join(f"{key}={escape(value)}\n" for key, value in properties.items())
-
-
-def _drop_archive_of_failed_start(options: list[str]) -> None:
-    prefix = "-XX:ArchiveClassesAtExit="
-    for option in options:
-        if option.startswith(prefix):
-            Path(option.removeprefix(prefix)).unlink(missing_ok=True)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -34,7 +34,11 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from tableflow_core.dev.artifacts import ensure, load_lock
-from tableflow_core.dev.java import class_data_sharing_options, find_java
+from tableflow_core.dev.java import (
+    class_data_sharing_options,
+    drop_archive_of_failed_start,
+    find_java,
+)
 from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
 
 NESSIE_LOCK = "nessie"
@@ -185,14 +189,14 @@ def start_nessie(
         )
     except RuntimeError as exc:
         secrets_file(data_dir).unlink(missing_ok=True)
-        _drop_archive_of_failed_start(sharing)
+        drop_archive_of_failed_start(sharing)
         raise NessieServerError(str(exc)) from exc
     server = NessieServer(process, settings.host, port, management_port, data_dir)
     try:
         wait_until_ready(server, timeout=timeout)
-    except NessieServerError:
+    except BaseException:
         server.stop(timeout=5)
-        _drop_archive_of_failed_start(sharing)
+        drop_archive_of_failed_start(sharing)
         raise
     return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
 
@@ -218,13 +222,6 @@ def wait_until_ready(server: NessieServer, timeout: float = 120.0) -> None:
         f"Nessie at {server.base_url} was not ready within {timeout:.0f}s ({last}); "
         f"see {server.process.log_file}"
     )
-
-
-def _drop_archive_of_failed_start(options: list[str]) -> None:
-    prefix = "-XX:ArchiveClassesAtExit="
-    for option in options:
-        if option.startswith(prefix):
-            Path(option.removeprefix(prefix)).unlink(missing_ok=True)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -43,7 +43,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from tableflow_core.dev.artifacts import ensure, load_lock, unpack
-from tableflow_core.dev.java import class_data_sharing_options, find_java
+from tableflow_core.dev.java import (
+    class_data_sharing_options,
+    drop_archive_of_failed_start,
+    find_java,
+)
 from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
 
 TRINO_LOCK = "trino"
@@ -242,14 +246,14 @@ def start_trino(
         )
     except RuntimeError as exc:
         _remove(catalog_files)
-        _drop_archive_of_failed_start(sharing)
+        drop_archive_of_failed_start(sharing)
         raise TrinoServerError(f"{exc}\n(server log: {data_dir / 'var/log/server.log'})") from exc
     server = TrinoServer(process, settings.host, port, data_dir)
     try:
         wait_until_ready(server, [c.name for c in settings.catalogs], timeout)
-    except TrinoServerError:
+    except BaseException:  # an interrupted wait must not leave a 0.5 GB JVM behind
         process.stop(timeout=5)
-        _drop_archive_of_failed_start(sharing)
+        drop_archive_of_failed_start(sharing)
         raise
     finally:
         # Loaded at start (static catalogs): the secrets need not stay on disk.
@@ -375,15 +379,6 @@ def _link_plugins(home: Path, plugin_dir: Path, plugins: Iterable[str]) -> None:
         with contextlib.suppress(FileNotFoundError):
             link.unlink()
         link.symlink_to(source, target_is_directory=True)
-
-
-def _drop_archive_of_failed_start(options: Iterable[str]) -> None:
-    """A JVM that exits on a configuration error still writes its archive, complete but
-    holding the classes of a failed start only: drop it so a good start writes one."""
-    prefix = "-XX:ArchiveClassesAtExit="
-    for option in options:
-        if option.startswith(prefix):
-            Path(option.removeprefix(prefix)).unlink(missing_ok=True)
 
 
 def _write_private(path: Path, text: str) -> None:
