@@ -16,4 +16,6 @@ pytest_plugins = [
     "tests.fixtures.apply_env",
     "tests.fixtures.s3",
     "tests.fixtures.s3_catalog",
+    "tests.fixtures.trino",
+    "tests.fixtures.nessie",
 ]

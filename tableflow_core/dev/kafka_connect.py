@@ -1,0 +1,356 @@
+"""Kafka Connect standalone with the Apache Iceberg sink, from Maven Central jars.
+
+    worker = start_kafka_connect(KafkaConnectSettings(
+        data_dir=Path(".tableflow/dev/connect"), bootstrap="127.0.0.1:9092",
+        connectors=(iceberg_sink(name="orders-sink", topics="orders", table="db.orders",
+                                 catalog=IcebergSinkCatalog(uri=..., credential=...)),)))
+    worker.rest_url                       # http://127.0.0.1:<port> (Connect's REST API)
+    worker.connector_status("orders-sink")
+    worker.stop()
+
+Two artifact locks: `kafka-connect` (the worker: connect-runtime 4.4.0, the JSON converter,
+a log4j2 binding) and `iceberg-kafka-connect` (the sink 1.12.0 with its events and
+transforms, Parquet, S3FileIO and the AWS SDK bundle). No runtime zip of the sink is
+published, so the plugin folder is built per run from links to the cached jars (with kafka-clients:
+the sink's control-topic clients load in the plugin's class loader).
+
+Records reach the sink through `JsonConverter` with `schemas.enable=false`: the sink gets
+Maps and creates and evolves the table itself (`iceberg.tables.auto-create-enabled`,
+`iceberg.tables.evolve-schema-enabled`). Avro through a registry would need Confluent's
+AvroConverter, which is not on Maven Central.
+
+Secrets (the catalog's client credential, S3 keys) never reach a command line or a
+properties file the worker logs: the connector file refers to them as
+`${file:<secrets>:<key>}` (Kafka's FileConfigProvider), the secrets file is 0600 and
+removed when the worker stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
+from tableflow_core.errors import TableflowError
+from tableflow_core.jvm.artifacts import ensure, load_lock
+from tableflow_core.jvm.java import (
+    class_data_sharing_options,
+    drop_archive_of_failed_start,
+    find_java,
+)
+
+CONNECT_LOCK = "kafka-connect"
+SINK_LOCK = "iceberg-kafka-connect"
+CONNECT_NAME = "kafka-connect"
+MIN_JAVA = 17
+MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
+SINK_CLASS = "org.apache.iceberg.connect.IcebergSinkConnector"
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+DEFAULT_JAVA_OPTIONS = (
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+    # AWS SDK 2.30+ checksum trailers (apache/iceberg#14439): only where S3 requires them.
+    "-Daws.requestChecksumCalculation=when_required",
+    "-Daws.responseChecksumValidation=when_required",
+)
+LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+shutdownHook = disable
+logger.commit.name = org.apache.iceberg.connect.channel
+logger.commit.level = INFO
+"""
+
+
+class KafkaConnectError(TableflowError, RuntimeError):
+    """The worker did not start or a connector failed; the message names the log."""
+
+
+@dataclass(frozen=True)
+class IcebergSinkCatalog:
+    """The Iceberg REST catalog the sink commits to, and how it reaches S3."""
+
+    uri: str
+    credential: SecretStr | None = None
+    oauth2_server_uri: str | None = None
+    vended_credentials: bool = True
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    properties: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SinkConnector:
+    """A connector file's properties; `secrets` go to the 0600 secrets file."""
+
+    name: str
+    properties: tuple[tuple[str, str], ...]
+    secrets: tuple[tuple[str, SecretStr], ...] = ()
+
+
+def iceberg_sink(
+    name: str,
+    topics: str,
+    table: str,
+    catalog: IcebergSinkCatalog,
+    commit_interval_ms: int = 300_000,
+    control_topic: str | None = None,
+    tasks: int = 1,
+    extra: Mapping[str, str] | None = None,
+) -> SinkConnector:
+    """The Iceberg sink writing `topics` to one table (created and evolved by the sink)."""
+    props: dict[str, str] = {
+        "connector.class": SINK_CLASS,
+        "tasks.max": str(tasks),
+        "topics": topics,
+        "iceberg.tables": table,
+        "iceberg.tables.auto-create-enabled": "true",
+        "iceberg.tables.evolve-schema-enabled": "true",
+        "iceberg.control.commit.interval-ms": str(commit_interval_ms),
+        "iceberg.catalog.type": "rest",
+        "iceberg.catalog.uri": catalog.uri,
+        "iceberg.catalog.cache-enabled": "false",
+    }
+    if control_topic:
+        props["iceberg.control.topic"] = control_topic
+    secrets: list[tuple[str, SecretStr]] = []
+    if catalog.credential is not None:
+        props["iceberg.catalog.rest.auth.type"] = "oauth2"
+        props["iceberg.catalog.oauth2-server-uri"] = (
+            catalog.oauth2_server_uri or catalog.uri.rstrip("/") + "/v1/oauth/tokens"
+        )
+        props["iceberg.catalog.scope"] = "catalog"
+        secrets.append(("iceberg.catalog.credential", catalog.credential))
+    if catalog.vended_credentials:
+        props["iceberg.catalog.header.X-Iceberg-Access-Delegation"] = "vended-credentials"
+    if catalog.s3_access_key_id and catalog.s3_secret_access_key is not None:
+        props["iceberg.catalog.s3.access-key-id"] = catalog.s3_access_key_id
+        secrets.append(("iceberg.catalog.s3.secret-access-key", catalog.s3_secret_access_key))
+    props.update(dict(catalog.properties))
+    props.update(dict(extra or {}))
+    return SinkConnector(name, tuple(props.items()), tuple(secrets))
+
+
+@dataclass(frozen=True)
+class KafkaConnectSettings:
+    data_dir: Path
+    bootstrap: str
+    connectors: tuple[SinkConnector, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 0
+    heap_mb: int = 384
+    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
+    worker_properties: tuple[tuple[str, str], ...] = ()
+    class_data_sharing: bool = True
+
+
+@dataclass(frozen=True)
+class KafkaConnectWorker:
+    process: BackgroundProcess
+    host: str
+    port: int
+    data_dir: Path
+    startup_seconds: float = 0.0
+    connectors: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def connector_status(self, name: str) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.rest_url}/connectors/{name}/status", timeout=10) as r:
+            return dict(json.loads(r.read()))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        try:
+            self.process.stop(timeout)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                secrets_file(self.data_dir).unlink()
+
+
+def secrets_file(data_dir: Path) -> Path:
+    return data_dir / "secrets.properties"
+
+
+def build_plugin_dir(plugin_root: Path) -> Path:
+    """`plugin_root/iceberg-kafka-connect/` holding links to the sink's cached jars."""
+    resolved = ensure(load_lock(SINK_LOCK))
+    plugin = plugin_root / "iceberg-kafka-connect"
+    plugin.mkdir(parents=True, exist_ok=True)
+    wanted = {}
+    for locked, path in zip(resolved.lock.artifacts, resolved.files, strict=True):
+        # Connect provides slf4j to every plugin; kafka-clients stays in: the sink's
+        # control-topic producer and consumer load inside the plugin's class loader
+        # (Connect isolates org.apache.kafka.common.utils and the clients per plugin).
+        if locked.coordinate.artifact.startswith("slf4j"):
+            continue
+        wanted[path.name] = path
+    for entry in plugin.iterdir():
+        if entry.name not in wanted:
+            entry.unlink()
+    for name, path in wanted.items():
+        link = plugin / name
+        if not link.is_symlink() or link.resolve() != path.resolve():
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+            link.symlink_to(path)
+    return plugin_root
+
+
+def worker_properties(
+    settings: KafkaConnectSettings, port: int, plugin_root: Path
+) -> dict[str, str]:
+    data_dir = settings.data_dir.resolve()
+    return {
+        "bootstrap.servers": settings.bootstrap,
+        "listeners": f"http://{settings.host}:{port}",
+        "rest.advertised.host.name": settings.host,
+        "rest.advertised.port": str(port),
+        "plugin.path": str(plugin_root),
+        # Scanning the plugin's jars (no ServiceLoader manifests in the sink's jars).
+        "plugin.discovery": "only_scan",
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": "false",
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": "false",
+        "offset.storage.file.filename": str(data_dir / "connect.offsets"),
+        "offset.flush.interval.ms": "1000",
+        "config.providers": "file",
+        "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+        **dict(settings.worker_properties),
+    }
+
+
+def start_kafka_connect(
+    settings: KafkaConnectSettings, log_file: Path | None = None, timeout: float = 120.0
+) -> KafkaConnectWorker:
+    """Start a standalone worker with `settings.connectors`; wait until each task runs."""
+    started = time.monotonic()
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = log_file or data_dir / "connect.log"
+    port = settings.port or free_port(settings.host)
+    java = find_java(MIN_JAVA)
+    worker_jars = ensure(load_lock(CONNECT_LOCK))
+    plugin_root = build_plugin_dir(data_dir / "plugins")
+
+    secrets: dict[str, str] = {}
+    connector_files = []
+    for connector in settings.connectors:
+        props = dict(connector.properties)
+        props["name"] = connector.name
+        for key, value in connector.secrets:
+            secret_key = f"{connector.name}.{key}"
+            secrets[secret_key] = value.get_secret_value()
+            props[key] = f"${{file:{secrets_file(data_dir)}:{secret_key}}}"
+        path = data_dir / f"{connector.name}.properties"
+        path.write_text(_render(props))
+        connector_files.append(path)
+    _write_private(secrets_file(data_dir), _render(secrets))
+    worker_file = data_dir / "worker.properties"
+    worker_file.write_text(_render(worker_properties(settings, port, plugin_root)))
+    log4j = data_dir / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+
+    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
+    sharing = (
+        class_data_sharing_options(CONNECT_NAME, java, jvm, worker_jars.files)
+        if settings.class_data_sharing
+        else []
+    )
+    command = [
+        str(java.executable),
+        *sharing,
+        *jvm,
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        worker_jars.classpath(),
+        MAIN_CLASS,
+        str(worker_file),
+        *(str(p) for p in connector_files),
+    ]
+    try:
+        process = start_background(
+            CONNECT_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
+        )
+    except RuntimeError as exc:
+        secrets_file(data_dir).unlink(missing_ok=True)
+        drop_archive_of_failed_start(sharing)
+        raise KafkaConnectError(str(exc)) from exc
+    names = tuple(c.name for c in settings.connectors)
+    worker = KafkaConnectWorker(process, settings.host, port, data_dir, connectors=names)
+    try:
+        wait_until_running(worker, names, timeout=timeout)
+    except BaseException:
+        worker.stop(timeout=5)
+        drop_archive_of_failed_start(sharing)
+        raise
+    return dataclasses.replace(worker, startup_seconds=time.monotonic() - started)
+
+
+def wait_until_running(
+    worker: KafkaConnectWorker, names: tuple[str, ...], timeout: float = 120.0
+) -> None:
+    """Every connector and each of its tasks reports RUNNING (a FAILED one raises)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        if not worker.process.alive:
+            break
+        try:
+            states = [worker.connector_status(name) for name in names]
+            failed = [
+                t for s in states for t in s.get("tasks", []) if t.get("state") == "FAILED"
+            ] + [s for s in states if s.get("connector", {}).get("state") == "FAILED"]
+            if failed:
+                trace = str(failed[0].get("trace") or failed[0])[:2000]
+                raise KafkaConnectError(f"connector failed: {trace}")
+            if all(
+                s.get("connector", {}).get("state") == "RUNNING"
+                and s.get("tasks")
+                and all(t.get("state") == "RUNNING" for t in s["tasks"])
+                for s in states
+            ):
+                return
+            last = states
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            last = exc
+        time.sleep(0.2)
+    raise KafkaConnectError(
+        f"Kafka Connect at {worker.rest_url} did not run {names} within {timeout:.0f}s "
+        f"({last}); see {worker.process.log_file}"
+    )
+
+
+def _render(properties: Mapping[str, str]) -> str:
+    def escape(value: str) -> str:
+        return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+    return "".join(f"{key}={escape(value)}\n" for key, value in properties.items())
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)

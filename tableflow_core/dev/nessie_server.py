@@ -1,0 +1,234 @@
+"""Project Nessie (a Quarkus uber-jar from Maven Central) as an Iceberg REST catalog on S3.
+
+    server = start_nessie(NessieSettings(data_dir=Path(".tableflow/dev/nessie"),
+                                         warehouse="s3://warehouse/nessie",
+                                         s3=NessieS3(endpoint=..., access_key_id=..., secret_access_key=...)))
+    server.iceberg_uri        # http://127.0.0.1:<port>/iceberg  (Iceberg REST; prefix = branch)
+    server.api_uri            # http://127.0.0.1:<port>/api/v2   (Nessie's own API)
+    server.stop()
+
+The `nessie` artifact lock pins `nessie-quarkus-0.99.0-runner.jar`; it needs Java 21+
+(its classes are version 65), so `find_java(21)` takes Temurin 25 here. Nessie keeps its
+commits in memory (`nessie.version.store.type=IN_MEMORY`): gone when it stops. The API
+and Quarkus' management interface (health) bind 127.0.0.1 on free ports. Nessie's own
+authentication is OIDC only; this dev/test server runs without it, on loopback.
+
+Nessie writes table metadata itself (it is the catalog), so it needs the object store's
+keys: they go to Quarkus through `config/application.properties` in the data folder
+(mode 0600, the working directory's config file Quarkus reads), referenced as a Nessie
+secret (`urn:nessie-secret:quarkus:tableflow-s3`), never on the command line. The file is
+removed when the server stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
+from tableflow_core.errors import TableflowError
+from tableflow_core.jvm.artifacts import ensure, load_lock
+from tableflow_core.jvm.java import (
+    class_data_sharing_options,
+    drop_archive_of_failed_start,
+    find_java,
+)
+
+NESSIE_LOCK = "nessie"
+NESSIE_NAME = "nessie"
+MIN_JAVA = 21
+WAREHOUSE_NAME = "warehouse"
+SECRET_NAME = "tableflow-s3"
+DEFAULT_JAVA_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+
+
+class NessieServerError(TableflowError, RuntimeError):
+    """Nessie did not start; the message names its log."""
+
+
+@dataclass(frozen=True)
+class NessieS3:
+    """The object store Nessie writes metadata to and hands to its clients."""
+
+    endpoint: str
+    access_key_id: str
+    secret_access_key: SecretStr = field(repr=False)
+    region: str = "us-east-1"
+    path_style_access: bool = True
+    # Nessie signs its clients' S3 requests by default (`s3.remote-signing-enabled` in the
+    # table config); clients that cannot use a remote signer bring their own keys.
+    request_signing: bool = True
+
+
+@dataclass(frozen=True)
+class NessieSettings:
+    data_dir: Path
+    warehouse: str  # s3://bucket/prefix
+    s3: NessieS3
+    host: str = "127.0.0.1"
+    port: int = 0
+    management_port: int = 0
+    heap_mb: int = 256
+    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
+    properties: tuple[tuple[str, str], ...] = ()
+    lock: str = NESSIE_LOCK
+    class_data_sharing: bool = True
+
+
+@dataclass(frozen=True)
+class NessieServer:
+    process: BackgroundProcess
+    host: str
+    port: int
+    management_port: int
+    data_dir: Path
+    startup_seconds: float = 0.0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def iceberg_uri(self) -> str:
+        """The Iceberg REST catalog (the branch `main` is the default prefix)."""
+        return self.base_url + "/iceberg"
+
+    @property
+    def api_uri(self) -> str:
+        return self.base_url + "/api/v2"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{self.host}:{self.management_port}/q/health/ready"
+
+    def stop(self, timeout: float = 15.0) -> None:
+        try:
+            self.process.stop(timeout)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                secrets_file(self.data_dir).unlink()
+
+
+def secrets_file(data_dir: Path) -> Path:
+    return data_dir / "config" / "application.properties"
+
+
+def nessie_properties(settings: NessieSettings, port: int, management_port: int) -> dict[str, str]:
+    """Everything but the keys (those go to the 0600 file): safe on the command line."""
+    s3 = settings.s3
+    return {
+        "quarkus.http.host": settings.host,
+        "quarkus.http.port": str(port),
+        "quarkus.management.host": settings.host,
+        "quarkus.management.port": str(management_port),
+        "quarkus.log.level": "WARN",
+        'quarkus.log.category."io.quarkus".level': "INFO",
+        "quarkus.otel.sdk.disabled": "true",
+        "nessie.version.store.type": "IN_MEMORY",
+        "nessie.server.authentication.enabled": "false",
+        "nessie.catalog.default-warehouse": WAREHOUSE_NAME,
+        f"nessie.catalog.warehouses.{WAREHOUSE_NAME}.location": settings.warehouse,
+        "nessie.catalog.service.s3.default-options.endpoint": s3.endpoint,
+        "nessie.catalog.service.s3.default-options.region": s3.region,
+        "nessie.catalog.service.s3.default-options.path-style-access": str(
+            s3.path_style_access
+        ).lower(),
+        "nessie.catalog.service.s3.default-options.request-signing-enabled": str(
+            s3.request_signing
+        ).lower(),
+        "nessie.catalog.service.s3.default-options.auth-type": "STATIC",
+        "nessie.catalog.service.s3.default-options.access-key": (
+            f"urn:nessie-secret:quarkus:{SECRET_NAME}"
+        ),
+        **dict(settings.properties),
+    }
+
+
+def start_nessie(
+    settings: NessieSettings, log_file: Path | None = None, timeout: float = 120.0
+) -> NessieServer:
+    """Start Nessie and wait until it is ready (its object store check included)."""
+    started = time.monotonic()
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = log_file or data_dir / "nessie.log"
+    port = settings.port or free_port(settings.host)
+    management_port = settings.management_port or free_port(settings.host)
+    java = find_java(MIN_JAVA)
+    (runner,) = ensure(load_lock(settings.lock)).files
+    _write_private(
+        secrets_file(data_dir),
+        f"{SECRET_NAME}.name={settings.s3.access_key_id}\n"
+        f"{SECRET_NAME}.secret={settings.s3.secret_access_key.get_secret_value()}\n",
+    )
+    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
+    sharing = (
+        class_data_sharing_options(NESSIE_NAME, java, jvm, [runner])
+        if settings.class_data_sharing
+        else []
+    )
+    properties = nessie_properties(settings, port, management_port)
+    command = [
+        str(java.executable),
+        *sharing,
+        *jvm,
+        *(f"-D{key}={value}" for key, value in properties.items()),
+        "-jar",
+        str(runner),
+    ]
+    try:
+        process = start_background(
+            NESSIE_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
+        )
+    except RuntimeError as exc:
+        secrets_file(data_dir).unlink(missing_ok=True)
+        drop_archive_of_failed_start(sharing)
+        raise NessieServerError(str(exc)) from exc
+    server = NessieServer(process, settings.host, port, management_port, data_dir)
+    try:
+        wait_until_ready(server, timeout=timeout)
+    except BaseException:
+        server.stop(timeout=5)
+        drop_archive_of_failed_start(sharing)
+        raise
+    return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
+
+
+def wait_until_ready(server: NessieServer, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | str | None = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(server.health_url, timeout=2) as health:
+                if health.status == 200:
+                    with urllib.request.urlopen(f"{server.iceberg_uri}/v1/config", timeout=5) as c:
+                        if c.status == 200:
+                            return
+        except urllib.error.HTTPError as exc:
+            last = f"HTTP {exc.code}: {exc.read()[:300]!r}"
+        except (urllib.error.URLError, OSError) as exc:
+            last = exc
+        if not server.process.alive:
+            break
+        time.sleep(0.1)
+    raise NessieServerError(
+        f"Nessie at {server.base_url} was not ready within {timeout:.0f}s ({last}); "
+        f"see {server.process.log_file}"
+    )
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
