@@ -90,7 +90,7 @@ def build_plan(
     suspended: dict[str, str] = {}
 
     for table in sorted(tables, key=lambda t: t.name):
-        blockers.extend(capabilities.table_blockers(table))
+        blockers.extend(capabilities.table_blockers(table, world.missing_extras))
         for problem in world.problems.get(table.name, ()):
             blockers.append(column_checks.problem_blocker(table, problem))
         observed = world.tables.get(table.identifier)

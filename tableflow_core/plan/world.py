@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tableflow_core.config.extras import missing_extras
 from tableflow_core.config.project import Project, Table
 from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.errors import TableflowError
@@ -304,6 +305,7 @@ def read_world(
         publish_errors=publish_errors,
         dlq_tables=dlq_tables,
         dlq_topics=dlq_topics,
+        missing_extras=missing_extras(),
     )
 
 
