@@ -427,7 +427,7 @@ def _publish_action(
 
 def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) -> list[Action]:
 
-    due = maintenance_due(table, observed, now)
+    due = maintenance_due(table, observed, now, activity=observed.activity)
     if not due:
         return []
     return [

@@ -24,6 +24,7 @@ from tableflow_core.kafka.admin import (
     offsets_for_timestamp,
     probe_bootstrap,
 )
+from tableflow_core.maintenance.activity import table_activity
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.dead_letter_table import iceberg_dlq_users
 from tableflow_core.plan.dead_letter_topic import kafka_dlq_users
@@ -119,6 +120,7 @@ def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
         snapshot_id=metadata.current_snapshot_id,
         metadata_location=table.metadata_location,
         committed=dict(committed.offsets) if committed and committed.topic == topic else None,
+        activity=table_activity(table),
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tableflow_core.maintenance.activity import TableActivity
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 
 
@@ -28,6 +29,7 @@ class ObservedTable:
     snapshot_id: int | None = None
     metadata_location: str | None = None
     committed: Mapping[int, int] | None = None  # partition -> next offset; None: never ingested
+    activity: TableActivity | None = None  # what its commits wrote (maintenance triggers)
 
 
 @dataclass(frozen=True)

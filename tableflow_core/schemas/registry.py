@@ -66,7 +66,9 @@ def probe_registry(settings: RegistrySettings, timeout: float = PROBE_TIMEOUT_S)
     a schema then reports). One request; `mock://` registries are always up."""
     if settings.url.startswith("mock://"):
         return
-    password = settings.basic_auth_password.get_secret_value() if settings.basic_auth_password else ""
+    password = (
+        settings.basic_auth_password.get_secret_value() if settings.basic_auth_password else ""
+    )
     auth = (settings.basic_auth_user, password) if settings.basic_auth_user is not None else None
     try:
         answer = requests.get(settings.url.rstrip("/") + "/subjects", auth=auth, timeout=timeout)

@@ -398,7 +398,9 @@ class StatusTask:
         except Exception as exc:
             if "did not answer" in str(exc):  # connected, but no metadata: down for us
                 address = self.project.target.kafka.bootstrap_servers
-                unreachable.append(self.project.redact(f"kafka at {address} is not reachable: {exc}"))
+                unreachable.append(
+                    self.project.redact(f"kafka at {address} is not reachable: {exc}")
+                )
             else:
                 problems.append(f"kafka: {self.project.redact(str(exc))}")
         return _with(

@@ -39,9 +39,7 @@ def checks_project(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_plan_refuses_checks_without_the_extra_at_the_checks_line(tmp_path: Path) -> None:
     project = checks_project(tmp_path)
-    plan = build_plan(
-        project, project.tables, world(project, missing_extras=frozenset({"checks"}))
-    )
+    plan = build_plan(project, project.tables, world(project, missing_extras=frozenset({"checks"})))
     (blocker,) = plan.blockers
     assert blocker.kind == "missing_extra" and blocker.key == "checks"
     assert "pip install 'tableflow[checks]'" in blocker.message
@@ -53,9 +51,7 @@ def test_plan_refuses_checks_without_the_extra_at_the_checks_line(tmp_path: Path
 
 def test_tables_without_checks_need_no_extra(tmp_path: Path) -> None:
     project = make_project(tmp_path)
-    plan = build_plan(
-        project, project.tables, world(project, missing_extras=frozenset({"checks"}))
-    )
+    plan = build_plan(project, project.tables, world(project, missing_extras=frozenset({"checks"})))
     assert not plan.blockers
     installed = build_plan(project, project.tables, world(checks_project(tmp_path / "x")))
     assert not installed.blockers

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
-from tableflow_core.config.extras import CHECKS, MissingExtraError, is_installed
+from tableflow_core.config.extras import CHECKS, MissingExtraError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.transforms.spark import rejected_rows
 from tableflow_core.sql_text import quote_ident
