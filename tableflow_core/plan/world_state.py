@@ -69,3 +69,7 @@ class WorldState:
     # Optional extras of the package not installed where the plan was made
     # (`config/extras.py`): the tables that need one are refused.
     missing_extras: frozenset[str] = frozenset()
+    # Source topics the broker does not have, and (only when some are missing) the topics
+    # it has, to suggest a close name.
+    missing_topics: frozenset[str] = frozenset()
+    broker_topics: frozenset[str] = frozenset()
