@@ -6,6 +6,7 @@ tableflow without great-expectations runs every command, refusing only tables wi
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,10 +33,10 @@ sys.meta_path.insert(0, NoGreatExpectations())
 """
 
 
-def dry_run(script: str) -> subprocess.CompletedProcess[str]:
+def dry_run(script: str, sandbox: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", f"scripts/{script}"],
-        cwd=REPO,
+        cwd=sandbox,
         env={**os.environ, "TABLEFLOW_BOOTSTRAP_DRY_RUN": "1"},
         capture_output=True,
         text=True,
@@ -43,16 +44,30 @@ def dry_run(script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_demo_installs_only_what_it_runs() -> None:
-    demo = dry_run("demo.sh")
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    """The scripts in a copy whose .venv programs all fail: a script that ignored the dry
+    run could install nothing and start no demo or test run."""
+    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python", "tableflow", "ruff", "mypy"):
+        (bin_dir / name).write_text("#!/bin/sh\necho 'not in a dry run' >&2\nexit 97\n")
+        (bin_dir / name).chmod(0o755)
+    return tmp_path
+
+
+def test_the_demo_installs_only_what_it_runs(sandbox: Path) -> None:
+    demo = dry_run("demo.sh", sandbox)
     assert demo.returncode == 0, demo.stderr
     assert "pip install -e '.'" in demo.stdout
     assert "chromium" not in demo.stdout and "dev" not in demo.stdout.split("pip install")[1]
     assert "== tableflow" not in demo.stdout  # the dry run stops before the demo itself
 
 
-def test_the_test_command_installs_the_rest() -> None:
-    tests = dry_run("test.sh")
+def test_the_test_command_installs_the_rest(sandbox: Path) -> None:
+    tests = dry_run("test.sh", sandbox)
     assert tests.returncode == 0, tests.stderr
     assert "pip install -e '.[checks,dev]'" in tests.stdout
     assert "apt-get install chromium" in tests.stdout
