@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# Create .venv and install tableflow with its dev tools; a no-op when up to date.
-# Sourced by scripts/demo.sh and scripts/test.sh.
+# Create .venv and install tableflow; a no-op when up to date. Sourced by scripts/demo.sh
+# and scripts/test.sh, each with what it needs:
+#   demo  tableflow and what it runs (no test tools, no great-expectations, no browser)
+#   test  (the default) also the test tools and great-expectations (`.[checks,dev]`), and
+#         Debian's chromium for the docs-site test
+# TABLEFLOW_BOOTSTRAP_DRY_RUN=1: print what a fresh machine would get installed, and exit.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+
+install_profile="${1:-test}"
+case "$install_profile" in
+  demo) pip_target="."; want_browser=no ;;
+  test) pip_target=".[checks,dev]"; want_browser=yes ;;
+  *) echo "scripts/bootstrap.sh: unknown profile '$install_profile' (demo or test)" >&2; exit 2 ;;
+esac
+
+if [ -n "${TABLEFLOW_BOOTSTRAP_DRY_RUN:-}" ]; then
+  echo "profile: $install_profile"
+  echo "apt-get install openjdk-17-jre-headless   (when java is missing)"
+  [ "$want_browser" = yes ] && echo "apt-get install chromium   (when chromium is missing)"
+  echo "python3.11 -m venv .venv"
+  echo "pip install -e '$pip_target'"
+  exit 0
+fi
 
 python_bin="${PYTHON:-python3}"
 if ! "$python_bin" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
@@ -24,7 +44,8 @@ fi
 
 # The docs-site test looks at `tableflow docs generate` in a real headless browser.
 # Debian's chromium: ~33 s to install here (apt-get install, package lists already fetched).
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+if [ "$want_browser" = yes ] && ! command -v chromium >/dev/null 2>&1 \
+    && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "Installing chromium (headless browser for the docs-site test)..."
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
@@ -34,15 +55,18 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$python_bin" -m venv .venv
 fi
+# The stamp holds the pyproject's hash and the profile installed; a test install covers
+# the demo's needs, not the other way round.
 stamp=.venv/.tableflow-install-stamp
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
-  echo "Installing tableflow and its dependencies into .venv (log: .venv/install.log) ..."
-  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e ".[dev]"; } \
+installed="$(cat "$stamp" 2>/dev/null || true)"
+if [ "$installed" != "$wanted test" ] && [ "$installed" != "$wanted $install_profile" ]; then
+  echo "Installing tableflow ($install_profile) into .venv (log: .venv/install.log) ..."
+  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e "$pip_target"; } \
       > .venv/install.log 2>&1; then
     tail -n 40 .venv/install.log >&2
     echo "Installing failed; the whole log is in .venv/install.log" >&2
     exit 1
   fi
-  echo "$wanted" > "$stamp"
+  echo "$wanted $install_profile" > "$stamp"
 fi

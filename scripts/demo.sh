@@ -4,7 +4,7 @@
 # Ports can be moved with TABLEFLOW_KAFKA_PORT / TABLEFLOW_REGISTRY_PORT / TABLEFLOW_CATALOG_PORT.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$repo/scripts/bootstrap.sh"
+source "$repo/scripts/bootstrap.sh" demo
 cd "$repo"
 tf() { .venv/bin/tableflow "$@"; }
 

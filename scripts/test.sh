@@ -4,7 +4,7 @@
 # registry, catalog, Spark). Extra args go to pytest.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$repo/scripts/bootstrap.sh"
+source "$repo/scripts/bootstrap.sh" test
 cd "$repo"
 
 echo "== ruff check";   .venv/bin/ruff check .

@@ -81,10 +81,11 @@ class CliContext:
             message += "\nNothing was changed."
         self.fail(message, exc.exit_code)
 
-    def unreachable(self, exc: Exception | str) -> NoReturn:
+    def unreachable(self, exc: Exception | str, *, changes: bool = True) -> NoReturn:
         """A component (Kafka, registry, catalog) is down: say which, and on a target
-        with a local stack, how to start it."""
-        message = f"{exc}\nNothing was changed."
+        with a local stack, how to start it. `changes=False`: a command that never
+        changes anything (no "Nothing was changed.")."""
+        message = f"{exc}\nNothing was changed." if changes else str(exc)
         project = self._project
         if project is not None and project.target.dev_stack is not None:
             message += (

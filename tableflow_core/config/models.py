@@ -350,7 +350,22 @@ class CompactSettings(MaintenanceOperation):
         "128MB", description="Size of the files compaction writes, e.g. `128MB`."
     )
     min_input_files: int = Field(
-        5, ge=1, description="Compact a partition only when it has at least this many files."
+        5,
+        ge=1,
+        description="Compact a partition only when it has at least this many files; a table "
+        "with fewer data files (at least 2) is never compacted.",
+    )
+    every_commits: int | None = Field(
+        10,
+        ge=1,
+        description="Also due once this many commits added files since the last compaction "
+        "(Flink CDC's pipeline compacts after N commits); `null` turns this trigger off.",
+    )
+    every_small_files: int | None = Field(
+        20,
+        ge=2,
+        description="Also due once this many small files (under 75% of `target_file_size`) "
+        "were written since the last compaction; `null` turns this trigger off.",
     )
 
     @field_validator("target_file_size")
@@ -362,6 +377,12 @@ class CompactSettings(MaintenanceOperation):
     @property
     def target_file_size_bytes(self) -> int:
         return parse_size_bytes(self.target_file_size)
+
+    @property
+    def small_file_bytes(self) -> int:
+        """Files under this are small (Iceberg's `min-file-size-bytes` default: 75% of the
+        target size), the ones compaction rewrites."""
+        return self.target_file_size_bytes * 3 // 4
 
 
 class ExpireSnapshotsSettings(MaintenanceOperation):

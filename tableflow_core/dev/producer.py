@@ -1,10 +1,12 @@
-"""Produce sample datasets to Kafka through the real Confluent AvroSerializer.
+"""Produce sample datasets to Kafka through the real Confluent serializers.
 
     result = produce_sample("orders", "127.0.0.1:9092", "http://127.0.0.1:8081", "orders", 100_000)
 
-The value schema is registered under `<topic>-value` (TopicNameStrategy); keys are
-plain UTF-8 strings. `schema_version=2` produces with the evolved schema (one extra
-optional field), which the registry accepts under BACKWARD compatibility.
+`value_format`: `avro` (the default) or `json_schema` register the value schema under
+`<topic>-value` (TopicNameStrategy) and serialize with confluent-kafka's AvroSerializer /
+JSONSerializer; `json` sends plain JSON text, no registry. Keys are plain UTF-8 strings.
+`schema_version=2` produces with the evolved schema (one extra optional field), which
+the registry accepts under BACKWARD compatibility.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -19,10 +22,17 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.dev.broker import create_topics, producer_config
-from tableflow_core.dev.sample_data import generate, schema_for
+from tableflow_core.dev.sample_data import (
+    VALUE_FORMATS,
+    generate,
+    json_schema_for,
+    json_value,
+    schema_for,
+)
 
 _POLL_EVERY = 10_000
 
@@ -33,9 +43,9 @@ class ProduceResult:
 
     dataset: str
     topic: str
-    subject: str
-    schema_id: int
-    schema_version: int
+    subject: str | None  # None: plain JSON, no registry
+    schema_id: int | None
+    schema_version: int | None
     records: int  # messages delivered, tombstones included
     tombstones: int
     distinct_keys: int
@@ -77,18 +87,24 @@ def produce_sample(
     schema_version: int = 1,
     registry_config: dict[str, Any] | None = None,
     producer_overrides: dict[str, Any] | None = None,
+    value_format: str = "avro",
     **dataset_options: Any,
 ) -> ProduceResult:
     """Create `topic` (if missing) and produce `count` records of `dataset` ("orders"/"customers").
 
     `dataset_options` go to the generator (customers: `distinct_customers`, `tombstone_every`).
-    `registry_config` adds client settings such as `basic.auth.user.info`.
+    `registry_config` adds client settings such as `basic.auth.user.info`; `registry_url`
+    is not used for plain `json`.
     """
-    schema_str = json.dumps(schema_for(dataset, schema_version))
+    if value_format not in VALUE_FORMATS:
+        raise ValueError(
+            f"unknown value format {value_format!r}; choose {', '.join(VALUE_FORMATS)}"
+        )
     records = generate(dataset, count, seed, schema_version, **dataset_options)
     create_topics(bootstrap, {topic: partitions})
-    client = SchemaRegistryClient({"url": registry_url, **(registry_config or {})})
-    serialize = AvroSerializer(client, schema_str)
+    client, schema, serialize = _serializer(
+        value_format, dataset, schema_version, registry_url, registry_config
+    )
     producer = Producer(producer_config(bootstrap, **(producer_overrides or {})))
     tracker = _DeliveryTracker()
     context = SerializationContext(topic, MessageField.VALUE)
@@ -120,15 +136,18 @@ def produce_sample(
             f"producing {dataset} to topic {topic!r} on {bootstrap}: {tracker.failures} messages "
             f"failed, {remaining} still queued after flush; first error: {tracker.first_error}"
         )
-    subject = f"{topic}-value"
-    registered = client.lookup_schema(subject, Schema(schema_str, "AVRO"))
+    subject, schema_id, version = None, None, None
+    if client is not None and schema is not None:
+        subject = f"{topic}-value"
+        registered = client.lookup_schema(subject, schema)
+        schema_id, version = int(registered.schema_id or 0), int(registered.version or 0)
     is_orders = dataset == "orders"
     return ProduceResult(
         dataset=dataset,
         topic=topic,
         subject=subject,
-        schema_id=int(registered.schema_id or 0),
-        schema_version=int(registered.version or 0),
+        schema_id=schema_id,
+        schema_version=version,
         records=sum(tracker.per_partition.values()),
         tombstones=tombstones,
         distinct_keys=len(keys),
@@ -137,6 +156,32 @@ def produce_sample(
         total_amount=total_amount if is_orders else None,
         total_quantity=total_quantity if is_orders else None,
     )
+
+
+Serialize = Callable[[dict[str, Any], SerializationContext], bytes | None]
+
+
+def _serializer(
+    value_format: str,
+    dataset: str,
+    schema_version: int,
+    registry_url: str,
+    registry_config: dict[str, Any] | None,
+) -> tuple[SchemaRegistryClient | None, Schema | None, Serialize]:
+    """The registry client and schema (None for plain JSON) and the value serializer."""
+    if value_format == "json":
+        return None, None, lambda value, _context: json.dumps(json_value(value)).encode()
+    client = SchemaRegistryClient({"url": registry_url, **(registry_config or {})})
+    if value_format == "json_schema":
+        text = json.dumps(json_schema_for(dataset, schema_version))
+        to_json = JSONSerializer(text, client)
+        return (
+            client,
+            Schema(text, "JSON"),
+            lambda value, context: to_json(json_value(value), context),
+        )
+    text = json.dumps(schema_for(dataset, schema_version))
+    return client, Schema(text, "AVRO"), AvroSerializer(client, text)
 
 
 def _produce(

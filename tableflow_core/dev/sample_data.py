@@ -2,6 +2,10 @@
 
 Pure: no Kafka, no registry. `tableflow_core.dev.producer` sends these records.
 Records are a function of (seed, index) only, so tests can recompute any expectation.
+
+Each dataset has an Avro schema; the same records go out as JSON too: plain JSON
+(`json_value`: decimals as numbers, timestamps as RFC 3339 text) or through the registry
+with a JSON Schema (`json_schema_for`, the same fields and types).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from decimal import Decimal
 from typing import Any
 
 DATASETS = ("orders", "customers")
+# How `tableflow dev produce --format` encodes the values.
+VALUE_FORMATS = ("avro", "json", "json_schema")
 ORDER_STATUSES = ["PLACED", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"]
 CUSTOMER_TIERS = ["BRONZE", "SILVER", "GOLD", "PLATINUM"]
 CURRENCIES = ["EUR", "USD", "GBP", "CHF"]
@@ -88,6 +94,66 @@ def schema_for(dataset: str, version: int = 1) -> dict[str, Any]:
     if dataset == "customers":
         return customers_schema(version)
     raise ValueError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}")
+
+
+def json_schema_for(dataset: str, version: int = 1) -> dict[str, Any]:
+    """The dataset's JSON Schema: the Avro schema's fields with the same column types
+    (decimals with Confluent's `precision`/`scale`, timestamps as `date-time` text)."""
+    avro = schema_for(dataset, version)
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": avro["name"],
+        **_json_schema_record(avro),
+    }
+
+
+def _json_schema_record(record: dict[str, Any]) -> dict[str, Any]:
+    properties = {f["name"]: _json_schema_type(f["type"]) for f in record["fields"]}
+    required = [f["name"] for f in record["fields"] if not _nullable(f["type"])]
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def _nullable(avro_type: Any) -> bool:
+    return isinstance(avro_type, list) and "null" in avro_type
+
+
+def _json_schema_type(avro_type: Any) -> dict[str, Any]:
+    if isinstance(avro_type, list):  # ["null", X]
+        (inner,) = [t for t in avro_type if t != "null"]
+        return {"oneOf": [{"type": "null"}, _json_schema_type(inner)]}
+    if isinstance(avro_type, str):
+        return {"type": _JSON_SCALARS[avro_type]}
+    logical = avro_type.get("logicalType")
+    if logical == "decimal":
+        return {"type": "number", "precision": avro_type["precision"], "scale": avro_type["scale"]}
+    if logical == "timestamp-millis":
+        return {"type": "string", "format": "date-time"}
+    kind = avro_type["type"]
+    if kind == "enum":
+        return {"type": "string", "enum": list(avro_type["symbols"])}
+    if kind == "array":
+        return {"type": "array", "items": _json_schema_type(avro_type["items"])}
+    if kind == "record":
+        return _json_schema_record(avro_type)
+    raise ValueError(f"no JSON Schema for Avro type {avro_type!r}")
+
+
+_JSON_SCALARS = {"string": "string", "long": "integer", "int": "integer", "double": "number"}
+
+
+def json_value(value: Any) -> Any:
+    """A record's value as JSON data: decimals as numbers (their exact text: every sample
+    amount has two decimals and round-trips through a float), timestamps as RFC 3339
+    text with the offset, the rest as it is."""
+    if isinstance(value, dict):
+        return {k: json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_value(v) for v in value]
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="milliseconds")
+    return value
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ svg.dag text.column { font-size: 13px; font-weight: 600; fill: #5a6478; }
 svg.dag a:hover rect { stroke-width: 3; }
 .state-ok { color: #1e7d3b; } .state-lagging { color: #a66f00; } .state-error { color: #c0392b; }
 .state-suspended { color: #8e44ad; } .state-not_created { color: #777; }
+.state-unreachable { color: #c0392b; }
 code { background: #eef1f6; padding: 1px 4px; border-radius: 3px; }
 /* Side by side on a wide window, one under the other on a narrow one. */
 .split { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr));

@@ -144,6 +144,23 @@ def _partitions(consumer: Any, topic: str, timeout: float, brokers: str = "?") -
     return sorted(topic_meta.partitions)
 
 
+def topic_names(consumer_config: Mapping[str, str], timeout: float = 10.0) -> frozenset[str]:
+    """The names of the topics on the cluster (internal `__*` topics left out)."""
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(consumer_conf(consumer_config))
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaMetadataError(
+            f"broker(s) {brokers_of(consumer_config)} did not list their topics within "
+            f"{timeout:.0f}s: {exc}"
+        ) from exc
+    finally:
+        consumer.close()
+    return frozenset(name for name in metadata.topics if not name.startswith("__"))
+
+
 def get_watermarks(
     consumer_config: Mapping[str, str], topic: str, timeout: float = 10.0
 ) -> dict[int, tuple[int, int]]:

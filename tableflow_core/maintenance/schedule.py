@@ -1,4 +1,13 @@
-"""What maintenance is due: a pure function of the table's config, its properties and now."""
+"""What maintenance is due: a pure function of the table's config, its properties, what
+its commits wrote (`activity.py`) and now.
+
+Every operation is due when its interval has passed since its last run. Compaction is
+also due when small files or commits pile up: `every_small_files` small files or
+`every_commits` commits since the last compaction, whichever comes first (like Flink
+CDC's pipeline, which compacts after N commits or an hour). Compaction is never due on
+a table with fewer data files than it could merge (`min_input_files`, at least 2): a
+one-file table is left alone. Each due operation says which trigger made it due.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +18,13 @@ from typing import Protocol
 
 from tableflow_core.config.models import (
     MAINTENANCE_OPERATIONS,
+    CompactSettings,
     Maintenance,
     MaintenanceOperation,
     parse_duration_seconds,
 )
 from tableflow_core.config.project import Table
+from tableflow_core.maintenance.activity import TableActivity
 from tableflow_core.maintenance.last_run import last_runs
 
 # The order operations run in: compaction first (expiry then frees the files it
@@ -50,17 +61,38 @@ class DueOperation:
     every_s: float
     last_run: datetime | None
     forced: bool = False
+    # The triggers that hold, e.g. "12 commits since the last compaction (due at 10)";
+    # empty: the interval alone (described from `last_run`).
+    triggers: tuple[str, ...] = ()
 
     def describe(self, now: datetime | None = None) -> str:
         if self.forced:
             why = "forced"
-        elif self.last_run is None:
-            why = "never run"
+        elif self.triggers:
+            why = "; ".join(self.triggers)
         else:
-            why = f"last run {self.last_run.isoformat(timespec='seconds')}"
-            if now is not None:
-                why += f", {_human((now - self.last_run).total_seconds())} ago"
-        return f"{self.operation} on {self.table} (every {_human(self.every_s)}; {why})"
+            why = _since_last_run(self.last_run, now)
+        return f"{self.operation} on {self.table} ({self.schedule()}; {why})"
+
+    def schedule(self) -> str:
+        """`every 1h`, and for compaction its other triggers: `every 1h, 10 commits or 20
+        small files`."""
+        parts = [f"every {_human(self.every_s)}"]
+        if isinstance(self.settings, CompactSettings):
+            if self.settings.every_commits is not None:
+                parts.append(f"{self.settings.every_commits} commits")
+            if self.settings.every_small_files is not None:
+                parts.append(f"{self.settings.every_small_files} small files")
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" or {parts[-1]}"
+
+
+def _since_last_run(last_run: datetime | None, now: datetime | None) -> str:
+    if last_run is None:
+        return "never run"
+    why = f"last run {last_run.isoformat(timespec='seconds')}"
+    if now is not None:
+        why += f", {_human((now - last_run).total_seconds())} ago"
+    return why
 
 
 def _human(seconds: float) -> str:
@@ -76,6 +108,29 @@ def configured_operations(block: Maintenance) -> dict[str, MaintenanceOperation]
     return {op: settings for op in RUN_ORDER if (settings := getattr(block, op)) is not None}
 
 
+def compaction_floor(settings: CompactSettings) -> int:
+    """The fewest data files worth compacting: `min_input_files`, at least 2."""
+    return max(2, settings.min_input_files)
+
+
+def compaction_triggers(
+    settings: CompactSettings, activity: TableActivity, last_run: datetime | None
+) -> tuple[str, ...]:
+    """The file triggers that hold: small files and commits since the last compaction."""
+    commits = activity.since(last_run)
+    triggers = []
+    small = sum(c.small_files(settings.small_file_bytes) for c in commits)
+    if settings.every_small_files is not None and small >= settings.every_small_files:
+        triggers.append(
+            f"{small} small files since the last compaction (due at {settings.every_small_files})"
+        )
+    if settings.every_commits is not None and len(commits) >= settings.every_commits:
+        triggers.append(
+            f"{len(commits)} commits since the last compaction (due at {settings.every_commits})"
+        )
+    return tuple(triggers)
+
+
 def maintenance_due(
     table: Table,
     table_state: HasProperties | Mapping[str, str] | None,
@@ -83,12 +138,14 @@ def maintenance_due(
     *,
     force: bool = False,
     only: frozenset[str] | None = None,
+    activity: TableActivity | None = None,
 ) -> list[DueOperation]:
-    """The table's operations whose interval has passed since their last run, in run order.
+    """The table's operations that are due, in run order.
 
     `table_state`: the table's properties (or anything with `.properties`); None means
-    the table does not exist yet, so nothing is due. `force`: every configured
-    operation, due or not. `only`: restrict to these operation names.
+    the table does not exist yet, so nothing is due. `activity`: what its commits wrote
+    (`table_activity`); without it compaction is due by time alone. `force`: every
+    configured operation, due or not. `only`: restrict to these operation names.
     """
     block = table.maintenance
     if block is None or table_state is None:
@@ -104,6 +161,31 @@ def maintenance_due(
         every_s = parse_duration_seconds(settings.every or block.every)
         last = previous.get(op)
         is_due = last is None or (now - last).total_seconds() >= every_s
+        triggers: tuple[str, ...] = ()
+        if isinstance(settings, CompactSettings) and activity is not None:
+            triggers = compaction_triggers(settings, activity, last)
+            if triggers and is_due:
+                triggers = (_since_last_run(last, now), *triggers)
+            is_due = (is_due or bool(triggers)) and (
+                activity.data_files >= compaction_floor(settings)
+            )
         if force or is_due:
-            due.append(DueOperation(table.name, op, settings, every_s, last, force and not is_due))
+            due.append(
+                DueOperation(
+                    table.name, op, settings, every_s, last, force and not is_due, triggers
+                )
+            )
     return due
+
+
+def not_due_reason(table: Table, activity: TableActivity | None) -> str | None:
+    """Why compaction is not due on a table with too few files, for `maintain --dry-run`."""
+    block = table.maintenance
+    settings = block.compact if block is not None else None
+    if settings is None or activity is None:
+        return None
+    floor = compaction_floor(settings)
+    if activity.data_files >= floor:
+        return None
+    files = "data file" if activity.data_files == 1 else "data files"
+    return f"compact not due: {activity.data_files} {files}, fewer than it merges ({floor})"

@@ -251,7 +251,7 @@ DDL_KINDS = frozenset(
 class Blocker(Frozen):
     """Why the plan cannot be applied as is (not supported yet, destructive, ...)."""
 
-    kind: Literal["not_supported", "destructive", "invalid"]
+    kind: Literal["not_supported", "destructive", "invalid", "missing_extra"]
     table: str | None
     key: str | None = Field(None, description="The config key responsible")
     location: str | None = Field(None, description="file:line of that key")

@@ -46,6 +46,7 @@ from tableflow_core.plan.shape import (
     TableShape,
     desired_shape,
 )
+from tableflow_core.plan.source_topic import missing_topic_blocker
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState, key_arrow_schema
 from tableflow_core.publish.state import published_state
@@ -90,9 +91,12 @@ def build_plan(
     suspended: dict[str, str] = {}
 
     for table in sorted(tables, key=lambda t: t.name):
-        blockers.extend(capabilities.table_blockers(table))
+        blockers.extend(capabilities.table_blockers(table, world.missing_extras))
+        if table.topic in world.missing_topics:
+            blockers.append(missing_topic_blocker(project, table, world.broker_topics))
         for problem in world.problems.get(table.name, ()):
-            blockers.append(column_checks.problem_blocker(table, problem))
+            if not _follows_from_missing_topic(table, problem, world):
+                blockers.append(column_checks.problem_blocker(table, problem))
         observed = world.tables.get(table.identifier)
         resolved = world.schemas.get(table.name)
         fingerprints.append(
@@ -198,6 +202,18 @@ def build_plan(
         dag=compile_dag(ordered, {t.name: t for t in tables}),
         suspended=suspended,
     )
+
+
+def _follows_from_missing_topic(table: Table, problem: str, world: WorldState) -> bool:
+    """A subject named after a topic that does not exist is missing too: the topic's
+    blocker says what to do, this one would only repeat it."""
+    if table.topic not in world.missing_topics:
+        return False
+    if problem.startswith("schema:"):
+        return table.value.subject is None
+    if problem.startswith("key schema:"):
+        return table.key.subject is None
+    return False
 
 
 def _write_schema(shape: TableShape, observed: ObservedTable | None) -> Any:
@@ -340,7 +356,9 @@ def _ingest_action(
 
     topic_state = world.topics.get(table.topic)
     if topic_state is None:
-        return None if table.name in world.problems else f"topic {table.topic!r} was not read"
+        if table.name in world.problems or table.topic in world.missing_topics:
+            return None  # blocked already
+        return f"topic {table.topic!r} was not read"
     committed_offsets = dict(committed or {})
     offsets = plan_offsets(
         table.topic,
@@ -427,7 +445,7 @@ def _publish_action(
 
 def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) -> list[Action]:
 
-    due = maintenance_due(table, observed, now)
+    due = maintenance_due(table, observed, now, activity=observed.activity)
     if not due:
         return []
     return [

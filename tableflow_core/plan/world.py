@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tableflow_core.config.extras import missing_extras
 from tableflow_core.config.project import Project, Table
 from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.errors import TableflowError
@@ -22,7 +23,9 @@ from tableflow_core.kafka.admin import (
     get_watermarks,
     offsets_for_timestamp,
     probe_bootstrap,
+    topic_names,
 )
+from tableflow_core.maintenance.activity import table_activity
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.dead_letter_table import iceberg_dlq_users
 from tableflow_core.plan.dead_letter_topic import kafka_dlq_users
@@ -62,12 +65,19 @@ class Readers:
     probe_kafka: Callable[[str, float], None] = lambda _servers, _timeout: None
     # A Kafka dead-letter topic's partition count, None when missing (None: not looked at).
     topic_partitions: Callable[..., int | None] | None = None
+    # The cluster's topic names, read when a table's topic is missing (for "did you mean").
+    topic_names: Callable[..., frozenset[str]] | None = None
 
 
 def default_readers() -> Readers:
 
     return Readers(
-        resolve_schema, get_watermarks, offsets_for_timestamp, probe_bootstrap, topic_partitions
+        resolve_schema,
+        get_watermarks,
+        offsets_for_timestamp,
+        probe_bootstrap,
+        topic_partitions,
+        topic_names,
     )
 
 
@@ -118,6 +128,7 @@ def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
         snapshot_id=metadata.current_snapshot_id,
         metadata_location=table.metadata_location,
         committed=dict(committed.offsets) if committed and committed.topic == topic else None,
+        activity=table_activity(table),
     )
 
 
@@ -256,6 +267,7 @@ def read_world(
                         "schema registry", registry_address, project.redact(str(exc))
                     ) from exc
         topic_states: dict[str, TopicState] = {}
+        missing_topics: set[str] = set()
         for topic, future in watermark_f.items():
             try:
                 topic_states[topic] = TopicState(topic, dict(future.result()))
@@ -264,11 +276,10 @@ def read_world(
                 if type(exc).__name__ == "KafkaMetadataError" and (
                     "not found" in text or "UNKNOWN_TOPIC" in text
                 ):
-                    for t in tables:
-                        if t.topic == topic:
-                            problems.setdefault(t.name, []).append(f"kafka: {exc}")
+                    missing_topics.add(topic)  # a blocker at the table's `topic:` line
                     continue
                 raise WorldReadError("kafka", kafka_address, project.redact(str(exc))) from exc
+        broker_topics = _broker_topics(io, kafka_conf) if missing_topics else frozenset()
         dlq_topics: dict[str, int | None] = {}
         for topic, future in dlq_topic_f.items():
             try:
@@ -304,6 +315,9 @@ def read_world(
         publish_errors=publish_errors,
         dlq_tables=dlq_tables,
         dlq_topics=dlq_topics,
+        missing_extras=missing_extras(),
+        missing_topics=frozenset(missing_topics),
+        broker_topics=broker_topics,
     )
 
 
@@ -325,6 +339,17 @@ def _read_published(
         except Exception as exc:
             errors[name] = project.redact(f"{type(exc).__name__}: {exc}")[:500]
     return published, errors
+
+
+def _broker_topics(io: Readers, kafka_conf: Mapping[str, str]) -> frozenset[str]:
+    """The cluster's topics, to suggest a close name for a missing one; empty when they
+    cannot be listed (the suggestion is a courtesy, never a reason to fail the plan)."""
+    if io.topic_names is None:
+        return frozenset()
+    try:
+        return io.topic_names(kafka_conf, KAFKA_TIMEOUT_S)
+    except Exception:
+        return frozenset()
 
 
 def _registry_down(exc: BaseException) -> bool:

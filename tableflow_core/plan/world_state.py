@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tableflow_core.maintenance.activity import TableActivity
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 
 
@@ -28,6 +29,7 @@ class ObservedTable:
     snapshot_id: int | None = None
     metadata_location: str | None = None
     committed: Mapping[int, int] | None = None  # partition -> next offset; None: never ingested
+    activity: TableActivity | None = None  # what its commits wrote (maintenance triggers)
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,10 @@ class WorldState:
     dlq_topics: Mapping[str, int | None] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Optional extras of the package not installed where the plan was made
+    # (`config/extras.py`): the tables that need one are refused.
+    missing_extras: frozenset[str] = frozenset()
+    # Source topics the broker does not have, and (only when some are missing) the topics
+    # it has, to suggest a close name.
+    missing_topics: frozenset[str] = frozenset()
+    broker_topics: frozenset[str] = frozenset()

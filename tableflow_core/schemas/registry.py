@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import threading
 
+import requests
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pydantic import BaseModel, ConfigDict, SecretStr
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.redaction import redact_url
+
+# A registry that does not answer within this is reported as down (`probe_registry`).
+PROBE_TIMEOUT_S = 5.0
 
 _clients: dict[tuple[str, str | None, str | None], SchemaRegistryClient] = {}
 _clients_lock = threading.Lock()
@@ -43,3 +48,40 @@ class RegistrySettings(BaseModel):
                 client = SchemaRegistryClient.new_client(conf)
                 _clients[cache_key] = client
             return client
+
+
+class RegistryUnreachableError(TableflowError, RuntimeError):
+    """The schema registry did not answer, or answered with a server error."""
+
+    component_down = True
+
+    def __init__(self, display_url: str, detail: str) -> None:
+        super().__init__(f"schema registry at {display_url} is not reachable: {detail}")
+        self.address = display_url
+
+
+def probe_registry(settings: RegistrySettings, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """RegistryUnreachableError unless the registry answers `GET /subjects` (any answer
+    below 500: a 401 is a registry that is up and refuses the credentials, which reading
+    a schema then reports). One request; `mock://` registries are always up."""
+    if settings.url.startswith("mock://"):
+        return
+    password = (
+        settings.basic_auth_password.get_secret_value() if settings.basic_auth_password else ""
+    )
+    auth = (settings.basic_auth_user, password) if settings.basic_auth_user is not None else None
+    try:
+        answer = requests.get(settings.url.rstrip("/") + "/subjects", auth=auth, timeout=timeout)
+    except requests.RequestException as exc:
+        # Not str(exc): it quotes the URL, which may hold a password.
+        raise RegistryUnreachableError(settings.display_url, _reason(exc, timeout)) from exc
+    if answer.status_code >= 500:
+        raise RegistryUnreachableError(settings.display_url, f"HTTP {answer.status_code}")
+
+
+def _reason(exc: requests.RequestException, timeout: float) -> str:
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {timeout:.0f}s"
+    if isinstance(exc, requests.ConnectionError):
+        return "Connection refused" if "refused" in str(exc) else "cannot connect"
+    return type(exc).__name__

@@ -86,6 +86,7 @@ def read_enrichment(project: Project, tables: tuple[Table, ...]) -> Enrichment:
         schemas.update(_catalog_schemas(project, tables))
         status = StatusTask(project, tables).run()
         statuses = {s.name: s for s in status.tables}
+        notes.extend(f"No live state from it: {why}" for why in status.unreachable)
     except Exception as exc:
         notes.append(f"Catalog not reachable, no live state: {project.redact(str(exc))}")
     for table in tables:

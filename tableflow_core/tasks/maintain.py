@@ -27,6 +27,8 @@ from tableflow_core.maintenance import (
     maintenance_due,
     run_maintenance,
 )
+from tableflow_core.maintenance.activity import TableActivity, table_activity
+from tableflow_core.maintenance.schedule import not_due_reason
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
@@ -35,6 +37,27 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOCK_COMMAND = "tableflow maintain"
+NO_BLOCK = "no maintenance block"
+
+
+def how_to_add_maintenance(project: Project, tables: tuple[Table, ...]) -> str:
+    """What to add for tables without a `maintenance:` block, and where (printed once)."""
+    where = ", ".join(t.source.relative_to(project.root) for t in tables[:3])
+    more = f" and {len(tables) - 3} more" if len(tables) > 3 else ""
+    config = (
+        project.config_file.relative_to(project.root)
+        if project.config_file.is_relative_to(project.root)
+        else project.config_file
+    )
+    return (
+        "Nothing is compacted or expired without a `maintenance:` block. Add one under "
+        f"`defaults:` in {config} (every table) or under a table ({where}{more}), e.g.:\n"
+        "  maintenance:\n"
+        "    every: 1h\n"
+        "    compact: {every_commits: 10, every_small_files: 20}\n"
+        "    expire_snapshots: {older_than: 7d, retain_last: 3}\n"
+        "Every key: docs/reference.md (`maintenance`); how it runs: docs/maintenance.md."
+    )
 
 
 @dataclass(frozen=True)
@@ -60,14 +83,17 @@ class TableMaintenance:
         )
 
 
-def load_properties(handle: CatalogHandle, table: Table) -> dict[str, str] | None:
-    """The table's properties (None: the table does not exist)."""
+def load_state(
+    handle: CatalogHandle, table: Table
+) -> tuple[dict[str, str] | None, TableActivity | None]:
+    """The table's properties and activity (None, None: the table does not exist)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
-        return dict(handle.catalog.load_table((*table.namespace, table.table)).properties)
+        loaded = handle.catalog.load_table((*table.namespace, table.table))
     except NoSuchTableError:
-        return None
+        return None, None
+    return dict(loaded.properties), table_activity(loaded)
 
 
 def maintenance_spark_session(project: Project, handle: CatalogHandle) -> SparkSession:
@@ -100,11 +126,12 @@ class MaintainTask:
 
     def due(
         self, handle: CatalogHandle, table: Table
-    ) -> tuple[dict[str, str] | None, list[DueOperation]]:
-        properties = load_properties(handle, table)
-        return properties, maintenance_due(
-            table, properties, self.now(), force=self.force, only=self.only
+    ) -> tuple[dict[str, str] | None, list[DueOperation], TableActivity | None]:
+        properties, activity = load_state(handle, table)
+        due = maintenance_due(
+            table, properties, self.now(), force=self.force, only=self.only, activity=activity
         )
+        return properties, due, activity
 
     def run(self) -> list[TableMaintenance]:
         results: list[TableMaintenance] = []
@@ -118,12 +145,15 @@ class MaintainTask:
 
     def _one(self, handle: CatalogHandle, table: Table) -> TableMaintenance:
         if table.maintenance is None and not self.force:
-            return TableMaintenance(table.name, note="no maintenance block")
-        properties, due = self.due(handle, table)
+            where = table.source.relative_to(self.project.root)
+            return TableMaintenance(table.name, note=f"{NO_BLOCK} ({where})")
+        properties, due, activity = self.due(handle, table)
         if properties is None:
             return TableMaintenance(table.name, note="table does not exist yet")
         if not due or self.dry_run:
-            return TableMaintenance(table.name, tuple(due), note=None if due else "nothing due")
+            return TableMaintenance(
+                table.name, tuple(due), note=None if due else _nothing_due(table, activity)
+            )
         lock_dir = self.project.root / "target" / "locks"
         try:
             with table_locks(
@@ -133,9 +163,9 @@ class MaintainTask:
                 command=LOCK_COMMAND,
                 base=self.project.root,
             ):
-                _, due = self.due(handle, table)  # another host may have just done it
+                _, due, activity = self.due(handle, table)  # another host may have done it
                 if not due:
-                    return TableMaintenance(table.name, note="nothing due")
+                    return TableMaintenance(table.name, note=_nothing_due(table, activity))
                 spark = self._spark(handle)
                 identifier = ".".join((handle.spark_name, *table.namespace, table.table))
                 report = run_maintenance(
@@ -177,3 +207,8 @@ class MaintainTask:
         else:
             register_catalog(self.spark, handle.spark_name, handle.spark_properties)
         return self.spark
+
+
+def _nothing_due(table: Table, activity: TableActivity | None) -> str:
+    reason = not_due_reason(table, activity)
+    return f"nothing due ({reason})" if reason else "nothing due"

@@ -4,8 +4,10 @@ Per table: committed offsets against the topic's end (lag in records), the last 
 and its age, rows and files, the current snapshot, the last run's result
 (target/run_results.json), dead-letter counts and whether the table is suspended.
 State comes from the catalog (pyiceberg), Kafka watermarks (confluent-kafka) and the
-project's files; a component that cannot be read is reported per table, not fatal.
-The JSON shape is documented in docs/status.md (`status_version`).
+project's files. A component that cannot be reached (the broker, the schema registry,
+the catalog) makes the tables that need it `unreachable`, naming it: the command shows
+what it could read and exits 1 (`cli/commands/status.py`). The JSON shape is documented
+in docs/status.md (`status_version`).
 """
 
 from __future__ import annotations
@@ -22,18 +24,21 @@ from typing import Any, Literal
 from tableflow_core.config.project import Project, Table
 from tableflow_core.delta import mirrored_snapshot_id
 from tableflow_core.delta.sync import delta_uri
+from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.kafka.offsets import initial_offsets
-from tableflow_core.plan.desired import start_from_value
+from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.world import KAFKA_TIMEOUT_S, Readers, default_readers
+from tableflow_core.schemas.registry import probe_registry
 from tableflow_core.state.offsets import read_committed_offsets
 from tableflow_core.targets.catalog import open_catalog
 from tableflow_core.targets.kafka import kafka_consumer_config
+from tableflow_core.targets.registry import registry_settings
 
 STATUS_VERSION: Literal[1] = 1
 SUSPENDED_PROPERTY = "tableflow.suspended"
 RUN_RESULTS_FILE = Path("target") / "run_results.json"
 
-TableState = Literal["ok", "lagging", "suspended", "not_created", "error"]
+TableState = Literal["ok", "lagging", "suspended", "not_created", "error", "unreachable"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ class TableStatus:
     dlq: DlqStatus | None = None
     delta: DeltaStatus | None = None
     problems: tuple[str, ...] = ()
+    # Components this table needs that could not be reached: `kafka at 127.0.0.1:19092`.
+    unreachable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,8 @@ class ProjectStatus:
     generated_at: str
     tables: tuple[TableStatus, ...]
     status_version: Literal[1] = STATUS_VERSION
+    # Every component that could not be reached, with why (the CLI's error message).
+    unreachable: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=False)
@@ -175,6 +184,10 @@ def last_runs(path: Path) -> tuple[dict[str, LastRun], str | None]:
 
 
 def table_state(status: TableStatus) -> TableState:
+    """The table's one-word state. A component the table needs that is down comes first:
+    what was not read cannot be `ok` (nor `not_created`, when the catalog is down)."""
+    if status.unreachable:
+        return "unreachable"
     if not status.exists:
         return "not_created"
     if status.suspended:
@@ -263,26 +276,44 @@ class StatusTask:
         kafka_conf = kafka_consumer_config(self.project.target.kafka)
         runs, runs_problem = last_runs(self.project.root / RUN_RESULTS_FILE)
         topics = sorted({t.topic for t in self.tables})
+        kafka_down = self._kafka_down(io) if self.tables else None
+        registry_down = self._registry_down()
         with (
             open_catalog(self.project) as handle,
             ThreadPoolExecutor(self.max_workers, thread_name_prefix="tableflow-status") as pool,
         ):
             watermark_f = {
                 topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S)
-                for topic in topics
+                for topic in (topics if kafka_down is None else ())
             }
             status_f = [
                 pool.submit(
-                    self._table_status, handle.catalog, t, watermark_f[t.topic], io, kafka_conf
+                    self._table_status,
+                    handle.catalog,
+                    handle.address,
+                    t,
+                    watermark_f.get(t.topic),
+                    io,
+                    kafka_conf,
                 )
                 for t in self.tables
             ]
             statuses = []
+            reasons: dict[str, str] = {}  # unreachable component -> why
             for table, future in zip(self.tables, status_f, strict=True):
                 status: TableStatus = future.result()
                 extra = (runs_problem,) if runs_problem else ()
+                down = list(status.unreachable)  # the catalog's, with why: named below
+                if kafka_down is not None:
+                    down.append(kafka_down)
+                if registry_down is not None and _uses_registry(table):
+                    down.append(registry_down)
+                reasons.update((_component(why), why) for why in down)
                 status = _with(
-                    status, last_run=runs.get(table.name), problems=(*status.problems, *extra)
+                    status,
+                    last_run=runs.get(table.name),
+                    problems=(*status.problems, *extra),
+                    unreachable=tuple(dict.fromkeys(_component(why) for why in down)),
                 )
                 statuses.append(_with(status, state=table_state(status)))
         return ProjectStatus(
@@ -290,14 +321,42 @@ class StatusTask:
             target=self.project.target_name,
             generated_at=_iso(int(self.now() * 1000)),
             tables=tuple(statuses),
+            unreachable=tuple(reasons.values()),
         )
 
+    def _kafka_down(self, io: Readers) -> str | None:
+        """Why Kafka cannot be read (one TCP connection, ~2 s at most), else None."""
+        address = self.project.target.kafka.bootstrap_servers
+        try:
+            io.probe_kafka(address, KAFKA_CONNECT_TIMEOUT_S)
+        except Exception as exc:
+            return f"kafka at {address} is not reachable: {self.project.redact(str(exc))}"
+        return None
+
+    def _registry_down(self) -> str | None:
+        """Why the schema registry cannot be read, when a selected table needs it."""
+        settings = registry_settings(self.project.target.schema_registry)
+        if settings is None or not any(_uses_registry(t) for t in self.tables):
+            return None
+        try:
+            probe_registry(settings)
+        except Exception as exc:
+            return self.project.redact(str(exc))
+        return None
+
     def _table_status(
-        self, catalog: Any, table: Table, watermarks_f: Any, io: Readers, kafka_conf: Any
+        self,
+        catalog: Any,
+        catalog_address: str,
+        table: Table,
+        watermarks_f: Any,
+        io: Readers,
+        kafka_conf: Any,
     ) -> TableStatus:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         problems: list[str] = []
+        unreachable: list[str] = []
         base = TableStatus(
             name=table.name,
             identifier=table.identifier,
@@ -313,7 +372,8 @@ class StatusTask:
             iceberg = None
         except Exception as exc:
             iceberg = None
-            problems.append(f"catalog: {self.project.redact(str(exc))}")
+            why = f"catalog at {catalog_address} is not reachable or failed: {exc}"
+            unreachable.append(self.project.redact(why))
         if iceberg is not None:
             base = self._iceberg_part(base, iceberg, table, problems)
             found = read_committed_offsets(iceberg)
@@ -325,6 +385,8 @@ class StatusTask:
             problems.append(f"dlq: {self.project.redact(str(exc))}")
         lag: int | None = None
         partitions: tuple[PartitionStatus, ...] = ()
+        if watermarks_f is None:  # Kafka is down: run() names it
+            return _with(base, dlq=dlq, problems=tuple(problems), unreachable=tuple(unreachable))
         try:
             watermarks = watermarks_f.result()
             start = start_from_value(table)
@@ -334,8 +396,21 @@ class StatusTask:
             partitions = partition_lags(committed, watermarks, start, for_time)
             lag = sum(p.lag for p in partitions)
         except Exception as exc:
-            problems.append(f"kafka: {self.project.redact(str(exc))}")
-        return _with(base, lag=lag, partitions=partitions, dlq=dlq, problems=tuple(problems))
+            if "did not answer" in str(exc):  # connected, but no metadata: down for us
+                address = self.project.target.kafka.bootstrap_servers
+                unreachable.append(
+                    self.project.redact(f"kafka at {address} is not reachable: {exc}")
+                )
+            else:
+                problems.append(f"kafka: {self.project.redact(str(exc))}")
+        return _with(
+            base,
+            lag=lag,
+            partitions=partitions,
+            dlq=dlq,
+            problems=tuple(problems),
+            unreachable=tuple(unreachable),  # with why; run() keeps the component's name
+        )
 
     def _iceberg_part(
         self, base: TableStatus, iceberg: Any, table: Table, problems: list[str]
@@ -367,6 +442,15 @@ class StatusTask:
         else:
             values.update(rows=0, data_files=0, delete_files=0)
         return _with(base, **values)
+
+
+def _uses_registry(table: Table) -> bool:
+    return format_spec(table.value).uses_registry or format_spec(table.key).uses_registry
+
+
+def _component(why: str) -> str:
+    """`kafka at 127.0.0.1:19092` from `kafka at 127.0.0.1:19092 is not reachable: ...`."""
+    return why.split(" is not reachable", 1)[0]
 
 
 def _with(status: TableStatus, **changes: Any) -> TableStatus:

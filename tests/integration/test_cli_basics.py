@@ -77,3 +77,26 @@ def test_select_matching_nothing_is_an_error() -> None:
     assert "matches no table" in result.stderr
     by_tag = tableflow("--select", "tag:sales", "validate", cwd=REPO)
     assert by_tag.returncode == 0 and "orders" in by_tag.stdout
+
+
+def test_maintain_dry_run_on_a_new_project_says_what_to_add(tmp_path: Path) -> None:
+    """Issue 32: `maintain --dry-run` said "no maintenance block" and nothing more."""
+    assert tableflow("init", "p", cwd=tmp_path).returncode == 0
+    project = tmp_path / "p"
+    from tableflow_core.dev.processes import free_port
+
+    env = {"TABLEFLOW_CATALOG_PORT": str(free_port())}  # the embedded catalog starts there
+    fresh = tableflow("maintain", "--dry-run", cwd=project, env=env)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "orders: table does not exist yet" in fresh.stdout + fresh.stderr  # it has a block
+
+    config = project / "tableflow_project.yml"
+    text = config.read_text()
+    config.write_text(text[: text.index("  # Table maintenance")])
+    bare = tableflow("maintain", "--dry-run", cwd=project, env=env)
+    assert bare.returncode == 0, bare.stderr
+    output = bare.stdout + bare.stderr
+    assert "orders: no maintenance block (tables/orders.yml:3)" in output
+    assert "Add one under `defaults:` in tableflow_project.yml" in output
+    assert "compact: {every_commits: 10, every_small_files: 20}" in output
+    assert "docs/maintenance.md" in output

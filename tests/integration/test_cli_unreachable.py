@@ -94,3 +94,47 @@ def test_dev_produce_with_the_stack_down(project: Path) -> None:
     assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
     assert "tableflow dev up" in result.stderr
     assert "%3|" not in result.stderr
+
+
+def test_status_names_what_is_down_and_never_shows_ok(project: Path) -> None:
+    """Issue 32: with the broker down, `status` showed an existing table as `ok` and
+    exited 0. Now the table is `unreachable`, the error names each component, exit 1."""
+    import json
+
+    import pyarrow as pa
+
+    from tableflow_core.config.loader import load_project
+    from tableflow_core.targets.catalog import open_catalog
+
+    kafka, registry = closed_port(), closed_port()
+    env = {
+        "TABLEFLOW_KAFKA_PORT": str(kafka),
+        "TABLEFLOW_REGISTRY_PORT": str(registry),
+        "TABLEFLOW_CATALOG_PORT": str(closed_port()),  # the embedded catalog starts on it
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        loaded = load_project(project)
+        with open_catalog(loaded) as handle:  # the table exists: only Kafka is unknown
+            handle.catalog.create_namespace("raw")
+            handle.catalog.create_table(("raw", "orders"), pa.schema([("id", pa.string())]))
+
+    result = tableflow("status", cwd=project, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if "orders" in line)
+    assert " ok " not in row and "unreachable" in row
+    assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
+    assert "Connection refused" in result.stderr
+    assert f"schema registry at http://127.0.0.1:{registry} is not reachable" in result.stderr
+    assert "tableflow dev up" in result.stderr
+    assert "Nothing was changed" not in result.stderr  # status never changes anything
+
+    as_json = tableflow("status", "--json", cwd=project, env=env)
+    assert as_json.returncode == 1
+    (table,) = json.loads(as_json.stdout)["tables"]
+    assert table["exists"] is True and table["state"] == "unreachable"
+    assert table["unreachable"] == [
+        f"kafka at 127.0.0.1:{kafka}",
+        f"schema registry at http://127.0.0.1:{registry}",
+    ]

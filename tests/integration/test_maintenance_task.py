@@ -85,7 +85,9 @@ def test_maintain_dry_run_then_run_under_the_lock_and_publish(
 
     dry = CliRunner().invoke(cli, ["--project-dir", str(root), "maintain", "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "due: compact on orders (every 1h; never run)" in dry.output
+    assert (
+        "due: compact on orders (every 1h, 10 commits or 20 small files; never run)" in dry.output
+    )
     assert "due: rewrite_manifests on orders" in dry.output
     assert "absent: table does not exist yet" in dry.output
     assert data_files(catalog, name) == 12  # the dry run changed nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 
 import pytest
 import yaml
@@ -115,3 +116,36 @@ def test_registry_down_names_the_component(project_root):
         PlanTask(project, project.tables).run()
     outcome = CliRunner().invoke(cli, ["--project-dir", str(root), "plan"])
     assert outcome.exit_code == 1 and "schema registry at http://127.0.0.1:9" in outcome.output
+
+
+def test_a_missing_topic_is_a_blocker_at_its_topic_line_with_a_hint(
+    tmp_path, kafka_broker, schema_registry, catalog_server
+):
+    """Issue 32: a topic that does not exist was a raw client error pointing at the
+    table's first line. Now: the `topic:` line, and a close name or what to do."""
+    existing = unique_name("zebra")
+    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, existing, 5)
+    typo = existing[:-2] + existing[-1] + existing[-2]  # two characters swapped
+    nowhere = "qq" + uuid.uuid4().hex
+    root = write_project(
+        tmp_path / "p", bootstrap=kafka_broker.bootstrap, registry_url=schema_registry.url,
+        catalog_uri=catalog_server.uri, credential=catalog_server.credential,
+        namespace=unique_namespace("missing"),
+        tables=[{"name": "typo", "topic": typo}, {"name": "nowhere", "topic": nowhere}],
+    )  # fmt: skip
+    lines = (root / "tables" / "tables.yml").read_text().splitlines()
+    typo_line = 1 + next(i for i, line in enumerate(lines) if f"topic: {typo}" in line)
+    nowhere_line = 1 + next(i for i, line in enumerate(lines) if f"topic: {nowhere}" in line)
+
+    outcome = CliRunner().invoke(cli, ["--project-dir", str(root), "plan"])
+    assert outcome.exit_code == 1, outcome.output
+    text = " ".join(outcome.output.split())  # unwrapped
+    assert (
+        f"tables/tables.yml:{typo_line}: table typo: topic '{typo}' does not exist on kafka at "
+        f"{kafka_broker.bootstrap}; did you mean '{existing}'? [topic]"
+    ) in text
+    assert f"tables/tables.yml:{nowhere_line}: table nowhere: topic '{nowhere}'" in text
+    assert "produce to it first, or create it" in text
+    assert "UNKNOWN_TOPIC" not in text and "cannot read metadata" not in text
+    # The subjects named after the missing topics are missing too: not repeated.
+    assert "4 blocked" not in text and "2 blocked" in text

@@ -1,9 +1,10 @@
 """`tableflow run` runs due maintenance between refreshes (real broker, registry, Spark,
 catalog, a SQL catalog on SQLite to publish to, and a Delta log).
 
-Cycle 1 ingests, then compacts (due: never run) under the table's lock; the compaction's
-commit is published and mirrored in the Delta log. Cycle 2 plans afresh from the
-maintained table and ingests the new records; compaction is not due again.
+Cycle 1 ingests, then rewrites the manifests (due: never run) under the table's lock; the
+maintenance commit is published and mirrored in the Delta log. Cycle 2 plans afresh from
+the maintained table and ingests the new records; nothing is due again. Then compaction's
+own triggers: a one-file table is left alone, small commits make it due.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
         refresh_interval="1s",
         publish_to=["lake"],
         formats=["iceberg", "delta"],
-        maintenance={"every": "1h", "compact": {"min_input_files": 2}},
+        maintenance={"every": "1h", "rewrite_manifests": True},
     )
     sql_uri = f"sqlite:///{tmp_path / 'lake.db'}"
     warehouse = (tmp_path / "wh").as_uri()
@@ -82,9 +83,9 @@ def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
     first, second = seen
     (maintained,) = first["report"].maintenance
     assert maintained.report is not None and maintained.ok, maintained
-    assert [r.operation for r in maintained.report.results] == ["compact"]
+    assert [r.operation for r in maintained.report.results] == ["rewrite_manifests"]
     assert first["report"].results.tables[0].records_written == 20
-    assert "tableflow.maintenance.compact.last-run" in first["properties"]
+    assert "tableflow.maintenance.rewrite_manifests.last-run" in first["properties"]
     assert [r["id"] for r in first["rows"]] == list(range(20))
     # The maintenance commit is the table's current state: published and mirrored.
     assert maintained.report.metadata_location == first["location"]
@@ -101,3 +102,53 @@ def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
     assert second["published"] == second["location"] != first["location"]
     assert second["mirrored"] == second["snapshot"]
     assert second["delta_rows"] == second["rows"]
+
+
+def test_run_compacts_when_commits_pile_up_and_leaves_a_one_file_table_alone(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+) -> None:
+    """Issue 32: `tableflow run` compacted a one-file table on its first cycle, then
+    nothing for an hour while small files piled up. Each cycle here commits one small
+    file; compaction waits for two files, then comes back after two commits, well within
+    its hour."""
+    topic = kafka_broker.create_topic(unique_name("runpile"), 1)
+    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 5), 1)
+    compact = {"min_input_files": 2, "every_commits": 2, "every_small_files": None}
+    env = make_env(topic, refresh_interval="1s", maintenance={"every": "1h", "compact": compact})
+    project = env.project
+    seen: list[tuple[CycleReport, int]] = []
+
+    def after_cycle(report: CycleReport) -> None:
+        files = env.pyiceberg_table().current_snapshot().summary["total-data-files"]
+        seen.append((report, int(files)))
+        start = 5 * len(seen)
+        produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(start, 5), 1)
+
+    reports = RunTask(
+        project, project.tables, spark_factory=lambda: spark, max_cycles=4, on_cycle=after_cycle
+    ).run()
+    assert [r.ok for r in reports] == [True] * 4, reports
+
+    maintained = [report.maintenance[0] for report, _ in seen]
+    assert [r.records_written for report, _ in seen for r in report.results.tables] == [5] * 4
+    # Cycle 1: one data file, nothing to merge.
+    assert maintained[0].report is None
+    assert (
+        maintained[0].note == "nothing due (compact not due: 1 data file, fewer than it merges (2))"
+    )
+    # Cycle 2: two files, never compacted and two commits: compacted into one.
+    assert maintained[1].report is not None and maintained[1].ok
+    assert maintained[1].due[0].triggers == (
+        "never run",
+        "2 commits since the last compaction (due at 2)",
+    )
+    # Cycle 3: one commit since the compaction, and the hour has not passed.
+    assert maintained[2].report is None and maintained[2].note == "nothing due"
+    # Cycle 4: two commits since the compaction: due by commits, not by time.
+    assert maintained[3].report is not None and maintained[3].ok
+    assert maintained[3].due[0].triggers == ("2 commits since the last compaction (due at 2)",)
+    assert [files for _, files in seen] == [1, 1, 2, 1]
+    assert sorted(r["id"] for r in iceberg_rows(env.pyiceberg_table())) == list(range(20))

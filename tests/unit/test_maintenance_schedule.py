@@ -100,7 +100,9 @@ def test_never_run_operations_are_due_in_run_order() -> None:
         "expire_snapshots",
         "remove_orphans",
     ]
-    assert due[0].describe(NOW) == "compact on orders (every 1h; never run)"
+    assert due[0].describe(NOW) == (
+        "compact on orders (every 1h, 10 commits or 20 small files; never run)"
+    )
     upsert = table_with(Maintenance.model_validate(ISSUE_BLOCK), mode="upsert")
     assert "rewrite_deletes" in [d.operation for d in maintenance_due(upsert, {}, NOW)]
 
@@ -180,3 +182,137 @@ def test_the_project_loader_merges_defaults_and_locates_errors(tmp_path: Path) -
         load_project(tmp_path)
     rendered = error.value.render()
     assert "below the 1d floor" in rendered and "tableflow_project.yml:" in rendered
+
+
+# ------------------------------------------------ compaction by small files or commits
+KB, MB = 1024, 1024**2
+
+
+def commits(count: int, *, files: int = 1, size: int = 10 * KB, start: datetime = NOW):
+    """`count` ingest commits, one minute apart, newest first (what table_activity gives)."""
+    from tableflow_core.maintenance.activity import FileCommit
+
+    return tuple(
+        FileCommit(start - timedelta(minutes=i), files, 0, files * size) for i in range(count)
+    )
+
+
+def activity(data_files: int, recent):  # type: ignore[no-untyped-def]
+    from tableflow_core.maintenance.activity import TableActivity
+
+    return TableActivity(data_files=data_files, commits=recent)
+
+
+COMPACT = Maintenance.model_validate({"every": "1h", "compact": True})
+
+
+def test_a_one_file_table_is_not_compacted_and_the_dry_run_says_why() -> None:
+    """Issue 32: `tableflow run` compacted a one-file table on its first cycle."""
+    from tableflow_core.maintenance.schedule import not_due_reason
+
+    one_file = activity(1, commits(1))
+    assert maintenance_due(table_with(COMPACT), {}, NOW, activity=one_file) == []
+    reason = not_due_reason(table_with(COMPACT), one_file)
+    assert reason == "compact not due: 1 data file, fewer than it merges (5)"
+    forced = maintenance_due(table_with(COMPACT), {}, NOW, activity=one_file, force=True)
+    assert [(d.operation, d.forced) for d in forced] == [("compact", True)]
+
+
+def test_small_files_make_compaction_due_before_the_hour() -> None:
+    """Issue 32: after a compaction, nothing for an hour while small files piled up."""
+    ran = last_run_properties(["compact"], NOW - timedelta(minutes=30))
+    old = commits(40, start=NOW - timedelta(minutes=31))  # before the last compaction
+    few = activity(45, commits(4, files=4) + old)
+    assert maintenance_due(table_with(COMPACT), ran, NOW, activity=few) == []
+    piled = activity(50, commits(5, files=4) + old)  # 20 small files since it ran
+    (due,) = maintenance_due(table_with(COMPACT), ran, NOW, activity=piled)
+    assert due.triggers == ("20 small files since the last compaction (due at 20)",)
+    assert due.describe(NOW) == (
+        "compact on orders (every 1h, 10 commits or 20 small files; "
+        "20 small files since the last compaction (due at 20))"
+    )
+
+
+def test_commits_make_compaction_due_and_big_files_are_not_small() -> None:
+    ran = last_run_properties(["compact"], NOW - timedelta(minutes=30))
+    big = commits(9, size=200 * MB)  # over 75% of the 128MB target: not small
+    assert maintenance_due(table_with(COMPACT), ran, NOW, activity=activity(9, big)) == []
+    tenth = commits(10, size=200 * MB)
+    (due,) = maintenance_due(table_with(COMPACT), ran, NOW, activity=activity(10, tenth))
+    assert due.triggers == ("10 commits since the last compaction (due at 10)",)
+
+
+def test_the_triggers_are_configurable_and_the_interval_still_counts() -> None:
+    block = Maintenance.model_validate(
+        {"every": "1h", "compact": {"every_commits": None, "every_small_files": 3}}
+    )
+    ran = last_run_properties(["compact"], NOW - timedelta(minutes=30))
+    many = activity(30, commits(25))
+    (due,) = maintenance_due(table_with(block), ran, NOW, activity=many)
+    assert due.triggers == ("25 small files since the last compaction (due at 3)",)
+    assert due.schedule() == "every 1h or 3 small files"
+    quiet = activity(6, ())
+    long_ago = last_run_properties(["compact"], NOW - timedelta(hours=2))
+    (timed,) = maintenance_due(table_with(block), long_ago, NOW, activity=quiet)
+    assert timed.triggers == () and "2h ago" in timed.describe(NOW)
+    both = maintenance_due(table_with(block), {}, NOW, activity=many)
+    assert both[0].triggers == (
+        "never run",
+        "25 small files since the last compaction (due at 3)",
+    )
+    with pytest.raises(ValidationError, match="every_small_files"):
+        Maintenance.model_validate({"compact": {"every_small_files": 1}})
+
+
+def test_activity_is_read_from_the_snapshot_summaries(tmp_path: Path) -> None:
+    """table_activity on a real pyiceberg table: the commits since the last compaction."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tableflow_core.maintenance.activity import table_activity
+
+    catalog = SqlCatalog(
+        "local", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=(tmp_path / "wh").as_uri()
+    )
+    catalog.create_namespace("shop")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    table = catalog.create_table(("shop", "orders"), rows.schema)
+    for _ in range(3):
+        table.append(rows)
+    found = table_activity(table)
+    assert found.data_files == 3
+    assert [(c.data_files, c.delete_files) for c in found.commits] == [(1, 0)] * 3
+    assert all(0 < c.bytes < 10 * KB for c in found.commits)
+    times = [c.committed_at for c in found.commits]
+    assert times == sorted(times, reverse=True) and all(t.tzinfo for t in times)
+    assert found.since(times[1]) == found.commits[:1]
+
+
+def test_the_walk_stops_at_the_last_compaction_not_at_other_rewrites() -> None:
+    from types import SimpleNamespace
+
+    from pyiceberg.table.snapshots import Operation, Summary
+
+    from tableflow_core.maintenance.activity import table_activity
+
+    def snapshot(sid: int, parent: int | None, operation: Operation, **summary: str):  # type: ignore[no-untyped-def]
+        return SimpleNamespace(
+            snapshot_id=sid,
+            parent_snapshot_id=parent,
+            timestamp_ms=1_800_000_000_000 + sid,
+            summary=Summary(operation, **summary),
+        )
+
+    files = {"added-data-files": "2", "added-files-size": "100", "total-data-files": "9"}
+    snapshots = [
+        snapshot(1, None, Operation.APPEND, **files),
+        snapshot(2, 1, Operation.REPLACE, **{"deleted-data-files": "4"}),  # a compaction
+        snapshot(3, 2, Operation.APPEND, **files),
+        snapshot(4, 3, Operation.REPLACE, **{"added-delete-files": "0"}),  # manifests
+        snapshot(5, 4, Operation.APPEND, **{"total-data-files": "9"}),  # offsets only
+        snapshot(6, 5, Operation.OVERWRITE, **{"added-delete-files": "1", "total-data-files": "7"}),
+    ]
+    table = SimpleNamespace(metadata=SimpleNamespace(snapshots=snapshots, current_snapshot_id=6))
+    found = table_activity(table)
+    assert found.data_files == 7
+    assert [(c.data_files, c.delete_files) for c in found.commits] == [(0, 1), (2, 0)]

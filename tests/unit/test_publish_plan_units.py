@@ -154,8 +154,14 @@ def test_due_maintenance_is_shown_and_does_not_make_changes(tmp_path: Path) -> N
     project = project_with(tmp_path, maintenance={"every": "1h", "compact": {"min_input_files": 2}})
     ran = {"tableflow.maintenance.compact.last-run": "2026-11-22T08:30:00+00:00"}
     for properties, expected in (
-        ({}, ("compact on orders (every 1h; never run)",)),
-        (ran, ("compact on orders (every 1h; last run 2026-11-22T08:30:00+00:00, 90m ago)",)),
+        ({}, ("compact on orders (every 1h, 10 commits or 20 small files; never run)",)),
+        (
+            ran,
+            (
+                "compact on orders (every 1h, 10 commits or 20 small files; "
+                "last run 2026-11-22T08:30:00+00:00, 90m ago)",
+            ),
+        ),
     ):
         table = observed(project, metadata_location=CURRENT)
         table = type(table)(**{**table.__dict__, "properties": {**table.properties, **properties}})

@@ -111,6 +111,14 @@ def down(ctx: CliContext) -> None:
     show_default=True,
     help="2 adds an optional field, for schema-evolution demos.",
 )
+@click.option(
+    "--format",
+    "value_format",
+    type=click.Choice(["avro", "json", "json_schema"]),
+    default="avro",
+    show_default=True,
+    help="Values as Avro or JSON Schema through the registry, or plain JSON (no registry).",
+)
 @click.pass_obj
 def produce(
     ctx: CliContext,
@@ -120,21 +128,26 @@ def produce(
     partitions: int,
     seed: int | None,
     schema_version: int,
+    value_format: str,
 ) -> None:
-    """Produce realistic keyed Avro sample records (registers the schema)."""
+    """Produce realistic keyed sample records: Avro (the default) or JSON Schema values
+    through the registry (registers the schema), or plain JSON."""
     import random
 
     from tableflow_core.dev.producer import produce_sample
 
     project = ctx.load_project()
     registry = project.target.schema_registry
-    if registry is None:
-        ctx.fail(f"target {project.target_name!r} has no schema_registry")
+    if registry is None and value_format != "json":
+        ctx.fail(
+            f"target {project.target_name!r} has no schema_registry; "
+            "`--format json` produces plain JSON without one"
+        )
     from tableflow_core.kafka.admin import probe_bootstrap
 
     probe_bootstrap(project.target.kafka.bootstrap_servers)
     registry_config: dict[str, object] = {}
-    if registry.basic_auth is not None:
+    if registry is not None and registry.basic_auth is not None:
         registry_config["basic.auth.user.info"] = (
             f"{registry.basic_auth.username}:{registry.basic_auth.password.get_secret_value()}"
         )
@@ -142,17 +155,23 @@ def produce(
         result = produce_sample(
             dataset,
             project.target.kafka.bootstrap_servers,
-            registry.url,
+            registry.url if registry is not None else "",
             topic or dataset,
             count,
             partitions=partitions,
             seed=seed if seed is not None else random.randrange(1 << 30),
             schema_version=schema_version,
             registry_config=registry_config,
+            value_format=value_format,
         )
     except Exception as exc:  # broker or registry down: say which, never a traceback
         ctx.fail(f"producing to {topic or dataset} failed: {exc or type(exc).__name__}")
+    encoding = (
+        "plain JSON"
+        if result.schema_id is None
+        else f"{value_format}, schema id {result.schema_id}"
+    )
     ctx.console.print(
         f"Produced {result.records:,} {dataset} records to [bold]{topic or dataset}[/] "
-        f"({result.records_per_second:,.0f} records/s, schema id {result.schema_id})"
+        f"({result.records_per_second:,.0f} records/s, {encoding})"
     )

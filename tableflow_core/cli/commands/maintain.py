@@ -57,7 +57,12 @@ def command(
     Each table is maintained under its lock, so it never races an apply or run of the
     same table from this project. Exit 1 if any operation failed.
     """
-    from tableflow_core.tasks.maintain import MaintainTask, TableMaintenance
+    from tableflow_core.tasks.maintain import (
+        NO_BLOCK,
+        MaintainTask,
+        TableMaintenance,
+        how_to_add_maintenance,
+    )
 
     ctx.selectors = (*ctx.selectors, *selectors)
     project = ctx.load_project()
@@ -92,5 +97,9 @@ def command(
         console=ctx.err_console,
         on_table=show,
     ).run()
+    without = {r.table for r in results if r.note and r.note.startswith(NO_BLOCK)}
+    if without:
+        hint = how_to_add_maintenance(project, tuple(t for t in tables if t.name in without))
+        ctx.console.print(hint, highlight=False, markup=False)
     if not all(r.ok for r in results):
         raise SystemExit(1)

@@ -1,4 +1,8 @@
-"""`tableflow status [--json]`: lag, last commit, rows, last run, DLQ, suspension per table."""
+"""`tableflow status [--json]`: lag, last commit, rows, last run, DLQ, suspension per table.
+
+Exits 1 when a component a table needs (the broker, the schema registry, the catalog)
+cannot be reached: the tables show `unreachable` and the error names the component.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ STATE_STYLE = {
     "suspended": "magenta",
     "not_created": "dim",
     "error": "bold red",
+    "unreachable": "bold red",
 }
 # Wide enough that nothing is cut when the output goes to a file or a pipe.
 NON_TTY_WIDTH = 10_000
@@ -98,6 +103,8 @@ def render_status(status: ProjectStatus, console: Console) -> None:
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for t in status.tables:
         state = t.state + (f": {t.suspended_reason}" if t.suspended and t.suspended_reason else "")
+        if t.unreachable:
+            state = f"{t.state}: {', '.join(t.unreachable)}"
         table.add_row(
             f"{t.name}\n[dim]{t.identifier}[/]",
             f"[{STATE_STYLE[t.state]}]{state}[/]",
@@ -126,10 +133,12 @@ def command(ctx: CliContext, as_json: bool) -> None:
     status = StatusTask(ctx.load_project(), ctx.selected_tables()).run()
     if as_json:
         click.echo(status.to_json())
-        return
-    console = ctx.console
-    if not console.is_terminal:
-        from rich.console import Console
+    else:
+        console = ctx.console
+        if not console.is_terminal:
+            from rich.console import Console
 
-        console = Console(width=NON_TTY_WIDTH, no_color=True, highlight=False)
-    render_status(status, console)
+            console = Console(width=NON_TTY_WIDTH, no_color=True, highlight=False)
+        render_status(status, console)
+    if status.unreachable:
+        ctx.unreachable("\n".join(status.unreachable), changes=False)

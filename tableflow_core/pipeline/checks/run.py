@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
+from tableflow_core.config.extras import CHECKS, MissingExtraError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.pipeline.transforms.spark import rejected_rows
 from tableflow_core.sql_text import quote_ident
@@ -116,9 +117,14 @@ def prepare_great_expectations() -> None:
 
 
 def _gx() -> Any:
+    """great-expectations; MissingExtraError naming `tableflow[checks]` when it is absent."""
     os.environ["GX_ANALYTICS_ENABLED"] = "false"
-    import great_expectations as gx
-
+    try:
+        import great_expectations as gx
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.split(".")[0] == CHECKS.module:
+            raise MissingExtraError(CHECKS) from exc
+        raise
     return gx
 
 

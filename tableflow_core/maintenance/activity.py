@@ -1,0 +1,96 @@
+"""What a table's commits wrote, read from its metadata: what decides whether compaction
+is due besides the clock (`schedule.py`).
+
+Read from the snapshot summaries of `main`'s ancestry (no manifest is opened: plan and
+`maintain --dry-run` stay one catalog request per table). Per commit that added files:
+when, how many data and delete files, how many bytes. Rewrites (`replace` snapshots:
+compaction, delete and manifest rewrites) add no new work and are not counted; the walk
+stops at the last rewrite that removed data files (a compaction, by tableflow or anyone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# Beyond this many snapshots the walk stops: older commits are old enough for the
+# time trigger anyway.
+MAX_WALK = 10_000
+_REPLACE = "replace"
+
+
+@dataclass(frozen=True)
+class FileCommit:
+    """One commit that added files to `main`."""
+
+    committed_at: datetime
+    data_files: int
+    delete_files: int
+    bytes: int  # added-files-size: every file the commit added
+
+    def small_files(self, below_bytes: int) -> int:
+        """The commit's data files if they average under `below_bytes`, else 0 (the
+        summary has the count and total size, not each file's)."""
+        if self.data_files == 0:
+            return 0
+        return self.data_files if self.bytes / self.data_files < below_bytes else 0
+
+
+@dataclass(frozen=True)
+class TableActivity:
+    """The table's data files now, and the commits since its last compaction."""
+
+    data_files: int  # total-data-files of the current snapshot
+    commits: tuple[FileCommit, ...] = ()  # newest first
+
+    def since(self, moment: datetime | None) -> tuple[FileCommit, ...]:
+        """The commits after `moment` (all of them when None)."""
+        if moment is None:
+            return self.commits
+        return tuple(c for c in self.commits if c.committed_at > moment)
+
+
+def _summary_int(summary: Any, key: str) -> int:
+    if summary is None:
+        return 0
+    try:
+        return int(summary.additional_properties.get(key, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _operation(summary: Any) -> str:
+    operation = getattr(summary, "operation", None)
+    return str(getattr(operation, "value", operation) or "")
+
+
+def table_activity(table: Any) -> TableActivity:
+    """A pyiceberg table's activity (its already loaded metadata; no I/O)."""
+    metadata = table.metadata
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    current = by_id.get(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
+    data_files = _summary_int(current.summary, "total-data-files") if current else 0
+    commits: list[FileCommit] = []
+    snapshot = current
+    for _ in range(MAX_WALK):
+        if snapshot is None:
+            break
+        summary = snapshot.summary
+        if _operation(summary) == _REPLACE:
+            if _summary_int(summary, "deleted-data-files") > 0:
+                break  # a compaction: the commits before it were compacted
+        else:
+            added = _summary_int(summary, "added-data-files")
+            deletes = _summary_int(summary, "added-delete-files")
+            if added or deletes:
+                commits.append(
+                    FileCommit(
+                        committed_at=datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC),
+                        data_files=added,
+                        delete_files=deletes,
+                        bytes=_summary_int(summary, "added-files-size"),
+                    )
+                )
+        snapshot = by_id.get(snapshot.parent_snapshot_id)
+    return TableActivity(data_files=data_files, commits=tuple(commits))
