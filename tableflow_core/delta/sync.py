@@ -151,12 +151,16 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
             commit_properties=_commit_properties(table, final=True),
         )
         created = DeltaTable(uri, storage_options=options)
+        if _list_implied_features(created, table):
+            created = DeltaTable(uri, storage_options=options)
         return DeltaSyncResult(
             location, snapshot_id, created.version(), True, True, len(files), 0, ()
         )
 
     previous = mirrored_snapshot_id(location, options)
     delta = DeltaTable(uri, storage_options=options)
+    if _list_implied_features(delta, table):  # mirrors written before the fix too
+        delta = DeltaTable(uri, storage_options=options)
     new_fields = added_fields(delta.schema(), desired)
     if previous is not None and previous == snapshot_id and not new_fields:
         # The last complete sync was of this very snapshot: no manifest to read.
@@ -174,6 +178,8 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
             new_fields, commit_properties=_commit_properties(table, final=False)
         )
         delta = DeltaTable(uri, storage_options=options)
+        if _list_implied_features(delta, table):  # a new timestamp column lifts it to 7
+            delta = DeltaTable(uri, storage_options=options)
     # The final commit records the snapshot, even when only the snapshot id moved (a commit
     # without file changes): an empty version, so the next sync can skip the manifests.
     data_change = not _is_pure_rewrite(table, previous)
@@ -199,6 +205,30 @@ def _sync(table: Any, options: dict[str, str]) -> DeltaSyncResult:
         len(to_remove),
         tuple(f.name for f in new_fields),
     )
+
+
+def _list_implied_features(delta: Any, table: Any) -> bool:
+    """List `invariants` among the writer features once the protocol is at writer version 7.
+
+    delta-rs lifts the protocol to (3, 7) for a timestamp-without-zone column and lists
+    only `timestampNtz`; at writer version 7 every feature in use must be listed, and a
+    NOT NULL column (an Iceberg `required` field, a key) implies `invariants`: delta-spark
+    (and Databricks) refuse such a table with DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH.
+    The feature is harmless without NOT NULL columns, so it is listed whenever the
+    protocol is at version 7. A commit of its own, without the snapshot marker (the
+    previous marker still holds); True when one was made.
+    """
+    from deltalake import TableFeatures
+
+    protocol = delta.protocol()
+    if protocol.min_writer_version < 7 or "invariants" in (protocol.writer_features or []):
+        return False
+    delta.alter.add_feature(
+        TableFeatures.Invariants,
+        allow_protocol_versions_increase=True,
+        commit_properties=_commit_properties(table, final=False),
+    )
+    return True
 
 
 def _pyarrow_table(arrow: Any) -> Any:
