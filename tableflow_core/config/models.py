@@ -248,6 +248,24 @@ class GlueCatalog(ExternalCatalog):
     session_token: SecretStr | None = Field(None, description="AWS session token; secret.")
 
 
+class NessieCatalog(ExternalCatalog):
+    """Project Nessie through its own API v2, for publishing: every pointer move is a Nessie
+    commit checked against the branch state read with the pointer (compare-and-set), which
+    Nessie's Iceberg REST endpoint cannot do (it refuses `register_table` with overwrite).
+    `properties` give read access to the metadata files (e.g. `s3.access-key-id`): the
+    commit carries the snapshot, schema, spec and sort order ids read from them."""
+
+    type: Literal["nessie"] = "nessie"
+    uri: str = Field(description="Nessie API v2 base, e.g. `http://nessie:19120/api/v2`.")
+    ref: str = Field(
+        "main",
+        pattern=r"^[A-Za-z]([A-Za-z0-9_-]|[./][A-Za-z0-9_-])*$",  # Nessie's branch names
+        max_length=MAX_NAME_LENGTH,
+        description="Branch to commit to.",
+    )
+    token: SecretStr | None = Field(None, description="Bearer token (Nessie OIDC); secret.")
+
+
 class HiveCatalog(ExternalCatalog):
     """Hive Metastore."""
 
@@ -256,10 +274,16 @@ class HiveCatalog(ExternalCatalog):
     warehouse: str = Field(description="Warehouse location.")
 
 
-PUBLISHABLE_CATALOG_TYPES = ("rest", "sql", "glue")
+PUBLISHABLE_CATALOG_TYPES = ("rest", "sql", "glue", "nessie")
 
 CatalogConfig = Annotated[
     EmbeddedCatalog | RestCatalog | SqlCatalog | GlueCatalog | HiveCatalog,
+    Field(discriminator="type"),
+]
+# Publishing also speaks Nessie's own API (tables are written through Nessie's Iceberg
+# REST endpoint with `type: rest`).
+PublishCatalogConfig = Annotated[
+    EmbeddedCatalog | RestCatalog | SqlCatalog | GlueCatalog | HiveCatalog | NessieCatalog,
     Field(discriminator="type"),
 ]
 
@@ -307,10 +331,11 @@ class Target(ConfigModel):
     catalog: CatalogConfig = Field(
         default_factory=EmbeddedCatalog, description="Where tables are written."
     )
-    publish_catalogs: dict[str, CatalogConfig] = Field(
+    publish_catalogs: dict[str, PublishCatalogConfig] = Field(
         default_factory=dict,
         description="Extra catalogs tables can be published to (registered, not copied), by name: "
-        "type rest (any Iceberg REST server: another tableflow catalog, Polaris, Unity), sql or glue.",
+        "type rest (any Iceberg REST server: another tableflow catalog, Polaris, Unity), sql, "
+        "glue or nessie (Nessie's API v2, compare-and-set commits).",
     )
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark application.")
     dev_stack: DevStackPorts | None = Field(

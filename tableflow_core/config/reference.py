@@ -26,6 +26,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("catalog: type sql", models.SqlCatalog),
     ("catalog: type glue", models.GlueCatalog),
     ("catalog: type hive", models.HiveCatalog),
+    ("publish_catalogs.<name>: type nessie", models.NessieCatalog),
     ("spark", models.SparkSettings),
     ("dev_stack", models.DevStackPorts),
     ("defaults", models.TableDefaults),

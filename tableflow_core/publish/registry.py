@@ -8,6 +8,7 @@ from typing import Any
 from tableflow_core.publish.base import CatalogPublisher
 from tableflow_core.publish.errors import PublishError
 from tableflow_core.publish.glue import GluePublisher
+from tableflow_core.publish.nessie import NessiePublisher
 from tableflow_core.publish.rest import RestPublisher
 from tableflow_core.publish.sql import SqlPublisher
 
@@ -15,6 +16,7 @@ PUBLISHERS: dict[str, Callable[[str, Any], CatalogPublisher]] = {
     "rest": RestPublisher,
     "sql": SqlPublisher,
     "glue": GluePublisher,
+    "nessie": NessiePublisher,
 }
 
 

@@ -6,7 +6,9 @@ What Nessie 0.99 does here, each asserted below: tables get a location with a `_
 suffix; every write is a Nessie commit on `main`; `register` points Nessie at our
 metadata file (no copy); `register` with `overwrite` is refused (Iceberg REST 1.10's
 pointer move), so tableflow's publisher cannot move a published table in Nessie yet;
-remote signing does not work with the Iceberg 1.12 client (strict xfail).
+remote signing does not work with the Iceberg 1.12 client (strict xfail). tableflow's
+Nessie publisher (Nessie's API v2) registers and moves pointers with compare-and-set
+commits.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
+from tableflow_core.config.models import NessieCatalog as NessieCatalogConfig
 from tableflow_core.config.models import RestCatalog as RestCatalogConfig
 from tableflow_core.dev.trino_server import TrinoServer
 from tableflow_core.jvm.artifacts import ensure, load_lock
-from tableflow_core.publish.errors import PublishError
+from tableflow_core.publish.errors import PublishConflictError, PublishError
+from tableflow_core.publish.nessie import NessiePublisher, put_operation, table_content
 from tableflow_core.publish.rest import RestPublisher
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.nessie import NessieCatalog
@@ -147,7 +151,7 @@ def test_tableflow_publishes_to_nessie_by_register(
     assert len(rows) == 30
 
     # The next snapshot: the publisher moves pointers with register(overwrite=true),
-    # which Nessie 0.99 refuses. Recorded here; the fix is a Nessie-API publisher.
+    # which Nessie 0.99 refuses. Recorded here; `type: nessie` publishes through Nessie's API.
     previous = source.metadata_location
     source.append(
         pa.Table.from_pylist([sample_row(i) for i in range(30, 40)], schema=SAMPLE_ARROW_SCHEMA)
@@ -155,3 +159,54 @@ def test_tableflow_publishes_to_nessie_by_register(
     with pytest.raises(PublishError, match="overwrite"):
         publisher.update((ns,), "orders", source.metadata_location, previous)
     assert publisher.current_pointer((ns,), "orders") == previous
+
+
+def test_tableflow_publishes_to_nessie_through_its_api_with_compare_and_set(
+    nessie: NessieCatalog, s3_catalog: S3CatalogServer, trino: TrinoServer
+) -> None:
+    source_catalog = s3_catalog.pyiceberg_catalog()
+    ns = unique_namespace("napi")
+    source_catalog.create_namespace(ns)
+    source = source_catalog.create_table((ns, "orders"), schema=SAMPLE_ARROW_SCHEMA)
+    source.append(
+        pa.Table.from_pylist([sample_row(i) for i in range(30)], schema=SAMPLE_ARROW_SCHEMA)
+    )
+    # The publisher reads the metadata file (snapshot, schema, spec ids) with these keys.
+    config = NessieCatalogConfig(
+        uri=nessie.server.api_uri,
+        properties={**nessie.s3_keys(), "s3.endpoint": nessie.s3.endpoint},
+    )
+    publisher = NessiePublisher("nessie", config)
+    assert publisher.current_pointer((ns,), "orders") is None
+    publisher.register((ns,), "orders", source.metadata_location)  # the namespace too
+    assert publisher.current_pointer((ns,), "orders") == source.metadata_location
+    _, rows, _ = assert_trino_reads_as_pyiceberg(
+        trino, "nessie", nessie.pyiceberg_catalog(), ns, "orders"
+    )
+    assert len(rows) == 30
+
+    # The source moves on: the pointer moves with one Nessie commit, read by Trino.
+    first = source.metadata_location
+    source.append(
+        pa.Table.from_pylist([sample_row(i) for i in range(30, 40)], schema=SAMPLE_ARROW_SCHEMA)
+    )
+    source = source_catalog.load_table((ns, "orders"))
+    stale = publisher.read((ns, "orders"))  # a second publisher's view, before the move
+    publisher.update((ns,), "orders", source.metadata_location, first)
+    assert publisher.current_pointer((ns,), "orders") == source.metadata_location
+    _, rows, _ = assert_trino_reads_as_pyiceberg(
+        trino, "nessie", nessie.pyiceberg_catalog(), ns, "orders"
+    )
+    assert len(rows) == 40
+    assert f"tableflow: publish {ns}.orders" in _commits(nessie)
+
+    # Compare-and-set: a commit against the branch state read before the move is refused,
+    # and an update from a pointer that is no longer current is refused before sending.
+    assert stale.content is not None
+    content = table_content(source.metadata, first, str(stale.content["id"]))
+    with pytest.raises(PublishConflictError, match="Nessie refused"):
+        publisher.commit(stale.hash, [put_operation((ns, "orders"), content)], "stale")
+    with pytest.raises(PublishConflictError, match="moved"):
+        publisher.update((ns,), "orders", first, first)
+    assert publisher.current_pointer((ns,), "orders") == source.metadata_location
+    publisher.close()
