@@ -70,7 +70,7 @@ class Registry:
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         response = requests.request(
-            method, self.url + path, json=body, headers=CONTENT_TYPE, timeout=30
+            method, self.url + path, json=body, headers=CONTENT_TYPE, timeout=120
         )
         try:
             return response.status_code, response.json()
