@@ -108,8 +108,12 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
                     stages=("drop_table",),
                 )
             )
-    for name in sorted({a.table for a in actions if a.table is not None}):
-        table_actions = [a for a in actions if a.table == name]
+    by_table: dict[str, list[Any]] = {}
+    for action in actions:
+        if action.table is not None:
+            by_table.setdefault(action.table, []).append(action)
+    for name in sorted(by_table):
+        table_actions = by_table[name]
         config = tables.get(name)
         last: str | None = None
         ddl = [a for a in table_actions if a.kind in DDL_KINDS]
