@@ -70,28 +70,69 @@ def read_range(
     idle_timeout_s: float = 60.0,
 ) -> Iterator[MessageChunk]:
     """Yield the messages of `offset_range` in chunks of at most `chunk_size` (in offset order)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
-    if offset_range.start >= end:
+    if offset_range.start >= offset_range.end:
         return
-    brokers = brokers_of(kafka_conf)
-    where = (
-        f"topic {topic!r} partition {partition} range [{offset_range.start}, {end}) "
-        f"on broker(s) {brokers}"
-    )
-    broker_errors = BrokerErrors()
-    consumer = Consumer(
-        consumer_conf(
-            kafka_conf,
-            **{
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error",
-                "error_cb": broker_errors,
-            },
+    with RangeReader(kafka_conf, idle_timeout_s) as reader:
+        yield from reader.read(offset_range, chunk_size)
+
+
+class RangeReader:
+    """One consumer reading planned ranges one after the other (assign + seek each).
+
+    A task reading the ranges of many small tables (a shared job) reuses it: a consumer
+    costs a client, its threads and a connection, far more than 200 records' read."""
+
+    def __init__(self, kafka_conf: Mapping[str, str], idle_timeout_s: float = 60.0) -> None:
+        self._conf = dict(kafka_conf)
+        self._brokers = brokers_of(kafka_conf)
+        self._idle_timeout_s = idle_timeout_s
+        self._errors = BrokerErrors()
+        self._consumer = self._new_consumer()
+        self._read: set[tuple[str, int]] = set()  # partitions this consumer was assigned
+
+    def _new_consumer(self) -> Any:
+        from confluent_kafka import Consumer
+
+        return Consumer(
+            consumer_conf(
+                self._conf,
+                **{
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "error",
+                    "error_cb": self._errors,
+                },
+            )
         )
-    )
-    try:
+
+    def __enter__(self) -> RangeReader:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def read(self, offset_range: OffsetRange, chunk_size: int = 50_000) -> Iterator[MessageChunk]:
+        """The messages of `offset_range` in chunks of at most `chunk_size`, in offset order."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        topic, partition, end = offset_range.topic, offset_range.partition, offset_range.end
+        if offset_range.start >= end:
+            return
+        where = (
+            f"topic {topic!r} partition {partition} range [{offset_range.start}, {end}) "
+            f"on broker(s) {self._brokers}"
+        )
+        if (topic, partition) in self._read:
+            # A partition read again (two tables of one topic): a new consumer, so that no
+            # message the last one fetched ahead for it can be taken for this range's.
+            self._consumer.close()
+            self._consumer = self._new_consumer()
+            self._read.clear()
+        self._read.add((topic, partition))
+        broker_errors, consumer = self._errors, self._consumer
+        broker_errors.last = None
         consumer.assign([TopicPartition(topic, partition, offset_range.start)])
         columns = _Columns()
         last_progress = time.monotonic()
@@ -112,11 +153,15 @@ def read_range(
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
+                        if msg.topic() != topic or msg.partition() != partition:
+                            continue  # the end of a range read before this one
                         if msg.offset() >= end:
                             done = True
                             break
                         continue
                     raise KafkaReadError(f"{where}: {error}{broker_errors.suffix()}")
+                if msg.topic() != topic or msg.partition() != partition:
+                    continue  # fetched for a range read before this one, still queued
                 offset = msg.offset()
                 if offset >= end:
                     done = True
@@ -140,12 +185,10 @@ def read_range(
                     next_offset = max(next_offset, position)
                 if position >= end:
                     done = True
-                elif time.monotonic() - last_progress > idle_timeout_s:
+                elif time.monotonic() - last_progress > self._idle_timeout_s:
                     raise KafkaReadError(
-                        f"{where}: no progress for {idle_timeout_s:.0f}s at offset {next_offset}"
-                        f"{broker_errors.suffix()}"
+                        f"{where}: no progress for {self._idle_timeout_s:.0f}s at offset "
+                        f"{next_offset}{broker_errors.suffix()}"
                     )
         if columns.offsets:
             yield columns.chunk(topic, partition)
-    finally:
-        consumer.close()

@@ -175,11 +175,14 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
     groups: dict[str | None, list[object]] = {}
     for action in plan.actions:
         groups.setdefault(action.table, []).append(action)
+    jobs = shared_jobs_of(plan)
     for table, actions in groups.items():
         out.append(Text())
         out.append(Text(f"table {table}" if table else "catalog", style="bold underline"))
         for table_action in actions:
             out.extend(action_lines(table_action))
+            if isinstance(table_action, Ingest) and table in jobs:
+                out.append(Text(f"      {jobs[table]}", style=SYMBOLS["read"][1]))
     for name, why in sorted(plan.suspended.items()):
         out.append(Text())
         out.append(Text(f"! {name}: {why}", style="bold yellow"))
@@ -195,6 +198,21 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
     style = "bold red" if plan.blockers else "bold"
     out.append(Text(plan.summary_line(), style=style))
     _print_lines(console, out)
+
+
+def shared_jobs_of(plan: Plan, compact: bool = False) -> dict[str, str]:
+    """For each table whose run shares a Spark job, the line saying so."""
+    lines: dict[str, str] = {}
+    for task in plan.dag.tasks:
+        others = len(task.members) - 1
+        for member in task.members:
+            lines[member.table] = (
+                f"in {task.id}"
+                if compact
+                else f"shared Spark job {task.id} with {plural(others, 'other table')} "
+                "(data files written by its read tasks; published on its own)"
+            )
+    return lines
 
 
 def _print_lines(console: Console, lines: list[Text]) -> None:
@@ -226,9 +244,11 @@ def render_compact(plan: Plan, console: Console) -> None:
     for action in plan.actions:
         if action.change != "report":
             groups.setdefault(action.table, []).append(action)
+    jobs = shared_jobs_of(plan, compact=True)
     for table, actions in groups.items():
         what = ", ".join(_compact_action(a) for a in actions)
-        out.append(Text(f"  {table or 'catalog'}: {what}"))
+        shared = f" ({jobs[table]})" if table in jobs else ""
+        out.append(Text(f"  {table or 'catalog'}: {what}{shared}"))
     if plan.blockers:
         out.append(Text("Blocked:", style="bold red"))
         out.extend(blocker_line(blocker) for blocker in _ordered_blockers(plan.blockers))

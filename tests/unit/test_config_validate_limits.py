@@ -53,9 +53,10 @@ def test_duplicate_tables_validate_in_linear_time(tmp_path: Path) -> None:
     seconds = {}
     for count in (300, 3000):
         directory = project(tmp_path / str(count), TABLE * count)
-        start = time.perf_counter()
+        # CPU time: the wall clock of 0.05 s on a loaded machine is mostly waiting.
+        start = time.process_time()
         found = problems(directory)
-        seconds[count] = time.perf_counter() - start
+        seconds[count] = time.process_time() - start
         assert len(found) == 2 * (count - 1)
         assert found[0].startswith("tables/t.yml:5: table name 'orders' is declared twice")
     assert seconds[3000] / seconds[300] < 20, seconds  # linear: ~10; it was ~35
