@@ -138,7 +138,8 @@ def table_reports(
     def run(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = [row for batch in range_batches for row in batch.to_pylist()]
         rows.sort(key=lambda r: (r["member"], r["topic"], r["partition"], r["start"]))
-        with fewer_gc_passes(), RangeReader(kafka_conf) as reader:
+        topics = {r["topic"] for r in rows}
+        with fewer_gc_passes(), RangeReader(kafka_conf, topics=topics) as reader:
             for member, ranges in groupby(rows, key=lambda r: int(r["member"])):
                 table = _TableRun(works[member], decoder_factory)
                 try:
