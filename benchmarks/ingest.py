@@ -343,13 +343,20 @@ def cli_apply(root: Path) -> tuple[float, dict[str, object], int]:
 class RunProcess:
     """`tableflow run` in its own process; its stdout lines kept with arrival times."""
 
-    def __init__(self, root: Path, log: Path, *args: str) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    def __init__(
+        self,
+        root: Path,
+        log: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        env = {**(env or os.environ), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
         self._log = log.open("w")  # stderr
         self._out = log.with_suffix(".out").open("w")  # stdout, each line with its time
         self.proc = subprocess.Popen(
             tableflow_command(root, "run", *args),
-            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, cwd=cwd,
         )  # fmt: skip
         self.lines: list[tuple[float, str]] = []
         self._changed = threading.Condition()

@@ -1,51 +1,43 @@
-"""Many tables: `tableflow apply` / `tableflow run` on a project of N tables vs one process.
+"""Many tables: the commands users run on a project of N small tables (issue 31).
 
-    .venv/bin/python benchmarks/many_tables.py --tables 20 --records 5000
-    .venv/bin/python benchmarks/many_tables.py --tables 50 --run-seconds 300 --interval 60
-    .venv/bin/python benchmarks/many_tables.py --tables 20 --records 5000 --against REV --rounds 2
+    .venv/bin/python benchmarks/many_tables.py --tables 1000 --records 200
+    .venv/bin/python benchmarks/many_tables.py --tables 5000 --records 200 --phases validate,plan
+    .venv/bin/python benchmarks/many_tables.py --tables 1000 --records 200 --against main
 
-Starts its own noida-db broker and dev registry (127.0.0.1, free ports); one topic per
-table (`--partitions` each), Confluent-framed Avro (the 10-field event of ingest.py).
+Starts its own broker and dev registry (127.0.0.1, free ports) and sets up N topics of
+`--records` Confluent-framed Avro records each (the 10-field event of ingest.py), quickly:
+one CreateTopics request, the N value subjects registered concurrently (one schema, so one
+id), each record framed once and one producer writing every topic.
 
-Apply mode (default): `--records` records in each of N topics, plus one topic holding
-N x `--records`. Measured in the same run, every tableflow figure a CLI process on a
-project written to a tmp dir (embedded catalog, Spark local[cores]):
-- baseline: one Python process, per topic: watermarks, consume, fastavro decode, Parquet
-  write (ingest.py's `baseline`), for the N topics one after the other, then for the one
-  big topic;
-- `tableflow plan` on the N-table project (nothing exists yet), `tableflow apply
-  --auto-approve` (creates and fills the N tables), the same apply again (nothing to do:
-  the no-op apply), then apply on a 1-table project of `--records` and on a 1-table
-  project of the big topic (N x `--records`).
-- per-table overhead = (apply of N tables - apply of 1 table holding the same records) /
-  (N - 1): what each extra table costs beyond its records. The slope against a 1-table
-  project of `--records` (which also counts the extra records) and the baseline's own
-  per-topic overhead are printed beside it.
-Targets (issue 13): 20 tables x 5k records applied in <= 20 s, per-table overhead <= 0.5 s.
+Then each phase is a CLI process on a project of N tables (embedded catalog, Spark
+local[`--cores`], `refresh_interval` = `--interval`), timed by the wall clock, with the
+peak memory of its process tree (PSS, shared pages split between sharers: the CLI, the
+JVM, Spark's Python workers; /proc sampled every 0.2 s):
+- `validate`; `plan` (no table exists yet); `apply --auto-approve` (the first apply: creates
+  the N tables and ingests every record); `plan` again (`plan_existing`: the tables exist);
+  `apply --auto-approve` again (`noop`: nothing to do);
+- `run`: one pass of `tableflow run`. The run starts (its first cycle finds nothing new
+  and starts the JVM), then `--records` new records go into every topic, and the next
+  cycle, due one interval after the first one started, ingests them. The pass is that
+  cycle, from its start (the fixed-rate schedule, runner/schedule.py) to its output line:
+  plan and apply. Its run_results.json must show every table committing exactly its new
+  records. The peak memory is the run process tree's over its whole life.
 
-A/B mode (`--against REV`): the apply of N tables by this tree and by tableflow_core as
-of git revision REV (a `git archive` copy, run with PYTHONPATH pointing at it), on the
-same topics, each on a fresh project, interleaved for `--rounds` rounds (the order
-alternates). Per apply: wall seconds, CPU seconds of the CLI's process tree (user+sys,
-sampled from /proc every 0.2 s) and catalog commits per table (the metadata files in
-each table's metadata log, CREATE TABLE included). For a loaded machine, where wall
-clock is noisy: CPU and commits are the evidence.
+Baseline, in the same run: one Python process reads every record of the N topics with one
+consumer, decodes it with fastavro and writes one Parquet file per topic: what the records
+cost without any per-table overhead. With `--against REV`, every phase also runs with
+tableflow_core as of git revision REV (a `git archive` copy run with PYTHONPATH pointing at
+it) on a project of its own over the same topics, phase by phase interleaved (so both
+meet the same load); for the run pass, each tree's run first catches up with what the
+other's pass produced, then gets `--records` new records per table of its own.
 
-Run mode (`--run-seconds S`): `tableflow run` on the N-table project with
-`refresh_interval` = `--interval` (60 s), while a producer trickles `--trickle` records/s
-into every topic for S seconds (each record's produce time is its Kafka CreateTime, as in
-run_latency.py). After the producer stops, the benchmark waits until everything is
-committed. Per table, from its snapshot history: commits, the largest gap between two
-consecutive commits (when `main` moved), and the largest produce-to-committed latency.
-The target is the interval itself (issue 13: keep 50 tables fresh within their 1-minute
-intervals). `tableflow run` is fixed-rate: a table is due one interval after its previous
-refresh started, so the run keeps up while every cycle (plan + apply of the due tables)
-takes less than the interval; a table's commit gap is then the interval plus the
-difference between where its commit fell in two consecutive cycles (at most one cycle
-time). Both are printed: cycles that fit in the interval, and tables whose gaps stayed
-within the interval plus that jitter. As a baseline, one
-process then reads, decodes and writes to Parquet every record the run ingested (all N
-topics), measured in the same run.
+Targets (issue 31; 1,000 tables x 200 records on 2 cores): validate <= 1 s, plan <= 3 s
+(<= 15 s for 5,000 tables), a first apply <= 60 s, a no-op apply <= 5 s, a `tableflow run`
+pass with new records in every table <= 45 s (a 1-minute refresh interval kept), peak
+memory <= 2 GB. For another N the time targets are scaled linearly (marked "scaled").
+
+The load average is printed before and after: the 2 cores are shared with other jobs, so
+compare a phase with its baseline of the same run, not with another day's seconds.
 """
 
 from __future__ import annotations
@@ -53,50 +45,54 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import io
-import math
+import json
 import os
-import shutil
+import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import fastavro
+import pyarrow as pa
+import pyarrow.parquet as pq
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 from ingest import (
-    baseline,
-    cli,
-    cli_measured,
-    produce,
+    RunProcess,
+    record,
     run_results,
     stack,
+    tableflow_command,
     write_tables_project,
 )
-from run_latency import (
-    Produced,
-    RateProducer,
-    RunProcess,
-    commit_history,
-    latencies,
-    sql_table_loader,
-    wait_committed,
-)
+from memory import TreeSampler
 
 from tableflow_core.dev import broker
+from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, read_watermarks
 
 REPO = Path(__file__).resolve().parent.parent
-APPLY_TARGET_S = 20.0  # 20 tables x 5k records
-OVERHEAD_TARGET_S = 0.5  # per table
+PHASES = ("validate", "plan", "apply", "plan_existing", "noop", "run")
+# issue 31, for 1,000 tables (seconds); scaled linearly for another number of tables.
+TARGETS_S = {"validate": 1.0, "plan": 3.0, "apply": 60.0, "noop": 5.0, "run": 45.0}
+TARGET_TABLES = 1000
+PLAN_5000_TARGET_S = 15.0
+MEMORY_TARGET_GB = 2.0
+THIS_TREE = "this tree"
 
 
 def topic_name(i: int) -> str:
-    return f"many_{i:03d}"
+    return f"many_{i:04d}"
 
 
-def tables_yaml(topics: list[str], interval: str | None = None) -> list[dict[str, Any]]:
+def tables_yaml(topics: Sequence[str], interval: str | None = None) -> list[dict[str, Any]]:
     tables: list[dict[str, Any]] = []
     for topic in topics:
         table: dict[str, Any] = {"name": topic, "topic": topic}
@@ -106,94 +102,117 @@ def tables_yaml(topics: list[str], interval: str | None = None) -> list[dict[str
     return tables
 
 
-def baseline_all(bootstrap: str, url: str, topics: list[str], out: Path) -> tuple[float, int]:
-    """ingest.py's one-process baseline over each topic in turn: (seconds, rows)."""
-    seconds, rows = 0.0, 0
-    for topic in topics:
-        (out / topic).mkdir(parents=True, exist_ok=True)
-        took, written = baseline(bootstrap, url, topic, out / topic)
-        seconds += took
-        rows += written
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds, rows
+# -- set-up ------------------------------------------------------------------------------
 
 
-def applied(root: Path) -> tuple[int, int]:
-    """(tables that succeeded or had nothing to do, records written) of the last apply."""
-    tables = run_results(root)["tables"]
-    ok = sum(1 for t in tables if t["status"] in ("success", "no_changes"))
-    return ok, sum(int(t["records_written"]) for t in tables)
+def register_subjects(url: str, topics: Sequence[str]) -> dict[str, int]:
+    """Register the event schema under every topic's value subject, 16 requests at a time:
+    topic -> schema id."""
+    client = SchemaRegistryClient({"url": url})
+    schema = Schema(json.dumps(SCHEMA), "AVRO")
+    with ThreadPoolExecutor(16) as pool:
+        ids = pool.map(lambda t: client.register_schema(f"{t}-value", schema), topics)
+        return dict(zip(topics, ids, strict=True))
 
 
-def apply_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> None:
-    n, records = args.tables, args.records
-    topics = [topic_name(i) for i in range(n)]
-    big = "many_big"
-    broker.create_topics(bootstrap, {**{t: args.partitions for t in topics}, big: args.partitions})
+def produce_all(
+    bootstrap: str,
+    ids: dict[str, int],
+    records: int,
+    partitions: int,
+    first: int = 0,
+) -> None:
+    """`records` framed records (ids first..first+records-1) into every topic, round-robin
+    over its partitions; each record body is encoded once, one producer writes them all."""
+    parsed = fastavro.parse_schema(SCHEMA)
+    bodies = []
+    for i in range(first, first + records):
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, record(i))
+        bodies.append(buffer.getvalue())
+    producer = Producer(broker.producer_config(bootstrap))
+    headers: dict[int, bytes] = {}
+    for topic, schema_id in ids.items():
+        header = headers.setdefault(schema_id, struct.pack(">bI", 0, schema_id))
+        for n, body in enumerate(bodies):
+            while True:
+                try:
+                    producer.produce(topic, header + body, partition=n % partitions)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    left = producer.flush(600)
+    if left:
+        raise SystemExit(f"{left} records were not delivered")
+
+
+def high_watermarks(bootstrap: str, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+    found = read_watermarks({"bootstrap.servers": bootstrap}, topics).found
+    return {t: {p: high for p, (_, high) in found[t].items()} for t in topics}
+
+
+# -- the baseline ------------------------------------------------------------------------
+
+
+def baseline(bootstrap: str, url: str, topics: Sequence[str], out: Path) -> tuple[float, int]:
+    """One process: one consumer over every topic's partitions, fastavro decode, one
+    Parquet file per topic. (seconds, rows)."""
     started = time.perf_counter()
-    for topic in topics:
-        produce(bootstrap, url, topic, records, args.partitions)
-    produce(bootstrap, url, big, n * records, args.partitions)
-    print(f"produced {n} x {records:,} records and {n * records:,} in one topic "
-          f"in {time.perf_counter() - started:.1f}s")  # fmt: skip
-    load_before = os.getloadavg()
+    ends = high_watermarks(bootstrap, topics)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "baseline", "enable.auto.commit": False,
+        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
+    })  # fmt: skip
+    remaining = {(t, p): end for t, marks in ends.items() for p, end in marks.items() if end}
+    consumer.assign([TopicPartition(t, p, 0) for t, p in remaining])
+    client = SchemaRegistryClient({"url": url})
+    writers: dict[int, Any] = {}
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in topics}
+    while remaining:
+        for msg in consumer.consume(10_000, timeout=1.0):
+            if msg.error():
+                continue
+            value = msg.value()
+            (schema_id,) = struct.unpack(">I", value[1:5])
+            if schema_id not in writers:
+                writers[schema_id] = fastavro.parse_schema(
+                    json.loads(client.get_schema(schema_id).schema_str)
+                )
+            reader = writers[schema_id]
+            rows[msg.topic()].append(
+                fastavro.schemaless_reader(io.BytesIO(value[5:]), reader, None)
+            )  # type: ignore[arg-type]
+            key = (msg.topic(), msg.partition())
+            if msg.offset() + 1 >= remaining.get(key, 0):
+                remaining.pop(key, None)
+    consumer.close()
+    out.mkdir(parents=True, exist_ok=True)
+    for topic, topic_rows in rows.items():
+        if topic_rows:
+            pq.write_table(pa.Table.from_pylist(topic_rows), out / f"{topic}.parquet")
+    return time.perf_counter() - started, sum(len(r) for r in rows.values())
 
-    base_n, rows = baseline_all(bootstrap, url, topics, work / "baseline")
-    assert rows == n * records, rows
-    base_big, rows = baseline_all(bootstrap, url, [big], work / "baseline")
-    assert rows == n * records, rows
 
-    def project(name: str, project_topics: list[str]) -> Path:
-        return write_tables_project(
-            work / name, bootstrap, url, args.cores, tables_yaml(project_topics)
-        )
+# -- measuring the CLI -------------------------------------------------------------------
 
-    many = project("many", topics)
-    parallel = ("--max-parallel", str(args.max_parallel)) if args.max_parallel else ()
-    plan_s = cli(many, "plan")
-    apply_s = cli(many, "apply", "--auto-approve", *parallel)
-    ok, written = applied(many)
-    assert (ok, written) == (n, n * records), (ok, written)
-    noop_s = cli(many, "apply", "--auto-approve", *parallel)
-    one = project("one", topics[:1])
-    one_s = cli(one, "apply", "--auto-approve")
-    assert applied(one) == (1, records), applied(one)
-    one_big = project("one_big", [big])
-    big_s = cli(one_big, "apply", "--auto-approve")
-    assert applied(one_big) == (1, n * records), applied(one_big)
-    load_after = os.getloadavg()
 
-    total = n * records
-    scale = "" if (n, records) == (20, 5000) else " (the target is for 20 x 5,000)"
-    print(f"load average before measuring: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
-          f"({os.cpu_count()} cores)")  # fmt: skip
+@dataclass(frozen=True)
+class Tree:
+    """A tableflow_core to run the CLI with: this checkout, or another revision's copy."""
 
-    def line(name: str, seconds: float, count: int | None, target: str = "") -> None:
-        rate = f"{count / seconds:>10,.0f} records/s" if count else " " * 20
-        print(f"{name:<55} {seconds:7.2f} s  {rate}  {target}")
+    label: str
+    root: Path
 
-    def verdict(value: float, limit: float) -> str:
-        return f"target <= {limit:g} s: {'met' if value <= limit else 'NOT met'}{scale}"
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(self.root)}
 
-    line(f"baseline: 1 process, {n} topics one after the other", base_n, total)
-    line(f"baseline: 1 process, 1 topic of {total:,}", base_big, total)
-    line(f"tableflow plan ({n} tables, CLI)", plan_s, None)
-    line(f"tableflow apply ({n} tables x {records:,}, CLI)", apply_s, total,
-         verdict(apply_s, APPLY_TARGET_S))  # fmt: skip
-    line(f"tableflow apply, nothing to do ({n} tables, CLI)", noop_s, None)
-    line(f"tableflow apply (1 table x {records:,}, CLI)", one_s, records)
-    line(f"tableflow apply (1 table x {total:,}, CLI)", big_s, total)
-    if n > 1:
-        overhead = (apply_s - big_s) / (n - 1)
-        slope = (apply_s - one_s) / (n - 1)
-        base_overhead = (base_n - base_big) / (n - 1)
-        print(f"per-table overhead, tableflow: {overhead:.2f} s "
-              f"((apply {n} tables - apply 1 table of the same {total:,} records) / {n - 1}); "
-              f"{verdict(overhead, OVERHEAD_TARGET_S)}")  # fmt: skip
-        print(f"per-table slope, tableflow: {slope:.2f} s ((apply {n} tables - apply 1 table "
-              f"of {records:,}) / {n - 1}, extra records included)")  # fmt: skip
-        print(f"per-topic overhead, baseline: {base_overhead:.3f} s")
-        print(f"apply ratio baseline/tableflow: {base_n / apply_s:.2f}")
+
+@dataclass
+class Figure:
+    seconds: float
+    peak_pss: int
+    detail: str = ""
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -206,173 +225,197 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def catalog_commits(root: Path, topics: list[str]) -> int:
-    """Catalog commits of the project's tables: metadata files, CREATE TABLE included."""
-    return sum(
-        len(sql_table_loader(root / "warehouse", t)().metadata.metadata_log) + 1 for t in topics
-    )
-
-
-def ab_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> None:
-    n, records = args.tables, args.records
-    topics = [topic_name(i) for i in range(n)]
-    broker.create_topics(bootstrap, {t: args.partitions for t in topics})
-    for topic in topics:
-        produce(bootstrap, url, topic, records, args.partitions)
-    trees = {"this tree": REPO, args.against: checkout(args.against, work / "against")}
-    for label, tree in trees.items():  # the CLI must import each tree's own tableflow_core
-        where = subprocess.run(
-            [sys.executable, "-c", "import tableflow_core; print(tableflow_core.__file__)"],
-            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
-        assert where.startswith(str(tree)), (label, where)
-    figures: dict[str, list[tuple[float, float, int]]] = {label: [] for label in trees}
-    load_before = os.getloadavg()
-    for round_ in range(args.rounds):
-        labels = list(trees) if round_ % 2 == 0 else list(reversed(trees))
-        for label in labels:
-            root = write_tables_project(
-                work / f"ab_{len(figures[label])}_{label.replace(' ', '_')}",
-                bootstrap, url, args.cores, tables_yaml(topics),
-            )  # fmt: skip
-            env = {**os.environ, "PYTHONPATH": str(trees[label])}
-            cpu: dict[int, float] = {}
-            wall, _ = cli_measured(
-                root, "apply", "--auto-approve", env=env, cpu=cpu, cwd=trees[label]
+def cli_phase(tree: Tree, root: Path, *args: str) -> Figure:
+    """`tableflow ARGS` in a new process on the project: wall seconds, peak tree PSS."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            tableflow_command(root, *args), stdout=out, stderr=err, text=True,
+            env=tree.env(), cwd=tree.root,
+        )  # fmt: skip
+        sampler = TreeSampler(proc.pid, 0.2)
+        proc.wait()
+        seconds = time.perf_counter() - started
+        sampler.stop()
+        if proc.returncode != 0:
+            out.seek(0)
+            err.seek(0)
+            raise SystemExit(
+                f"[{tree.label}] tableflow {' '.join(args)} failed:\n"
+                f"{out.read()[-3000:]}\n{err.read()[-3000:]}"
             )
-            assert applied(root) == (n, n * records), (label, applied(root))
-            figures[label].append((wall, sum(cpu.values()), catalog_commits(root, topics)))
-            print(f"round {round_ + 1} {label:<14} apply {wall:6.2f} s wall, "
-                  f"{sum(cpu.values()):6.1f} s CPU, {figures[label][-1][2] / n:.1f} commits/table",
-                  flush=True)  # fmt: skip
-    load_after = os.getloadavg()
-    print(f"\n{n} tables x {records:,} records, {args.rounds} round(s), load average "
-          f"{load_before[0]:.2f} -> {load_after[0]:.2f} ({os.cpu_count()} cores)")  # fmt: skip
-    print(f"{'tree':<14} {'wall s (median)':>15} {'CPU s (median)':>15} {'commits/table':>13}")
-    for label, rows in figures.items():
-        print(f"{label:<14} {np.median([r[0] for r in rows]):>15.2f} "
-              f"{np.median([r[1] for r in rows]):>15.1f} {rows[-1][2] / n:>13.1f}")  # fmt: skip
+    return Figure(seconds, sampler.peak_pss)
 
 
-def run_mode(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> None:
-    n, interval = args.tables, args.interval
-    topics = [topic_name(i) for i in range(n)]
-    broker.create_topics(bootstrap, {t: args.partitions for t in topics})
-    root = write_tables_project(
-        work / "run", bootstrap, url, args.cores, tables_yaml(topics, f"{interval}s")
-    )
-    producer = RateProducer(bootstrap, url, topics, args.partitions)  # registers the schemas
-    load_before = os.getloadavg()
-    run = RunProcess(root, work / "run.log")
+def applied(root: Path, records: int, tables: int) -> str:
+    """The first apply's check: every table committed its records."""
+    results = run_results(root)
+    written = sum(int(t["records_written"]) for t in results["tables"])
+    ok = sum(1 for t in results["tables"] if t["status"] == "success")
+    if (ok, written) != (tables, tables * records):
+        raise SystemExit(f"the first apply: {ok} tables ok, {written} records written")
+    return f"{written:,} records"
+
+
+def nothing_applied(root: Path) -> str:
+    results = run_results(root) if (root / "target" / "run_results.json").exists() else None
+    if results is not None and any(t["records_written"] for t in results["tables"]):
+        raise SystemExit("the no-op apply wrote records")
+    return ""
+
+
+def run_pass(
+    tree: Tree,
+    root: Path,
+    work: Path,
+    bootstrap: str,
+    ids: dict[str, int],
+    args: argparse.Namespace,
+    first_id: int,
+) -> Figure:
+    """One `tableflow run` pass with `--records` new records in every table."""
+    topics = list(ids)
+    run = RunProcess(root, work / f"run-{tree.label.replace(' ', '_')}.log",
+                     env=tree.env(), cwd=tree.root)  # fmt: skip
+    sampler = TreeSampler(run.proc.pid, 0.5)
     try:
-        run.wait_cycles(1, timeout=1800)  # creates the N tables
-        loaders = {t: sql_table_loader(root / "warehouse", t) for t in topics}
-        # Warm-up: one record per table, committed, so the measured cycles are warm ones.
-        late = wait_all(loaders, producer.run(n, 1.0), 3 * interval + 900)
-        if late:
-            raise SystemExit(run.failure(f"the warm-up records of {late} were not committed"))
-        started = time.monotonic()
-        produced = producer.run(args.trickle * n, args.run_seconds)
-        print(f"produced {produced.count:,} records into {n} topics in {produced.seconds:.1f}s "
-              f"({produced.count / produced.seconds:,.0f}/s)")  # fmt: skip
-        late = wait_all(loaders, produced, 3 * interval + 600)
-        if late:
-            print(f"not every record was committed in time: {late}")
-        measured_s = time.monotonic() - started
+        run.wait_cycles(1, timeout=3600)  # catches up (A/B), starts the JVM
+        before = high_watermarks(bootstrap, topics)
+        produce_all(bootstrap, ids, args.records, args.partitions, first=first_id)
+        after = high_watermarks(bootstrap, topics)
+        produced_at = time.monotonic()
+        cycles = 1
+        while True:  # the first cycle that starts after the records are in
+            cycles += 1
+            run.wait_cycles(cycles, timeout=args.interval + 3600)
+            seconds = run.cycle_seconds(args.interval, since=produced_at)
+            if seconds:
+                break
+        results = run_results(root)
     finally:
         run.stop()
-    load_after = os.getloadavg()
-    base_s, rows = baseline_all(bootstrap, url, topics, work / "baseline")
-    report_run(args, produced, loaders, run, measured_s)
-    cycle_times = run.cycle_seconds(interval, since=started)
-    print(f"load average before: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
-          f"({os.cpu_count()} cores)")  # fmt: skip
-    print(f"baseline: 1 process reads, decodes and writes all {rows:,} records of the "
-          f"{n} topics in {base_s:.2f} s")  # fmt: skip
-    if cycle_times:
-        print(f"tableflow run: {len(run.cycles())} cycles; the {len(cycle_times)} that applied "
-              f"something while measured took (plan + apply) median "
-              f"{np.median(cycle_times):.1f} s, max {max(cycle_times):.1f} s, "
-              f"against the {interval} s interval: "
-              f"{sum(1 for c in cycle_times if c < interval)} of {len(cycle_times)} fit")  # fmt: skip
-
-
-def wait_all(
-    loaders: dict[str, Callable[[], Any]], produced: Produced, timeout: float
-) -> list[str]:
-    """Wait until every table committed what was produced; the tables that did not."""
-    deadline = time.monotonic() + timeout
-    return [
+        sampler.stop()
+    tables = {t["table"]: t for t in results["tables"]}
+    wrong = [
         topic
-        for topic, load in loaders.items()
-        if not wait_committed(
-            load, topic, produced.next_offsets(topic), max(0.0, deadline - time.monotonic())
-        )
+        for topic in topics
+        if topic not in tables
+        or tables[topic]["status"] != "success"
+        or {int(p): o for p, o in tables[topic]["offsets_before"].items()} != before[topic]
+        or {int(p): o for p, o in tables[topic]["offsets_after"].items()} != after[topic]
     ]
+    if wrong:
+        raise SystemExit(f"[{tree.label}] the run pass did not commit the new records of "
+                         f"{len(wrong)} tables, e.g. {wrong[:3]} (see {run._log.name})")  # fmt: skip
+    apply_s = float(results["duration_s"])
+    return Figure(seconds[0], sampler.peak_pss, f"apply {apply_s:.1f} s of it")
 
 
-def report_run(
-    args: argparse.Namespace,
-    produced: Produced,
-    loaders: dict[str, Callable[[], Any]],
-    run: RunProcess,
-    measured_s: float,
-) -> None:
-    interval = args.interval
-    rows: list[tuple[str, int, float, float, int]] = []
-    for topic, load in loaders.items():
-        commits = commit_history(load(), topic)
-        lat = latencies(produced, topic, commits)
-        gaps = np.diff([c.at_ms for c in commits]) / 1000.0
-        rows.append((
-            topic, lat.commits, float(gaps.max()) if len(gaps) else math.nan,
-            float(lat.seconds.max()) if len(lat.seconds) else math.nan, lat.uncommitted,
-        ))  # fmt: skip
-    print(f"\n{args.tables} tables, refresh_interval {interval}s, trickle {args.trickle} "
-          f"records/s per table for {args.run_seconds:g} s ({measured_s:.0f} s until all "
-          f"committed, after a warm-up); issue 13 target: every table fresh within its {interval} s interval")  # fmt: skip
-    print(f"{'table':<12} {'commits':>7} {'max gap s':>9} {'max latency s':>13}")
-    worst = sorted(rows, key=lambda r: math.inf if math.isnan(r[2]) else r[2], reverse=True)
-    for topic, count, gap, latency, uncommitted in worst[: args.show]:
-        missing = f"  ! {uncommitted} records not committed" if uncommitted else ""
-        print(f"{topic:<12} {count:>7} {gap:>9.1f} {latency:>13.1f}{missing}")
-    jitter = max(run.cycle_seconds(interval, since=0.0), default=0.0)
-    within = sum(1 for r in rows if r[2] <= interval + jitter)
-    max_gap = max((r[2] for r in rows if not math.isnan(r[2])), default=math.nan)
-    max_latency = max((r[3] for r in rows if not math.isnan(r[3])), default=math.nan)
-    print(f"tables whose commits were never more than {interval} s + the longest cycle "
-          f"({jitter:.1f} s) apart: {within} of "
-          f"{len(rows)}; largest gap {max_gap:.1f} s, largest latency {max_latency:.1f} s "
-          f"(a record produced just after a cycle read its topic waits up to interval + "
-          f"2 cycle times)")  # fmt: skip
+# -- main --------------------------------------------------------------------------------
+
+
+def target_for(phase: str, tables: int) -> tuple[float | None, str]:
+    base = "plan" if phase == "plan_existing" else phase
+    if base not in TARGETS_S:
+        return None, ""
+    if base == "plan" and tables == 5000:
+        return PLAN_5000_TARGET_S, ""
+    scaled = TARGETS_S[base] * tables / TARGET_TABLES
+    return scaled, "" if tables == TARGET_TABLES else " (scaled)"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tables", type=int, default=20)
-    parser.add_argument(
-        "--max-parallel", type=int, default=0, help="apply's --max-parallel (default: its own)"
-    )
-    parser.add_argument("--records", type=int, default=5000, help="per table (apply mode)")
+    parser.add_argument("--tables", type=int, default=1000)
+    parser.add_argument("--records", type=int, default=200, help="per table and per pass")
     parser.add_argument("--partitions", type=int, default=1, help="per topic")
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--run-seconds", type=float, default=0.0, help="run mode: produce for S s")
-    parser.add_argument("--interval", type=int, default=60, help="run mode: refresh_interval, s")
-    parser.add_argument("--trickle", type=float, default=2.0, help="run mode: records/s per table")
-    parser.add_argument("--show", type=int, default=10, help="run mode: tables listed")
-    parser.add_argument("--against", help="A/B mode: a git revision to compare with")
-    parser.add_argument("--rounds", type=int, default=2, help="A/B mode: interleaved rounds")
+    parser.add_argument("--interval", type=int, default=60, help="refresh_interval, seconds")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"of {','.join(PHASES)}")
+    parser.add_argument("--against", help="a git revision to run every phase with too")
     args = parser.parse_args()
+    phases = [p for p in args.phases.split(",") if p]
+    unknown = set(phases) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases {sorted(unknown)}")
     work = Path(tempfile.mkdtemp(prefix="tf-bench-many-"))
-    print(f"work dir {work}; started {dt.datetime.now(dt.UTC):%H:%M:%S} UTC")
+    print(f"work dir {work}; started {dt.datetime.now(dt.UTC):%H:%M:%S} UTC", flush=True)
+    trees = [Tree(THIS_TREE, REPO)]
+    if args.against:
+        trees.append(Tree(args.against, checkout(args.against, work / "against")))
+    n = args.tables
+    topics = [topic_name(i) for i in range(n)]
     with stack(work) as (bootstrap, url):
-        if args.against:
-            ab_mode(args, work, bootstrap, url)
-        elif args.run_seconds > 0:
-            run_mode(args, work, bootstrap, url)
-        else:
-            apply_mode(args, work, bootstrap, url)
+        started = time.perf_counter()
+        broker.create_topics(bootstrap, {t: args.partitions for t in topics}, timeout=300)
+        created = time.perf_counter()
+        ids = register_subjects(url, topics)
+        registered = time.perf_counter()
+        produce_all(bootstrap, ids, args.records, args.partitions)
+        done = time.perf_counter()
+        print(f"set-up: {n} topics created in {created - started:.1f} s, {n} subjects "
+              f"registered in {registered - created:.1f} s, {n} x {args.records:,} records "
+              f"produced in {done - registered:.1f} s", flush=True)  # fmt: skip
+        base_s, rows = baseline(bootstrap, url, topics, work / "baseline")
+        assert rows == n * args.records, rows
+        projects = {
+            tree.label: write_tables_project(
+                work / f"project-{i}", bootstrap, url, args.cores,
+                tables_yaml(topics, f"{args.interval}s"),
+            )
+            for i, tree in enumerate(trees)
+        }  # fmt: skip
+        load_before = os.getloadavg()
+        figures: dict[tuple[str, str], Figure] = {}
+        next_id = args.records
+        for phase in phases:
+            for tree in trees:
+                root = projects[tree.label]
+                if phase == "validate":
+                    figure = cli_phase(tree, root, "validate")
+                elif phase in ("plan", "plan_existing"):
+                    figure = cli_phase(tree, root, "plan")
+                elif phase == "apply":
+                    figure = cli_phase(tree, root, "apply", "--auto-approve")
+                    figure.detail = applied(root, args.records, n)
+                elif phase == "noop":
+                    (root / "target" / "run_results.json").unlink(missing_ok=True)
+                    figure = cli_phase(tree, root, "apply", "--auto-approve")
+                    figure.detail = nothing_applied(root)
+                else:
+                    figure = run_pass(tree, root, work, bootstrap, ids, args, next_id)
+                    next_id += args.records
+                figures[(phase, tree.label)] = figure
+                print(f"  {phase:<14} {tree.label:<12} {figure.seconds:8.2f} s "
+                      f"{figure.peak_pss / 1e9:6.2f} GB  {figure.detail}  "
+                      f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
+        load_after = os.getloadavg()
+    print(f"\n{n} tables x {args.records:,} records, {args.partitions} partition(s) each; "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
+          f"({os.cpu_count()} cores)")  # fmt: skip
+    print(f"baseline: 1 process reads, decodes and writes all {rows:,} records "
+          f"({n} Parquet files) in {base_s:.2f} s")  # fmt: skip
+    header = "".join(f"{t.label:>22}" for t in trees)
+    print(f"{'phase':<16}{header}   target")
+    for phase in phases:
+        cells = "".join(
+            f"{figures[(phase, t.label)].seconds:>11.2f} s {figures[(phase, t.label)].peak_pss / 1e9:5.2f} GB"
+            for t in trees
+        )
+        limit, scaled = target_for(phase, n)
+        mine = figures[(phase, THIS_TREE)]
+        verdict = ""
+        if limit is not None:
+            met = mine.seconds <= limit and mine.peak_pss <= MEMORY_TARGET_GB * 1e9
+            verdict = (f"<= {limit:g} s{scaled}, <= {MEMORY_TARGET_GB:g} GB: "
+                       f"{'met' if met else 'NOT met'}")  # fmt: skip
+        print(f"{phase:<16}{cells}   {verdict}")
+    if "run" in phases:
+        print(f"run pass = the cycle with {args.records} new records in each of the {n} "
+              f"tables, plan + apply ({figures[('run', THIS_TREE)].detail}); "
+              f"refresh_interval {args.interval} s")  # fmt: skip
+    print("memory: peak PSS of the command's process tree (CLI, JVM, Python workers)")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ def _install_log_redaction() -> None:
             logger.addFilter(RedactSecretsFilter())
 
 
+KEEP_ALIVE_S = 120
+
+
 def bind_listener(host: str, port: int) -> socket.socket:
     """A listening TCP socket for uvicorn (port 0: a free one).
 
@@ -77,6 +80,10 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
         log_level=settings.log_level,
         access_log=settings.access_log,
         timeout_graceful_shutdown=5,
+        # uvicorn's default (5 s) closed connections that clients keep in their pools
+        # while an apply of 1,000 tables kept them busy elsewhere; a request racing that
+        # close failed with "Connection reset by peer".
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     _install_log_redaction()  # after Config, which (re)configures uvicorn's loggers
     return uvicorn.Server(config)

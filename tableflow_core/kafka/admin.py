@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tableflow_core.errors import TableflowError
@@ -203,3 +204,94 @@ def offsets_for_timestamp(
         return {tp.partition: int(tp.offset) for tp in found}
     finally:
         consumer.close()
+
+
+def admin_conf(kafka_conf: Mapping[str, str]) -> dict[str, Any]:
+    """The connection settings of `kafka_conf` (security, bootstrap), for an AdminClient."""
+    consumer_only = ("group.id", "isolation.level", "fetch.", "enable.auto", "auto.offset.reset")
+    conf: dict[str, Any] = {k: v for k, v in kafka_conf.items() if not k.startswith(consumer_only)}
+    conf.setdefault("logger", DebugLogger())
+    return conf
+
+
+@dataclass(frozen=True)
+class TopicWatermarks:
+    """What one read of many topics found: each topic's {partition: (low, high)}, and why
+    a topic is not there (the broker does not have it)."""
+
+    found: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def read_watermarks(
+    consumer_config: Mapping[str, str], topics: Iterable[str], timeout: float = 10.0
+) -> TopicWatermarks:
+    """`get_watermarks` for many topics at once: three requests whatever their number (the
+    topics' partitions, then the earliest and the latest offset of every partition), where
+    a consumer per topic made two requests per partition (1,000 topics: 1.2 s of CPU).
+
+    A topic the broker does not have is in `missing`; KafkaMetadataError when a broker
+    does not answer or refuses a request."""
+    from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    wanted = sorted(set(topics))
+    if not wanted:
+        return TopicWatermarks()
+    brokers = brokers_of(consumer_config)
+    admin = AdminClient(admin_conf(consumer_config))
+    partitions: dict[str, list[int]] = {}
+    missing: dict[str, str] = {}
+    described = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
+    for topic, future in described.items():
+        try:
+            description = future.result(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                missing[topic] = (
+                    f"topic {topic!r} on broker(s) {brokers}: cannot read metadata (not found)"
+                )
+                continue
+            raise KafkaMetadataError(
+                f"topic {topic!r}: broker(s) {brokers} did not answer a metadata request "
+                f"within {timeout:.0f}s: {error}"
+            ) from exc
+        found = sorted(p.id for p in description.partitions)
+        if not found:
+            missing[topic] = f"topic {topic!r} on broker(s) {brokers}: it has no partitions"
+            continue
+        partitions[topic] = found
+    every = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
+    ends = {
+        name: _list_offsets(admin, every, spec, timeout, brokers)
+        for name, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest()))
+    }
+    return TopicWatermarks(
+        found={
+            topic: {p: (ends["low"][(topic, p)], ends["high"][(topic, p)]) for p in ps}
+            for topic, ps in partitions.items()
+        },
+        missing=missing,
+    )
+
+
+def _list_offsets(
+    admin: Any, partitions: list[Any], spec: Any, timeout: float, brokers: str
+) -> dict[tuple[str, int], int]:
+    """One ListOffsets request (per leader) for every partition: {(topic, partition): offset}."""
+    from confluent_kafka import KafkaException
+
+    if not partitions:
+        return {}
+    futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+    offsets: dict[tuple[str, int], int] = {}
+    for tp, future in futures.items():
+        try:
+            offsets[(tp.topic, tp.partition)] = int(future.result(timeout=timeout).offset)
+        except KafkaException as exc:
+            raise KafkaMetadataError(
+                f"topic {tp.topic!r} partition {tp.partition} on broker(s) {brokers}: cannot "
+                f"read watermarks: {exc}"
+            ) from exc
+    return offsets

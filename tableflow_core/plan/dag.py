@@ -18,8 +18,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.errors import TableflowError
+from tableflow_core.ingest.sharing import Candidate, alone_because, shared_jobs
 from tableflow_core.plan.actions import DDL_KINDS
 from tableflow_core.plan.dead_letter_table import is_dlq_action
+
+
+class DagMember(BaseModel):
+    """One table of a task many tables share (a shared ingest job): its ingest action and
+    the tasks it waits for. A member whose dependencies failed is left out of the task;
+    the others still run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    table: str
+    action: str = Field(description="Id of the table's ingest action")
+    depends_on: tuple[str, ...] = ()
 
 
 class DagTask(BaseModel):
@@ -34,6 +47,7 @@ class DagTask(BaseModel):
         "create_dlq_topic",
         "ddl",
         "ingest",
+        "ingest_shared",
         "publish",
         "sync_delta",
         "drop_table",
@@ -42,6 +56,17 @@ class DagTask(BaseModel):
     depends_on: tuple[str, ...] = ()
     actions: tuple[str, ...] = Field(default=(), description="Ids of the plan actions it performs")
     stages: tuple[str, ...] = ()
+    members: tuple[DagMember, ...] = Field(
+        default=(),
+        description="The tables of a shared ingest job (ingest/sharing.py), each published "
+        "on its own",
+    )
+
+    def with_members(self, members: tuple[DagMember, ...]) -> DagTask:
+        """This task for `members` only (those whose dependencies succeeded)."""
+        return self.model_copy(
+            update={"members": members, "actions": tuple(m.action for m in members)}
+        )
 
 
 class Dag(BaseModel):
@@ -108,8 +133,22 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
                     stages=("drop_table",),
                 )
             )
-    for name in sorted({a.table for a in actions if a.table is not None}):
-        table_actions = [a for a in actions if a.table == name]
+    by_table: dict[str, list[Any]] = {}
+    for action in actions:
+        if action.table is not None:
+            by_table.setdefault(action.table, []).append(action)
+    jobs = shared_jobs(
+        [
+            Candidate(name, ingest.records)
+            for name, table_actions in by_table.items()
+            if (ingest := _ingest_of(table_actions)) is not None
+            and _can_share(ingest, tables.get(name))
+        ]
+    )
+    shared = {name for job in jobs for name in job}
+    members: dict[str, DagMember] = {}
+    for name in sorted(by_table):
+        table_actions = by_table[name]
         config = tables.get(name)
         last: str | None = None
         ddl = [a for a in table_actions if a.kind in DDL_KINDS]
@@ -134,14 +173,18 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
             target: Any = getattr(config, "dlq", None)
             topic = getattr(target, "topic", None)
             dlq = getattr(target, "table", None) or (f"topic:{topic}" if topic else None)
+            depends_on = tuple(
+                t for t in (last, dlq_task.get(dlq) if dlq else None) if t is not None
+            )
+            if name in shared:  # no task of its own; nothing of the table comes after it
+                members[name] = DagMember(table=name, action=ingest[0].id, depends_on=depends_on)
+                continue
             tasks.append(
                 DagTask(
                     id=task_id,
                     kind="ingest",
                     table=name,
-                    depends_on=tuple(
-                        t for t in (last, dlq_task.get(dlq) if dlq else None) if t is not None
-                    ),
+                    depends_on=depends_on,
                     actions=(ingest[0].id,),
                     stages=tuple(stages),
                 )
@@ -176,7 +219,43 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
                     stages=("sync_delta_log",),
                 )
             )
+    for number, job in enumerate(jobs, start=1):
+        job_members = tuple(members[name] for name in job)
+        tasks.append(
+            DagTask(
+                id=f"{SHARED_TASK_PREFIX}{number}",
+                kind="ingest_shared",
+                depends_on=tuple(sorted({d for m in job_members for d in m.depends_on})),
+                actions=tuple(m.action for m in job_members),
+                stages=SHARED_STAGES,
+                members=job_members,
+            )
+        )
     return Dag(tasks=tuple(tasks))
+
+
+SHARED_TASK_PREFIX = "ingest_shared:"
+# What a shared job runs (pipeline/shared_run.py): one Spark job for all its tables, then
+# each table's own publish.
+SHARED_STAGES = (
+    "read_ranges(every table's)",
+    "decode",
+    "route_bad_records",
+    "write(data files, in the read tasks)",
+    "publish(each table on its own)",
+)
+
+
+def _ingest_of(table_actions: Sequence[Any]) -> Any:
+    return next((a for a in table_actions if a.kind == "ingest"), None)
+
+
+def _can_share(ingest: Any, config: Any) -> bool:
+    """A table whose run can share a job: small and plain (ingest/sharing.py), and with
+    nothing to do after its commit (publish_to catalogs, a Delta mirror)."""
+    if config is not None and (config.publish_to or "delta" in getattr(config, "formats", ())):
+        return False
+    return alone_because(ingest.spec, ingest.records) is None
 
 
 def publish_catalog(task: DagTask) -> str:
@@ -212,10 +291,15 @@ def topological_order(dag: Dag) -> list[DagTask]:
 
 
 def render_dag(dag: Dag) -> list[str]:
-    """One line per task: `id [stage -> stage] <- deps`."""
+    """One line per task: `id [stage -> stage] <- deps`; a shared job lists its tables."""
     lines = []
     for task in topological_order(dag):
         stages = " -> ".join(task.stages)
+        if task.members:
+            tables = ", ".join(m.table for m in task.members)
+            after = "; each after its own DDL" if task.depends_on else ""
+            lines.append(f"{task.id}: {stages}  ({len(task.members)} tables: {tables}{after})")
+            continue
         deps = f"  (after {', '.join(task.depends_on)})" if task.depends_on else ""
         lines.append(f"{task.id}: {stages}{deps}")
     return lines

@@ -6,7 +6,9 @@ fingerprints of the world) so a saved plan can be refused when the world changed
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +17,7 @@ from tableflow_core.plan.dag import Dag, DagTask
 from tableflow_core.text import plural
 
 PLAN_FORMAT_VERSION: Literal[2] = 2
+_INDEXES = ("_by_id", "_by_table", "_fingerprints")  # Plan's cached lookups
 
 __all__ = ["Dag", "DagTask", "Plan", "PlanOptions", "Summary", "TableFingerprint"]
 
@@ -110,19 +113,37 @@ class Plan(Frozen):
         return not self.blockers
 
     def actions_for(self, table: str) -> tuple[Action, ...]:
-        return tuple(a for a in self.actions if a.table == table)
+        return tuple(self._by_table.get(table, ()))
 
     def action(self, action_id: str) -> Action:
-        for action in self.actions:
-            if action.id == action_id:
-                return action
-        raise KeyError(action_id)
+        return self._by_id[action_id]
 
     def fingerprint(self, table: str) -> TableFingerprint | None:
-        for fingerprint in self.fingerprints:
-            if fingerprint.table == table:
-                return fingerprint
-        return None
+        return self._fingerprints.get(table)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Plan:
+        copy = super().model_copy(update=update, deep=deep)
+        for index in _INDEXES:  # built from the original's fields, maybe not the copy's
+            copy.__dict__.pop(index, None)
+        return copy
+
+    # Indexes for the lookups above: apply makes one per task, so a scan each was
+    # quadratic in the tables (computed once; the plan is immutable).
+    @cached_property
+    def _by_id(self) -> dict[str, Action]:
+        return {action.id: action for action in self.actions}
+
+    @cached_property
+    def _by_table(self) -> dict[str, list[Action]]:
+        grouped: dict[str, list[Action]] = {}
+        for action in self.actions:
+            if action.table is not None:
+                grouped.setdefault(action.table, []).append(action)
+        return grouped
+
+    @cached_property
+    def _fingerprints(self) -> dict[str, TableFingerprint]:
+        return {f.table: f for f in reversed(self.fingerprints)}  # the first one wins
 
     def summary_line(self) -> str:
         s = self.summary

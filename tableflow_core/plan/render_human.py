@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.text import Text
 
 from tableflow_core.plan.actions import (
@@ -162,11 +162,11 @@ def blocker_line(blocker: Blocker) -> Text:
 
 
 def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
-    console.print(
+    out: list[Text] = [
         Text(f"tableflow plan for project {plan.project}, target {plan.target}", style="bold")
-    )
+    ]
     if not plan.actions and not plan.blockers:
-        console.print(
+        out.append(
             Text(
                 "No changes. The tables are up to date with the project and their topics.",
                 style="green",
@@ -175,28 +175,50 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
     groups: dict[str | None, list[object]] = {}
     for action in plan.actions:
         groups.setdefault(action.table, []).append(action)
+    jobs = shared_jobs_of(plan)
     for table, actions in groups.items():
-        console.print()
-        console.print(Text(f"table {table}" if table else "catalog", style="bold underline"))
+        out.append(Text())
+        out.append(Text(f"table {table}" if table else "catalog", style="bold underline"))
         for table_action in actions:
-            for line in action_lines(table_action):
-                console.print(line)
+            out.extend(action_lines(table_action))
+            if isinstance(table_action, Ingest) and table in jobs:
+                out.append(Text(f"      {jobs[table]}", style=SYMBOLS["read"][1]))
     for name, why in sorted(plan.suspended.items()):
-        console.print()
-        console.print(Text(f"! {name}: {why}", style="bold yellow"))
+        out.append(Text())
+        out.append(Text(f"! {name}: {why}", style="bold yellow"))
     if plan.blockers:
-        console.print()
-        console.print(Text("Blocked:", style="bold red"))
-        for blocker in _ordered_blockers(plan.blockers):
-            console.print(blocker_line(blocker))
+        out.append(Text())
+        out.append(Text("Blocked:", style="bold red"))
+        out.extend(blocker_line(blocker) for blocker in _ordered_blockers(plan.blockers))
     if show_dag and plan.dag.tasks:
-        console.print()
-        console.print(Text("Apply DAG (independent tables run concurrently):", style="bold"))
-        for dag_line in render_dag(plan.dag):
-            console.print(Text(f"  {dag_line}"))
-    console.print()
+        out.append(Text())
+        out.append(Text("Apply DAG (independent tables run concurrently):", style="bold"))
+        out.extend(Text(f"  {dag_line}") for dag_line in render_dag(plan.dag))
+    out.append(Text())
     style = "bold red" if plan.blockers else "bold"
-    console.print(Text(plan.summary_line(), style=style))
+    out.append(Text(plan.summary_line(), style=style))
+    _print_lines(console, out)
+
+
+def shared_jobs_of(plan: Plan, compact: bool = False) -> dict[str, str]:
+    """For each table whose run shares a Spark job, the line saying so."""
+    lines: dict[str, str] = {}
+    for task in plan.dag.tasks:
+        others = len(task.members) - 1
+        for member in task.members:
+            lines[member.table] = (
+                f"in {task.id}"
+                if compact
+                else f"shared Spark job {task.id} with {plural(others, 'other table')} "
+                "(data files written by its read tasks; published on its own)"
+            )
+    return lines
+
+
+def _print_lines(console: Console, lines: list[Text]) -> None:
+    """One print for the whole plan: rich's fixed cost per call (buffer, options, size)
+    made 17,000 separate prints (1,000 tables) take 1.4 s, against 0.7 s as one group."""
+    console.print(Group(*lines))
 
 
 def _ordered_blockers(blockers: tuple[Blocker, ...]) -> list[Blocker]:
@@ -215,19 +237,21 @@ def render_compact(plan: Plan, console: Console) -> None:
     """What an approved plan will do, one line per table: for `apply PLAN_FILE` and
     `apply --auto-approve`, where the full diff was already reviewed (or not wanted).
     Blockers are always shown in full."""
-    console.print(
+    out = [
         Text(f"Applying the plan for project {plan.project}, target {plan.target}", style="bold")
-    )
+    ]
     groups: dict[str | None, list[object]] = {}
     for action in plan.actions:
         if action.change != "report":
             groups.setdefault(action.table, []).append(action)
+    jobs = shared_jobs_of(plan, compact=True)
     for table, actions in groups.items():
         what = ", ".join(_compact_action(a) for a in actions)
-        console.print(Text(f"  {table or 'catalog'}: {what}"))
+        shared = f" ({jobs[table]})" if table in jobs else ""
+        out.append(Text(f"  {table or 'catalog'}: {what}{shared}"))
     if plan.blockers:
-        console.print(Text("Blocked:", style="bold red"))
-        for blocker in _ordered_blockers(plan.blockers):
-            console.print(blocker_line(blocker))
+        out.append(Text("Blocked:", style="bold red"))
+        out.extend(blocker_line(blocker) for blocker in _ordered_blockers(plan.blockers))
     style = "bold red" if plan.blockers else "bold"
-    console.print(Text(plan.summary_line(), style=style))
+    out.append(Text(plan.summary_line(), style=style))
+    _print_lines(console, out)

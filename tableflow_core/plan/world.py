@@ -20,9 +20,11 @@ from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.kafka.admin import (
+    TopicWatermarks,
     get_watermarks,
     offsets_for_timestamp,
     probe_bootstrap,
+    read_watermarks,
     topic_names,
 )
 from tableflow_core.maintenance.activity import table_activity
@@ -67,6 +69,8 @@ class Readers:
     topic_partitions: Callable[..., int | None] | None = None
     # The cluster's topic names, read when a table's topic is missing (for "did you mean").
     topic_names: Callable[..., frozenset[str]] | None = None
+    # Every topic's watermarks in one read (kafka/admin.read_watermarks).
+    read_watermarks: Callable[..., TopicWatermarks] = read_watermarks
 
 
 def default_readers() -> Readers:
@@ -78,6 +82,7 @@ def default_readers() -> Readers:
         probe_bootstrap,
         topic_partitions,
         topic_names,
+        read_watermarks,
     )
 
 
@@ -181,10 +186,22 @@ def read_world(
             raise WorldReadError("catalog", handle.address, project.redact(str(exc))) from exc
 
     with ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tableflow-world") as pool:
+        topics = sorted({t.topic for t in tables}) if read_kafka else []
+        # First: Kafka's one read of every topic, and the catalog's listing of each
+        # namespace, so only the tables the catalog has are loaded (a new project's first
+        # plan loads none: 1,000 tables were 1,000 requests answered "no such table").
+        watermarks_f = (
+            pool.submit(io.read_watermarks, kafka_conf, topics, KAFKA_TIMEOUT_S) if topics else None
+        )
         namespaces_f = pool.submit(
             catalog_call, lambda: {tuple(ns) for ns in catalog.list_namespaces()}
         )
-        table_f = {t.name: pool.submit(_load_table, catalog_call, catalog, t) for t in tables}
+        wanted = {t.namespace for t in tables}
+        if list_undeclared:
+            wanted |= {t.namespace for t in project.tables}
+        listing = {
+            ns: pool.submit(_list_tables, catalog_call, catalog, ns) for ns in sorted(wanted)
+        }
         schema_f = {
             t.name: pool.submit(
                 io.resolve_schema,
@@ -213,10 +230,15 @@ def read_world(
             identifier: pool.submit(_load_identifier, catalog_call, catalog, identifier)
             for identifier in sorted(iceberg_dlq_users(tables))
         }
-        topics = sorted({t.topic for t in tables}) if read_kafka else []
-        watermark_f = {
-            topic: pool.submit(io.get_watermarks, kafka_conf, topic, KAFKA_TIMEOUT_S)
-            for topic in topics
+        # Case-insensitive: some catalogs (Hive) keep names in lower case.
+        selected_namespaces = {t.namespace for t in tables}
+        present = {
+            identifier.lower() for ns in selected_namespaces for identifier in _result(listing[ns])
+        }
+        table_f = {
+            t.name: pool.submit(_load_table, catalog_call, catalog, t)
+            for t in tables
+            if ".".join((*t.namespace, t.table)).lower() in present
         }
         dlq_topic_f = {
             topic: pool.submit(io.topic_partitions, kafka_conf, topic, KAFKA_TIMEOUT_S)
@@ -226,17 +248,12 @@ def read_world(
         namespaces: set[tuple[str, ...]] = _result(namespaces_f)
         listed: set[str] = set()
         if list_undeclared:
-            wanted = {t.namespace for t in project.tables} & namespaces
-            listing = {
-                ns: pool.submit(catalog_call, lambda ns=ns: catalog.list_tables(ns))
-                for ns in wanted
-            }
-            for future in listing.values():
-                listed.update(".".join(identifier) for identifier in _result(future))
+            for ns in {t.namespace for t in project.tables} & namespaces:
+                listed.update(listing[ns].result())
         problems: dict[str, list[str]] = {}
         observed: dict[str, ObservedTable] = {}
         for t in tables:
-            loaded = _result(table_f[t.name])
+            loaded = _result(table_f[t.name]) if t.name in table_f else None
             if loaded is not None:
                 observed[t.identifier] = observe_table(t.identifier, loaded, t.topic)
         dlq_tables = {
@@ -268,17 +285,14 @@ def read_world(
                     ) from exc
         topic_states: dict[str, TopicState] = {}
         missing_topics: set[str] = set()
-        for topic, future in watermark_f.items():
+        if watermarks_f is not None:
             try:
-                topic_states[topic] = TopicState(topic, dict(future.result()))
+                watermarks = watermarks_f.result()
             except Exception as exc:
-                text = str(exc)
-                if type(exc).__name__ == "KafkaMetadataError" and (
-                    "not found" in text or "UNKNOWN_TOPIC" in text
-                ):
-                    missing_topics.add(topic)  # a blocker at the table's `topic:` line
-                    continue
                 raise WorldReadError("kafka", kafka_address, project.redact(str(exc))) from exc
+            for topic, marks in watermarks.found.items():
+                topic_states[topic] = TopicState(topic, dict(marks))
+            missing_topics.update(watermarks.missing)  # a blocker at the table's `topic:` line
         broker_topics = _broker_topics(io, kafka_conf) if missing_topics else frozenset()
         dlq_topics: dict[str, int | None] = {}
         for topic, future in dlq_topic_f.items():
@@ -364,6 +378,18 @@ def _registry_down(exc: BaseException) -> bool:
 
 def _is_missing(exc: BaseException) -> bool:
     return type(exc).__name__ in ("NoSuchTableError", "NoSuchNamespaceError")
+
+
+def _list_tables(
+    catalog_call: Callable[[Callable[[], Any]], Any], catalog: Any, namespace: tuple[str, ...]
+) -> list[str]:
+    """The dotted identifiers of the namespace's tables; none when it does not exist."""
+    try:
+        return [".".join(i) for i in catalog_call(lambda: catalog.list_tables(namespace))]
+    except Exception as exc:
+        if _is_missing(exc):
+            return []
+        raise
 
 
 def _load_table(

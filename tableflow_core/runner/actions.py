@@ -18,6 +18,7 @@ from tableflow_core.errors import ConcurrentCommitError, IngestError, TableflowE
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.run import ingest
+from tableflow_core.pipeline.shared_run import SharedMember, ingest_shared
 from tableflow_core.plan.actions import (
     ChangePartitionSpec,
     ChangeSortOrder,
@@ -132,34 +133,79 @@ def _ddl(context: ApplyContext, task: DagTask) -> list[str]:
     return done
 
 
-@task_runner("ingest")
-def _ingest(context: ApplyContext, task: DagTask) -> Any:
-
-    assert task.table is not None
-    action = context.plan.action(task.actions[0])
+def _member(context: ApplyContext, action_id: str) -> SharedMember:
+    """What one table's run needs from the plan: its spec bound to the target, its ranges,
+    the committed offsets the plan was made from and where each partition starts."""
+    action = context.plan.action(action_id)
     assert isinstance(action, Ingest)
     spec = bind_spec(action.spec, context.project, context.handle.spark_name)
     plan = context.plan
     replaced = any(a.kind == "replace_table" for a in plan.actions_for(spec.table_name))
     seen = plan.fingerprint(spec.table_name)
     expected = {} if replaced or seen is None else dict(seen.committed_offsets or {})
-    ranges = [OffsetRange(action.topic, r.partition, r.start, r.end) for r in action.ranges]
+    return SharedMember(
+        spec=spec,
+        ranges=tuple(OffsetRange(action.topic, r.partition, r.start, r.end) for r in action.ranges),
+        expected_start=expected,
+        start_offsets={p.partition: p.start for p in action.partitions},
+        warnings=tuple(action.warnings),
+    )
+
+
+@task_runner("ingest")
+def _ingest(context: ApplyContext, task: DagTask) -> Any:
+
+    assert task.table is not None
+    member = _member(context, task.actions[0])
+    spec = member.spec
     with _suspending(context, spec):
         outcome = ingest(
             context.spark,
             spec,
-            ranges,
+            member.ranges,
             kafka_consumer_config(context.project.target.kafka),
-            expected,
-            start_offsets={p.partition: p.start for p in action.partitions},
-            warnings=list(action.warnings),
+            member.expected_start,
+            start_offsets=member.start_offsets,
+            warnings=list(member.warnings),
             decoder_factory=context.decoder_factory,
             catalog=context.handle,
         )
-    if spec.table_name in plan.suspended:  # a successful apply resumes the table
+    _resumed(context, spec)
+    return outcome
+
+
+@task_runner("ingest_shared")
+def _ingest_shared(context: ApplyContext, task: DagTask) -> dict[str, Any]:
+    """The runs of many small tables in one Spark job (pipeline/shared_run.py): each
+    table's IngestOutcome, or the error that stopped its run, by table name."""
+    members = [_member(context, m.action) for m in task.members]
+    results = ingest_shared(
+        context.spark,
+        members,
+        kafka_consumer_config(context.project.target.kafka),
+        catalog=context.handle,
+        decoder_factory=context.decoder_factory,
+    )
+    outcomes: dict[str, Any] = {}
+    for member in members:
+        spec = member.spec
+        result = results[spec.table_name]
+        try:
+            with _suspending(context, spec):
+                if isinstance(result, BaseException):
+                    raise result
+            _resumed(context, spec)
+            outcomes[spec.table_name] = result
+        except Exception as exc:
+            outcomes[spec.table_name] = exc
+    return outcomes
+
+
+def _resumed(context: ApplyContext, spec: IngestSpec) -> None:
+    """A successful apply resumes a table `tableflow run` suspended."""
+    if spec.table_name in context.plan.suspended:
         identifier = ".".join((*spec.namespace, spec.table))
         clear_suspension(context.handle.catalog, identifier, context.handle.address)
-    return outcome
 
 
 @contextmanager

@@ -1,7 +1,9 @@
 """Walking a DAG: every task runs once its dependencies succeeded; independent tasks
 run concurrently in a thread pool (each submits its own Spark jobs to the one session).
 
-A failed task skips its dependents and nothing else: other tables still finish.
+A failed task skips its dependents and nothing else: other tables still finish. A task
+many tables share (a shared ingest job: `DagTask.members`) waits until all its
+dependencies ended, and runs for the members whose own dependencies succeeded.
 """
 
 from __future__ import annotations
@@ -52,20 +54,16 @@ def execute_dag(
     ) as pool:
         while pending or running:
             for task_id in [t.id for t in ordered if t.id in pending]:
-                task = pending[task_id]
-                deps = [outcomes.get(d) for d in task.depends_on]
-                if any(d is not None and d.status != "success" for d in deps):
-                    failed = next(d for d in deps if d is not None and d.status != "success")
-                    outcome = TaskOutcome(
-                        task_id, "skipped", error=f"skipped: {failed.task_id} did not succeed"
-                    )
-                    outcomes[task_id] = outcome
-                    del pending[task_id]
-                    notify("end", task, outcome)
-                elif all(d is not None for d in deps):
-                    del pending[task_id]
-                    notify("start", task, None)
-                    running[pool.submit(timed, task)] = (task, time.monotonic())
+                ready = _ready(pending[task_id], outcomes)
+                if ready is None:
+                    continue
+                task = pending.pop(task_id)
+                if isinstance(ready, TaskOutcome):
+                    outcomes[task_id] = ready
+                    notify("end", task, ready)
+                else:
+                    notify("start", ready, None)
+                    running[pool.submit(timed, ready)] = (ready, time.monotonic())
             if not running:
                 continue
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
@@ -85,3 +83,22 @@ def execute_dag(
                 outcomes[task.id] = outcome
                 notify("end", task, outcome)
     return outcomes
+
+
+def _ready(task: DagTask, outcomes: dict[str, TaskOutcome]) -> DagTask | TaskOutcome | None:
+    """What to do with a pending task: None to wait, a TaskOutcome when it is skipped, or
+    the task to run (a shared one narrowed to the members whose dependencies succeeded)."""
+    deps = [outcomes.get(d) for d in task.depends_on]
+    failed = next((d for d in deps if d is not None and d.status != "success"), None)
+    if task.members:
+        if any(d is None for d in deps):
+            return None
+        members = tuple(
+            m for m in task.members if all(outcomes[d].status == "success" for d in m.depends_on)
+        )
+        if members:
+            return task.with_members(members) if members != task.members else task
+    elif failed is None:
+        return task if all(d is not None for d in deps) else None
+    assert failed is not None
+    return TaskOutcome(task.id, "skipped", error=f"skipped: {failed.task_id} did not succeed")

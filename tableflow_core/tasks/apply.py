@@ -167,6 +167,44 @@ def _describe(project: Project, exc: BaseException) -> str:
     return project.redact(f"{type(exc).__name__}: {text}"[:600])
 
 
+@dataclass(frozen=True)
+class _MemberTask:
+    """A table's place in a shared ingest job, counted among the table's tasks."""
+
+    id: str
+    kind: str = "ingest"
+
+
+def _member_outcomes(
+    project: Project, plan: Plan, outcomes: dict[str, TaskOutcome]
+) -> dict[str, TaskOutcome]:
+    """Each shared job member's run as the outcome of a task `ingest:<table>` of its own:
+    success with its IngestOutcome, error with what stopped it, skipped when the job did
+    not run it (its DDL failed)."""
+    found: dict[str, TaskOutcome] = {}
+    for task in plan.dag.tasks:
+        if not task.members:
+            continue
+        outcome = outcomes.get(task.id)
+        for member in task.members:
+            task_id = f"ingest:{member.table}"
+            value = outcome.value if outcome is not None and outcome.value else {}
+            result = value.get(member.table)
+            if outcome is not None and outcome.status == "error":
+                found[member.table] = TaskOutcome(task_id, "error", error=outcome.error)
+            elif result is None:
+                why = f"skipped: the DDL of {member.table} did not succeed"
+                found[member.table] = TaskOutcome(task_id, "skipped", error=why)
+            elif isinstance(result, BaseException):
+                error = _describe(project, result)
+                found[member.table] = TaskOutcome(task_id, "error", error=error)
+            else:
+                found[member.table] = TaskOutcome(
+                    task_id, "success", result, duration_s=result.duration_s
+                )
+    return found
+
+
 def _results(
     project: Project,
     plan: Plan,
@@ -176,9 +214,17 @@ def _results(
     duration_s: float,
 ) -> RunResults:
     table_results = []
+    tasks_of: dict[str, list[Any]] = {}
+    for task in plan.dag.tasks:
+        if task.table is not None:
+            tasks_of.setdefault(task.table, []).append(task)
+    members = _member_outcomes(project, plan, outcomes)
     for table in tables:
-        tasks = [t for t in plan.dag.tasks if t.table == table.name]
+        tasks = tasks_of.get(table.name, [])
         mine = [outcomes[t.id] for t in tasks if t.id in outcomes]
+        if table.name in members:  # its run in a shared job, as if it were a task of its own
+            tasks = [*tasks, _MemberTask(members[table.name].task_id)]
+            mine.append(members[table.name])
         errors = [o.error for o in mine if o.status == "error" and o.error]
         if not tasks:
             status = "no_changes"

@@ -53,9 +53,14 @@ def test_duplicate_tables_validate_in_linear_time(tmp_path: Path) -> None:
     seconds = {}
     for count in (300, 3000):
         directory = project(tmp_path / str(count), TABLE * count)
-        start = time.perf_counter()
-        found = problems(directory)
-        seconds[count] = time.perf_counter() - start
+        # CPU time, the best of 3: the wall clock of 0.05 s on a loaded machine is mostly
+        # waiting, and one CPU figure that small still varied 2x at load average 25.
+        times = []
+        for _ in range(3):
+            start = time.process_time()
+            found = problems(directory)
+            times.append(time.process_time() - start)
+        seconds[count] = min(times)
         assert len(found) == 2 * (count - 1)
         assert found[0].startswith("tables/t.yml:5: table name 'orders' is declared twice")
     assert seconds[3000] / seconds[300] < 20, seconds  # linear: ~10; it was ~35

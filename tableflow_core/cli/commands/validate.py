@@ -20,8 +20,11 @@ def command(ctx: CliContext) -> None:
         f"[bold]{escape(project.target_name)}[/]: {plural(len(tables), 'table')} valid",
         highlight=False,
     )
-    for table in tables:
+    if tables:  # one print: rich renders each call apart (0.5 s for 1,000 lines, one by one)
         ctx.console.print(
-            escape(f"  {table.name} <- {table.topic} -> {table.identifier} ({table.mode})"),
+            "\n".join(
+                escape(f"  {table.name} <- {table.topic} -> {table.identifier} ({table.mode})")
+                for table in tables
+            ),
             highlight=False,
         )

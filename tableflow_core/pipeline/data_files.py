@@ -1,0 +1,63 @@
+"""A table's rows as Iceberg data files, written where they are (inside a Spark task).
+
+A shared job's read tasks write each small table's rows themselves (ingest/sharing.py):
+Parquet files in the table's data location, with Iceberg's field ids, column metrics and
+the table's write properties (format, compression, target file size), by pyiceberg's
+writer: what `Table.append` does before its commit. The files are named after a fresh
+uuid; nothing refers to them until the table's publish commit adds them.
+
+The Iceberg metadata a task needs is the table's schema, partition spec, properties and
+location: `slim_metadata` drops the snapshot history (a table refreshed every minute has
+thousands of snapshots), so shipping it to the tasks stays small.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+
+def slim_metadata(metadata: Any) -> Any:
+    """`metadata` (pyiceberg TableMetadata) without snapshots, refs and logs."""
+    return metadata.model_copy(
+        update={"snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {}}
+    )
+
+
+def file_io_properties(properties: Mapping[str, Any]) -> dict[str, str]:
+    """A table's FileIO properties that can travel to a task (strings: the storage's
+    endpoint, region and credentials; not the catalog client's objects)."""
+    return {k: v for k, v in properties.items() if isinstance(v, str)}
+
+
+# (format version, Iceberg schema, Arrow schema) pyiceberg found compatible in this
+# process: its check costs ~50 ms, as much as writing a small table's file, and a shared
+# job's tables often have the same schemas.
+_COMPATIBLE: set[tuple[int, str, pa.Schema]] = set()
+_COMPATIBLE_LIMIT = 1024
+
+
+def write_data_files(metadata: Any, io_properties: Mapping[str, str], rows: pa.Table) -> list[Any]:
+    """Write `rows` (the table's columns) as data files of the table; their DataFiles.
+
+    Raises ValueError (pyiceberg's message) when the rows' types do not fit the table's
+    columns: such rows are never written."""
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
+
+    if rows.num_rows == 0:
+        return []
+    schema = metadata.schema()
+    checked = (metadata.format_version, schema.model_dump_json(), rows.schema)
+    if checked not in _COMPATIBLE:
+        _check_pyarrow_schema_compatible(
+            schema, rows.schema, format_version=metadata.format_version
+        )
+        if len(_COMPATIBLE) >= _COMPATIBLE_LIMIT:
+            _COMPATIBLE.clear()
+        _COMPATIBLE.add(checked)
+    io = load_file_io(dict(io_properties), location=metadata.location)
+    return list(_dataframe_to_data_files(metadata, rows, io, write_uuid=uuid.uuid4()))

@@ -1,0 +1,393 @@
+"""Many small tables' runs in one Spark job, each table still exactly once.
+
+The run frame of `pipeline/run.py`, with the Spark work shared (ingest/sharing.py says
+which tables; docs/exactly-once.md, "Shared jobs"):
+
+1. per table, on the driver, concurrently: its committed offsets checked against the
+   plan's (`ConcurrentCommitError` when they moved), then its run's branch at main's head
+   (one catalog commit, `engine/run_branch.begin_run`);
+2. one Spark job for all the tables: each task reads its tables' ranges with one consumer,
+   decodes each table's records with its own decoder and writes its good rows as the
+   table's data files, then reports them with its counts (`pipeline/shared_tasks.py`);
+3. per table, on the driver, concurrently: its bad-record policy (`fail` stops the table's
+   run, naming the records), its accounting, then one catalog commit
+   (`engine/run_branch.publish_run`): a snapshot on the run's branch holding the data
+   files, the offsets and the accounting, main moved to it and the branch removed,
+   accepted only while main is still where the run branched.
+
+A data file is visible only once its table's publish names it: a crash anywhere leaves
+each table with its data and offsets as they were before its own publish or after it,
+whatever happened to the others (a file no publish names is an orphan, as those of a run
+that failed). A table whose publish finds main moved (a compaction, another run) runs
+again alone, through `pipeline/run.ingest`, which refuses when its offsets moved.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from tableflow_core.deadletter.accounting import RunAccounting
+from tableflow_core.engine.run_branch import (
+    BRANCH_PREFIX,
+    begin_run,
+    drop_branches,
+    publish_run,
+    stale_branches,
+)
+from tableflow_core.engine.test_hooks import crash_point
+from tableflow_core.errors import FailedRecord, IngestError, MainMovedError
+from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.ingest.stages import RouteBadRecords
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.pipeline.data_files import file_io_properties, slim_metadata
+from tableflow_core.pipeline.run import (
+    DecoderFactory,
+    IngestOutcome,
+    _catalog_named,
+    _check_expected,
+    _load,
+    failure_cause,
+    ingest,
+)
+from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
+from tableflow_core.pipeline.shared_tasks import (
+    MAX_REPORTED_FAILURES,
+    REPORT_SCHEMA,
+    TableReport,
+    TableWork,
+    table_reports,
+)
+from tableflow_core.schemas.decoding import build_decoder
+from tableflow_core.sql_text import sql_string
+from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Tables started and published at a time: each is a catalog round trip or two.
+CATALOG_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class SharedMember:
+    """One table of a shared job, as the plan's ingest action gives it (spec bound)."""
+
+    spec: IngestSpec
+    ranges: tuple[OffsetRange, ...]
+    expected_start: Mapping[int, int]  # the committed offsets the plan was made from
+    start_offsets: Mapping[int, int]  # where each partition of the plan starts
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class _Started:
+    """A table whose run's branch exists: what its publish needs."""
+
+    member: SharedMember
+    table: Any  # pyiceberg Table, as the branch's commit left it
+    run_id: str
+    branch: str
+    base: int  # main's snapshot the branch was cut at
+    before: dict[int, int]
+    after: dict[int, int]
+    other_branches: tuple[str, ...]
+    began: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+Result = IngestOutcome | BaseException
+
+
+def ingest_shared(
+    spark: SparkSession,
+    members: Sequence[SharedMember],
+    kafka_conf: Mapping[str, str],
+    *,
+    catalog: Any,
+    decoder_factory: DecoderFactory | None = None,
+) -> dict[str, Result]:
+    """Run every member's ingest in one Spark job; each table's result by name: its
+    IngestOutcome, or the error that stopped its run (nothing of it was committed)."""
+    results: dict[str, Result] = {}
+    with ThreadPoolExecutor(CATALOG_WORKERS, thread_name_prefix="tableflow-shared") as pool:
+        futures = [(m, pool.submit(_start, m, catalog)) for m in members]
+        started: list[_Started] = []
+        for member, future in futures:
+            try:
+                started.append(future.result())
+            except Exception as exc:
+                results[member.spec.table_name] = _failed(member.spec, catalog, exc)
+        if not started:
+            return results
+        job_began = time.monotonic()
+        try:
+            reports = _run_job(spark, started, kafka_conf, decoder_factory)
+        except Exception as exc:
+            for run in started:
+                _drop_branch(run, catalog)
+                results[run.member.spec.table_name] = IngestError(
+                    f"table {run.member.spec.table_name} ({run.member.spec.identifier}): the "
+                    f"shared Spark job of {len(started)} tables failed, nothing was "
+                    f"committed: {failure_cause(exc)}",
+                    run_id=run.run_id,
+                )
+            return results
+        job_s = time.monotonic() - job_began
+        crash_point("shared_before_publish")
+        published = [
+            (run, pool.submit(_publish, spark, run, reports.get(i, []), kafka_conf, catalog,
+                              decoder_factory, job_s))
+            for i, run in enumerate(started)
+        ]  # fmt: skip
+        for run, publishing in published:
+            try:
+                results[run.member.spec.table_name] = publishing.result()
+            except Exception as exc:
+                results[run.member.spec.table_name] = _failed(run.member.spec, catalog, exc)
+    return results
+
+
+def _failed(spec: IngestSpec, catalog: Any, exc: Exception) -> BaseException:
+    """A run stopped before its branch: IngestErrors as they are, others named."""
+    if isinstance(exc, IngestError | NotImplementedError):
+        return exc
+    return IngestError(
+        f"table {spec.table_name} ({spec.identifier}) in {_catalog_named(spec, catalog)}: "
+        f"the run failed, nothing was committed: {failure_cause(exc)}"
+    )
+
+
+def _start(member: SharedMember, catalog: Any) -> _Started:
+    """Check the table's committed offsets, then cut its run's branch (one commit)."""
+    began = time.monotonic()
+    spec = member.spec
+    table, state = _load(spec, catalog)
+    loaded = time.monotonic()
+    before = _check_expected(state, spec, member.expected_start)
+    after = {**before, **dict(member.start_offsets)}
+    for offset_range in member.ranges:
+        after[offset_range.partition] = max(after.get(offset_range.partition, 0), offset_range.end)
+    run_id = uuid.uuid4().hex[:16]
+    branch = f"{BRANCH_PREFIX}{run_id}"
+    stale = stale_branches(state)
+    base, table = begin_run(table, branch, stale)
+    other = tuple(n for n in state.refs if n.startswith(BRANCH_PREFIX) and n not in stale)
+    timings = {"load": loaded - began, "start_run": time.monotonic() - loaded}
+    return _Started(member, table, run_id, branch, base, before, after, other, began, timings)
+
+
+def _run_job(
+    spark: SparkSession,
+    started: Sequence[_Started],
+    kafka_conf: Mapping[str, str],
+    decoder_factory: DecoderFactory | None,
+) -> dict[int, list[TableReport]]:
+    """The one Spark job: every table's ranges read, decoded and written; the reports by
+    the table's index in `started`."""
+    works = {
+        i: TableWork(
+            member=i,
+            decoder=run.member.spec.decoder,
+            run_id=run.run_id,
+            chunk_size=run.member.spec.decode_chunk_size,
+            metadata=slim_metadata(run.table.metadata),
+            io_properties=file_io_properties(run.table.io.properties),
+        )
+        for i, run in enumerate(started)
+    }
+    tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
+    frame = _ranges_frame(spark, _task_groups(tagged))
+    reader = table_reports(dict(kafka_conf), works, decoder_factory or build_decoder)
+    reports: dict[int, list[TableReport]] = {}
+    for row in frame.mapInArrow(reader, REPORT_SCHEMA).collect():
+        reports.setdefault(int(row["member"]), []).append(TableReport.decode(row["report"]))
+    return reports
+
+
+Tagged = tuple[int, OffsetRange]
+
+
+def _task_groups(tagged: Sequence[Tagged]) -> list[list[Tagged]]:
+    """The tables' ranges in as many tasks as there are MIN_RECORDS_PER_TASK to read (at
+    least one), each table's ranges together, the largest tables first into the lightest
+    task (read_ranges.task_groups, for tables instead of ranges)."""
+    by_table: dict[int, list[OffsetRange]] = {}
+    for member, offset_range in tagged:
+        by_table.setdefault(member, []).append(offset_range)
+    size = {m: sum(r.end - r.start for r in ranges) for m, ranges in by_table.items()}
+    count = max(1, min(len(by_table), math.ceil(sum(size.values()) / MIN_RECORDS_PER_TASK)))
+    groups: list[list[Tagged]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for member in sorted(by_table, key=lambda m: (-size[m], m)):
+        lightest = loads.index(min(loads))
+        groups[lightest].extend((member, r) for r in by_table[member])
+        loads[lightest] += size[member]
+    return groups
+
+
+def _ranges_frame(spark: SparkSession, groups: Sequence[Sequence[Tagged]]) -> DataFrame:
+    """The tagged ranges as a DataFrame (SHARED_RANGES_SCHEMA), a Spark partition per
+    group, built in the JVM from one SQL literal (read_ranges.ranges_frame's way)."""
+
+    def struct(member: int, r: OffsetRange) -> str:
+        return (
+            f"named_struct('member', CAST({int(member)} AS INT), "
+            f"'topic', {sql_string(r.topic)}, 'partition', CAST({int(r.partition)} AS INT), "
+            f"'start', CAST({int(r.start)} AS BIGINT), 'end', CAST({int(r.end)} AS BIGINT))"
+        )
+
+    literal = (
+        "array("
+        + ", ".join("array(" + ", ".join(struct(m, r) for m, r in g) + ")" for g in groups)
+        + ")"
+    )
+    count = len(groups)
+    return spark.sql(
+        f"SELECT inline(element_at({literal}, CAST(id + 1 AS INT))) "
+        f"FROM range(0, {count}, 1, {count})"
+    )
+
+
+@dataclass
+class _Merged:
+    """A table's reports from the tasks that read its ranges, added up."""
+
+    read: dict[int, int] = field(default_factory=dict)
+    bad: dict[int, int] = field(default_factory=dict)
+    written: dict[int, int] = field(default_factory=dict)
+    failures: list[FailedRecord] = field(default_factory=list)
+    data_files: list[Any] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, reports: Sequence[TableReport]) -> _Merged:
+        merged = cls()
+        for report in reports:
+            for mine, theirs in (
+                (merged.read, report.read),
+                (merged.bad, report.bad),
+                (merged.written, report.written),
+            ):
+                for partition, count in theirs.items():
+                    mine[partition] = mine.get(partition, 0) + count
+            merged.failures.extend(report.failures)
+            merged.data_files.extend(report.data_files)
+            if report.error:
+                merged.errors.append(report.error)
+        merged.failures.sort(key=lambda f: (f.partition, f.offset))
+        del merged.failures[MAX_REPORTED_FAILURES:]
+        return merged
+
+
+def _on_error(spec: IngestSpec) -> str:
+    routes = [s for s in spec.run_stages() if isinstance(s, RouteBadRecords)]
+    return routes[0].on_error if routes else "fail"
+
+
+def _publish(
+    spark: SparkSession,
+    run: _Started,
+    reports: Sequence[TableReport],
+    kafka_conf: Mapping[str, str],
+    catalog: Any,
+    decoder_factory: DecoderFactory | None,
+    job_s: float,
+) -> IngestOutcome:
+    """The table's policy and accounting, then its publish commit; on a main that moved,
+    the table's run again on its own."""
+    spec = run.member.spec
+    run.timings["shared_job"] = job_s
+    try:
+        merged = _Merged.of(reports)
+        accounting = _accounting(run, merged)
+        started = time.monotonic()
+        properties = {
+            OFFSETS_KEY: encode_offsets(spec.topic, run.after),
+            **accounting.snapshot_summary(),
+        }
+        snapshot_id = publish_run(
+            run.table,
+            run.base,
+            run.branch,
+            properties,
+            run.other_branches,
+            before_commit=lambda: crash_point("before_commit"),
+            data_files=merged.data_files,
+        )
+        run.timings["publish_commit"] = time.monotonic() - started
+    except MainMovedError as exc:
+        _drop_branch(run, catalog)
+        alone = ingest(
+            spark, spec, run.member.ranges, kafka_conf, run.member.expected_start,
+            start_offsets=run.member.start_offsets, decoder_factory=decoder_factory,
+            warnings=run.member.warnings, catalog=catalog,
+        )  # fmt: skip
+        why = f"the shared job's commit was refused ({exc}); the table ran again on its own"
+        return replace(alone, warnings=(*alone.warnings, why))
+    except BaseException:
+        _drop_branch(run, catalog)
+        raise
+    crash_point("after_commit")
+    crash_point("shared_after_publish")
+    totals = accounting.totals
+    return IngestOutcome(
+        records_read=totals["read"],
+        records_written=totals["written"],
+        failures=sum(merged.bad.values()),
+        offsets_before=run.before,
+        offsets_after=run.after,
+        snapshot_id=snapshot_id,
+        duration_s=time.monotonic() - run.began,
+        warnings=run.member.warnings,
+        accounting=accounting.to_json(),
+        timings={name: round(seconds, 3) for name, seconds in run.timings.items()},
+    )
+
+
+def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
+    """The table's bad records by its policy (`fail`: IngestError naming them), then the
+    run's accounting, checked."""
+    spec = run.member.spec
+    if merged.errors:
+        raise IngestError(
+            f"table {spec.table_name} ({spec.identifier}), topic {spec.topic!r}: the write "
+            f"failed, nothing was committed: {merged.errors[0]}",
+            run_id=run.run_id,
+        )
+    bad = sum(merged.bad.values())
+    policy = _on_error(spec)
+    if bad and policy == "fail":
+        listed = "; ".join(f.describe() for f in merged.failures)
+        more = f" (first {len(merged.failures)} listed)" if bad > len(merged.failures) else ""
+        raise IngestError(
+            f"table {spec.table_name} ({spec.identifier}): {bad} record(s) could not be "
+            f"decoded, nothing was committed{more}: {listed}",
+            merged.failures,
+            run_id=run.run_id,
+        )
+    filtered = {
+        p: read - merged.bad.get(p, 0) - merged.written.get(p, 0) for p, read in merged.read.items()
+    }
+    return RunAccounting.from_counts(
+        spec.table_name,
+        spec.topic,
+        run.run_id,
+        read=merged.read,
+        written=merged.written,
+        filtered=filtered,
+        skipped=dict(merged.bad) if policy == "skip" else {},
+    ).check()
+
+
+def _drop_branch(run: _Started, catalog: Any) -> None:
+    spec = run.member.spec
+    drop_branches(catalog.catalog, (*spec.namespace, spec.table), [run.branch])
+
+
+__all__ = ["SharedMember", "ingest_shared"]

@@ -1,0 +1,158 @@
+"""Inside a shared job's Spark task: many tables' ranges read, decoded and written.
+
+The task's input rows are ranges tagged with their table (`member`). It reads them with
+one consumer (`kafka/range_reader.RangeReader`), one table after the other; decodes each
+table's messages with its own decoder (`decode_chunks.ChunkDecoder`, as a table's own
+read tasks do); writes the table's good rows as its data files (`data_files.py`); and
+yields one report per table: its data files, what it read per partition, its bad records
+(the first of them, to name in an error) and the error that stopped it, if any. A range
+that cannot be read fails its table, not the task: the other tables still get their
+files.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tableflow_core.engine.test_hooks import crash_session_point
+from tableflow_core.errors import FailedRecord, TableflowError
+from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, is_hidden
+from tableflow_core.kafka.offsets import OffsetRange
+from tableflow_core.kafka.range_reader import RangeReader
+from tableflow_core.pipeline.data_files import write_data_files
+from tableflow_core.pipeline.decode_chunks import ChunkDecoder, fewer_gc_passes
+
+SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
+REPORT_SCHEMA = "member int, report binary"
+MAX_REPORTED_FAILURES = 20  # bad records named per table (route_bad_records' figure)
+
+
+@dataclass(frozen=True)
+class TableWork:
+    """What a task needs to read and write one table of the job (shipped to the tasks)."""
+
+    member: int
+    decoder: Any  # schemas.decoding.DecoderSpec
+    run_id: str
+    chunk_size: int
+    metadata: Any  # pyiceberg TableMetadata, slim (data_files.slim_metadata)
+    io_properties: Mapping[str, str]
+
+
+@dataclass
+class TableReport:
+    """What one task did for one table."""
+
+    member: int
+    read: dict[int, int] = field(default_factory=dict)  # rows decoded, per partition
+    bad: dict[int, int] = field(default_factory=dict)  # bad records, per partition
+    written: dict[int, int] = field(default_factory=dict)  # rows in its data files
+    failures: list[FailedRecord] = field(default_factory=list)  # the first bad records
+    data_files: list[Any] = field(default_factory=list)  # pyiceberg DataFiles
+    error: str | None = None  # the table's ranges could not all be read or written
+
+    def encode(self) -> bytes:
+        return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @staticmethod
+    def decode(data: bytes) -> TableReport:
+        report = pickle.loads(data)  # written by our own tasks, this run
+        assert isinstance(report, TableReport)
+        return report
+
+
+def _add(counts: dict[int, int], partitions: pa.Array) -> None:
+    if len(partitions) == 0:
+        return
+    for entry in pc.value_counts(partitions).to_pylist():
+        partition, count = int(entry["values"]), int(entry["counts"])
+        counts[partition] = counts.get(partition, 0) + count
+
+
+class _TableRun:
+    """One table's ranges in this task: decoded batches split into good rows and bad."""
+
+    def __init__(self, work: TableWork, decoder_factory: Callable[[Any], Any]) -> None:
+        self.work = work
+        self.report = TableReport(work.member)
+        self._chunks = ChunkDecoder(
+            decoder_factory(work.decoder), work.decoder.target_schema, None, work.run_id
+        )
+        self._good: list[pa.RecordBatch] = []
+
+    def add(self, decoded: pa.RecordBatch) -> None:
+        partitions = decoded.column(SOURCE_PARTITION_COLUMN)
+        _add(self.report.read, partitions)
+        bad_rows = decoded.column(BAD_RECORD_COLUMN).is_valid()
+        if pc.any(bad_rows).as_py():
+            bad = decoded.filter(bad_rows)
+            _add(self.report.bad, bad.column(SOURCE_PARTITION_COLUMN))
+            self._keep_failures(bad.column(BAD_RECORD_COLUMN).to_pylist())
+            decoded = decoded.filter(pc.invert(bad_rows))
+        if decoded.num_rows:
+            _add(self.report.written, decoded.column(SOURCE_PARTITION_COLUMN))
+            columns = [n for n in decoded.schema.names if not is_hidden(n)]
+            self._good.append(decoded.select(columns))
+
+    def _keep_failures(self, records: list[dict[str, Any]]) -> None:
+        found = self.report.failures + [
+            FailedRecord(
+                r["source_topic"], int(r["source_partition"]), int(r["source_offset"]),
+                str(r["error_message"]),
+            )
+            for r in records
+        ]  # fmt: skip
+        found.sort(key=lambda f: (f.partition, f.offset))
+        self.report.failures = found[:MAX_REPORTED_FAILURES]
+
+    def read(self, reader: RangeReader, offset_range: OffsetRange) -> None:
+        for messages in reader.read(offset_range, self.work.chunk_size):
+            for decoded in self._chunks.decode(messages):
+                self.add(decoded)
+
+    def write(self) -> None:
+        if self._good:
+            rows = pa.Table.from_batches(self._good)
+            self._good = []
+            self.report.data_files = write_data_files(
+                self.work.metadata, self.work.io_properties, rows
+            )
+
+
+def table_reports(
+    kafka_conf: Mapping[str, str],
+    works: Mapping[int, TableWork],
+    decoder_factory: Callable[[Any], Any],
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function of a shared job: input rows are tagged ranges
+    (SHARED_RANGES_SCHEMA), output rows one report per table (REPORT_SCHEMA)."""
+
+    def run(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = [row for batch in range_batches for row in batch.to_pylist()]
+        rows.sort(key=lambda r: (r["member"], r["topic"], r["partition"], r["start"]))
+        topics = {r["topic"] for r in rows}
+        with fewer_gc_passes(), RangeReader(kafka_conf, topics=topics) as reader:
+            for member, ranges in groupby(rows, key=lambda r: int(r["member"])):
+                table = _TableRun(works[member], decoder_factory)
+                try:
+                    for r in ranges:
+                        offset_range = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
+                        table.read(reader, offset_range)
+                    table.write()
+                    crash_session_point("shared_mid_write")  # tests: files written, none published
+                except (TableflowError, ValueError, OSError, pa.ArrowException) as exc:
+                    table.report = TableReport(member, error=f"{type(exc).__name__}: {exc}")
+                yield pa.RecordBatch.from_pydict(
+                    {"member": [member], "report": [table.report.encode()]},
+                    schema=pa.schema([("member", pa.int32()), ("report", pa.binary())]),
+                )
+
+    return run
