@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/many_tables.py --tables 50 --run-seconds 300 --interval 60
     .venv/bin/python benchmarks/many_tables.py --tables 20 --records 5000 --against REV --rounds 2
 
-Starts its own noida-db broker and dev registry (127.0.0.1, free ports); one topic per
+Starts its own Apache Kafka broker and dev registry (127.0.0.1, free ports); one topic per
 table (`--partitions` each), Confluent-framed Avro (the 10-field event of ingest.py).
 
 Apply mode (default): `--records` records in each of N topics, plus one topic holding

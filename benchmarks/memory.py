@@ -54,7 +54,6 @@ from typing import Any
 from ingest import produce, stack, tableflow_command, write_tables_project
 
 from tableflow_core.dev import broker
-from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
@@ -416,8 +415,7 @@ def measure(args: argparse.Namespace, names: list[str], work: Path) -> None:
         task_range = min(per_partition, args.max_records_per_task)
         probes: dict[str, dict[str, Any]] = {}
         for name in dict.fromkeys(names):
-            conf = {"bootstrap.servers": bootstrap, "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
-                    **VARIANTS[name].kafka}  # fmt: skip
+            conf = {"bootstrap.servers": bootstrap, **VARIANTS[name].kafka}
             probes[name] = probe(conf, topic, 0, 0, task_range)
             found = probes[name]
             print(f"client probe ({name}): one task range of {found['records']:,} records "

@@ -9,17 +9,16 @@ from typing import Any
 
 from tableflow_core.errors import TableflowError
 
-# librdkafka drops fetch responses above receive.message.max.bytes and retries forever,
-# silently. noida-db ignores fetch size limits and may answer with a whole partition's
-# log, so the limit must be high there (real brokers honour fetch.max.bytes).
-LARGE_RECEIVE_LIMIT = "2147483647"
+# librdkafka's default `receive.message.max.bytes`: a fetch response may not exceed it
+# (Kafka brokers honour `fetch.max.bytes`, so a fetch stays below it).
+DEFAULT_RECEIVE_LIMIT = 100_000_000
 
 # What one consumer may hold ahead of the application (librdkafka's defaults: 64 MB and
 # 100k messages per partition, 50 MB per fetch). A range reader runs in each Spark task, a
 # task per core, so these bound the client's share of a worker's memory against a broker
 # that honours fetch limits: 16 MB still keeps a fetch ahead of the decoder, which takes
-# ~10 MB/s per core. noida-db ignores them (benchmarks/memory.py measures the client apart).
-# The user's `kafka.config` overrides any of them.
+# ~10 MB/s per core (benchmarks/memory.py measures the client apart). The user's
+# `kafka.config` overrides any of them.
 BOUNDED_FETCH: dict[str, str] = {
     "queued.max.messages.kbytes": "16384",
     "queued.min.messages": "20000",
@@ -99,7 +98,6 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
-        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
         **BOUNDED_FETCH,
         "logger": DebugLogger(),
     }
@@ -107,7 +105,7 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
     conf.update(overrides)
     if "fetch.max.bytes" not in kafka_conf and "fetch.max.bytes" not in overrides:
         # librdkafka refuses a fetch.max.bytes above receive.message.max.bytes - 512.
-        receive = int(conf["receive.message.max.bytes"])
+        receive = int(conf.get("receive.message.max.bytes", DEFAULT_RECEIVE_LIMIT))
         conf["fetch.max.bytes"] = str(min(int(BOUNDED_FETCH["fetch.max.bytes"]), receive - 512))
     return conf
 
