@@ -87,6 +87,16 @@ class Table:
 
 
 @dataclass(frozen=True)
+class DevStackUse:
+    """What the target's config took from the project's local stack (`dev_stack()`):
+    commands that connect check those components run (`dev.stack.require_running`)."""
+
+    data_dir: Path
+    components: frozenset[str]
+    started: bool  # the stack's record existed (`dev up` ran at least once)
+
+
+@dataclass(frozen=True)
 class Project:
     """A loaded, validated project for one target."""
 
@@ -96,6 +106,7 @@ class Project:
     target_name: str
     tables: tuple[Table, ...]
     secrets: frozenset[str] = frozenset()
+    dev_stack_use: DevStackUse | None = None
 
     @property
     def target(self) -> Target:
