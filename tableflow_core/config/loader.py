@@ -342,6 +342,7 @@ def _resolve_table(
         transforms=tuple(table.transforms),
         checks=tuple(table.checks),
         on_error=table.on_error or defaults.on_error,
+        on_data_loss=table.on_data_loss or defaults.on_data_loss,
         dlq=table.dlq or defaults.dlq,
         refresh_interval_s=parse_duration_seconds(
             table.refresh_interval or defaults.refresh_interval

@@ -311,6 +311,7 @@ class SparkSettings(ConfigModel):
     )
 
 
+OnDataLoss = Literal["fail", "accept"]
 StackComponent = Literal["kafka", "schema-registry", "catalog", "s3"]
 STACK_COMPONENTS: tuple[StackComponent, ...] = ("kafka", "schema-registry", "catalog", "s3")
 
@@ -928,6 +929,13 @@ class TableDefaults(ConfigModel):
     dlq: DeadLetterTarget | None = Field(
         None, description="Default dead-letter target for tables with on_error (or a check) dlq."
     )
+    on_data_loss: OnDataLoss = Field(
+        "fail",
+        description="Records deleted from the topic (retention) before a table read them: "
+        "`fail` (plan shows them, apply fails naming topic, partition and offsets) or "
+        "`accept` (apply reads on from the log start and records the loss in the run's "
+        "results and the table's commit).",
+    )
     refresh_interval: str = Field("5m", description="Default refresh interval.")
     tags: list[str] = Field(default_factory=list, description="Tags added to every table.")
     start_from: Literal["earliest", "latest"] | StartFrom = Field(
@@ -1021,6 +1029,11 @@ class TableConfig(ConfigModel):
     on_error: Literal["fail", "skip", "dlq"] | None = Field(
         None,
         description="What to do with bad records: fail, skip or dlq (default from `defaults`).",
+    )
+    on_data_loss: OnDataLoss | None = Field(
+        None,
+        description="Records deleted from the topic before this table read them: `fail` or "
+        "`accept` (default from `defaults`; docs/plan-and-apply.md).",
     )
     dlq: DeadLetterTarget | None = Field(
         None,

@@ -76,6 +76,8 @@ class Table:
     maintenance: Maintenance | None = None
     # `refresh_interval` as written (`5m`), for what users read; "" when not known.
     refresh_interval: str = ""
+    # Records deleted from the topic before the table read them: fail, or accept the loss.
+    on_data_loss: Literal["fail", "accept"] = "fail"
 
     @property
     def identifier(self) -> str:

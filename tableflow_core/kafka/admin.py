@@ -162,27 +162,48 @@ def topic_names(consumer_config: Mapping[str, str], timeout: float = 10.0) -> fr
 def get_watermarks(
     consumer_config: Mapping[str, str], topic: str, timeout: float = 10.0
 ) -> dict[int, tuple[int, int]]:
-    """{partition: (low, high)} for every partition of `topic`, as the broker sees it now."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    """{partition: (log start offset, last stable offset)} of every partition of `topic`.
 
-    consumer = Consumer(consumer_conf(consumer_config))
-    try:
-        result: dict[int, tuple[int, int]] = {}
-        brokers = brokers_of(consumer_config)
-        for partition in _partitions(consumer, topic, timeout, brokers):
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaMetadataError(
-                    f"topic {topic!r} partition {partition} on broker(s) {brokers}: cannot read "
-                    f"watermarks: {exc}"
-                ) from exc
-            result[partition] = (int(low), int(high))
-        return result
-    finally:
-        consumer.close()
+    The end is the *last stable offset* (`list_offsets`, READ_COMMITTED): the first
+    offset of the oldest transaction still open, else the high watermark. tableflow reads
+    `read_committed`, so a range ending there never waits for records an open transaction
+    may still abort, and never reads half of one (docs/environment.md: with a transaction
+    open at 13-14, the LSO is 13 and the high watermark 15)."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(admin_conf(consumer_config))
+    brokers = brokers_of(consumer_config)
+    partitions = _partitions(admin, topic, timeout, brokers)
+    starts = _list_offsets(admin, topic, partitions, OffsetSpec.earliest(), timeout, brokers)
+    ends = _list_offsets(admin, topic, partitions, OffsetSpec.latest(), timeout, brokers)
+    return {p: (starts[p], ends[p]) for p in partitions}
+
+
+def admin_conf(kafka_conf: Mapping[str, Any]) -> dict[str, Any]:
+    """An admin client's configuration: the connection (and the user's extra settings,
+    which librdkafka ignores where they are a consumer's), its log lines at DEBUG."""
+    return {**kafka_conf, "logger": DebugLogger()}
+
+
+def _list_offsets(
+    admin: Any, topic: str, partitions: list[int], spec: Any, timeout: float, brokers: str
+) -> dict[int, int]:
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+    wanted = {TopicPartition(topic, p): spec for p in partitions}
+    futures = admin.list_offsets(
+        wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout
+    )
+    found: dict[int, int] = {}
+    for tp, future in futures.items():
+        try:
+            found[tp.partition] = int(future.result(timeout=timeout + 5).offset)
+        except (KafkaException, TimeoutError) as exc:
+            raise KafkaMetadataError(
+                f"topic {topic!r} partition {tp.partition} on broker(s) {brokers}: cannot read "
+                f"offsets: {exc}"
+            ) from exc
+    return found
 
 
 def offsets_for_timestamp(

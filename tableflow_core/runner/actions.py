@@ -14,7 +14,12 @@ from tableflow_core.deadletter.topics import create_dlq_topic
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.engine import ddl
-from tableflow_core.errors import ConcurrentCommitError, IngestError, TableflowError
+from tableflow_core.errors import (
+    ConcurrentCommitError,
+    DataLossError,
+    IngestError,
+    TableflowError,
+)
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.run import ingest
@@ -143,6 +148,12 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
     replaced = any(a.kind == "replace_table" for a in plan.actions_for(spec.table_name))
     seen = plan.fingerprint(spec.table_name)
     expected = {} if replaced or seen is None else dict(seen.committed_offsets or {})
+    if action.lost and action.on_data_loss == "fail":
+        raise DataLossError(
+            f"table {spec.table_name}: " + "; ".join(action.describe_lost()) + ". Nothing was "
+            "read or committed. To read on from the log start and record the loss, set "
+            "`on_data_loss: accept` on the table (or in `defaults`)."
+        )
     ranges = [OffsetRange(action.topic, r.partition, r.start, r.end) for r in action.ranges]
     with _suspending(context, spec):
         outcome = ingest(
@@ -152,7 +163,8 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
             kafka_consumer_config(context.project.target.kafka),
             expected,
             start_offsets={p.partition: p.start for p in action.partitions},
-            warnings=list(action.warnings),
+            warnings=[*action.warnings, *action.describe_lost()],
+            lost={lost.partition: (lost.start, lost.end) for lost in action.lost},
             decoder_factory=context.decoder_factory,
             catalog=context.handle,
         )
