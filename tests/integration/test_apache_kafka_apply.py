@@ -26,7 +26,7 @@ from confluent_kafka.admin import NewPartitions, OffsetSpec
 
 from tableflow_core.cli.main import cli
 from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.kafka.range_reader import read_range
+from tableflow_core.kafka.range_reader import KafkaReadError, read_range
 from tableflow_core.plan.actions import Ingest, LostOffsets
 from tableflow_core.state.offsets import LOST_OFFSETS_KEY
 from tableflow_core.tasks.plan import PlanTask
@@ -194,6 +194,27 @@ def test_records_deleted_before_they_were_read_fail_apply_or_are_accepted_and_re
     assert _ids(env) == [*range(10), *range(15, 20)]
     project = env.project
     assert not [a for a in PlanTask(project, project.tables).run().actions if a.kind == "ingest"]
+
+
+def test_records_deleted_between_plan_and_apply_fail_the_read_never_skip(
+    kafka_broker: ApacheKafka,
+) -> None:
+    # The plan saw offsets 0-9; retention then took 0-5 before apply read them. The
+    # reader asks with auto.offset.reset=error: it fails naming the range, never jumps.
+    topic = kafka_broker.create_topic(unique_name("race"))
+    producer = Producer(kafka_broker.client_config(**{"linger.ms": 0}))
+    for record_id in range(10):
+        producer.produce(topic, key=str(record_id), value=_value(record_id))
+    assert producer.flush(10) == 0
+    admin = kafka_broker.admin()
+    (deleted,) = admin.delete_records([TopicPartition(topic, 0, 6)]).values()
+    assert deleted.result(timeout=10).low_watermark == 6
+    conf = kafka_broker.client_config()
+    with pytest.raises(KafkaReadError) as info:
+        list(read_range(conf, OffsetRange(topic, 0, 0, 10), idle_timeout_s=10))
+    message = str(info.value)
+    assert f"topic {topic!r} partition 0 range [0, 10)" in message
+    assert "Offset out of range" in message
 
 
 def test_partitions_added_to_the_topic_are_read_from_their_start(
