@@ -60,6 +60,33 @@ class DebugLogger:
         LIBRDKAFKA_LOGGER.debug(msg, *args)
 
 
+class BrokerErrors:
+    """Client-level errors librdkafka reports through `error_cb` (not as messages).
+
+    A broker that goes away mid-read never shows up in `consume()`, and a refused login
+    (SASL) shows up in `list_topics` only as "Broker transport failure": librdkafka
+    reports the cause ("... invalid credentials with SASL mechanism SCRAM-SHA-512",
+    "Connection refused") only to this callback, served by `poll()`. An authentication
+    error is kept over the "all brokers down" that follows it.
+    """
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.authentication: str | None = None
+
+    def __call__(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        self.last = str(error)
+        if isinstance(error, KafkaError) and error.code() == KafkaError._AUTHENTICATION:
+            self.authentication = error.str()
+
+    def suffix(self) -> str:
+        if self.authentication:
+            return f"; authentication failed: {self.authentication}"
+        return f"; last broker error: {self.last}" if self.last else ""
+
+
 def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
     """`host:port,PLAINTEXT://host2:port2,[::1]:9092` -> [(host, port), ...]."""
     addresses = []
@@ -116,24 +143,36 @@ def brokers_of(kafka_conf: Mapping[str, Any]) -> str:
 
 
 def topic_metadata(
-    consumer: Any, topic: str, timeout: float, brokers: str = "?", what: str = "topic"
+    consumer: Any,
+    topic: str,
+    timeout: float,
+    brokers: str = "?",
+    what: str = "topic",
+    errors: BrokerErrors | None = None,
 ) -> Any:
     """The broker's metadata of `topic` (confluent-kafka TopicMetadata), None when the
-    answer does not list it; KafkaMetadataError naming `what` when no broker answers."""
+    answer does not list it; KafkaMetadataError naming `what` when no broker answers, with
+    the cause librdkafka gave `errors` (the client's `error_cb`) if any."""
     from confluent_kafka import KafkaException
 
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
+        cause = ""
+        if errors is not None:
+            consumer.poll(0.5)  # serves the error callback
+            cause = errors.suffix()
         raise KafkaMetadataError(
             f"{what} {topic!r}: broker(s) {brokers} did not answer a metadata request within "
-            f"{timeout:.0f}s: {exc}"
+            f"{timeout:.0f}s: {exc}{cause}"
         ) from exc
     return metadata.topics.get(topic)
 
 
-def _partitions(consumer: Any, topic: str, timeout: float, brokers: str = "?") -> list[int]:
-    topic_meta = topic_metadata(consumer, topic, timeout, brokers)
+def _partitions(
+    consumer: Any, topic: str, timeout: float, brokers: str, errors: BrokerErrors
+) -> list[int]:
+    topic_meta = topic_metadata(consumer, topic, timeout, brokers, errors=errors)
     if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
         reason = topic_meta.error if topic_meta is not None else "not found"
         raise KafkaMetadataError(
@@ -171,18 +210,19 @@ def get_watermarks(
     open at 13-14, the LSO is 13 and the high watermark 15)."""
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    admin = AdminClient(admin_conf(consumer_config))
+    errors = BrokerErrors()
+    admin = AdminClient(admin_conf(consumer_config, error_cb=errors))
     brokers = brokers_of(consumer_config)
-    partitions = _partitions(admin, topic, timeout, brokers)
+    partitions = _partitions(admin, topic, timeout, brokers, errors)
     starts = _list_offsets(admin, topic, partitions, OffsetSpec.earliest(), timeout, brokers)
     ends = _list_offsets(admin, topic, partitions, OffsetSpec.latest(), timeout, brokers)
     return {p: (starts[p], ends[p]) for p in partitions}
 
 
-def admin_conf(kafka_conf: Mapping[str, Any]) -> dict[str, Any]:
+def admin_conf(kafka_conf: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
     """An admin client's configuration: the connection (and the user's extra settings,
     which librdkafka ignores where they are a consumer's), its log lines at DEBUG."""
-    return {**kafka_conf, "logger": DebugLogger()}
+    return {**kafka_conf, "logger": DebugLogger(), **overrides}
 
 
 def _list_offsets(
@@ -212,11 +252,13 @@ def offsets_for_timestamp(
     """{partition: first offset with timestamp >= timestamp_ms}; -1 where there is none."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(consumer_conf(consumer_config))
+    errors = BrokerErrors()
+    consumer = Consumer(consumer_conf(consumer_config, error_cb=errors))
     try:
+        brokers = brokers_of(consumer_config)
         wanted = [
             TopicPartition(topic, p, timestamp_ms)
-            for p in _partitions(consumer, topic, timeout, brokers_of(consumer_config))
+            for p in _partitions(consumer, topic, timeout, brokers, errors)
         ]
         found = consumer.offsets_for_times(wanted, timeout=timeout)
         return {tp.partition: int(tp.offset) for tp in found}
