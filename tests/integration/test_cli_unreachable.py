@@ -16,7 +16,7 @@ from tableflow_core.kafka.admin import (
     consumer_conf,
     probe_bootstrap,
 )
-from tests.integration.test_cli_basics import tableflow
+from tests.integration.test_cli_basics import explicit_addresses, tableflow
 
 
 def closed_port() -> int:
@@ -157,18 +157,13 @@ def test_status_names_what_is_down_and_never_shows_ok(project: Path) -> None:
     from tableflow_core.targets.catalog import open_catalog
 
     kafka, registry = closed_port(), closed_port()
-    env = {
-        "TABLEFLOW_KAFKA_PORT": str(kafka),
-        "TABLEFLOW_REGISTRY_PORT": str(registry),
-        "TABLEFLOW_CATALOG_PORT": str(closed_port()),  # the embedded catalog starts on it
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        loaded = load_project(project)
-        with open_catalog(loaded) as handle:  # the table exists: only Kafka is unknown
-            handle.catalog.create_namespace("raw")
-            handle.catalog.create_table(("raw", "orders"), pa.schema([("id", pa.string())]))
+    # Addresses of its own (not dev_stack()): the embedded catalog starts on its port.
+    explicit_addresses(project, kafka, registry, closed_port())
+    env: dict[str, str] = {}
+    loaded = load_project(project)
+    with open_catalog(loaded) as handle:  # the table exists: only Kafka is unknown
+        handle.catalog.create_namespace("raw")
+        handle.catalog.create_table(("raw", "orders"), pa.schema([("id", pa.string())]))
 
     result = tableflow("status", cwd=project, env=env)
     assert result.returncode == 1, result.stdout + result.stderr
