@@ -325,7 +325,8 @@ def project_for(
 
     project = yaml.safe_load(project_file.read_text())
     target = project["targets"]["bench"]
-    target["kafka"]["config"].update(variant.kafka)
+    if variant.kafka:
+        target["kafka"].setdefault("config", {}).update(variant.kafka)
     spark = dict(variant.spark)
     if "spark.master" in spark:
         target["spark"]["master"] = spark.pop("spark.master")
