@@ -11,7 +11,7 @@ beside.
 1. In memory (mock registry): tableflow's decoder (+3 metadata columns) vs what a
    hand-written consumer does per record: fastavro `schemaless_reader` with the standard
    logical types, then `RecordBatch.from_pylist`.
-2. The in-task path of `tableflow apply` (unless `--no-kafka`): starts its own noida-db
+2. The in-task path of `tableflow apply` (unless `--no-kafka`): starts its own Apache Kafka
    broker and dev registry (127.0.0.1, free ports), produces `--kafka-records` records to
    one partition, then measures, in us of CPU per record:
    - baseline: confluent-kafka consume + fastavro + `from_pylist` per chunk;
@@ -173,7 +173,6 @@ def measure(bootstrap: str, url: str, topic: str, end: int, chunk: int, repeat: 
                 "bootstrap.servers": bootstrap,
                 "group.id": "baseline",
                 "enable.auto.commit": False,
-                "receive.message.max.bytes": 2_147_483_647,
             }
         )
         consumer.assign([TopicPartition(topic, 0, 0)])
@@ -249,7 +248,7 @@ def in_task(records: int, chunk: int, repeat: int, against: str | None) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tf-bench-decode-"))
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
+    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
     registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
     try:
         bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)

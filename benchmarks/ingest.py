@@ -3,7 +3,7 @@ run) vs a single-process baseline, measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--records 1000000] [--partitions 4] [--cores 2]
 
-Starts its own noida-db broker and dev schema registry (127.0.0.1, free ports), produces
+Starts its own Apache Kafka broker and dev schema registry (127.0.0.1, free ports), produces
 N Confluent-framed Avro records of 10 fields, then measures in the same run:
 - baseline: one Python process, confluent-kafka consume (assign all partitions) +
   fastavro decode + pyarrow Parquet write (zstd);
@@ -63,7 +63,7 @@ from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.registry import registry_url, start_registry
 from tableflow_core.engine.spark_session import session_conf
 from tableflow_core.jvm import class_data_sharing
-from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, get_watermarks
+from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
 HOST = "127.0.0.1"
@@ -103,9 +103,9 @@ class AvroFramer:
 
 @contextlib.contextmanager
 def stack(work: Path) -> Iterator[tuple[str, str]]:
-    """A noida-db broker and a dev registry on free loopback ports: (bootstrap, registry url)."""
+    """An Apache Kafka broker and a dev registry on free loopback ports: (bootstrap, registry url)."""
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
+    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
     try:
         registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
         try:
@@ -175,7 +175,6 @@ def baseline(bootstrap: str, url: str, topic: str, out_dir: Path) -> tuple[float
     writers: dict[int, object] = {}
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "baseline", "enable.auto.commit": False,
-        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
     })  # fmt: skip
     consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in watermarks.items()])
     remaining = {p: high for p, (_, high) in watermarks.items() if high > 0}
@@ -229,10 +228,7 @@ def write_tables_project(
         "default_target": "bench",
         "targets": {
             "bench": {
-                "kafka": {
-                    "bootstrap_servers": bootstrap,
-                    "config": {"receive.message.max.bytes": LARGE_RECEIVE_LIMIT},
-                },
+                "kafka": {"bootstrap_servers": bootstrap},
                 "schema_registry": {"url": url},
                 "catalog": {
                     "type": "embedded",

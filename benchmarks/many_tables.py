@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/many_tables.py --tables 5000 --records 200 --phases validate,plan
     .venv/bin/python benchmarks/many_tables.py --tables 1000 --records 200 --against main
 
-Starts its own broker and dev registry (127.0.0.1, free ports) and sets up N topics of
+Starts its own Apache Kafka broker and dev registry (127.0.0.1, free ports) and sets up N topics of
 `--records` Confluent-framed Avro records each (the 10-field event of ingest.py), quickly:
 one CreateTopics request, the N value subjects registered concurrently (one schema, so one
 id), each record framed once and one producer writing every topic.

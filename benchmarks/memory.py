@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/memory.py --records 1000000 [--partitions 4] [--cores 2]
         [--variants default,...] [--rounds 1]
 
-Starts its own noida-db and dev registry (127.0.0.1, free ports), produces N framed Avro
+Starts its own Apache Kafka 4.4 and dev registry (127.0.0.1, free ports), produces N framed Avro
 records (benchmarks/ingest.py's 10-field event; `--pool K` frames K distinct records and
 cycles them, which makes 10M quick to produce), then runs `python -m tableflow_core apply
 --auto-approve` as users run it, once per variant and round, interleaved (A B A B ...),
@@ -21,9 +21,10 @@ the tree really holds), USS (private pages) and RSS, per process kind:
 and the tree's peak sum. CPU seconds (user + sys) of the whole tree come from
 /proc/PID/stat, kept per process at its last sample.
 
-The client's buffers: noida-db (the dev broker) ignores `fetch.max.bytes` and
-`max.partition.fetch.bytes`, so one fetch returns the rest of the partition's log and
-librdkafka holds all of it until the consumer closes. A probe process reads the apply's
+The client's buffers: Apache Kafka honours `fetch.max.bytes` and
+`max.partition.fetch.bytes`, so librdkafka holds at most what `kafka.admin.BOUNDED_FETCH`
+lets it queue (noida-db, the broker before round 3, ignored them: one fetch returned the
+rest of the partition's log, ~2 GB over a 10M backlog). A probe process reads the apply's
 largest task range with the same consumer settings (`read_range`, nothing kept) and
 reports its memory growth and librdkafka's own statistics (`statistics.interval.ms`:
 bytes received, bytes queued for the application); with `--cores` tasks at once, the
@@ -54,7 +55,6 @@ from typing import Any
 from ingest import produce, stack, tableflow_command, write_tables_project
 
 from tableflow_core.dev import broker
-from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
 from tableflow_core.schemas.formats import METADATA_COLUMNS
 
@@ -325,7 +325,8 @@ def project_for(
 
     project = yaml.safe_load(project_file.read_text())
     target = project["targets"]["bench"]
-    target["kafka"]["config"].update(variant.kafka)
+    if variant.kafka:
+        target["kafka"].setdefault("config", {}).update(variant.kafka)
     spark = dict(variant.spark)
     if "spark.master" in spark:
         target["spark"]["master"] = spark.pop("spark.master")
@@ -416,8 +417,7 @@ def measure(args: argparse.Namespace, names: list[str], work: Path) -> None:
         task_range = min(per_partition, args.max_records_per_task)
         probes: dict[str, dict[str, Any]] = {}
         for name in dict.fromkeys(names):
-            conf = {"bootstrap.servers": bootstrap, "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
-                    **VARIANTS[name].kafka}  # fmt: skip
+            conf = {"bootstrap.servers": bootstrap, **VARIANTS[name].kafka}
             probes[name] = probe(conf, topic, 0, 0, task_range)
             found = probes[name]
             print(f"client probe ({name}): one task range of {found['records']:,} records "

@@ -1,6 +1,6 @@
 """How long `plan` takes for a 50-table project on the local stack (target: < 2 s).
 
-Starts noida-db, the dev registry and the catalog server (in-process) on free ports,
+Starts Apache Kafka, the dev registry and the catalog server (in-process) on free ports,
 makes 50 topics with a few Avro records and 50 existing tables, then prints:
 - baseline: the bare reads plan needs, one after another (catalog load_table,
   registry get_version, Kafka watermarks for each table);

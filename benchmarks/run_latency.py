@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run_latency.py --rate 1000 --seconds 60
     .venv/bin/python benchmarks/run_latency.py --rate 20000 --seconds 60
 
-Starts its own noida-db broker and dev registry (127.0.0.1, free ports). For each of the
+Starts its own Apache Kafka broker and dev registry (127.0.0.1, free ports). For each of the
 two contenders, a producer thread produces Confluent-framed Avro records (the 10-field
 event of ingest.py) at a fixed rate to a fresh 4-partition topic, and every record's
 produce time is its Kafka CreateTime (set by librdkafka when `produce()` is called, read
@@ -63,7 +63,7 @@ from ingest import AvroFramer, RunProcess, record, stack, write_tables_project
 
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.dev import broker
-from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, get_watermarks
+from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets, encode_offsets
 
 PARTITIONS = 4
@@ -266,7 +266,6 @@ def baseline_loop(
     kafka = {"bootstrap.servers": bootstrap}
     consumer = Consumer({
         **kafka, "group.id": "baseline", "enable.auto.commit": False,
-        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
     })  # fmt: skip
     positions = {p: 0 for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(topic, p, 0) for p in positions])

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/upsert.py [--rows 1000000] [--batch 100000] [--batches 10]
     .venv/bin/python benchmarks/upsert.py --rows 1000000 --batch 100000 --batches 6 --against REV
 
-Starts its own noida-db and dev registry, produces `--rows` Avro records keyed by an Avro
+Starts its own Apache Kafka and dev registry, produces `--rows` Avro records keyed by an Avro
 key {id} (one per id) to a 4-partition topic, then measures:
 - tableflow: the code `tableflow apply` runs (PlanTask + ApplyTask, one Spark application,
   embedded catalog): the initial load of the table, then a batch of `--batch` records
@@ -584,7 +584,7 @@ def main() -> None:
         return worker(args.worker, args.cores, args.short_lived)
     work = Path(tempfile.mkdtemp(prefix="tf-upsert-"))
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "noida", work / "noida.log")
+    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
     registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
     try:
         from tableflow_core.engine.spark_session import build_spark_session

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: the example project end to end on the local stack.
 #   dev stack up -> sample orders produced -> plan -> apply -> query through the catalog.
-# Ports can be moved with TABLEFLOW_KAFKA_PORT / TABLEFLOW_REGISTRY_PORT / TABLEFLOW_CATALOG_PORT.
+# The stack (Apache Kafka, registry, catalog, S3) runs on ports chosen once for this checkout
+# and kept in .tableflow/dev/stack.json; `tableflow dev status` shows them.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh" demo

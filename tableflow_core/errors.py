@@ -58,6 +58,13 @@ class IngestError(TableflowError, RuntimeError):
         self.run_id = run_id
 
 
+class DataLossError(IngestError):
+    """Records the table was due to read were deleted from the topic (retention) first,
+    and the table's `on_data_loss` is `fail`: nothing was read or committed."""
+
+    changes_nothing = True
+
+
 class ConcurrentCommitError(IngestError):
     """Someone else committed to the table since this run was planned: re-plan and retry."""
 

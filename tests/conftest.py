@@ -7,8 +7,8 @@ topic, namespace and table names.
 """
 
 pytest_plugins = [
-    "tests.fixtures.stack",
     "tests.fixtures.kafka_server",
+    "tests.fixtures.stack",
     "tests.fixtures.apicurio",
     "tests.fixtures.catalog",
     "tests.fixtures.spark",

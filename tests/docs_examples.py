@@ -18,7 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 NOT_RUN: dict[str, str] = {
     r"bash scripts/demo\.sh": "creates .venv and a stack on the default ports; CI runs it as its own job",
     r"bash scripts/test\.sh": "is the test suite itself",
-    r"tableflow dev (up|down|status)\b": "the test session's fixtures are the stack (tests/integration/test_cli_dev.py runs these)",
     r"python -m tableflow_core\.catalog\.server\b": "serves in the foreground until stopped",
     r'"\$SPARK_HOME"/bin/spark-class\b': "a long-running Spark master/worker (tests/integration/test_cluster.py starts them)",
 }

@@ -24,10 +24,7 @@ def write_project(
         "default_target": "test",
         "targets": {
             "test": {
-                "kafka": {
-                    "bootstrap_servers": bootstrap,
-                    "config": {"receive.message.max.bytes": 2147483647},
-                },
+                "kafka": {"bootstrap_servers": bootstrap},
                 "schema_registry": {"url": registry_url},
                 "catalog": {
                     "type": "rest",

@@ -58,18 +58,33 @@ class CliContext:
             self._err_console = make_console(stderr=True)
         return self._err_console
 
-    def load_project(self) -> Project:
-        """The project, loaded once (a ConfigError ends the command: `report`)."""
+    def load_project(self, connects: bool = True) -> Project:
+        """The project, loaded once (a ConfigError ends the command: `report`).
+
+        `connects`: the command talks to the target's Kafka, registry or catalog. When the
+        target's config takes addresses from the project's local stack (`dev_stack()`),
+        that stack must be running: a project never talks to a stack it did not start
+        (`StackNotRunningError`, whatever else listens on those ports)."""
         from tableflow_core.config.loader import load_project
 
         if self._project is None:
             self._project = load_project(self.project_dir, self.target, self.vars)
+        use = self._project.dev_stack_use
+        if connects and use is not None:
+            from tableflow_core.dev.stack import require_running
+
+            require_running(use.data_dir, use.components, self._project.target_name)
         return self._project
+
+    def reload_project(self, connects: bool = True) -> Project:
+        """The project loaded again (after `dev up` wrote the stack's record)."""
+        self._project = None
+        return self.load_project(connects)
 
     def selected_tables(self) -> tuple[Table, ...]:
         from tableflow_core.config.selection import select_tables
 
-        return select_tables(self.load_project().tables, self.selectors)
+        return select_tables(self.load_project(connects=False).tables, self.selectors)
 
     def report(self, exc: TableflowError) -> NoReturn:
         """End the command on a tableflow error: its message, and its exit code. The one
@@ -87,7 +102,11 @@ class CliContext:
         changes anything (no "Nothing was changed.")."""
         message = f"{exc}\nNothing was changed." if changes else str(exc)
         project = self._project
-        if project is not None and project.target.dev_stack is not None:
+        if (
+            project is not None
+            and project.target.dev_stack is not None
+            and "tableflow dev up" not in message
+        ):
             message += (
                 f"\nTarget {project.target_name!r} uses the local stack: is it running? "
                 "Start it with `tableflow dev up` (and check it with `tableflow dev status`)."

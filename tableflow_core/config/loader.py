@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
+from tableflow_core.config.dev_stack import DEFAULT_DATA_DIR
+from tableflow_core.config.dev_stack import VALUES as STACK_VALUES
 from tableflow_core.config.errors import ConfigError, ConfigProblem
 from tableflow_core.config.models import (
     Format,
@@ -19,7 +21,7 @@ from tableflow_core.config.models import (
     parse_duration_seconds,
 )
 from tableflow_core.config.names import shown
-from tableflow_core.config.project import Project, SourceLocation, Table
+from tableflow_core.config.project import DevStackUse, Project, SourceLocation, Table
 from tableflow_core.config.rendering import (
     RenderContext,
     RenderError,
@@ -75,7 +77,10 @@ def load_project(
     target_name = target or _default_target(raw, overrides, environ)
     # The file's own `vars:` block is rendered first (var() there sees only --vars).
     variables, problems = _declared_vars(raw, overrides, target_name, environ)
-    context = RenderContext({**variables, **overrides}, target_name, environ)
+    stack_dir = _dev_stack_dir(raw, root, target_name, {**variables, **overrides}, environ)
+    context = RenderContext(
+        {**variables, **overrides}, target_name, environ, dev_stack_dir=stack_dir
+    )
     document, render_problems = render_document(raw, context)
     problems.extend(render_problems)
     if problems:
@@ -140,9 +145,48 @@ def load_project(
                 *_collect_secrets([config, *(t.transforms for t in tables)]),
                 *secrets_in_settings(config.model_dump(mode="json")),
                 *secrets_in_settings([t.properties for t in tables]),
+                *context.stack_secrets_read,
             ]
         ),
+        dev_stack_use=_dev_stack_use(context),
     )
+
+
+def _dev_stack_use(context: RenderContext) -> DevStackUse | None:
+    if not context.stack_names_read or context.dev_stack_dir is None:
+        return None
+    return DevStackUse(
+        data_dir=context.dev_stack_dir,
+        components=frozenset(STACK_VALUES[n].component for n in context.stack_names_read),
+        started=context.stack_started,
+    )
+
+
+def _dev_stack_dir(
+    raw: YamlDocument,
+    root: Path,
+    target_name: str,
+    variables: Mapping[str, Any],
+    environ: Mapping[str, str] | None,
+) -> Path | None:
+    """Where the target's local stack keeps its record: `dev_stack.data_dir` (rendered
+    first, without `dev_stack()`), None when the target has no `dev_stack:` section."""
+    data = raw.data if isinstance(raw.data, dict) else {}
+    targets = data.get("targets")
+    target = targets.get(target_name) if isinstance(targets, dict) else None
+    section = target.get("dev_stack", False) if isinstance(target, dict) else False
+    if section is False or (section is not None and not isinstance(section, dict)):
+        return None  # no section (validation reports one that is not a mapping)
+    value = (section or {}).get("data_dir", DEFAULT_DATA_DIR)
+    if is_template(value):
+        try:
+            value = render_value(value, RenderContext(variables, target_name, environ))
+        except RenderError:
+            return None  # rendering the whole file reports it at its line
+    if not isinstance(value, str):
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (root / path).resolve()
 
 
 def _parse_file(file: Path, root: Path) -> YamlDocument:
@@ -298,6 +342,7 @@ def _resolve_table(
         transforms=tuple(table.transforms),
         checks=tuple(table.checks),
         on_error=table.on_error or defaults.on_error,
+        on_data_loss=table.on_data_loss or defaults.on_data_loss,
         dlq=table.dlq or defaults.dlq,
         refresh_interval_s=parse_duration_seconds(
             table.refresh_interval or defaults.refresh_interval

@@ -311,15 +311,51 @@ class SparkSettings(ConfigModel):
     )
 
 
-class DevStackPorts(ConfigModel):
-    """Ports of the local development stack (`tableflow dev up`)."""
+OnDataLoss = Literal["fail", "accept"]
+StackComponent = Literal["kafka", "schema-registry", "catalog", "s3"]
+STACK_COMPONENTS: tuple[StackComponent, ...] = ("kafka", "schema-registry", "catalog", "s3")
+
+
+class DevStack(ConfigModel):
+    """The project's own local stack (`tableflow dev up`); ports are chosen once per project and the target names them with `dev_stack('...')` (docs/dev-stack.md)."""
 
     host: str = Field("127.0.0.1", description="Bind address; keep it on loopback.")
-    kafka_port: int = Field(19092, ge=1, le=65535, description="noida-db Kafka port.")
-    registry_port: int = Field(18081, ge=1, le=65535, description="Dev schema registry port.")
-    catalog_port: int = Field(18181, ge=1, le=65535, description="Embedded catalog port.")
+    components: list[StackComponent] = Field(
+        default_factory=lambda: list(STACK_COMPONENTS),
+        description="The servers `dev up` starts: Apache Kafka, a schema registry, the "
+        "embedded catalog, an S3 server (s3proxy).",
+    )
+    registry: Literal["tableflow", "apicurio"] = Field(
+        "tableflow",
+        description="The schema registry: tableflow's own, or Apicurio Registry 3.3 "
+        "(Java 21+; its Confluent-compatible API).",
+    )
+    kafka_security: Literal["plaintext", "sasl_ssl"] = Field(
+        "plaintext",
+        description="`sasl_ssl`: Kafka's only client listener is SASL_SSL (SCRAM-SHA-512 "
+        "over TLS, a CA made for the stack); read the user, password and CA file with "
+        "`dev_stack()`.",
+    )
+    kafka_port: int | None = Field(
+        None, ge=1, le=65535, description="Pin Kafka's port; default: chosen once per project."
+    )
+    registry_port: int | None = Field(
+        None, ge=1, le=65535, description="Pin the registry's port; default: chosen once."
+    )
+    catalog_port: int | None = Field(
+        None, ge=1, le=65535, description="Pin the catalog's port; default: chosen once."
+    )
+    s3_port: int | None = Field(
+        None, ge=1, le=65535, description="Pin the S3 server's port; default: chosen once."
+    )
+    s3_bucket: str = Field(
+        "warehouse",
+        pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        description="The bucket `dev up` creates in the S3 server.",
+    )
     data_dir: str = Field(
-        "./.tableflow/dev", description="Where the stack keeps its data (survives down/up)."
+        "./.tableflow/dev",
+        description="Where the stack keeps its data, ports and credentials (survives down/up).",
     )
 
 
@@ -338,8 +374,8 @@ class Target(ConfigModel):
         "glue or nessie (Nessie's API v2, compare-and-set commits).",
     )
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark application.")
-    dev_stack: DevStackPorts | None = Field(
-        None, description="Local stack settings, for `tableflow dev`."
+    dev_stack: DevStack | None = Field(
+        None, description="The project's local stack, for `tableflow dev` and `dev_stack()`."
     )
 
     @field_validator("publish_catalogs")
@@ -893,6 +929,13 @@ class TableDefaults(ConfigModel):
     dlq: DeadLetterTarget | None = Field(
         None, description="Default dead-letter target for tables with on_error (or a check) dlq."
     )
+    on_data_loss: OnDataLoss = Field(
+        "fail",
+        description="Records deleted from the topic (retention) before a table read them: "
+        "`fail` (plan shows them, apply fails naming topic, partition and offsets) or "
+        "`accept` (apply reads on from the log start and records the loss in the run's "
+        "results and the table's commit).",
+    )
     refresh_interval: str = Field("5m", description="Default refresh interval.")
     tags: list[str] = Field(default_factory=list, description="Tags added to every table.")
     start_from: Literal["earliest", "latest"] | StartFrom = Field(
@@ -986,6 +1029,11 @@ class TableConfig(ConfigModel):
     on_error: Literal["fail", "skip", "dlq"] | None = Field(
         None,
         description="What to do with bad records: fail, skip or dlq (default from `defaults`).",
+    )
+    on_data_loss: OnDataLoss | None = Field(
+        None,
+        description="Records deleted from the topic before this table read them: `fail` or "
+        "`accept` (default from `defaults`; docs/plan-and-apply.md).",
     )
     dlq: DeadLetterTarget | None = Field(
         None,

@@ -76,6 +76,8 @@ class Table:
     maintenance: Maintenance | None = None
     # `refresh_interval` as written (`5m`), for what users read; "" when not known.
     refresh_interval: str = ""
+    # Records deleted from the topic before the table read them: fail, or accept the loss.
+    on_data_loss: Literal["fail", "accept"] = "fail"
 
     @property
     def identifier(self) -> str:
@@ -84,6 +86,16 @@ class Table:
 
     def location_of(self, key: str) -> SourceLocation:
         return SourceLocation(self.source.file, self.key_lines.get(key, self.source.line))
+
+
+@dataclass(frozen=True)
+class DevStackUse:
+    """What the target's config took from the project's local stack (`dev_stack()`):
+    commands that connect check those components run (`dev.stack.require_running`)."""
+
+    data_dir: Path
+    components: frozenset[str]
+    started: bool  # the stack's record existed (`dev up` ran at least once)
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ class Project:
     target_name: str
     tables: tuple[Table, ...]
     secrets: frozenset[str] = frozenset()
+    dev_stack_use: DevStackUse | None = None
 
     @property
     def target(self) -> Target:

@@ -28,7 +28,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("catalog: type hive", models.HiveCatalog),
     ("publish_catalogs.<name>: type nessie", models.NessieCatalog),
     ("spark", models.SparkSettings),
-    ("dev_stack", models.DevStackPorts),
+    ("dev_stack", models.DevStack),
     ("defaults", models.TableDefaults),
     ("tables[] (in tables/*.yml under `tables:`, or inline)", models.TableConfig),
     ("value / key (formats)", models.Format),

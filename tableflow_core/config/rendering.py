@@ -8,9 +8,10 @@ never add keys or break the file. Keys are not rendered.
 A rendered value is always a string; the config models convert it where a field
 wants a number or a boolean (`port: "{{ env_var('PORT', '8181') }}"` becomes 8181).
 
-Available in every value: `env_var('NAME', default)`, `var('name', default)` and
-`target.name`. Rendering is strict (an undefined variable is an error) and runs in
-jinja's sandbox, with repetition and output size bounded.
+Available in every value: `env_var('NAME', default)`, `var('name', default)`,
+`dev_stack('name')` (the project's own local stack: its addresses and credentials,
+config/dev_stack.py) and `target.name`. Rendering is strict (an undefined variable is an
+error) and runs in jinja's sandbox, with repetition and output size bounded.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jinja2
 from jinja2 import filters as jinja_filters
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from tableflow_core.config.dev_stack import VALUES as STACK_VALUES
+from tableflow_core.config.dev_stack import StackRecord, StackRecordError
 from tableflow_core.config.errors import ConfigProblem
 from tableflow_core.config.yaml_source import FieldPath, YamlDocument, dotted_path
 from tableflow_core.errors import TableflowError
@@ -126,16 +130,25 @@ class RenderContext:
     """What templates can see.
 
     `strict_vars=False` renders the project file's own `vars:` block: a var() not
-    given on the command line renders as an empty string there.
+    given on the command line renders as an empty string there. `dev_stack_dir`: where
+    the target's local stack keeps its record (None: the target has no `dev_stack:`).
     """
 
     variables: Mapping[str, Any]
     target_name: str
     environ: Mapping[str, str] | None = None
     strict_vars: bool = True
+    dev_stack_dir: Path | None = None
     _env: Mapping[str, str] = field(init=False, repr=False)
     # Every value env_var() returned: error messages must not echo them (they may be secrets).
     _env_values_read: set[str] = field(init=False, repr=False, default_factory=set)
+    # dev_stack(): the record (read once), the names read, the secret values handed out.
+    _stack_record: list[StackRecord | None] = field(init=False, repr=False, default_factory=list)
+    stack_names_read: set[str] = field(init=False, repr=False, default_factory=set)
+    stack_secrets_read: set[str] = field(init=False, repr=False, default_factory=set)
+    # > 0 while rendering another target's section: dev_stack() gives placeholders there
+    # (that target's stack is not the one this command talks to).
+    _other_target: list[int] = field(init=False, repr=False, default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_env", os.environ if self.environ is None else self.environ)
@@ -152,6 +165,37 @@ class RenderContext:
                 f"environment variable {name!r} is not set and env_var() has no default"
             )
         return str(default)
+
+    def dev_stack(self, name: Any) -> str:
+        """A value of the project's own local stack; its placeholder before the first `dev up`."""
+        if not isinstance(name, str) or name not in STACK_VALUES:
+            known = ", ".join(STACK_VALUES)
+            raise RenderError(f"dev_stack() knows {known}; not {name!r}")
+        if self._other_target[0]:
+            return STACK_VALUES[name].placeholder
+        if self.dev_stack_dir is None:
+            raise RenderError(
+                f"dev_stack({name!r}) needs a `dev_stack:` section in target {self.target_name!r}"
+            )
+        if not self._stack_record:
+            try:
+                self._stack_record.append(StackRecord.read(self.dev_stack_dir))
+            except StackRecordError as exc:
+                raise RenderError(str(exc)) from None
+        record = self._stack_record[0]
+        self.stack_names_read.add(name)
+        value = record.value(name) if record is not None else None
+        if value is None:
+            return STACK_VALUES[name].placeholder
+        if STACK_VALUES[name].secret:
+            self._env_values_read.add(value)
+            self.stack_secrets_read.add(value)
+        return value
+
+    @property
+    def stack_started(self) -> bool:
+        """dev_stack() found the stack's record (`dev up` ran at least once)."""
+        return bool(self._stack_record) and self._stack_record[0] is not None
 
     def redact(self, message: str) -> str:
         for value in sorted(self._env_values_read, key=len, reverse=True):
@@ -182,7 +226,10 @@ def render_value(text: str, context: RenderContext) -> str:
     try:
         template = _ENVIRONMENT.from_string(text)
         rendered = template.render(
-            env_var=context.env_var, var=context.var, target=_TargetContext(context.target_name)
+            env_var=context.env_var,
+            var=context.var,
+            dev_stack=context.dev_stack,
+            target=_TargetContext(context.target_name),
         )
     except RenderError:
         raise
@@ -224,10 +271,15 @@ def render_tree(
 ) -> Any:
     """`value` (found at `at` in `document`) with its string values rendered; never raises."""
     if isinstance(value, dict):
-        return {
-            key: render_tree(document, item, (*at, str(key)), context, problems)
-            for key, item in value.items()
-        }
+        other_target = len(at) == 2 and at[0] == "targets" and at[1] != context.target_name
+        context._other_target[0] += other_target
+        try:
+            return {
+                key: render_tree(document, item, (*at, str(key)), context, problems)
+                for key, item in value.items()
+            }
+        finally:
+            context._other_target[0] -= other_target
     if isinstance(value, list):
         return [
             render_tree(document, item, (*at, index), context, problems)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from tableflow_core.deadletter.errors import DeadLetterError
 from tableflow_core.kafka.admin import (
+    BrokerErrors,
     KafkaMetadataError,
     admin_conf,
     brokers_of,
@@ -29,10 +30,11 @@ def topic_partitions(kafka_conf: Mapping[str, str], topic: str, timeout: float) 
     """The topic's partition count, or None when the broker does not have it."""
     from confluent_kafka import Consumer, KafkaError
 
-    consumer = Consumer(consumer_conf(kafka_conf))
+    errors = BrokerErrors()
+    consumer = Consumer(consumer_conf(kafka_conf, error_cb=errors))
     try:
         found = topic_metadata(
-            consumer, topic, timeout, brokers_of(kafka_conf), what="dead-letter topic"
+            consumer, topic, timeout, brokers_of(kafka_conf), "dead-letter topic", errors
         )
     finally:
         consumer.close()

@@ -1,84 +1,37 @@
-"""The development Kafka-protocol broker: noida-db, started as a background process.
+"""Kafka helpers for the local stack, tests and benchmarks: start a broker, create topics,
+producer and consumer settings.
 
-noida-db ignores the consumer's fetch size limits (`fetch.max.bytes`,
-`max.partition.fetch.bytes`): one fetch can return a whole partition's log, and
-librdkafka silently drops (and retries forever) any response above
-`receive.message.max.bytes`. `consumer_config()` therefore raises that limit;
-use it (or set the same key) for every consumer that talks to noida-db.
+`start_broker` starts Apache Kafka 4.x in KRaft mode (`dev/kafka_server.py`), as
+`tableflow dev up` does.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import sys
 import time
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tableflow_core.dev.processes import BackgroundProcess, start_background
+from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
+from tableflow_core.dev.processes import BackgroundProcess
 
 BROKER_NAME = "kafka"
-# librdkafka's maximum; noida-db may answer one fetch with a whole partition.
-RECEIVE_MESSAGE_MAX_BYTES = 2_147_483_647
-
-
-def find_noida_binary() -> Path:
-    """The noida-db executable: the one inside the installed package, else next to Python, else PATH."""
-    with contextlib.suppress(ModuleNotFoundError, FileNotFoundError, TypeError):
-        packaged = Path(str(resources.files("noida_db").joinpath("noida-db")))
-        if packaged.is_file():
-            if not os.access(packaged, os.X_OK):
-                with contextlib.suppress(OSError):
-                    packaged.chmod(0o755)
-            if os.access(packaged, os.X_OK):
-                return packaged
-    beside_python = Path(sys.executable).parent / "noida-db"
-    if beside_python.is_file():
-        return beside_python
-    on_path = shutil.which("noida-db")
-    if on_path:
-        return Path(on_path)
-    raise FileNotFoundError(
-        "noida-db not found (install the project's dependencies: pip install noida-db==0.2.3)"
-    )
-
-
-def broker_command(host: str, port: int, data_dir: Path) -> list[str]:
-    return [
-        str(find_noida_binary()),
-        "start",
-        "--host",
-        host,
-        "--only",
-        "kafka",
-        "--kafka-port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-    ]
 
 
 def start_broker(
-    host: str, port: int, data_dir: Path, log_file: Path, timeout: float = 30.0
+    host: str, port: int, data_dir: Path, log_file: Path, timeout: float = 60.0
 ) -> BackgroundProcess:
-    """Start noida-db (Kafka only) and wait until it answers Kafka metadata requests."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    process = start_background(
-        BROKER_NAME, broker_command(host, port, data_dir), host, port, log_file, timeout=timeout
+    """Start Apache Kafka (one KRaft broker+controller, data in `data_dir`) on `port` and
+    wait until it answers Kafka metadata requests."""
+    server = start_kafka(
+        KafkaServerSettings(data_dir=data_dir, host=host, port=port),
+        log_file=log_file,
+        timeout=timeout,
     )
-    try:
-        wait_for_kafka(f"{host}:{port}", timeout=timeout)
-    except RuntimeError:
-        process.stop(timeout=5)
-        raise
-    return process
+    return server.process
 
 
 def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
@@ -99,10 +52,16 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
 
 
 def create_topics(
-    bootstrap: str, topics: Mapping[str, int], replication_factor: int = 1, timeout: float = 30.0
+    bootstrap: str,
+    topics: Mapping[str, int],
+    replication_factor: int = 1,
+    timeout: float = 30.0,
+    client_config: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Create `{topic: partitions}`; existing topics are left alone. Returns the ones created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Create `{topic: partitions}`; existing topics are left alone. Returns the ones created.
+
+    `client_config`: security settings (SASL, TLS) added to the admin client's."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
     futures = admin.create_topics(
         [
             NewTopic(name, num_partitions=parts, replication_factor=replication_factor)
@@ -127,10 +86,9 @@ def create_topics(
 def consumer_config(
     bootstrap: str, group_id: str | None = None, **overrides: Any
 ) -> dict[str, Any]:
-    """librdkafka consumer settings that work against noida-db (and any real broker)."""
+    """librdkafka consumer settings for tests and tools: no auto commit, from the start."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
-        "receive.message.max.bytes": RECEIVE_MESSAGE_MAX_BYTES,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
     }

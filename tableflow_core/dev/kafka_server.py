@@ -158,7 +158,7 @@ def start_kafka(
             )
         tls = make_server_tls(data_dir / "tls", hosts=(settings.host, "localhost"))
         ca_location = tls.ca_certificate
-        broker_credentials, credentials = _credentials(data_dir)
+        broker_credentials, credentials = scram_credentials(data_dir)
         properties.update(sasl_ssl_properties(properties, tls.server_pem, broker_credentials))
     properties.update(dict(settings.properties))
 
@@ -375,8 +375,9 @@ def _quote_argument(argument: str) -> str:
     return '"' + argument.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _credentials(data_dir: Path) -> tuple[ScramCredentials, ScramCredentials]:
+def scram_credentials(data_dir: Path) -> tuple[ScramCredentials, ScramCredentials]:
     """The broker's and the client's SCRAM users, generated once per data folder."""
+    data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / CREDENTIALS_FILE
     if path.is_file():
         stored = json.loads(path.read_text())

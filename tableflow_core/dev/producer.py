@@ -33,6 +33,7 @@ from tableflow_core.dev.sample_data import (
     json_value,
     schema_for,
 )
+from tableflow_core.kafka.admin import DebugLogger
 
 _POLL_EVERY = 10_000
 
@@ -88,24 +89,34 @@ def produce_sample(
     registry_config: dict[str, Any] | None = None,
     producer_overrides: dict[str, Any] | None = None,
     value_format: str = "avro",
+    kafka_config: dict[str, Any] | None = None,
     **dataset_options: Any,
 ) -> ProduceResult:
     """Create `topic` (if missing) and produce `count` records of `dataset` ("orders"/"customers").
 
     `dataset_options` go to the generator (customers: `distinct_customers`, `tombstone_every`).
     `registry_config` adds client settings such as `basic.auth.user.info`; `registry_url`
-    is not used for plain `json`.
+    is not used for plain `json`. `kafka_config`: the broker's security settings (SASL, TLS).
     """
     if value_format not in VALUE_FORMATS:
         raise ValueError(
             f"unknown value format {value_format!r}; choose {', '.join(VALUE_FORMATS)}"
         )
     records = generate(dataset, count, seed, schema_version, **dataset_options)
-    create_topics(bootstrap, {topic: partitions})
+    create_topics(bootstrap, {topic: partitions}, client_config=kafka_config)
     client, schema, serialize = _serializer(
         value_format, dataset, schema_version, registry_url, registry_config
     )
-    producer = Producer(producer_config(bootstrap, **(producer_overrides or {})))
+    producer = Producer(
+        producer_config(
+            bootstrap,
+            # librdkafka's log lines (retries while a new broker loads its coordinators)
+            # go to Python logging at DEBUG, not to the console.
+            logger=DebugLogger(),
+            **(kafka_config or {}),
+            **(producer_overrides or {}),
+        )
+    )
     tracker = _DeliveryTracker()
     context = SerializationContext(topic, MessageField.VALUE)
     keys: set[str] = set()

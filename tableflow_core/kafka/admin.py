@@ -10,17 +10,16 @@ from typing import Any
 
 from tableflow_core.errors import TableflowError
 
-# librdkafka drops fetch responses above receive.message.max.bytes and retries forever,
-# silently. noida-db ignores fetch size limits and may answer with a whole partition's
-# log, so the limit must be high there (real brokers honour fetch.max.bytes).
-LARGE_RECEIVE_LIMIT = "2147483647"
+# librdkafka's default `receive.message.max.bytes`: a fetch response may not exceed it
+# (Kafka brokers honour `fetch.max.bytes`, so a fetch stays below it).
+DEFAULT_RECEIVE_LIMIT = 100_000_000
 
 # What one consumer may hold ahead of the application (librdkafka's defaults: 64 MB and
 # 100k messages per partition, 50 MB per fetch). A range reader runs in each Spark task, a
 # task per core, so these bound the client's share of a worker's memory against a broker
 # that honours fetch limits: 16 MB still keeps a fetch ahead of the decoder, which takes
-# ~10 MB/s per core. noida-db ignores them (benchmarks/memory.py measures the client apart).
-# The user's `kafka.config` overrides any of them.
+# ~10 MB/s per core (benchmarks/memory.py measures the client apart). The user's
+# `kafka.config` overrides any of them.
 BOUNDED_FETCH: dict[str, str] = {
     "queued.max.messages.kbytes": "16384",
     "queued.min.messages": "20000",
@@ -62,6 +61,33 @@ class DebugLogger:
         LIBRDKAFKA_LOGGER.debug(msg, *args)
 
 
+class BrokerErrors:
+    """Client-level errors librdkafka reports through `error_cb` (not as messages).
+
+    A broker that goes away mid-read never shows up in `consume()`, and a refused login
+    (SASL) shows up in `list_topics` only as "Broker transport failure": librdkafka
+    reports the cause ("... invalid credentials with SASL mechanism SCRAM-SHA-512",
+    "Connection refused") only to this callback, served by `poll()`. An authentication
+    error is kept over the "all brokers down" that follows it.
+    """
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.authentication: str | None = None
+
+    def __call__(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        self.last = str(error)
+        if isinstance(error, KafkaError) and error.code() == KafkaError._AUTHENTICATION:
+            self.authentication = error.str()
+
+    def suffix(self) -> str:
+        if self.authentication:
+            return f"; authentication failed: {self.authentication}"
+        return f"; last broker error: {self.last}" if self.last else ""
+
+
 def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]]:
     """`host:port,PLAINTEXT://host2:port2,[::1]:9092` -> [(host, port), ...]."""
     addresses = []
@@ -100,7 +126,6 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
-        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
         **BOUNDED_FETCH,
         "logger": DebugLogger(),
     }
@@ -108,7 +133,7 @@ def consumer_conf(kafka_conf: Mapping[str, str], **overrides: Any) -> dict[str, 
     conf.update(overrides)
     if "fetch.max.bytes" not in kafka_conf and "fetch.max.bytes" not in overrides:
         # librdkafka refuses a fetch.max.bytes above receive.message.max.bytes - 512.
-        receive = int(conf["receive.message.max.bytes"])
+        receive = int(conf.get("receive.message.max.bytes", DEFAULT_RECEIVE_LIMIT))
         conf["fetch.max.bytes"] = str(min(int(BOUNDED_FETCH["fetch.max.bytes"]), receive - 512))
     return conf
 
@@ -119,24 +144,36 @@ def brokers_of(kafka_conf: Mapping[str, Any]) -> str:
 
 
 def topic_metadata(
-    consumer: Any, topic: str, timeout: float, brokers: str = "?", what: str = "topic"
+    consumer: Any,
+    topic: str,
+    timeout: float,
+    brokers: str = "?",
+    what: str = "topic",
+    errors: BrokerErrors | None = None,
 ) -> Any:
     """The broker's metadata of `topic` (confluent-kafka TopicMetadata), None when the
-    answer does not list it; KafkaMetadataError naming `what` when no broker answers."""
+    answer does not list it; KafkaMetadataError naming `what` when no broker answers, with
+    the cause librdkafka gave `errors` (the client's `error_cb`) if any."""
     from confluent_kafka import KafkaException
 
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
     except KafkaException as exc:
+        cause = ""
+        if errors is not None:
+            consumer.poll(0.5)  # serves the error callback
+            cause = errors.suffix()
         raise KafkaMetadataError(
             f"{what} {topic!r}: broker(s) {brokers} did not answer a metadata request within "
-            f"{timeout:.0f}s: {exc}"
+            f"{timeout:.0f}s: {exc}{cause}"
         ) from exc
     return metadata.topics.get(topic)
 
 
-def _partitions(consumer: Any, topic: str, timeout: float, brokers: str = "?") -> list[int]:
-    topic_meta = topic_metadata(consumer, topic, timeout, brokers)
+def _partitions(
+    consumer: Any, topic: str, timeout: float, brokers: str, errors: BrokerErrors
+) -> list[int]:
+    topic_meta = topic_metadata(consumer, topic, timeout, brokers, errors=errors)
     if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
         reason = topic_meta.error if topic_meta is not None else "not found"
         raise KafkaMetadataError(
@@ -165,27 +202,28 @@ def topic_names(consumer_config: Mapping[str, str], timeout: float = 10.0) -> fr
 def get_watermarks(
     consumer_config: Mapping[str, str], topic: str, timeout: float = 10.0
 ) -> dict[int, tuple[int, int]]:
-    """{partition: (low, high)} for every partition of `topic`, as the broker sees it now."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    """{partition: (log start offset, last stable offset)} of every partition of `topic`.
 
-    consumer = Consumer(consumer_conf(consumer_config))
-    try:
-        result: dict[int, tuple[int, int]] = {}
-        brokers = brokers_of(consumer_config)
-        for partition in _partitions(consumer, topic, timeout, brokers):
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaMetadataError(
-                    f"topic {topic!r} partition {partition} on broker(s) {brokers}: cannot read "
-                    f"watermarks: {exc}"
-                ) from exc
-            result[partition] = (int(low), int(high))
-        return result
-    finally:
-        consumer.close()
+    The end is the *last stable offset* (`list_offsets`, READ_COMMITTED): the first
+    offset of the oldest transaction still open, else the high watermark. tableflow reads
+    `read_committed`, so a range ending there never waits for records an open transaction
+    may still abort, and never reads half of one (docs/environment.md: with a transaction
+    open at 13-14, the LSO is 13 and the high watermark 15)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    errors = BrokerErrors()
+    admin = AdminClient(admin_conf(consumer_config, error_cb=errors))
+    brokers = brokers_of(consumer_config)
+    partitions = [
+        TopicPartition(topic, p) for p in _partitions(admin, topic, timeout, brokers, errors)
+    ]
+    starts = _list_offsets(admin, partitions, OffsetSpec.earliest(), timeout, brokers)
+    ends = _list_offsets(admin, partitions, OffsetSpec.latest(), timeout, brokers)
+    return {
+        tp.partition: (starts[(topic, tp.partition)], ends[(topic, tp.partition)])
+        for tp in partitions
+    }
 
 
 def offsets_for_timestamp(
@@ -194,11 +232,13 @@ def offsets_for_timestamp(
     """{partition: first offset with timestamp >= timestamp_ms}; -1 where there is none."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(consumer_conf(consumer_config))
+    errors = BrokerErrors()
+    consumer = Consumer(consumer_conf(consumer_config, error_cb=errors))
     try:
+        brokers = brokers_of(consumer_config)
         wanted = [
             TopicPartition(topic, p, timestamp_ms)
-            for p in _partitions(consumer, topic, timeout, brokers_of(consumer_config))
+            for p in _partitions(consumer, topic, timeout, brokers, errors)
         ]
         found = consumer.offsets_for_times(wanted, timeout=timeout)
         return {tp.partition: int(tp.offset) for tp in found}
@@ -206,12 +246,13 @@ def offsets_for_timestamp(
         consumer.close()
 
 
-def admin_conf(kafka_conf: Mapping[str, str]) -> dict[str, Any]:
-    """The connection settings of `kafka_conf` (security, bootstrap), for an AdminClient."""
+def admin_conf(kafka_conf: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+    """An AdminClient's configuration: the connection settings of `kafka_conf` (security,
+    bootstrap; a consumer's own settings left out), its log lines at DEBUG, `overrides`."""
     consumer_only = ("group.id", "isolation.level", "fetch.", "enable.auto", "auto.offset.reset")
     conf: dict[str, Any] = {k: v for k, v in kafka_conf.items() if not k.startswith(consumer_only)}
     conf.setdefault("logger", DebugLogger())
-    return conf
+    return {**conf, **overrides}
 
 
 @dataclass(frozen=True)
@@ -239,7 +280,8 @@ def read_watermarks(
     if not wanted:
         return TopicWatermarks()
     brokers = brokers_of(consumer_config)
-    admin = AdminClient(admin_conf(consumer_config))
+    errors = BrokerErrors()
+    admin = AdminClient(admin_conf(consumer_config, error_cb=errors))
     partitions: dict[str, list[int]] = {}
     missing: dict[str, str] = {}
     described = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
@@ -255,7 +297,7 @@ def read_watermarks(
                 continue
             raise KafkaMetadataError(
                 f"topic {topic!r}: broker(s) {brokers} did not answer a metadata request "
-                f"within {timeout:.0f}s: {error}"
+                f"within {timeout:.0f}s: {error}{errors.suffix()}"
             ) from exc
         found = sorted(p.id for p in description.partitions)
         if not found:
@@ -279,17 +321,23 @@ def read_watermarks(
 def _list_offsets(
     admin: Any, partitions: list[Any], spec: Any, timeout: float, brokers: str
 ) -> dict[tuple[str, int], int]:
-    """One ListOffsets request (per leader) for every partition: {(topic, partition): offset}."""
-    from confluent_kafka import KafkaException
+    """One ListOffsets request (per leader) for every partition: {(topic, partition): offset}.
+
+    READ_COMMITTED: the latest offset is the *last stable offset* (see get_watermarks)."""
+    from confluent_kafka import IsolationLevel, KafkaException
 
     if not partitions:
         return {}
-    futures = admin.list_offsets({tp: spec for tp in partitions}, request_timeout=timeout)
+    futures = admin.list_offsets(
+        {tp: spec for tp in partitions},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=timeout,
+    )
     offsets: dict[tuple[str, int], int] = {}
     for tp, future in futures.items():
         try:
-            offsets[(tp.topic, tp.partition)] = int(future.result(timeout=timeout).offset)
-        except KafkaException as exc:
+            offsets[(tp.topic, tp.partition)] = int(future.result(timeout=timeout + 5).offset)
+        except (KafkaException, TimeoutError) as exc:
             raise KafkaMetadataError(
                 f"topic {tp.topic!r} partition {tp.partition} on broker(s) {brokers}: cannot "
                 f"read watermarks: {exc}"

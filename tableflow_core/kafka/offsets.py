@@ -1,9 +1,16 @@
 """Planning which offset ranges a run reads (pure logic, no I/O).
 
-A run reads, per partition, the half-open range [committed, high watermark).
-Large ranges are split so that every Spark task does a bounded amount of work,
-and a run can be capped; ranges always start at the committed offset so a capped
-run never skips anything: the next run continues where this one stopped.
+A run reads, per partition, the half-open range [committed, end), where the end is the
+partition's last stable offset (`kafka.admin.get_watermarks`). Large ranges are split so
+that every Spark task does a bounded amount of work, and a run can be capped; ranges
+always start at the committed offset so a capped run never skips anything: the next run
+continues where this one stopped.
+
+A partition added to the topic after the table first read it is read from its start
+(offset 0). Records below a partition's log start that the table was due to read are
+gone (retention, `delete_records`): they are reported as `RetentionGap`s, never skipped
+silently (the plan shows them; `on_data_loss` decides whether apply fails). Compaction
+never moves the log start, so a compacted topic's gaps are not losses.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ class OffsetRange:
 
 @dataclass(frozen=True, slots=True)
 class RetentionGap:
-    """Offsets that were due to be read but are gone from the broker (retention)."""
+    """Offsets [expected_start, low_watermark) the table was due to read that are gone
+    from the broker (deleted by retention or `delete_records` before it read them)."""
 
     topic: str
     partition: int
@@ -40,13 +48,14 @@ class RetentionGap:
 
     @property
     def missing(self) -> int:
+        """Offsets lost (an upper bound of records: control records take offsets too)."""
         return self.low_watermark - self.expected_start
 
     def describe(self) -> str:
         return (
             f"topic {self.topic!r} partition {self.partition}: offsets "
-            f"{self.expected_start}..{self.low_watermark - 1} ({self.missing} records) were "
-            f"deleted by retention before they were ingested; reading from {self.low_watermark}"
+            f"{self.expected_start}..{self.low_watermark - 1} ({self.missing:,} records) were "
+            "deleted from the topic before this table read them"
         )
 
 
@@ -111,13 +120,17 @@ def plan_offsets(
 ) -> OffsetPlan:
     """The full plan: ranges, where each partition starts, and retention gaps.
 
-    `committed` holds the next offset to read per partition (from the table);
-    partitions missing from it (new table, or partitions added to the topic) start
-    at `start_from`.
+    `committed` holds the next offset to read per partition (from the table). A table
+    that never read starts every partition at `start_from`; a partition missing from a
+    table that has read (added to the topic since) starts at its beginning, offset 0.
     """
     if max_records_per_task <= 0:
         raise ValueError("max_records_per_task must be positive")
-    fresh = initial_offsets(watermarks, start_from, offsets_for_time)
+    fresh = (
+        {partition: 0 for partition in watermarks}
+        if committed
+        else initial_offsets(watermarks, start_from, offsets_for_time)
+    )
     starts: dict[int, int] = {}
     gaps: list[RetentionGap] = []
     for partition, (low, _high) in sorted(watermarks.items()):

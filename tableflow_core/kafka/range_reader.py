@@ -14,31 +14,13 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from tableflow_core.errors import TableflowError
-from tableflow_core.kafka.admin import brokers_of, consumer_conf
+from tableflow_core.kafka.admin import BrokerErrors, brokers_of, consumer_conf
 from tableflow_core.kafka.messages import Headers, MessageChunk
 from tableflow_core.kafka.offsets import OffsetRange
 
 
 class KafkaReadError(TableflowError, RuntimeError):
     """A range could not be read completely (broker error or no progress)."""
-
-
-class BrokerErrors:
-    """Client-level errors librdkafka reports through `error_cb` (not as messages).
-
-    A broker that goes away mid-read never shows up in `consume()`: librdkafka retries
-    and reports "Connection refused" / "all brokers down" only to this callback, so the
-    reader keeps the last one to name in its error.
-    """
-
-    def __init__(self) -> None:
-        self.last: str | None = None
-
-    def __call__(self, error: Any) -> None:
-        self.last = str(error)
-
-    def suffix(self) -> str:
-        return f"; last broker error: {self.last}" if self.last else ""
 
 
 class _Columns:

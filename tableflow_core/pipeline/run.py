@@ -27,6 +27,7 @@ from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
     drop_branches,
+    publish_run,
     rows_at,
     stale_branches,
     start_run,
@@ -45,6 +46,12 @@ from tableflow_core.pipeline.registry import run_stages
 from tableflow_core.pipeline.transforms.read_task_dedup import (
     KEYS_ACROSS_TASKS_PROPERTY,
     allowed_by_last_run,
+)
+from tableflow_core.state.offsets import (
+    LOST_OFFSETS_KEY,
+    OFFSETS_KEY,
+    encode_lost_offsets,
+    encode_offsets,
 )
 from tableflow_core.state.table_state import TableState, table_state_of
 
@@ -78,6 +85,9 @@ class IngestOutcome:
     transforms: dict[str, int] | None = None  # transforms' counts (run_results.json)
     checks: dict[str, Any] | None = None  # CheckReport.as_dict() (run_results.json)
     timings: dict[str, float] | None = None  # wall seconds per phase (StageContext.timings)
+    # Offsets gone from the topic that this run accepted to skip (on_data_loss: accept):
+    # {partition: (start, end)}; also in the commit's `tableflow.lost-offsets`.
+    lost: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 DecoderFactory = Callable[[Any], Any]
@@ -164,6 +174,7 @@ def ingest(
     start_offsets: Mapping[int, int] | None = None,
     decoder_factory: DecoderFactory | None = None,
     warnings: Sequence[str] = (),
+    lost: Mapping[int, tuple[int, int]] | None = None,
     max_commit_attempts: int = 3,
     catalog: Any,
 ) -> IngestOutcome:
@@ -174,7 +185,8 @@ def ingest(
     starts (defaults to the range starts); recorded for partitions without ranges so
     a later run never re-applies `start_from` to them. `catalog`: the target's catalog
     handle (`targets.catalog.CatalogHandle`): the run's branch, its publish and every
-    state read go through its pyiceberg catalog.
+    state read go through its pyiceberg catalog. `lost`: offsets gone from the topic
+    that the run accepts to skip, recorded with the commit (`tableflow.lost-offsets`).
 
     Commit conflicts are retried: when `main` moved during the write but its committed
     offsets did not (a compaction, a manual commit), the run writes again from the new
@@ -195,6 +207,7 @@ def ingest(
                     start_offsets,
                     decoder_factory,
                     catalog,
+                    dict(lost or {}),
                 )
             )
         except MainMovedError:
@@ -237,6 +250,7 @@ def _ingest_once(
     start_offsets: Mapping[int, int] | None,
     decoder_factory: DecoderFactory | None,
     catalog: Any,
+    lost: dict[int, tuple[int, int]],
     dedup_in_read_tasks: bool = True,
 ) -> IngestOutcome:
     began = time.monotonic()
@@ -246,7 +260,7 @@ def _ingest_once(
     after = {**before, **dict(start_offsets or {})}
     for offset_range in ranges:
         after[offset_range.partition] = max(after.get(offset_range.partition, 0), offset_range.end)
-    if not ranges:
+    if not ranges and not lost:
         return IngestOutcome(
             0,
             0,
@@ -262,6 +276,15 @@ def _ingest_once(
     stale = stale_branches(state)
     # One commit: the branch (and a new table's first snapshot), stale branches dropped.
     base_snapshot = start_run(table, branch, stale)
+    lost_property = {LOST_OFFSETS_KEY: encode_lost_offsets(spec.topic, lost)} if lost else {}
+    if not ranges:
+        # Every record due is gone (accepted): the offsets move past the loss, no Spark job.
+        loaded_again = catalog.catalog.load_table((*spec.namespace, spec.table))
+        properties = {OFFSETS_KEY: encode_offsets(spec.topic, after), **lost_property}
+        snapshot = publish_run(loaded_again, base_snapshot, branch, properties)
+        return IngestOutcome(
+            0, 0, 0, before, after, snapshot, time.monotonic() - began, lost=lost
+        )  # fmt: skip
     timings = {"load": loaded - began, "start_run": time.monotonic() - loaded}
     context = StageContext(
         spark=spark,
@@ -285,6 +308,7 @@ def _ingest_once(
             n for n in state.refs if n.startswith(BRANCH_PREFIX) and n not in stale
         ),
     )
+    context.publish_properties.update(lost_property)
     batch: Batch | None = None
     try:
         try:
@@ -317,4 +341,5 @@ def _ingest_once(
         transforms=batch.transforms.report() if batch.transforms is not None else None,
         checks=dict(checks) if checks is not None else None,
         timings={name: round(seconds, 3) for name, seconds in context.timings.items()},
+        lost=lost,
     )

@@ -157,6 +157,19 @@ class DropTable(ActionBase):
     change: Literal["delete"] = "delete"
 
 
+class LostOffsets(Frozen):
+    """Offsets [start, end) of one partition the table was due to read that are gone from
+    the topic (deleted by retention or `delete_records` before it read them)."""
+
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
 class Ingest(ActionBase):
     """Read new records of `topic` into the table."""
 
@@ -172,6 +185,14 @@ class Ingest(ActionBase):
     checks: tuple[str, ...] = Field(default=(), description="Quality checks that will run")
     dead_letter: str | None = Field(None, description="Where bad records go, if anywhere")
     warnings: tuple[str, ...] = ()
+    lost: tuple[LostOffsets, ...] = Field(
+        default=(),
+        description="Offsets the table was due to read that are gone from the topic; apply "
+        "reads on from the log start only with on_data_loss accept",
+    )
+    on_data_loss: Literal["fail", "accept"] = Field(
+        "fail", description="The table's policy for `lost` offsets"
+    )
     spec: IngestSpec = Field(
         description="Everything the run needs, as apply runs it: mode, on_error, columns, "
         "stages, compiled transforms and checks (not the target's connections or secrets)"
@@ -193,6 +214,19 @@ class Ingest(ActionBase):
     def on_error(self) -> OnError:
         routes = [s for s in self.spec.stages if isinstance(s, RouteBadRecords)]
         return routes[0].on_error if routes else "fail"
+
+    @property
+    def records_lost(self) -> int:
+        return sum(lost.size for lost in self.lost)
+
+    def describe_lost(self) -> list[str]:
+        """One line per partition with lost offsets, naming topic, partition and range."""
+        return [
+            f"topic {self.topic!r} partition {lost.partition}: offsets {lost.start}.."
+            f"{lost.end - 1} ({lost.size:,} records) were deleted from the topic before "
+            "this table read them"
+            for lost in self.lost
+        ]
 
 
 class PublishTable(ActionBase):

@@ -23,6 +23,7 @@ from tableflow_core.plan.actions import (
     DropTable,
     EvolveSchema,
     Ingest,
+    LostOffsets,
     MaintenanceDue,
     OffsetSpan,
     PartitionLag,
@@ -369,7 +370,7 @@ def _ingest_action(
         max_records_per_task,
         topic_state.offsets_for_time,
     )
-    if offsets.total_records == 0:
+    if offsets.total_records == 0 and not offsets.gaps:
         return None
     read_to = dict(offsets.start_offsets)
     for r in offsets.ranges:
@@ -404,7 +405,11 @@ def _ingest_action(
         pending=sum(p.lag for p in partitions),
         checks=tuple(_describe_check(c) for c in table.checks),
         dead_letter=dead_letter,
-        warnings=tuple(g.describe() for g in offsets.gaps),
+        lost=tuple(
+            LostOffsets(partition=g.partition, start=g.expected_start, end=g.low_watermark)
+            for g in offsets.gaps
+        ),
+        on_data_loss=table.on_data_loss,
         spec=ingest_spec(table, shape, compiled, offsets.total_records),
     )
 

@@ -251,9 +251,12 @@ def _ingest_of(table_actions: Sequence[Any]) -> Any:
 
 
 def _can_share(ingest: Any, config: Any) -> bool:
-    """A table whose run can share a job: small and plain (ingest/sharing.py), and with
-    nothing to do after its commit (publish_to catalogs, a Delta mirror)."""
+    """A table whose run can share a job: small and plain (ingest/sharing.py), with
+    nothing to do after its commit (publish_to catalogs, a Delta mirror) and no records
+    lost to retention (its own run fails or records the loss)."""
     if config is not None and (config.publish_to or "delta" in getattr(config, "formats", ())):
+        return False
+    if getattr(ingest, "lost", ()):
         return False
     return alone_because(ingest.spec, ingest.records) is None
 

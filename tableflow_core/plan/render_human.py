@@ -133,6 +133,13 @@ def action_lines(action: object) -> list[Text]:
             lines.append(Text(f"      bad records -> {action.dead_letter}", style=style))
         for warning in action.warnings:
             lines.append(Text(f"      warning: {warning}", style="bold yellow"))
+        outcome = (
+            "apply reads on from the log start and records the loss (on_data_loss: accept)"
+            if action.on_data_loss == "accept"
+            else "apply fails unless the table sets `on_data_loss: accept`"
+        )
+        for lost in action.describe_lost():
+            lines.append(Text(f"      records lost: {lost}; {outcome}", style="bold red"))
     elif isinstance(action, PublishTable):
         lines.append(_line(symbol, style, f"publish {identifier} to {', '.join(action.catalogs)}"))
         for detail in action.details:

@@ -14,7 +14,12 @@ from tableflow_core.deadletter.topics import create_dlq_topic
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.engine import ddl
-from tableflow_core.errors import ConcurrentCommitError, IngestError, TableflowError
+from tableflow_core.errors import (
+    ConcurrentCommitError,
+    DataLossError,
+    IngestError,
+    TableflowError,
+)
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.run import ingest
@@ -148,16 +153,23 @@ def _member(context: ApplyContext, action_id: str) -> SharedMember:
         ranges=tuple(OffsetRange(action.topic, r.partition, r.start, r.end) for r in action.ranges),
         expected_start=expected,
         start_offsets={p.partition: p.start for p in action.partitions},
-        warnings=tuple(action.warnings),
+        warnings=(*action.warnings, *action.describe_lost()),
     )
 
 
 @task_runner("ingest")
 def _ingest(context: ApplyContext, task: DagTask) -> Any:
-
     assert task.table is not None
+    action = context.plan.action(task.actions[0])
+    assert isinstance(action, Ingest)
     member = _member(context, task.actions[0])
     spec = member.spec
+    if action.lost and action.on_data_loss == "fail":
+        raise DataLossError(
+            f"table {spec.table_name}: " + "; ".join(action.describe_lost()) + ". Nothing was "
+            "read or committed. To read on from the log start and record the loss, set "
+            "`on_data_loss: accept` on the table (or in `defaults`)."
+        )
     with _suspending(context, spec):
         outcome = ingest(
             context.spark,
@@ -167,6 +179,7 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
             member.expected_start,
             start_offsets=member.start_offsets,
             warnings=list(member.warnings),
+            lost={lost.partition: (lost.start, lost.end) for lost in action.lost},
             decoder_factory=context.decoder_factory,
             catalog=context.handle,
         )

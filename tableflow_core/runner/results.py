@@ -24,6 +24,14 @@ class TableResult(BaseModel):
     records_written: int = 0
     records_dead_lettered: int = 0
     records_skipped: int = 0
+    records_lost: int = Field(
+        0,
+        description="Offsets gone from the topic before the table read them, skipped under "
+        "on_data_loss accept (`lost_offsets` names them)",
+    )
+    lost_offsets: dict[int, tuple[int, int]] = Field(
+        default_factory=dict, description="{partition: [start, end)} of `records_lost`"
+    )
     offsets_before: dict[int, int] = Field(default_factory=dict)
     offsets_after: dict[int, int] = Field(default_factory=dict)
     snapshot_id: int | None = None

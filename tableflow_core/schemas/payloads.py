@@ -12,7 +12,7 @@ import io
 import json
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -24,6 +24,7 @@ from tableflow_core.schemas import avro_records, avro_types, json_schema_types, 
 from tableflow_core.schemas.arrow_values import SchemaMappingError, TemporalAs
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.plain_json import plain_json_reader
+from tableflow_core.schemas.references import fetch_schema, self_contained_text
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.wire_format import (
     HEADER_SIZE,
@@ -33,6 +34,8 @@ from tableflow_core.schemas.wire_format import (
 )
 
 VALUE_COLUMN = "value"
+
+_T = TypeVar("_T")
 
 
 class PayloadError(TableflowError):
@@ -81,7 +84,7 @@ def _dict_values(decode: Callable[[bytes], Any], columns: tuple[str, ...]) -> Tu
 
 def _fetch_schema(client: SchemaRegistryClient, schema_id: int, fmt: str | None = None) -> Any:
     try:
-        schema = client.get_schema(schema_id, fmt=fmt) if fmt else client.get_schema(schema_id)
+        schema = fetch_schema(client, schema_id, fmt)
     except SchemaRegistryError as exc:
         if exc.http_status_code == 404:
             raise PayloadError(f"unknown schema id {schema_id}: {exc.error_message}") from exc
@@ -95,6 +98,24 @@ def _fetch_schema(client: SchemaRegistryClient, schema_id: int, fmt: str | None 
     if schema is None:  # the mock registry answers None for unknown ids
         raise PayloadError(f"unknown schema id {schema_id}")
     return schema
+
+
+def _self_contained(client: SchemaRegistryClient, schema: Any, schema_id: int) -> str:
+    """The schema's text with its references folded in (`schemas.references`)."""
+    return _fetching_references(schema_id, lambda: self_contained_text(schema, client))
+
+
+def _fetching_references(schema_id: int, call: Callable[[], _T]) -> _T:
+    """`call()`, a registry failure while it fetches references raised as RegistryUnavailable
+    (an outage, not a bad record)."""
+    try:
+        return call()
+    except SchemaMappingError:
+        raise
+    except Exception as exc:  # the registry failed while we fetched a reference
+        raise RegistryUnavailable(
+            f"schema registry error reading the references of schema id {schema_id}: {exc}"
+        ) from exc
 
 
 class _SchemaCache:
@@ -145,7 +166,7 @@ class AvroPayloadDecoder(_RowsAsTuples):
         schema = _fetch_schema(self._client, schema_id)
         if schema.schema_type not in (None, "AVRO"):
             raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not AVRO")
-        return avro_types.map_avro_schema(schema.schema_str)
+        return avro_types.map_avro_schema(_self_contained(self._client, schema, schema_id))
 
     def decode(self, data: bytes) -> Any:
         schema_id = _framed(data)
@@ -242,7 +263,7 @@ class JsonSchemaPayloadDecoder(_RowsAsTuples):
         schema = _fetch_schema(self._client, schema_id)
         if schema.schema_type != "JSON":
             raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not JSON")
-        return json_schema_types.map_json_schema(schema.schema_str)
+        return json_schema_types.map_json_schema(_self_contained(self._client, schema, schema_id))
 
     def decode(self, data: bytes) -> Any:
         mapping: json_schema_types.JsonSchemaMapping = self._cache.get(_framed(data))
@@ -282,7 +303,9 @@ class ProtobufPayloadDecoder(_RowsAsTuples):
         schema = _fetch_schema(self._client, schema_id, fmt="serialized")
         if schema.schema_type != "PROTOBUF":
             raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not PROTOBUF")
-        return protobuf_types.file_descriptor_for(schema, self._client)
+        return _fetching_references(
+            schema_id, lambda: protobuf_types.file_descriptor_for(schema, self._client)
+        )
 
     def _message(
         self, schema_id: int, indexes: tuple[int, ...]

@@ -17,8 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry._sync.protobuf import _resolve_named_schema
-from confluent_kafka.schema_registry.common.protobuf import _init_pool
+from confluent_kafka.schema_registry.common.protobuf import _init_pool, _is_builtin
 from google.protobuf import descriptor_pb2, json_format, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
 from google.protobuf.descriptor_pool import DescriptorPool
@@ -26,6 +25,7 @@ from google.protobuf.message import Message
 
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.expansion import ExpansionBudget, check_expansion
+from tableflow_core.schemas.references import SERIALIZED, referenced_schemas
 
 Converter = Callable[[Any], Any]
 
@@ -73,21 +73,39 @@ class ProtobufMapping:
 
 def file_descriptor_for(schema: Schema, client: SchemaRegistryClient) -> FileDescriptor:
     """Build the FileDescriptor of a registry schema fetched with `fmt="serialized"`."""
-    text = schema.schema_str or ""
+    proto = _descriptor_proto(schema.schema_str or "")
+    pool = DescriptorPool()
+    _init_pool(pool)
+    # The imported files (schema references), each once, dependencies first; fetched
+    # through `references.fetch_version` (Apicurio's `format=serialized` fallback).
+    # google/protobuf/..., confluent/...: in the pool already (`_init_pool`).
+    for referenced in referenced_schemas(schema, client, SERIALIZED, skip=_is_builtin):
+        imported = _descriptor_proto(referenced.schema.schema_str or "")
+        imported.name = referenced.name
+        if not _in_pool(pool, imported.name):
+            pool.Add(imported)
+    proto.name = "default"
+    return _add(pool, proto)
+
+
+def _descriptor_proto(text: str) -> descriptor_pb2.FileDescriptorProto:
     try:
         serialized = base64.b64decode(text.encode("ascii"), validate=True)
-        proto = descriptor_pb2.FileDescriptorProto.FromString(serialized)
+        return descriptor_pb2.FileDescriptorProto.FromString(serialized)
     except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
         raise SchemaMappingError(
             "the registry returned Protobuf schema text instead of a serialized descriptor; "
             "tableflow needs a registry that answers `format=serialized` for Protobuf "
-            f"schemas (Confluent Schema Registry does): {exc}"
+            f"schemas, or returns the registered descriptor without it: {exc}"
         ) from exc
-    pool = DescriptorPool()
-    _init_pool(pool)
-    _resolve_named_schema(schema, client, pool)
-    proto.name = "default"
-    return _add(pool, proto)
+
+
+def _in_pool(pool: DescriptorPool, name: str) -> bool:
+    try:
+        pool.FindFileByName(name)
+    except KeyError:
+        return False
+    return True
 
 
 def _add(pool: DescriptorPool, proto: descriptor_pb2.FileDescriptorProto) -> FileDescriptor:

@@ -8,10 +8,12 @@ nullable (docs/type-mapping.md, "Nullability").
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pyarrow as pa
-from confluent_kafka.schema_registry import RegisteredSchema
+from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from tableflow_core.errors import TableflowError
@@ -20,7 +22,10 @@ from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.formats import FormatSpec, metadata_field
 from tableflow_core.schemas.plain_json import json_fields
+from tableflow_core.schemas.references import SERIALIZED, fetch_version, self_contained_text
 from tableflow_core.schemas.registry import RegistrySettings
+
+_T = TypeVar("_T")
 
 VALUE_COLUMN = "value"
 
@@ -114,10 +119,10 @@ def _registered(
             f"topic {topic!r}: {side} format {spec.format!r} needs a schema registry; none is configured"
         )
     subject = spec.subject_for(topic, is_key)
-    fmt = "serialized" if spec.format == "protobuf" else None
+    fmt = SERIALIZED if spec.format == "protobuf" else None
     client = registry.client()
     try:
-        found = client.get_version(subject, spec.version, fmt=fmt)
+        found = fetch_version(client, subject, spec.version, fmt)
     except SchemaRegistryError as exc:
         raise SchemaResolutionError(
             f"topic {topic!r}: cannot read {side} subject {subject!r} version {spec.version} "
@@ -153,15 +158,21 @@ def _arrow_type(
     for Protobuf, the full name of the message its records hold."""
     try:
         if registered is not None:
+            assert registry is not None
             schema = registered.schema
             if spec.format == "avro":
-                avro = avro_types.map_avro_schema(schema.schema_str or "")
+                text = _self_contained(topic, schema, registry)
+                avro = avro_types.map_avro_schema(text)
                 return avro.arrow_type, avro.is_record, None
             if spec.format == "json_schema":
-                json_schema = json_schema_types.map_json_schema(schema.schema_str or "")
+                text = _self_contained(topic, schema, registry)
+                json_schema = json_schema_types.map_json_schema(text)
                 return json_schema.arrow_type, json_schema.is_record, None
-            assert registry is not None
-            file = protobuf_types.file_descriptor_for(schema, registry.client())
+            file = _registry_call(
+                topic,
+                registry,
+                lambda: protobuf_types.file_descriptor_for(schema, registry.client()),
+            )
             descriptor = protobuf_types.message_by_name(file, spec.message)
             return protobuf_types.map_message(descriptor).arrow_type, True, descriptor.full_name
         if spec.format == "json":
@@ -177,3 +188,22 @@ def _arrow_type(
         # No __cause__: plan.world reads a caused resolution error as "registry down", but
         # an unmappable schema is the table's problem (a plan blocker), not an outage.
         raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from None
+
+
+def _self_contained(topic: str, schema: Schema, registry: RegistrySettings) -> str:
+    """The schema's text with its references folded in (`schemas.references`)."""
+    return _registry_call(topic, registry, lambda: self_contained_text(schema, registry.client()))
+
+
+def _registry_call(topic: str, registry: RegistrySettings, call: Callable[[], _T]) -> _T:
+    """`call()`, a registry failure while it fetches references (not a mapping problem)
+    raised as a caused SchemaResolutionError: plan reports the registry, not the table."""
+    try:
+        return call()
+    except SchemaMappingError:
+        raise
+    except Exception as exc:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: cannot read the schema's references from the registry at "
+            f"{registry.display_url}: {redact_url(str(exc))}"
+        ) from exc

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 OFFSETS_KEY = "tableflow.offsets"
+# On the commit of a run that accepted a loss (`on_data_loss: accept`): the offsets that
+# were gone from the topic, JSON {"topic": ..., "lost": {"0": [start, end], ...}}.
+LOST_OFFSETS_KEY = "tableflow.lost-offsets"
 
 
 class OffsetStateError(TableflowError, RuntimeError):
@@ -45,6 +48,11 @@ class CommittedOffsets:
     snapshot_id: int | None  # the snapshot they were found in (None: table property)
     source: Literal["snapshot", "property"] = "snapshot"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_lost_offsets(topic: str, lost: Mapping[int, tuple[int, int]]) -> str:
+    ranges = {str(p): [start, end] for p, (start, end) in sorted(lost.items())}
+    return json.dumps({"topic": topic, "lost": ranges}, separators=(",", ":"))
 
 
 def encode_offsets(topic: str, offsets: Mapping[int, int]) -> str:

@@ -10,6 +10,15 @@ def kafka_consumer_config(kafka: KafkaConnection) -> dict[str, str]:
 
     Contains secrets (sasl.password): never print it.
     """
+    conf = kafka_connection_config(kafka)
+    for key, value in kafka.config.items():
+        conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return conf
+
+
+def kafka_connection_config(kafka: KafkaConnection) -> dict[str, str]:
+    """bootstrap and TLS/SASL settings only: what an admin client or a producer needs
+    (the extra properties are a consumer's). Contains secrets: never print it."""
     security = kafka.security
     conf: dict[str, str] = {
         "bootstrap.servers": kafka.bootstrap_servers,
@@ -29,6 +38,4 @@ def kafka_consumer_config(kafka: KafkaConnection) -> dict[str, str]:
         else None,
     }
     conf.update({k: v for k, v in optional.items() if v is not None})
-    for key, value in kafka.config.items():
-        conf[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return conf

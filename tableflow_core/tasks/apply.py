@@ -251,6 +251,8 @@ def _results(
                 "transforms": ingest.transforms,
                 "checks": ingest.checks,
                 "timings": getattr(ingest, "timings", None),
+                "records_lost": sum(end - start for start, end in ingest.lost.values()),
+                "lost_offsets": dict(ingest.lost),
             }
             accounting = getattr(ingest, "accounting", None)
             if accounting is not None:
@@ -259,7 +261,9 @@ def _results(
                     records_written=totals["written"],
                     records_skipped=totals["skipped"],
                     records_dead_lettered=totals["dead_lettered"],
-                    accounting=accounting,
+                    accounting={**accounting, "lost": values["lost_offsets"]}
+                    if ingest.lost
+                    else accounting,
                 )
         kinds = {t.id: t.kind for t in tasks}
         done = [o for o in mine if o.status == "success" and o.value is not None]

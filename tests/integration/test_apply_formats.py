@@ -51,8 +51,7 @@ def test_json_schema_and_plain_json_tables_with_metadata_columns(
         json.dumps(PAYMENT_SCHEMA), SchemaRegistryClient({"url": schema_registry.url})
     )
     producer = Producer(kafka_broker.producer_config())
-    # Record timestamps are left to the producer (CreateTime = now): noida-db fails
-    # read_committed fetches of partitions holding explicitly timestamped records.
+    # Record timestamps are left to the producer (CreateTime = now).
     produced_from = datetime.now(UTC).replace(microsecond=0)
     for i in range(COUNT):
         payment = {

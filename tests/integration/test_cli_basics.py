@@ -24,6 +24,22 @@ def tableflow(
     )
 
 
+def explicit_addresses(project: Path, kafka: int, registry: int, catalog: int) -> None:
+    """Point the template's dev target at these loopback ports instead of its dev stack
+    (`dev_stack()` values), as a project with servers of its own would."""
+    config = project / "tableflow_project.yml"
+    text = config.read_text()
+    for value, address in (
+        ("kafka_bootstrap", f"127.0.0.1:{kafka}"),
+        ("schema_registry_url", f"http://127.0.0.1:{registry}"),
+        ("catalog_port", str(catalog)),
+    ):
+        placeholder = "{{ dev_stack('" + value + "') }}"
+        assert placeholder in text, value
+        text = text.replace(placeholder, address)
+    config.write_text(text)
+
+
 def test_init_then_validate_then_compile(tmp_path: Path) -> None:
     created = tableflow("init", "myproj", cwd=tmp_path)
     assert created.returncode == 0, created.stderr
@@ -85,7 +101,10 @@ def test_maintain_dry_run_on_a_new_project_says_what_to_add(tmp_path: Path) -> N
     project = tmp_path / "p"
     from tableflow_core.dev.processes import free_port
 
-    env = {"TABLEFLOW_CATALOG_PORT": str(free_port())}  # the embedded catalog starts there
+    # Before any `dev up` a project with dev_stack() addresses talks to nothing; one with
+    # its own addresses gets the embedded catalog started on its port.
+    explicit_addresses(project, free_port(), free_port(), free_port())
+    env: dict[str, str] = {}
     fresh = tableflow("maintain", "--dry-run", cwd=project, env=env)
     assert fresh.returncode == 0, fresh.stderr
     assert "orders: table does not exist yet" in fresh.stdout + fresh.stderr  # it has a block

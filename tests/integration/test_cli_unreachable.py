@@ -1,5 +1,6 @@
 """A stack that is down: plan fails at once, names the component and its address,
-suggests `tableflow dev up` on a dev target, and librdkafka does not flood stderr."""
+suggests `tableflow dev up` on a dev target, never talks to a server this project's stack
+did not start, and librdkafka does not flood stderr."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tableflow_core.config.dev_stack import StackRecord
 from tableflow_core.kafka.admin import (
     KafkaUnreachableError,
     consumer_conf,
     probe_bootstrap,
 )
-from tests.integration.test_cli_basics import tableflow
+from tests.integration.test_cli_basics import explicit_addresses, tableflow
 
 
 def closed_port() -> int:
@@ -31,20 +33,68 @@ def project(tmp_path: Path) -> Path:
     return tmp_path / "p"
 
 
+def test_plan_before_the_first_dev_up(project: Path) -> None:
+    result = tableflow("plan", cwd=project)
+    assert result.returncode == 1
+    assert "this project's dev stack" in result.stderr
+    assert "has never been started: start it with `tableflow dev up`" in result.stderr
+    assert result.stderr.count("tableflow dev up") == 1
+    assert "rdkafka" not in result.stderr and "%3|" not in result.stderr
+    assert result.stdout == ""
+
+
+def _stopped_stack(project: Path, kafka: int) -> None:
+    """The record a stopped stack leaves (its ports), and no process of it running."""
+    StackRecord(
+        values={
+            "kafka_bootstrap": f"127.0.0.1:{kafka}",
+            "schema_registry_url": f"http://127.0.0.1:{closed_port()}",
+            "catalog_port": str(closed_port()),
+        },
+        ports={"kafka": {"port": kafka, "controller": closed_port()}},
+    ).write(project / ".tableflow" / "dev")
+
+
 def test_plan_with_the_dev_stack_down(project: Path) -> None:
-    kafka, registry, catalog = closed_port(), closed_port(), closed_port()
-    env = {
-        "TABLEFLOW_KAFKA_PORT": str(kafka),
-        "TABLEFLOW_REGISTRY_PORT": str(registry),
-        "TABLEFLOW_CATALOG_PORT": str(catalog),
-    }
-    result = tableflow("plan", cwd=project, env=env)
+    kafka = closed_port()
+    _stopped_stack(project, kafka)
+    result = tableflow("plan", cwd=project)
+    assert result.returncode == 1
+    assert f"uses kafka at port {kafka} of this project's dev stack" in result.stderr
+    assert "not running: start it with `tableflow dev up`" in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_server_on_the_stacks_port_that_the_stack_did_not_start_is_never_used(
+    project: Path,
+) -> None:
+    """Another program (another project's stack, say) on this project's Kafka port: the
+    plan stops instead of planning against it."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        _stopped_stack(project, port)
+        result = tableflow("plan", cwd=project)
+    assert result.returncode == 1
+    assert f"port {port} is in use by a process this project's stack did not start" in (
+        result.stderr
+    )
+    assert "which tableflow will not talk to" in result.stderr
+
+
+def test_explicit_addresses_that_are_down_name_kafka_and_suggest_dev_up(tmp_path: Path) -> None:
+    kafka = closed_port()
+    (tmp_path / "tableflow_project.yml").write_text(
+        f"name: p\ntargets:\n  dev:\n    kafka: {{bootstrap_servers: '127.0.0.1:{kafka}'}}\n"
+        "    dev_stack: {}\ntables:\n  - {name: t, topic: t, value: {format: json}}\n"
+    )
+    result = tableflow("plan", cwd=tmp_path)
     assert result.returncode == 1
     assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
     assert "Connection refused" in result.stderr
     assert "tableflow dev up" in result.stderr
     assert "rdkafka" not in result.stderr and "%3|" not in result.stderr
-    assert result.stdout == ""
 
 
 def test_plan_on_a_remote_target_names_kafka_without_the_dev_hint(project: Path) -> None:
@@ -88,10 +138,10 @@ def test_librdkafka_logs_go_to_python_logging_at_debug(
 
 def test_dev_produce_with_the_stack_down(project: Path) -> None:
     kafka = closed_port()
-    env = {"TABLEFLOW_KAFKA_PORT": str(kafka), "TABLEFLOW_REGISTRY_PORT": str(closed_port())}
-    result = tableflow("dev", "produce", "orders", "--count", "10", cwd=project, env=env)
+    _stopped_stack(project, kafka)
+    result = tableflow("dev", "produce", "orders", "--count", "10", cwd=project)
     assert result.returncode == 1
-    assert f"kafka at 127.0.0.1:{kafka} is not reachable" in result.stderr
+    assert f"uses kafka at port {kafka}" in result.stderr
     assert "tableflow dev up" in result.stderr
     assert "%3|" not in result.stderr
 
@@ -107,18 +157,13 @@ def test_status_names_what_is_down_and_never_shows_ok(project: Path) -> None:
     from tableflow_core.targets.catalog import open_catalog
 
     kafka, registry = closed_port(), closed_port()
-    env = {
-        "TABLEFLOW_KAFKA_PORT": str(kafka),
-        "TABLEFLOW_REGISTRY_PORT": str(registry),
-        "TABLEFLOW_CATALOG_PORT": str(closed_port()),  # the embedded catalog starts on it
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        loaded = load_project(project)
-        with open_catalog(loaded) as handle:  # the table exists: only Kafka is unknown
-            handle.catalog.create_namespace("raw")
-            handle.catalog.create_table(("raw", "orders"), pa.schema([("id", pa.string())]))
+    # Addresses of its own (not dev_stack()): the embedded catalog starts on its port.
+    explicit_addresses(project, kafka, registry, closed_port())
+    env: dict[str, str] = {}
+    loaded = load_project(project)
+    with open_catalog(loaded) as handle:  # the table exists: only Kafka is unknown
+        handle.catalog.create_namespace("raw")
+        handle.catalog.create_table(("raw", "orders"), pa.schema([("id", pa.string())]))
 
     result = tableflow("status", cwd=project, env=env)
     assert result.returncode == 1, result.stdout + result.stderr

@@ -1,12 +1,12 @@
 """Every command example in README.md and docs/*.md is run, so docs cannot drift.
 
 Examples are ```console blocks with `$ ` lines (see tests/docs_examples.py). Each doc
-runs in a fresh copy of the example project (tableflow_project.yml, tables/) whose
-dev stack is this test session's broker and registry: the ports move through the
-environment variables the project reads (TABLEFLOW_KAFKA_PORT, ...); the embedded
-catalog starts in-process on a free port, over the copy's own warehouse. `tableflow`
-on PATH runs this checkout. Commands of one doc run in order, in one directory (a
-`cd` or an `export` carries over to the next command).
+runs in a fresh copy of the example project (tableflow_project.yml, tables/) with its
+own local stack, as a user's checkout has: `tableflow dev up` before the doc's commands
+(Apache Kafka, registry, catalog, S3 on ports chosen for that copy), 2,000 sample orders,
+and `tableflow dev down` after. A doc whose commands are only `export`s or run in the
+repository gets no stack. `tableflow` on PATH runs this checkout. Commands of one doc run
+in order, in one directory (a `cd` or an `export` carries over to the next command).
 
 A command that cannot run here goes in NOT_RUN with the reason; any other command
 runs, and must exit 0 (or N, with a `# exits N` comment).
@@ -19,14 +19,13 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tableflow_core.dev.processes import free_port
 from tests.docs_examples import REPO, Example, all_examples, examples
-from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer
 
 
 def docs_with_runnable_examples() -> list[str]:
@@ -50,11 +49,7 @@ def example_project(destination: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def docs_stack(
-    tmp_path_factory: pytest.TempPathFactory,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
-) -> Iterator[DocsStack]:
+def docs_stack(tmp_path_factory: pytest.TempPathFactory) -> DocsStack:
     base = tmp_path_factory.mktemp("docs")
     bin_dir = base / "bin"
     bin_dir.mkdir()
@@ -66,30 +61,50 @@ def docs_stack(
         "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(REPO),
         "NO_COLOR": "1",
-        "TABLEFLOW_KAFKA_PORT": kafka_broker.bootstrap.rsplit(":", 1)[1],
-        "TABLEFLOW_REGISTRY_PORT": schema_registry.url.rstrip("/").rsplit(":", 1)[1],
-        "TABLEFLOW_CATALOG_PORT": str(free_port()),
     }
-    env.pop("TABLEFLOW_TARGET", None)
-    env.pop("TABLEFLOW_PROJECT_DIR", None)
-    # The example project's topic, with sample orders (what `dev produce` gives users).
-    seed_project = example_project(base / "seed")
-    produced = subprocess.run(
-        ["tableflow", "dev", "produce", "orders", "--count", "2000", "--seed", "13"],
-        cwd=seed_project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    for name in ("TABLEFLOW_TARGET", "TABLEFLOW_PROJECT_DIR"):
+        env.pop(name, None)
+    return DocsStack(env=env, base=base)
+
+
+def needs_stack(doc: str) -> bool:
+    """A doc with a command that may talk to Kafka, the registry or the catalog."""
+    return any(
+        e.reason_not_run() is None and not e.in_repository and not e.command.startswith("export ")
+        for e in examples(REPO / doc)
     )
-    assert produced.returncode == 0, produced.stderr
-    yield DocsStack(env=env, base=base)
+
+
+def _tableflow(cwd: Path, env: dict[str, str], *args: str) -> None:
+    result = subprocess.run(
+        ["tableflow", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, f"tableflow {' '.join(args)}: {result.stderr[-3000:]}"
+
+
+@contextmanager
+def own_stack(project: Path, env: dict[str, str]) -> Iterator[None]:
+    """The copy's own stack, with the example project's topic filled (what `dev produce`
+    gives users), stopped afterwards whatever the doc did."""
+    try:
+        _tableflow(project, env, "dev", "up")
+        _tableflow(project, env, "dev", "produce", "orders", "--count", "2000", "--seed", "13")
+        yield
+    finally:
+        subprocess.run(
+            ["tableflow", "dev", "down"], cwd=project, env=env, capture_output=True, timeout=300
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", docs_with_runnable_examples())
 def test_doc_examples_run(doc: str, docs_stack: DocsStack) -> None:
-    cwd = example_project(docs_stack.base / doc.replace("/", "_"))
+    project = example_project(docs_stack.base / doc.replace("/", "_"))
+    with own_stack(project, docs_stack.env) if needs_stack(doc) else nullcontext():
+        _run_doc(doc, project, docs_stack)
+
+
+def _run_doc(doc: str, cwd: Path, docs_stack: DocsStack) -> None:
     cwd_file = docs_stack.base / f"{doc.replace('/', '_')}.cwd"
     env_file = docs_stack.base / f"{doc.replace('/', '_')}.env"
     for example in examples(REPO / doc):

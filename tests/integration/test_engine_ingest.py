@@ -1,4 +1,4 @@
-"""End to end: real noida-db, real registry, real Spark + Iceberg runtime, REST catalog.
+"""End to end: real Apache Kafka, real registry, real Spark + Iceberg runtime, REST catalog.
 
 One topic of 100k Avro records over 4 partitions is produced once and shared.
 Results are read back with pyiceberg and DuckDB (independent readers).

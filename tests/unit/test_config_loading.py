@@ -255,3 +255,19 @@ def test_spark_reserved_table_properties_are_refused(tmp_path: Path) -> None:
     assert len(problems) == 1
     assert problems[0].startswith("tables/a.yml:4 [tables[0].properties]")
     assert "['owner'] are reserved by Spark" in problems[0]
+
+
+def test_on_data_loss_defaults_to_fail_and_is_inherited_from_defaults(tmp_path: Path) -> None:
+    tables = {
+        "t.yml": "tables:\n  - name: a\n    topic: a\n  - name: b\n    topic: b\n"
+        "    on_data_loss: fail\n"
+    }
+    project = load_project(write_project(tmp_path, tables=tables))
+    assert project.table("a").on_data_loss == "fail"
+    accepting = MINIMAL_PROJECT + "defaults:\n  on_data_loss: accept\n"
+    project = load_project(write_project(tmp_path, accepting, tables))
+    assert project.table("a").on_data_loss == "accept"
+    assert project.table("b").on_data_loss == "fail"  # the table's own value wins
+    bad = {"t.yml": "tables:\n  - name: a\n    topic: a\n    on_data_loss: skip\n"}
+    (problem,) = problems_of(write_project(tmp_path, MINIMAL_PROJECT, bad))
+    assert problem.startswith("tables/t.yml:4 [tables[0].on_data_loss]")

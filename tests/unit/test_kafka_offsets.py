@@ -37,8 +37,14 @@ def test_new_partitions_and_start_positions() -> None:
     assert latest.ranges == () and latest.start_offsets == {0: 10, 1: 7}
     by_time = plan_offsets(T, {}, watermarks, 1_700_000_000_000, offsets_for_time={0: 8, 1: -1})
     assert by_time.ranges == (OffsetRange(T, 0, 8, 10),)
-    # a partition added to the topic after the table started uses start_from
-    assert plan_offsets(T, {0: 10}, watermarks, "earliest").ranges == (OffsetRange(T, 1, 0, 7),)
+    # A partition added to the topic after the table started is read from its start,
+    # whatever start_from says (it applies to a table's first run only).
+    for start in ("earliest", "latest", 1_700_000_000_000):
+        plan = plan_offsets(T, {0: 10}, watermarks, start, offsets_for_time={1: 5})
+        assert plan.ranges == (OffsetRange(T, 1, 0, 7),) and plan.gaps == ()
+    # ... and records deleted from it before the table saw them are a reported loss.
+    (gap,) = plan_offsets(T, {0: 10}, {0: (3, 10), 1: (4, 7)}, "latest").gaps
+    assert (gap.partition, gap.expected_start, gap.low_watermark) == (1, 0, 4)
 
 
 def test_retention_gap_is_reported_not_hidden() -> None:

@@ -61,6 +61,8 @@ def command(
     show_dag: bool,
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
+    from rich.markup import escape
+
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.targets.catalog import open_catalog
 
@@ -103,6 +105,8 @@ def command(
         ctx.console.print(
             f"[{style}]{result.status:>10}[/] {result.table}: {detail}", highlight=False
         )
+        for warning in result.warnings:
+            ctx.console.print(f"[yellow]           warning:[/] {escape(warning)}", highlight=False)
         for published in result.published:
             ctx.console.print(f"           published {published}", highlight=False)
         if result.delta_version is not None:

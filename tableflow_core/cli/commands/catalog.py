@@ -30,7 +30,7 @@ def serve(
     from tableflow_core.catalog.project_settings import embedded_server_settings
     from tableflow_core.config.models import EmbeddedCatalog
 
-    project = ctx.load_project()
+    project = ctx.load_project(connects=False)
     config = project.target.catalog
     if not isinstance(config, EmbeddedCatalog):
         ctx.fail(

@@ -14,7 +14,7 @@ def command(ctx: CliContext) -> None:
     from tableflow_core.redaction import redact_mapping
     from tableflow_core.tasks.validate import compiled_project
 
-    project = ctx.load_project()
+    project = ctx.load_project(connects=False)
     data = compiled_project(project, ctx.selected_tables())
     # SecretStr fields are masked by the models; secret-keyed settings (kafka.config,
     # catalog properties, Spark conf) and URL passwords here; redact() catches the rest.

@@ -30,7 +30,7 @@ def generate(ctx: CliContext, out: Path | None, offline: bool) -> None:
     """Write index.html (the DAG: topics, tables, DLQ targets, catalogs) and a page per table."""
     from tableflow_core.tasks.docs import DocsGenerateTask
 
-    project = ctx.load_project()
+    project = ctx.load_project(connects=not offline)
     result = DocsGenerateTask(project, ctx.selected_tables(), out, offline).run()
     for note in result.notes:
         ctx.err_console.print(f"[yellow]note:[/] {note}", highlight=False)

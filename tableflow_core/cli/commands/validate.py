@@ -11,7 +11,7 @@ from tableflow_core.text import plural
 @click.pass_obj
 def command(ctx: CliContext) -> None:
     """Check the project's files: syntax, keys, types, references. No connections."""
-    project = ctx.load_project()
+    project = ctx.load_project(connects=False)
     tables = ctx.selected_tables()
     # Names are the project's data: no markup in them, no highlighting (rich's highlighter
     # is quadratic in a long word).

@@ -1,0 +1,265 @@
+"""Schemas with references, produced with confluent-kafka's serializers and applied by
+tableflow (plan + apply) through Apicurio Registry 3.3.3 and tableflow's dev registry:
+Avro (a record from another subject, which takes an enum from a third), JSON Schema (a
+`$ref` to another subject's `$id`) and Protobuf (a file importing another). Each table
+is compared, row by row, with the values the test produced (docs/environment.md, Apicurio).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from tests.fixtures.apply_env import Env, apply
+from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.kafka_server import ApacheKafka
+from tests.plan_project import write_project
+
+pytestmark = pytest.mark.slow
+
+COUNT = 12
+
+
+@pytest.fixture(params=["dev", "apicurio"])
+def registry_url(request: pytest.FixtureRequest) -> str:
+    name = "apicurio_registry" if request.param == "apicurio" else "schema_registry"
+    return str(request.getfixturevalue(name).url)
+
+
+def _env(
+    tmp_path: Path, kafka: ApacheKafka, catalog: CatalogServer, registry_url: str, topic: str
+) -> Env:
+    def write(*, namespace: str, tables: list[dict[str, Any]], name: str = "project") -> Path:
+        return write_project(
+            tmp_path / name,
+            bootstrap=kafka.bootstrap,
+            registry_url=registry_url,
+            catalog_uri=catalog.uri,
+            credential=catalog.credential,
+            namespace=namespace,
+            tables=tables,
+        )
+
+    root = write(namespace="x", tables=[], name="refs")
+    return Env(root, topic, unique_namespace("refs"), catalog, write)
+
+
+def _produce(kafka: ApacheKafka, topic: str, payloads: list[bytes]) -> None:
+    kafka.create_topic(topic)
+    producer = Producer(kafka.producer_config(**{"linger.ms": 0}))
+    for payload in payloads:
+        producer.produce(topic, value=payload)
+    assert producer.flush(10) == 0
+
+
+def _rows(env: Env) -> list[dict[str, Any]]:
+    rows = env.pyiceberg_table().scan().to_arrow().sort_by("_kafka_offset").to_pylist()
+    for row in rows:
+        row.pop("_kafka_offset")
+    return rows
+
+
+def test_avro_with_nested_references(
+    registry_url: str,
+    kafka_broker: ApacheKafka,
+    catalog_server: CatalogServer,
+    spark: Any,
+    tmp_path: Path,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    client = SchemaRegistryClient({"url": registry_url})
+    country = {"type": "enum", "name": "Country", "namespace": "geo", "symbols": ["NL", "DE"]}
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "shop",
+        "fields": [
+            {"name": "street", "type": "string"},
+            {"name": "country", "type": "geo.Country"},
+            {"name": "zip", "type": ["null", "string"], "default": None},
+        ],
+    }
+    order = {
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "ship_to", "type": "Address"},  # namespace-relative: shop.Address
+            {"name": "bill_to", "type": ["null", "shop.Address"], "default": None},
+        ],
+    }
+    client.register_schema(f"geo.Country-{tag}", Schema(json.dumps(country), "AVRO"))
+    address_refs = [SchemaReference("geo.Country", f"geo.Country-{tag}", 1)]
+    client.register_schema(f"shop.Address-{tag}", Schema(json.dumps(address), "AVRO", address_refs))
+    order_refs = [SchemaReference("shop.Address", f"shop.Address-{tag}", 1)]
+    topic = f"aorders-{tag}"
+    serializer = AvroSerializer(client, Schema(json.dumps(order), "AVRO", order_refs))
+    context = SerializationContext(topic, MessageField.VALUE)
+    model = [
+        {
+            "id": i,
+            "ship_to": {"street": f"s{i}", "country": ["NL", "DE"][i % 2], "zip": None if i % 3 else f"z{i}"},
+            "bill_to": None if i % 2 else {"street": f"b{i}", "country": "DE", "zip": None},
+        }
+        for i in range(COUNT)
+    ]  # fmt: skip
+    _produce(kafka_broker, topic, [serializer(v, context) for v in model])
+
+    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
+    env.configure(value={"format": "avro"}, metadata_columns=["offset"])
+    assert apply(spark, env).records_written == COUNT
+    assert _rows(env) == model
+
+
+def test_json_schema_with_a_reference(
+    registry_url: str,
+    kafka_broker: ApacheKafka,
+    catalog_server: CatalogServer,
+    spark: Any,
+    tmp_path: Path,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    client = SchemaRegistryClient({"url": registry_url})
+    address = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": f"https://example.com/{tag}/address.json",
+        "type": "object",
+        "properties": {
+            "street": {"type": "string"},
+            "zip": {"type": "string"},
+            "geo": {"$ref": "#/definitions/point"},
+        },
+        "required": ["street"],
+        "definitions": {
+            "point": {
+                "type": "object",
+                "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+            }
+        },
+    }
+    order = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "ship_to": {"$ref": f"https://example.com/{tag}/address.json"},
+        },
+        "required": ["id", "ship_to"],
+    }
+    subject = f"address.json-{tag}"
+    client.register_schema(subject, Schema(json.dumps(address), "JSON"))
+    references = [SchemaReference(f"https://example.com/{tag}/address.json", subject, 1)]
+    topic = f"jorders-{tag}"
+    serializer = JSONSerializer(Schema(json.dumps(order), "JSON", references), client)
+    context = SerializationContext(topic, MessageField.VALUE)
+    produced = [
+        {"id": i, "ship_to": {"street": f"s{i}", **({"zip": f"z{i}"} if i % 2 else {}), **({"geo": {"lat": i / 4, "lon": -i / 8}} if i % 3 == 0 else {})}}
+        for i in range(COUNT)
+    ]  # fmt: skip
+    _produce(kafka_broker, topic, [serializer(v, context) for v in produced])
+
+    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
+    env.configure(value={"format": "json_schema"}, metadata_columns=["offset"])
+    assert apply(spark, env).records_written == COUNT
+    model = [
+        {
+            "id": v["id"],
+            "ship_to": {
+                "street": v["ship_to"]["street"],
+                "zip": v["ship_to"].get("zip"),
+                "geo": v["ship_to"].get("geo"),
+            },
+        }
+        for v in produced
+    ]
+    assert _rows(env) == model
+
+
+def _protobuf_classes(tag: str) -> tuple[type, type, str]:
+    """Order (shop/order_<tag>.proto) importing Address (shop/address_<tag>.proto)."""
+    field = descriptor_pb2.FieldDescriptorProto
+    package = f"shop{tag}"
+    address = descriptor_pb2.FileDescriptorProto(
+        name=f"shop/address_{tag}.proto", package=package, syntax="proto3"
+    )
+    message = address.message_type.add(name="Address")
+    message.field.add(name="street", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
+    message.field.add(name="floor", number=2, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL)
+    order = descriptor_pb2.FileDescriptorProto(
+        name=f"shop/order_{tag}.proto", package=package, syntax="proto3", dependency=[address.name]
+    )
+    message = order.message_type.add(name="Order")
+    message.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
+    message.field.add(
+        name="ship_to",
+        number=2,
+        type=field.TYPE_MESSAGE,
+        label=field.LABEL_OPTIONAL,
+        type_name=f".{package}.Address",
+    )
+    message.field.add(
+        name="stops",
+        number=3,
+        type=field.TYPE_MESSAGE,
+        label=field.LABEL_REPEATED,
+        type_name=f".{package}.Address",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(address)
+    pool.Add(order)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Address")),
+        address.name,
+    )
+
+
+def test_protobuf_with_an_import(
+    registry_url: str,
+    kafka_broker: ApacheKafka,
+    catalog_server: CatalogServer,
+    spark: Any,
+    tmp_path: Path,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    order_class, address_class, address_file = _protobuf_classes(tag)
+    client = SchemaRegistryClient({"url": registry_url})
+    serializer = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
+    topic = f"porders-{tag}"
+    context = SerializationContext(topic, MessageField.VALUE)
+    messages = [
+        order_class(
+            id=i,
+            ship_to=address_class(street=f"s{i}", floor=i),
+            stops=[address_class(street=f"stop{i}-{j}", floor=j) for j in range(i % 3)],
+        )
+        for i in range(COUNT)
+    ]
+    _produce(kafka_broker, topic, [serializer(m, context) for m in messages])
+    latest = client.get_latest_version(f"{topic}-value")
+    assert [r.name for r in latest.schema.references] == [address_file]
+
+    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
+    env.configure(value={"format": "protobuf"}, metadata_columns=["offset"])
+    assert apply(spark, env).records_written == COUNT
+    model = [
+        {
+            "id": m.id,
+            "ship_to": {"street": m.ship_to.street, "floor": m.ship_to.floor},
+            "stops": [{"street": s.street, "floor": s.floor} for s in m.stops],
+        }
+        for m in messages
+    ]
+    assert _rows(env) == model
