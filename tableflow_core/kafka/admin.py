@@ -287,14 +287,15 @@ def read_watermarks(
     described = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
     for topic, future in described.items():
         try:
-            description = future.result(timeout=timeout)
-        except KafkaException as exc:
-            error = exc.args[0]
+            description = future.result(timeout=timeout + 5)
+        except (KafkaException, TimeoutError) as exc:
+            error = exc.args[0] if exc.args else "no answer"
             if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 missing[topic] = (
                     f"topic {topic!r} on broker(s) {brokers}: cannot read metadata (not found)"
                 )
                 continue
+            admin.poll(0.5)  # serves the error callback (a refused login's cause)
             raise KafkaMetadataError(
                 f"topic {topic!r}: broker(s) {brokers} did not answer a metadata request "
                 f"within {timeout:.0f}s: {error}{errors.suffix()}"
