@@ -277,7 +277,16 @@ class SparkSettings(ConfigModel):
     )
     packages: list[str] = Field(
         default_factory=list,
-        description="Maven coordinates for `spark.jars.packages` (the Iceberg runtime is added for you).",
+        description="Maven coordinates for `spark.jars.packages` (the Iceberg runtime and AWS "
+        "bundle are added for you; list an `iceberg-spark-runtime` here to bring your own).",
+    )
+    iceberg_jars: Literal["cache", "packages"] = Field(
+        "cache",
+        description="Where the Iceberg Spark runtime and its AWS bundle (1.12.0) come from. "
+        "`cache`: downloaded once from Maven Central into `~/.cache/tableflow/maven`, checked "
+        "against pinned SHA-256 sums, and shipped to executors with `spark.jars`. `packages`: "
+        "Spark resolves the same coordinates itself (`spark.jars.packages`), e.g. on a cluster "
+        "that reaches Maven Central or a mirror.",
     )
     class_data_sharing: bool = Field(
         True,

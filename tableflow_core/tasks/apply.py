@@ -158,6 +158,7 @@ def project_spark_session(
         catalogs,
         short_lived=short_lived,
         share_classes=settings.class_data_sharing,
+        iceberg=settings.iceberg_jars,
     )
 
 

@@ -107,6 +107,7 @@ def maintenance_spark_session(project: Project, handle: CatalogHandle) -> SparkS
         list(settings.packages),
         {handle.spark_name: handle.spark_properties},
         share_classes=settings.class_data_sharing,
+        iceberg=settings.iceberg_jars,
     )
 
 
