@@ -85,6 +85,11 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
 def _open_service(settings: CatalogServerSettings) -> CatalogService:
     if isinstance(settings.warehouse, Path):
         settings.warehouse.mkdir(parents=True, exist_ok=True)
+    sqlite_file = settings.resolved_database_url.partition("sqlite:///")[2]
+    if sqlite_file and settings.resolved_database_url.startswith("sqlite:///"):
+        # An s3:// warehouse keeps its database elsewhere: make its folder like the
+        # warehouse's (SQLite creates the file, not the folder).
+        Path(sqlite_file).parent.mkdir(parents=True, exist_ok=True)
     return CatalogService.open(
         settings.resolved_database_url,
         settings.warehouse_uri,

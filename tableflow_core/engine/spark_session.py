@@ -65,6 +65,7 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
 WORKER_DISTUTILS_KEY = "spark.executorEnv.SETUPTOOLS_USE_DISTUTILS"
 
 DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
+EXECUTOR_OPTIONS_KEY = "spark.executor.extraJavaOptions"
 # Python workers fork from a daemon that imported the decode path already.
 WORKER_DAEMON_MODULE = "tableflow_core.pipeline.worker_daemon"
 
@@ -142,12 +143,15 @@ def build_spark_session(
     short_lived: bool = False,
     share_classes: bool = False,
     iceberg: IcebergJarSource = "cache",
+    java_options: Sequence[str] = (),
 ) -> SparkSession:
     """Create (or reuse) the SparkSession with the Iceberg runtime and extensions.
 
     `short_lived`: the application ends with the command (apply): C1-only JIT.
     `share_classes`: the driver JVM maps its classes from a class-data sharing archive
     (written by the first such JVM to exit; `jvm/class_data_sharing.py`).
+    `java_options`: system properties for the driver and executor JVMs (the object
+    store's AWS SDK settings), before the user's own.
     """
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -159,13 +163,13 @@ def build_spark_session(
 
     user_packages = list(packages or [])
     jars = IcebergJars() if _brings_own_iceberg(user_packages) else iceberg_jars(iceberg)
-    merged = session_conf(conf, user_packages, catalogs, short_lived, jars)
+    merged = session_conf(conf, user_packages, catalogs, short_lived, jars, java_options)
     if share_classes:
         sharing = class_data_sharing(merged)
         if sharing is not None:
             user_options = (conf or {}).get(JAVA_OPTIONS_KEY)
             merged[JAVA_OPTIONS_KEY] = driver_java_options(
-                user_options, short_lived, sharing.java_options()
+                user_options, short_lived, (*java_options, *sharing.java_options())
             )
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in merged.items():
@@ -181,6 +185,7 @@ def session_conf(
     catalogs: Mapping[str, Mapping[str, str]] | None = None,
     short_lived: bool = False,
     iceberg: IcebergJars | None = None,
+    java_options: Sequence[str] = (),
 ) -> dict[str, str]:
     """The Spark conf `build_spark_session` starts the application with (before the class
     archive's options): our defaults, the Iceberg jars (`iceberg`, see `iceberg_jars`),
@@ -203,7 +208,12 @@ def session_conf(
     user_conf = {k: str(v) for k, v in (conf or {}).items()}
     merged.update(user_conf)
     merged[REDACTION_KEY] = redaction_regex(user_conf.get(REDACTION_KEY))
-    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
+    merged[JAVA_OPTIONS_KEY] = driver_java_options(
+        user_conf.get(JAVA_OPTIONS_KEY), short_lived, java_options
+    )
+    if java_options:
+        executor_options = (*java_options, *filter(None, [user_conf.get(EXECUTOR_OPTIONS_KEY)]))
+        merged[EXECUTOR_OPTIONS_KEY] = " ".join(executor_options)
     if jars.files:
         user_jars = user_conf.get("spark.jars")
         merged["spark.jars"] = ",".join(p for p in (*jars.files, user_jars) if p)
@@ -223,14 +233,15 @@ def _brings_own_iceberg(packages: Sequence[str]) -> bool:
 
 
 def driver_java_options(
-    user_options: str | None, short_lived: bool, class_sharing: Sequence[str] = ()
+    user_options: str | None, short_lived: bool, ours: Sequence[str] = ()
 ) -> str:
-    """Our log4j configuration (the JIT choice, the class-data sharing archive), then the
-    user's own options, which win where they set the same flag (the JVM takes the last)."""
+    """Our log4j configuration (the JIT choice, `ours`: system properties, the class-data
+    sharing archive), then the user's own options, which win where they set the same
+    flag (the JVM takes the last)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     if short_lived:
         options.extend(SHORT_LIVED_JVM_OPTIONS)
-    options.extend(class_sharing)
+    options.extend(ours)
     if user_options:
         options.append(user_options)
     return " ".join(options)
