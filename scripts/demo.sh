@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job: the example project end to end on the local stack.
-#   dev stack up -> sample orders produced -> plan -> apply -> query through the catalog.
-# Ports can be moved with TABLEFLOW_KAFKA_PORT / TABLEFLOW_REGISTRY_PORT / TABLEFLOW_CATALOG_PORT.
+#   dev stack up (broker, registry, S3 server, catalog) -> sample orders produced -> plan
+#   -> apply -> query through the catalog.
+# Ports can be moved with TABLEFLOW_KAFKA_PORT / TABLEFLOW_REGISTRY_PORT / TABLEFLOW_CATALOG_PORT /
+# TABLEFLOW_S3_PORT; the tables are written to the stack's S3 server (s3proxy).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh" demo

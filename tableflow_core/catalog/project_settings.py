@@ -104,15 +104,24 @@ def database_url(project: Project, config: EmbeddedCatalog) -> str | None:
     return prefix + str(project.resolve_path(url.removeprefix(prefix)))
 
 
-def server_storage(storage: ObjectStorage) -> ServerStorage:
-    """The server's store: it writes metadata with these keys (the AWS default chain when
-    there are none) and vends them to clients when `credentials: vended`."""
+def server_storage(
+    storage: ObjectStorage, environ: Mapping[str, str] | None = None
+) -> ServerStorage:
+    """The server's store: it writes metadata with these keys and vends them to clients
+    when `credentials: vended`. A vending block without keys takes the server's own from
+    the environment (`TABLEFLOW_S3_ACCESS_KEY_ID` / `TABLEFLOW_S3_SECRET_ACCESS_KEY`, what
+    `tableflow dev up` gives the catalog it starts), else the AWS default chain."""
+    values: dict[str, Any] = {
+        "endpoint": storage.endpoint,
+        "region": storage.region,
+        "path_style_access": storage.path_style_access,
+        "vend_credentials": storage.credential_source == "vended",
+    }
+    if storage.access_key_id is None:
+        return ServerStorage.from_environment(environ, **values)
     return ServerStorage(
-        endpoint=storage.endpoint,
-        region=storage.region,
-        path_style_access=storage.path_style_access,
-        access_key_id=(storage.access_key_id.get_secret_value() if storage.access_key_id else None),
+        access_key_id=storage.access_key_id.get_secret_value(),
         secret_access_key=storage.secret_access_key,
         session_token=storage.session_token,
-        vend_credentials=storage.credential_source == "vended",
+        **values,
     )

@@ -28,7 +28,6 @@ from tableflow_core.catalog.storage import (
     ACCESS_KEY_ID_ENV,
     SECRET_ACCESS_KEY_ENV,
     SESSION_TOKEN_ENV,
-    ObjectStorage,
 )
 from tableflow_core.redaction import redact_url
 
@@ -273,18 +272,7 @@ def server_arguments(settings: CatalogServerSettings) -> list[str]:
     if not settings.access_log:
         arguments.append("--no-access-log")
     if settings.storage is not None:
-        arguments += storage_arguments(settings.storage)
-    return arguments
-
-
-def storage_arguments(storage: ObjectStorage) -> list[str]:
-    """The object store's settings as server arguments (its keys go through the environment)."""
-    arguments = ["--s3-region", storage.region]
-    if storage.endpoint:
-        arguments += ["--s3-endpoint", storage.endpoint]
-    arguments.append("--s3-path-style-access" if storage.path_style_access else "--s3-virtual-host")
-    if storage.vend_credentials:
-        arguments.append("--vend-credentials")
+        arguments += settings.storage.server_arguments()
     return arguments
 
 

@@ -427,6 +427,14 @@ class DevStackPorts(ConfigModel):
     kafka_port: int = Field(19092, ge=1, le=65535, description="noida-db Kafka port.")
     registry_port: int = Field(18081, ge=1, le=65535, description="Dev schema registry port.")
     catalog_port: int = Field(18181, ge=1, le=65535, description="Embedded catalog port.")
+    s3_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="s3proxy's port, for an embedded catalog whose warehouse is on `s3://`: "
+        "`dev up` starts it with keys it makes once and gives to the catalog (which vends "
+        "them); the catalog's `storage.endpoint` must name this port.",
+    )
     data_dir: str = Field(
         "./.tableflow/dev", description="Where the stack keeps its data (survives down/up)."
     )

@@ -1,4 +1,5 @@
-"""Lifecycle of the local development stack: broker, schema registry, Iceberg REST catalog.
+"""Lifecycle of the local development stack: broker, schema registry, Iceberg REST catalog,
+and an S3 server (s3proxy) when the project's warehouse is on `s3://`.
 
     settings = StackSettings.for_project(Path("."))
     status = up(settings)      # starts what is not running yet; idempotent
@@ -7,7 +8,8 @@
 
 Everything lives under `settings.data_dir` (default `<project>/.tableflow/dev`):
 `state.json` (pids, ports), `logs/`, `kafka/` (noida-db data), `registry/registry.db`,
-`catalog/warehouse` and `catalog/catalog.db`. Data survives down/up.
+`catalog/warehouse` and `catalog/catalog.db`, `s3/` (s3proxy's files and
+`credentials.json`, mode 0600: the store's keys, made once). Data survives down/up.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
+from tableflow_core.catalog.storage import ObjectStorage
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import (
     BackgroundProcess,
@@ -35,13 +38,15 @@ from tableflow_core.dev.processes import (
     stop_pid,
 )
 from tableflow_core.dev.registry import registry_command
+from tableflow_core.dev.s3_server import S3Credentials, S3ServerSettings, start_s3_server
 from tableflow_core.errors import TableflowError
 from tableflow_core.registry.server import PASSWORD_ENV, bind_problem
 
 KAFKA = "kafka"
 REGISTRY = "schema-registry"
 CATALOG = "catalog"
-COMPONENTS = (KAFKA, REGISTRY, CATALOG)
+S3 = "s3"
+COMPONENTS = (KAFKA, REGISTRY, S3, CATALOG)
 CATALOG_MODULE = "tableflow_core.catalog.server"
 STATE_FILE = "state.json"
 
@@ -65,6 +70,12 @@ class StackSettings(BaseModel):
     # the same tables `plan`/`apply` use; default: under data_dir.
     catalog_warehouse_dir: Path | None = None
     catalog_database_url: str | None = None
+    # A warehouse on s3:// (`catalog_warehouse_uri`): the stack starts s3proxy on `s3_port`
+    # and the catalog with `catalog_storage` (no keys: it gets the stack's own).
+    catalog_warehouse_uri: str | None = None
+    catalog_storage: ObjectStorage | None = None
+    s3_port: int | None = Field(None, ge=1, le=65535)
+    s3_bucket: str = "warehouse"
     start_timeout_seconds: float = 60.0
 
     @classmethod
@@ -90,6 +101,14 @@ class StackSettings(BaseModel):
     @property
     def catalog_database(self) -> Path:
         return self.data_dir / "catalog" / "catalog.db"
+
+    @property
+    def s3_dir(self) -> Path:
+        return self.data_dir / "s3"
+
+    @property
+    def s3_url(self) -> str:
+        return f"http://{self.host}:{self.s3_port}"
 
     @property
     def bootstrap(self) -> str:
@@ -152,6 +171,7 @@ class _Recorded(BaseModel):
     marker: str  # text the process's command line must contain
     log_file: Path
     started_at: float
+    port_in_command: bool = True  # s3proxy reads its port from a file
 
 
 @dataclass(frozen=True)
@@ -172,7 +192,7 @@ def up(settings: StackSettings) -> StackStatus:
     with _locked(settings):
         state = _read_state(settings)
         statuses = []
-        for name in COMPONENTS:
+        for name in _components(settings):
             spec = _spec(settings, name)
             if spec is None:
                 statuses.append(_not_available(settings))
@@ -193,7 +213,7 @@ def up(settings: StackSettings) -> StackStatus:
 def status(settings: StackSettings) -> StackStatus:
     state = _read_state(settings)
     statuses = []
-    for name in COMPONENTS:
+    for name in _components(settings):
         spec = _spec(settings, name)
         if spec is None:
             statuses.append(_not_available(settings))
@@ -244,6 +264,30 @@ def down(settings: StackSettings) -> list[ComponentStatus]:
 # -- components ----------------------------------------------------------------------------
 
 
+def _components(settings: StackSettings) -> tuple[str, ...]:
+    return tuple(name for name in COMPONENTS if name != S3 or settings.s3_port is not None)
+
+
+def s3_credentials(settings: StackSettings) -> S3Credentials:
+    """The stack's S3 keys: made on the first `up`, kept in `s3/credentials.json` (0600)."""
+    path = settings.s3_dir / "credentials.json"
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        return S3Credentials(kept["access_key_id"], SecretStr(kept["secret_access_key"]))
+    credentials = S3Credentials.generate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(
+            {
+                "access_key_id": credentials.access_key_id,
+                "secret_access_key": credentials.secret_access_key.get_secret_value(),
+            },
+            handle,
+        )
+    return credentials
+
+
 def catalog_available() -> bool:
     return importlib.util.find_spec(CATALOG_MODULE) is not None
 
@@ -274,6 +318,11 @@ def _spec(settings: StackSettings, name: str) -> _Spec | None:
             command,
             env,
         )
+    if name == S3:
+        assert settings.s3_port is not None
+        # s3proxy's command line names its properties file (under this stack's data dir).
+        marker = str(settings.s3_dir / "s3proxy.properties")
+        return _Spec(name, settings.s3_port, settings.s3_url, marker, [])
     if not catalog_available():
         return None
     command = [
@@ -285,13 +334,22 @@ def _spec(settings: StackSettings, name: str) -> _Spec | None:
         "--port",
         str(settings.catalog_port),
         "--warehouse",
-        str(settings.catalog_warehouse),
+        settings.catalog_warehouse_uri or str(settings.catalog_warehouse),
         "--database-url",
         settings.catalog_database_url or f"sqlite:///{settings.catalog_database}",
         "--auth",
         "none",
     ]
-    return _Spec(name, settings.catalog_port, settings.catalog_url, CATALOG_MODULE, command)
+    env = None
+    if settings.catalog_storage is not None:
+        # The catalog writes (and vends) with the stack's S3 keys, given in its environment.
+        command += settings.catalog_storage.server_arguments()
+        credentials = s3_credentials(settings)
+        env = ObjectStorage(
+            access_key_id=credentials.access_key_id,
+            secret_access_key=credentials.secret_access_key,
+        ).environment()
+    return _Spec(name, settings.catalog_port, settings.catalog_url, CATALOG_MODULE, command, env)
 
 
 def _start(settings: StackSettings, spec: _Spec) -> _Recorded:
@@ -301,6 +359,8 @@ def _start(settings: StackSettings, spec: _Spec) -> _Recorded:
             "by another process (choose another port in the stack settings)"
         )
     log_file = settings.logs_dir / f"{spec.name}.log"
+    if spec.name == S3:
+        return _start_s3(settings, spec, log_file)
     try:
         process: BackgroundProcess = start_background(
             spec.name,
@@ -324,6 +384,33 @@ def _start(settings: StackSettings, spec: _Spec) -> _Recorded:
         marker=spec.marker,
         log_file=log_file,
         started_at=time.time(),
+    )
+
+
+def _start_s3(settings: StackSettings, spec: _Spec, log_file: Path) -> _Recorded:
+    try:
+        server = start_s3_server(
+            S3ServerSettings(
+                data_dir=settings.s3_dir,
+                host=settings.host,
+                port=spec.port,
+                bucket=settings.s3_bucket,
+                credentials=s3_credentials(settings),
+                start_timeout=settings.start_timeout_seconds,
+            )
+        )
+    except (OSError, RuntimeError) as exc:
+        raise StackError(
+            f"{spec.name} failed to start on port {spec.port} (log: {settings.s3_dir}): {exc}"
+        ) from exc
+    return _Recorded(
+        pid=server.process.pid,
+        host=settings.host,
+        port=spec.port,
+        marker=spec.marker,
+        log_file=server.settings.log_file,
+        started_at=time.time(),
+        port_in_command=False,
     )
 
 
@@ -364,7 +451,9 @@ def _is_ours(recorded: _Recorded) -> bool:
     except OSError:
         return False
     text = [a.decode(errors="replace") for a in args]
-    return any(recorded.marker in a for a in text) and str(recorded.port) in text
+    if not any(recorded.marker in a for a in text):
+        return False
+    return str(recorded.port) in text or not recorded.port_in_command
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -375,7 +464,7 @@ def _prepare_dirs(settings: StackSettings) -> None:
         settings.logs_dir,
         settings.kafka_data_dir,
         settings.registry_database.parent,
-        settings.catalog_warehouse,
+        *([] if settings.catalog_warehouse_uri else [settings.catalog_warehouse]),
     ):
         directory.mkdir(parents=True, exist_ok=True)
 

@@ -4,7 +4,9 @@ Examples are ```console blocks with `$ ` lines (see tests/docs_examples.py). Eac
 runs in a fresh copy of the example project (tableflow_project.yml, tables/) whose
 dev stack is this test session's broker and registry: the ports move through the
 environment variables the project reads (TABLEFLOW_KAFKA_PORT, ...); the embedded
-catalog starts in-process on a free port, over the copy's own warehouse. `tableflow`
+catalog starts in-process on a free port, over the copy's own warehouse: a bucket of its
+own on the session's S3 server (TABLEFLOW_S3_PORT, TABLEFLOW_S3_BUCKET; the catalog takes
+the keys from TABLEFLOW_S3_ACCESS_KEY_ID / _SECRET_ACCESS_KEY, as from `dev up`). `tableflow`
 on PATH runs this checkout. Commands of one doc run in order, in one directory (a
 `cd` or an `export` carries over to the next command).
 
@@ -24,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from tableflow_core.catalog.storage import ObjectStorage
 from tableflow_core.dev.processes import free_port
+from tableflow_core.dev.s3_server import RunningS3Server
 from tests.docs_examples import REPO, Example, all_examples, examples
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer
 
@@ -40,6 +44,7 @@ def docs_with_runnable_examples() -> list[str]:
 class DocsStack:
     env: dict[str, str]
     base: Path
+    s3: RunningS3Server
 
 
 def example_project(destination: Path) -> Path:
@@ -54,6 +59,7 @@ def docs_stack(
     tmp_path_factory: pytest.TempPathFactory,
     kafka_broker: KafkaBroker,
     schema_registry: SchemaRegistryServer,
+    s3_server: RunningS3Server,
 ) -> Iterator[DocsStack]:
     base = tmp_path_factory.mktemp("docs")
     bin_dir = base / "bin"
@@ -69,6 +75,11 @@ def docs_stack(
         "TABLEFLOW_KAFKA_PORT": kafka_broker.bootstrap.rsplit(":", 1)[1],
         "TABLEFLOW_REGISTRY_PORT": schema_registry.url.rstrip("/").rsplit(":", 1)[1],
         "TABLEFLOW_CATALOG_PORT": str(free_port()),
+        "TABLEFLOW_S3_PORT": str(s3_server.port),
+        **ObjectStorage(
+            access_key_id=s3_server.credentials.access_key_id,
+            secret_access_key=s3_server.credentials.secret_access_key,
+        ).environment(),
     }
     env.pop("TABLEFLOW_TARGET", None)
     env.pop("TABLEFLOW_PROJECT_DIR", None)
@@ -83,7 +94,7 @@ def docs_stack(
         timeout=300,
     )
     assert produced.returncode == 0, produced.stderr
-    yield DocsStack(env=env, base=base)
+    yield DocsStack(env=env, base=base, s3=s3_server)
 
 
 @pytest.mark.slow
@@ -92,11 +103,14 @@ def test_doc_examples_run(doc: str, docs_stack: DocsStack) -> None:
     cwd = example_project(docs_stack.base / doc.replace("/", "_"))
     cwd_file = docs_stack.base / f"{doc.replace('/', '_')}.cwd"
     env_file = docs_stack.base / f"{doc.replace('/', '_')}.env"
+    bucket = "docs-" + "".join(c if c.isalnum() else "-" for c in doc.lower()).strip("-")
+    docs_stack.s3.client().create_bucket(Bucket=bucket)
+    env = {**docs_stack.env, "TABLEFLOW_S3_BUCKET": bucket}
     for example in examples(REPO / doc):
         if example.reason_not_run() is not None:
             continue
         if example.in_repository:
-            _run_in_repository(example, docs_stack.env)
+            _run_in_repository(example, env)
             continue
         # The directory and exported variables carry over to the doc's next command.
         script = (
@@ -107,7 +121,7 @@ def test_doc_examples_run(doc: str, docs_stack: DocsStack) -> None:
         result = subprocess.run(
             ["bash", "-c", script],
             cwd=cwd,
-            env=docs_stack.env,
+            env=env,
             capture_output=True,
             text=True,
             timeout=900,

@@ -25,8 +25,22 @@ def stack_settings(ctx: CliContext, project: Project) -> StackSettings:
     extra: dict[str, Any] = {}
     if isinstance(catalog, EmbeddedCatalog):
         server = embedded_server_settings(project, catalog, auth="none")
-        extra["catalog_warehouse_dir"] = server.warehouse
         extra["catalog_database_url"] = server.resolved_database_url
+        if server.storage is None:
+            extra["catalog_warehouse_dir"] = server.warehouse
+        else:
+            if ports.s3_port is None:
+                ctx.fail(
+                    f"the warehouse {catalog.warehouse} is on S3: give dev_stack.s3_port "
+                    "(the port of the S3 server `tableflow dev up` starts)"
+                )
+            # The catalog started by the stack uses the stack's own keys.
+            extra["catalog_storage"] = server.storage.model_copy(
+                update={"access_key_id": None, "secret_access_key": None, "session_token": None}
+            )
+            extra["catalog_warehouse_uri"] = server.warehouse_uri
+            extra["s3_port"] = ports.s3_port
+            extra["s3_bucket"] = server.warehouse_uri.split("://", 1)[1].split("/", 1)[0]
     return StackSettings(
         data_dir=project.resolve_path(ports.data_dir),
         host=ports.host,
