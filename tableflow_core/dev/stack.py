@@ -19,6 +19,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -274,7 +275,7 @@ def s3_credentials(settings: StackSettings) -> S3Credentials:
     if path.is_file():
         kept = json.loads(path.read_text())
         return S3Credentials(kept["access_key_id"], SecretStr(kept["secret_access_key"]))
-    credentials = S3Credentials.generate()
+    credentials = S3Credentials.generate("tableflow-" + secrets.token_hex(6))
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as handle:

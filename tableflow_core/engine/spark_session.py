@@ -10,6 +10,7 @@ with `spark.jars` (the default), or resolved by Spark itself from their coordina
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -129,9 +130,26 @@ def iceberg_catalog_conf(name: str, properties: Mapping[str, str]) -> dict[str, 
 
 
 def register_catalog(spark: SparkSession, name: str, properties: Mapping[str, str]) -> None:
-    """Register an Iceberg catalog on a running session (catalogs load lazily by name)."""
-    for key, value in iceberg_catalog_conf(name, properties).items():
+    """Register an Iceberg catalog on a running session.
+
+    Settings made on a running session are SQL conf, and Spark copies the SQL conf into
+    every job's and stage's properties, which its event log writes without redaction
+    (only keys of the application's SparkConf are redacted there): the catalog credential
+    and S3 keys would be in the log in clear. So a catalog with secrets is loaded at once
+    (it reads its options only then) and its secret entries are removed from the conf.
+    """
+    conf = iceberg_catalog_conf(name, properties)
+    for key, value in conf.items():
         spark.conf.set(key, value)
+    secret = re.compile(REDACTION_REGEX)
+    secret_keys = [k for k, v in conf.items() if secret.search(k) or secret.search(v)]
+    if secret_keys:
+        # The catalog manager reads the conf of the thread's active session.
+        session = spark._jsparkSession
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)  # type: ignore[union-attr]
+        session.sessionState().catalogManager().catalog(name)
+        for key in secret_keys:
+            spark.conf.unset(key)
 
 
 def build_spark_session(
