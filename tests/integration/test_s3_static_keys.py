@@ -87,8 +87,9 @@ def test_static_keys_from_env_var_work_everywhere_and_are_never_shown(
         assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
         return result
 
-    cli("plan", "--out", "plan.json")
-    cli("apply", "plan.json")
+    plan_file = str(root / "plan.json")  # checked for the secret below with the project
+    cli("plan", "--out", plan_file)
+    cli("apply", plan_file)
     (row,) = json.loads(
         cli("query", "--format", "json", f"SELECT count(*) AS n FROM {namespace}.t").stdout
     )
