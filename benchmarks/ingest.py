@@ -2,6 +2,7 @@
 run) vs a single-process baseline, measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--records 1000000] [--partitions 4] [--cores 2]
+    .venv/bin/python benchmarks/ingest.py --warehouse s3 [--records 1000000]
 
 Starts its own Apache Kafka broker and dev schema registry (127.0.0.1, free ports), produces
 N Confluent-framed Avro records of 10 fields, then measures in the same run:
@@ -24,6 +25,14 @@ N Confluent-framed Avro records of 10 fields, then measures in the same run:
   output line, i.e. the cycle's plan (catalog, registry, watermarks) and apply.
   `run_results.json` of that cycle gives the apply and table times inside it. Target
   (issue 13): a warm refresh >= 1.2x the baseline (both cores at work).
+
+`--warehouse s3` (issue 28): the same project with its warehouse on S3 (s3proxy on local
+disk, started here, with a request-counting proxy in front; the embedded catalog on
+`s3://`, static keys from the environment through `env_var()`). Measured in the same
+run: the file:// baseline, the same baseline writing its Parquet to the same S3 server
+(pyarrow's S3 file system, through the proxy), `tableflow apply` of a new table on
+file:// and on S3, and the S3 requests (Spark's and the catalog's) per Iceberg commit.
+Target: apply on S3 >= 0.6x the file:// baseline.
 
 Helpers shared by the other benchmarks live here (`stack`, `AvroFramer`, `produce`,
 `baseline`, `write_project`/`write_tables_project`, `cli`, `RunProcess`).
@@ -59,8 +68,10 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 
 from tableflow_core.dev import broker
+from tableflow_core.dev.fault_proxy import FaultProxy
 from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.registry import registry_url, start_registry
+from tableflow_core.dev.s3_server import RunningS3Server, S3ServerSettings, start_s3_server
 from tableflow_core.engine.spark_session import session_conf
 from tableflow_core.jvm import class_data_sharing
 from tableflow_core.kafka.admin import get_watermarks
@@ -167,8 +178,11 @@ def produce(
     return total
 
 
-def baseline(bootstrap: str, url: str, topic: str, out_dir: Path) -> tuple[float, int]:
-    """consume + fastavro decode + Parquet write in one process; returns (seconds, rows)."""
+def baseline(
+    bootstrap: str, url: str, topic: str, out_dir: Path | str, filesystem: Any = None
+) -> tuple[float, int]:
+    """consume + fastavro decode + Parquet write in one process; returns (seconds, rows).
+    `filesystem`: a pyarrow file system `out_dir` is on (S3), else the local disk."""
     started = time.perf_counter()
     watermarks = get_watermarks({"bootstrap.servers": bootstrap}, topic)
     client = SchemaRegistryClient({"url": url})
@@ -198,7 +212,10 @@ def baseline(bootstrap: str, url: str, topic: str, out_dir: Path) -> tuple[float
             table = pa.Table.from_pylist(rows)
             if writer is None:
                 writer = pq.ParquetWriter(
-                    out_dir / "baseline.parquet", table.schema, compression="zstd"
+                    f"{out_dir}/baseline.parquet",
+                    table.schema,
+                    compression="zstd",
+                    filesystem=filesystem,
                 )
             writer.write_table(table)
             written += len(rows)
@@ -219,9 +236,15 @@ def write_project(
 
 
 def write_tables_project(
-    root: Path, bootstrap: str, url: str, cores: int, tables: list[dict[str, Any]]
+    root: Path,
+    bootstrap: str,
+    url: str,
+    cores: int,
+    tables: list[dict[str, Any]],
+    catalog: dict[str, Any] | None = None,
 ) -> Path:
-    """A project of `tables` (table YAML mappings) in namespace `bench`, embedded catalog."""
+    """A project of `tables` (table YAML mappings) in namespace `bench`, embedded catalog
+    (`catalog`: keys replacing the file warehouse, e.g. an s3:// one and its storage)."""
     root.mkdir(parents=True, exist_ok=True)
     project = {
         "name": "bench",
@@ -236,6 +259,7 @@ def write_tables_project(
                     "port": free_port(HOST),
                     # As `tableflow init` writes it (local development).
                     "auth": {"mode": "none"},
+                    **(catalog or {}),
                 },
                 "spark": {"master": f"local[{cores}]"},
             }
@@ -471,6 +495,113 @@ def warm_run(
     return WarmCycle(finished - started, results["duration_s"], table["duration_s"], interval)
 
 
+S3_KEY_ID_ENV, S3_SECRET_ENV = "BENCH_S3_ACCESS_KEY_ID", "BENCH_S3_SECRET_ACCESS_KEY"
+
+
+def s3_catalog(root: Path, endpoint: str, prefix: str) -> dict[str, Any]:
+    """The embedded catalog's keys for a warehouse on the benchmark's S3 server; the keys
+    through env_var(), as a user writes them."""
+    return {
+        "warehouse": f"s3://warehouse/{prefix}",
+        "database_url": f"sqlite:///{root / 'catalog.db'}",
+        "storage": {
+            "endpoint": endpoint,
+            "access_key_id": f"{{{{ env_var('{S3_KEY_ID_ENV}') }}}}",
+            "secret_access_key": f"{{{{ env_var('{S3_SECRET_ENV}') }}}}",
+        },
+    }
+
+
+def s3_filesystem(server: RunningS3Server, endpoint: str) -> Any:
+    from pyarrow import fs
+
+    return fs.S3FileSystem(
+        access_key=server.credentials.access_key_id,
+        secret_key=server.credentials.secret_access_key.get_secret_value(),
+        endpoint_override=endpoint.removeprefix("http://"),
+        scheme="http",
+        region=server.region,
+    )
+
+
+def s3_main(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> None:
+    """`--warehouse s3`: baselines on file:// and S3, apply on file:// and S3, requests."""
+    topic = "bench_events"
+    broker.create_topics(bootstrap, {topic: args.partitions})
+    payload = produce(bootstrap, url, topic, args.records, args.partitions)
+    with (
+        start_s3_server(S3ServerSettings(data_dir=work / "s3")) as server,
+        FaultProxy(upstream=server.endpoint) as proxy,
+    ):
+        os.environ[S3_KEY_ID_ENV] = server.credentials.access_key_id
+        os.environ[S3_SECRET_ENV] = server.credentials.secret_access_key.get_secret_value()
+        load_before = os.getloadavg()
+        file_base_s, rows = baseline(bootstrap, url, topic, work)
+        assert rows == args.records, rows
+        proxy.reset_requests()
+        s3_base_s, rows = baseline(
+            bootstrap, url, topic, "warehouse/baseline", s3_filesystem(server, proxy.endpoint)
+        )
+        assert rows == args.records, rows
+        baseline_requests = len(proxy.requests)
+        keys = {"metadata_columns": list(METADATA_COLUMNS)}
+        file_root = write_project(work / "file", bootstrap, url, topic, args.cores, **keys)
+        file_s, file_result, _ = cli_apply(file_root)
+        assert file_result["records_written"] == args.records, file_result
+        s3_root = work / "s3project"
+        write_tables_project(
+            s3_root, bootstrap, url, args.cores, [{"name": "events", "topic": topic, **keys}],
+            catalog=s3_catalog(s3_root, proxy.endpoint, "bench"),
+        )  # fmt: skip
+        proxy.reset_requests()
+        s3_s, s3_result, _ = cli_apply(s3_root)
+        assert s3_result["records_written"] == args.records, s3_result
+        requests = proxy.requests
+        commits = s3_commits(server)
+        load_after = os.getloadavg()
+
+    def line(name: str, seconds: float, target: float | None = None) -> str:
+        ratio = file_base_s / seconds
+        goal = "" if target is None else (
+            f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
+        )  # fmt: skip
+        return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
+                f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
+
+    by_method: dict[str, int] = {}
+    for request in requests:
+        by_method[request.method] = by_method.get(request.method, 0) + 1
+    print(f"load average before measuring: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
+          f"({os.cpu_count()} cores); ratios are to the file:// baseline")  # fmt: skip
+    print(line("baseline, Parquet to file:// (1 process)", file_base_s))
+    print(line("baseline, Parquet to S3 (1 process)", s3_base_s)
+          + f"  ({baseline_requests} S3 requests)")  # fmt: skip
+    print(line(f"tableflow apply, file:// (CLI, local[{args.cores}])", file_s, COLD_APPLY_TARGET))
+    print(line(f"tableflow apply, S3 (CLI, local[{args.cores}])", s3_s, COLD_APPLY_TARGET))
+    print(f"tableflow apply on S3 vs the S3 baseline: {s3_base_s / s3_s:.2f}x; "
+          f"vs apply on file://: {file_s / s3_s:.2f}x")  # fmt: skip
+    methods = ", ".join(f"{n} {m}" for m, n in sorted(by_method.items()))
+    print(f"S3 requests of the S3 apply (Spark + catalog, create table + commit): "
+          f"{len(requests)} ({methods}); Iceberg commits: {commits}; "
+          f"per commit: {len(requests) / max(commits, 1):.0f}")  # fmt: skip
+
+
+def s3_commits(server: RunningS3Server) -> int:
+    """Metadata files written under the benchmark's table: one per catalog commit (the
+    table's creation included)."""
+    pages = (
+        server.client()
+        .get_paginator("list_objects_v2")
+        .paginate(Bucket=server.bucket, Prefix="bench/")
+    )
+    return sum(
+        1
+        for page in pages
+        for item in page.get("Contents", [])
+        if item["Key"].endswith(".metadata.json")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -483,9 +614,16 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--skip-apply", action="store_true", help="only the warm run")
     parser.add_argument("--skip-run", action="store_true", help="only the applies")
+    parser.add_argument(
+        "--warehouse", choices=("file", "s3"), default="file",
+        help="s3: apply on S3 against the file:// baseline and S3 requests per commit",
+    )  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tf-bench-"))
     with stack(work) as (bootstrap, url):
+        if args.warehouse == "s3":
+            s3_main(args, work, bootstrap, url)
+            return
         topic = "bench_events"
         broker.create_topics(bootstrap, {topic: args.partitions})
         started = time.perf_counter()

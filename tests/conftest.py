@@ -12,10 +12,11 @@ pytest_plugins = [
     "tests.fixtures.apicurio",
     "tests.fixtures.catalog",
     "tests.fixtures.spark",
-    "tests.fixtures.projects",
-    "tests.fixtures.apply_env",
     "tests.fixtures.s3",
     "tests.fixtures.s3_catalog",
     "tests.fixtures.trino",
     "tests.fixtures.nessie",
+    "tests.fixtures.lake",
+    "tests.fixtures.projects",
+    "tests.fixtures.apply_env",
 ]

@@ -17,7 +17,10 @@ def write_project(
     credential: str,
     namespace: str,
     tables: list[dict[str, Any]],
+    catalog_name: str = "tf_test",
+    storage: dict[str, Any] | None = None,
 ) -> Path:
+    """`storage`: the catalog's storage block (tables on S3; tests/fixtures/lake.py)."""
     root.mkdir(parents=True, exist_ok=True)
     project = {
         "name": "shop",
@@ -28,13 +31,14 @@ def write_project(
                 "schema_registry": {"url": registry_url},
                 "catalog": {
                     "type": "rest",
-                    "name": "tf_test",
+                    "name": catalog_name,
                     "uri": catalog_uri,
                     "credential": credential,
                     "properties": {
                         "oauth2-server-uri": catalog_uri + "/v1/oauth/tokens",
                         "scope": "catalog",
                     },
+                    **({"storage": storage} if storage is not None else {}),
                 },
             }
         },

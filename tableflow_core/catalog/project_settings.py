@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
-from tableflow_core.config.models import EmbeddedCatalog
+from tableflow_core.catalog.storage import ObjectStorage as ServerStorage
+from tableflow_core.config.models import EmbeddedCatalog, ObjectStorage, is_object_store_uri
 from tableflow_core.config.project import Project
 
 
@@ -69,8 +70,9 @@ def _settings(
     values: dict[str, Any] = {
         "host": config.host,
         "port": config.port,
-        "warehouse": project.resolve_path(config.warehouse),
-        "database_url": config.database_url,
+        "warehouse": warehouse_location(project, config),
+        "storage": server_storage(config.storage) if config.storage else None,
+        "database_url": database_url(project, config),
         "auth": "none" if config.auth.mode == "none" else "client-credentials",
         "client_id": config.auth.client_id,
         "client_secret": secret,
@@ -83,3 +85,43 @@ def _settings(
         # One readable sentence per problem (pydantic's text would also dump the inputs).
         messages = [str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()]
         raise ValueError("catalog: " + "; ".join(messages)) from None
+
+
+def warehouse_location(project: Project, config: EmbeddedCatalog) -> Any:
+    """An `s3://` warehouse as written; a local one as a path under the project."""
+    if is_object_store_uri(config.warehouse):
+        return config.warehouse.rstrip("/")
+    return project.resolve_path(config.warehouse.removeprefix("file://"))
+
+
+def database_url(project: Project, config: EmbeddedCatalog) -> str | None:
+    """`sqlite:///relative/path` is relative to the project (as every path in it), not to
+    the directory tableflow runs in."""
+    url = config.database_url
+    prefix = "sqlite:///"
+    if url is None or not url.startswith(prefix) or url.startswith(prefix + "/"):
+        return url
+    return prefix + str(project.resolve_path(url.removeprefix(prefix)))
+
+
+def server_storage(
+    storage: ObjectStorage, environ: Mapping[str, str] | None = None
+) -> ServerStorage:
+    """The server's store: it writes metadata with these keys and vends them to clients
+    when `credentials: vended`. A vending block without keys takes the server's own from
+    the environment (`TABLEFLOW_S3_ACCESS_KEY_ID` / `TABLEFLOW_S3_SECRET_ACCESS_KEY`, what
+    `tableflow dev up` gives the catalog it starts), else the AWS default chain."""
+    values: dict[str, Any] = {
+        "endpoint": storage.endpoint,
+        "region": storage.region,
+        "path_style_access": storage.path_style_access,
+        "vend_credentials": storage.credential_source == "vended",
+    }
+    if storage.access_key_id is None:
+        return ServerStorage.from_environment(environ, **values)
+    return ServerStorage(
+        access_key_id=storage.access_key_id.get_secret_value(),
+        secret_access_key=storage.secret_access_key,
+        session_token=storage.session_token,
+        **values,
+    )

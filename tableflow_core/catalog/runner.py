@@ -28,7 +28,6 @@ from tableflow_core.catalog.storage import (
     ACCESS_KEY_ID_ENV,
     SECRET_ACCESS_KEY_ENV,
     SESSION_TOKEN_ENV,
-    ObjectStorage,
 )
 from tableflow_core.redaction import redact_url
 
@@ -92,6 +91,11 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
 def _open_service(settings: CatalogServerSettings) -> CatalogService:
     if isinstance(settings.warehouse, Path):
         settings.warehouse.mkdir(parents=True, exist_ok=True)
+    sqlite_file = settings.resolved_database_url.partition("sqlite:///")[2]
+    if sqlite_file and settings.resolved_database_url.startswith("sqlite:///"):
+        # An s3:// warehouse keeps its database elsewhere: make its folder like the
+        # warehouse's (SQLite creates the file, not the folder).
+        Path(sqlite_file).parent.mkdir(parents=True, exist_ok=True)
     return CatalogService.open(
         settings.resolved_database_url,
         settings.warehouse_uri,
@@ -275,18 +279,7 @@ def server_arguments(settings: CatalogServerSettings) -> list[str]:
     if not settings.access_log:
         arguments.append("--no-access-log")
     if settings.storage is not None:
-        arguments += storage_arguments(settings.storage)
-    return arguments
-
-
-def storage_arguments(storage: ObjectStorage) -> list[str]:
-    """The object store's settings as server arguments (its keys go through the environment)."""
-    arguments = ["--s3-region", storage.region]
-    if storage.endpoint:
-        arguments += ["--s3-endpoint", storage.endpoint]
-    arguments.append("--s3-path-style-access" if storage.path_style_access else "--s3-virtual-host")
-    if storage.vend_credentials:
-        arguments.append("--vend-credentials")
+        arguments += settings.storage.server_arguments()
     return arguments
 
 

@@ -78,6 +78,18 @@ class ObjectStorage(BaseModel):
             env[SESSION_TOKEN_ENV] = self.session_token.get_secret_value()
         return env
 
+    def server_arguments(self) -> list[str]:
+        """These settings as catalog server arguments (the keys go through the environment)."""
+        arguments = ["--s3-region", self.region]
+        if self.endpoint:
+            arguments += ["--s3-endpoint", self.endpoint]
+        arguments.append(
+            "--s3-path-style-access" if self.path_style_access else "--s3-virtual-host"
+        )
+        if self.vend_credentials:
+            arguments.append("--vend-credentials")
+        return arguments
+
     def server_file_io_properties(self) -> dict[str, str]:
         """pyiceberg FileIO properties for the server's own reads and writes (with keys).
 

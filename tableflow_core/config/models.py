@@ -168,6 +168,93 @@ class EmbeddedCatalogAuth(ConfigModel):
     )
 
 
+OBJECT_STORE_SCHEMES = ("s3",)
+StorageCredentials = Literal["static", "vended", "default-chain"]
+
+
+def is_object_store_uri(location: str | None) -> bool:
+    """`s3://bucket/prefix` (the schemes tableflow reaches through the S3 API)."""
+    scheme, sep, _ = (location or "").partition("://")
+    return bool(sep) and scheme.lower() in OBJECT_STORE_SCHEMES
+
+
+class ObjectStorage(ConfigModel):
+    """How every engine reaches an `s3://` warehouse: S3 itself or an S3-compatible store.
+
+    Where the keys come from (`credentials`): `static`: the keys given here go to every
+    engine (Spark, pyiceberg, DuckDB, the Delta mirror); `vended`: the catalog hands them
+    out with each table (an embedded catalog vends the keys given here, or those of the
+    server `tableflow dev up` started); `default-chain`: the AWS SDKs' own chain
+    (environment, profile, instance role, web identity), nothing in the project.
+    """
+
+    endpoint: str | None = Field(
+        None,
+        description="S3 API URL of an S3-compatible store, e.g. `http://127.0.0.1:19000`; "
+        "leave out for AWS S3.",
+    )
+    region: str = Field("us-east-1", min_length=1, description="Region (every AWS SDK wants one).")
+    path_style_access: bool = Field(
+        True,
+        description="Address buckets by path (`http://host/bucket/key`); false for "
+        "virtual-hosted style (`http://bucket.host/key`).",
+    )
+    access_key_id: SecretStr | None = Field(
+        None,
+        description="Access key id; secret, never printed: "
+        "`\"{{ env_var('AWS_ACCESS_KEY_ID') }}\"`.",
+    )
+    secret_access_key: SecretStr | None = Field(
+        None,
+        description="Secret access key; secret, never printed: "
+        "`\"{{ env_var('AWS_SECRET_ACCESS_KEY') }}\"`.",
+    )
+    session_token: SecretStr | None = Field(
+        None, description="Session token of temporary keys; secret."
+    )
+    credentials: StorageCredentials | None = Field(
+        None,
+        description="Where engines get their keys: `static` (the keys above), `vended` (from "
+        "the catalog, with each table), `default-chain` (the AWS SDKs' chain: environment, "
+        "profile, instance role). Default: `static` when keys are given, else `default-chain`.",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+/?$", value):
+            raise ValueError(
+                f"endpoint {shown(value)} must be an http:// or https:// URL with a host "
+                "and no path, e.g. http://127.0.0.1:19000"
+            )
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _keys_fit_the_credentials(self) -> ObjectStorage:
+        has_id, has_secret = self.access_key_id is not None, self.secret_access_key is not None
+        if has_id != has_secret:
+            raise ValueError("give both access_key_id and secret_access_key, or neither")
+        if self.session_token is not None and not has_id:
+            raise ValueError("session_token needs access_key_id and secret_access_key")
+        if self.credentials == "static" and not has_id:
+            raise ValueError(
+                "credentials static needs access_key_id and secret_access_key "
+                "(from env_var(), never written in the file)"
+            )
+        if self.credentials == "default-chain" and has_id:
+            raise ValueError(
+                "credentials default-chain takes no keys: remove access_key_id and "
+                "secret_access_key, or choose credentials static"
+            )
+        return self
+
+    @property
+    def credential_source(self) -> StorageCredentials:
+        if self.credentials is not None:
+            return self.credentials
+        return "static" if self.access_key_id is not None else "default-chain"
+
+
 class EmbeddedCatalog(ConfigModel):
     """The project's own Iceberg REST catalog server (pyiceberg SqlCatalog behind it)."""
 
@@ -192,6 +279,38 @@ class EmbeddedCatalog(ConfigModel):
         default_factory=EmbeddedCatalogAuth,
         description="Client credentials engines must present.",
     )
+    storage: ObjectStorage | None = Field(
+        None,
+        description="How to reach an `s3://` warehouse (required with one): endpoint, region, "
+        "addressing, keys. With `credentials: vended` the catalog hands its keys to engines.",
+    )
+
+    @model_validator(mode="after")
+    def _storage_fits_the_warehouse(self) -> EmbeddedCatalog:
+        if is_object_store_uri(self.warehouse):
+            bucket = self.warehouse.split("://", 1)[1].split("/", 1)[0]
+            if not bucket:
+                raise ValueError(f"warehouse {shown(self.warehouse)} names no bucket")
+            if self.storage is None:
+                raise ValueError(
+                    f"warehouse {shown(self.warehouse)} is in object storage: add a `storage` "
+                    "block (endpoint, region, credentials)"
+                )
+            if self.database_url is None:
+                raise ValueError(
+                    f"warehouse {shown(self.warehouse)} is in object storage: set database_url "
+                    "(the catalog database cannot live in a bucket), e.g. "
+                    "sqlite:///./.tableflow/catalog.db"
+                )
+        elif "://" in self.warehouse and not self.warehouse.startswith("file://"):
+            raise ValueError(
+                f"warehouse {shown(self.warehouse)}: use a path, file:// or s3://bucket/prefix"
+            )
+        elif self.storage is not None:
+            raise ValueError(
+                f"storage applies to an s3:// warehouse; {shown(self.warehouse)} is a local path"
+            )
+        return self
 
 
 class ExternalCatalog(ConfigModel):
@@ -216,6 +335,11 @@ class RestCatalog(ExternalCatalog):
     warehouse: str | None = Field(None, description="Warehouse identifier sent to the server.")
     credential: SecretStr | None = Field(None, description="`client_id:client_secret`; secret.")
     token: SecretStr | None = Field(None, description="Static bearer token; secret.")
+    storage: ObjectStorage | None = Field(
+        None,
+        description="How engines reach the catalog's `s3://` tables: endpoint, region, "
+        "addressing and keys, or `credentials: vended` (the catalog hands them out).",
+    )
 
 
 class SqlCatalog(ExternalCatalog):
@@ -301,7 +425,16 @@ class SparkSettings(ConfigModel):
     )
     packages: list[str] = Field(
         default_factory=list,
-        description="Maven coordinates for `spark.jars.packages` (the Iceberg runtime is added for you).",
+        description="Maven coordinates for `spark.jars.packages` (the Iceberg runtime and AWS "
+        "bundle are added for you; list an `iceberg-spark-runtime` here to bring your own).",
+    )
+    iceberg_jars: Literal["cache", "packages"] = Field(
+        "cache",
+        description="Where the Iceberg Spark runtime and its AWS bundle (1.12.0) come from. "
+        "`cache`: downloaded once from Maven Central into `~/.cache/tableflow/maven`, checked "
+        "against pinned SHA-256 sums, and shipped to executors with `spark.jars`. `packages`: "
+        "Spark resolves the same coordinates itself (`spark.jars.packages`), e.g. on a cluster "
+        "that reaches Maven Central or a mirror.",
     )
     class_data_sharing: bool = Field(
         True,

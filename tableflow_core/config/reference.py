@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -22,6 +23,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("basic_auth", models.BasicAuth),
     ("catalog: type embedded (default)", models.EmbeddedCatalog),
     ("catalog.auth (embedded)", models.EmbeddedCatalogAuth),
+    ("catalog.storage (embedded, rest)", models.ObjectStorage),
     ("catalog: type rest", models.RestCatalog),
     ("catalog: type sql", models.SqlCatalog),
     ("catalog: type glue", models.GlueCatalog),
@@ -104,7 +106,7 @@ def render_reference() -> str:
         note = _section_note(heading)
         if note:
             parts.append(f"\n{note}\n\n")
-        doc = (model.__doc__ or "").strip()
+        doc = inspect.cleandoc(model.__doc__ or "")
         if doc:
             parts.append(f"{doc}\n")
         parts.append("\n| key | type | default | description |\n|---|---|---|---|\n")

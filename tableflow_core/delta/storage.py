@@ -1,4 +1,10 @@
-"""deltalake storage options from a pyiceberg table's FileIO properties (same credentials)."""
+"""deltalake storage options from a pyiceberg table's FileIO properties (same credentials).
+
+Commits to a Delta log on S3 are conditional PUTs (`If-None-Match: *`, delta-rs's default
+on S3): of two writers of one version exactly one wins. The options never carry
+`AWS_S3_ALLOW_UNSAFE_RENAME` (a copy-then-delete "rename" that loses commits under
+concurrency) and no locking provider: only the keys below are mapped.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ _S3_OPTIONS: Mapping[str, str] = {
     "s3.secret-access-key": "AWS_SECRET_ACCESS_KEY",
     "s3.session-token": "AWS_SESSION_TOKEN",
     "s3.region": "AWS_REGION",
+    "s3.force-virtual-addressing": "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
 }
 
 

@@ -45,7 +45,11 @@ def start_python_workers(spark: SparkSession) -> threading.Thread | None:
     `mapInArrow` on the caller's thread (the thread that built the session): importing
     pyspark's modules on two threads at once can end in Python's import deadlock error."""
     try:
-        frame = spark.sql("SELECT 1 AS warm").mapInArrow(pass_batches, "warm int")
+        # On a session of its own (same application, its own SQL conf): Spark copies the
+        # SQL conf into the job's properties, and the catalog's secrets, set on `spark`
+        # meanwhile, must not reach them (see `register_catalog`).
+        own = spark.newSession()
+        frame = own.sql("SELECT 1 AS warm").mapInArrow(pass_batches, "warm int")
     except Exception as exc:  # the read starts the daemon itself
         LOG.debug("starting the Python workers early failed: %s", exc)
         return None

@@ -1,19 +1,24 @@
 """Building the SparkSession that `apply` runs on.
 
-Every table write goes through the Apache Iceberg Spark runtime. The runtime jar
-comes from the `snowpark-connect-deps-iceberg` wheel when it is installed (no
-Maven access needed); otherwise users pass `spark.jars.packages` themselves.
+Every table write goes through the Apache Iceberg Spark runtime; its S3FileIO calls the
+AWS SDK in `iceberg-aws-bundle` of the same Iceberg version. Both come from the lock
+`jvm/artifact_locks/iceberg-s3.json`: fetched once into the artifact cache and shipped
+with `spark.jars` (the default), or resolved by Spark itself from their coordinates
+(`spark.jars.packages`) when the target says `spark.iceberg_jars: packages`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from tableflow_core.jvm.artifacts import ensure, load_lock, spark_packages
 from tableflow_core.jvm.class_data_sharing import JAVA_OPTIONS_KEY, class_data_sharing
 
 if TYPE_CHECKING:
@@ -21,8 +26,18 @@ if TYPE_CHECKING:
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
-ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-ICEBERG_RUNTIME_PACKAGE = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
+# The Iceberg Spark runtime and the AWS bundle its S3FileIO needs, one Iceberg version.
+ICEBERG_LOCK = "iceberg-s3"
+ICEBERG_RUNTIME_ARTIFACT = "iceberg-spark-runtime"
+
+IcebergJarSource = Literal["cache", "packages"]
+
+# Spark redacts a conf entry (environment page, event log) when its key or value matches.
+# Its default, `(?i)secret|password|token|access[.]?key`, misses the REST catalog's
+# `spark.sql.catalog.<name>.credential` (client id and secret in one value) and the S3
+# key id `s3.access-key-id`; `access[._-]?key` also covers `AWS_ACCESS_KEY_ID`.
+REDACTION_KEY = "spark.redaction.regex"
+REDACTION_REGEX = "(?i)secret|password|token|credential|access[._-]?key"
 
 # Spark's defaults are tuned for clusters; these suit a laptop or a 2-core CI box
 # (measured: 200 shuffle partitions made a 1M-row dedup 3-5x slower than 4).
@@ -51,6 +66,7 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
 WORKER_DISTUTILS_KEY = "spark.executorEnv.SETUPTOOLS_USE_DISTUTILS"
 
 DRIVER_CLASS_PATH_KEY = "spark.driver.extraClassPath"
+EXECUTOR_OPTIONS_KEY = "spark.executor.extraJavaOptions"
 # Python workers fork from a daemon that imported the decode path already.
 WORKER_DAEMON_MODULE = "tableflow_core.pipeline.worker_daemon"
 
@@ -76,14 +92,28 @@ SHORT_LIVED_SPARK_CONF: dict[str, str] = {
 }
 
 
-def iceberg_runtime_jar() -> str | None:
-    """Path of the bundled Iceberg Spark runtime jar, or None if not installed."""
-    try:
-        import snowpark_connect_deps_iceberg
-    except ImportError:
-        return None
-    path = snowpark_connect_deps_iceberg.get_jar_path(ICEBERG_RUNTIME_JAR)
-    return str(path) if path and os.path.exists(str(path)) else None
+@dataclass(frozen=True)
+class IcebergJars:
+    """Where the session's Iceberg jars come from: local files (`spark.jars`, shipped by
+    the driver to the executors) or coordinates Spark resolves (`spark.jars.packages`)."""
+
+    files: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+
+
+def iceberg_jars(source: IcebergJarSource = "cache") -> IcebergJars:
+    """The Iceberg runtime and AWS bundle of the `iceberg-s3` lock. `cache`: their files in
+    the artifact cache, downloaded and checked only the first time (`jvm/artifacts.py`);
+    `packages`: their coordinates, for a cluster whose Spark resolves from Maven itself."""
+    lock = load_lock(ICEBERG_LOCK)
+    if source == "packages":
+        return IcebergJars(packages=tuple(spark_packages(lock).split(",")))
+    return IcebergJars(files=tuple(str(path) for path in ensure(lock).files))
+
+
+def redaction_regex(user_regex: str | None) -> str:
+    """Ours, or ours and the user's: a user's own pattern widens redaction, never narrows it."""
+    return f"{REDACTION_REGEX}|(?:{user_regex})" if user_regex else REDACTION_REGEX
 
 
 def iceberg_catalog_conf(name: str, properties: Mapping[str, str]) -> dict[str, str]:
@@ -100,9 +130,26 @@ def iceberg_catalog_conf(name: str, properties: Mapping[str, str]) -> dict[str, 
 
 
 def register_catalog(spark: SparkSession, name: str, properties: Mapping[str, str]) -> None:
-    """Register an Iceberg catalog on a running session (catalogs load lazily by name)."""
-    for key, value in iceberg_catalog_conf(name, properties).items():
+    """Register an Iceberg catalog on a running session.
+
+    Settings made on a running session are SQL conf, and Spark copies the SQL conf into
+    every job's and stage's properties, which its event log writes without redaction
+    (only keys of the application's SparkConf are redacted there): the catalog credential
+    and S3 keys would be in the log in clear. So a catalog with secrets is loaded at once
+    (it reads its options only then) and its secret entries are removed from the conf.
+    """
+    conf = iceberg_catalog_conf(name, properties)
+    for key, value in conf.items():
         spark.conf.set(key, value)
+    secret = re.compile(REDACTION_REGEX)
+    secret_keys = [k for k, v in conf.items() if secret.search(k) or secret.search(v)]
+    if secret_keys:
+        # The catalog manager reads the conf of the thread's active session.
+        session = spark._jsparkSession
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(session)  # type: ignore[union-attr]
+        session.sessionState().catalogManager().catalog(name)
+        for key in secret_keys:
+            spark.conf.unset(key)
 
 
 def build_spark_session(
@@ -113,12 +160,16 @@ def build_spark_session(
     catalogs: Mapping[str, Mapping[str, str]] | None = None,
     short_lived: bool = False,
     share_classes: bool = False,
+    iceberg: IcebergJarSource = "cache",
+    java_options: Sequence[str] = (),
 ) -> SparkSession:
     """Create (or reuse) the SparkSession with the Iceberg runtime and extensions.
 
     `short_lived`: the application ends with the command (apply): C1-only JIT.
     `share_classes`: the driver JVM maps its classes from a class-data sharing archive
     (written by the first such JVM to exit; `jvm/class_data_sharing.py`).
+    `java_options`: system properties for the driver and executor JVMs (the object
+    store's AWS SDK settings), before the user's own.
     """
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -128,13 +179,15 @@ def build_spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    merged = session_conf(conf, packages, catalogs, short_lived)
+    user_packages = list(packages or [])
+    jars = IcebergJars() if _brings_own_iceberg(user_packages) else iceberg_jars(iceberg)
+    merged = session_conf(conf, user_packages, catalogs, short_lived, jars, java_options)
     if share_classes:
         sharing = class_data_sharing(merged)
         if sharing is not None:
             user_options = (conf or {}).get(JAVA_OPTIONS_KEY)
             merged[JAVA_OPTIONS_KEY] = driver_java_options(
-                user_options, short_lived, sharing.java_options()
+                user_options, short_lived, (*java_options, *sharing.java_options())
             )
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in merged.items():
@@ -149,9 +202,12 @@ def session_conf(
     packages: list[str] | None = None,
     catalogs: Mapping[str, Mapping[str, str]] | None = None,
     short_lived: bool = False,
+    iceberg: IcebergJars | None = None,
+    java_options: Sequence[str] = (),
 ) -> dict[str, str]:
     """The Spark conf `build_spark_session` starts the application with (before the class
-    archive's options): our defaults, the Iceberg runtime, catalogs, then the user's."""
+    archive's options): our defaults, the Iceberg jars (`iceberg`, see `iceberg_jars`),
+    catalogs, then the user's."""
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
     if short_lived:
         merged.update(SHORT_LIVED_SPARK_CONF)
@@ -161,38 +217,49 @@ def session_conf(
     merged["spark.sql.extensions"] = (
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
     )
-    jar = iceberg_runtime_jar()
-    all_packages = list(packages or [])
-    if jar:
-        merged["spark.jars"] = jar
-    elif not any("iceberg-spark-runtime" in p for p in all_packages):
-        all_packages.append(ICEBERG_RUNTIME_PACKAGE)
+    jars = iceberg if iceberg is not None else IcebergJars()
+    all_packages = [*jars.packages, *(packages or [])]
     if all_packages:
         merged["spark.jars.packages"] = ",".join(all_packages)
     for name, props in (catalogs or {}).items():
         merged.update(iceberg_catalog_conf(name, props))
     user_conf = {k: str(v) for k, v in (conf or {}).items()}
     merged.update(user_conf)
-    merged[JAVA_OPTIONS_KEY] = driver_java_options(user_conf.get(JAVA_OPTIONS_KEY), short_lived)
-    if jar:
+    merged[REDACTION_KEY] = redaction_regex(user_conf.get(REDACTION_KEY))
+    merged[JAVA_OPTIONS_KEY] = driver_java_options(
+        user_conf.get(JAVA_OPTIONS_KEY), short_lived, java_options
+    )
+    if java_options:
+        executor_options = (*java_options, *filter(None, [user_conf.get(EXECUTOR_OPTIONS_KEY)]))
+        merged[EXECUTOR_OPTIONS_KEY] = " ".join(executor_options)
+    if jars.files:
+        user_jars = user_conf.get("spark.jars")
+        merged["spark.jars"] = ",".join(p for p in (*jars.files, user_jars) if p)
         # `spark.jars` reaches Iceberg's classes through a child class loader, so each of
         # them is first looked up, and missed, in all ~250 jars of the driver's class path
         # (class-data sharing maps them only after that miss): on the driver's own class
-        # path they load directly, and from the archive without the lookup. Executors still get the jar through `spark.jars`.
+        # path they load directly, and from the archive without the lookup. Executors
+        # still get the jars through `spark.jars`.
         user_path = user_conf.get(DRIVER_CLASS_PATH_KEY)
-        merged[DRIVER_CLASS_PATH_KEY] = os.pathsep.join(p for p in (jar, user_path) if p)
+        merged[DRIVER_CLASS_PATH_KEY] = os.pathsep.join((*jars.files, *filter(None, [user_path])))
     return merged
 
 
+def _brings_own_iceberg(packages: Sequence[str]) -> bool:
+    """The user listed an Iceberg runtime in `spark.packages`: theirs, not ours."""
+    return any(ICEBERG_RUNTIME_ARTIFACT in coordinate for coordinate in packages)
+
+
 def driver_java_options(
-    user_options: str | None, short_lived: bool, class_sharing: Sequence[str] = ()
+    user_options: str | None, short_lived: bool, ours: Sequence[str] = ()
 ) -> str:
-    """Our log4j configuration (the JIT choice, the class-data sharing archive), then the
-    user's own options, which win where they set the same flag (the JVM takes the last)."""
+    """Our log4j configuration (the JIT choice, `ours`: system properties, the class-data
+    sharing archive), then the user's own options, which win where they set the same
+    flag (the JVM takes the last)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     if short_lived:
         options.extend(SHORT_LIVED_JVM_OPTIONS)
-    options.extend(class_sharing)
+    options.extend(ours)
     if user_options:
         options.append(user_options)
     return " ".join(options)

@@ -16,6 +16,7 @@ from tableflow_core.config.models import (
     MaintenanceOperation,
     RemoveOrphansSettings,
     RewriteDeletesSettings,
+    is_object_store_uri,
     parse_duration_seconds,
 )
 from tableflow_core.errors import TableflowError
@@ -158,6 +159,9 @@ def remove_orphans(
                 f"table => '{table.procedure_arg}'",
                 f"older_than => {timestamp_literal(cutoff)}",
                 f"location => {sql_string(location)}",
+                # Spark lists through Hadoop by default, which has no `s3://` file system
+                # here: S3FileIO lists the prefix itself.
+                *(["prefix_listing => true"] if is_object_store_uri(location) else []),
             )
         )
         try:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from tableflow_core.config.models import SqlCatalog
 from tableflow_core.config.project import Project, Table
 from tableflow_core.publish.base import CatalogPublisher
 from tableflow_core.publish.errors import PublishConflictError, PublishError
@@ -46,6 +47,9 @@ class PublishResult:
 
 
 Opener = Callable[[str, object], CatalogPublisher]
+# The FileIO properties a destination needs to read the source's files (object store
+# address, region, keys), not the source catalog's own (uri, credential, type).
+FILE_IO_PREFIXES = ("s3.", "client.")
 
 
 def _publish_one(
@@ -80,16 +84,22 @@ def publish_table(
     attempts: int = 5,
     backoff_s: float = 0.2,
     opener: Opener = open_publisher,
+    file_io: Mapping[str, str] | None = None,
 ) -> PublishResult:
     """Register or update `table`'s pointer in every catalog of its `publish_to`.
 
     No data is copied: the catalogs point at the table's own metadata file. A conflict
     (the pointer moved meanwhile) is retried after re-reading it. One catalog failing
-    does not stop the others; its entry carries the (redacted) error.
+    does not stop the others; its entry carries the (redacted) error. `file_io`: the
+    source table's FileIO properties (an S3 endpoint and keys): a SQL catalog reads the
+    metadata file it registers through pyiceberg here, with the same access.
     """
     entries = []
     for name in table.publish_to:
         config = project.target.publish_catalogs[name]
+        if file_io and isinstance(config, SqlCatalog):
+            access = {k: v for k, v in file_io.items() if k.startswith(FILE_IO_PREFIXES)}
+            config = config.model_copy(update={"properties": {**access, **config.properties}})
         previous: str | None = None
         try:
             publisher = opener(name, config)

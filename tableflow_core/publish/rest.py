@@ -12,6 +12,7 @@ from typing import Any
 
 from tableflow_core.config.models import RestCatalog
 from tableflow_core.publish.errors import PublishError
+from tableflow_core.targets.storage import target_storage
 
 
 def rest_properties(config: RestCatalog) -> dict[str, str]:
@@ -23,7 +24,8 @@ def rest_properties(config: RestCatalog) -> dict[str, str]:
         props["credential"] = config.credential.get_secret_value()
     if config.token is not None:
         props["token"] = config.token.get_secret_value()
-    return props
+    storage = target_storage(config)
+    return {**storage.pyiceberg_properties(), **props} if storage is not None else props
 
 
 class RestPublisher:

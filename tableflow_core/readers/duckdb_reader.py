@@ -47,9 +47,20 @@ def attach_rest_catalog(
     credential: str | None,
     warehouse: str = "warehouse",
     default_schema: str | None = None,
+    s3_secret: Sequence[tuple[str, str | bool]] | None = None,
 ) -> None:
-    """ATTACH an Iceberg REST catalog as `alias` (optionally USE one of its namespaces)."""
+    """ATTACH an Iceberg REST catalog as `alias` (optionally USE one of its namespaces).
+
+    Tables on S3 are read with the keys the catalog vends with each table, unless
+    `s3_secret` is given: then with that S3 secret (`CREATE SECRET (TYPE s3, ...)`
+    options, e.g. `(("KEY_ID", ...), ("SECRET", ...), ("ENDPOINT", "host:port"))`; no
+    KEY_ID: the AWS credential chain), and the catalog is not asked for keys.
+    """
     uri = uri.rstrip("/")
+    delegation = ""
+    if s3_secret is not None:
+        create_s3_secret(con, s3_secret)
+        delegation = ", ACCESS_DELEGATION_MODE 'none'"
     if credential:
         client_id, _, client_secret = credential.partition(":")
         con.execute(
@@ -61,12 +72,31 @@ def attach_rest_catalog(
     else:
         options = "AUTHORIZATION_TYPE 'none'"
     con.execute(
-        f"ATTACH '{_quote(warehouse)}' AS {alias} (TYPE iceberg, ENDPOINT '{_quote(uri)}', {options})"
+        f"ATTACH '{_quote(warehouse)}' AS {alias} "
+        f"(TYPE iceberg, ENDPOINT '{_quote(uri)}', {options}{delegation})"
     )
     if default_schema:
         # DuckDB resolves `namespace.table` against the current catalog once one of its
         # schemas is in use (the REST catalog has no `main` schema to USE).
         con.execute(f"USE {alias}.{default_schema}")
+
+
+def create_s3_secret(
+    con: duckdb.DuckDBPyConnection, options: Sequence[tuple[str, str | bool]]
+) -> None:
+    """The session's S3 secret (httpfs): values are bound, never put in the SQL text.
+    Without KEY_ID the AWS credential chain (the aws extension) finds the keys."""
+    names = [name for name, _ in options]
+    if any(not name.isidentifier() for name in names):
+        raise ValueError(f"not an S3 secret option name: {names}")
+    clauses = [f"{name} ?" for name in names]
+    if "KEY_ID" not in names:
+        con.execute(f"LOAD '{extension_path('duckdb_extension_aws', 'aws')}'")
+        clauses.insert(0, "PROVIDER credential_chain")
+    con.execute(
+        f"CREATE OR REPLACE SECRET tableflow_s3 (TYPE s3, {', '.join(clauses)})",
+        [value for _, value in options],
+    )
 
 
 def _quote(text: str) -> str:

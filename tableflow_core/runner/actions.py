@@ -41,6 +41,7 @@ from tableflow_core.runner.binding import bind_spec
 from tableflow_core.schemas.evolution import SchemaDiff
 from tableflow_core.sql_text import quote_ident
 from tableflow_core.targets.kafka import kafka_consumer_config
+from tableflow_core.targets.storage import ObjectStoreError, describe_store, object_store_failure
 
 
 @dataclass
@@ -90,7 +91,19 @@ def run_task(context: ApplyContext, task: DagTask) -> Any:
     runner = TASK_RUNNERS.get(task.kind)
     if runner is None:
         raise NotImplementedError(f"task kind {task.kind} is not supported yet")
-    return runner(context, task)
+    try:
+        return runner(context, task)
+    except Exception as exc:
+        storage = context.handle.storage
+        cause = object_store_failure(exc) if storage is not None else None
+        if cause is None or isinstance(exc, ObjectStoreError):
+            raise
+        store = describe_store(storage, getattr(context.handle.catalog, "properties", {}))
+        raise ObjectStoreError(
+            f"{store} failed during {task.id} (table {task.table or '-'}): {cause}. "
+            "Nothing of this step was published; a re-run continues from the table's "
+            "committed offsets."
+        ) from exc
 
 
 @task_runner("create_namespace")
@@ -266,9 +279,11 @@ def _publish(context: ApplyContext, task: DagTask) -> Any:
 
     assert task.table is not None
     table = context.project.table(task.table)
-    location = _load_table(context, task.table).metadata_location
+    loaded = _load_table(context, task.table)
     one = replace(table, publish_to=(publish_catalog(task),))
-    result = publish_table(context.project, one, location)
+    result = publish_table(
+        context.project, one, loaded.metadata_location, file_io=dict(loaded.io.properties)
+    )
     if not result.ok:
         raise PublishError(f"the table's commits stand; publishing failed: {result.summary_line()}")
     return result

@@ -24,6 +24,7 @@ from tableflow_core.config.models import (
 from tableflow_core.config.project import Project
 from tableflow_core.errors import TableflowError
 from tableflow_core.redaction import redact_url
+from tableflow_core.targets.storage import StorageAccess, target_storage
 
 
 class CatalogUnavailableError(TableflowError, RuntimeError):
@@ -44,6 +45,7 @@ class CatalogHandle:
     spark_properties: dict[str, str]
     address: str  # shown in error messages (never carries secrets)
     started_server: bool = False
+    storage: StorageAccess | None = None  # the warehouse is on object storage
     _server: Any = field(default=None, repr=False)
 
 
@@ -86,12 +88,13 @@ def _embedded(
             ) from exc
         uri = server.uri
         credential = server.credential
-    return (
-        pyiceberg_catalog_properties(uri, credential),
-        spark_catalog_properties(uri, credential),
-        uri,
-        server,
-    )
+    pyiceberg_props = pyiceberg_catalog_properties(uri, credential)
+    spark_props = spark_catalog_properties(uri, credential)
+    storage = target_storage(config)
+    if storage is not None:
+        pyiceberg_props.update(storage.pyiceberg_properties())
+        spark_props.update(storage.spark_properties())  # S3FileIO instead of Hadoop's
+    return pyiceberg_props, spark_props, uri, server
 
 
 def _verify_server(config: EmbeddedCatalog, client_secret: str) -> None:
@@ -116,7 +119,13 @@ def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
         props.setdefault("rest.auth.type", "oauth2")  # Spark warns when it has to infer this
     if config.token is not None:
         props["token"] = config.token.get_secret_value()
-    return props, dict(props), redact_url(config.uri)
+    pyiceberg_props, spark_props = dict(props), dict(props)
+    storage = target_storage(config)
+    if storage is not None:
+        # The user's own catalog properties win over what the storage block derives.
+        pyiceberg_props = {**storage.pyiceberg_properties(), **pyiceberg_props}
+        spark_props = {**storage.spark_properties(), **spark_props}
+    return pyiceberg_props, spark_props, redact_url(config.uri)
 
 
 def _sql(project: Project, config: SqlCatalog) -> tuple[dict[str, str], dict[str, str], str]:
@@ -179,6 +188,7 @@ def open_catalog(project: Project) -> Iterator[CatalogHandle]:
             spark_properties=spark_props,
             address=address,
             started_server=server is not None,
+            storage=target_storage(config),
             _server=server,
         )
     finally:

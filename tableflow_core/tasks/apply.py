@@ -26,6 +26,7 @@ from tableflow_core.runner.lock import table_locks
 from tableflow_core.runner.progress import ApplyProgress
 from tableflow_core.runner.results import RunResults, TableResult, write_run_results
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
+from tableflow_core.targets.storage import object_store_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -158,6 +159,8 @@ def project_spark_session(
         catalogs,
         short_lived=short_lived,
         share_classes=settings.class_data_sharing,
+        iceberg=settings.iceberg_jars,
+        java_options=object_store_java_options(project.target.catalog),
     )
 
 

@@ -32,6 +32,7 @@ from tableflow_core.maintenance.schedule import not_due_reason
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
+from tableflow_core.targets.storage import object_store_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,6 +108,8 @@ def maintenance_spark_session(project: Project, handle: CatalogHandle) -> SparkS
         list(settings.packages),
         {handle.spark_name: handle.spark_properties},
         share_classes=settings.class_data_sharing,
+        iceberg=settings.iceberg_jars,
+        java_options=object_store_java_options(project.target.catalog),
     )
 
 
@@ -173,7 +176,13 @@ class MaintainTask:
                 )
                 published = None
                 if table.publish_to and report.metadata_location:
-                    published = publish_table(self.project, table, report.metadata_location)
+                    loaded = handle.catalog.load_table((*table.namespace, table.table))
+                    published = publish_table(
+                        self.project,
+                        table,
+                        report.metadata_location,
+                        file_io=dict(loaded.io.properties),
+                    )
                 delta, delta_error = None, None
                 if "delta" in table.formats and report.metadata_location:
                     delta, delta_error = self._sync_delta(handle, table)

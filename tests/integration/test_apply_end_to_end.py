@@ -13,6 +13,7 @@ from tableflow_core.plan.plan_file import StalePlanError, load_plan, save_plan
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.lake import LAKES
 from tests.fixtures.stack import unique_name
 
 pytestmark = pytest.mark.slow
@@ -23,8 +24,9 @@ def plan_of(root):
     return project, PlanTask(project, project.tables).run()
 
 
+@LAKES
 def test_plan_apply_plan_then_lag_then_stale(
-    tmp_path, stack_project, kafka_broker, schema_registry, catalog_server, spark
+    tmp_path, stack_project, kafka_broker, schema_registry, lake, spark
 ):
     topic = unique_name("orders")
     namespace = unique_namespace("shop")
@@ -61,7 +63,9 @@ def test_plan_apply_plan_then_lag_then_stale(
     assert table_result.records_written == 200
     assert sum(table_result.offsets_after.values()) == 200
     assert (root / "target" / "run_results.json").is_file()
-    rows = catalog_server.pyiceberg_catalog().load_table((namespace, "orders")).scan().to_arrow()
+    loaded = lake.pyiceberg_catalog().load_table((namespace, "orders"))
+    assert loaded.metadata.location.startswith("s3://" if lake.kind == "s3" else "file:")
+    rows = loaded.scan().to_arrow()
     assert rows.num_rows == 200 and len(set(rows["order_id"].to_pylist())) == 200
 
     # 3. Plan again: no changes, exit code 0 with --detailed-exitcode.

@@ -42,6 +42,7 @@ from tableflow_core.tasks.plan import PlanTask
 from tableflow_core.tasks.run import RunTask
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
 from tests.fixtures.catalog import start_catalog_server, unique_namespace
+from tests.fixtures.lake import LAKES, Lake
 from tests.fixtures.poison import framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.integration.test_cli_basics import tableflow
@@ -166,8 +167,9 @@ def dlq_rows(env: Env, identifier: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["source_partition"], r["source_offset"]))
 
 
+@LAKES
 def test_dlq_iceberg_table_every_offset_once_and_kill_9_before_publish(
-    spark: Any, make_env: Any, poison: Poison
+    spark: Any, make_env: Any, poison: Poison, lake: Lake
 ) -> None:
     identifier = f"{unique_namespace('dlq')}.bad_records"
     env = make_env(

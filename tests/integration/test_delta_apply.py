@@ -12,6 +12,7 @@ import pytest
 from tableflow_core.delta import mirrored_snapshot_id
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.apply_env import apply
+from tests.fixtures.lake import LAKES, Lake
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.integration.test_delta_sync import deltalake_rows, duckdb_rows, iceberg_rows
 from tests.unit.test_engine_helpers import produce_avro
@@ -23,11 +24,13 @@ def records(start: int, count: int) -> list[dict[str, Any]]:
     return [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(start, start + count)]
 
 
+@LAKES
 def test_apply_syncs_the_delta_log_after_each_commit(
     spark: Any,
     make_env: Any,
     kafka_broker: KafkaBroker,
     schema_registry: SchemaRegistryServer,
+    lake: Lake,
 ) -> None:
     topic = kafka_broker.create_topic(unique_name("delta"), 2)
     produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 12), 2)
@@ -40,10 +43,12 @@ def test_apply_syncs_the_delta_log_after_each_commit(
         expected = iceberg_rows(table)
         assert [r["id"] for r in expected] == expected_ids
         location = table.metadata.location
-        assert deltalake_rows(location) == expected
-        assert duckdb_rows(location) == expected
+        options = lake.storage_options(table)
+        assert deltalake_rows(location, options) == expected
+        assert duckdb_rows(location, options) == expected
         snapshot = table.current_snapshot()
-        assert snapshot is not None and mirrored_snapshot_id(location) == snapshot.snapshot_id
+        assert snapshot is not None
+        assert mirrored_snapshot_id(location, options) == snapshot.snapshot_id
         if more:
             produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(12, more), 2)
 

@@ -38,21 +38,35 @@ def iceberg_rows(table: Any) -> list[dict[str, Any]]:
     return _sorted(table.scan().to_arrow().to_pylist())
 
 
-def deltalake_rows(location: str) -> list[dict[str, Any]]:
+def deltalake_rows(location: str, options: dict[str, str] | None = None) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
-    return _sorted(
-        pa.table(DeltaTable(normalize_location(location)).to_pyarrow_table()).to_pylist()
-    )
+    table = DeltaTable(normalize_location(location), storage_options=options)
+    return _sorted(pa.table(table.to_pyarrow_table()).to_pylist())
 
 
-def duckdb_rows(location: str) -> list[dict[str, Any]]:
+def duckdb_rows(location: str, options: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """DuckDB's delta_scan; `options` (deltalake's, for S3) become an S3 secret."""
     import duckdb
 
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
     con.execute("SET TimeZone = 'UTC'")
+    if options:
+        con.execute(f"LOAD '{extension_path('duckdb_extension_httpfs', 'httpfs')}'")
+        endpoint = options["AWS_ENDPOINT_URL"]
+        con.execute(
+            "CREATE SECRET store (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
+            "URL_STYLE 'path', USE_SSL ?)",
+            [
+                options["AWS_ACCESS_KEY_ID"],
+                options["AWS_SECRET_ACCESS_KEY"],
+                options.get("AWS_REGION", "us-east-1"),
+                endpoint.split("://", 1)[1],
+                endpoint.startswith("https://"),
+            ],
+        )
     con.execute(f"LOAD '{extension_path('duckdb_extension_delta', 'delta')}'")
     result = con.execute("SELECT * FROM delta_scan(?)", [normalize_location(location)])
     names = [d[0] for d in result.description]

@@ -19,6 +19,7 @@ from tableflow_core.config.models import Maintenance
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.maintenance import maintenance_due, run_maintenance
 from tableflow_core.maintenance.last_run import last_runs
+from tableflow_core.readers.duckdb_reader import create_s3_secret
 from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets, read_committed_offsets
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.unit.test_engine_helpers import duckdb_connection
@@ -61,17 +62,29 @@ def data_files(catalog: Any, name: str) -> int:
 
 
 def read_rows(catalog: Any, name: str) -> tuple[int, int]:
-    """(rows, sum(id)) by pyiceberg, checked against DuckDB on the same metadata."""
+    """(rows, sum(id)) by pyiceberg, checked against DuckDB on the same metadata (on S3 with
+    the keys pyiceberg's FileIO has: the catalog's vended ones)."""
     table = catalog.load_table(name)
     arrow = table.scan().to_arrow()
     by_pyiceberg = (arrow.num_rows, sum(arrow["id"].to_pylist()))
-    rows, ids = (
-        duckdb_connection()
-        .execute(
-            f"SELECT count(*), coalesce(sum(id), 0) FROM iceberg_scan('{table.metadata_location}')"
+    con = duckdb_connection()
+    io = table.io.properties
+    if table.metadata_location.startswith("s3://"):
+        endpoint = io["s3.endpoint"]
+        create_s3_secret(
+            con,
+            [
+                ("KEY_ID", io["s3.access-key-id"]),
+                ("SECRET", io["s3.secret-access-key"]),
+                ("REGION", io.get("s3.region", "us-east-1")),
+                ("ENDPOINT", endpoint.split("://", 1)[1]),
+                ("URL_STYLE", "path"),
+                ("USE_SSL", endpoint.startswith("https://")),
+            ],
         )
-        .fetchone()
-    )  # type: ignore[misc]
+    rows, ids = con.execute(
+        f"SELECT count(*), coalesce(sum(id), 0) FROM iceberg_scan('{table.metadata_location}')"
+    ).fetchone()  # type: ignore[misc]
     assert (rows, ids) == by_pyiceberg
     return by_pyiceberg
 

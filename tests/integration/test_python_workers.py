@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,15 +21,29 @@ pytestmark = pytest.mark.slow
 
 
 def _worker_daemons() -> int:
-    """Processes running tableflow's worker daemon module (Spark forks workers from it)."""
+    """This test process's (its Spark JVM's) processes running tableflow's worker daemon
+    module (Spark forks workers from it); other test runs on the machine have their own."""
     count = 0
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             arguments = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        count += b"tableflow_core.pipeline.worker_daemon" in arguments
+        if b"tableflow_core.pipeline.worker_daemon" in arguments:
+            count += _descends_from(int(cmdline.parent.name), os.getpid())
     return count
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's pid
+    return False
 
 
 def test_the_warm_up_task_runs_on_the_daemon_the_reads_use(spark: SparkSession) -> None:

@@ -134,7 +134,11 @@ RUN_2: list[Record] = [
 AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
 
 
-@pytest.mark.parametrize("key_format", ["avro", "string", "avro-key-field"])
+@pytest.mark.parametrize(
+    ("key_format", "lake"),
+    [("avro", "file"), ("string", "file"), ("avro-key-field", "file"), ("avro", "s3")],
+    indirect=["lake"],
+)
 def test_upsert_last_record_per_key_wins_tombstones_delete(
     spark: Any,
     make_env: Any,

@@ -47,15 +47,70 @@ def test_driver_java_options_keep_ours_and_the_users() -> None:
     assert driver_java_options(None, short_lived=False).count(" ") == 0
 
 
-def test_the_bundled_iceberg_jar_is_on_the_drivers_own_class_path() -> None:
-    from tableflow_core.engine.spark_session import iceberg_runtime_jar, session_conf
+def test_the_cached_iceberg_jars_are_on_the_drivers_own_class_path() -> None:
+    from tableflow_core.engine.spark_session import IcebergJars, session_conf
 
-    jar = iceberg_runtime_jar()
-    assert jar is not None, "the bundled Iceberg runtime is part of the install"
-    conf = session_conf({"spark.driver.extraClassPath": "/opt/udfs.jar"})
-    assert conf["spark.jars"] == jar  # executors fetch it from here
-    assert conf["spark.driver.extraClassPath"] == f"{jar}:/opt/udfs.jar"
-    assert session_conf()["spark.driver.extraClassPath"] == jar
+    jars = IcebergJars(files=("/cache/runtime.jar", "/cache/aws-bundle.jar"))
+    conf = session_conf(
+        {"spark.driver.extraClassPath": "/opt/udfs.jar", "spark.jars": "/opt/mine.jar"},
+        iceberg=jars,
+    )
+    # Executors fetch them from here; the user's own jars are kept.
+    assert conf["spark.jars"] == "/cache/runtime.jar,/cache/aws-bundle.jar,/opt/mine.jar"
+    assert conf["spark.driver.extraClassPath"] == (
+        "/cache/runtime.jar:/cache/aws-bundle.jar:/opt/udfs.jar"
+    )
+    assert "spark.jars.packages" not in conf
+    plain = session_conf(iceberg=jars)
+    assert plain["spark.driver.extraClassPath"] == "/cache/runtime.jar:/cache/aws-bundle.jar"
+
+
+def test_a_cluster_can_resolve_the_same_iceberg_jars_itself() -> None:
+    from tableflow_core.engine.spark_session import ICEBERG_LOCK, IcebergJars, session_conf
+    from tableflow_core.jvm.artifacts import load_lock
+
+    lock = load_lock(ICEBERG_LOCK)
+    coordinates = tuple(f"{c.group}:{c.artifact}:{c.version}" for c in lock.roots)
+    assert {c.split(":")[1] for c in coordinates} == {
+        "iceberg-spark-runtime-3.5_2.12",
+        "iceberg-aws-bundle",
+    }
+    assert len({c.split(":")[2] for c in coordinates}) == 1  # one Iceberg version
+    conf = session_conf(
+        packages=["org.example:udfs:1.0"], iceberg=IcebergJars(packages=coordinates)
+    )
+    assert conf["spark.jars.packages"] == ",".join((*coordinates, "org.example:udfs:1.0"))
+    assert "spark.jars" not in conf and "spark.driver.extraClassPath" not in conf
+
+
+def test_a_user_who_lists_an_iceberg_runtime_gets_theirs_not_ours() -> None:
+    from tableflow_core.engine.spark_session import _brings_own_iceberg
+
+    assert _brings_own_iceberg(["org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"])
+    assert not _brings_own_iceberg(["org.example:udfs:1.0"])
+
+
+def test_spark_redacts_catalog_credentials_and_s3_keys_and_keeps_the_users_pattern() -> None:
+    import re
+
+    from tableflow_core.engine.spark_session import REDACTION_KEY, session_conf
+
+    pattern = re.compile(session_conf()[REDACTION_KEY].removeprefix("(?i)"), re.IGNORECASE)
+    for key in (
+        "spark.sql.catalog.tableflow.credential",
+        "spark.sql.catalog.tableflow.token",
+        "spark.sql.catalog.tableflow.s3.access-key-id",
+        "spark.sql.catalog.tableflow.s3.secret-access-key",
+        "spark.sql.catalog.tableflow.s3.session-token",
+        "spark.executorEnv.AWS_ACCESS_KEY_ID",
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY",
+        "spark.hadoop.fs.s3a.access.key",
+    ):
+        assert pattern.search(key), key
+    assert not pattern.search("spark.sql.catalog.tableflow.uri")
+    widened = session_conf({REDACTION_KEY: "internal[.]host"})[REDACTION_KEY]
+    assert re.search(widened.removeprefix("(?i)"), "spark.x.internal.host", re.IGNORECASE)
+    assert re.search(widened.removeprefix("(?i)"), "x.credential", re.IGNORECASE)
 
 
 def test_a_one_shot_application_sorts_off_the_heap_unless_the_user_says_otherwise() -> None:

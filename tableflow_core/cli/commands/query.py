@@ -39,12 +39,14 @@ def command(ctx: CliContext, sql: str, limit: int, output_format: str) -> None:
             if props.get("type") != "rest":
                 ctx.fail("tableflow query needs a REST catalog (embedded or rest)")
             con = duckdb_connection()
+            access = handle.storage.duckdb_access() if handle.storage else None
             attach_rest_catalog(
                 con,
                 handle.spark_name,
                 props["uri"],
                 props.get("credential"),
                 default_schema=default_schema,
+                s3_secret=None if access is None or access.vended else access.secret_options,
             )
             result = con.sql(sql)
             columns = result.columns
