@@ -1,0 +1,478 @@
+"""The Apache Iceberg Kafka Connect sink as a peer: throughput, freshness and memory.
+
+    .venv/bin/python benchmarks/peer_kafka_connect.py --records 1000000,10000000
+    .venv/bin/python benchmarks/peer_kafka_connect.py --records 1000000 --rates 1000,20000
+
+One run starts, on loopback: Apache Kafka 4.4 (KRaft, `tableflow_core/dev/kafka_server.py`),
+s3proxy (`dev/s3_server.py`), and tableflow's catalog server with its warehouse on that
+S3 store, vending S3 credentials (`python -m tableflow_core.catalog.server`). Both sides
+use exactly these: the same broker, topic contents, catalog and store.
+
+- **tableflow**: a one-table project (plain JSON with declared columns, append, the
+  catalog as a `rest` target asking for vended credentials), run as users run it:
+  `tableflow apply --auto-approve` and `tableflow run` in their own processes.
+- **sink**: Kafka Connect 4.3.1 standalone with the Iceberg 1.12.0 sink
+  (`dev/kafka_connect.py`), JSON without schemas, the table auto-created, one task per
+  topic partition; its commit interval at the shortest that runs stably here (1,000 ms,
+  docs/interop.md) and at its default (300,000 ms).
+
+Throughput: N records (8 fields: ids, text, a double, an ISO timestamp, the produce time)
+are produced to a fresh 4-partition topic first; then the contender starts and the
+clock runs until the table holds all N (tableflow: the apply process exits; sink: the
+table's `total-records` reaches N). Each figure includes its JVM start, as users see it.
+Peak memory: the process tree's RSS (tableflow: the CLI, its JVM, Spark's Python
+workers; sink: the Connect JVM), sampled every 0.2 s.
+
+Freshness: a producer runs at a fixed rate for `--seconds`; every record carries its
+produce time (ms). Latency of a record = the time the table's `main` moved to the first
+snapshot holding it (the snapshot log of the table metadata: the catalog's commit, for
+tableflow the fast-forward of its branch) minus its produce time. The rows each snapshot
+added are read from its added data files, so neither side's bookkeeping is trusted.
+
+The last line is the throughput ratio at the largest N, against the sink at its shortest
+stable commit interval: `apply/sink records/s: X.XXx` (target >= 1.5x). Figures and
+configuration: docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from ingest import RunProcess, cli_measured, tree_rss_bytes
+from pydantic import SecretStr
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from tableflow_core.catalog.clients import pyiceberg_catalog_properties
+from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
+from tableflow_core.catalog.storage import ObjectStorage
+from tableflow_core.dev.kafka_connect import (
+    IcebergSinkCatalog,
+    KafkaConnectSettings,
+    iceberg_sink,
+    start_kafka_connect,
+)
+from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
+from tableflow_core.dev.processes import free_port, start_background
+from tableflow_core.dev.s3_server import S3ServerSettings, ensure_bucket, start_s3_server
+
+HOST = "127.0.0.1"
+PARTITIONS = 4
+NAMESPACE = "peer"
+SHORTEST_STABLE_INTERVAL_MS = 1000  # docs/interop.md: the sink's commit cycle is ~1.3 s
+DEFAULT_INTERVAL_MS = 300_000
+STATUSES = ("PLACED", "PAID", "SHIPPED", "CANCELLED")
+COLUMNS = [
+    {"name": "id", "type": "long"},
+    {"name": "customer"},
+    {"name": "status"},
+    {"name": "amount", "type": "double"},
+    {"name": "currency"},
+    {"name": "quantity", "type": "long"},
+    {"name": "created_at"},
+    {"name": "produced_ms", "type": "long"},
+]
+
+
+def record(i: int, produced_ms: int) -> bytes:
+    return json.dumps(
+        {
+            "id": i,
+            "customer": f"customer-{i % 50_000:05d}",
+            "status": STATUSES[i % 4],
+            "amount": round((i % 100_000) / 7, 2),
+            "currency": "EUR",
+            "quantity": 1 + i % 9,
+            "created_at": f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:00Z",
+            "produced_ms": produced_ms,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+@dataclass
+class Stack:
+    bootstrap: str
+    catalog_uri: str
+    credential: str
+    work: Path
+
+    def pyiceberg(self) -> Any:
+        return load_catalog(
+            "peer", **pyiceberg_catalog_properties(self.catalog_uri, self.credential)
+        )
+
+    def create_topic(self, name: str) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        futures = admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+        for future in futures.values():
+            future.result(60)
+
+
+@contextmanager
+def local_stack(work: Path) -> Iterator[Stack]:
+    kafka = start_kafka(KafkaServerSettings(data_dir=work / "kafka", host=HOST))
+    s3 = start_s3_server(S3ServerSettings(data_dir=work / "s3"))
+    catalog = None
+    try:
+        ensure_bucket(s3)
+        client_id, client_secret = "peer", secrets.token_urlsafe(24)
+        port = free_port(HOST)
+        storage = ObjectStorage(
+            access_key_id=s3.credentials.access_key_id,
+            secret_access_key=s3.credentials.secret_access_key,
+        )
+        command = [
+            sys.executable, "-m", "tableflow_core.catalog.server",
+            "--host", HOST, "--port", str(port),
+            "--warehouse", f"s3://{s3.bucket}/peer",
+            "--database-url", f"sqlite:///{work / 'catalog.db'}",
+            "--auth", "client-credentials", "--client-id", client_id,
+            "--s3-endpoint", s3.endpoint, "--s3-region", s3.region, "--s3-path-style-access",
+            "--vend-credentials", "--log-level", "warning",
+        ]  # fmt: skip
+        catalog = start_background(
+            "peer-catalog",
+            command,
+            HOST,
+            port,
+            log_file=work / "catalog.log",
+            env={CLIENT_SECRET_ENV: client_secret, **storage.environment()},
+        )
+        stack = Stack(
+            kafka.bootstrap, f"http://{HOST}:{port}", f"{client_id}:{client_secret}", work
+        )
+        stack.pyiceberg().create_namespace_if_not_exists(NAMESPACE)
+        yield stack
+    finally:
+        if catalog is not None:
+            catalog.stop()
+        s3.stop()
+        kafka.stop()
+
+
+def produce_backlog(stack: Stack, topic: str, count: int) -> None:
+    producer = Producer(
+        {"bootstrap.servers": stack.bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+         "compression.type": "lz4", "enable.idempotence": True, "log_level": 3}
+    )  # fmt: skip
+    now = int(time.time() * 1000)
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(
+                    topic, key=str(i).encode(), value=record(i, now), partition=i % PARTITIONS
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) != 0:
+        raise SystemExit(f"could not produce {count} records to {topic}")
+
+
+# ----------------------------------------------------------------------------- tableflow
+
+
+def write_project(stack: Stack, root: Path, topic: str, table: str, interval: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    project = {
+        "name": "peer",
+        "default_target": "bench",
+        "targets": {
+            "bench": {
+                "kafka": {"bootstrap_servers": stack.bootstrap},
+                "catalog": {
+                    "type": "rest",
+                    "uri": stack.catalog_uri,
+                    "credential": "{{ env_var('PEER_CATALOG_CREDENTIAL') }}",
+                    "properties": {"header.X-Iceberg-Access-Delegation": "vended-credentials"},
+                },
+                "spark": {"master": f"local[{os.cpu_count() or 2}]"},
+            }
+        },
+        "defaults": {"namespace": NAMESPACE, "refresh_interval": interval},
+    }
+    tables = [
+        {
+            "name": table,
+            "topic": topic,
+            "value": {"format": "json", "columns": COLUMNS},
+            "metadata_columns": [],
+        }
+    ]
+    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    (root / "tables").mkdir(exist_ok=True)
+    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}))
+    return root
+
+
+def tableflow_env(stack: Stack) -> dict[str, str]:
+    return {**os.environ, "PEER_CATALOG_CREDENTIAL": stack.credential}
+
+
+def tableflow_apply(stack: Stack, topic: str, table: str, count: int) -> tuple[float, int]:
+    root = write_project(stack, stack.work / f"project-{table}", topic, table, "5m")
+    seconds, peak = cli_measured(root, "apply", "--auto-approve", env=tableflow_env(stack))
+    rows = total_records(stack, table)
+    if rows != count:
+        raise SystemExit(f"tableflow apply wrote {rows} rows to {table}, not {count}")
+    return seconds, peak
+
+
+# ----------------------------------------------------------------------------- sink
+
+
+def start_sink(stack: Stack, topic: str, table: str, interval_ms: int) -> Any:
+    control = f"control-{uuid.uuid4().hex[:8]}"
+    stack.create_topic(control)
+    client_id, client_secret = stack.credential.split(":", 1)
+    sink = iceberg_sink(
+        name=f"sink-{table}",
+        topics=topic,
+        table=f"{NAMESPACE}.{table}",
+        catalog=IcebergSinkCatalog(
+            uri=stack.catalog_uri, credential=SecretStr(f"{client_id}:{client_secret}")
+        ),
+        commit_interval_ms=interval_ms,
+        control_topic=control,
+        tasks=PARTITIONS,
+    )
+    return start_kafka_connect(
+        KafkaConnectSettings(
+            data_dir=stack.work / f"connect-{table}",
+            bootstrap=stack.bootstrap,
+            connectors=(sink,),
+            heap_mb=1024,
+        )
+    )
+
+
+def sink_throughput(
+    stack: Stack, topic: str, table: str, count: int, interval_ms: int
+) -> tuple[float, int]:
+    started = time.perf_counter()
+    worker = start_sink(stack, topic, table, interval_ms)
+    peak = 0
+    try:
+        deadline = started + max(1800, interval_ms / 1000 * 3)
+        while total_records(stack, table) < count:
+            peak = max(peak, tree_rss_bytes(worker.process.pid))
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"the sink did not commit {count} records to {table} in time")
+            time.sleep(0.2)
+        seconds = time.perf_counter() - started
+    finally:
+        worker.stop()
+    rows = total_records(stack, table)
+    if rows != count:
+        raise SystemExit(f"the sink wrote {rows} rows to {table}, not {count}")
+    return seconds, peak
+
+
+def total_records(stack: Stack, table: str) -> int:
+    try:
+        snapshot = stack.pyiceberg().load_table((NAMESPACE, table)).current_snapshot()
+    except NoSuchTableError:
+        return 0
+    return int(snapshot.summary["total-records"]) if snapshot is not None else 0
+
+
+# ----------------------------------------------------------------------------- freshness
+
+
+@dataclass(frozen=True)
+class Freshness:
+    records: int
+    p50_s: float
+    p95_s: float
+    max_s: float
+
+
+def produce_at_rate(stack: Stack, topic: str, rate: int, seconds: float, first_id: int) -> int:
+    """Produce `rate` records/s for `seconds` (in 10 ms slices); how many were produced."""
+    producer = Producer({"bootstrap.servers": stack.bootstrap, "linger.ms": 5, "log_level": 3})
+    started = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(elapsed * rate)
+        now_ms = int(time.time() * 1000)
+        while sent < due:
+            i = first_id + sent
+            try:
+                producer.produce(
+                    topic, key=str(i).encode(), value=record(i, now_ms), partition=i % PARTITIONS
+                )
+            except BufferError:
+                producer.poll(0.05)
+                continue
+            sent += 1
+        producer.poll(0)
+        time.sleep(0.01)
+    if producer.flush(120) != 0:
+        raise SystemExit("could not flush the rate producer")
+    return sent
+
+
+def latencies(stack: Stack, table: str, first_id: int) -> list[float]:
+    """Each measured row's latency (ids from `first_id` on): when main first moved to a
+    snapshot holding its data file, minus its produce time. Main's history is the snapshot
+    log (a fast-forward or cherry-pick is when main moved, not when the file was written);
+    rows are read from the data files themselves, so neither side's bookkeeping is trusted."""
+    iceberg = stack.pyiceberg().load_table((NAMESPACE, table))
+    io = iceberg.io
+    files_of_manifest: dict[str, list[str]] = {}
+    first_on_main: dict[str, int] = {}
+    for log_entry in iceberg.metadata.snapshot_log:
+        snapshot = iceberg.snapshot_by_id(log_entry.snapshot_id)
+        if snapshot is None:
+            continue  # expired
+        for manifest in snapshot.manifests(io):
+            if manifest.manifest_path not in files_of_manifest:
+                files_of_manifest[manifest.manifest_path] = [
+                    entry.data_file.file_path
+                    for entry in manifest.fetch_manifest_entry(io, discard_deleted=True)
+                ]
+            for path in files_of_manifest[manifest.manifest_path]:
+                first_on_main.setdefault(path, log_entry.timestamp_ms)
+    result: list[float] = []
+    for path, at_ms in first_on_main.items():
+        with io.new_input(path).open() as f:
+            data = pq.read_table(f, columns=["id", "produced_ms"])
+        for i, produced in zip(
+            data["id"].to_pylist(), data["produced_ms"].to_pylist(), strict=True
+        ):
+            if i >= first_id:
+                result.append((at_ms - produced) / 1000)
+    return result
+
+
+def summarize(values: list[float]) -> Freshness:
+    if not values:
+        raise SystemExit("no measured record found in the table's data files")
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return Freshness(len(ordered), statistics.median(ordered), p95, ordered[-1])
+
+
+def wait_for(rows: Callable[[], int], count: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while rows() < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: {rows()} of {count} rows after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def freshness_tableflow(stack: Stack, rate: int, seconds: float, interval_s: int) -> Freshness:
+    topic = table = f"fresh_tf_{rate}"
+    stack.create_topic(topic)
+    warm = produce_at_rate(stack, topic, rate, 1, 0)
+    root = write_project(stack, stack.work / f"project-{table}", topic, table, f"{interval_s}s")
+    os.environ["PEER_CATALOG_CREDENTIAL"] = stack.credential
+    run = RunProcess(root, stack.work / f"{table}.log")
+    try:
+        run.wait_cycles(1, timeout=900)
+        wait_for(lambda: total_records(stack, table), warm, 300, "tableflow run (warm-up)")
+        sent = produce_at_rate(stack, topic, rate, seconds, warm)
+        wait_for(lambda: total_records(stack, table), warm + sent, 600, "tableflow run")
+    finally:
+        run.stop()
+    return summarize(latencies(stack, table, warm))
+
+
+def freshness_sink(stack: Stack, rate: int, seconds: float, interval_ms: int) -> Freshness:
+    topic = table = f"fresh_sink_{rate}"
+    stack.create_topic(topic)
+    warm = produce_at_rate(stack, topic, rate, 1, 0)
+    worker = start_sink(stack, topic, table, interval_ms)
+    try:
+        wait_for(lambda: total_records(stack, table), warm, 300, "sink (warm-up)")
+        sent = produce_at_rate(stack, topic, rate, seconds, warm)
+        wait_for(lambda: total_records(stack, table), warm + sent, 600, "sink")
+    finally:
+        worker.stop()
+    return summarize(latencies(stack, table, warm))
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def mb(value: int) -> str:
+    return f"{value / 2**20:,.0f} MB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", default="1000000,10000000")
+    parser.add_argument("--rates", default="1000,20000", help="freshness rates; empty: skip")
+    parser.add_argument("--seconds", type=float, default=60.0, help="freshness run length")
+    parser.add_argument("--run-interval", type=int, default=1, help="tableflow run refresh (s)")
+    parser.add_argument(
+        "--skip-default-interval",
+        action="store_true",
+        help="skip the sink at its default 5-minute commit interval",
+    )
+    args = parser.parse_args()
+    counts = [int(c) for c in args.records.split(",") if c]
+    rates = [int(r) for r in args.rates.split(",") if r]
+    print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at start")
+    ratio = None
+    with tempfile.TemporaryDirectory(prefix="peer-") as tmp, local_stack(Path(tmp)) as stack:
+        print(f"stack: Apache Kafka {stack.bootstrap}, catalog {stack.catalog_uri} on s3proxy")
+        for count in counts:
+            tf_topic, sink_topic = f"thr_tf_{count}", f"thr_sink_{count}"
+            for topic in (tf_topic, sink_topic):
+                stack.create_topic(topic)
+                produce_backlog(stack, topic, count)
+            seconds, peak = tableflow_apply(stack, tf_topic, tf_topic, count)
+            tf_rate = count / seconds
+            print(f"{count:>11,} records  tableflow apply        {seconds:8.1f} s "
+                  f"{tf_rate:>10,.0f} records/s  peak {mb(peak)}")  # fmt: skip
+            seconds, peak = sink_throughput(
+                stack, sink_topic, sink_topic, count, SHORTEST_STABLE_INTERVAL_MS
+            )
+            sink_rate = count / seconds
+            print(f"{count:>11,} records  sink (commit 1 s)      {seconds:8.1f} s "
+                  f"{sink_rate:>10,.0f} records/s  peak {mb(peak)}")  # fmt: skip
+            if not args.skip_default_interval:
+                table = f"{sink_topic}_default"
+                seconds, peak = sink_throughput(
+                    stack, sink_topic, table, count, DEFAULT_INTERVAL_MS
+                )
+                print(f"{count:>11,} records  sink (commit 5 min)    {seconds:8.1f} s "
+                      f"{count / seconds:>10,.0f} records/s  peak {mb(peak)}")  # fmt: skip
+            ratio = tf_rate / sink_rate
+        for rate in rates:
+            tf = freshness_tableflow(stack, rate, args.seconds, args.run_interval)
+            sink = freshness_sink(stack, rate, args.seconds, SHORTEST_STABLE_INTERVAL_MS)
+            for name, f in (
+                (f"tableflow run ({args.run_interval} s)", tf),
+                ("sink (commit 1 s)", sink),
+            ):
+                print(f"freshness at {rate:>6,}/s  {name:<22} p50 {f.p50_s:6.2f} s  "
+                      f"p95 {f.p95_s:6.2f} s  max {f.max_s:6.2f} s  ({f.records:,} records)")  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.1f} at end")
+    if ratio is not None:
+        print(f"apply/sink records/s: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
