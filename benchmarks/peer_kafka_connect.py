@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from ingest import RunProcess, cli_measured, tree_rss_bytes
+from ingest import RunProcess, cli_measured, tree_cpu_seconds, tree_rss_bytes
 from pydantic import SecretStr
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -229,13 +229,28 @@ def tableflow_env(stack: Stack) -> dict[str, str]:
     return {**os.environ, "PEER_CATALOG_CREDENTIAL": stack.credential}
 
 
-def tableflow_apply(stack: Stack, topic: str, table: str, count: int) -> tuple[float, int]:
+@dataclass(frozen=True)
+class Measured:
+    seconds: float
+    peak_bytes: int
+    cpu_seconds: float  # the process tree's user+sys CPU: less sensitive to other load
+
+    def line(self, count: int, name: str) -> str:
+        return (
+            f"{count:>11,} records  {name:<22} {self.seconds:8.1f} s "
+            f"{count / self.seconds:>10,.0f} records/s  cpu {self.cpu_seconds:6.1f} s  "
+            f"peak {mb(self.peak_bytes)}"
+        )
+
+
+def tableflow_apply(stack: Stack, topic: str, table: str, count: int) -> Measured:
     root = write_project(stack, stack.work / f"project-{table}", topic, table, "5m")
-    seconds, peak = cli_measured(root, "apply", "--auto-approve", env=tableflow_env(stack))
+    cpu: dict[int, float] = {}
+    seconds, peak = cli_measured(root, "apply", "--auto-approve", env=tableflow_env(stack), cpu=cpu)
     rows = total_records(stack, table)
     if rows != count:
         raise SystemExit(f"tableflow apply wrote {rows} rows to {table}, not {count}")
-    return seconds, peak
+    return Measured(seconds, peak, sum(cpu.values()))
 
 
 # ----------------------------------------------------------------------------- sink
@@ -266,16 +281,16 @@ def start_sink(stack: Stack, topic: str, table: str, interval_ms: int) -> Any:
     )
 
 
-def sink_throughput(
-    stack: Stack, topic: str, table: str, count: int, interval_ms: int
-) -> tuple[float, int]:
+def sink_throughput(stack: Stack, topic: str, table: str, count: int, interval_ms: int) -> Measured:
     started = time.perf_counter()
     worker = start_sink(stack, topic, table, interval_ms)
     peak = 0
+    cpu: dict[int, float] = {}
     try:
         deadline = started + max(1800, interval_ms / 1000 * 3)
         while total_records(stack, table) < count:
             peak = max(peak, tree_rss_bytes(worker.process.pid))
+            tree_cpu_seconds(worker.process.pid, cpu)
             if time.perf_counter() > deadline:
                 raise SystemExit(f"the sink did not commit {count} records to {table} in time")
             time.sleep(0.2)
@@ -285,7 +300,7 @@ def sink_throughput(
     rows = total_records(stack, table)
     if rows != count:
         raise SystemExit(f"the sink wrote {rows} rows to {table}, not {count}")
-    return seconds, peak
+    return Measured(seconds, peak, sum(cpu.values()))
 
 
 def total_records(stack: Stack, table: str) -> int:
@@ -434,7 +449,7 @@ def main() -> None:
     counts = [int(c) for c in args.records.split(",") if c]
     rates = [int(r) for r in args.rates.split(",") if r]
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} at start")
-    ratio = None
+    ratio = cpu_ratio = None
     with tempfile.TemporaryDirectory(prefix="peer-") as tmp, local_stack(Path(tmp)) as stack:
         print(f"stack: Apache Kafka {stack.bootstrap}, catalog {stack.catalog_uri} on s3proxy")
         for count in counts:
@@ -442,24 +457,18 @@ def main() -> None:
             for topic in (tf_topic, sink_topic):
                 stack.create_topic(topic)
                 produce_backlog(stack, topic, count)
-            seconds, peak = tableflow_apply(stack, tf_topic, tf_topic, count)
-            tf_rate = count / seconds
-            print(f"{count:>11,} records  tableflow apply        {seconds:8.1f} s "
-                  f"{tf_rate:>10,.0f} records/s  peak {mb(peak)}")  # fmt: skip
-            seconds, peak = sink_throughput(
+            applied = tableflow_apply(stack, tf_topic, tf_topic, count)
+            print(applied.line(count, "tableflow apply"))
+            sunk = sink_throughput(
                 stack, sink_topic, sink_topic, count, SHORTEST_STABLE_INTERVAL_MS
             )
-            sink_rate = count / seconds
-            print(f"{count:>11,} records  sink (commit 1 s)      {seconds:8.1f} s "
-                  f"{sink_rate:>10,.0f} records/s  peak {mb(peak)}")  # fmt: skip
+            print(sunk.line(count, "sink (commit 1 s)"))
             if not args.skip_default_interval:
                 table = f"{sink_topic}_default"
-                seconds, peak = sink_throughput(
-                    stack, sink_topic, table, count, DEFAULT_INTERVAL_MS
-                )
-                print(f"{count:>11,} records  sink (commit 5 min)    {seconds:8.1f} s "
-                      f"{count / seconds:>10,.0f} records/s  peak {mb(peak)}")  # fmt: skip
-            ratio = tf_rate / sink_rate
+                slow = sink_throughput(stack, sink_topic, table, count, DEFAULT_INTERVAL_MS)
+                print(slow.line(count, "sink (commit 5 min)"))
+            ratio = sunk.seconds / applied.seconds
+            cpu_ratio = sunk.cpu_seconds / applied.cpu_seconds
         for rate in rates:
             tf = freshness_tableflow(stack, rate, args.seconds, args.run_interval)
             sink = freshness_sink(stack, rate, args.seconds, SHORTEST_STABLE_INTERVAL_MS)
@@ -470,7 +479,8 @@ def main() -> None:
                 print(f"freshness at {rate:>6,}/s  {name:<22} p50 {f.p50_s:6.2f} s  "
                       f"p95 {f.p95_s:6.2f} s  max {f.max_s:6.2f} s  ({f.records:,} records)")  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.1f} at end")
-    if ratio is not None:
+    if ratio is not None and cpu_ratio is not None:
+        print(f"apply/sink records per CPU second: {cpu_ratio:.2f}x")
         print(f"apply/sink records/s: {ratio:.2f}x")
 
 
