@@ -41,6 +41,7 @@ import json
 import os
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +56,7 @@ import pyarrow.parquet as pq
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from ingest import RunProcess, cli_measured, tree_cpu_seconds, tree_rss_bytes
+from ingest import RunProcess, tableflow_command, tree_cpu_seconds, tree_rss_bytes
 from pydantic import SecretStr
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -243,13 +244,61 @@ class Measured:
         )
 
 
+def cpu_by_program(cpu: dict[int, float]) -> str:
+    """CPU seconds per program name of the pids in `cpu` that are still known."""
+    names: dict[str, float] = {}
+    for pid, seconds in cpu.items():
+        name = PROGRAMS.get(pid, "?")
+        names[name] = names.get(name, 0.0) + seconds
+    return ", ".join(f"{n} {v:.1f} s" for n, v in sorted(names.items(), key=lambda x: -x[1]))
+
+
+PROGRAMS: dict[int, str] = {}
+
+
+def remember_programs(pid: int) -> None:
+    """Note the program name of `pid` and its descendants (for cpu_by_program)."""
+    stack_ = [pid]
+    while stack_:
+        current = stack_.pop()
+        try:
+            if current not in PROGRAMS:
+                argv = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")
+                joined = b" ".join(argv)
+                PROGRAMS[current] = (
+                    "spark jvm" if b"java" in argv[0]
+                    else "python workers" if b"pyspark" in joined or b"daemon" in joined
+                    else "tableflow cli"
+                )  # fmt: skip
+            for task in Path(f"/proc/{current}/task").iterdir():
+                stack_.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, IndexError):
+            continue
+
+
 def tableflow_apply(stack: Stack, topic: str, table: str, count: int) -> Measured:
+    """`tableflow apply --auto-approve` in its own process, as users run it."""
     root = write_project(stack, stack.work / f"project-{table}", topic, table, "5m")
     cpu: dict[int, float] = {}
-    seconds, peak = cli_measured(root, "apply", "--auto-approve", env=tableflow_env(stack), cpu=cpu)
+    peak = 0
+    started = time.perf_counter()
+    with (stack.work / f"{table}.apply.log").open("w") as log:
+        proc = subprocess.Popen(
+            tableflow_command(root, "apply", "--auto-approve"),
+            stdout=log, stderr=subprocess.STDOUT, env=tableflow_env(stack),
+        )  # fmt: skip
+        while proc.poll() is None:
+            remember_programs(proc.pid)
+            peak = max(peak, tree_rss_bytes(proc.pid))
+            tree_cpu_seconds(proc.pid, cpu)
+            time.sleep(0.2)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"tableflow apply failed: see {log.name}")
     rows = total_records(stack, table)
     if rows != count:
         raise SystemExit(f"tableflow apply wrote {rows} rows to {table}, not {count}")
+    print(f"    tableflow apply cpu by program: {cpu_by_program(cpu)}")
     return Measured(seconds, peak, sum(cpu.values()))
 
 
