@@ -262,14 +262,15 @@ def remember_programs(pid: int) -> None:
     while stack_:
         current = stack_.pop()
         try:
-            if current not in PROGRAMS:
-                argv = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")
-                joined = b" ".join(argv)
-                PROGRAMS[current] = (
-                    "spark jvm" if b"java" in argv[0]
-                    else "python workers" if b"pyspark" in joined or b"daemon" in joined
-                    else "tableflow cli"
-                )  # fmt: skip
+            # Read at every sample: spark-submit's shell script execs the JVM in its pid.
+            argv = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")
+            joined = b" ".join(argv)
+            PROGRAMS[current] = (
+                "spark jvm" if argv[0].endswith(b"java")
+                else "python workers" if b"worker_daemon" in joined or b"pyspark.daemon" in joined
+                else "spark-submit scripts" if argv[0].endswith(b"bash")
+                else "tableflow cli"
+            )  # fmt: skip
             for task in Path(f"/proc/{current}/task").iterdir():
                 stack_.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, IndexError):
