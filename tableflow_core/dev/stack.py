@@ -38,6 +38,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from tableflow_core.catalog.storage import ACCESS_KEY_ID_ENV, ObjectStorage
 from tableflow_core.config.dev_stack import (
     CATALOG,
     KAFKA,
@@ -86,6 +87,7 @@ __all__ = [
 ]
 
 KINDS = (KAFKA, REGISTRY, CATALOG, S3)
+START_ORDER = (KAFKA, REGISTRY, S3, CATALOG)
 STATE_FILE = "state.json"
 CATALOG_MODULE = "tableflow_core.catalog.server"
 REGISTRY_MODULE = "tableflow_core.registry.server"
@@ -434,13 +436,24 @@ class Catalog(Component):
 
     def start(self, ports: Mapping[str, int], log_file: Path, record: StackRecord) -> Started:
         launch = self.launch(ports["port"])
+        environment = dict(launch.environment)
+        on_s3 = any(argument.startswith("--s3-") for argument in launch.arguments)
+        if on_s3 and ACCESS_KEY_ID_ENV not in environment and "s3_access_key_id" in record.secrets:
+            # A warehouse on the stack's S3 server: the catalog writes with the keys `up`
+            # made for it (and vends them when the project says `credentials: vended`).
+            environment.update(
+                ObjectStorage(
+                    access_key_id=record.secrets["s3_access_key_id"],
+                    secret_access_key=SecretStr(record.secrets["s3_secret_access_key"]),
+                ).environment()
+            )
         process = start_background(
             self.kind,
             [sys.executable, "-m", CATALOG_MODULE, *launch.arguments],
             self.settings.host,
             ports["port"],
             log_file,
-            env=dict(launch.environment),
+            env=environment,
             timeout=self.settings.start_timeout_seconds,
         )
         return Started(process.pid, (CATALOG_MODULE, str(ports["port"])))
@@ -506,21 +519,24 @@ def up(settings: StackSettings) -> StackStatus:
         state = _read_state(settings)
         record = _prepare(settings, state)
         settings.logs_dir.mkdir(parents=True, exist_ok=True)
-        statuses = []
-        for kind in settings.components:
+        statuses: dict[str, ComponentStatus] = {}
+        # The store before the catalog: a catalog on s3:// writes there from its start.
+        for kind in sorted(settings.components, key=START_ORDER.index):
             part = _component(settings, kind)
             recorded = state.get(kind)
             if recorded is not None and _is_ours(recorded):
-                statuses.append(_running(part, recorded, started_now=False))
+                statuses[kind] = _running(part, recorded, started_now=False)
                 continue
             state.pop(kind, None)
             ports = record.ports[kind]
             recorded = _start(settings, part, ports, record)
             state[kind] = recorded
             _write_state(settings, state)
-            statuses.append(_running(part, recorded, started_now=True))
+            statuses[kind] = _running(part, recorded, started_now=True)
         _write_state(settings, state)
-    return StackStatus(data_dir=settings.data_dir, components=statuses)
+    return StackStatus(
+        data_dir=settings.data_dir, components=[statuses[k] for k in settings.components]
+    )
 
 
 def status(settings: StackSettings) -> StackStatus:
