@@ -1,9 +1,10 @@
 """Inside a Spark task: one chunk of Kafka messages -> Arrow batches of the decode output.
 
-Good rows, upsert tombstones (key columns only) and bad records all travel as rows of
-`columns.decoded_schema`: the table's columns, `__tf_partition`, `__tf_offset`
-(`__tf_tombstone` for upsert) and the `__tf_bad` struct, null on good rows. Nothing about
-a bad record travels as exception text.
+Good rows, tombstones (null values: the key columns on upsert tables, all NULL on append
+tables, where the decode stage counts and drops them) and bad records all travel as rows
+of `columns.decoded_schema`: the table's columns, `__tf_partition`, `__tf_offset`,
+`__tf_tombstone` and the `__tf_bad` struct, null on good rows. Nothing about a bad record
+travels as exception text.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class ChunkDecoder:
         # (transforms/decode_masks.py); never on key columns.
         self._masks = masks or DecodeMasks()
         self._table = table_schema
-        self._out = decoded_schema(table_schema, upsert=key is not None)
+        self._out = decoded_schema(table_schema)
         self._key = key
         self._run_id = run_id
         if key is not None:
@@ -134,8 +135,10 @@ class ChunkDecoder:
         if good:
             good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
             yield self._good(result.batch, good_chunk, [keys[i] for i in good] if keys else [])
-        if tombstones and self._key is not None:
-            yield self._tombstones(chunk.select(tombstones), [keys[i] for i in tombstones])
+        if tombstones:
+            yield self._tombstones(
+                chunk.select(tombstones), [keys[i] for i in tombstones] if keys else []
+            )
         if bad:
             yield self._bad(chunk, bad)
 
@@ -175,10 +178,11 @@ class ChunkDecoder:
             raise PayloadError(f"key does not fit the key columns: {exc}") from exc
 
     def _positions(self, chunk: MessageChunk, tombstone: bool) -> list[pa.Array]:
-        arrays = [pa.array(chunk.partitions, pa.int32()), pa.array(chunk.offsets, pa.int64())]
-        if self._key is not None:
-            arrays.append(pa.array([tombstone] * len(chunk), pa.bool_()))
-        return arrays
+        return [
+            pa.array(chunk.partitions, pa.int32()),
+            pa.array(chunk.offsets, pa.int64()),
+            pa.array([tombstone] * len(chunk), pa.bool_()),
+        ]
 
     def _good(
         self, batch: pa.RecordBatch, chunk: MessageChunk, keys: list[dict[str, Any]]
@@ -197,13 +201,17 @@ class ChunkDecoder:
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)
 
     def _tombstones(self, chunk: MessageChunk, keys: list[dict[str, Any]]) -> pa.RecordBatch:
-        assert self._key is not None
-        key_batch = self._key_arrays(keys)
+        """Upsert: the key columns of each tombstone (the write deletes by them). Append: a
+        row of NULLs, counted by the decode stage and never written."""
         n = len(chunk)
-        columns = [
-            key_batch.column(f.name) if f.name in self._key.columns else pa.nulls(n, f.type)
-            for f in self._table
-        ]
+        if self._key is None:
+            columns = [pa.nulls(n, f.type) for f in self._table]
+        else:
+            key_batch = self._key_arrays(keys)
+            columns = [
+                key_batch.column(f.name) if f.name in self._key.columns else pa.nulls(n, f.type)
+                for f in self._table
+            ]
         arrays = [*columns, *self._positions(chunk, True), pa.nulls(n, BAD_RECORD_STRUCT)]
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)
 

@@ -370,7 +370,8 @@ def _ingest_action(
         max_records_per_task,
         topic_state.offsets_for_time,
     )
-    if offsets.total_records == 0 and not offsets.gaps:
+    empty_batch_judged = compiled is not None and compiled.checks.judge_empty_batch
+    if offsets.total_records == 0 and not offsets.gaps and not empty_batch_judged:
         return None
     read_to = dict(offsets.start_offsets)
     for r in offsets.ranges:

@@ -103,6 +103,10 @@ def action_lines(action: object) -> list[Text]:
                 f"ingest {plural(action.records, 'record')} from topic {action.topic} into {identifier}",
             )
         )
+        if not action.ranges:
+            lines.append(
+                Text("      no new records: the run's checks judge its empty batch", style=style)
+            )
         key = f" by key ({', '.join(action.key_columns)})" if action.mode == "upsert" else ""
         lines.append(Text(f"      mode {action.mode}{key}", style=style))
         if action.stages:

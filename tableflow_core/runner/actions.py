@@ -253,16 +253,19 @@ def _suspending(context: ApplyContext, spec: IngestSpec) -> Iterator[None]:
         )
         identifier = ".".join((*spec.namespace, spec.table))
         suspend(context.handle.catalog, identifier, suspension, context.handle.address)
-        raise TableSuspendedError(
-            f"table {spec.table_name} {suspension.describe()} ({exc})"
-        ) from exc
+        suspended = TableSuspendedError(f"table {spec.table_name} {suspension.describe()} ({exc})")
+        suspended.outcome = exc.outcome
+        raise suspended from exc
 
 
 SUSPENDED_MARK = "suspended since"  # in the error text of a table `run` just suspended
 
 
 class TableSuspendedError(TableflowError, RuntimeError):
-    """`tableflow run` suspended the table: its run stopped on bad records."""
+    """`tableflow run` suspended the table: its run stopped on bad records. `outcome`: what
+    the run knew (IngestError.outcome)."""
+
+    outcome: object | None = None
 
 
 def _load_table(context: ApplyContext, table_name: str) -> Any:

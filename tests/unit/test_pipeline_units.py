@@ -68,13 +68,15 @@ def test_append_chunk_carries_position_and_bad_records_as_data() -> None:
             [
                 message(10, None, {"id": 1, "name": "a"}),
                 message(11, None, b"{not json"),
-                message(12, None, None),  # tombstone: no row in append mode
+                message(12, None, None),  # tombstone: counted by decode, never written
                 message(13, None, {"id": 2, "name": "b"}),
             ]
         )
     )
     assert all(b.schema == chunks.output_schema for b in out)
-    good = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is None]
+    good = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is None and not r[TOMBSTONE_COLUMN]]
+    (tombstone,) = [r for r in rows(out) if r[TOMBSTONE_COLUMN]]
+    assert (tombstone["id"], tombstone[SOURCE_OFFSET_COLUMN]) == (None, 12)
     bad = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is not None]
     assert [(r["id"], r[SOURCE_PARTITION_COLUMN], r[SOURCE_OFFSET_COLUMN]) for r in good] == [
         (1, 1, 10),

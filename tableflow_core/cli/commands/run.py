@@ -54,6 +54,14 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
         for name, why in sorted(report.suspended.items()):
             ctx.console.print(f"[bold yellow]suspended[/] {name}: {why}", highlight=False)
         if report.results is not None:
+            for table in report.results.tables:
+                if table.status == "error" and table.table not in report.suspended:
+                    ctx.console.print(
+                        f"[bold red]failed[/] {table.table}: {table.error}", highlight=False
+                    )
+                if table.warnings:
+                    ctx.console.print(f"warnings of {table.table}:", highlight=False)
+                    ctx.warn(table.warnings, indent=2)
             ctx.console.print(report.results.summary_line(), highlight=False)
         elif not report.error and not report.blocked and not report.suspended:
             ctx.console.print(f"up to date: {names}", highlight=False)

@@ -150,7 +150,11 @@ class RouteAndAccount(Audit):
             )
         rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
         written = self.written.per_partition("written")
-        tombstones = self.written.per_partition("tombstones")
+        if batch.decode.upsert:  # deletes: counted where they reach the write
+            tombstones = self.written.per_partition("tombstones")
+        else:  # dropped by the decode stage, and said so
+            tombstones = batch.decode.tombstones_by_partition()
+            _warn_null_values(context, tombstones)
         read = batch.decode.read_by_partition()
         bad = batch.decode.bad_by_partition()
         accounting = RunAccounting.from_counts(
@@ -180,6 +184,19 @@ def route_and_account(
     good, written = _observe_written(context, batch.good)
     audit = RouteAndAccount(spec, route_decode, written, batch.accounting)
     return batch.evolve(good=good, audits=(*batch.audits, audit))
+
+
+def _warn_null_values(context: StageContext, tombstones: Mapping[int, int]) -> None:
+    """Null values on an append table are tombstones: counted, not written (an append
+    table has no row to delete). The run says so, per partition."""
+    counted = {p: n for p, n in sorted(tombstones.items()) if n}
+    if counted:
+        where = ", ".join(f"partition {p}: {n}" for p, n in counted.items())
+        context.warnings.append(
+            f"topic {context.spec.topic!r}: {sum(counted.values())} null-value record(s) "
+            f"(tombstones) not written ({where}): an append table keeps no deletes; they "
+            "are counted as tombstones (mode: upsert applies them as deletes)"
+        )
 
 
 def _record_accounting(context: StageContext, accounting: RunAccounting) -> None:

@@ -115,7 +115,15 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     # the rows leaving the stage are the chain's (no second count of every row).
     after: Observation | None = None
     if context.spec.mode == "append" and chain.dedup_keys and context.base_rows != 0:
-        good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
+        # The table as the run's branch was cut (main's snapshot then): the same rows
+        # whenever the frame is read, before the write or after it.
+        good = dedup_against_table(
+            good,
+            context.spark,
+            context.spec.identifier,
+            chain.dedup_keys,
+            snapshot_id=context.base_snapshot_id,
+        )
         good, after = _rows_after(good)
 
     assert batch.decode is not None, "transform needs the decode stage before it"

@@ -422,7 +422,12 @@ def rejected_rows(
 
 
 def dedup_against_table(
-    df: DataFrame, spark: SparkSession, table_identifier: str, keys: tuple[str, ...]
+    df: DataFrame,
+    spark: SparkSession,
+    table_identifier: str,
+    keys: tuple[str, ...],
+    *,
+    snapshot_id: int | None = None,
 ) -> DataFrame:
     """Insert-if-absent for append tables: drop rows whose key is already in the table.
 
@@ -438,10 +443,17 @@ def dedup_against_table(
     null-safe equality (`<=>`) would hash two generated keys per row (measured: 1M keys in
     the table cost 5.5 s of CPU that way). No DISTINCT on the table's keys: an anti join
     needs none, and the keys of a deduplicated table are distinct already.
+
+    `snapshot_id`: the table as of that snapshot (the run's base), so the frame means the
+    same rows when it is read again after the write (the checks' samples read it again).
     """
+    table = spark.table(table_identifier)
+    if snapshot_id is not None:
+        reader = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id))
+        table = reader.load(table_identifier)
     if len(keys) == 1:
-        return _absent_from_table(df, spark.table(table_identifier), keys[0])
-    existing = spark.table(table_identifier).select(*[_col(k) for k in keys])
+        return _absent_from_table(df, table, keys[0])
+    existing = table.select(*[_col(k) for k in keys])
     aliased = existing.select(*[_col(k).alias(f"__tf_existing_{i}") for i, k in enumerate(keys)])
     condition = None
     for i, key in enumerate(keys):
