@@ -27,6 +27,7 @@ from tableflow_core.plan.actions import (
     MaintenanceDue,
     OffsetSpan,
     PartitionLag,
+    PlanWarning,
     PublishTable,
     ReplaceTable,
     UndeclaredTable,
@@ -37,7 +38,7 @@ from tableflow_core.plan.dag import compile_dag
 from tableflow_core.plan.dead_letter_table import dlq_table_actions, iceberg_dlq_users
 from tableflow_core.plan.dead_letter_topic import dlq_topic_actions
 from tableflow_core.plan.desired import comparable_properties, config_hash, start_from_value
-from tableflow_core.plan.ingest_spec import ingest_spec
+from tableflow_core.plan.ingest_spec import dead_letter_text, ingest_spec
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
 from tableflow_core.plan.shape import (
     KEY_PROPERTY,
@@ -48,6 +49,7 @@ from tableflow_core.plan.shape import (
     desired_shape,
 )
 from tableflow_core.plan.source_topic import missing_topic_blocker
+from tableflow_core.plan.table_warnings import masked_key_blockers, table_warnings
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState, key_arrow_schema
 from tableflow_core.publish.state import published_state
@@ -87,6 +89,7 @@ def build_plan(
     differ = schema_differ or default_schema_differ()
     actions: list[Action] = []
     blockers: list[Blocker] = list(capabilities.target_blockers(project))
+    warnings: list[PlanWarning] = []
     fingerprints: list[TableFingerprint] = []
     planned_namespaces: set[tuple[str, ...]] = set()
     suspended: dict[str, str] = {}
@@ -160,6 +163,9 @@ def build_plan(
         if isinstance(compiled, ConfigError):
             blockers.extend(_config_blockers(table, compiled))
             continue
+        decoded = write_shape.decoded_schema or write_shape.schema
+        blockers.extend(masked_key_blockers(table, compiled, decoded))
+        warnings.extend(table_warnings(table, compiled, decoded, key_schema))
         committed = None if (observed is None or replaced) else observed.committed
         ingest = _ingest_action(
             table, committed, world, max_records_per_task, write_shape, compiled
@@ -199,6 +205,7 @@ def build_plan(
         tables=plan_tables,
         actions=ordered,
         blockers=tuple(blockers),
+        warnings=tuple(warnings),
         fingerprints=tuple(fingerprints),
         dag=compile_dag(ordered, {t.name: t for t in tables}),
         suspended=suspended,
@@ -387,12 +394,6 @@ def _ingest_action(
         )
         for p, (low, high) in sorted(topic_state.watermarks.items())
     )
-    dead_letter = None
-    if table.on_error == "dlq" and table.dlq is not None:
-        dlq = table.dlq
-        dead_letter = (
-            f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
-        )
     return Ingest(
         id=f"ingest:{table.name}",
         table=table.name,
@@ -405,7 +406,7 @@ def _ingest_action(
         records=offsets.total_records,
         pending=sum(p.lag for p in partitions),
         checks=tuple(_describe_check(c) for c in table.checks),
-        dead_letter=dead_letter,
+        dead_letter=dead_letter_text(table, compiled),
         lost=tuple(
             LostOffsets(partition=g.partition, start=g.expected_start, end=g.low_watermark)
             for g in offsets.gaps

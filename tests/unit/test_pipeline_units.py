@@ -115,14 +115,38 @@ def test_upsert_chunk_key_rows_tombstones_and_value_precedence() -> None:
     assert by_offset[1]["id"] is None
     assert "needs a key" in by_offset[2][BAD_RECORD_COLUMN]["error_message"]
 
-    # the value wins over the key when it carries the key column
+    # the value carries the key column: it must agree with the record's Kafka key, else
+    # the row would be stored under a key no tombstone of the record's key deletes
     valued = TABLE
     key_id = KeySpec(FormatSpec(format="string"), ("name",), None)
     chunks = ChunkDecoder(plain_json_decoder(valued), valued, key_id, "run3")
-    (row,) = rows(list(chunks.decode([message(5, b"from-key", {"id": 1, "name": "from-value"})])))
-    assert row["name"] == "from-value"
-    (tomb,) = rows(list(chunks.decode([message(6, b"from-key", None)])))
+    decoded = rows(
+        list(
+            chunks.decode(
+                [
+                    message(5, b"same", {"id": 1, "name": "same"}),
+                    message(6, b"from-key", {"id": 2, "name": "from-value"}),
+                    message(7, b"from-key", {"id": 3}),  # no key column in the value
+                ]
+            )
+        )
+    )
+    by_offset = {r[SOURCE_OFFSET_COLUMN]: r for r in decoded}
+    assert by_offset[5]["name"] == "same" and by_offset[5][BAD_RECORD_COLUMN] is None
+    assert by_offset[7]["name"] == "from-key" and by_offset[7][BAD_RECORD_COLUMN] is None
+    mismatch = by_offset[6][BAD_RECORD_COLUMN]
+    assert mismatch["error_class"] == "KeyMismatchError"
+    assert "'from-value' in the value, 'from-key' in the key" in mismatch["error_message"]
+    (tomb,) = rows(list(chunks.decode([message(8, b"from-key", None)])))
     assert tomb["name"] == "from-key" and tomb[TOMBSTONE_COLUMN] is True
+
+    # a masked key column: the reason never quotes its values
+    masked = ChunkDecoder(
+        plain_json_decoder(valued), valued, key_id, "run4", masked=frozenset({"name"})
+    )
+    (row,) = rows(list(masked.decode([message(9, b"k@x.com", {"id": 4, "name": "v@x.com"})])))
+    reason = row[BAD_RECORD_COLUMN]["error_message"]
+    assert "masked column" in reason and "@x.com" not in reason
 
 
 def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:

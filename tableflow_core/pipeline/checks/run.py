@@ -48,7 +48,7 @@ from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
 from tableflow_core.config.extras import CHECKS, MissingExtraError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.transforms.spark import rejected_rows
+from tableflow_core.pipeline.transforms.spark import rejected_rows, row_json
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
@@ -492,6 +492,7 @@ def _split(
             error_message=F.concat(
                 F.lit("check "), F.substring_index(_col(_REASON), ":", -1), F.lit(" failed")
             ),
+            row=row_json([c for c in columns if not c.startswith("__tf_")]),
         )
 
     return (

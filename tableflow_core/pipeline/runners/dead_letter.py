@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tableflow_core.deadletter.accounting import RunAccounting
-from tableflow_core.deadletter.originals import fetch_originals
+from tableflow_core.deadletter.originals import fetch_originals, without_payload
 from tableflow_core.deadletter.sinks import (
     POLICY_SINKS,
     SinkContext,
@@ -124,9 +124,19 @@ def _route_rejected(
             context.spec.topic,
             dict(context.kafka_conf),
             context.run_id,
+            payload=context.spec.dead_letter_payload,
         )
         return route_bad_records(originals, "dlq", context.spec.dead_letter, sinks)
     return POLICY_SINKS["skip"](sinks).write(rejected.rows)
+
+
+def _dead_letter_rows(context: StageContext, bad: DataFrame) -> DataFrame:
+    """Decode failures as the table's dead-letter target keeps them: as read, or (payload
+    `masked`) without key and value bytes, which hold the clear values of masked columns
+    and cannot be masked undecoded."""
+    if context.spec.dead_letter_payload != "masked":
+        return bad
+    return without_payload(bad)
 
 
 @dataclass(frozen=True)
@@ -145,8 +155,9 @@ class RouteAndAccount(Audit):
         sinks = sink_context(context)
         results: list[SinkResult] = []
         if self.route_decode and batch.bad is not None and batch.bad_records:
+            rows = _dead_letter_rows(context, batch.bad)
             results.append(
-                route_bad_records(batch.bad, self.spec.on_error, context.spec.dead_letter, sinks)
+                route_bad_records(rows, self.spec.on_error, context.spec.dead_letter, sinks)
             )
         rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
         written = self.written.per_partition("written")

@@ -74,7 +74,12 @@ def _mapper(
     def decoded(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
         chunks = ChunkDecoder(
-            decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id, masks
+            decoder_factory(decoder_spec),
+            decoder_spec.target_schema,
+            key,
+            run_id,
+            masks,
+            decoder_spec.masked_columns,
         )
         for range_batch in range_batches:
             for row in range_batch.to_pylist():

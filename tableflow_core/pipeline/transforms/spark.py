@@ -28,7 +28,11 @@ from tableflow_core.engine.observations import (
     observe_counts,
     observed_metrics,
 )
-from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.bad_records import (
+    ROW_JSON_COLUMN,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+)
 from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
 from tableflow_core.ingest.placement import execution_order
 from tableflow_core.sql_text import quote_ident, sql_string
@@ -42,7 +46,7 @@ from tableflow_core.transforms.compile import (
     RenameStep,
     TransformStep,
 )
-from tableflow_core.transforms.sql import CastCheck
+from tableflow_core.transforms.sql import CastCheck, parse_expression, referenced_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -54,6 +58,9 @@ SALT_COLUMN_PREFIX = "__tf_salt_"
 HIDDEN_COLUMNS = (SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
 TRANSFORM_STAGE = "transform"
 REJECT_ERROR_CLASS = "TransformValueError"
+
+# In a reason, in place of a value read from a masked column.
+MASKED_VALUE = "<value of a masked column, not shown>"
 
 FILTERED = "filtered"
 DUPLICATE = "duplicate"
@@ -135,6 +142,17 @@ class _Context:
     # Upsert batches: true on tombstones (key columns only). A delete must reach the MERGE,
     # so filters and dedup never drop one; the projections (mask, rename, ...) apply.
     tombstone: Column | None = None
+    # Columns a mask of the chain hides, as named at this step: a rejected row's reason
+    # never quotes a value computed from them.
+    hidden: frozenset[str] = frozenset()
+
+    def shows(self, expression: str) -> bool:
+        """Whether a value of `expression` may be quoted in a reason (it reads no hidden
+        column)."""
+        if not self.hidden:
+            return True
+        read = referenced_columns(parse_expression(expression, what="transform"))
+        return not {name.lower() for name in read} & {name.lower() for name in self.hidden}
 
     def not_tombstone(self) -> Column:
         from pyspark.sql import functions as F
@@ -270,7 +288,7 @@ def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
     from pyspark.sql import functions as F
 
-    failure = _cast_failure(step.cast_checks, f"{step.key} filter")
+    failure = _cast_failure(step.cast_checks, f"{step.key} filter", ctx)
     if step.cast_checks:
         df = _set_fate(df, failure.isNotNull() & ctx.not_tombstone(), REJECTED, failure)
     # Like Spark's filter: a NULL predicate does not keep the row.
@@ -287,15 +305,19 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     df = df.withColumns(
         {
             raw: F.expr(step.value_expression),
-            failure: _cast_failure(step.cast_checks, f"{step.key} derive {step.column}"),
+            failure: _cast_failure(step.cast_checks, f"{step.key} derive {step.column}", ctx),
         }
     )
     typed = F.expr(f"try_cast(`{raw}` AS {step.spark_type})")
     df = df.withColumn(step.column, typed)
     misfit = _col(raw).isNotNull() & _col(step.column).isNull()
+    shown = ctx.shows(step.value_expression) and step.column.lower() not in {
+        name.lower() for name in ctx.hidden
+    }
+    value = F.substring(_col(raw).cast("string"), 1, 200) if shown else F.lit(MASKED_VALUE)
     message = F.concat(
         F.lit(f"{step.key} derive {step.column}: value "),
-        F.substring(_col(raw).cast("string"), 1, 200),
+        value,
         F.lit(f" does not fit the planned type {step.spark_type}"),
     )
     failed = _col(failure).isNotNull()
@@ -304,15 +326,21 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     return df.drop(raw, failure)
 
 
-def _cast_failure(checks: tuple[CastCheck, ...], where: str) -> Column:
-    """Why a plain CAST inside an expression failed on the row (its message), else NULL."""
+def _cast_failure(checks: tuple[CastCheck, ...], where: str, ctx: _Context) -> Column:
+    """Why a plain CAST inside an expression failed on the row (its message), else NULL.
+    The value is quoted unless it is read from a masked column."""
     from pyspark.sql import functions as F
 
     failure = F.lit(None).cast("string")
     for check in reversed(checks):  # the first failing cast names the row's error
+        value = (
+            F.substring(F.expr(check.operand).cast("string"), 1, 200)
+            if ctx.shows(check.operand)
+            else F.lit(MASKED_VALUE)
+        )
         message = F.concat(
             F.lit(f"{where}: {check.cast} failed on value "),
-            F.substring(F.expr(check.operand).cast("string"), 1, 200),
+            value,
             F.lit(" (a failing CAST gives NULL; write TRY_CAST to accept that)"),
         )
         failure = F.when(F.expr(check.failed), message).otherwise(failure)
@@ -377,7 +405,13 @@ def apply_transforms(
     tagged = df.withColumns({FATE_COLUMN: no_text, ERROR_COLUMN: no_text})
     tombstone = _col(TOMBSTONE_COLUMN) if TOMBSTONE_COLUMN in df.columns else None
     for index, step in enumerate(execution_order(compiled.steps)):
-        context = _Context(spark=spark, salt_for=salt_for, step_index=index, tombstone=tombstone)
+        context = _Context(
+            spark=spark,
+            salt_for=salt_for,
+            step_index=index,
+            tombstone=tombstone,
+            hidden=compiled.sensitive_columns(step),
+        )
         tagged = _RUNNERS[type(step)](step, tagged, context)
     fate = _col(FATE_COLUMN)
     # Each count is an aggregate evaluated on every row: only the fates the chain can give
@@ -401,24 +435,43 @@ def apply_transforms(
             stage=TRANSFORM_STAGE,
             error_class=F.lit(REJECT_ERROR_CLASS),
             error_message=_col(ERROR_COLUMN),
+            row=row_json(compiled.output_schema.names),
         )
 
     return TransformResult(df=kept, observation=observation, build_rejected=rejected)
 
 
 def rejected_rows(
-    df: DataFrame, *, stage: str, error_class: Column, error_message: Column
+    df: DataFrame,
+    *,
+    stage: str,
+    error_class: Column,
+    error_message: Column,
+    row: Column | None = None,
 ) -> DataFrame:
-    """Rows of `df` as REJECTED_ROW_SCHEMA (source position and why)."""
+    """Rows of `df` as REJECTED_ROW_SCHEMA (source position and why), plus `row` as
+    ROW_JSON_COLUMN when given: computed only if a dead-letter target keeps it (payload
+    `masked`), Spark prunes it otherwise."""
     from pyspark.sql import functions as F
 
-    return df.select(
+    columns = [
         _col(SOURCE_PARTITION_COLUMN).cast("int").alias("source_partition"),
         _col(SOURCE_OFFSET_COLUMN).cast("long").alias("source_offset"),
         F.lit(stage).alias("stage"),
         error_class.cast("string").alias("error_class"),
         error_message.cast("string").alias("error_message"),
-    )
+    ]
+    if row is not None:
+        columns.append(row.alias(ROW_JSON_COLUMN))
+    return df.select(*columns)
+
+
+def row_json(columns: Sequence[str]) -> Column:
+    """The row's `columns` (the table's, after the transforms: masked columns masked) as
+    one JSON object."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct(*[_col(c) for c in columns]))
 
 
 def dedup_against_table(
