@@ -89,9 +89,13 @@ class CliContext:
 
     def warn(self, warnings: Iterable[str], indent: int = 11) -> None:
         """Warning lines on the console (stdout, beside the results they qualify)."""
+        from rich.markup import escape
+
         for warning in warnings:
             text = self._project.redact(warning) if self._project is not None else warning
-            self.console.print(f"{' ' * indent}[yellow]warning:[/] {text}", highlight=False)
+            self.console.print(
+                f"{' ' * indent}[yellow]warning:[/] {escape(text)}", highlight=False
+            )
 
     def report(self, exc: TableflowError) -> NoReturn:
         """End the command on a tableflow error: its message, and its exit code. The one

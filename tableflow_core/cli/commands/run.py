@@ -25,6 +25,8 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
     table that is blocked or fails is reported and retried at its next interval.
     Stops on Ctrl-C or SIGTERM after the current cycle.
     """
+    from rich.markup import escape
+
     from tableflow_core.engine.spark_session import SessionStarter
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.tasks.apply import project_spark_session
@@ -57,7 +59,8 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
             for table in report.results.tables:
                 if table.status == "error" and table.table not in report.suspended:
                     ctx.console.print(
-                        f"[bold red]failed[/] {table.table}: {table.error}", highlight=False
+                        f"[bold red]failed[/] {table.table}: {escape(table.error or '')}",
+                        highlight=False,
                     )
                 if table.warnings:
                     ctx.console.print(f"warnings of {table.table}:", highlight=False)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tableflow_core.engine.observations import observe_counts
-from tableflow_core.errors import IngestError
+from tableflow_core.errors import FailedRecord, IngestError
 from tableflow_core.ingest.placement import read_task_dedup_step
 from tableflow_core.ingest.stages import RouteBadRecords, Transform
 from tableflow_core.pipeline.batch import (
@@ -79,13 +79,24 @@ class FailOnRejectedRows(Audit):
             .limit(MAX_REPORTED_REJECTS)
             .collect()
         )
-        listed = "; ".join(
-            f"partition {r['source_partition']} offset {r['source_offset']}: {r['error_message']}"
+        failures = [
+            FailedRecord(
+                context.spec.topic,
+                int(r["source_partition"]),
+                int(r["source_offset"]),
+                str(r["error_message"]),
+            )
             for r in rows
+        ]
+        listed = "; ".join(
+            f"partition {f.partition} offset {f.offset}: {f.reason}" for f in failures
         )
+        # With its failures, `tableflow run` suspends the table as for a decode failure.
         raise IngestError(
             f"table {context.spec.table_name} ({context.spec.identifier}): {rejected} row(s) "
-            f"rejected by the transforms (on_error fail), nothing was committed: {listed}"
+            f"rejected by the transforms (on_error fail), nothing was committed: {listed}",
+            failures,
+            run_id=context.run_id,
         )
 
 
