@@ -93,9 +93,7 @@ class CliContext:
 
         for warning in warnings:
             text = self._project.redact(warning) if self._project is not None else warning
-            self.console.print(
-                f"{' ' * indent}[yellow]warning:[/] {escape(text)}", highlight=False
-            )
+            self.console.print(f"{' ' * indent}[yellow]warning:[/] {escape(text)}", highlight=False)
 
     def report(self, exc: TableflowError) -> NoReturn:
         """End the command on a tableflow error: its message, and its exit code. The one
