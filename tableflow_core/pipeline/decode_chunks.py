@@ -89,7 +89,7 @@ class ChunkDecoder:
         # (transforms/decode_masks.py); never on key columns.
         self._masks = masks or DecodeMasks()
         self._table = table_schema
-        self._out = decoded_schema(table_schema)
+        self._out = decoded_schema(table_schema, upsert=key is not None)
         self._key = key
         self._run_id = run_id
         if key is not None:
@@ -239,11 +239,15 @@ class ChunkDecoder:
             raise PayloadError(f"key does not fit the key columns: {exc}") from exc
 
     def _positions(self, chunk: MessageChunk, tombstone: bool) -> list[pa.Array]:
-        return [
+        arrays = [
             pa.array(chunk.partitions, pa.int32()),
             pa.array(chunk.offsets, pa.int64()),
             pa.array([tombstone] * len(chunk), pa.bool_()),
         ]
+        if self._key is not None:  # upsert: the timestamp orders a key's records first
+            stamps = [None if ts is None or ts < 0 else ts for ts in chunk.timestamps_ms]
+            arrays.append(pa.array(stamps, pa.int64()))
+        return arrays
 
     def _good(
         self, batch: pa.RecordBatch, chunk: MessageChunk, keys: list[dict[str, Any]]

@@ -9,6 +9,7 @@ from typing import Any
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
+from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import plan_offsets
 from tableflow_core.maintenance.schedule import maintenance_due
 from tableflow_core.plan import capabilities, column_checks
@@ -505,6 +506,8 @@ def _describe_check(check: Any) -> str:
 
 def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> list[Action]:
     declared = {t.identifier for t in project.tables} | set(iceberg_dlq_users(project.tables))
+    # An upsert table's deletes table belongs to it (ingest/upsert_order.py).
+    declared |= {deletes_table(t.identifier) for t in project.tables if t.mode == "upsert"}
     namespaces = {".".join(t.namespace) for t in project.tables}
     actions: list[Action] = []
     for identifier in sorted(world.listed_tables - declared):

@@ -21,6 +21,7 @@ from tableflow_core.errors import (
     TableflowError,
 )
 from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.run import ingest
 from tableflow_core.pipeline.shared_run import SharedMember, ingest_shared
@@ -316,6 +317,8 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
 @action_runner(ReplaceTable)
 def _replace_table(context: ApplyContext, identifier: str, action: ReplaceTable) -> None:
     ddl.drop_table(context.spark, identifier)
+    # An upsert table's memory of deletes goes with its rows (ingest/upsert_order.py).
+    ddl.drop_table(context.spark, deletes_table(identifier))
     ddl.create_table(
         context.spark,
         identifier,

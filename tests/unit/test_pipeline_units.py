@@ -19,7 +19,7 @@ from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
 from tableflow_core.pipeline.registry import RUNNER_MODULES, STAGE_RUNNERS, runner_for
-from tableflow_core.pipeline.runners.write_upsert import merge_sql
+from tableflow_core.pipeline.runners.write_upsert import later, merge_sql
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 
@@ -152,7 +152,12 @@ def test_upsert_chunk_key_rows_tombstones_and_value_precedence() -> None:
 def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:
     sql = merge_sql("`c`.`ns`.`t`.`branch_x`", "v", ["id", "we`ird"], ("id",))
     assert "ON t.`id` = s.`id`" in sql
-    assert "WHEN MATCHED AND s.`__tf_tombstone` THEN DELETE" in sql
+    # a record is applied only when it comes after the row's own record (its position)
+    newer = later("s", "t")
+    assert "t.`_kafka_offset` IS NULL OR" in newer
+    assert "struct(coalesce(s.`_kafka_timestamp`" in newer and "s.`_kafka_partition`" in newer
+    assert f"WHEN MATCHED AND s.`__tf_tombstone` AND {newer} THEN DELETE" in sql
+    assert f"WHEN MATCHED AND NOT s.`__tf_tombstone` AND {newer} THEN UPDATE" in sql
     assert "WHEN NOT MATCHED AND NOT s.`__tf_tombstone` THEN INSERT (`id`, `we``ird`)" in sql
 
 

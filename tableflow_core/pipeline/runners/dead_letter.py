@@ -36,7 +36,7 @@ from tableflow_core.deadletter.sinks import (
 from tableflow_core.engine.observations import observe_counts, observed_metrics
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.columns import RETRACTION_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.pipeline.batch import Audit, Batch, Outcome, RejectedRows, StageContext
 from tableflow_core.sql_text import quote_ident
@@ -101,13 +101,19 @@ def _observe_written(context: StageContext, good: DataFrame) -> tuple[DataFrame,
     upsert = TOMBSTONE_COLUMN in good.columns
     source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
     tombstone = quote_ident(TOMBSTONE_COLUMN)
+    # A filter's retraction (upsert) deletes like a tombstone but is counted as filtered.
+    record_tombstone = tombstone
+    if RETRACTION_COLUMN in good.columns:
+        record_tombstone = f"{tombstone} AND NOT {quote_ident(RETRACTION_COLUMN)}"
     counts: dict[str, str] = {}
     for p in partitions:
         in_p = f"{source_partition} = {p}"
         written = f"{in_p} AND NOT {tombstone}" if upsert else in_p
         counts[f"written_p{p}"] = f"count(CASE WHEN {written} THEN 1 END)"
         if upsert:
-            counts[f"tombstones_p{p}"] = f"count(CASE WHEN {in_p} AND {tombstone} THEN 1 END)"
+            counts[f"tombstones_p{p}"] = (
+                f"count(CASE WHEN {in_p} AND {record_tombstone} THEN 1 END)"
+            )
     if not counts:  # no ranges: nothing was read, nothing is written
         return good, WrittenCounts(None, ())
     observed, observation = observe_counts(good, "written", counts)

@@ -127,7 +127,7 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     assert batch.good is not None, "decode needs the read_ranges stage before it"
     key = key_spec_of(context)
     table_schema = context.spec.decoded_schema
-    output_schema = decoded_schema(table_schema)
+    output_schema = decoded_schema(table_schema, upsert=key is not None)
     task_keys = task_keys_of(context)
     reports = start_reports(context.spark, context, task_keys) if task_keys else None
     mapper = _mapper(

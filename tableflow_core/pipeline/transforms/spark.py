@@ -33,7 +33,11 @@ from tableflow_core.ingest.bad_records import (
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
 )
-from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.columns import (
+    RETRACTION_COLUMN,
+    SOURCE_TIMESTAMP_COLUMN,
+    TOMBSTONE_COLUMN,
+)
 from tableflow_core.ingest.placement import execution_order
 from tableflow_core.sql_text import quote_ident, sql_string
 from tableflow_core.transforms.compile import (
@@ -425,9 +429,10 @@ def apply_transforms(
     }
     tagged, observation = observe_counts(tagged, "transforms", counts)
     output_columns = [*compiled.output_schema.names, *HIDDEN_COLUMNS]
-    if tombstone is not None:
-        output_columns.append(TOMBSTONE_COLUMN)
-    kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
+    if tombstone is None:
+        kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
+    else:
+        kept = _upsert_rows(tagged, output_columns)
 
     def rejected() -> DataFrame:
         return rejected_rows(
@@ -439,6 +444,23 @@ def apply_transforms(
         )
 
     return TransformResult(df=kept, observation=observation, build_rejected=rejected)
+
+
+def _upsert_rows(tagged: DataFrame, columns: list[str]) -> DataFrame:
+    """The rows an upsert table's write gets: the kept ones and tombstones, and the rows a
+    filter took out, as retractions: the delete of their key when one is the key's latest
+    record (Flink's upsert semantics: the key's latest state is "filtered", no row).
+    They are counted as filtered, not as written or as tombstones."""
+    from pyspark.sql import functions as F
+
+    fate = _col(FATE_COLUMN)
+    retraction = fate.isNotNull() & (fate == F.lit(FILTERED))
+    hidden = [c for c in (SOURCE_TIMESTAMP_COLUMN,) if c in tagged.columns]
+    return tagged.filter(fate.isNull() | retraction).select(
+        *[_col(c) for c in (*columns, *hidden)],
+        (_col(TOMBSTONE_COLUMN) | retraction).alias(TOMBSTONE_COLUMN),
+        retraction.alias(RETRACTION_COLUMN),
+    )
 
 
 def rejected_rows(
