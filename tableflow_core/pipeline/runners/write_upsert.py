@@ -26,7 +26,7 @@ from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.ingest.stages import Write
-from tableflow_core.ingest.upsert_order import POSITION_COLUMNS, deletes_table
+from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, POSITION_COLUMNS, deletes_table
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.runners.write import write_mode
 from tableflow_core.sql_text import quote_ident
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 _RANK = "__tf_rank"
+# Before any Kafka timestamp: where a record without one sorts.
+_FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
 _DELETED_AT = "__tf_deleted_"  # prefix of the deletes table's position, joined to the batch
 # Properties of a deletes table: merge-on-read like its upsert table; old metadata files
 # go as new ones come (it gets a commit per run that deletes).
@@ -52,12 +54,14 @@ def later(new: str, old: str) -> str:
     """SQL: the record at position `new.*` comes after the one at `old.*` (a NULL
     position, a row written before the table kept positions, is earlier than any)."""
     ts, partition, offset = (quote_ident(c) for c in POSITION_COLUMNS)
-    first = "TIMESTAMP'0001-01-01 00:00:00Z'"
-    return (
-        f"({old}.{offset} IS NULL OR "
-        f"struct(coalesce({new}.{ts}, {first}), {new}.{partition}, {new}.{offset}) > "
-        f"struct(coalesce({old}.{ts}, {first}), {old}.{partition}, {old}.{offset}))"
-    )
+
+    def position(side: str) -> str:
+        return (
+            f"named_struct('t', coalesce({side}.{ts}, {_FIRST}), "
+            f"'p', {side}.{partition}, 'o', {side}.{offset})"
+        )
+
+    return f"({old}.{offset} IS NULL OR {position(new)} > {position(old)})"
 
 
 def merge_sql(target: str, source: str, columns: list[str], key_columns: tuple[str, ...]) -> str:
@@ -115,7 +119,8 @@ def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
 
 def _after_deletes(latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
     """The batch's latest records that come after their key's remembered delete (or whose
-    key has none): an older one would bring back a row a later delete removed."""
+    key has none): an older one would bring back a row a later delete removed. The delete
+    itself (a run that wrote the deletes table and did not publish) is applied again."""
     from pyspark.sql import functions as F
 
     remembered = deletes.select(
@@ -127,18 +132,16 @@ def _after_deletes(latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...])
         term = F.col(quote_ident(k)) == F.col(f"{_DELETED_AT}k{i}")
         on = term if on is None else on & term
     joined = latest.join(remembered, on=on, how="left")
-    ts, partition, offset = POSITION_COLUMNS
-    deleted = F.struct(
-        F.coalesce(F.col(f"{_DELETED_AT}{ts}"), F.lit("0001-01-01").cast("timestamp")),
-        F.col(f"{_DELETED_AT}{partition}"),
-        F.col(f"{_DELETED_AT}{offset}"),
-    )
-    record = F.struct(
-        F.coalesce(F.col(ts), F.lit("0001-01-01").cast("timestamp")),
-        F.col(partition),
-        F.col(offset),
-    )
-    keep = F.col(f"{_DELETED_AT}{offset}").isNull() | (record > deleted)
+
+    def position(prefix: str) -> Column:
+        ts, partition, offset = (F.col(f"{prefix}{c}") for c in POSITION_COLUMNS)
+        return F.struct(
+            F.coalesce(ts, F.expr(_FIRST)).alias("t"), partition.alias("p"), offset.alias("o")
+        )
+
+    deleted_at = F.col(f"{_DELETED_AT}{OFFSET_COLUMN}")
+    # At the same position: the very delete, remembered by a run that did not publish.
+    keep = deleted_at.isNull() | (position("") >= position(_DELETED_AT))
     return joined.where(keep).select(*latest.columns)
 
 
