@@ -155,7 +155,8 @@ def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:
     # a record is applied only when it comes after the row's own record (its position)
     newer = later("s", "t")
     assert "t.`_kafka_offset` IS NULL OR" in newer
-    assert "struct(coalesce(s.`_kafka_timestamp`" in newer and "s.`_kafka_partition`" in newer
+    assert "named_struct('t', coalesce(s.`_kafka_timestamp`" in newer
+    assert "'p', s.`_kafka_partition`, 'o', s.`_kafka_offset`" in newer
     assert f"WHEN MATCHED AND s.`__tf_tombstone` AND {newer} THEN DELETE" in sql
     assert f"WHEN MATCHED AND NOT s.`__tf_tombstone` AND {newer} THEN UPDATE" in sql
     assert "WHEN NOT MATCHED AND NOT s.`__tf_tombstone` THEN INSERT (`id`, `we``ird`)" in sql

@@ -198,13 +198,14 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     latest = _latest_per_key(batch.good, keys)
     if deletes is not None:
         latest = _after_deletes(latest, spark.table(deletes), keys)
-        # Read twice (the MERGE, the deletes' MERGE): decode Kafka once.
-        cached = latest = latest.persist()
+    # Read by the MERGE, then by the deletes' MERGE when the batch held deletes (known
+    # only once the MERGE ran): read and decode Kafka once.
+    cached = latest = latest.persist()
 
-        def release() -> None:
-            cached.unpersist()
+    def release() -> None:
+        cached.unpersist()
 
-        context.cleanups.append(release)
+    context.cleanups.append(release)
     columns = [c for c in latest.columns if not is_hidden(c)]
     view = f"tableflow_upsert_{uuid.uuid4().hex}"
     latest.createOrReplaceTempView(view)
