@@ -28,9 +28,11 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.readers.duckdb_reader import duckdb_connection
+from tableflow_core.tasks.maintain import MaintainTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.integration.test_maintenance_spark import data_files
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +157,8 @@ def test_the_same_records_in_different_run_splits_give_the_same_table(
     history = random_history(seed=27, keys=40, size=240)
     topic.produce(history[:60])
     whole = make_env(topic.name, **config)
-    small = make_env(topic.name, **config, max_records_per_run=13)
+    maintenance = {"every": "1h", "compact": {"min_input_files": 2}}
+    small = make_env(topic.name, **config, max_records_per_run=13, maintenance=maintenance)
     medium = make_env(topic.name, **config, max_records_per_run=61)
     for env in (whole, small, medium):
         apply_until_done(spark, env)
@@ -184,6 +187,24 @@ def test_the_same_records_in_different_run_splits_give_the_same_table(
     remembered = {r["id"] for r in deletes.scan().to_arrow().to_pylist()}
     deleted = {k for k in {r[0] for r in topic.records} if k not in expected}
     assert deleted <= remembered
+
+    # `maintain` compacts the deletes table (a commit per run that deleted) with its
+    # table, and the answers hold after it: late records, many older than their key's
+    # remembered delete, go to the compacted deletes table.
+    catalog = small.catalog.pyiceberg_catalog()
+    name = f"{small.namespace}.t__tableflow_deletes"
+    files_before = data_files(catalog, name)
+    (done,) = MaintainTask(small.project, small.project.tables, spark=spark, force=True).run()
+    assert done.ok and done.deletes is not None, done
+    assert [r.operation for r in done.deletes.results] == ["compact"]
+    assert data_files(catalog, name) < files_before
+    assert table_rows(small) == expected
+    topic.produce(random_history(seed=28, keys=40, size=40))
+    expected = model(topic.records)
+    assert expected != table_rows(small)
+    for env in (whole, small):
+        apply_until_done(spark, env)
+        assert table_rows(env) == expected
 
 
 def test_a_filtered_latest_record_retracts_its_key(
