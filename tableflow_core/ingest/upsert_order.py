@@ -10,8 +10,9 @@ holds for the key:
   row comes from in `POSITION_COLUMNS` (a row written before the table had them is
   older than any record);
 - the position of the key's latest delete: a delete leaves no row, so the table's
-  deletes table (`deletes_table`: the key columns and the position, one row per deleted
-  key) remembers it; a later run's older record of that key is dropped, not re-inserted.
+  deletes table (`deletes_table`: the key columns and the position; a run appends a row
+  per key it deleted, the latest per key counts) remembers it; a later run's older
+  record of that key is dropped, not re-inserted.
 
 So applying the same records in one run or in many, split anywhere, gives the same table.
 """

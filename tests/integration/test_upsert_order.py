@@ -8,7 +8,8 @@ when it is a tombstone or a record the filter takes out (Flink's upsert semantic
 same records are applied by tables that split them into runs differently (one run; many
 runs of a few records each, `max_records_per_run`, which reads partitions at the same
 pace so a later run often reads an older record of a key), and every table must equal the
-model, read by pyiceberg and DuckDB.
+model, read by pyiceberg and DuckDB; still after `maintain` compacted the deletes table
+and late records (many older than their key's delete) were applied.
 
 Also: records whose value key fields differ from their Kafka key are bad records routed
 by `on_error` (never an orphan row a tombstone of the key could not delete), and plan

@@ -26,7 +26,7 @@ from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.ingest.stages import Write
-from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, POSITION_COLUMNS, deletes_table
+from tableflow_core.ingest.upsert_order import POSITION_COLUMNS, deletes_table
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.runners.write import write_mode
 from tableflow_core.sql_text import quote_ident
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 _RANK = "__tf_rank"
 # Before any Kafka timestamp: where a record without one sorts.
 _FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
-_DELETED_AT = "__tf_deleted_"  # prefix of the deletes table's position, joined to the batch
+_DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to the batch
 # Properties of a deletes table: merge-on-read like its upsert table; old metadata files
 # go as new ones come (it gets a commit per run that deletes).
 DELETES_TABLE_PROPERTIES = {
@@ -79,21 +79,6 @@ def merge_sql(target: str, source: str, columns: list[str], key_columns: tuple[s
     )
 
 
-def remember_deletes_sql(target: str, source: str, key_columns: tuple[str, ...]) -> str:
-    """Each key's latest delete of the run goes in the deletes table, unless it holds a
-    later one already."""
-    on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key_columns)
-    columns = [*key_columns, *POSITION_COLUMNS]
-    updates = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in POSITION_COLUMNS)
-    names = ", ".join(quote_ident(c) for c in columns)
-    values = ", ".join(f"s.{quote_ident(c)}" for c in columns)
-    return (
-        f"MERGE INTO {target} t USING {quote_ident(source)} s ON {on} "
-        f"WHEN MATCHED AND {later('s', 't')} THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
-    )
-
-
 def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
     """Each key's latest record of the batch, with its position in POSITION_COLUMNS."""
     from pyspark.sql import Window
@@ -117,31 +102,34 @@ def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
     )
 
 
-def _after_deletes(latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """The batch's latest records that come after their key's remembered delete (or whose
-    key has none): an older one would bring back a row a later delete removed. The delete
-    itself (a run that wrote the deletes table and did not publish) is applied again."""
+def _position() -> Column:
+    """A record's position (POSITION_COLUMNS) as one comparable value."""
     from pyspark.sql import functions as F
 
-    remembered = deletes.select(
-        *[F.col(quote_ident(k)).alias(f"{_DELETED_AT}k{i}") for i, k in enumerate(keys)],
-        *[F.col(quote_ident(c)).alias(f"{_DELETED_AT}{c}") for c in POSITION_COLUMNS],
+    ts, partition, offset = (F.col(quote_ident(c)) for c in POSITION_COLUMNS)
+    return F.struct(
+        F.coalesce(ts, F.expr(_FIRST)).alias("t"), partition.alias("p"), offset.alias("o")
     )
+
+
+def _after_deletes(latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """The batch's latest records that come after their key's latest remembered delete
+    (or whose key has none): an older one would bring back a row a later delete removed.
+    The delete itself (a run that wrote the deletes table and did not publish) is applied
+    again."""
+    from pyspark.sql import functions as F
+
+    remembered = deletes.groupBy(
+        *[F.col(quote_ident(k)).alias(f"{_DELETED_AT}k{i}") for i, k in enumerate(keys)]
+    ).agg(F.max(_position()).alias(_DELETED_AT))
     on: Column | None = None
     for i, k in enumerate(keys):
         term = F.col(quote_ident(k)) == F.col(f"{_DELETED_AT}k{i}")
         on = term if on is None else on & term
     joined = latest.join(remembered, on=on, how="left")
-
-    def position(prefix: str) -> Column:
-        ts, partition, offset = (F.col(f"{prefix}{c}") for c in POSITION_COLUMNS)
-        return F.struct(
-            F.coalesce(ts, F.expr(_FIRST)).alias("t"), partition.alias("p"), offset.alias("o")
-        )
-
-    deleted_at = F.col(f"{_DELETED_AT}{OFFSET_COLUMN}")
+    deleted_at = F.col(_DELETED_AT)
     # At the same position: the very delete, remembered by a run that did not publish.
-    keep = deleted_at.isNull() | (position("") >= position(_DELETED_AT))
+    keep = deleted_at.isNull() | (_position() >= deleted_at)
     return joined.where(keep).select(*latest.columns)
 
 
@@ -155,7 +143,8 @@ def _deletes_of(context: StageContext) -> str | None:
 def _remember_deletes(
     context: StageContext, latest: DataFrame, keys: tuple[str, ...], existing: str | None
 ) -> None:
-    """MERGE the batch's latest deletes into the deletes table (created on first use)."""
+    """Append the batch's latest deletes to the deletes table (created on first use): one
+    write, no MERGE (the latest per key counts when it is read)."""
     from pyspark.sql import functions as F
 
     spark = context.spark
@@ -166,12 +155,7 @@ def _remember_deletes(
     if existing is None:
         schema = _arrow_schema(rows)
         create_table(spark, target, schema, properties=DELETES_TABLE_PROPERTIES)
-    view = f"tableflow_deletes_{uuid.uuid4().hex}"
-    rows.createOrReplaceTempView(view)
-    try:
-        spark.sql(remember_deletes_sql(target, view, keys))
-    finally:
-        spark.catalog.dropTempView(view)
+    rows.writeTo(target).append()
 
 
 def _arrow_schema(rows: DataFrame) -> object:
