@@ -206,14 +206,22 @@ def route_and_account(
 def _warn_null_values(context: StageContext, tombstones: Mapping[int, int]) -> None:
     """Null values on an append table are tombstones: counted, not written (an append
     table has no row to delete). The run says so, per partition."""
+    warning = null_values_warning(context.spec.topic, tombstones)
+    if warning:
+        context.warnings.append(warning)
+
+
+def null_values_warning(topic: str, tombstones: Mapping[int, int]) -> str | None:
+    """The warning of an append table's run that read null values (None: it read none)."""
     counted = {p: n for p, n in sorted(tombstones.items()) if n}
-    if counted:
-        where = ", ".join(f"partition {p}: {n}" for p, n in counted.items())
-        context.warnings.append(
-            f"topic {context.spec.topic!r}: {sum(counted.values())} null-value record(s) "
-            f"(tombstones) not written ({where}): an append table keeps no deletes; they "
-            "are counted as tombstones (mode: upsert applies them as deletes)"
-        )
+    if not counted:
+        return None
+    where = ", ".join(f"partition {p}: {n}" for p, n in counted.items())
+    return (
+        f"topic {topic!r}: {sum(counted.values())} null-value record(s) "
+        f"(tombstones) not written ({where}): an append table keeps no deletes; they "
+        "are counted as tombstones (mode: upsert applies them as deletes)"
+    )
 
 
 def _record_accounting(context: StageContext, accounting: RunAccounting) -> None:
