@@ -112,7 +112,7 @@ def test_apply_and_run_print_every_tables_warnings(
     dupes = Topic(kafka_broker, schema_registry, 2)
     dupes.produce([(p, p * 100_000 + i) for p in (0, 1) for i in range(50_000)] + [(0, 7), (1, 7)])
     tables = [
-        {"name": "t", "topic": events.name, "metadata_columns": []},
+        {"name": "t", "topic": events.name, "metadata_columns": [], "on_data_loss": "accept"},
         {"name": "d", "topic": dupes.name, "metadata_columns": [],
          "transforms": [{"type": "dedup", "keys": ["id"]}]},
     ]  # fmt: skip
@@ -122,10 +122,14 @@ def test_apply_and_run_print_every_tables_warnings(
         committed = len(events.produced)
         events.produce([(0, 100 + i) for i in range(10)] + [(0, None)])
         events.delete_before(0, committed + 5)  # retention takes 5 records not read yet
+        # (accepted: the run records the loss, and warns of it)
         status, output = run_cli(env.root, *command)
         assert status == 0, output[-3000:]
         warnings = [line.strip() for line in output.splitlines() if "warning: " in line]
-        gone = f"offsets {committed}..{committed + 4} (5 records) were deleted by retention"
+        gone = (
+            f"partition 0: offsets {committed}..{committed + 4} (5 records) were deleted "
+            "from the topic before this table read them"
+        )
         assert any(gone in line for line in warnings), output[-3000:]
         assert any("1 null-value record(s)" in line for line in warnings), output[-3000:]
         results = json.loads((env.root / "target" / "run_results.json").read_text())
