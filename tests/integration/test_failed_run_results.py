@@ -6,7 +6,10 @@
   the rows written (write-audit-publish) and which has no metadata columns;
 - a `row_count` check with a minimum fires on a run with no new records (its batch is
   empty): `warn` warns, `error` fails the table;
-- an apply with nothing to do writes a fresh run_results.json (never the last one's).
+- an apply with nothing to do writes a fresh run_results.json (never the last one's);
+- a run whose every due record was deleted from the topic (`on_data_loss: accept`) is a
+  run with no new records too: `row_count` judges its empty batch, a warning lets it
+  record the loss and move the offsets, an error fails it with nothing committed.
 
 Records are produced with confluent-kafka's AvroSerializer against the test registry.
 """
@@ -17,7 +20,8 @@ import json
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -130,6 +134,45 @@ def test_row_count_judges_a_run_with_no_new_records(
     # a new record makes the check pass again
     orders.produce([(0, 3, "open")])
     assert apply(spark, env).checks["outcome"] == "pass"  # type: ignore[index]
+
+
+def test_row_count_judges_a_run_whose_records_were_all_lost(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
+    orders = Orders(kafka_broker, schema_registry)
+    orders.produce([(0, 1, "open"), (1, 2, "open")])
+    row_count = {"type": "row_count", "min": 1}
+    env = make_env(orders.name, metadata_columns=[], on_data_loss="accept")
+    apply(spark, env)
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+
+    def lose(until: int) -> None:
+        (done,) = admin.delete_records([TopicPartition(orders.name, 0, until)]).values()
+        done.result(timeout=10)
+
+    # offsets 1..2 of partition 0 deleted before the table read them: nothing to read
+    orders.produce([(0, 3, "open"), (0, 4, "open")])
+    lose(3)
+    env.configure(
+        metadata_columns=[], on_data_loss="accept", checks=[{**row_count, "severity": "warn"}]
+    )
+    warned = apply(spark, env)
+    assert warned.status == "success" and warned.offsets_after == {0: 3, 1: 1}
+    assert warned.records_lost == 2 and warned.lost_offsets == {0: (1, 3)}
+    assert warned.checks is not None and warned.checks["outcome"] == "warn"
+    assert any("row_count" in w and "observed 0 rows" in w for w in warned.warnings)
+    assert any("offsets 1..2 (2 records) were deleted" in w for w in warned.warnings)
+
+    # severity error: the table fails on its empty batch, the loss is not recorded
+    orders.produce([(0, 5, "open"), (0, 6, "open")])
+    lose(5)
+    env.configure(metadata_columns=[], on_data_loss="accept", checks=[row_count])
+    failed = apply(spark, env, expect="error")
+    assert "row_count" in (failed.error or "") and "observed 0 rows" in (failed.error or "")
+    result = results_of(env)
+    assert result["checks"]["outcome"] == "fail"
+    assert result["offsets_before"] == {"0": 3, "1": 1} == result["offsets_after"]
+    assert any("offsets 3..4 (2 records) were deleted" in w for w in result["warnings"])
 
 
 def test_an_apply_with_nothing_to_do_writes_fresh_results(
