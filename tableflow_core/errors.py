@@ -48,7 +48,11 @@ class FailedRecord:
 
 
 class IngestError(TableflowError, RuntimeError):
-    """The run failed and committed nothing; `failures` names the records at fault."""
+    """The run failed and committed nothing; `failures` names the records at fault.
+
+    `outcome`: what the run knew when it failed (the pipeline's `IngestOutcome`: offsets
+    before, the checks' report, warnings), set by the run frame so run_results.json
+    reports a failed run as fully as a passing one; None when it failed before starting."""
 
     def __init__(
         self, message: str, failures: Sequence[FailedRecord] = (), run_id: str | None = None
@@ -56,6 +60,7 @@ class IngestError(TableflowError, RuntimeError):
         super().__init__(message)
         self.failures = tuple(failures)
         self.run_id = run_id
+        self.outcome: object | None = None
 
 
 class DataLossError(IngestError):

@@ -80,6 +80,12 @@ class CompiledChecks:
     def describe(self) -> list[str]:
         return [check.describe() for check in self.checks]
 
+    @property
+    def judge_empty_batch(self) -> bool:
+        """A run with no new records still has a verdict: a `row_count` check with a
+        minimum above 0 fails (or warns) on its empty batch (docs/transforms-and-checks.md)."""
+        return any(c.kind == "row_count" and (c.min or 0) > 0 for c in self.checks)
+
 
 def _quote(name: str) -> str:
     return f"`{name}`"

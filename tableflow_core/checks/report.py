@@ -10,9 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tableflow_core.checks.compile import CompiledCheck
 from tableflow_core.errors import TableflowError
 
 Outcome = Literal["pass", "warn", "fail"]
@@ -118,6 +120,15 @@ class CheckReport:
             properties[f"{SUMMARY_PREFIX}.dead-lettered-rows"] = str(self.rows_dead_lettered)
         return properties
 
+    def warnings(self) -> list[str]:
+        """One line per check that warned, or took rows out (run_results.json `warnings`
+        and the console)."""
+        return [
+            f"table {self.table}: check {result.line()}"
+            for result in self.results
+            if result.outcome == "warn"
+        ]
+
     def failure_message(self) -> str:
         """Why nothing was published: table, each failing check, its count and sample rows.
 
@@ -135,6 +146,40 @@ class CheckReport:
     def raise_for_failures(self) -> None:
         if self.blocks_publish:
             raise ChecksFailedError(self)
+
+
+def empty_batch_report(checks: Sequence[CompiledCheck], table: str) -> CheckReport:
+    """The checks' verdict on a run with no new records (`CompiledCheck`s, 0 rows): a
+    row-level check has no row to fail; `row_count` judges 0 rows against its bounds,
+    as great-expectations' ExpectTableRowCountToBeBetween would."""
+    results = []
+    for check in checks:
+        if check.kind != "row_count":
+            results.append(_result(check, "pass", failing=0))
+            continue
+        fits = (check.min is None or check.min <= 0) and (check.max is None or check.max >= 0)
+        outcome: Outcome = "pass" if fits else "warn" if check.severity == "warn" else "fail"
+        bounds = [
+            f"at least {check.min:g}" if check.min is not None else "",
+            f"at most {check.max:g}" if check.max is not None else "",
+        ]
+        detail = "no new records; expected " + " and ".join(b for b in bounds if b)
+        results.append(_result(check, outcome, observed=0, detail=detail))
+    return CheckReport(table=table, results=tuple(results), rows_evaluated=0, engine="none")
+
+
+def _result(check: CompiledCheck, outcome: Outcome, **fields: Any) -> CheckResult:
+    return CheckResult(
+        name=check.name,
+        kind=check.kind,
+        key=check.key,
+        severity=check.severity,
+        on_failure=check.on_failure,
+        rows_evaluated=0,
+        failing=fields.pop("failing", None),
+        outcome=outcome,
+        **fields,
+    )
 
 
 class ChecksFailedError(TableflowError, RuntimeError):

@@ -7,6 +7,7 @@ use, so `tableflow --help` stays fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -85,6 +86,14 @@ class CliContext:
         from tableflow_core.config.selection import select_tables
 
         return select_tables(self.load_project(connects=False).tables, self.selectors)
+
+    def warn(self, warnings: Iterable[str], indent: int = 11) -> None:
+        """Warning lines on the console (stdout, beside the results they qualify)."""
+        from rich.markup import escape
+
+        for warning in warnings:
+            text = self._project.redact(warning) if self._project is not None else warning
+            self.console.print(f"{' ' * indent}[yellow]warning:[/] {escape(text)}", highlight=False)
 
     def report(self, exc: TableflowError) -> NoReturn:
         """End the command on a tableflow error: its message, and its exit code. The one

@@ -978,6 +978,21 @@ Check = Annotated[
 QUALIFIED_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
+DeadLetterPayload = Literal["raw", "masked"]
+
+
+def _payload_field() -> Any:
+    return Field(
+        None,
+        description="What a bad record's row keeps of the record. `raw`: its key, value and "
+        "headers as they were on the topic (clear values of masked columns included; "
+        "replayable). `masked`: no key or value bytes; a record that decoded keeps its row "
+        "as JSON with the table's masks applied, an undecodable one only its position, "
+        "headers and error. Default: masked for a table with masks, raw otherwise "
+        "(docs/error-handling.md).",
+    )
+
+
 class KafkaDeadLetter(ConfigModel):
     type: Literal["kafka"]
     topic: str = Field(
@@ -985,6 +1000,7 @@ class KafkaDeadLetter(ConfigModel):
         "`tableflow.error.*` headers (at-least-once; see docs/error-handling.md). Created by "
         "plan/apply when missing, with the source topic's partition count.",
     )
+    payload: DeadLetterPayload | None = _payload_field()
 
     @field_validator("topic")
     @classmethod
@@ -1000,6 +1016,7 @@ class IcebergDeadLetter(ConfigModel):
         description="`namespace.table` receiving bad records with error columns; created by "
         "plan/apply, written idempotently.",
     )
+    payload: DeadLetterPayload | None = _payload_field()
 
     @field_validator("table")
     @classmethod

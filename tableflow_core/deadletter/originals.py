@@ -16,9 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from tableflow_core.config.models import DeadLetterPayload
 from tableflow_core.deadletter.errors import OriginalRecordMissingError
 from tableflow_core.deadletter.frames import require_columns, spark_schema
-from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SCHEMA
+from tableflow_core.ingest.bad_records import (
+    BAD_RECORD_SCHEMA,
+    MASKED_PAYLOAD,
+    PAYLOAD_HEADER,
+    REJECTED_ROW_SCHEMA,
+    ROW_JSON_COLUMN,
+)
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
@@ -49,16 +56,29 @@ def _timestamp_us(message: KafkaMessage) -> int | None:
 
 
 def bad_record_row(
-    message: KafkaMessage, rejected: Mapping[str, Any], run_id: str, failed_at_us: int
+    message: KafkaMessage,
+    rejected: Mapping[str, Any],
+    run_id: str,
+    failed_at_us: int,
+    payload: DeadLetterPayload = "raw",
 ) -> dict[str, Any]:
+    """The BAD_RECORD_SCHEMA row of a rejected row and its original record. `payload`
+    `masked`: no key or value bytes; `value` holds the rejected row as JSON (its
+    `row_json`, masked columns masked) and a header says so."""
+    headers = [{"key": k, "value": v} for k, v in message.headers]
+    key, value = message.key, message.value
+    if payload == "masked":
+        row = rejected.get(ROW_JSON_COLUMN)
+        key, value = None, row.encode() if row is not None else None
+        headers.append({"key": PAYLOAD_HEADER, "value": MASKED_PAYLOAD})
     return {
         "source_topic": message.topic,
         "source_partition": message.partition,
         "source_offset": message.offset,
         "source_timestamp": _timestamp_us(message),
-        "key": message.key,
-        "value": message.value,
-        "headers": [{"key": k, "value": v} for k, v in message.headers],
+        "key": key,
+        "value": value,
+        "headers": headers,
         "stage": rejected["stage"],
         "error_class": rejected["error_class"],
         "error_message": rejected["error_message"],
@@ -76,6 +96,7 @@ def originals_for_rows(
     *,
     max_gap: int = DEFAULT_MAX_GAP,
     reader: RangeReader | None = None,
+    payload: DeadLetterPayload = "raw",
 ) -> Iterator[list[dict[str, Any]]]:
     """BAD_RECORD_SCHEMA rows (in lists) for `rejected_rows`, read back from Kafka."""
     if reader is None:
@@ -93,7 +114,7 @@ def originals_for_rows(
             for chunk in reader(kafka_conf, OffsetRange(topic, partition, start, end)):
                 for message in chunk:
                     for rejected in wanted.get(message.offset, ()):
-                        out.append(bad_record_row(message, rejected, run_id, failed_at_us))
+                        out.append(bad_record_row(message, rejected, run_id, failed_at_us, payload))
                         found.add(message.offset)
                 if len(out) >= OUTPUT_BATCH_ROWS:
                     yield out
@@ -110,12 +131,17 @@ def originals_for_rows(
 
 
 def _fetch_task(
-    kafka_conf: dict[str, str], topic: str, run_id: str, failed_at_us: int, max_gap: int
+    kafka_conf: dict[str, str],
+    topic: str,
+    run_id: str,
+    failed_at_us: int,
+    max_gap: int,
+    payload: DeadLetterPayload,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = [row for batch in batches for row in batch.to_pylist()]
         for out in originals_for_rows(
-            kafka_conf, topic, rows, run_id, failed_at_us, max_gap=max_gap
+            kafka_conf, topic, rows, run_id, failed_at_us, max_gap=max_gap, payload=payload
         ):
             yield pa.RecordBatch.from_pylist(out, schema=BAD_RECORD_SCHEMA)
 
@@ -131,19 +157,44 @@ def fetch_originals(
     *,
     failed_at: datetime | None = None,
     max_gap: int = DEFAULT_MAX_GAP,
+    payload: DeadLetterPayload = "raw",
 ) -> DataFrame:
     """A DataFrame in BAD_RECORD_SCHEMA: each rejected row with its original record.
 
-    `rejected` has the REJECTED_ROW_SCHEMA columns (others are ignored). The result is
-    lazy: the caller should persist it if it is used more than once.
+    `rejected` has the REJECTED_ROW_SCHEMA columns (others are ignored; with `payload`
+    `masked`, its `row_json` column, when it has one, becomes the row's value). The
+    result is lazy: the caller should persist it if it is used more than once.
     """
     del spark  # the session is the rejected frame's; kept for a uniform signature
     require_columns(rejected, REJECTED_ROW_SCHEMA, "the rejected rows")
     moment = failed_at or datetime.now(UTC)
     failed_at_us = int(moment.timestamp() * 1_000_000)
-    mapper = _fetch_task(dict(kafka_conf), topic, run_id, failed_at_us, max_gap)
+    mapper = _fetch_task(dict(kafka_conf), topic, run_id, failed_at_us, max_gap, payload)
+    columns = list(REJECTED_ROW_SCHEMA.names)
+    if payload == "masked" and ROW_JSON_COLUMN in rejected.columns:
+        columns.append(ROW_JSON_COLUMN)
     return (
-        rejected.select(*REJECTED_ROW_SCHEMA.names)
+        rejected.select(*columns)
         .repartition("source_partition")
         .mapInArrow(mapper, spark_schema(BAD_RECORD_SCHEMA))
     )
+
+
+def without_payload(bad: DataFrame) -> DataFrame:
+    """BAD_RECORD_SCHEMA rows without their key and value bytes, marked with the
+    `masked` payload header (the dead-letter payload `masked` of undecodable records)."""
+    from pyspark.sql import functions as F
+
+    marker = F.struct(
+        F.lit(PAYLOAD_HEADER).alias("key"), F.lit(MASKED_PAYLOAD).cast("binary").alias("value")
+    )
+    headers = F.when(F.col("headers").isNull(), F.array(marker)).otherwise(
+        F.concat(F.col("headers"), F.array(marker))
+    )
+    return bad.withColumns(
+        {
+            "key": F.lit(None).cast("binary"),
+            "value": F.lit(None).cast("binary"),
+            "headers": headers,
+        }
+    ).select(*BAD_RECORD_SCHEMA.names)

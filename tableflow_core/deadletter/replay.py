@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tableflow_core.deadletter.errors import DeadLetterDeliveryError
+from tableflow_core.deadletter.errors import DeadLetterDeliveryError, DeadLetterError
 from tableflow_core.deadletter.sinks.kafka_topic import producer_conf
+from tableflow_core.ingest.bad_records import PAYLOAD_HEADER
 from tableflow_core.kafka.admin import brokers_of
 
 REPLAYED_FROM = "tableflow.replayed.from"
@@ -34,8 +35,16 @@ def replay_records(
         if error is not None:
             errors.append(str(error))
 
+    rows = list(rows)
+    for row in rows:  # before producing anything
+        if any(h["key"] == PAYLOAD_HEADER for h in row.get("headers") or ()):
+            raise DeadLetterError(
+                f"dead-lettered record {_origin(row)} kept no payload (its table's "
+                "dead-letter target has payload masked): it cannot be replayed from there; "
+                "read it from the topic by partition and offset while retention keeps it"
+            )
     for row in rows:
-        origin = f"{row['source_topic']}/{row['source_partition']}/{row['source_offset']}"
+        origin = _origin(row)
         headers: list[tuple[str, str | bytes | None]] = [
             (h["key"], h["value"]) for h in row.get("headers") or ()
         ]
@@ -57,3 +66,7 @@ def replay_records(
             f"{errors[0] if errors else ''}"
         )
     return count
+
+
+def _origin(row: Mapping[str, Any]) -> str:
+    return f"{row['source_topic']}/{row['source_partition']}/{row['source_offset']}"

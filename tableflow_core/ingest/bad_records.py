@@ -51,6 +51,15 @@ REJECTED_ROW_SCHEMA = pa.schema(
     ]
 )
 
+# A dead-letter target declared `payload: masked` (the default for a table with masks)
+# keeps no key or value bytes: a row that decoded carries its row as JSON, with the
+# table's masks applied, in `value`, and every row carries this header (replay refuses it).
+PAYLOAD_HEADER = "tableflow.error.payload"
+MASKED_PAYLOAD = b"masked-json"
+# The optional column of rejected rows holding that JSON (the table's columns after the
+# transforms: masked columns masked).
+ROW_JSON_COLUMN = "row_json"
+
 # Hidden columns every decoded batch carries through transforms and checks (ordering for
 # dedup and upsert, and the way back to the source record); the write stage drops them.
 SOURCE_PARTITION_COLUMN = "__tf_partition"

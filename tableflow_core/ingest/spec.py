@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from tableflow_core.config.models import IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models import DeadLetterPayload, IcebergDeadLetter, KafkaDeadLetter
 from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.stages import Decode as DecodeStage
 from tableflow_core.ingest.stages import Mode, Publish, ReadRanges, RouteBadRecords, Stage, Write
@@ -83,6 +83,11 @@ class IngestSpec(BaseModel):
     dead_letter: DeadLetter | None = Field(
         None, discriminator="type", description="Where bad records go, if anywhere"
     )
+    dead_letter_payload: DeadLetterPayload = Field(
+        "raw",
+        description="What a dead-lettered row keeps: `raw` bytes, or `masked` (no key or "
+        "value bytes; a decoded row as JSON with the table's masks applied)",
+    )
     compiled: CompiledTable | None = Field(
         None, description="The table's transforms and checks, compiled (none: neither)"
     )
@@ -106,7 +111,15 @@ class IngestSpec(BaseModel):
             metadata_columns=self.metadata_columns,
             registry=self.registry,
             target_schema_ipc=serialize_schema(self.decoded_schema),
+            masked_columns=self.masked_columns,
         )
+
+    @property
+    def masked_columns(self) -> frozenset[str]:
+        """Decoded columns a mask of the table hides (their values are never quoted)."""
+        if self.compiled is None:
+            return frozenset()
+        return self.compiled.transforms.sensitive_columns()
 
     def table_schema(self) -> pa.Schema:
         """The table's columns: the decoded record's, or after the transforms."""

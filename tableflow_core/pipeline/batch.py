@@ -46,6 +46,10 @@ class StageContext:
     # Wall seconds of the run's phases, by name (run_results.json `timings`): the engine's
     # own (load, start_run), each stage runner's, and parts a runner times (e.g. merge).
     timings: dict[str, float] = field(default_factory=dict)
+    # What the run warns about (run_results.json `warnings`, and the console): stages and
+    # audits add lines when they learn something the user must see, e.g. null values
+    # an append table does not write.
+    warnings: list[str] = field(default_factory=list)
     # Whether the read tasks may run the table's dedup (pipeline/transforms/read_task_dedup.py): not
     # after a run whose read tasks kept a key twice, nor when that run is being redone.
     dedup_in_read_tasks: bool = True
@@ -82,11 +86,14 @@ class Outcome(Generic[T]):
 @dataclass(frozen=True)
 class DecodeCounts:
     """What the decode stage's observation counts during the write's single pass: records
-    read, bad records, tombstones (upsert), duplicates the read tasks flagged, and the
-    records and bad records of each partition read (the run's accounting)."""
+    read, bad records, tombstones (null values), duplicates the read tasks flagged, and
+    the records, bad records and tombstones of each partition read (the run's
+    accounting). `upsert`: tombstones go on to the write (deletes); on an append table
+    the decode stage drops them."""
 
     observation: Observation
     partitions: tuple[int, ...]
+    upsert: bool = False
 
     def figure(self, name: str) -> int:
         return int(observed_metrics(self.observation).get(name) or 0)
@@ -113,6 +120,15 @@ class DecodeCounts:
     def bad_by_partition(self) -> dict[int, int]:
         return {p: self.figure(f"bad_p{p}") for p in self.partitions}
 
+    def tombstones_by_partition(self) -> dict[int, int]:
+        return {p: self.figure(f"tombstones_p{p}") for p in self.partitions}
+
+    @property
+    def rows_out(self) -> int:
+        """Rows the decode stage passes on: good rows, and upsert tombstones."""
+        rows = self.records_read - self.bad_records
+        return rows if self.upsert else rows - self.tombstones
+
 
 @dataclass(frozen=True)
 class TransformCounting:
@@ -130,7 +146,7 @@ class TransformCounting:
         tasks dropped; with no Spark step, the rows in are the decoded good rows."""
         in_tasks = self.decode.read_task_duplicates
         if self.result is None:
-            decoded = self.decode.records_read - self.decode.bad_records
+            decoded = self.decode.rows_out
             return TransformCounts(decoded, decoded - in_tasks, 0, in_tasks, 0)
         return self.result.counts().plus_read_task_duplicates(in_tasks)
 
@@ -224,10 +240,13 @@ class Batch:
 
     @property
     def records_written(self) -> int:
-        """Rows decoded (or left by the transforms), less those the checks took out."""
-        good = self.records_read - self.bad_records
+        """Rows decoded (or left by the transforms), less those the checks took out; not
+        tombstones (counted apart)."""
+        if self.decode is None:
+            return 0
+        good = self.decode.rows_out
         if self.transforms is not None:
             good = self.transforms.rows_left()
         if self.checks is not None:
             good -= self.checks.skipped + self.checks.dead_lettered
-        return good
+        return good - (self.tombstones if self.decode.upsert else 0)

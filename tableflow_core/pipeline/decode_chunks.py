@@ -1,9 +1,10 @@
 """Inside a Spark task: one chunk of Kafka messages -> Arrow batches of the decode output.
 
-Good rows, upsert tombstones (key columns only) and bad records all travel as rows of
-`columns.decoded_schema`: the table's columns, `__tf_partition`, `__tf_offset`
-(`__tf_tombstone` for upsert) and the `__tf_bad` struct, null on good rows. Nothing about
-a bad record travels as exception text.
+Good rows, tombstones (null values: the key columns on upsert tables, all NULL on append
+tables, where the decode stage counts and drops them) and bad records all travel as rows
+of `columns.decoded_schema`: the table's columns, `__tf_partition`, `__tf_offset`,
+`__tf_tombstone` and the `__tf_bad` struct, null on good rows. Nothing about a bad record
+travels as exception text.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -65,6 +67,11 @@ def fewer_gc_passes(threshold: int = GC_THRESHOLD_WHILE_DECODING) -> Iterator[No
         gc.set_threshold(*previous)
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class ChunkDecoder:
     def __init__(
         self,
@@ -73,8 +80,11 @@ class ChunkDecoder:
         key: KeySpec | None,
         run_id: str,
         masks: DecodeMasks | None = None,
+        masked: frozenset[str] = frozenset(),
     ) -> None:
         self._decoder = decoder
+        # Columns a mask of the table hides: a bad record's reason never quotes them.
+        self._masked = masked
         # Masks run on the good rows' columns here, before Spark sees them
         # (transforms/decode_masks.py); never on key columns.
         self._masks = masks or DecodeMasks()
@@ -88,7 +98,7 @@ class ChunkDecoder:
             self._key_storage = storage_schema(
                 self._key_schema, dict.fromkeys(key.columns, self._keys.temporal)
             )
-            self._fit_key = key_row_fitter(self._key_storage, self._key_schema)
+            self._fit_key = key_row_fitter(self._key_storage, self._key_schema, masked)
             # A flat record key read straight into the key columns' values (a compiled
             # reader that skips the header parse for a run of one schema id), not decoded
             # to a dict first: a one-field Avro key added 2.6 us per record, now 1.7 us.
@@ -131,13 +141,62 @@ class ChunkDecoder:
             good = [i for i in valued if (chunk.partitions[i], chunk.offsets[i]) not in failed]
         if len(good) != result.batch.num_rows:
             raise AssertionError("decoder output does not line up with its input messages")
+        batch = result.batch
+        good_keys = [keys[i] for i in good] if keys else []
+        if good and self._key is not None:
+            batch, good, good_keys = self._agreeing_keys(batch, good, good_keys, bad)
         if good:
             good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
-            yield self._good(result.batch, good_chunk, [keys[i] for i in good] if keys else [])
-        if tombstones and self._key is not None:
-            yield self._tombstones(chunk.select(tombstones), [keys[i] for i in tombstones])
+            yield self._good(batch, good_chunk, good_keys)
+        if tombstones:
+            yield self._tombstones(
+                chunk.select(tombstones), [keys[i] for i in tombstones] if keys else []
+            )
         if bad:
             yield self._bad(chunk, bad)
+
+    def _agreeing_keys(
+        self, batch: pa.RecordBatch, good: list[int], keys: list[dict[str, Any]], bad: list[_Bad]
+    ) -> tuple[pa.RecordBatch, list[int], list[dict[str, Any]]]:
+        """Upsert: the rows whose value carries no key column, or the record key's values
+        in it. A row stored under another key than its record's could never be deleted by
+        a tombstone of that key (an orphan row): it is a bad record (`KeyMismatchError`),
+        routed by on_error like any other. Returns the batch, chunk indexes and keys kept."""
+        assert self._key is not None
+        key_batch = self._key_arrays(keys)
+        differs = np.zeros(batch.num_rows, dtype=bool)
+        reasons: dict[int, str] = {}
+        for name in self._key.columns:
+            value = batch.column(self._table.get_field_index(name))
+            key = key_batch.column(name)
+            if value.null_count == len(value):
+                continue  # the value lacks the column: the key fills it
+            unequal = pc.fill_null(pc.not_equal(value, key), False).to_numpy(zero_copy_only=False)
+            for row in np.flatnonzero(unequal & ~differs):
+                reasons[int(row)] = self._mismatch(name, value[row].as_py(), key[row].as_py())
+            differs |= unequal
+        if not differs.any():
+            return batch, good, keys
+        kept = np.flatnonzero(~differs)
+        for index, reason in sorted(reasons.items()):
+            bad.append(_Bad(good[index], "KeyMismatchError", reason))
+        return (
+            batch.take(pa.array(kept)),
+            [good[j] for j in kept],
+            [keys[j] for j in kept],
+        )
+
+    def _mismatch(self, column: str, in_value: Any, in_key: Any) -> str:
+        values = (
+            "(a masked column: values not shown)"
+            if column in self._masked
+            else f"({_shown(in_value)} in the value, {_shown(in_key)} in the key)"
+        )
+        return (
+            f"key column {column!r} differs between the value and the record's Kafka key "
+            f"{values}: a row stored under the value's key could never be deleted by a "
+            "tombstone of the record's key"
+        )
 
     def _key_row(self, key: bytes | None) -> dict[str, Any]:
         assert self._key is not None
@@ -172,12 +231,22 @@ class ChunkDecoder:
         try:
             return build_batch(rows, self._key_storage, self._key_schema)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            if self._masked & set(self._key_schema.names):
+                raise PayloadError(
+                    f"key does not fit the key columns: {type(exc).__name__} (a key column "
+                    "is masked: values not shown)"
+                ) from exc
             raise PayloadError(f"key does not fit the key columns: {exc}") from exc
 
     def _positions(self, chunk: MessageChunk, tombstone: bool) -> list[pa.Array]:
-        arrays = [pa.array(chunk.partitions, pa.int32()), pa.array(chunk.offsets, pa.int64())]
-        if self._key is not None:
-            arrays.append(pa.array([tombstone] * len(chunk), pa.bool_()))
+        arrays = [
+            pa.array(chunk.partitions, pa.int32()),
+            pa.array(chunk.offsets, pa.int64()),
+            pa.array([tombstone] * len(chunk), pa.bool_()),
+        ]
+        if self._key is not None:  # upsert: the timestamp orders a key's records first
+            stamps = [None if ts is None or ts < 0 else ts for ts in chunk.timestamps_ms]
+            arrays.append(pa.array(stamps, pa.int64()))
         return arrays
 
     def _good(
@@ -197,13 +266,17 @@ class ChunkDecoder:
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)
 
     def _tombstones(self, chunk: MessageChunk, keys: list[dict[str, Any]]) -> pa.RecordBatch:
-        assert self._key is not None
-        key_batch = self._key_arrays(keys)
+        """Upsert: the key columns of each tombstone (the write deletes by them). Append: a
+        row of NULLs, counted by the decode stage and never written."""
         n = len(chunk)
-        columns = [
-            key_batch.column(f.name) if f.name in self._key.columns else pa.nulls(n, f.type)
-            for f in self._table
-        ]
+        if self._key is None:
+            columns = [pa.nulls(n, f.type) for f in self._table]
+        else:
+            key_batch = self._key_arrays(keys)
+            columns = [
+                key_batch.column(f.name) if f.name in self._key.columns else pa.nulls(n, f.type)
+                for f in self._table
+            ]
         arrays = [*columns, *self._positions(chunk, True), pa.nulls(n, BAD_RECORD_STRUCT)]
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)
 

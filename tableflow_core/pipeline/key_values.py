@@ -15,7 +15,7 @@ to be parsed into a temporal or decimal column is checked by converting it throu
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from decimal import Decimal
 from typing import Any
 
@@ -140,10 +140,12 @@ def _converter(storage: pa.DataType, target: pa.DataType) -> Convert:
     return _through_arrow(storage, target)
 
 
-def key_row_fitter(storage: pa.Schema, target: pa.Schema) -> KeyRowFitter:
+def key_row_fitter(
+    storage: pa.Schema, target: pa.Schema, masked: Collection[str] = ()
+) -> KeyRowFitter:
     """A function checking one decoded key row (column -> value) against the key columns'
     storage and table types: the row with values converted where needed, or PayloadError
-    naming the value and the column."""
+    naming the value and the column (never the value of a `masked` column)."""
     converters = {f.name: (_converter(f.type, target.field(f.name).type), f.type) for f in storage}
 
     def fit(row: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +155,11 @@ def key_row_fitter(storage: pa.Schema, target: pa.Schema) -> KeyRowFitter:
             try:
                 fitted[name] = convert(value)
             except (pa.ArrowException, TypeError, ValueError, ArithmeticError) as exc:
+                if name in masked:
+                    raise PayloadError(
+                        f"key value (a {type(value).__name__}; masked column, not shown) does "
+                        f"not fit key column {name!r} ({storage_type})"
+                    ) from None
                 shown = repr(value)
                 shown = shown if len(shown) <= 80 else shown[:77] + "..."
                 raise PayloadError(

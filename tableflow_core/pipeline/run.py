@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tableflow_core.checks.report import empty_batch_report
 from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
@@ -43,6 +44,7 @@ from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.registry import run_stages
+from tableflow_core.pipeline.runners.check import ChecksFailed
 from tableflow_core.pipeline.transforms.read_task_dedup import (
     KEYS_ACROSS_TASKS_PROPERTY,
     allowed_by_last_run,
@@ -210,11 +212,15 @@ def ingest(
                     dict(lost or {}),
                 )
             )
-        except MainMovedError:
+        except MainMovedError as exc:
             if attempt == max_commit_attempts:
+                _add_plan_warnings(exc, warnings)
                 raise
             continue
-        except (IngestError, NotImplementedError):
+        except IngestError as exc:
+            _add_plan_warnings(exc, warnings)
+            raise
+        except NotImplementedError:
             raise
         except Exception as exc:  # state reads, branch DDL: name the catalog, not py4j's call
             raise IngestError(
@@ -230,6 +236,13 @@ def ingest(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+def _add_plan_warnings(error: IngestError, warnings: Sequence[str]) -> None:
+    """The plan's warnings (e.g. records lost to retention) go in `error`'s outcome too:
+    a failed run reports them as a passing one does."""
+    if isinstance(error.outcome, IngestOutcome):
+        error.outcome = replace(error.outcome, warnings=(*warnings, *error.outcome.warnings))
+
+
 def _with_exact_dedup(run_once: Callable[..., IngestOutcome]) -> IngestOutcome:
     """`run_once()` (a bound `_ingest_once`), done again with Spark's shuffle dedup when
     the read tasks' dedup of the run was not exact (pipeline/transforms/read_task_dedup.py): its
@@ -239,6 +252,46 @@ def _with_exact_dedup(run_once: Callable[..., IngestOutcome]) -> IngestOutcome:
     except KeysAcrossReadTasks as exc:
         outcome = run_once(dedup_in_read_tasks=False)
         return replace(outcome, warnings=(*outcome.warnings, str(exc)))
+
+
+def _empty_run(
+    spec: IngestSpec, before: dict[int, int], snapshot_id: int | None, began: float
+) -> IngestOutcome:
+    """A run with no new records: nothing to read, write or commit. Its checks still
+    judge its empty batch (a `row_count` with a minimum fails or warns on it)."""
+    outcome = IngestOutcome(0, 0, 0, before, dict(before), snapshot_id, 0.0)
+    compiled = spec.compiled
+    if compiled is not None and compiled.checks.judge_empty_batch:
+        report = empty_batch_report(
+            compiled.checks.checks, f"{spec.table_name} ({spec.identifier})"
+        )
+        outcome = replace(outcome, warnings=tuple(report.warnings()), checks=report.as_dict())
+        if report.blocks_publish:
+            error = ChecksFailed(report.failure_message(), report.as_dict())
+            error.outcome = replace(outcome, duration_s=time.monotonic() - began)
+            raise error
+    return replace(outcome, duration_s=time.monotonic() - began)
+
+
+def _failed_outcome(
+    context: StageContext, before: dict[int, int], error: IngestError, duration_s: float
+) -> IngestOutcome:
+    """What a run that failed knew (run_results.json reports it like a passing one):
+    nothing was committed, the offsets stay where they were; the checks' report when
+    they ran; the warnings and timings so far."""
+    checks = error.report if isinstance(error, ChecksFailed) else None
+    return IngestOutcome(
+        records_read=0,
+        records_written=0,
+        failures=0,  # nothing was skipped: the bad records are named in the error
+        offsets_before=before,
+        offsets_after=dict(before),
+        snapshot_id=None,
+        duration_s=duration_s,
+        warnings=tuple(context.warnings),
+        checks=checks,
+        timings={name: round(seconds, 3) for name, seconds in context.timings.items()},
+    )
 
 
 def _ingest_once(
@@ -260,16 +313,13 @@ def _ingest_once(
     after = {**before, **dict(start_offsets or {})}
     for offset_range in ranges:
         after[offset_range.partition] = max(after.get(offset_range.partition, 0), offset_range.end)
-    if not ranges and not lost:
-        return IngestOutcome(
-            0,
-            0,
-            0,
-            before,
-            before,
-            state.current_snapshot_id,
-            time.monotonic() - began,
-        )
+    empty: IngestOutcome | None = None
+    if not ranges:
+        # No new records (none due, or every record due is gone and accepted): the
+        # checks judge the empty batch first (a blocking failure commits nothing).
+        empty = _empty_run(spec, before, state.current_snapshot_id, began)
+        if not lost:
+            return empty
 
     run_id = uuid.uuid4().hex[:16]
     branch = f"{BRANCH_PREFIX}{run_id}"
@@ -277,14 +327,18 @@ def _ingest_once(
     # One commit: the branch (and a new table's first snapshot), stale branches dropped.
     base_snapshot = start_run(table, branch, stale)
     lost_property = {LOST_OFFSETS_KEY: encode_lost_offsets(spec.topic, lost)} if lost else {}
-    if not ranges:
+    if empty is not None:
         # Every record due is gone (accepted): the offsets move past the loss, no Spark job.
         loaded_again = catalog.catalog.load_table((*spec.namespace, spec.table))
         properties = {OFFSETS_KEY: encode_offsets(spec.topic, after), **lost_property}
         snapshot = publish_run(loaded_again, base_snapshot, branch, properties)
-        return IngestOutcome(
-            0, 0, 0, before, after, snapshot, time.monotonic() - began, lost=lost
-        )  # fmt: skip
+        return replace(
+            empty,
+            offsets_after=after,
+            snapshot_id=snapshot,
+            duration_s=time.monotonic() - began,
+            lost=lost,
+        )
     timings = {"load": loaded - began, "start_run": time.monotonic() - loaded}
     context = StageContext(
         spark=spark,
@@ -320,6 +374,9 @@ def _ingest_once(
                 f"{context.where()} in {_catalog_named(spec, catalog)}: the write failed, "
                 f"nothing was committed: {failure_cause(exc)}"
             ) from exc
+    except IngestError as exc:
+        exc.outcome = _failed_outcome(context, before, exc, time.monotonic() - began)
+        raise
     finally:
         for cleanup in context.cleanups:
             cleanup()
@@ -342,4 +399,5 @@ def _ingest_once(
         checks=dict(checks) if checks is not None else None,
         timings={name: round(seconds, 3) for name, seconds in context.timings.items()},
         lost=lost,
+        warnings=tuple(context.warnings),
     )

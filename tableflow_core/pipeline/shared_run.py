@@ -55,6 +55,7 @@ from tableflow_core.pipeline.run import (
     failure_cause,
     ingest,
 )
+from tableflow_core.pipeline.runners.dead_letter import null_values_warning
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
 from tableflow_core.pipeline.shared_tasks import (
     MAX_REPORTED_FAILURES,
@@ -261,6 +262,7 @@ class _Merged:
     read: dict[int, int] = field(default_factory=dict)
     bad: dict[int, int] = field(default_factory=dict)
     written: dict[int, int] = field(default_factory=dict)
+    tombstones: dict[int, int] = field(default_factory=dict)
     failures: list[FailedRecord] = field(default_factory=list)
     data_files: list[Any] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -273,6 +275,7 @@ class _Merged:
                 (merged.read, report.read),
                 (merged.bad, report.bad),
                 (merged.written, report.written),
+                (merged.tombstones, report.tombstones),
             ):
                 for partition, count in theirs.items():
                     mine[partition] = mine.get(partition, 0) + count
@@ -336,6 +339,8 @@ def _publish(
     crash_point("after_commit")
     crash_point("shared_after_publish")
     totals = accounting.totals
+    null_values = null_values_warning(spec.topic, merged.tombstones)
+    warnings = (*run.member.warnings, *([null_values] if null_values else []))
     return IngestOutcome(
         records_read=totals["read"],
         records_written=totals["written"],
@@ -344,7 +349,7 @@ def _publish(
         offsets_after=run.after,
         snapshot_id=snapshot_id,
         duration_s=time.monotonic() - run.began,
-        warnings=run.member.warnings,
+        warnings=warnings,
         accounting=accounting.to_json(),
         timings={name: round(seconds, 3) for name, seconds in run.timings.items()},
     )
@@ -372,7 +377,8 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
             run_id=run.run_id,
         )
     filtered = {
-        p: read - merged.bad.get(p, 0) - merged.written.get(p, 0) for p, read in merged.read.items()
+        p: read - merged.bad.get(p, 0) - merged.written.get(p, 0) - merged.tombstones.get(p, 0)
+        for p, read in merged.read.items()
     }
     return RunAccounting.from_counts(
         spec.table_name,
@@ -380,6 +386,7 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
         run.run_id,
         read=merged.read,
         written=merged.written,
+        tombstones=merged.tombstones,
         filtered=filtered,
         skipped=dict(merged.bad) if policy == "skip" else {},
     ).check()

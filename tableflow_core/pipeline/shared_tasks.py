@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from tableflow_core.engine.test_hooks import crash_session_point
 from tableflow_core.errors import FailedRecord, TableflowError
 from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, is_hidden
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import RangeReader
 from tableflow_core.pipeline.data_files import write_data_files
@@ -55,6 +55,7 @@ class TableReport:
     read: dict[int, int] = field(default_factory=dict)  # rows decoded, per partition
     bad: dict[int, int] = field(default_factory=dict)  # bad records, per partition
     written: dict[int, int] = field(default_factory=dict)  # rows in its data files
+    tombstones: dict[int, int] = field(default_factory=dict)  # null values, never written
     failures: list[FailedRecord] = field(default_factory=list)  # the first bad records
     data_files: list[Any] = field(default_factory=list)  # pyiceberg DataFiles
     error: str | None = None  # the table's ranges could not all be read or written
@@ -97,6 +98,13 @@ class _TableRun:
             _add(self.report.bad, bad.column(SOURCE_PARTITION_COLUMN))
             self._keep_failures(bad.column(BAD_RECORD_COLUMN).to_pylist())
             decoded = decoded.filter(pc.invert(bad_rows))
+        # Null values: rows of NULLs the decoder marks; counted as tombstones, not written.
+        null_values = pc.fill_null(decoded.column(TOMBSTONE_COLUMN), False)
+        if pc.any(null_values).as_py():
+            _add(
+                self.report.tombstones, decoded.filter(null_values).column(SOURCE_PARTITION_COLUMN)
+            )
+            decoded = decoded.filter(pc.invert(null_values))
         if decoded.num_rows:
             _add(self.report.written, decoded.column(SOURCE_PARTITION_COLUMN))
             columns = [n for n in decoded.schema.names if not is_hidden(n)]

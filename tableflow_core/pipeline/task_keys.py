@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.accumulators import AccumulatorParam
 
-from tableflow_core.ingest.columns import BAD_RECORD_COLUMN
+from tableflow_core.ingest.columns import good_row_mask
 from tableflow_core.pipeline.transforms.arrow_dedup import (
     Digests,
     TaskDedup,
@@ -90,7 +89,7 @@ class TaskKeysRun:
             yield from flagged
             return
         for batch in decoded:
-            good = batch.filter(pc.is_null(batch.column(BAD_RECORD_COLUMN)))
+            good = batch.filter(good_row_mask(batch))
             if good.num_rows:
                 self._digest(pa.Table.from_batches([good]))
             yield batch

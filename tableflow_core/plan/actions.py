@@ -290,3 +290,13 @@ class Blocker(Frozen):
     key: str | None = Field(None, description="The config key responsible")
     location: str | None = Field(None, description="file:line of that key")
     message: str
+
+
+class PlanWarning(Frozen):
+    """What apply will do that the user must choose knowingly (the plan still applies):
+    `plan`, `apply` and `run` show it."""
+
+    table: str | None
+    key: str | None = Field(None, description="The config key it is about")
+    location: str | None = Field(None, description="file:line of that key")
+    message: str

@@ -9,6 +9,7 @@ from typing import Any
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
+from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import plan_offsets
 from tableflow_core.maintenance.schedule import maintenance_due
 from tableflow_core.plan import capabilities, column_checks
@@ -27,6 +28,7 @@ from tableflow_core.plan.actions import (
     MaintenanceDue,
     OffsetSpan,
     PartitionLag,
+    PlanWarning,
     PublishTable,
     ReplaceTable,
     UndeclaredTable,
@@ -37,7 +39,7 @@ from tableflow_core.plan.dag import compile_dag
 from tableflow_core.plan.dead_letter_table import dlq_table_actions, iceberg_dlq_users
 from tableflow_core.plan.dead_letter_topic import dlq_topic_actions
 from tableflow_core.plan.desired import comparable_properties, config_hash, start_from_value
-from tableflow_core.plan.ingest_spec import ingest_spec
+from tableflow_core.plan.ingest_spec import dead_letter_text, ingest_spec
 from tableflow_core.plan.plan import Plan, PlanOptions, TableFingerprint
 from tableflow_core.plan.shape import (
     KEY_PROPERTY,
@@ -48,6 +50,7 @@ from tableflow_core.plan.shape import (
     desired_shape,
 )
 from tableflow_core.plan.source_topic import missing_topic_blocker
+from tableflow_core.plan.table_warnings import masked_key_blockers, table_warnings
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState, key_arrow_schema
 from tableflow_core.publish.state import published_state
@@ -87,6 +90,7 @@ def build_plan(
     differ = schema_differ or default_schema_differ()
     actions: list[Action] = []
     blockers: list[Blocker] = list(capabilities.target_blockers(project))
+    warnings: list[PlanWarning] = []
     fingerprints: list[TableFingerprint] = []
     planned_namespaces: set[tuple[str, ...]] = set()
     suspended: dict[str, str] = {}
@@ -160,6 +164,9 @@ def build_plan(
         if isinstance(compiled, ConfigError):
             blockers.extend(_config_blockers(table, compiled))
             continue
+        decoded = write_shape.decoded_schema or write_shape.schema
+        blockers.extend(masked_key_blockers(table, compiled, decoded))
+        warnings.extend(table_warnings(table, compiled, decoded, key_schema))
         committed = None if (observed is None or replaced) else observed.committed
         ingest = _ingest_action(
             table, committed, world, max_records_per_task, write_shape, compiled
@@ -199,6 +206,7 @@ def build_plan(
         tables=plan_tables,
         actions=ordered,
         blockers=tuple(blockers),
+        warnings=tuple(warnings),
         fingerprints=tuple(fingerprints),
         dag=compile_dag(ordered, {t.name: t for t in tables}),
         suspended=suspended,
@@ -370,7 +378,8 @@ def _ingest_action(
         max_records_per_task,
         topic_state.offsets_for_time,
     )
-    if offsets.total_records == 0 and not offsets.gaps:
+    empty_batch_judged = compiled is not None and compiled.checks.judge_empty_batch
+    if offsets.total_records == 0 and not offsets.gaps and not empty_batch_judged:
         return None
     read_to = dict(offsets.start_offsets)
     for r in offsets.ranges:
@@ -386,12 +395,6 @@ def _ingest_action(
         )
         for p, (low, high) in sorted(topic_state.watermarks.items())
     )
-    dead_letter = None
-    if table.on_error == "dlq" and table.dlq is not None:
-        dlq = table.dlq
-        dead_letter = (
-            f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
-        )
     return Ingest(
         id=f"ingest:{table.name}",
         table=table.name,
@@ -404,7 +407,7 @@ def _ingest_action(
         records=offsets.total_records,
         pending=sum(p.lag for p in partitions),
         checks=tuple(_describe_check(c) for c in table.checks),
-        dead_letter=dead_letter,
+        dead_letter=dead_letter_text(table, compiled),
         lost=tuple(
             LostOffsets(partition=g.partition, start=g.expected_start, end=g.low_watermark)
             for g in offsets.gaps
@@ -503,6 +506,8 @@ def _describe_check(check: Any) -> str:
 
 def _undeclared(project: Project, world: WorldState, options: PlanOptions) -> list[Action]:
     declared = {t.identifier for t in project.tables} | set(iceberg_dlq_users(project.tables))
+    # An upsert table's deletes table belongs to it (ingest/upsert_order.py).
+    declared |= {deletes_table(t.identifier) for t in project.tables if t.mode == "upsert"}
     namespaces = {".".join(t.namespace) for t in project.tables}
     actions: list[Action] = []
     for identifier in sorted(world.listed_tables - declared):

@@ -8,6 +8,7 @@ topic's schema with the columns the table keeps) and its compiled transforms and
 
 from __future__ import annotations
 
+from tableflow_core.config.models import DeadLetterPayload
 from tableflow_core.config.project import Table
 from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.placement import Placement, place
@@ -25,7 +26,7 @@ from tableflow_core.ingest.stages import (
 )
 from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.shape import TableShape
-from tableflow_core.transforms.compile import TransformStep
+from tableflow_core.transforms.compile import MaskStep, TransformStep
 
 
 def ingest_spec(
@@ -58,7 +59,35 @@ def ingest_spec(
         key_columns=shape.key_columns,
         stages=ingest_stages(table, compiled, placement),
         dead_letter=table.dlq,
+        dead_letter_payload=dead_letter_payload(table, compiled),
         compiled=compiled,
+    )
+
+
+def dead_letter_text(table: Table, compiled: CompiledTable | None) -> str | None:
+    """Where the table's bad records go under `on_error: dlq` (and what a masked payload
+    keeps), as plan shows it; None: not dead-lettered."""
+    dlq = table.dlq
+    if table.on_error != "dlq" or dlq is None:
+        return None
+    where = f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
+    if dead_letter_payload(table, compiled) == "masked":
+        return f"{where} (payload masked: no key or value bytes)"
+    return where
+
+
+def dead_letter_payload(table: Table, compiled: CompiledTable | None) -> DeadLetterPayload:
+    """What the table's dead-letter rows keep: as declared (`dlq.payload`), else `masked`
+    when the table masks a column (a dead-letter target holding their clear values would
+    undo the masks) and `raw` otherwise."""
+    if table.dlq is not None and table.dlq.payload is not None:
+        return table.dlq.payload
+    return "masked" if masks_columns(compiled) else "raw"
+
+
+def masks_columns(compiled: CompiledTable | None) -> bool:
+    return compiled is not None and any(
+        isinstance(step, MaskStep) for step in compiled.transforms.steps
     )
 
 
@@ -81,13 +110,9 @@ def ingest_stages(
     if compiled is not None and table.checks:
         checks = compiled.checks.checks
         stages.append(Check(checks=tuple(StepLine(kind=c.kind, text=c.describe()) for c in checks)))
-    dead_letter = None
-    if table.on_error == "dlq" and table.dlq is not None:
-        dlq = table.dlq
-        dead_letter = (
-            f"kafka topic {dlq.topic}" if dlq.type == "kafka" else f"iceberg table {dlq.table}"
-        )
-    stages.append(RouteBadRecords(on_error=table.on_error, dead_letter=dead_letter))
+    stages.append(
+        RouteBadRecords(on_error=table.on_error, dead_letter=dead_letter_text(table, compiled))
+    )
     stages.append(Write(mode=table.mode, key_columns=table.key_columns))
     stages.append(Publish())
     return tuple(stages)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tableflow_core.plan.actions import Action, Blocker, Ingest
+from tableflow_core.plan.actions import Action, Blocker, Ingest, PlanWarning
 from tableflow_core.plan.dag import Dag, DagTask
 from tableflow_core.text import plural
 
@@ -76,6 +76,7 @@ class Plan(Frozen):
     tables: tuple[str, ...] = Field(default=(), description="Selected table names")
     actions: tuple[Action, ...] = ()
     blockers: tuple[Blocker, ...] = ()
+    warnings: tuple[PlanWarning, ...] = ()
     fingerprints: tuple[TableFingerprint, ...] = ()
     dag: Dag = Dag()
     suspended: dict[str, str] = Field(

@@ -14,6 +14,7 @@ from tableflow_core.plan.actions import (
     EvolveSchema,
     Ingest,
     MaintenanceDue,
+    PlanWarning,
     PublishTable,
     ReplaceTable,
     UpdateProperties,
@@ -103,6 +104,10 @@ def action_lines(action: object) -> list[Text]:
                 f"ingest {plural(action.records, 'record')} from topic {action.topic} into {identifier}",
             )
         )
+        if not action.ranges:
+            lines.append(
+                Text("      no new records: the run's checks judge its empty batch", style=style)
+            )
         key = f" by key ({', '.join(action.key_columns)})" if action.mode == "upsert" else ""
         lines.append(Text(f"      mode {action.mode}{key}", style=style))
         if action.stages:
@@ -161,6 +166,19 @@ def action_lines(action: object) -> list[Text]:
     return lines
 
 
+def warning_line(warning: PlanWarning) -> Text:
+    where = f"{warning.location}: " if warning.location else ""
+    table = f"table {warning.table}: " if warning.table else ""
+    key = f" [{warning.key}]" if warning.key else ""
+    return _line("!", "bold yellow", f"warning: {where}{table}{warning.message}{key}")
+
+
+def _warnings(plan: Plan) -> list[Text]:
+    if not plan.warnings:
+        return []
+    return [Text("Warnings:", style="bold yellow"), *(warning_line(w) for w in plan.warnings)]
+
+
 def blocker_line(blocker: Blocker) -> Text:
     where = f"{blocker.location}: " if blocker.location else ""
     table = f"table {blocker.table}: " if blocker.table else ""
@@ -193,6 +211,9 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
     for name, why in sorted(plan.suspended.items()):
         out.append(Text())
         out.append(Text(f"! {name}: {why}", style="bold yellow"))
+    if plan.warnings:
+        out.append(Text())
+        out.extend(_warnings(plan))
     if plan.blockers:
         out.append(Text())
         out.append(Text("Blocked:", style="bold red"))
@@ -256,6 +277,7 @@ def render_compact(plan: Plan, console: Console) -> None:
         what = ", ".join(_compact_action(a) for a in actions)
         shared = f" ({jobs[table]})" if table in jobs else ""
         out.append(Text(f"  {table or 'catalog'}: {what}{shared}"))
+    out.extend(_warnings(plan))
     if plan.blockers:
         out.append(Text("Blocked:", style="bold red"))
         out.extend(blocker_line(blocker) for blocker in _ordered_blockers(plan.blockers))

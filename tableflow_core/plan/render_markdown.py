@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from tableflow_core.plan.plan import Plan
-from tableflow_core.plan.render_human import SYMBOLS, _ordered_blockers, action_lines, blocker_line
+from tableflow_core.plan.render_human import (
+    SYMBOLS,
+    _ordered_blockers,
+    action_lines,
+    blocker_line,
+    warning_line,
+)
 from tableflow_core.text import plural
 
 
@@ -31,6 +37,12 @@ def render_markdown(plan: Plan) -> str:
             for line in action_lines(action):
                 out.append(line.plain)
         out += ["```", "", "</details>", ""]
+    if plan.warnings:
+        out.append("**Warnings**")
+        out.append("")
+        for warning in plan.warnings:
+            out.append(f"- {warning_line(warning).plain[2:]}")
+        out.append("")
     if plan.blockers:
         out.append("**Blocked**")
         out.append("")

@@ -19,6 +19,7 @@ from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 from tableflow_core.ingest.stages import Mode
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
+from tableflow_core.ingest.upsert_order import POSITION_COLUMNS
 
 # Upsert tables: MERGE writes position deletes instead of rewriting data files.
 UPSERT_TABLE_PROPERTIES: dict[str, str] = {
@@ -150,4 +151,25 @@ def _transforms_step(table: Table, schema: pa.Schema) -> pa.Schema:
     return compile_table_transforms(table, schema).output_schema
 
 
+def _position_step(table: Table, schema: pa.Schema) -> pa.Schema:
+    """Upsert tables keep the Kafka position of the record each row comes from
+    (`_kafka_timestamp`, `_kafka_partition`, `_kafka_offset`): the MERGE compares a
+    record's with the stored row's, so one answer per key whatever the run boundaries
+    (`ingest/upsert_order.py`). Declared metadata columns of those names are the
+    same columns; a transform may not give them another type."""
+    if table.mode != "upsert":
+        return schema
+    for name, data_type in POSITION_COLUMNS.items():
+        if name not in schema.names:
+            schema = schema.append(pa.field(name, data_type, nullable=True))
+        elif not schema.field(name).type.equals(data_type):
+            raise ShapeError(
+                f"column {name} is {schema.field(name).type} after the transforms; an upsert "
+                f"table keeps the Kafka position of each row's record there ({data_type}): "
+                "leave it as it is"
+            )
+    return schema
+
+
 SCHEMA_STEPS.append(_transforms_step)
+SCHEMA_STEPS.append(_position_step)

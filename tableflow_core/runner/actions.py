@@ -21,6 +21,7 @@ from tableflow_core.errors import (
     TableflowError,
 )
 from tableflow_core.ingest.spec import IngestSpec
+from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.run import ingest
 from tableflow_core.pipeline.shared_run import SharedMember, ingest_shared
@@ -253,16 +254,19 @@ def _suspending(context: ApplyContext, spec: IngestSpec) -> Iterator[None]:
         )
         identifier = ".".join((*spec.namespace, spec.table))
         suspend(context.handle.catalog, identifier, suspension, context.handle.address)
-        raise TableSuspendedError(
-            f"table {spec.table_name} {suspension.describe()} ({exc})"
-        ) from exc
+        suspended = TableSuspendedError(f"table {spec.table_name} {suspension.describe()} ({exc})")
+        suspended.outcome = exc.outcome
+        raise suspended from exc
 
 
 SUSPENDED_MARK = "suspended since"  # in the error text of a table `run` just suspended
 
 
 class TableSuspendedError(TableflowError, RuntimeError):
-    """`tableflow run` suspended the table: its run stopped on bad records."""
+    """`tableflow run` suspended the table: its run stopped on bad records. `outcome`: what
+    the run knew (IngestError.outcome)."""
+
+    outcome: object | None = None
 
 
 def _load_table(context: ApplyContext, table_name: str) -> Any:
@@ -313,6 +317,8 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
 @action_runner(ReplaceTable)
 def _replace_table(context: ApplyContext, identifier: str, action: ReplaceTable) -> None:
     ddl.drop_table(context.spark, identifier)
+    # An upsert table's memory of deletes goes with its rows (ingest/upsert_order.py).
+    ddl.drop_table(context.spark, deletes_table(identifier))
     ddl.create_table(
         context.spark,
         identifier,

@@ -24,6 +24,8 @@ TaskStatus = Literal["success", "error", "skipped"]
 class TaskOutcome:
     task_id: str
     status: TaskStatus
+    # What the task returned; for a failed task, what its error says it did before
+    # failing (`outcome` of an IngestError), if anything.
     value: Any = None
     error: str | None = None
     duration_s: float = 0.0
@@ -79,7 +81,8 @@ def execute_dag(
                         detail = "".join(
                             traceback.format_exception_only(type(error), error)
                         ).strip()
-                    outcome = TaskOutcome(task.id, "error", None, detail, elapsed)
+                    partial = getattr(error, "outcome", None)
+                    outcome = TaskOutcome(task.id, "error", partial, detail, elapsed)
                 outcomes[task.id] = outcome
                 notify("end", task, outcome)
     return outcomes

@@ -77,6 +77,8 @@ class DecoderSpec:
     metadata_columns: tuple[str, ...]
     registry: RegistrySettings | None
     target_schema_ipc: bytes  # pa.Schema serialized (serialize_schema)
+    # Columns a mask of the table hides: a failure's reason never quotes their values.
+    masked_columns: frozenset[str] = frozenset()
 
     @property
     def target_schema(self) -> pa.Schema:
@@ -246,13 +248,8 @@ class _Decoder:
             try:
                 self._build(row, keys[j : j + 1] if has_keys else [], chunk.select([i]))
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                failures.append(
-                    _failure(
-                        chunk,
-                        i,
-                        f"value does not fit the table schema: {type(exc).__name__}: {exc}",
-                    )
-                )
+                reason = f"value does not fit the table schema: {self._misfit(row, exc)}"
+                failures.append(_failure(chunk, i, reason))
                 continue
             good.append(j)
         return self._build(
@@ -260,6 +257,26 @@ class _Decoder:
             [keys[j] for j in good] if has_keys else [],
             chunk.select([kept[j] for j in good]),
         )
+
+    def _misfit(self, row: Sequence[Any], error: Exception) -> str:
+        """Why one row's value columns do not fit: the first column that does not, named,
+        with Arrow's reason; a masked column's value is never quoted (Arrow quotes it)."""
+        for field_, value in zip(self._value_storage, row, strict=True):
+            target = self._target.field(field_.name).type
+            try:
+                array = pa.array([value], field_.type)
+                if not field_.type.equals(target):
+                    array.cast(target)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                if field_.name in self._spec.masked_columns:
+                    return (
+                        f"field {field_.name!r} ({target}): a {type(value).__name__} value that "
+                        "does not fit (a masked column: its value is not shown)"
+                    )
+                return f"field {field_.name!r} ({target}): {type(exc).__name__}: {exc}"
+        if self._spec.masked_columns:  # not one column alone: say nothing of the values
+            return f"{type(error).__name__} (the table masks columns: values not shown)"
+        return f"{type(error).__name__}: {error}"
 
 
 def _timestamps_us(chunk: MessageChunk) -> list[int | None]:

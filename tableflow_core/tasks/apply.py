@@ -14,6 +14,7 @@ from rich.console import Console
 from tableflow_core.config.project import Project, Table
 from tableflow_core.engine.spark_session import build_spark_session, register_catalog
 from tableflow_core.errors import TableflowError
+from tableflow_core.plan.actions import Ingest
 from tableflow_core.plan.builder import table_fingerprint
 from tableflow_core.plan.desired import config_hash
 from tableflow_core.plan.plan import Plan
@@ -208,6 +209,10 @@ def _member_outcomes(
     return found
 
 
+def _planned_ingest(plan: Plan, table: str) -> Ingest | None:
+    return next((a for a in plan.actions_for(table) if isinstance(a, Ingest)), None)
+
+
 def _results(
     project: Project,
     plan: Plan,
@@ -242,6 +247,16 @@ def _results(
             (o.value for o in mine if o.task_id == f"ingest:{table.name}" and o.value), None
         )
         values: dict[str, Any] = {}
+        planned = _planned_ingest(plan, table.name)
+        if ingest is None and planned is not None:  # it failed before it started
+            committed = {
+                p.partition: p.committed for p in planned.partitions if p.committed is not None
+            }
+            values = {
+                "offsets_before": committed,
+                "offsets_after": dict(committed),
+                "warnings": (*planned.warnings, *planned.describe_lost()),
+            }
         if ingest is not None:
             values = {
                 "records_read": ingest.records_read,

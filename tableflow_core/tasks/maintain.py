@@ -6,11 +6,14 @@ so maintenance never races an ingest of the same table started from this project
 on this host; what is due is read again once the lock is held. After a table's
 maintenance commits, its new metadata pointer is published to the catalogs in its
 `publish_to`, and the Delta log of a `formats: [.., delta]` table is synced (compaction
-changes its files). `tableflow run` calls this between refreshes of a table.
+changes its files). An upsert table's deletes table (`ingest/upsert_order.py`) gets the
+same operations right after its table. `tableflow run` calls this between refreshes of a
+table.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,9 +24,11 @@ from rich.console import Console
 from tableflow_core.config.project import Project, Table
 from tableflow_core.delta import storage_options_of, sync_delta_log
 from tableflow_core.engine.spark_session import build_spark_session, register_catalog
+from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.maintenance import (
     DueOperation,
     MaintenanceReport,
+    OperationResult,
     maintenance_due,
     run_maintenance,
 )
@@ -73,6 +78,7 @@ class TableMaintenance:
     error: str | None = None
     delta: Any = None  # DeltaSyncResult after maintenance committed (delta tables)
     delta_error: str | None = None
+    deletes: MaintenanceReport | None = None  # an upsert table's deletes table, maintained
 
     @property
     def ok(self) -> bool:
@@ -81,6 +87,7 @@ class TableMaintenance:
             and self.delta_error is None
             and (self.report is None or self.report.ok)
             and (self.published is None or self.published.ok)
+            and (self.deletes is None or self.deletes.ok)
         )
 
 
@@ -174,6 +181,7 @@ class MaintainTask:
                 report = run_maintenance(
                     spark, identifier, due, now=self.now, redact=self.project.redact
                 )
+                deletes = self._maintain_deletes(handle, table, spark, identifier, due)
                 published = None
                 if table.publish_to and report.metadata_location:
                     loaded = handle.catalog.load_table((*table.namespace, table.table))
@@ -193,11 +201,37 @@ class MaintainTask:
                     published,
                     delta=delta,
                     delta_error=delta_error,
+                    deletes=deletes,
                 )
         except Exception as exc:
             return TableMaintenance(
                 table.name, tuple(due), error=self.project.redact(f"{type(exc).__name__}: {exc}")
             )
+
+    def _maintain_deletes(
+        self,
+        handle: CatalogHandle,
+        table: Table,
+        spark: Any,
+        identifier: str,
+        due: list[DueOperation],
+    ) -> MaintenanceReport | None:
+        """The same operations on an upsert table's deletes table, when it has one (it
+        gets a commit per run that deletes keys). A failure is reported, not raised."""
+        if table.mode != "upsert":
+            return None
+        name = deletes_table(identifier)
+        if not handle.catalog.table_exists((*table.namespace, deletes_table(table.table))):
+            return None
+        began = time.monotonic()
+        try:
+            return run_maintenance(spark, name, due, now=self.now, redact=self.project.redact)
+        except Exception as exc:
+            error = self.project.redact(f"{type(exc).__name__}: {exc}")
+            failed = OperationResult(
+                "maintenance", "error", round(time.monotonic() - began, 3), error=error
+            )
+            return MaintenanceReport(name, (failed,), None, None)
 
     def _sync_delta(self, handle: CatalogHandle, table: Table) -> tuple[Any, str | None]:
         """The Delta log mirrors the maintained snapshot; an error is reported, not raised

@@ -134,6 +134,9 @@ class DropStep:
 
 
 TransformStep = MaskStep | DedupStep | FilterStep | DeriveStep | RenameStep | DropStep
+# The identity of a column a derive adds (`CompiledTransforms.sensitive_columns`): no
+# decoded column's name starts so (names starting `__tf_` are reserved).
+DERIVED_IDENTITY = "__tf_derived_"
 # A step as a field of a model: told apart by its `kind` (plan files, `plan --json`).
 AnyStep = Annotated[TransformStep, Field(discriminator="kind")]
 
@@ -154,6 +157,34 @@ class CompiledTransforms:
         its schemas are the whole chain's (those steps keep their columns' types)."""
         left = tuple(s for s in self.steps if not any(s is d for d in done))
         return CompiledTransforms(left, self.input_schema, self.output_schema)
+
+    def sensitive_columns(self, step: TransformStep | None = None) -> frozenset[str]:
+        """Columns whose values a mask of the chain hides from the table, named as they
+        are just before `step` (None: as the chain's input, the decoded columns). A
+        column keeps its identity through renames and a derive that replaces it in place;
+        a mask anywhere in the chain makes the identity masked, before the mask and after
+        it. Their values are never quoted in a message (a decode failure, a rejected
+        row's reason, ...): docs/security.md."""
+        names = {name: name for name in self.input_schema.names}  # name -> identity
+        before: dict[int, dict[str, str]] = {}
+        masked: set[str] = set()
+        for index, current in enumerate(self.steps):
+            before[id(current)] = dict(names)
+            if isinstance(current, MaskStep):
+                masked.update(names[c] for c in current.columns if c in names)
+            elif isinstance(current, RenameStep):
+                renamed = dict(current.renames)
+                names = {renamed.get(n, n): ident for n, ident in names.items()}
+            elif isinstance(current, DropStep):
+                names = {n: i for n, i in names.items() if n not in current.columns}
+            elif isinstance(current, DeriveStep) and not current.replaces:
+                names[current.column] = f"{DERIVED_IDENTITY}{index}"
+        seen = (
+            before.get(id(step), names)
+            if step is not None
+            else {n: n for n in self.input_schema.names}
+        )
+        return frozenset(name for name, identity in seen.items() if identity in masked)
 
     @property
     def dedup_keys(self) -> tuple[str, ...] | None:

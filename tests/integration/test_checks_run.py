@@ -18,7 +18,7 @@ from tableflow_core.checks import ChecksFailedError, compile_checks
 from tableflow_core.config.models import Check, Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.engine.spark_session import register_catalog
-from tableflow_core.ingest.bad_records import REJECTED_ROW_SCHEMA
+from tableflow_core.ingest.bad_records import REJECTED_ROW_SCHEMA, ROW_JSON_COLUMN
 from tableflow_core.pipeline.checks.run import run_checks
 from tableflow_core.pipeline.runners.check import appended_bytes, read_appended
 from tableflow_core.pipeline.transforms.spark import apply_transforms
@@ -184,7 +184,8 @@ def test_skip_and_dlq_take_failing_rows_out_dlq_first(
         "CheckFailed"
     }
     assert {r.error_message for r in rejected} == {"check range(quantity) failed"}
-    assert [f.name for f in REJECTED_ROW_SCHEMA] == run.rejected_df.columns
+    # and each row as JSON, for a dead-letter target that keeps no raw payload (masked)
+    assert [*REJECTED_ROW_SCHEMA.names, ROW_JSON_COLUMN] == run.rejected_df.columns
     passing = run.passing_df
     assert passing.columns == df.columns
     assert passing.count() == len(orders) - 4

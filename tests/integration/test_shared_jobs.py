@@ -47,16 +47,21 @@ class Topic:
         self.next_offset = {0: 0, 1: 0}
         self.good: list[Row] = []
 
-    def produce(self, count: int, first_id: int, bad_at: tuple[int, ...] = ()) -> None:
+    def produce(
+        self, count: int, first_id: int, bad_at: tuple[int, ...] = (), null_at: tuple[int, ...] = ()
+    ) -> None:
         """`count` records (ids from `first_id`) over both partitions; the n-th record of
-        `bad_at` is not Avro (a bad record)."""
+        `bad_at` is not Avro (a bad record), of `null_at` has a null value (a tombstone)."""
         producer = Producer({"bootstrap.servers": self.bootstrap})
         for n in range(count):
             partition, record_id = n % 2, first_id + n
             offset = self.next_offset[partition]
             self.next_offset[partition] += 1
+            payload: bytes | None
             if n in bad_at:
                 payload = BAD
+            elif n in null_at:
+                payload = None
             else:
                 record = {"id": record_id, "name": f"n{record_id}", "amount": record_id / 4}
                 payload = frame(self.schema_id, self.parsed, record)
@@ -193,6 +198,29 @@ def test_shared_job_fail_policy_fails_its_table_only(spark: Any, shared_project:
     assert project.branches("a") == []
     for label in LABELS[1:]:
         assert results[label].status == "success"
+        project.check_exactly_once(label)
+
+
+def test_null_values_in_a_shared_job_are_tombstones_not_rows(
+    spark: Any, shared_project: Project
+) -> None:
+    """Null values on an append table (issue #27) are counted as tombstones and warned
+    about, never written (the decoder hands them on as rows of NULLs), in a shared job
+    as in a table's own run."""
+    project = shared_project
+    produce_round(project, 0)
+    project.topics["b"].produce(6, 700, null_at=(0, 3, 4))
+    results = plan_and_apply(spark, project)
+    b = results["b"]
+    assert b.status == "success" and "shared_job" in (b.timings or {}), b
+    project.check_exactly_once("b")  # no row of NULLs
+    assert b.accounting is not None
+    totals = b.accounting["totals"]
+    assert (totals["read"], totals["written"], totals["tombstones"], totals["filtered"]) == (
+        18, 15, 3, 0,
+    )  # fmt: skip
+    assert any("3 null-value record(s) (tombstones) not written" in w for w in b.warnings)
+    for label in ("a", "c", "d", "e"):
         project.check_exactly_once(label)
 
 

@@ -18,6 +18,7 @@ from tableflow_core.config.project import SourceLocation
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.ingest.bad_records import (
     REJECTED_ROW_SCHEMA,
+    ROW_JSON_COLUMN,
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
 )
@@ -269,9 +270,9 @@ def test_a_derived_value_that_does_not_fit_its_planned_type_is_rejected(
     )
     assert result.rejected_df.schema.simpleString() == (
         "struct<source_partition:int,source_offset:bigint,stage:string,"
-        "error_class:string,error_message:string>"
-    )
-    assert [f.name for f in REJECTED_ROW_SCHEMA] == result.rejected_df.columns
+        "error_class:string,error_message:string,row_json:string>"
+    )  # row_json: the row for a dead-letter target that keeps no raw payload (masked)
+    assert [*REJECTED_ROW_SCHEMA.names, ROW_JSON_COLUMN] == result.rejected_df.columns
     days = {r["order_id"]: r["promo_day"] for r in rows_of(result.df)}
     assert str(days[rows[10]["order_id"]]) == "2026-02-03"
 

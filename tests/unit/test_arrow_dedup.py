@@ -18,7 +18,12 @@ from pydantic import TypeAdapter
 from tableflow_core.config.models import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, BAD_RECORD_STRUCT, DUPLICATE_COLUMN
+from tableflow_core.ingest.columns import (
+    BAD_RECORD_COLUMN,
+    BAD_RECORD_STRUCT,
+    DUPLICATE_COLUMN,
+    TOMBSTONE_COLUMN,
+)
 from tableflow_core.ingest.placement import MAX_RECORDS, read_task_dedup_step
 from tableflow_core.pipeline.task_keys import (
     KeyReportParam,
@@ -53,6 +58,7 @@ def batch(rows: list[tuple[Any, int, int]], key_type: pa.DataType = pa.int64()) 
             "v": pa.array([f"{r[1]}:{r[2]}" for r in rows]),
             SOURCE_PARTITION_COLUMN: pa.array([r[1] for r in rows], pa.int32()),
             SOURCE_OFFSET_COLUMN: pa.array([r[2] for r in rows], pa.int64()),
+            TOMBSTONE_COLUMN: pa.array([False] * n),
             BAD_RECORD_COLUMN: pa.nulls(n, BAD_RECORD_STRUCT),
         }
     )

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import BAD_RECORD_COLUMN
+from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder
 from tableflow_core.schemas.avro_records import compile_record_reader
@@ -305,13 +305,17 @@ def test_chunk_decoder_positions_and_bad_records_for_a_mixed_chunk() -> None:
     decoder, target = metadata_decoder(registry, "mixedc")
     chunks = ChunkDecoder(decoder, target, None, "run")
     out = [r for b in chunks.decode(chunk) for r in b.to_pylist()]
-    good = [r for r in out if r[BAD_RECORD_COLUMN] is None]
+    good = [r for r in out if r[BAD_RECORD_COLUMN] is None and not r[TOMBSTONE_COLUMN]]
     bad = [r[BAD_RECORD_COLUMN] for r in out if r[BAD_RECORD_COLUMN] is not None]
     assert [(r[SOURCE_PARTITION_COLUMN], r[SOURCE_OFFSET_COLUMN]) for r in good] == [
         (2, 10),
         (2, 11),
         (2, 18),
     ]
+    # the null value at offset 12 is a tombstone row: counted by the decode stage, all NULL
+    (tombstone,) = [r for r in out if r[TOMBSTONE_COLUMN]]
+    assert tombstone[SOURCE_OFFSET_COLUMN] == 12 and tombstone[BAD_RECORD_COLUMN] is None
+    assert all(tombstone[n] is None for n in target.names)
     assert [{n: r[n] for n in target.names} for r in good] == [
         {n: expected[o][n] for n in target.names} for o in (10, 11, 18)
     ]

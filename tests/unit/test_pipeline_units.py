@@ -19,7 +19,7 @@ from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
 from tableflow_core.pipeline.registry import RUNNER_MODULES, STAGE_RUNNERS, runner_for
-from tableflow_core.pipeline.runners.write_upsert import merge_sql
+from tableflow_core.pipeline.runners.write_upsert import later, merge_sql
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 
@@ -68,13 +68,15 @@ def test_append_chunk_carries_position_and_bad_records_as_data() -> None:
             [
                 message(10, None, {"id": 1, "name": "a"}),
                 message(11, None, b"{not json"),
-                message(12, None, None),  # tombstone: no row in append mode
+                message(12, None, None),  # tombstone: counted by decode, never written
                 message(13, None, {"id": 2, "name": "b"}),
             ]
         )
     )
     assert all(b.schema == chunks.output_schema for b in out)
-    good = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is None]
+    good = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is None and not r[TOMBSTONE_COLUMN]]
+    (tombstone,) = [r for r in rows(out) if r[TOMBSTONE_COLUMN]]
+    assert (tombstone["id"], tombstone[SOURCE_OFFSET_COLUMN]) == (None, 12)
     bad = [r for r in rows(out) if r[BAD_RECORD_COLUMN] is not None]
     assert [(r["id"], r[SOURCE_PARTITION_COLUMN], r[SOURCE_OFFSET_COLUMN]) for r in good] == [
         (1, 1, 10),
@@ -113,20 +115,50 @@ def test_upsert_chunk_key_rows_tombstones_and_value_precedence() -> None:
     assert by_offset[1]["id"] is None
     assert "needs a key" in by_offset[2][BAD_RECORD_COLUMN]["error_message"]
 
-    # the value wins over the key when it carries the key column
+    # the value carries the key column: it must agree with the record's Kafka key, else
+    # the row would be stored under a key no tombstone of the record's key deletes
     valued = TABLE
     key_id = KeySpec(FormatSpec(format="string"), ("name",), None)
     chunks = ChunkDecoder(plain_json_decoder(valued), valued, key_id, "run3")
-    (row,) = rows(list(chunks.decode([message(5, b"from-key", {"id": 1, "name": "from-value"})])))
-    assert row["name"] == "from-value"
-    (tomb,) = rows(list(chunks.decode([message(6, b"from-key", None)])))
+    decoded = rows(
+        list(
+            chunks.decode(
+                [
+                    message(5, b"same", {"id": 1, "name": "same"}),
+                    message(6, b"from-key", {"id": 2, "name": "from-value"}),
+                    message(7, b"from-key", {"id": 3}),  # no key column in the value
+                ]
+            )
+        )
+    )
+    by_offset = {r[SOURCE_OFFSET_COLUMN]: r for r in decoded}
+    assert by_offset[5]["name"] == "same" and by_offset[5][BAD_RECORD_COLUMN] is None
+    assert by_offset[7]["name"] == "from-key" and by_offset[7][BAD_RECORD_COLUMN] is None
+    mismatch = by_offset[6][BAD_RECORD_COLUMN]
+    assert mismatch["error_class"] == "KeyMismatchError"
+    assert "'from-value' in the value, 'from-key' in the key" in mismatch["error_message"]
+    (tomb,) = rows(list(chunks.decode([message(8, b"from-key", None)])))
     assert tomb["name"] == "from-key" and tomb[TOMBSTONE_COLUMN] is True
+
+    # a masked key column: the reason never quotes its values
+    masked = ChunkDecoder(
+        plain_json_decoder(valued), valued, key_id, "run4", masked=frozenset({"name"})
+    )
+    (row,) = rows(list(masked.decode([message(9, b"k@x.com", {"id": 4, "name": "v@x.com"})])))
+    reason = row[BAD_RECORD_COLUMN]["error_message"]
+    assert "masked column" in reason and "@x.com" not in reason
 
 
 def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:
     sql = merge_sql("`c`.`ns`.`t`.`branch_x`", "v", ["id", "we`ird"], ("id",))
     assert "ON t.`id` = s.`id`" in sql
-    assert "WHEN MATCHED AND s.`__tf_tombstone` THEN DELETE" in sql
+    # a record is applied only when it comes after the row's own record (its position)
+    newer = later("s", "t")
+    assert "t.`_kafka_offset` IS NULL OR" in newer
+    assert "named_struct('t', coalesce(s.`_kafka_timestamp`" in newer
+    assert "'p', s.`_kafka_partition`, 'o', s.`_kafka_offset`" in newer
+    assert f"WHEN MATCHED AND s.`__tf_tombstone` AND {newer} THEN DELETE" in sql
+    assert f"WHEN MATCHED AND NOT s.`__tf_tombstone` AND {newer} THEN UPDATE" in sql
     assert "WHEN NOT MATCHED AND NOT s.`__tf_tombstone` THEN INSERT (`id`, `we``ird`)" in sql
 
 

@@ -215,7 +215,13 @@ def test_a_string_key_absent_from_the_value_becomes_a_column(tmp_path):
     project = make_project(tmp_path, mode="upsert", key_columns=["order_key"])
     plan = build_plan(project, project.tables, world(project))
     create = next(a for a in plan.actions if a.kind == "create_table")
-    assert [c.name for c in create.columns][-1] == "order_key"
+    # the key column after the value's; then the Kafka position every upsert row keeps
+    assert [c.name for c in create.columns][-4:] == [
+        "order_key",
+        "_kafka_timestamp",
+        "_kafka_partition",
+        "_kafka_offset",
+    ]
     bad = make_project(tmp_path, mode="upsert", key_columns=["a", "b"])
     blocked = build_plan(bad, bad.tables, world(bad))
     assert blocked.blockers[0].key == "key_columns" and "neither fields of the value" in (
@@ -233,10 +239,14 @@ def test_registry_key_fields_absent_from_the_value_become_columns(tmp_path):
     create = next(
         a for a in build_plan(project, project.tables, state).actions if a.kind == "create_table"
     )
-    # `id` is a value field (the value wins), `region` comes from the key
-    assert [(c.name, c.type) for c in create.columns][-2:] == [
+    # `id` is a value field (it must equal the key's), `region` comes from the key; then
+    # the Kafka position every upsert row keeps
+    assert [(c.name, c.type) for c in create.columns][-5:] == [
         ("ts", "timestamptz"),
         ("region", "string"),
+        ("_kafka_timestamp", "timestamptz"),
+        ("_kafka_partition", "int"),
+        ("_kafka_offset", "long"),
     ]
 
 

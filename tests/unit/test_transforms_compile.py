@@ -257,3 +257,28 @@ def test_derive_plans_a_check_for_every_plain_cast_that_can_fail() -> None:
         "NOT COALESCE((coupon RLIKE '^[0-9]+$'), FALSE) AND (TRY_CAST(currency AS INT)) IS NULL"
     )
     assert [c.cast for c in label.cast_checks] == ["CAST(order_id AS DECIMAL(10, 2))"]
+
+
+def test_sensitive_columns_follow_renames_and_derives(tmp_path: Path) -> None:
+    """The columns whose values no message may quote: masked ones, named as they are at
+    each step, before the mask as after it; a derived column masked later too."""
+    table = project_table(
+        tmp_path,
+        transforms=[
+            {"type": "rename", "columns": {"customer_id": "customer"}},
+            {"type": "derive", "column": "code", "expression": "upper(coupon)"},
+            {"type": "filter", "where": "amount > 0"},
+            {"type": "mask", "columns": ["customer", "code"], "method": "redact"},
+            {"type": "rename", "columns": {"customer": "who"}},
+        ],
+    )
+    chain = compile_table(table)
+    rename, derive, filter_, mask, last = chain.steps
+    assert chain.sensitive_columns() == {"customer_id"}  # decoded names: `code` is derived
+    assert chain.sensitive_columns(rename) == {"customer_id"}
+    assert chain.sensitive_columns(derive) == {"customer"}
+    assert chain.sensitive_columns(filter_) == {"customer", "code"}
+    assert chain.sensitive_columns(mask) == {"customer", "code"}
+    assert chain.sensitive_columns(last) == {"customer", "code"}
+    # `coupon` itself is not masked: the derive copied it, the user chose that
+    assert "coupon" not in chain.sensitive_columns(filter_)

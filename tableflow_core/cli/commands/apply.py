@@ -61,7 +61,6 @@ def command(
     show_dag: bool,
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
-    from rich.markup import escape
 
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.targets.catalog import open_catalog
@@ -88,8 +87,6 @@ def command(
             max_parallel=max_parallel,
             show_dag=show_dag,
         )
-    if results is None:
-        return
     for result in results.tables:
         style = {
             "success": "green",
@@ -97,16 +94,15 @@ def command(
             "error": "bold red",
             "skipped": "yellow",
         }[result.status]
-        detail = (
-            f"{plural(result.records_written, 'record')} written, offsets {result.offsets_before} -> {result.offsets_after}"
-            if result.status == "success"
-            else (result.error or "")
-        )
+        detail = {
+            "success": f"{plural(result.records_written, 'record')} written, offsets "
+            f"{result.offsets_before} -> {result.offsets_after}",
+            "no_changes": "up to date",
+        }.get(result.status, result.error or "")
         ctx.console.print(
             f"[{style}]{result.status:>10}[/] {result.table}: {detail}", highlight=False
         )
-        for warning in result.warnings:
-            ctx.console.print(f"[yellow]           warning:[/] {escape(warning)}", highlight=False)
+        ctx.warn(result.warnings)
         for published in result.published:
             ctx.console.print(f"           published {published}", highlight=False)
         if result.delta_version is not None:
@@ -132,8 +128,9 @@ def _plan_and_apply(
     lock_timeout: float,
     max_parallel: int,
     show_dag: bool,
-) -> RunResults | None:
-    """Load or make the plan, show it, confirm, apply it. None: nothing to apply."""
+) -> RunResults:
+    """Load or make the plan, show it, confirm, apply it (a plan with nothing to do too:
+    its results say so, run_results.json is never left from an earlier apply)."""
     from tableflow_core.plan.plan_file import load_plan
     from tableflow_core.tasks.apply import ApplyTask
 
@@ -154,8 +151,7 @@ def _plan_and_apply(
         ctx.fail("the plan is blocked (see above); nothing was changed.")
     if not plan.has_changes:
         ctx.console.print("Nothing to apply.")
-        return None
-    if plan_file is None and not auto_approve:
+    elif plan_file is None and not auto_approve:
         if not sys.stdin.isatty():
             ctx.fail(
                 "apply needs confirmation but stdin is not a terminal: "

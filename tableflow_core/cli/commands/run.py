@@ -25,6 +25,8 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
     table that is blocked or fails is reported and retried at its next interval.
     Stops on Ctrl-C or SIGTERM after the current cycle.
     """
+    from rich.markup import escape
+
     from tableflow_core.engine.spark_session import SessionStarter
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.tasks.apply import project_spark_session
@@ -54,6 +56,15 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
         for name, why in sorted(report.suspended.items()):
             ctx.console.print(f"[bold yellow]suspended[/] {name}: {why}", highlight=False)
         if report.results is not None:
+            for table in report.results.tables:
+                if table.status == "error" and table.table not in report.suspended:
+                    ctx.console.print(
+                        f"[bold red]failed[/] {table.table}: {escape(table.error or '')}",
+                        highlight=False,
+                    )
+                if table.warnings:
+                    ctx.console.print(f"warnings of {table.table}:", highlight=False)
+                    ctx.warn(table.warnings, indent=2)
             ctx.console.print(report.results.summary_line(), highlight=False)
         elif not report.error and not report.blocked and not report.suspended:
             ctx.console.print(f"up to date: {names}", highlight=False)
@@ -65,6 +76,8 @@ def command(ctx: CliContext, once: bool, max_cycles: int | None) -> None:
                 )
             if done.report is not None:
                 ctx.console.print(f"maintained {done.report.summary_line()}", highlight=False)
+            if done.deletes is not None:
+                ctx.console.print(f"maintained {done.deletes.summary_line()}", highlight=False)
             if done.published is not None:
                 ctx.console.print(f"published {done.published.summary_line()}", highlight=False)
 

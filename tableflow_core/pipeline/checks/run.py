@@ -48,7 +48,7 @@ from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
 from tableflow_core.config.extras import CHECKS, MissingExtraError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.pipeline.transforms.spark import rejected_rows
+from tableflow_core.pipeline.transforms.spark import rejected_rows, row_json
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
@@ -380,10 +380,14 @@ def run_checks(
     table: str,
     sample_size: int = 3,
     distinct_keys: Collection[tuple[str, ...]] = (),
+    samples_from: DataFrame | None = None,
 ) -> CheckRun:
     """Validate `df` (the transformed batch, hidden columns included) against `compiled`.
     `distinct_keys`: keys no two rows of `df` share, as the read tasks proved them
-    (`pipeline/checks/read_task_unique.py`): a `unique` check on one of them needs no window."""
+    (`pipeline/checks/read_task_unique.py`): a `unique` check on one of them needs no window.
+    `samples_from`: the same rows with their hidden source positions, when `df` lacks them
+    (the rows an append wrote, read back): failing checks' samples come from there (read
+    again only when a check failed), so they name their partition and offset."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -402,12 +406,15 @@ def run_checks(
     total = validation.rows
     failed = any(not outcome.success for outcome in validation.outcomes)
     flagged, predicates = _with_failing_flags(df, checks, proven) if failed else (df, {})
+    sampled, sampling = flagged, predicates
+    if failed and samples_from is not None:
+        sampled, sampling = _with_failing_flags(samples_from, checks, proven)
     results = []
     for index, (check, gx_result) in enumerate(zip(checks, validation.outcomes, strict=True)):
         outcome, action = _verdict(check, gx_result)
         samples: tuple[dict[str, Any], ...] = ()
-        if outcome != "pass" and check.name in predicates:
-            samples = _samples(flagged, predicates[check.name], sample_size)
+        if outcome != "pass" and check.name in sampling:
+            samples = _samples(sampled, sampling[check.name], sample_size)
         results.append(
             CheckResult(
                 name=check.name,
@@ -485,6 +492,7 @@ def _split(
             error_message=F.concat(
                 F.lit("check "), F.substring_index(_col(_REASON), ":", -1), F.lit(" failed")
             ),
+            row=row_json([c for c in columns if not c.startswith("__tf_")]),
         )
 
     return (

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.checks import ChecksFailedError
+from tableflow_core.checks import CheckReport, ChecksFailedError
 from tableflow_core.errors import IngestError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
@@ -56,7 +56,22 @@ if TYPE_CHECKING:
 
 
 class ChecksFailed(IngestError):
-    """A check with severity error and on_failure fail failed: nothing was published."""
+    """A check with severity error and on_failure fail failed: nothing was published.
+    `report`: the checks' report (run_results.json `checks` of the failed run)."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def judge(context: StageContext, report: CheckReport) -> None:
+    """The checks' verdict on the run: a warning line per check that warned (or took rows
+    out), and ChecksFailed (with the report) when one blocks the publish."""
+    context.warnings.extend(report.warnings())
+    try:
+        report.raise_for_failures()
+    except ChecksFailedError as exc:
+        raise ChecksFailed(str(exc), report.as_dict()) from exc
 
 
 @stage_runner(Check)
@@ -86,10 +101,7 @@ def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
         context.spark,
         table=f"{context.spec.table_name} ({context.spec.identifier})",
     )
-    try:
-        run.report.raise_for_failures()
-    except ChecksFailedError as exc:
-        raise ChecksFailed(str(exc)) from exc
+    judge(context, run.report)
     rejected = batch.rejected
     if run.rejected_count:
         rejected = (*rejected, RejectedRows(policy="dlq", rows=run.rejected_df))
@@ -149,13 +161,12 @@ class ChecksOnWrittenRows(Audit):
             context.spark,
             table=f"{context.spec.table_name} ({context.spec.identifier})",
             distinct_keys=reports.distinct() if reports is not None else (),
+            # The rows written, as the write got them: with their source positions.
+            samples_from=batch.good,
         )
         self.report.value = run.report.as_dict()
         context.publish_properties.update(run.report.summary_properties())
-        try:
-            run.report.raise_for_failures()
-        except ChecksFailedError as exc:
-            raise ChecksFailed(str(exc)) from exc
+        judge(context, run.report)
 
 
 def _appended_rows(context: StageContext) -> DataFrame:

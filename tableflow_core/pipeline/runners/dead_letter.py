@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tableflow_core.deadletter.accounting import RunAccounting
-from tableflow_core.deadletter.originals import fetch_originals
+from tableflow_core.deadletter.originals import fetch_originals, without_payload
 from tableflow_core.deadletter.sinks import (
     POLICY_SINKS,
     SinkContext,
@@ -36,7 +36,7 @@ from tableflow_core.deadletter.sinks import (
 from tableflow_core.engine.observations import observe_counts, observed_metrics
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.columns import RETRACTION_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.pipeline.batch import Audit, Batch, Outcome, RejectedRows, StageContext
 from tableflow_core.sql_text import quote_ident
@@ -101,13 +101,19 @@ def _observe_written(context: StageContext, good: DataFrame) -> tuple[DataFrame,
     upsert = TOMBSTONE_COLUMN in good.columns
     source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
     tombstone = quote_ident(TOMBSTONE_COLUMN)
+    # A filter's retraction (upsert) deletes like a tombstone but is counted as filtered.
+    record_tombstone = tombstone
+    if RETRACTION_COLUMN in good.columns:
+        record_tombstone = f"{tombstone} AND NOT {quote_ident(RETRACTION_COLUMN)}"
     counts: dict[str, str] = {}
     for p in partitions:
         in_p = f"{source_partition} = {p}"
         written = f"{in_p} AND NOT {tombstone}" if upsert else in_p
         counts[f"written_p{p}"] = f"count(CASE WHEN {written} THEN 1 END)"
         if upsert:
-            counts[f"tombstones_p{p}"] = f"count(CASE WHEN {in_p} AND {tombstone} THEN 1 END)"
+            counts[f"tombstones_p{p}"] = (
+                f"count(CASE WHEN {in_p} AND {record_tombstone} THEN 1 END)"
+            )
     if not counts:  # no ranges: nothing was read, nothing is written
         return good, WrittenCounts(None, ())
     observed, observation = observe_counts(good, "written", counts)
@@ -124,9 +130,19 @@ def _route_rejected(
             context.spec.topic,
             dict(context.kafka_conf),
             context.run_id,
+            payload=context.spec.dead_letter_payload,
         )
         return route_bad_records(originals, "dlq", context.spec.dead_letter, sinks)
     return POLICY_SINKS["skip"](sinks).write(rejected.rows)
+
+
+def _dead_letter_rows(context: StageContext, bad: DataFrame) -> DataFrame:
+    """Decode failures as the table's dead-letter target keeps them: as read, or (payload
+    `masked`) without key and value bytes, which hold the clear values of masked columns
+    and cannot be masked undecoded."""
+    if context.spec.dead_letter_payload != "masked":
+        return bad
+    return without_payload(bad)
 
 
 @dataclass(frozen=True)
@@ -145,12 +161,17 @@ class RouteAndAccount(Audit):
         sinks = sink_context(context)
         results: list[SinkResult] = []
         if self.route_decode and batch.bad is not None and batch.bad_records:
+            rows = _dead_letter_rows(context, batch.bad)
             results.append(
-                route_bad_records(batch.bad, self.spec.on_error, context.spec.dead_letter, sinks)
+                route_bad_records(rows, self.spec.on_error, context.spec.dead_letter, sinks)
             )
         rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
         written = self.written.per_partition("written")
-        tombstones = self.written.per_partition("tombstones")
+        if batch.decode.upsert:  # deletes: counted where they reach the write
+            tombstones = self.written.per_partition("tombstones")
+        else:  # dropped by the decode stage, and said so
+            tombstones = batch.decode.tombstones_by_partition()
+            _warn_null_values(context, tombstones)
         read = batch.decode.read_by_partition()
         bad = batch.decode.bad_by_partition()
         accounting = RunAccounting.from_counts(
@@ -180,6 +201,27 @@ def route_and_account(
     good, written = _observe_written(context, batch.good)
     audit = RouteAndAccount(spec, route_decode, written, batch.accounting)
     return batch.evolve(good=good, audits=(*batch.audits, audit))
+
+
+def _warn_null_values(context: StageContext, tombstones: Mapping[int, int]) -> None:
+    """Null values on an append table are tombstones: counted, not written (an append
+    table has no row to delete). The run says so, per partition."""
+    warning = null_values_warning(context.spec.topic, tombstones)
+    if warning:
+        context.warnings.append(warning)
+
+
+def null_values_warning(topic: str, tombstones: Mapping[int, int]) -> str | None:
+    """The warning of an append table's run that read null values (None: it read none)."""
+    counted = {p: n for p, n in sorted(tombstones.items()) if n}
+    if not counted:
+        return None
+    where = ", ".join(f"partition {p}: {n}" for p, n in counted.items())
+    return (
+        f"topic {topic!r}: {sum(counted.values())} null-value record(s) "
+        f"(tombstones) not written ({where}): an append table keeps no deletes; they "
+        "are counted as tombstones (mode: upsert applies them as deletes)"
+    )
 
 
 def _record_accounting(context: StageContext, accounting: RunAccounting) -> None:

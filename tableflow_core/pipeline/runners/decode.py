@@ -74,7 +74,12 @@ def _mapper(
     def decoded(range_batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
         chunks = ChunkDecoder(
-            decoder_factory(decoder_spec), decoder_spec.target_schema, key, run_id, masks
+            decoder_factory(decoder_spec),
+            decoder_spec.target_schema,
+            key,
+            run_id,
+            masks,
+            decoder_spec.masked_columns,
         )
         for range_batch in range_batches:
             for row in range_batch.to_pylist():
@@ -144,21 +149,27 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     decoded = batch.good.mapInArrow(mapper, spark_schema_for(spark_schema))
     bad_record = quote_ident(BAD_RECORD_COLUMN)
     source_partition = quote_ident(SOURCE_PARTITION_COLUMN)
-    counts = {"records": "count(1)", "bad_records": f"count({bad_record})"}
-    if key is not None:
-        counts["tombstones"] = f"count(CASE WHEN {quote_ident(TOMBSTONE_COLUMN)} THEN 1 END)"
+    tombstone = quote_ident(TOMBSTONE_COLUMN)
+    counts = {
+        "records": "count(1)",
+        "bad_records": f"count({bad_record})",
+        "tombstones": f"count(CASE WHEN {tombstone} THEN 1 END)",
+    }
     if flagged:
         counts["duplicates"] = f"count(CASE WHEN {quote_ident(DUPLICATE_COLUMN)} THEN 1 END)"
     # Per partition, for the run's accounting (deadletter/accounting.py).
     partitions = sorted({r.partition for r in context.ranges})
     for p in partitions:
-        counts[f"records_p{p}"] = f"count(CASE WHEN {source_partition} = {p} THEN 1 END)"
-        counts[f"bad_p{p}"] = (
-            f"count(CASE WHEN {bad_record} IS NOT NULL AND {source_partition} = {p} THEN 1 END)"
-        )
+        in_p = f"{source_partition} = {p}"
+        counts[f"records_p{p}"] = f"count(CASE WHEN {in_p} THEN 1 END)"
+        counts[f"bad_p{p}"] = f"count(CASE WHEN {bad_record} IS NOT NULL AND {in_p} THEN 1 END)"
+        counts[f"tombstones_p{p}"] = f"count(CASE WHEN {tombstone} AND {in_p} THEN 1 END)"
     observed, observation = observe_counts(decoded, "decode", counts)
     good = observed.where(f"{bad_record} IS NULL").drop(BAD_RECORD_COLUMN)
     bad = observed.where(f"{bad_record} IS NOT NULL").select(f"{BAD_RECORD_COLUMN}.*")
+    if key is None:
+        # A null value on an append table: counted (`tombstones`), never a row of NULLs.
+        good = good.where(f"NOT {tombstone}").drop(TOMBSTONE_COLUMN)
     if flagged:
         good = good.where(f"NOT {quote_ident(DUPLICATE_COLUMN)}").drop(DUPLICATE_COLUMN)
 
@@ -168,7 +179,7 @@ def decode(context: StageContext, spec: Decode, batch: Batch) -> Batch:
     return batch.evolve(
         good=good,
         bad=bad,
-        decode=DecodeCounts(observation, tuple(partitions)),
+        decode=DecodeCounts(observation, tuple(partitions), upsert=key is not None),
         audits=audits,
         key_reports=reports,
     )

@@ -60,7 +60,9 @@ class FailOnBadRecords(Audit):
 
 
 def fail(context: StageContext, spec: RouteBadRecords, batch: Batch) -> Batch:
-    batch = batch.evolve(audits=(*batch.audits, FailOnBadRecords()))
+    # First of the audits: a record that could not be decoded is the first thing wrong
+    # with it (the error and a suspension name it, not a later stage's complaint).
+    batch = batch.evolve(audits=(FailOnBadRecords(), *batch.audits))
     # Every run gets its accounting, also when nothing can be rejected: read = written
     # (+ filtered + tombstones) is what users check first.
     return route_and_account(context, spec, batch, route_decode=False)

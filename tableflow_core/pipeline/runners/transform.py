@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tableflow_core.engine.observations import observe_counts
-from tableflow_core.errors import IngestError
+from tableflow_core.errors import FailedRecord, IngestError
 from tableflow_core.ingest.placement import read_task_dedup_step
 from tableflow_core.ingest.stages import RouteBadRecords, Transform
 from tableflow_core.pipeline.batch import (
@@ -79,13 +79,24 @@ class FailOnRejectedRows(Audit):
             .limit(MAX_REPORTED_REJECTS)
             .collect()
         )
-        listed = "; ".join(
-            f"partition {r['source_partition']} offset {r['source_offset']}: {r['error_message']}"
+        failures = [
+            FailedRecord(
+                context.spec.topic,
+                int(r["source_partition"]),
+                int(r["source_offset"]),
+                str(r["error_message"]),
+            )
             for r in rows
+        ]
+        listed = "; ".join(
+            f"partition {f.partition} offset {f.offset}: {f.reason}" for f in failures
         )
+        # With its failures, `tableflow run` suspends the table as for a decode failure.
         raise IngestError(
             f"table {context.spec.table_name} ({context.spec.identifier}): {rejected} row(s) "
-            f"rejected by the transforms (on_error fail), nothing was committed: {listed}"
+            f"rejected by the transforms (on_error fail), nothing was committed: {listed}",
+            failures,
+            run_id=context.run_id,
         )
 
 
@@ -115,7 +126,15 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     # the rows leaving the stage are the chain's (no second count of every row).
     after: Observation | None = None
     if context.spec.mode == "append" and chain.dedup_keys and context.base_rows != 0:
-        good = dedup_against_table(good, context.spark, context.branch_identifier, chain.dedup_keys)
+        # The table as the run's branch was cut (main's snapshot then): the same rows
+        # whenever the frame is read, before the write or after it.
+        good = dedup_against_table(
+            good,
+            context.spark,
+            context.spec.identifier,
+            chain.dedup_keys,
+            snapshot_id=context.base_snapshot_id,
+        )
         good, after = _rows_after(good)
 
     assert batch.decode is not None, "transform needs the decode stage before it"

@@ -1,26 +1,67 @@
 """Upsert mode: MERGE INTO the branch by key, merge-on-read (position deletes).
 
-Within the run, the last record per key by (partition, offset) wins; a tombstone deletes
-the key's row (a no-op when the key is absent); a record after a tombstone re-inserts.
+One answer per key whatever the run boundaries (`ingest/upsert_order.py`): a key's
+records are ordered by (Kafka timestamp, partition, offset). Within the run the latest
+record per key wins (a window in Spark); it is applied only when it is later than what
+the table holds for the key: the position stored in the row it would replace, or the
+position of the key's latest delete in the table's deletes table. A tombstone (or a
+record a filter took out) deletes the key's row; the deletes table remembers its
+position, so an older record of the key read by a later run does not bring the row back.
+
 SQL MERGE cannot carry snapshot properties: the offsets go in the summary of the snapshot
 the publish commits on top of the MERGE (pipeline/runners/publish.py), and main moves
-over both at once.
+over both at once. The deletes table is written before that publish: a run that does not
+publish leaves there only positions of records the next run reads again (replaying them
+gives the same answer).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
+from tableflow_core.engine.ddl import create_table
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import TOMBSTONE_COLUMN, is_hidden
+from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.ingest.stages import Write
+from tableflow_core.ingest.upsert_order import POSITION_COLUMNS, deletes_table
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.runners.write import write_mode
 from tableflow_core.sql_text import quote_ident
 
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
 _RANK = "__tf_rank"
+# Before any Kafka timestamp: where a record without one sorts.
+_FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
+_DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to the batch
+# Properties of a deletes table: merge-on-read like its upsert table; old metadata files
+# go as new ones come (it gets a commit per run that deletes).
+DELETES_TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
+
+
+def later(new: str, old: str) -> str:
+    """SQL: the record at position `new.*` comes after the one at `old.*` (a NULL
+    position, a row written before the table kept positions, is earlier than any)."""
+    ts, partition, offset = (quote_ident(c) for c in POSITION_COLUMNS)
+
+    def position(side: str) -> str:
+        return (
+            f"named_struct('t', coalesce({side}.{ts}, {_FIRST}), "
+            f"'p', {side}.{partition}, 'o', {side}.{offset})"
+        )
+
+    return f"({old}.{offset} IS NULL OR {position(new)} > {position(old)})"
 
 
 def merge_sql(target: str, source: str, columns: list[str], key_columns: tuple[str, ...]) -> str:
@@ -29,38 +70,138 @@ def merge_sql(target: str, source: str, columns: list[str], key_columns: tuple[s
     names = ", ".join(quote_ident(c) for c in columns)
     values = ", ".join(f"s.{quote_ident(c)}" for c in columns)
     tombstone = f"s.{quote_ident(TOMBSTONE_COLUMN)}"
+    newer = later("s", "t")
     return (
         f"MERGE INTO {target} t USING {quote_ident(source)} s ON {on} "
-        f"WHEN MATCHED AND {tombstone} THEN DELETE "
-        f"WHEN MATCHED THEN UPDATE SET {updates} "
+        f"WHEN MATCHED AND {tombstone} AND {newer} THEN DELETE "
+        f"WHEN MATCHED AND NOT {tombstone} AND {newer} THEN UPDATE SET {updates} "
         f"WHEN NOT MATCHED AND NOT {tombstone} THEN INSERT ({names}) VALUES ({values})"
     )
 
 
-@write_mode("upsert")
-def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
+def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
+    """Each key's latest record of the batch, with its position in POSITION_COLUMNS."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    ts, partition, offset = POSITION_COLUMNS
+    positioned = good.withColumns(
+        {
+            ts: F.timestamp_millis(F.col(SOURCE_TIMESTAMP_COLUMN)),
+            partition: F.col(SOURCE_PARTITION_COLUMN).cast("int"),
+            offset: F.col(SOURCE_OFFSET_COLUMN).cast("long"),
+        }
+    )
+    latest_first = Window.partitionBy(*[F.col(quote_ident(k)) for k in key_columns]).orderBy(
+        F.col(ts).desc_nulls_last(), F.col(partition).desc(), F.col(offset).desc()
+    )
+    return (
+        positioned.withColumn(_RANK, F.row_number().over(latest_first))
+        .where(F.col(_RANK) == 1)
+        .drop(_RANK, SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN, SOURCE_TIMESTAMP_COLUMN)
+    )
+
+
+def _position() -> Column:
+    """A record's position (POSITION_COLUMNS) as one comparable value."""
+    from pyspark.sql import functions as F
+
+    ts, partition, offset = (F.col(quote_ident(c)) for c in POSITION_COLUMNS)
+    return F.struct(
+        F.coalesce(ts, F.expr(_FIRST)).alias("t"), partition.alias("p"), offset.alias("o")
+    )
+
+
+def _after_deletes(latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """The batch's latest records that come after their key's latest remembered delete
+    (or whose key has none): an older one would bring back a row a later delete removed.
+    The delete itself (a run that wrote the deletes table and did not publish) is applied
+    again."""
+    from pyspark.sql import functions as F
+
+    remembered = deletes.groupBy(
+        *[F.col(quote_ident(k)).alias(f"{_DELETED_AT}k{i}") for i, k in enumerate(keys)]
+    ).agg(F.max(_position()).alias(_DELETED_AT))
+    on: Column | None = None
+    for i, k in enumerate(keys):
+        term = F.col(quote_ident(k)) == F.col(f"{_DELETED_AT}k{i}")
+        on = term if on is None else on & term
+    joined = latest.join(remembered, on=on, how="left")
+    deleted_at = F.col(_DELETED_AT)
+    # At the same position: the very delete, remembered by a run that did not publish.
+    keep = deleted_at.isNull() | (_position() >= deleted_at)
+    return joined.where(keep).select(*latest.columns)
+
+
+def _deletes_of(context: StageContext) -> str | None:
+    """The table's deletes table (Spark identifier), when it has one."""
+    spec = context.spec
+    exists = context.catalog.catalog.table_exists((*spec.namespace, deletes_table(spec.table)))
+    return deletes_table(spec.identifier) if exists else None
+
+
+def _remember_deletes(
+    context: StageContext, latest: DataFrame, keys: tuple[str, ...], existing: str | None
+) -> None:
+    """Append the batch's latest deletes to the deletes table (created on first use): one
+    write, no MERGE (the latest per key counts when it is read)."""
+    from pyspark.sql import functions as F
+
+    spark = context.spark
+    rows = latest.where(F.col(TOMBSTONE_COLUMN)).select(
+        *[F.col(quote_ident(c)) for c in (*keys, *POSITION_COLUMNS)]
+    )
+    target = existing or deletes_table(context.spec.identifier)
+    if existing is None:
+        schema = _arrow_schema(rows)
+        create_table(spark, target, schema, properties=DELETES_TABLE_PROPERTIES)
+    rows.writeTo(target).append()
+
+
+def _arrow_schema(rows: DataFrame) -> object:
+    """The Arrow schema of a Spark frame's columns (the deletes table's)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(rows.schema)
+
+
+def _deletes_in(batch: Batch) -> bool:
+    """Whether the batch held a delete: a tombstone, or a record a filter took out (known
+    after the MERGE read the batch)."""
+    if batch.tombstones:
+        return True
+    return batch.transforms is not None and batch.transforms.counts().filtered > 0
+
+
+@write_mode("upsert")
+def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     assert batch.good is not None
     spark = context.spark
-    keys = [F.col(k) for k in spec.key_columns]
-    latest_first = Window.partitionBy(*keys).orderBy(
-        F.col(SOURCE_PARTITION_COLUMN).desc(), F.col(SOURCE_OFFSET_COLUMN).desc()
-    )
-    latest = (
-        batch.good.withColumn(_RANK, F.row_number().over(latest_first))
-        .where(F.col(_RANK) == 1)
-        .drop(_RANK, SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
-    )
+    keys = spec.key_columns
+    deletes = _deletes_of(context)
+    latest = _latest_per_key(batch.good, keys)
+    if deletes is not None:
+        latest = _after_deletes(latest, spark.table(deletes), keys)
+    # Read by the MERGE, then by the deletes' MERGE when the batch held deletes (known
+    # only once the MERGE ran): read and decode Kafka once.
+    cached = latest = latest.persist()
+
+    def release() -> None:
+        cached.unpersist()
+
+    context.cleanups.append(release)
     columns = [c for c in latest.columns if not is_hidden(c)]
     view = f"tableflow_upsert_{uuid.uuid4().hex}"
     latest.createOrReplaceTempView(view)
     started = time.perf_counter()
     try:
-        spark.sql(merge_sql(context.branch_identifier, view, columns, spec.key_columns))
+        spark.sql(merge_sql(context.branch_identifier, view, columns, keys))
         context.timings["merge"] = time.perf_counter() - started
     finally:
         spark.catalog.dropTempView(view)
+    if _deletes_in(batch):
+        started = time.perf_counter()
+        _remember_deletes(context, latest, keys, deletes)
+        context.timings["remember_deletes"] = time.perf_counter() - started
     crash_point("after_merge")
     return batch

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, DUPLICATE_COLUMN
+from tableflow_core.ingest.columns import DUPLICATE_COLUMN, good_row_mask
 from tableflow_core.transforms.key_types import integer_like
 
 Digests = Any  # a numpy uint64 array
@@ -62,7 +62,7 @@ def flag_duplicates(
     without grouping the keys (the common case: 250,000 integer keys took ~5 ms to digest
     and sort against ~35 ms to sort by position and group)."""
     table = pa.Table.from_batches(list(batches), schema=schema)
-    good = pc.is_null(table.column(BAD_RECORD_COLUMN)).to_numpy(zero_copy_only=False)
+    good = good_row_mask(table).to_numpy(zero_copy_only=False)
     good_rows = table if good.all() else table.filter(pa.array(good))
     digests = distinct(row_digests(good_rows, dedup.keys))
     if len(digests) == good_rows.num_rows:

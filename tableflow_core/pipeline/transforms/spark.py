@@ -28,8 +28,16 @@ from tableflow_core.engine.observations import (
     observe_counts,
     observed_metrics,
 )
-from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.bad_records import (
+    ROW_JSON_COLUMN,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+)
+from tableflow_core.ingest.columns import (
+    RETRACTION_COLUMN,
+    SOURCE_TIMESTAMP_COLUMN,
+    TOMBSTONE_COLUMN,
+)
 from tableflow_core.ingest.placement import execution_order
 from tableflow_core.sql_text import quote_ident, sql_string
 from tableflow_core.transforms.compile import (
@@ -42,7 +50,7 @@ from tableflow_core.transforms.compile import (
     RenameStep,
     TransformStep,
 )
-from tableflow_core.transforms.sql import CastCheck
+from tableflow_core.transforms.sql import CastCheck, parse_expression, referenced_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -54,6 +62,9 @@ SALT_COLUMN_PREFIX = "__tf_salt_"
 HIDDEN_COLUMNS = (SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN)
 TRANSFORM_STAGE = "transform"
 REJECT_ERROR_CLASS = "TransformValueError"
+
+# In a reason, in place of a value read from a masked column.
+MASKED_VALUE = "<value of a masked column, not shown>"
 
 FILTERED = "filtered"
 DUPLICATE = "duplicate"
@@ -135,6 +146,17 @@ class _Context:
     # Upsert batches: true on tombstones (key columns only). A delete must reach the MERGE,
     # so filters and dedup never drop one; the projections (mask, rename, ...) apply.
     tombstone: Column | None = None
+    # Columns a mask of the chain hides, as named at this step: a rejected row's reason
+    # never quotes a value computed from them.
+    hidden: frozenset[str] = frozenset()
+
+    def shows(self, expression: str) -> bool:
+        """Whether a value of `expression` may be quoted in a reason (it reads no hidden
+        column)."""
+        if not self.hidden:
+            return True
+        read = referenced_columns(parse_expression(expression, what="transform"))
+        return not {name.lower() for name in read} & {name.lower() for name in self.hidden}
 
     def not_tombstone(self) -> Column:
         from pyspark.sql import functions as F
@@ -270,7 +292,7 @@ def _run_dedup(step: DedupStep, df: DataFrame, ctx: _Context) -> DataFrame:
 def _run_filter(step: FilterStep, df: DataFrame, ctx: _Context) -> DataFrame:
     from pyspark.sql import functions as F
 
-    failure = _cast_failure(step.cast_checks, f"{step.key} filter")
+    failure = _cast_failure(step.cast_checks, f"{step.key} filter", ctx)
     if step.cast_checks:
         df = _set_fate(df, failure.isNotNull() & ctx.not_tombstone(), REJECTED, failure)
     # Like Spark's filter: a NULL predicate does not keep the row.
@@ -287,15 +309,19 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     df = df.withColumns(
         {
             raw: F.expr(step.value_expression),
-            failure: _cast_failure(step.cast_checks, f"{step.key} derive {step.column}"),
+            failure: _cast_failure(step.cast_checks, f"{step.key} derive {step.column}", ctx),
         }
     )
     typed = F.expr(f"try_cast(`{raw}` AS {step.spark_type})")
     df = df.withColumn(step.column, typed)
     misfit = _col(raw).isNotNull() & _col(step.column).isNull()
+    shown = ctx.shows(step.value_expression) and step.column.lower() not in {
+        name.lower() for name in ctx.hidden
+    }
+    value = F.substring(_col(raw).cast("string"), 1, 200) if shown else F.lit(MASKED_VALUE)
     message = F.concat(
         F.lit(f"{step.key} derive {step.column}: value "),
-        F.substring(_col(raw).cast("string"), 1, 200),
+        value,
         F.lit(f" does not fit the planned type {step.spark_type}"),
     )
     failed = _col(failure).isNotNull()
@@ -304,15 +330,21 @@ def _run_derive(step: DeriveStep, df: DataFrame, ctx: _Context) -> DataFrame:
     return df.drop(raw, failure)
 
 
-def _cast_failure(checks: tuple[CastCheck, ...], where: str) -> Column:
-    """Why a plain CAST inside an expression failed on the row (its message), else NULL."""
+def _cast_failure(checks: tuple[CastCheck, ...], where: str, ctx: _Context) -> Column:
+    """Why a plain CAST inside an expression failed on the row (its message), else NULL.
+    The value is quoted unless it is read from a masked column."""
     from pyspark.sql import functions as F
 
     failure = F.lit(None).cast("string")
     for check in reversed(checks):  # the first failing cast names the row's error
+        value = (
+            F.substring(F.expr(check.operand).cast("string"), 1, 200)
+            if ctx.shows(check.operand)
+            else F.lit(MASKED_VALUE)
+        )
         message = F.concat(
             F.lit(f"{where}: {check.cast} failed on value "),
-            F.substring(F.expr(check.operand).cast("string"), 1, 200),
+            value,
             F.lit(" (a failing CAST gives NULL; write TRY_CAST to accept that)"),
         )
         failure = F.when(F.expr(check.failed), message).otherwise(failure)
@@ -377,7 +409,13 @@ def apply_transforms(
     tagged = df.withColumns({FATE_COLUMN: no_text, ERROR_COLUMN: no_text})
     tombstone = _col(TOMBSTONE_COLUMN) if TOMBSTONE_COLUMN in df.columns else None
     for index, step in enumerate(execution_order(compiled.steps)):
-        context = _Context(spark=spark, salt_for=salt_for, step_index=index, tombstone=tombstone)
+        context = _Context(
+            spark=spark,
+            salt_for=salt_for,
+            step_index=index,
+            tombstone=tombstone,
+            hidden=compiled.sensitive_columns(step),
+        )
         tagged = _RUNNERS[type(step)](step, tagged, context)
     fate = _col(FATE_COLUMN)
     # Each count is an aggregate evaluated on every row: only the fates the chain can give
@@ -391,9 +429,10 @@ def apply_transforms(
     }
     tagged, observation = observe_counts(tagged, "transforms", counts)
     output_columns = [*compiled.output_schema.names, *HIDDEN_COLUMNS]
-    if tombstone is not None:
-        output_columns.append(TOMBSTONE_COLUMN)
-    kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
+    if tombstone is None:
+        kept = tagged.filter(fate.isNull()).select(*[_col(c) for c in output_columns])
+    else:
+        kept = _upsert_rows(tagged, output_columns)
 
     def rejected() -> DataFrame:
         return rejected_rows(
@@ -401,28 +440,69 @@ def apply_transforms(
             stage=TRANSFORM_STAGE,
             error_class=F.lit(REJECT_ERROR_CLASS),
             error_message=_col(ERROR_COLUMN),
+            row=row_json(compiled.output_schema.names),
         )
 
     return TransformResult(df=kept, observation=observation, build_rejected=rejected)
 
 
-def rejected_rows(
-    df: DataFrame, *, stage: str, error_class: Column, error_message: Column
-) -> DataFrame:
-    """Rows of `df` as REJECTED_ROW_SCHEMA (source position and why)."""
+def _upsert_rows(tagged: DataFrame, columns: list[str]) -> DataFrame:
+    """The rows an upsert table's write gets: the kept ones and tombstones, and the rows a
+    filter took out, as retractions: the delete of their key when one is the key's latest
+    record (Flink's upsert semantics: the key's latest state is "filtered", no row).
+    They are counted as filtered, not as written or as tombstones."""
     from pyspark.sql import functions as F
 
-    return df.select(
+    fate = _col(FATE_COLUMN)
+    retraction = fate.isNotNull() & (fate == F.lit(FILTERED))
+    hidden = [c for c in (SOURCE_TIMESTAMP_COLUMN,) if c in tagged.columns]
+    return tagged.filter(fate.isNull() | retraction).select(
+        *[_col(c) for c in (*columns, *hidden)],
+        (_col(TOMBSTONE_COLUMN) | retraction).alias(TOMBSTONE_COLUMN),
+        retraction.alias(RETRACTION_COLUMN),
+    )
+
+
+def rejected_rows(
+    df: DataFrame,
+    *,
+    stage: str,
+    error_class: Column,
+    error_message: Column,
+    row: Column | None = None,
+) -> DataFrame:
+    """Rows of `df` as REJECTED_ROW_SCHEMA (source position and why), plus `row` as
+    ROW_JSON_COLUMN when given: computed only if a dead-letter target keeps it (payload
+    `masked`), Spark prunes it otherwise."""
+    from pyspark.sql import functions as F
+
+    columns = [
         _col(SOURCE_PARTITION_COLUMN).cast("int").alias("source_partition"),
         _col(SOURCE_OFFSET_COLUMN).cast("long").alias("source_offset"),
         F.lit(stage).alias("stage"),
         error_class.cast("string").alias("error_class"),
         error_message.cast("string").alias("error_message"),
-    )
+    ]
+    if row is not None:
+        columns.append(row.alias(ROW_JSON_COLUMN))
+    return df.select(*columns)
+
+
+def row_json(columns: Sequence[str]) -> Column:
+    """The row's `columns` (the table's, after the transforms: masked columns masked) as
+    one JSON object."""
+    from pyspark.sql import functions as F
+
+    return F.to_json(F.struct(*[_col(c) for c in columns]))
 
 
 def dedup_against_table(
-    df: DataFrame, spark: SparkSession, table_identifier: str, keys: tuple[str, ...]
+    df: DataFrame,
+    spark: SparkSession,
+    table_identifier: str,
+    keys: tuple[str, ...],
+    *,
+    snapshot_id: int | None = None,
 ) -> DataFrame:
     """Insert-if-absent for append tables: drop rows whose key is already in the table.
 
@@ -438,10 +518,17 @@ def dedup_against_table(
     null-safe equality (`<=>`) would hash two generated keys per row (measured: 1M keys in
     the table cost 5.5 s of CPU that way). No DISTINCT on the table's keys: an anti join
     needs none, and the keys of a deduplicated table are distinct already.
+
+    `snapshot_id`: the table as of that snapshot (the run's base), so the frame means the
+    same rows when it is read again after the write (the checks' samples read it again).
     """
+    table = spark.table(table_identifier)
+    if snapshot_id is not None:
+        reader = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id))
+        table = reader.load(table_identifier)
     if len(keys) == 1:
-        return _absent_from_table(df, spark.table(table_identifier), keys[0])
-    existing = spark.table(table_identifier).select(*[_col(k) for k in keys])
+        return _absent_from_table(df, table, keys[0])
+    existing = table.select(*[_col(k) for k in keys])
     aliased = existing.select(*[_col(k).alias(f"__tf_existing_{i}") for i, k in enumerate(keys)])
     condition = None
     for i, key in enumerate(keys):

@@ -1,0 +1,46 @@
+"""Upsert tables: one answer per key, whatever the run boundaries (docs/architecture.md).
+
+A key's records are ordered by their Kafka timestamp, then partition, then offset (a
+record without a timestamp comes before any with one). A key ends on its latest record
+by that order: a row when it has a value, no row when it is a tombstone or a record a
+`filter` took out. The latest of a run's batch is compared with what the table already
+holds for the key:
+
+- the row's own position: every upsert table keeps the Kafka position of the record its
+  row comes from in `POSITION_COLUMNS` (a row written before the table had them is
+  older than any record);
+- the position of the key's latest delete: a delete leaves no row, so the table's
+  deletes table (`deletes_table`: the key columns and the position; a run appends a row
+  per key it deleted, the latest per key counts) remembers it; a later run's older
+  record of that key is dropped, not re-inserted.
+
+So applying the same records in one run or in many, split anywhere, gives the same table.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from tableflow_core.schemas.formats import UTC_MICROS, metadata_column_name
+
+TIMESTAMP_COLUMN = metadata_column_name("timestamp")
+PARTITION_COLUMN = metadata_column_name("partition")
+OFFSET_COLUMN = metadata_column_name("offset")
+# The Kafka position of the record each row comes from (metadata columns of these names,
+# added to every upsert table that does not declare them), in the order they compare.
+POSITION_COLUMNS: dict[str, pa.DataType] = {
+    TIMESTAMP_COLUMN: UTC_MICROS,
+    PARTITION_COLUMN: pa.int32(),
+    OFFSET_COLUMN: pa.int64(),
+}
+# The table beside an upsert table that remembers the position of each key's latest
+# delete (same namespace): `<table>__tableflow_deletes`.
+DELETES_SUFFIX = "__tableflow_deletes"
+
+
+def deletes_table(identifier: str) -> str:
+    """The deletes table of upsert table `identifier` (`ns.table` or a Spark identifier
+    whose last part is quoted with backticks)."""
+    if identifier.endswith("`"):
+        return f"{identifier[:-1]}{DELETES_SUFFIX}`"
+    return f"{identifier}{DELETES_SUFFIX}"

@@ -1,0 +1,268 @@
+"""Upsert tables: one answer per key whatever the run boundaries (issue #27).
+
+Records of a key move between partitions and carry explicit Kafka timestamps unrelated to
+their partition and offset (a producer's CreateTime), tombstones among them and records a
+`filter` takes out. An independent model says what must land: per key, the latest record
+by (timestamp, partition, offset); a row when it has a value the filter keeps, no row
+when it is a tombstone or a record the filter takes out (Flink's upsert semantics). The
+same records are applied by tables that split them into runs differently (one run; many
+runs of a few records each, `max_records_per_run`, which reads partitions at the same
+pace so a later run often reads an older record of a key), and every table must equal the
+model, read by pyiceberg and DuckDB; still after `maintain` compacted the deletes table
+and late records (many older than their key's delete) were applied.
+
+Also: records whose value key fields differ from their Kafka key are bad records routed
+by `on_error` (never an orphan row a tombstone of the key could not delete), and plan
+says when the key schema lets a key field be null.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from tableflow_core.readers.duckdb_reader import duckdb_connection
+from tableflow_core.tasks.maintain import MaintainTask
+from tableflow_core.tasks.plan import PlanTask
+from tests.fixtures.apply_env import Env, apply
+from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.integration.test_maintenance_spark import data_files
+
+pytestmark = pytest.mark.slow
+
+VALUE = {
+    "type": "record",
+    "name": "Account",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": "string"},
+        {"name": "status", "type": "string"},
+    ],
+}
+KEY = {"type": "record", "name": "AccountKey", "fields": [{"name": "id", "type": "long"}]}
+NULLABLE_KEY = {
+    "type": "record",
+    "name": "AccountKey",
+    "fields": [{"name": "id", "type": ["null", "long"], "default": None}],
+}
+UPSERT = {"mode": "upsert", "key_columns": ["id"], "key": {"format": "avro"}}
+FILTER = [{"type": "filter", "where": "status <> 'TEST'"}]
+PARTITIONS = 3
+NOW = int(time.time() * 1000)
+
+
+class Accounts:
+    """A keyed topic; `records` holds what was produced:
+    (key, partition, offset, timestamp ms, value or None for a tombstone)."""
+
+    def __init__(self, broker: KafkaBroker, registry: SchemaRegistryServer, key: Any = KEY):
+        self.name = broker.create_topic(unique_name("accounts"), PARTITIONS)
+        self.broker = broker
+        client = registry.client()
+        self._value = AvroSerializer(client, json.dumps(VALUE))
+        self._key = AvroSerializer(client, json.dumps(key))
+        self.records: list[tuple[int, int, int, int, dict[str, Any] | None]] = []
+
+    def produce(self, records: list[tuple[int, int, int, dict[str, Any] | None]],
+                key_of: Any = None) -> None:  # fmt: skip
+        """(key, partition, timestamp ms, value or None) each, in this order."""
+        producer = Producer(self.broker.producer_config(**{"linger.ms": 0}))
+        offsets = {p: sum(1 for r in self.records if r[1] == p) for p in range(PARTITIONS)}
+        for key, partition, timestamp, value in records:
+            key_bytes = self._key(
+                {"id": key_of(key) if key_of else key},
+                SerializationContext(self.name, MessageField.KEY),
+            )
+            value_bytes = None
+            if value is not None:
+                value_bytes = self._value(
+                    value, SerializationContext(self.name, MessageField.VALUE)
+                )
+            producer.produce(self.name, value_bytes, key_bytes, partition=partition,
+                             timestamp=timestamp)  # fmt: skip
+            producer.flush(10)  # one at a time: the offsets are the order given
+            self.records.append((key, partition, offsets[partition], timestamp, value))
+            offsets[partition] += 1
+
+
+def model(records: list[tuple[int, int, int, int, dict[str, Any] | None]]) -> dict[int, tuple]:
+    """What an upsert table with the filter must hold: per key, its latest record by
+    (timestamp, partition, offset); no row when that is a tombstone or filtered out."""
+    latest: dict[int, tuple[tuple[int, int, int], dict[str, Any] | None]] = {}
+    for key, partition, offset, timestamp, value in records:
+        position = (timestamp, partition, offset)
+        if key not in latest or position > latest[key][0]:
+            latest[key] = (position, value)
+    return {
+        key: (value["name"], value["status"])
+        for key, (_, value) in latest.items()
+        if value is not None and value["status"] != "TEST"
+    }
+
+
+def table_rows(env: Env) -> dict[int, tuple]:
+    """{id: (name, status)} by pyiceberg; DuckDB (with the delete files) must agree."""
+    rows = env.pyiceberg_table().scan().to_arrow().to_pylist()
+    by_id = {r["id"]: (r["name"], r["status"]) for r in rows}
+    assert len(by_id) == len(rows)
+    location = env.pyiceberg_table().metadata_location
+    duck = (
+        duckdb_connection()
+        .sql(f"SELECT id, name, status FROM iceberg_scan('{location}')")
+        .fetchall()
+    )
+    assert {r[0]: (r[1], r[2]) for r in duck} == by_id and len(duck) == len(by_id)
+    return by_id
+
+
+def apply_until_done(spark: Any, env: Env) -> int:
+    """Apply until nothing is left to read; the number of runs that ingested."""
+    runs = 0
+    while True:
+        result = apply(spark, env)
+        if result.status == "no_changes" or not result.records_read:
+            return runs
+        runs += 1
+
+
+def random_history(seed: int, keys: int, size: int) -> list[tuple[int, int, int, Any]]:
+    """Records of `keys` keys over every partition, with timestamps in no relation to
+    partitions or offsets (ties included), ~15% tombstones, ~15% filtered out."""
+    rng = random.Random(seed)
+    base = NOW - size * 1000  # recent: a broker's retention keeps them
+    history = []
+    for i in range(size):
+        key = rng.randrange(keys)
+        timestamp = base + rng.randrange(size // 2) * 1000  # many records share a millisecond
+        roll = rng.random()
+        value = None if roll < 0.15 else {
+            "id": key, "name": f"n{i}", "status": "TEST" if roll < 0.3 else "OPEN",
+        }  # fmt: skip
+        history.append((key, rng.randrange(PARTITIONS), timestamp, value))
+    return history
+
+
+def test_the_same_records_in_different_run_splits_give_the_same_table(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
+    topic = Accounts(kafka_broker, schema_registry)
+    config = {**UPSERT, "metadata_columns": [], "transforms": FILTER}
+    # A first part, applied by every table; then the rest, which the tables split apart.
+    history = random_history(seed=27, keys=40, size=240)
+    topic.produce(history[:60])
+    whole = make_env(topic.name, **config)
+    maintenance = {"every": "1h", "compact": {"min_input_files": 2}}
+    small = make_env(topic.name, **config, max_records_per_run=13, maintenance=maintenance)
+    medium = make_env(topic.name, **config, max_records_per_run=61)
+    for env in (whole, small, medium):
+        apply_until_done(spark, env)
+    expected = model(topic.records)
+    assert table_rows(whole) == expected
+
+    topic.produce(history[60:])
+    expected = model(topic.records)
+    # The records tell the rules apart: by the run, then (partition, offset) (main before
+    # issue #27) many keys end on another record than by (timestamp, partition, offset).
+    runs = sorted((i >= 60, r[1], r[2], r) for i, r in enumerate(topic.records))
+    by_run = {key: value for *_, (key, _, _, _, value) in runs}
+    by_time = {
+        key: value for key, *_, value in sorted(topic.records, key=lambda r: (r[3], r[1], r[2]))
+    }
+    assert sum(by_run[k] != by_time[k] for k in by_time) >= 5
+    assert apply_until_done(spark, whole) == 1
+    assert apply_until_done(spark, small) >= 10
+    assert apply_until_done(spark, medium) >= 3
+    for env in (whole, small, medium):
+        assert table_rows(env) == expected
+    # The deletes table remembers each key's latest delete (no row, nothing else to say it)
+    deletes = small.catalog.pyiceberg_catalog().load_table(
+        f"{small.namespace}.t__tableflow_deletes"
+    )
+    remembered = {r["id"] for r in deletes.scan().to_arrow().to_pylist()}
+    deleted = {k for k in {r[0] for r in topic.records} if k not in expected}
+    assert deleted <= remembered
+
+    # `maintain` compacts the deletes table (a commit per run that deleted) with its
+    # table, and the answers hold after it: late records, many older than their key's
+    # remembered delete, go to the compacted deletes table.
+    catalog = small.catalog.pyiceberg_catalog()
+    name = f"{small.namespace}.t__tableflow_deletes"
+    files_before = data_files(catalog, name)
+    (done,) = MaintainTask(small.project, small.project.tables, spark=spark, force=True).run()
+    assert done.ok and done.deletes is not None, done
+    assert [r.operation for r in done.deletes.results] == ["compact"]
+    assert data_files(catalog, name) < files_before
+    assert table_rows(small) == expected
+    topic.produce(random_history(seed=28, keys=40, size=40))
+    expected = model(topic.records)
+    assert expected != table_rows(small)
+    for env in (whole, small):
+        apply_until_done(spark, env)
+        assert table_rows(env) == expected
+
+
+def test_a_filtered_latest_record_retracts_its_key(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
+    topic = Accounts(kafka_broker, schema_registry)
+    env = make_env(topic.name, **UPSERT, metadata_columns=[], transforms=FILTER)
+    t = NOW
+    topic.produce([
+        (1, 0, t, {"id": 1, "name": "k1", "status": "NEW"}),
+        (2, 1, t + 1, {"id": 2, "name": "k2", "status": "TEST"}),
+        (2, 1, t + 2, {"id": 2, "name": "k2b", "status": "NEW"}),
+    ])  # fmt: skip
+    apply(spark, env)
+    assert table_rows(env) == {1: ("k1", "NEW"), 2: ("k2b", "NEW")}
+    # k1's latest record is filtered out: its row goes (Flink's upsert semantics)
+    topic.produce([(1, 2, t + 3, {"id": 1, "name": "k1", "status": "TEST"})])
+    result = apply(spark, env)
+    assert table_rows(env) == {2: ("k2b", "NEW")} == model(topic.records)
+    assert result.accounting is not None
+    totals = result.accounting["totals"]
+    assert (totals["read"], totals["filtered"], totals["written"], totals["tombstones"]) == (
+        1, 1, 0, 0,
+    )  # fmt: skip
+
+
+def test_value_key_fields_that_differ_from_the_kafka_key_are_bad_records(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
+    topic = Accounts(kafka_broker, schema_registry)
+    t = NOW
+    topic.produce([
+        (1, 0, t, {"id": 1, "name": "a", "status": "OPEN"}),
+        (2, 0, t + 1, {"id": 7, "name": "b", "status": "OPEN"}),  # keyed 2, says 7
+        (3, 0, t + 2, {"id": 3, "name": "c", "status": "OPEN"}),
+    ])  # fmt: skip
+    env = make_env(topic.name, **UPSERT, metadata_columns=[])
+    failed = apply(spark, env, expect="error")
+    assert "offset 1" in (failed.error or "") and "'id' differs" in (failed.error or "")
+    env.configure(**UPSERT, metadata_columns=[], on_error="skip")
+    result = apply(spark, env)
+    assert table_rows(env) == {1: ("a", "OPEN"), 3: ("c", "OPEN")}  # no orphan row 7
+    assert result.accounting is not None and result.accounting["totals"]["skipped"] == 1
+    # a tombstone of key 2 has nothing to find, and nothing stays behind
+    topic.produce([(2, 0, t + 3, None)])
+    apply(spark, env)
+    assert table_rows(env) == {1: ("a", "OPEN"), 3: ("c", "OPEN")}
+
+
+def test_plan_says_when_the_key_schema_lets_a_key_field_be_null(
+    make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+) -> None:
+    topic = Accounts(kafka_broker, schema_registry, key=NULLABLE_KEY)
+    topic.produce([(1, 0, NOW, {"id": 1, "name": "a", "status": "OPEN"})])
+    env = make_env(topic.name, **UPSERT, metadata_columns=[])
+    project = env.project
+    plan = PlanTask(project, project.tables).run()
+    (warning,) = plan.warnings
+    assert f"subject {topic.name}-key" in warning.message
+    assert "key field(s) id be null" in warning.message and "bad record" in warning.message
