@@ -124,6 +124,8 @@ def test_a_missing_topic_is_a_blocker_at_its_topic_line_with_a_hint(
     """Issue 32: a topic that does not exist was a raw client error pointing at the
     table's first line. Now: the `topic:` line, and a close name or what to do."""
     existing = unique_name("zebra")
+    while existing[-1] == existing[-2]:  # swapping them must make another name
+        existing = unique_name("zebra")
     produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, existing, 5)
     typo = existing[:-2] + existing[-1] + existing[-2]  # two characters swapped
     nowhere = "qq" + uuid.uuid4().hex
