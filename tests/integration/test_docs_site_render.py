@@ -10,68 +10,10 @@ import zlib
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from tableflow_core.cli.main import cli
-
-TABLES = [
-    {
-        "name": "orders",
-        "topic": "shop.orders",
-        "description": "Every order placed in the shop.",
-        "partition_by": ["day(created_at)"],
-        "sort_by": ["created_at desc"],
-        "transforms": [
-            {"type": "mask", "columns": ["email"], "salt": "very-secret-salt"},
-            {"type": "filter", "where": "status <> 'TEST'"},
-        ],
-        "checks": [{"type": "not_null", "columns": ["order_id"]}],
-        "on_error": "dlq",
-        "dlq": {"type": "iceberg", "table": "shop.dead_letters"},
-        "publish_to": ["analytics"],
-        "formats": ["iceberg", "delta"],
-    },
-    {
-        "name": "customers",
-        "topic": "shop.customers",
-        "mode": "upsert",
-        "key_columns": ["customer_id"],
-        "dlq": {"type": "iceberg", "table": "shop.dead_letters"},
-        "publish_to": ["analytics", "partners"],
-    },
-    {
-        "name": "clicks",
-        "topic": "web.clicks",
-        "value": {
-            "format": "json",
-            "columns": [{"name": "url", "type": "string"}, {"name": "ms", "type": "long"}],
-        },
-        "on_error": "dlq",
-        "dlq": {"type": "kafka", "topic": "web.clicks.dlq"},
-    },
-]
-
-
-def write_docs_project(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    catalog = {"type": "rest", "uri": "http://127.0.0.1:1/catalog"}
-    project = {
-        "name": "shop",
-        "targets": {
-            "dev": {
-                "kafka": {"bootstrap_servers": "127.0.0.1:1"},
-                "schema_registry": {"url": "http://127.0.0.1:1"},
-                "catalog": {"type": "embedded", "warehouse": "./wh"},
-                "publish_catalogs": {"analytics": catalog, "partners": catalog},
-            }
-        },
-        "defaults": {"namespace": "shop"},
-    }
-    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
-    (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "shop.yml").write_text(yaml.safe_dump({"tables": TABLES}, sort_keys=False))
-    return root
+from tests.unit.test_docs_site_render import write_docs_project
 
 
 def _chromium() -> str:

@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from tests.fixtures.stack import SchemaRegistryServer, unique_name
+from tests.unit.test_registry_hardening import layered_schema
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -67,25 +68,10 @@ def test_valid_avro_still_registers(schema_registry: SchemaRegistryServer, case:
     assert response.status_code == 200, response.text
 
 
-def _layered(depth: int, extra_field: bool = False) -> dict[str, Any]:
-    """L0 is a leaf; each Li has two fields of type L(i-1), referenced by name."""
-    leaf_fields: list[dict[str, Any]] = [{"name": "v", "type": "int"}]
-    if extra_field:
-        leaf_fields.append({"name": "w", "type": "int", "default": 0})
-    schema: dict[str, Any] = _record("L0", leaf_fields)
-    for level in range(1, depth + 1):
-        previous = schema if level == 1 else f"L{level - 1}"
-        schema = _record(
-            f"L{level}",
-            [{"name": "a", "type": schema if level > 1 else previous}, {"name": "b", "type": f"L{level - 1}"}],
-        )  # fmt: skip
-    return schema
-
-
 def test_deeply_reused_schema_registers_over_http(schema_registry: SchemaRegistryServer) -> None:
     subject = unique_name("layers")
-    assert _register(schema_registry, subject, _layered(20)).status_code == 200
-    second = _register(schema_registry, subject, _layered(20, extra_field=True))
+    assert _register(schema_registry, subject, layered_schema(20)).status_code == 200
+    second = _register(schema_registry, subject, layered_schema(20, extra_field=True))
     assert second.status_code == 200, second.text
     assert second.json()["id"] > 0
 

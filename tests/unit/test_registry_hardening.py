@@ -17,7 +17,7 @@ def _record(name: str, fields: list[dict[str, Any]], **extra: Any) -> dict[str, 
     return {"type": "record", "name": name, "fields": fields, **extra}
 
 
-def _layered(depth: int, extra_field: bool = False) -> dict[str, Any]:
+def layered_schema(depth: int, extra_field: bool = False) -> dict[str, Any]:
     """L0 is a leaf; each Li has two fields of type L(i-1), referenced by name."""
     leaf_fields: list[dict[str, Any]] = [{"name": "v", "type": "int"}]
     if extra_field:
@@ -44,12 +44,12 @@ def test_compatibility_check_is_linear_in_named_type_reuse(
         return original(self, writer, reader, path)
 
     monkeypatch.setattr(compatibility._Resolver, "check", counting)
-    writer = ParsedAvro(*parse_avro(json.dumps(_layered(20))))
-    reader = ParsedAvro(*parse_avro(json.dumps(_layered(20, extra_field=True))))
+    writer = ParsedAvro(*parse_avro(json.dumps(layered_schema(20))))
+    reader = ParsedAvro(*parse_avro(json.dumps(layered_schema(20, extra_field=True))))
     assert can_read(writer, reader) == []
     assert calls < 200  # 2^20 before memoizing on named types
     # an incompatibility deep inside is still reported, once per record pair, bounded
-    bad = _layered(20)
+    bad = layered_schema(20)
     reader = ParsedAvro(*parse_avro(json.dumps(bad).replace('"type": "int"', '"type": "string"')))
     problems = can_read(writer, reader)
     assert problems and len(problems) <= compatibility.MAX_PROBLEMS
