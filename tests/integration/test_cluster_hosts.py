@@ -142,9 +142,9 @@ def cluster_project(
         "spark": {
             "master": f"spark://{master}:{MASTER_PORT}",
             "conf": {
-                # What executors connect back to, and the ports a firewall must open.
+                # What executors connect back to (the driver binds it too), and the
+                # ports a firewall must open.
                 "spark.driver.host": driver,
-                "spark.driver.bindAddress": driver,
                 "spark.driver.port": DRIVER_PORT,
                 "spark.driver.blockManager.port": DRIVER_BLOCK_MANAGER_PORT,
                 "spark.blockManager.port": EXECUTOR_BLOCK_MANAGER_PORT,
@@ -250,7 +250,6 @@ def test_apply_across_hosts_survives_a_killed_worker(
     # ingest task, and that executor's whole host dies.
     driver_env = {
         **os.environ, **secret_env, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200",
-        "SPARK_LOCAL_IP": driver.address, "SPARK_LOCAL_HOSTNAME": driver.address,
     }  # fmt: skip
     apply_log = dirs["driver"] / "apply.log"
     with open(apply_log, "wb") as log:
@@ -270,7 +269,15 @@ def test_apply_across_hosts_survives_a_killed_worker(
     (victim,) = [w for w in workers if w.address == busy]
     survivor = next(w for w in workers if w is not victim)
     driver_listeners = listeners(driver)
+    # Kill once the task's Python worker runs (the daemon and its forked worker).
+    deadline = time.monotonic() + 20
+    while len(python_workers(victim)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     killed = victim.pids()
+    assert len(python_workers(victim)) >= 2, [_cmdline(p) for p in killed]
+    for pid in killed:  # the executor does not see the driver's directory either
+        assert not Path(f"/proc/{pid}/root{root}/tableflow_project.yml").exists(), _cmdline(pid)
+    killed_commands = [_cmdline(p) for p in killed]
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
     for process in victim.processes:  # the worker JVM is this test's child: reap it
@@ -321,6 +328,17 @@ def test_apply_across_hosts_survives_a_killed_worker(
     print(
         f"killed {victim.name} ({len(killed)} processes); test took {time.monotonic() - started:.0f}s"
     )
+
+
+def python_workers(host: netns.Host) -> list[int]:
+    return [p for p in host.pids() if "worker_daemon" in _cmdline(p)]
+
+
+def _name(command: str) -> str:
+    for known in ("deploy.worker.Worker", "CoarseGrainedExecutorBackend", "worker_daemon"):
+        if known in command:
+            return known
+    return command[:60]
 
 
 def _cmdline(pid: int) -> str:
