@@ -29,6 +29,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,81 @@ WORKER_PORT, WORKER_UI_PORT = 7078, 8081
 DRIVER_PORT, DRIVER_BLOCK_MANAGER_PORT, EXECUTOR_BLOCK_MANAGER_PORT = 7079, 7080, 7090
 DRIVER_UI_PORT = 4040
 ARTIFACT_CACHE = Path.home() / ".cache" / "tableflow"
+
+
+# Who opens TCP connections to whom (client host, server host, server port): what
+# docs/interop.md tells users to open between hosts. "workers" stands for worker1 and
+# worker2 (the worker JVM, its executor and the executor's Python workers).
+ALLOWED_FLOWS = {
+    ("driver", "master", "spark master"),  # register the application
+    ("workers", "master", "spark master"),  # register, heartbeats
+    ("workers", "driver", "driver rpc"),  # executors: tasks, status, the jars
+    ("workers", "driver", "driver block manager"),  # executors: broadcasts (task binaries)
+    ("driver", "data", "kafka"),  # plan: watermarks; commit checks
+    ("workers", "data", "kafka"),  # tasks read their offset ranges
+    ("driver", "data", "registry"),
+    ("workers", "data", "registry"),  # tasks look up writer schemas
+    ("driver", "data", "s3"),  # metadata files, manifests
+    ("workers", "data", "s3"),  # tasks write data files
+    # Not seen in this run, open them too: the master sends to a worker over the worker's
+    # own connection here, but Spark's security guide lists master -> worker port; the
+    # executors' block managers serve large task results and shuffle blocks.
+    ("master", "workers", "spark worker"),
+    ("driver", "workers", "executor block manager"),
+    ("workers", "workers", "executor block manager"),
+    ("driver", "master", "master ui"),  # monitoring only (the test reads the master's JSON)
+}
+# Long-lived connections every run has, so a sample sees them.
+ALWAYS_SEEN = {
+    ("driver", "master", "spark master"),
+    ("workers", "master", "spark master"),
+    ("workers", "driver", "driver rpc"),
+    ("workers", "data", "kafka"),
+    ("workers", "data", "s3"),
+}
+
+
+class FlowSampler(threading.Thread):
+    """Samples every host's TCP sockets (`ss -Htan`) until stopped."""
+
+    def __init__(self, hosts: list[netns.Host]) -> None:
+        super().__init__(name="flow-sampler", daemon=True)
+        self.hosts = hosts
+        self.stopped = threading.Event()
+        self.listening: set[tuple[str, int]] = set()
+        self.connections: set[tuple[str, str, int]] = set()  # (from host, to address, port)
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            for host in self.hosts:
+                for line in host.run(["ss", "-Htan"], timeout=10).stdout.splitlines():
+                    fields = line.split()
+                    if len(fields) < 5:
+                        continue
+                    local, peer = _address(fields[3]), _address(fields[4])
+                    if fields[0] == "LISTEN":
+                        self.listening.add((host.address, local[1]))
+                    elif fields[0] == "ESTAB" and peer[0] != host.address:
+                        self.connections.add((host.name, peer[0], peer[1]))
+            self.stopped.wait(0.3)
+
+    def flows(self, names: dict[str, str], ports: dict[int, str]) -> set[tuple[str, str, str]]:
+        """(client host, server host, server port's role); worker hosts as "workers"."""
+
+        def role(name: str) -> str:
+            return "workers" if name.startswith("worker") else name
+
+        return {
+            (role(client), role(names[address]), ports.get(port, str(port)))
+            for client, address, port in self.connections
+            if (address, port) in self.listening and address in names
+        }
+
+
+def _address(text: str) -> tuple[str, int]:
+    """`198.18.1.2:7077` or `[::ffff:198.18.1.2]:7077`; a wildcard peer (`*`) is port 0."""
+    host, _, port = text.rpartition(":")
+    return host.removeprefix("[::ffff:").removesuffix("]"), int(port) if port.isdigit() else 0
 
 
 def spark_class() -> Path:
@@ -227,6 +303,8 @@ def test_apply_across_hosts_survives_a_killed_worker(
         time.sleep(0.5)
     servers = json.loads(servers_file.read_text())
     alive = json.loads(wait_until(driver, alive_workers_code(master.address), timeout=180))
+    sampler = FlowSampler(list(network.hosts.values()))
+    sampler.start()
     assert sorted(alive) == sorted(w.address for w in workers)
 
     # The workers cannot see the driver's directory (where the project is).
@@ -277,7 +355,7 @@ def test_apply_across_hosts_survives_a_killed_worker(
     assert len(python_workers(victim)) >= 2, [_cmdline(p) for p in killed]
     for pid in killed:  # the executor does not see the driver's directory either
         assert not Path(f"/proc/{pid}/root{root}/tableflow_project.yml").exists(), _cmdline(pid)
-    killed_commands = [_cmdline(p) for p in killed]
+    print(f"killing {victim.name}: {[_name(_cmdline(p)) for p in killed]}")
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
     for process in victim.processes:  # the worker JVM is this test's child: reap it
@@ -288,6 +366,7 @@ def test_apply_across_hosts_survives_a_killed_worker(
         time.sleep(0.1)
     try:
         status = apply.wait(timeout=600)
+        sampler.stopped.set()
     except Exception:
         raise AssertionError(f"apply did not end\n{apply_log.read_text()[-3000:]}") from None
     output = apply_log.read_text(errors="replace")
@@ -324,6 +403,22 @@ def test_apply_across_hosts_survives_a_killed_worker(
         assert bound, host.name
         assert set(bound) <= {host.address, "127.0.0.1"}, (host.name, bound)
     assert set(driver_listeners) <= {driver.address, "127.0.0.1"}, driver_listeners
+    # The connections between hosts are among those docs/interop.md lists.
+    sampler.join(timeout=30)
+    names = {host.address: host.name for host in network.hosts.values()}
+    ports = {
+        int(servers["bootstrap"].rsplit(":", 1)[1]): "kafka",
+        int(servers["registry"].rsplit(":", 1)[1]): "registry",
+        int(servers["s3"].rsplit(":", 1)[1]): "s3",
+        MASTER_PORT: "spark master", MASTER_UI_PORT: "master ui",
+        WORKER_PORT: "spark worker", DRIVER_PORT: "driver rpc",
+        DRIVER_BLOCK_MANAGER_PORT: "driver block manager",
+        EXECUTOR_BLOCK_MANAGER_PORT: "executor block manager",
+    }  # fmt: skip
+    flows = sampler.flows(names, ports)
+    print("flows:", sorted(flows))
+    assert flows <= ALLOWED_FLOWS, flows - ALLOWED_FLOWS
+    assert flows >= ALWAYS_SEEN, ALWAYS_SEEN - flows
     print(json.dumps(tasks, indent=1))
     print(
         f"killed {victim.name} ({len(killed)} processes); test took {time.monotonic() - started:.0f}s"
