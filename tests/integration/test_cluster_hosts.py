@@ -248,8 +248,20 @@ def network() -> Iterator[netns.TestNetwork]:
         yield net
 
 
+@pytest.fixture
+def sampler(network: netns.TestNetwork) -> Iterator[FlowSampler]:
+    """Every host's connections from the start; stopped before the hosts go away."""
+    flow_sampler = FlowSampler(list(network.hosts.values()))
+    flow_sampler.start()
+    try:
+        yield flow_sampler
+    finally:
+        flow_sampler.stopped.set()
+        flow_sampler.join(timeout=30)
+
+
 def test_apply_across_hosts_survives_a_killed_worker(
-    network: netns.TestNetwork, tmp_path: Path
+    network: netns.TestNetwork, sampler: FlowSampler, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     driver, master, data = (network.host(n) for n in ("driver", "master", "data"))
@@ -303,8 +315,6 @@ def test_apply_across_hosts_survives_a_killed_worker(
         time.sleep(0.5)
     servers = json.loads(servers_file.read_text())
     alive = json.loads(wait_until(driver, alive_workers_code(master.address), timeout=180))
-    sampler = FlowSampler(list(network.hosts.values()))
-    sampler.start()
     assert sorted(alive) == sorted(w.address for w in workers)
 
     # The workers cannot see the driver's directory (where the project is).
@@ -366,7 +376,6 @@ def test_apply_across_hosts_survives_a_killed_worker(
         time.sleep(0.1)
     try:
         status = apply.wait(timeout=600)
-        sampler.stopped.set()
     except Exception:
         raise AssertionError(f"apply did not end\n{apply_log.read_text()[-3000:]}") from None
     output = apply_log.read_text(errors="replace")
@@ -404,6 +413,7 @@ def test_apply_across_hosts_survives_a_killed_worker(
         assert set(bound) <= {host.address, "127.0.0.1"}, (host.name, bound)
     assert set(driver_listeners) <= {driver.address, "127.0.0.1"}, driver_listeners
     # The connections between hosts are among those docs/interop.md lists.
+    sampler.stopped.set()
     sampler.join(timeout=30)
     names = {host.address: host.name for host in network.hosts.values()}
     ports = {
