@@ -143,8 +143,11 @@ def spark_class() -> Path:
 
 
 def hiding(directories: list[Path], argv: list[str]) -> list[str]:
-    """`argv` in a mount namespace of its own where `directories` are empty tmpfs."""
-    mounts = " && ".join(f"mount -t tmpfs -o size=1m,mode=0700 hidden '{d}'" for d in directories)
+    """`argv` in a mount namespace of its own where `directories` are empty and read-only
+    (a write there fails at once instead of landing on this host's disk)."""
+    mounts = " && ".join(
+        f"mount -t tmpfs -o ro,size=64k,mode=0555 hidden '{d}'" for d in directories
+    )
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]  # fmt: skip
 
 
