@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tableflow_core.jvm.artifacts import cache_root
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
 from tests import netns
 from tests.integration import cluster_roles
@@ -58,7 +59,6 @@ MASTER_PORT, MASTER_UI_PORT = 7077, 8080
 WORKER_PORT, WORKER_UI_PORT = 7078, 8081
 DRIVER_PORT, DRIVER_BLOCK_MANAGER_PORT, EXECUTOR_BLOCK_MANAGER_PORT = 7079, 7080, 7090
 DRIVER_UI_PORT = 4040
-ARTIFACT_CACHE = Path.home() / ".cache" / "tableflow"
 
 
 # Who opens TCP connections to whom (client host, server host, server port): what
@@ -149,6 +149,13 @@ def hiding(directories: list[Path], argv: list[str]) -> list[str]:
         f"mount -t tmpfs -o ro,size=64k,mode=0555 hidden '{d}'" for d in directories
     )
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]  # fmt: skip
+
+
+def hideable_artifact_cache() -> list[Path]:
+    """The driver's jar cache, unless the workers need what is under it (the venv)."""
+    cache = cache_root().resolve()
+    needed = (REPO, Path(sys.prefix).resolve())
+    return [cache] if cache.is_dir() and not any(p.is_relative_to(cache) for p in needed) else []
 
 
 def spark_env(address: str, log_dir: Path) -> dict[str, str]:
@@ -289,7 +296,7 @@ def test_apply_across_hosts_survives_a_killed_worker(
             env=role_env, stdout=log, stderr=log, cwd=REPO,
         )  # fmt: skip
     # The Spark master and workers meanwhile (JVMs start slowly on a shared machine).
-    hidden = [dirs["driver"], dirs["data"], *([ARTIFACT_CACHE] if ARTIFACT_CACHE.is_dir() else [])]
+    hidden = [dirs["driver"], dirs["data"], *hideable_artifact_cache()]
     with open(dirs["master"] / "master.out", "wb") as log:
         master.popen(
             hiding(hidden, [
