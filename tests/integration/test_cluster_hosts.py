@@ -11,8 +11,10 @@ vended S3 keys included, from the driver. A worker or executor that needed the c
 would fail, which proves they do not. The warehouse is on s3:// at the data host. The
 workers see the machine's disk (the venv, pyspark) but not the driver's directory (the
 project, the catalog database) nor the data host's, nor the artifact cache: each worker
-runs in a mount namespace of its own with those directories hidden under empty tmpfs,
-so an executor that read a project file or a file:// path would fail.
+runs in a mount namespace of its own with those directories hidden under an empty,
+read-only tmpfs, so an executor that read a project file or wrote to a file:// path
+would fail. Every host's TCP connections are sampled during the run and must be among
+the flows docs/interop.md tells users to open.
 
 The apply runs through `spark://<master>:7077`. As soon as an executor runs a task of
 the ingest (the driver's REST API says so), every process of that worker's host is
