@@ -32,6 +32,8 @@ ICEBERG_RUNTIME_ARTIFACT = "iceberg-spark-runtime"
 
 IcebergJarSource = Literal["cache", "packages"]
 
+LOCAL_IP_ENV = "SPARK_LOCAL_IP"
+
 # Spark redacts a conf entry (environment page, event log) when its key or value matches.
 # Its default, `(?i)secret|password|token|access[.]?key`, misses the REST catalog's
 # `spark.sql.catalog.<name>.credential` (client id and secret in one value) and the S3
@@ -111,6 +113,24 @@ def iceberg_jars(source: IcebergJarSource = "cache") -> IcebergJars:
     return IcebergJars(files=tuple(str(path) for path in ensure(lock).files))
 
 
+def driver_local_ip(
+    master: str, conf: Mapping[str, object], environ: Mapping[str, str]
+) -> str | None:
+    """The address every listener of the driver JVM binds (its `SPARK_LOCAL_IP`), or None
+    to leave it alone: the user's own `SPARK_LOCAL_IP`; loopback for `local[*]` (everything
+    is on this machine); on a cluster the address the target gives the driver
+    (`spark.driver.bindAddress`, else `spark.driver.host`). Spark binds its RPC and block
+    manager ports to `spark.driver.bindAddress` already, but its web UI only to
+    `SPARK_LOCAL_IP`, else to every interface (measured in tests/integration/test_cluster_hosts.py:
+    the driver's UI listened on `*:4040` with only `spark.driver.host` set)."""
+    if LOCAL_IP_ENV in environ:
+        return None
+    if master.startswith("local"):
+        return "127.0.0.1"
+    address = conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host")
+    return str(address) if address else None
+
+
 def redaction_regex(user_regex: str | None) -> str:
     """Ours, or ours and the user's: a user's own pattern widens redaction, never narrows it."""
     return f"{REDACTION_REGEX}|(?:{user_regex})" if user_regex else REDACTION_REGEX
@@ -174,9 +194,9 @@ def build_spark_session(
     # Workers must run this interpreter, or mapInArrow fails importing our code.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):
-        # Everything is on this machine: bind to loopback instead of guessing an interface.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local_ip = driver_local_ip(master, conf or {}, os.environ)
+    if local_ip is not None:
+        os.environ[LOCAL_IP_ENV] = local_ip
     from pyspark.sql import SparkSession
 
     user_packages = list(packages or [])

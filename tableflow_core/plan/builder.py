@@ -51,6 +51,7 @@ from tableflow_core.plan.shape import (
 )
 from tableflow_core.plan.source_topic import missing_topic_blocker
 from tableflow_core.plan.table_warnings import masked_key_blockers, table_warnings
+from tableflow_core.plan.target_warnings import target_warnings
 from tableflow_core.plan.type_names import iceberg_type_name
 from tableflow_core.plan.world_state import ObservedTable, WorldState, key_arrow_schema
 from tableflow_core.publish.state import published_state
@@ -90,7 +91,7 @@ def build_plan(
     differ = schema_differ or default_schema_differ()
     actions: list[Action] = []
     blockers: list[Blocker] = list(capabilities.target_blockers(project))
-    warnings: list[PlanWarning] = []
+    warnings: list[PlanWarning] = list(target_warnings(project))
     fingerprints: list[TableFingerprint] = []
     planned_namespaces: set[tuple[str, ...]] = set()
     suspended: dict[str, str] = {}
