@@ -52,6 +52,7 @@ def sts_catalog(
         extra_arguments=(
             "--sts-role-arn", ROLE, "--sts-endpoint", gateway.endpoint,
             "--vended-credential-seconds", str(LIFETIME),
+            "--log-level", "info",  # the access log shows credential refreshes
         ),
     )  # fmt: skip
     yield server
@@ -195,8 +196,11 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
             f"CREATE TABLE {t} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ("
             "'format-version'='2', 'write.merge.mode'='merge-on-read')",
             f"INSERT INTO {t} SELECT id, CAST(id AS STRING) FROM range(0, 1000)",
-            f"SELECT java_method('java.lang.Thread', 'sleep', {LIFETIME * 1000 + 2000}L)",
-            f"INSERT INTO {t} SELECT id, 'late' FROM range(1000, 1100)",
+            # One write whose task produces its rows after the credentials it started
+            # with expired: its data file goes up with refreshed ones, or not at all.
+            f"INSERT INTO {t} SELECT id, IF(id = 1000 AND java_method('java.lang.Thread', "
+            f"'sleep', {LIFETIME * 1000 + 3000}L) IS NOT NULL, 'never', 'late') "
+            "FROM range(1000, 1100)",
             f"MERGE INTO {t} t USING (SELECT id FROM range(0, 1100, 2)) s ON t.id = s.id "
             "WHEN MATCHED THEN DELETE",
             f"SELECT count(*), sum(id), count_if(v = 'late') FROM {t}",
@@ -206,5 +210,11 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
     assert result["results"][-1] == [[len(ids), sum(ids), 50]]
     assert gateway.minted_count() > minted_before
     assert gateway.refusals[refusals_before:] == []  # nothing refused, no expired request
+    refreshes = [
+        line
+        for line in sts_catalog.process.log_file.read_text().splitlines()
+        if f"GET /v1/namespaces/{namespace}/tables/events/credentials" in line
+    ]
+    assert refreshes, "S3FileIO never asked the catalog's refresh endpoint"
     table = sts_catalog.pyiceberg_catalog().load_table((namespace, "events"))
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == ids
