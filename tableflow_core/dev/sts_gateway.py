@@ -142,6 +142,7 @@ class _State:
     minted: dict[str, Minted] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (code, path), for tests
+    accepted_minted: int = 0  # requests made with minted credentials and forwarded
 
     def mint(self, duration: int, policy: str | None) -> Minted:
         grants = parse_session_policy(policy)
@@ -271,6 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif payload_hash not in (sigv4.UNSIGNED_PAYLOAD, hashlib.sha256(body).hexdigest()):
             raise sigv4.SignatureError("the body does not match x-amz-content-sha256")
         _authorize(minted, self.command, path, query, body)
+        with state.lock:
+            state.accepted_minted += 1
         return self._resigned(auth, path, query, headers, body), body
 
     def _resigned(
@@ -432,6 +435,12 @@ class StsGateway:
         """(S3 error code, path) of every refused request, oldest first."""
         with self._state.lock:
             return list(self._state.refusals)
+
+    @property
+    def accepted_minted(self) -> int:
+        """How many requests made with minted credentials were checked and forwarded."""
+        with self._state.lock:
+            return self._state.accepted_minted
 
     def minted_count(self) -> int:
         with self._state.lock:

@@ -118,6 +118,9 @@ class TrinoIcebergCatalog:
                 props["iceberg.rest-catalog.oauth2.scope"] = self.oauth2_scope
         if self.vended_credentials:
             props["iceberg.rest-catalog.vended-credentials-enabled"] = "true"
+            # Trino's own S3 client, told nothing: endpoint, region and keys per table
+            # from the catalog (unless given below).
+            props["fs.native-s3.enabled"] = "true"
         if self.s3_endpoint is not None:
             props.update(
                 {

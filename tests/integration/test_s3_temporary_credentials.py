@@ -11,7 +11,6 @@ table's files, a wrong token, after expiry) is refused by the gateway.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -22,41 +21,14 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
-from tableflow_core.dev.s3_server import RunningS3Server
 from tableflow_core.dev.sts_gateway import StsGateway
 from tableflow_core.jvm.artifacts import ensure, load_lock
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3_catalog import S3CatalogServer, start_s3_catalog_server
+from tests.fixtures.s3_catalog import STS_CREDENTIAL_SECONDS as LIFETIME
+from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.spark_sql_runner import iceberg_rest_conf, run_spark_sql
 
 pytestmark = pytest.mark.slow
-
-ROLE = "arn:aws:iam::000000000000:role/tableflow-table-access"
-LIFETIME = 20  # seconds: short enough that a Spark job outlives its first credentials
-
-
-@pytest.fixture(scope="module")
-def gateway(s3_server: RunningS3Server) -> Iterator[StsGateway]:
-    with StsGateway(s3_server.endpoint, s3_server.credentials, s3_server.region) as gateway:
-        yield gateway
-
-
-@pytest.fixture(scope="module")
-def sts_catalog(
-    tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server, gateway: StsGateway
-) -> Iterator[S3CatalogServer]:
-    server = start_s3_catalog_server(
-        tmp_path_factory.mktemp("sts-catalog"),
-        s3_server,
-        endpoint=gateway.endpoint,
-        extra_arguments=(
-            "--sts-role-arn", ROLE, "--sts-endpoint", gateway.endpoint,
-            "--vended-credential-seconds", str(LIFETIME),
-            "--log-level", "info",  # the access log shows credential refreshes
-        ),
-    )  # fmt: skip
-    yield server
-    server.process.stop()
 
 
 def load_table_answer(catalog: S3CatalogServer, namespace: str, table: str) -> dict[str, Any]:
@@ -103,7 +75,7 @@ def error_code(call: Any) -> str:
 
 
 def test_vended_credentials_are_temporary_scoped_and_checked(
-    sts_catalog: S3CatalogServer, gateway: StsGateway
+    sts_catalog: S3CatalogServer, sts_gateway: StsGateway
 ) -> None:
     catalog: RestCatalog = sts_catalog.pyiceberg_catalog()  # URL + credential only
     namespace = unique_namespace("sts")
@@ -129,7 +101,7 @@ def test_vended_credentials_are_temporary_scoped_and_checked(
     assert vended["prefix"] == location + "/"
     assert vended["config"]["s3.session-token"] == config["s3.session-token"]
 
-    s3 = s3_with(config, gateway.endpoint)
+    s3 = s3_with(config, sts_gateway.endpoint)
     bucket = location.split("/")[2]
     own = s3.list_objects_v2(Bucket=bucket, Prefix=location.split("/", 3)[3] + "/")
     keys = [o["Key"] for o in own["Contents"]]
@@ -145,9 +117,9 @@ def test_vended_credentials_are_temporary_scoped_and_checked(
     assert error_code(lambda: s3.put_object(Bucket=bucket, Key="elsewhere", Body=b"x")) == (
         "AccessDenied"
     )
-    wrong = s3_with(config, gateway.endpoint, token="not-the-token")
+    wrong = s3_with(config, sts_gateway.endpoint, token="not-the-token")
     assert error_code(lambda: wrong.get_object(Bucket=bucket, Key=keys[0])) == "InvalidToken"
-    bad_secret = s3_with({**config, "s3.secret-access-key": "x" * 40}, gateway.endpoint)
+    bad_secret = s3_with({**config, "s3.secret-access-key": "x" * 40}, sts_gateway.endpoint)
     assert error_code(lambda: bad_secret.get_object(Bucket=bucket, Key=keys[0])) == (
         "SignatureDoesNotMatch"
     )
@@ -168,13 +140,13 @@ def test_vended_credentials_are_temporary_scoped_and_checked(
     ).json()["storage-credentials"][0]["config"]
     assert refreshed["s3.access-key-id"] != config["s3.access-key-id"]
     assert int(refreshed["s3.session-token-expires-at-ms"]) > time.time() * 1000
-    assert s3_with(refreshed, gateway.endpoint).get_object(Bucket=bucket, Key=keys[0])
+    assert s3_with(refreshed, sts_gateway.endpoint).get_object(Bucket=bucket, Key=keys[0])
     # pyiceberg re-loads the table (and its credentials) for each scan.
     assert catalog.load_table((namespace, "a")).scan().to_arrow().num_rows == 50
 
 
 def test_spark_writes_and_refreshes_vended_temporary_credentials(
-    sts_catalog: S3CatalogServer, gateway: StsGateway
+    sts_catalog: S3CatalogServer, sts_gateway: StsGateway
 ) -> None:
     """A Spark job longer than the credentials' lifetime: S3FileIO refreshes them through
     the catalog (`client.refresh-credentials-endpoint`), writes and merges throughout."""
@@ -188,8 +160,8 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
         extra={"header.X-Iceberg-Access-Delegation": "vended-credentials"},
     )
     t = f"lake.{namespace}.events"
-    minted_before = gateway.minted_count()
-    refusals_before = len(gateway.refusals)
+    minted_before = sts_gateway.minted_count()
+    refusals_before = len(sts_gateway.refusals)
     result = run_spark_sql(
         conf,
         [
@@ -208,8 +180,8 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
     )
     ids = [i for i in range(1100) if i % 2]
     assert result["results"][-1] == [[len(ids), sum(ids), 50]]
-    assert gateway.minted_count() > minted_before
-    assert gateway.refusals[refusals_before:] == []  # nothing refused, no expired request
+    assert sts_gateway.minted_count() > minted_before
+    assert sts_gateway.refusals[refusals_before:] == []  # nothing refused, no expired request
     refreshes = [
         line
         for line in sts_catalog.process.log_file.read_text().splitlines()
