@@ -118,9 +118,10 @@ class TrinoIcebergCatalog:
                 props["iceberg.rest-catalog.oauth2.scope"] = self.oauth2_scope
         if self.vended_credentials:
             props["iceberg.rest-catalog.vended-credentials-enabled"] = "true"
-            # Trino's own S3 client, told nothing: endpoint, region and keys per table
-            # from the catalog (unless given below).
+            # Trino's own S3 client, told only a region (its S3 module will not start
+            # without one): endpoint and keys per table from the catalog.
             props["fs.native-s3.enabled"] = "true"
+            props["s3.region"] = self.s3_region
         if self.s3_endpoint is not None:
             props.update(
                 {
