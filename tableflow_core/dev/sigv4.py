@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
+from tableflow_core.errors import TableflowError
+
 ALGORITHM = "AWS4-HMAC-SHA256"
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
@@ -36,7 +38,7 @@ _AUTHORIZATION = re.compile(
 _SPACES = re.compile(r"\s+")
 
 
-class SignatureError(ValueError):
+class SignatureError(TableflowError, ValueError):
     """A request whose signature or signed body does not verify (message names what)."""
 
 

@@ -49,6 +49,7 @@ from xml.sax.saxutils import escape
 
 from tableflow_core.dev import sigv4
 from tableflow_core.dev.s3_server import S3Credentials
+from tableflow_core.errors import TableflowError
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; the body is re-framed.
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te"}
@@ -61,7 +62,7 @@ STS_NAMESPACE = "https://sts.amazonaws.com/doc/2011-06-15/"
 MAX_DURATION_SECONDS = 12 * 3600
 
 
-class GatewayRefusal(Exception):
+class GatewayRefusal(TableflowError):
     """An S3 error answer: HTTP status, S3 error code, message."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -441,6 +442,15 @@ class StsGateway:
         """How many requests made with minted credentials were checked and forwarded."""
         with self._state.lock:
             return self._state.accepted_minted
+
+    def minted_secrets(self) -> list[str]:
+        """Every secret and session token minted so far (tests search outputs for them)."""
+        with self._state.lock:
+            return [
+                value
+                for minted in self._state.minted.values()
+                for value in (minted.secret_access_key, minted.session_token)
+            ]
 
     def minted_count(self) -> int:
         with self._state.lock:

@@ -140,16 +140,17 @@ def test_trino_reads_applied_tables_with_vended_temporary_credentials(
          "on_error": "dlq", "dlq": {"type": "iceberg", "table": f"{dlq_namespace}.bad_customers"}},
     ]  # fmt: skip
     root = stack_project(namespace=namespace, tables=tables, name=unique_name("trino"))
+    outputs: list[str] = []
 
     refused_before = len(sts_gateway.refusals)
     orders.produce([r for r in RUN_1 if r[2] is not None])
     payments.produce(RUN_1)
-    apply_cli(root)
+    outputs.append(apply_cli(root))
     orders.produce([(0, 7, ("g", 7, "nl")), (1, 8, ("h", 8, None))], version=2)
     payments.produce(RUN_2)
     payments.produce([(0, 2, ("b2", 22, "fr")), (1, 5, ("e2", 55, "de"))], version=2)
-    output = apply_cli(root)
-    assert clear_values_in(output) == []
+    outputs.append(apply_cli(root))
+    assert clear_values_in("".join(outputs)) == []
 
     catalog = sts_catalog.pyiceberg_catalog()
     upserts = catalog.load_table((namespace, "payments"))
@@ -191,3 +192,15 @@ def test_trino_reads_applied_tables_with_vended_temporary_credentials(
     assert clear_values_in(json.dumps(read, default=repr)) == []
     # Nothing the CLI's Spark, pyiceberg or Trino sent was refused (no expired credential).
     assert sts_gateway.refusals[refused_before:] == []
+
+    # No vended secret or session token in the CLI's output, its files, the catalog's
+    # log (requests and answers pass through it) or Trino's logs.
+    minted = sts_gateway.minted_secrets()
+    assert len(minted) >= 4
+    texts = {"cli output": "".join(outputs)}
+    texts["catalog log"] = sts_catalog.process.log_file.read_text(errors="replace")
+    for path in [*(root / "target").rglob("*"), *trino.data_dir.rglob("*")]:
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            texts[str(path)] = path.read_bytes().decode("utf-8", "replace")
+    leaked = [where for where, text in texts.items() if any(m in text for m in minted)]
+    assert leaked == []
