@@ -21,11 +21,16 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
+from tableflow_core.dev.producer import produce_sample
 from tableflow_core.dev.sts_gateway import StsGateway
 from tableflow_core.jvm.artifacts import ensure, load_lock
+from tests.fixtures.apply_env import run_cli
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.lake import Lake
+from tests.fixtures.projects import StackProject
 from tests.fixtures.s3_catalog import STS_CREDENTIAL_SECONDS as LIFETIME
 from tests.fixtures.s3_catalog import S3CatalogServer
+from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.spark_sql_runner import iceberg_rest_conf, run_spark_sql
 
 pytestmark = pytest.mark.slow
@@ -190,3 +195,37 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
     assert refreshes, "S3FileIO never asked the catalog's refresh endpoint"
     table = sts_catalog.pyiceberg_catalog().load_table((namespace, "events"))
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == ids
+
+
+@pytest.fixture
+def lake(sts_catalog: S3CatalogServer) -> Lake:
+    """Projects of this module write through the catalog that vends temporary keys."""
+    return Lake("s3", sts_catalog, "tf_sts", {"credentials": "vended"})
+
+
+def test_a_long_tableflow_run_outlives_its_credentials(
+    sts_catalog: S3CatalogServer,
+    sts_gateway: StsGateway,
+    stack_project: StackProject,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+) -> None:
+    """`tableflow run` keeps one Spark session and one catalog client for all its cycles;
+    its cycles span several credential lifetimes and every record still lands once."""
+    topic = unique_name("sts_run")
+    namespace = unique_namespace("sts_run")
+    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 90, partitions=2)
+    table = {"name": "orders", "topic": topic, "refresh_interval": f"{LIFETIME // 2}s",
+             "max_records_per_run": 30, "metadata_columns": ["partition", "offset"]}  # fmt: skip
+    root = stack_project(namespace=namespace, tables=[table], name=unique_name("sts_run"))
+    refused_before = len(sts_gateway.refusals)
+    started = time.monotonic()
+    status, output = run_cli(root, "run", "--max-cycles", "4")
+    assert status == 0, output[-3000:]
+    assert time.monotonic() - started > 2 * LIFETIME  # the run outlived two lifetimes
+    rows = sts_catalog.pyiceberg_catalog().load_table((namespace, "orders")).scan().to_arrow()
+    offsets = sorted(
+        zip(rows["_kafka_partition"].to_pylist(), rows["_kafka_offset"].to_pylist(), strict=True)
+    )
+    assert len(offsets) == 90 and len(set(offsets)) == 90
+    assert sts_gateway.refusals[refused_before:] == []
