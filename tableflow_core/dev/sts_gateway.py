@@ -151,7 +151,9 @@ class _State:
             access_key_id="ASIA" + secrets.token_hex(8).upper(),
             secret_access_key=secrets.token_urlsafe(30),
             session_token=secrets.token_urlsafe(48),
-            expires_at=time.time() + duration,
+            # Whole seconds: the expiry enforced is exactly the one STS answers (ISO, no
+            # fractions), which clients turn into s3.session-token-expires-at-ms.
+            expires_at=float(int(time.time() + duration)),
             grants=grants,
         )
         with self.lock:

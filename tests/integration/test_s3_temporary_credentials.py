@@ -24,6 +24,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from tableflow_core.dev.producer import produce_sample
 from tableflow_core.dev.sts_gateway import StsGateway
 from tableflow_core.jvm.artifacts import ensure, load_lock
+from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
 from tests.fixtures.apply_env import run_cli
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.lake import Lake
@@ -148,6 +149,14 @@ def test_vended_credentials_are_temporary_scoped_and_checked(
     assert s3_with(refreshed, sts_gateway.endpoint).get_object(Bucket=bucket, Key=keys[0])
     # pyiceberg re-loads the table (and its credentials) for each scan.
     assert catalog.load_table((namespace, "a")).scan().to_arrow().num_rows == 50
+    # DuckDB (`tableflow query`'s reader): catalog URL and credential, vended keys.
+    minted_requests = sts_gateway.accepted_minted
+    con = duckdb_connection()
+    attach_rest_catalog(con, "lake", sts_catalog.uri, sts_catalog.credential)
+    assert con.execute(f"SELECT count(*), sum(id) FROM lake.{namespace}.a").fetchall() == [
+        (50, sum(range(50)))
+    ]
+    assert sts_gateway.accepted_minted > minted_requests
 
 
 def test_spark_writes_and_refreshes_vended_temporary_credentials(
