@@ -223,18 +223,18 @@ def test_a_long_tableflow_run_outlives_its_credentials(
     its cycles span several credential lifetimes and every record still lands once."""
     topic = unique_name("sts_run")
     namespace = unique_namespace("sts_run")
-    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 90, partitions=2)
+    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 120, partitions=2)
     table = {"name": "orders", "topic": topic, "refresh_interval": f"{LIFETIME // 2}s",
              "max_records_per_run": 30, "metadata_columns": ["partition", "offset"]}  # fmt: skip
     root = stack_project(namespace=namespace, tables=[table], name=unique_name("sts_run"))
     refused_before = len(sts_gateway.refusals)
     started = time.monotonic()
-    status, output = run_cli(root, "run", "--max-cycles", "4")
+    status, output = run_cli(root, "run", "--max-cycles", "5")
     assert status == 0, output[-3000:]
     assert time.monotonic() - started > 2 * LIFETIME  # the run outlived two lifetimes
     rows = sts_catalog.pyiceberg_catalog().load_table((namespace, "orders")).scan().to_arrow()
     offsets = sorted(
         zip(rows["_kafka_partition"].to_pylist(), rows["_kafka_offset"].to_pylist(), strict=True)
     )
-    assert len(offsets) == 90 and len(set(offsets)) == 90
+    assert len(offsets) == 120 and len(set(offsets)) == 120
     assert sts_gateway.refusals[refused_before:] == []
