@@ -31,6 +31,12 @@ _SECRET_KEY = re.compile(
     r"|jaas|user[._-]?info|sessionkey",
     re.IGNORECASE,
 )
+# Settings whose key reads as secret but which declare a mode by one of a few words
+# (`storage.credentials: vended`, validated by the config model): the word is shown as
+# it is; any other value under such a key stays masked. Keyed by the exact key name.
+DECLARED_WORDS: dict[str, frozenset[str]] = {
+    "credentials": frozenset({"static", "vended", "default-chain"}),
+}
 # (The password runs to the authority's last `@`: passwords may hold `@`.)
 _URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*):(?P<pw>[^\s/]+)@")
 # `password=...` style parameters in query strings, JDBC URLs, JAAS configs (quoted) and
@@ -127,4 +133,5 @@ def _is_secret_item(key: object, value: object) -> bool:
         and not isinstance(value, bool)
         and value != ""
         and is_secret_key(key)
+        and value not in DECLARED_WORDS.get(key, frozenset())
     )

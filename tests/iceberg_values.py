@@ -69,7 +69,9 @@ def canonical_rows(
         result.append(
             tuple(canonical(v, f.field_type) for v, f in zip(values, fields, strict=True))
         )
-    return sorted(result, key=lambda r: r[0])
+    # By the first column (an id in most tables); rows that share it (a dead-letter
+    # table's topic) in one order whatever order the reader returned them in.
+    return sorted(result, key=lambda r: (r[0], repr(r)))
 
 
 def first_difference(

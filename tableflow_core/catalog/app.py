@@ -12,6 +12,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +35,7 @@ from tableflow_core.catalog.auth import (
     bearer_token,
 )
 from tableflow_core.catalog.clients import HADOOP_FILE_IO
+from tableflow_core.catalog.credentials import StsCredentialMinter
 from tableflow_core.catalog.errors import (
     BadRequestError,
     ErrorInfo,
@@ -163,7 +165,10 @@ class TableAccess:
 
     @classmethod
     def for_request(
-        cls, settings: CatalogServerSettings, access_delegation: str | None
+        cls,
+        settings: CatalogServerSettings,
+        access_delegation: str | None,
+        table: VendedTable | None = None,
     ) -> TableAccess:
         storage = settings.storage
         if storage is None:
@@ -171,11 +176,34 @@ class TableAccess:
         config = storage.client_config()
         if not storage.vends_to(access_delegation):
             return cls(config, [])
+        if table is not None and table.minter is not None:
+            # Temporary credentials scoped to this table, with their expiry and where
+            # clients refresh them (Iceberg's VendedCredentialsProvider reads both).
+            temporary = table.minter.credentials_for(table.location).file_io_config()
+            refresh = {
+                "client.refresh-credentials-endpoint": table.refresh_endpoint,
+                "client.refresh-credentials-enabled": "true",
+            }
+            prefix = table.location.rstrip("/") + "/"
+            return cls(
+                {**config, **temporary, **refresh}, [{"prefix": prefix, "config": temporary}]
+            )
         keys = storage.credential_config()
+        if not keys:
+            return cls(config, [])  # a role to vend but no table to scope it to
         # Clients check storage-credentials first (Java's S3FileIO, pyiceberg, DuckDB);
         # the same keys in `config` serve clients that only read that.
         prefix = settings.warehouse_uri.rstrip("/") + "/"
         return cls({**config, **keys}, [{"prefix": prefix, "config": keys}])
+
+
+@dataclass(frozen=True)
+class VendedTable:
+    """The table a loadTable answer is for, when the catalog mints per-table credentials."""
+
+    location: str
+    refresh_endpoint: str  # relative to the catalog URI, as Iceberg's clients resolve it
+    minter: StsCredentialMinter | None
 
 
 def _table_response(loaded: LoadedTable, access: TableAccess | None = None) -> Response:
@@ -300,8 +328,25 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
 def _add_catalog_routes(
     router: APIRouter, service: CatalogService, settings: CatalogServerSettings
 ) -> None:
-    def table_access(access_delegation: str | None) -> TableAccess:
-        return TableAccess.for_request(settings, access_delegation)
+    storage = settings.storage
+    minter = (
+        StsCredentialMinter(storage)
+        if storage is not None and storage.vend_credentials and storage.sts_role_arn
+        else None
+    )
+
+    def table_access(
+        access_delegation: str | None, namespace: str, name: str, loaded: LoadedTable
+    ) -> TableAccess:
+        vended = None
+        if loaded.metadata.location:
+            vended = VendedTable(
+                loaded.metadata.location,
+                f"v1/namespaces/{quote(namespace, safe='')}/tables/{quote(name, safe='')}"
+                "/credentials",
+                minter,
+            )
+        return TableAccess.for_request(settings, access_delegation, vended)
 
     @router.get("/config")
     def get_config(warehouse: str | None = None) -> Response:
@@ -376,7 +421,9 @@ def _add_catalog_routes(
         namespace: str, body: CreateTableBody, access_delegation: AccessDelegation = None
     ) -> Response:
         loaded = service.create_table(parse_namespace(namespace), body)
-        return _table_response(loaded, table_access(access_delegation))
+        return _table_response(
+            loaded, table_access(access_delegation, namespace, body.name, loaded)
+        )
 
     @router.post("/namespaces/{namespace}/register")
     def register_table(
@@ -385,7 +432,9 @@ def _add_catalog_routes(
         loaded = service.register_table(
             parse_namespace(namespace), body.name, body.metadata_location, body.overwrite
         )
-        return _table_response(loaded, table_access(access_delegation))
+        return _table_response(
+            loaded, table_access(access_delegation, namespace, body.name, loaded)
+        )
 
     @router.get("/namespaces/{namespace}/tables/{table}")
     def load_table(
@@ -395,15 +444,15 @@ def _add_catalog_routes(
         access_delegation: AccessDelegation = None,
     ) -> Response:
         loaded = service.load_table((*parse_namespace(namespace), table))
-        return _table_response(loaded, table_access(access_delegation))
+        return _table_response(loaded, table_access(access_delegation, namespace, table, loaded))
 
     @router.get("/namespaces/{namespace}/tables/{table}/credentials")
     def load_credentials(
         namespace: str, table: str, access_delegation: AccessDelegation = None
     ) -> Response:
-        service.load_table((*parse_namespace(namespace), table))  # 404 for an unknown table
+        loaded = service.load_table((*parse_namespace(namespace), table))  # 404 if unknown
         # Asking this endpoint is asking for credentials, with or without the header.
-        access = table_access(access_delegation or VENDED_CREDENTIALS)
+        access = table_access(access_delegation or VENDED_CREDENTIALS, namespace, table, loaded)
         return JSONResponse({"storage-credentials": access.storage_credentials})
 
     @router.head("/namespaces/{namespace}/tables/{table}")

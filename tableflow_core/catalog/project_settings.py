@@ -116,6 +116,9 @@ def server_storage(
         "region": storage.region,
         "path_style_access": storage.path_style_access,
         "vend_credentials": storage.credential_source == "vended",
+        "sts_role_arn": storage.vend_role_arn,
+        "sts_endpoint": storage.sts_endpoint,
+        "vended_credential_seconds": storage.vended_credential_seconds,
     }
     if storage.access_key_id is None:
         return ServerStorage.from_environment(environ, **values)

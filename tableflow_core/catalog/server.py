@@ -96,6 +96,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="hand the keys to authenticated clients that ask (X-Iceberg-Access-Delegation)",
     )
+    storage.add_argument(
+        "--sts-role-arn",
+        default=None,
+        help="with --vend-credentials: vend temporary credentials of this role, scoped to "
+        "each table's location (STS AssumeRole with a session policy), not the keys held",
+    )
+    storage.add_argument("--sts-endpoint", default=None, help="STS API URL (default: AWS)")
+    storage.add_argument(
+        "--vended-credential-seconds",
+        type=int,
+        default=3600,
+        help="lifetime of vended temporary credentials (AWS: 900 to 43200)",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", action="store_true")
     # For serve_in_subprocess: a socket the parent bound, and stop when the parent is gone.
@@ -134,10 +147,16 @@ def storage_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Obje
         or args.s3_region is not None
         or args.s3_path_style is not None
         or args.vend_credentials
+        or args.sts_role_arn is not None
     )
     if not given and not is_object_store_location(args.warehouse):
         return None
-    values: dict[str, object] = {"vend_credentials": args.vend_credentials}
+    values: dict[str, object] = {
+        "vend_credentials": args.vend_credentials,
+        "sts_role_arn": args.sts_role_arn,
+        "sts_endpoint": args.sts_endpoint,
+        "vended_credential_seconds": args.vended_credential_seconds,
+    }
     if args.s3_endpoint is not None:
         values["endpoint"] = args.s3_endpoint
     if args.s3_region is not None:

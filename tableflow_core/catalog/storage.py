@@ -8,9 +8,11 @@ One description of the store serves three audiences:
   engine needs only the catalog URL and a credential (Java clients read the former,
   DuckDB only the latter);
 - with `vend_credentials`, an authenticated client that asks for them
-  (`X-Iceberg-Access-Delegation: vended-credentials`) also gets the keys, as a
-  `storage-credentials` entry for the warehouse prefix (and in `config`, for clients
-  that read only that).
+  (`X-Iceberg-Access-Delegation: vended-credentials`) also gets keys, as a
+  `storage-credentials` entry (and in `config`, for clients that read only that):
+  with `sts_role_arn`, temporary credentials of that role scoped to the table's
+  location (`catalog/credentials.py`); without, the static keys the server holds, for
+  the warehouse prefix.
 
 The keys are read from the environment (`TABLEFLOW_S3_ACCESS_KEY_ID`,
 `TABLEFLOW_S3_SECRET_ACCESS_KEY`, optionally `TABLEFLOW_S3_SESSION_TOKEN`), never
@@ -23,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 ACCESS_DELEGATION_HEADER = "X-Iceberg-Access-Delegation"
@@ -52,6 +54,10 @@ class ObjectStorage(BaseModel):
     secret_access_key: SecretStr | None = None
     session_token: SecretStr | None = None
     vend_credentials: bool = False
+    # Vend temporary credentials of this role (STS AssumeRole) instead of the keys above.
+    sts_role_arn: str | None = None
+    sts_endpoint: str | None = None  # None: AWS STS
+    vended_credential_seconds: int = Field(3600, ge=1, le=12 * 3600)
 
     @classmethod
     def from_environment(
@@ -88,6 +94,11 @@ class ObjectStorage(BaseModel):
         )
         if self.vend_credentials:
             arguments.append("--vend-credentials")
+        if self.sts_role_arn:
+            arguments += ["--sts-role-arn", self.sts_role_arn]
+            arguments += ["--vended-credential-seconds", str(self.vended_credential_seconds)]
+        if self.sts_endpoint:
+            arguments += ["--sts-endpoint", self.sts_endpoint]
         return arguments
 
     def server_file_io_properties(self) -> dict[str, str]:
@@ -132,4 +143,6 @@ class ObjectStorage(BaseModel):
         if not self.vend_credentials or not access_delegation:
             return False
         requested = {part.strip().lower() for part in access_delegation.split(",")}
-        return VENDED_CREDENTIALS in requested and bool(self.credential_config())
+        if VENDED_CREDENTIALS not in requested:
+            return False
+        return bool(self.sts_role_arn) or bool(self.credential_config())

@@ -22,7 +22,9 @@ those properties as [REDACTED].
 Trap: Trino 476 uses credentials vended by the catalog only when the table config has
 all three of `s3.access-key-id`, `s3.secret-access-key` and `s3.session-token`; static
 keys without a session token are ignored (silently: the AWS default chain is used).
-So with a catalog that vends static keys, give Trino its own keys.
+So with a catalog that vends static keys, give Trino its own keys; with one that vends
+temporary credentials (`--sts-role-arn`), give it none. Either way Trino takes neither the
+endpoint nor the addressing style from the catalog, and needs a region to start.
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ class TrinoIcebergCatalog:
                 props["iceberg.rest-catalog.oauth2.scope"] = self.oauth2_scope
         if self.vended_credentials:
             props["iceberg.rest-catalog.vended-credentials-enabled"] = "true"
+            # Trino's own S3 client, told only a region (its S3 module will not start
+            # without one): endpoint and keys per table from the catalog.
+            props["fs.native-s3.enabled"] = "true"
+            props["s3.region"] = self.s3_region
         if self.s3_endpoint is not None:
             props.update(
                 {

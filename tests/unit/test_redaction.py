@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from click.testing import CliRunner
@@ -14,12 +15,15 @@ from click.testing import CliRunner
 from tableflow_core.catalog.runner import RedactSecretsFilter
 from tableflow_core.cli.main import cli
 from tableflow_core.config.loader import load_project
+from tableflow_core.config.models import StorageCredentials
 from tableflow_core.docs_site.model import Enrichment, build_graph
 from tableflow_core.docs_site.pages import render_table_page
 from tableflow_core.redaction import (
+    DECLARED_WORDS,
     MASK,
     is_secret_key,
     redact_mapping,
+    redact_setting,
     redact_text,
     redact_url,
 )
@@ -200,3 +204,66 @@ def test_catalog_access_log_masks_url_passwords_and_secret_parameters() -> None:
     logged = record.getMessage()
     assert "tok1" not in logged and "pw1" not in logged and "pw2" not in logged
     assert "/v1/config?token=" in logged and "x=http://u:" in logged
+
+
+STORAGE_PROJECT = """
+name: lake
+targets:
+  dev:
+    kafka: {{bootstrap_servers: "broker:9092"}}
+    schema_registry: {{url: "http://127.0.0.1:1"}}
+    catalog:
+      type: rest
+      uri: "https://catalog.example.com/api"
+      credential: "{{{{ env_var('TF_TEST_CREDENTIAL') }}}}"
+      warehouse: s3://lake/wh
+      storage:
+        endpoint: "http://127.0.0.1:19000"
+        credentials: {credentials}
+{keys}
+table_paths: [tables]
+"""
+
+
+@pytest.mark.parametrize("credentials", ["vended", "static", "default-chain"])
+def test_compile_shows_the_storage_credentials_word_and_masks_the_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, credentials: str
+) -> None:
+    monkeypatch.setenv("TF_TEST_CREDENTIAL", "client:catalog-secret-77a1")
+    monkeypatch.setenv("TF_TEST_KEY_ID", "key-id-4b2c")
+    monkeypatch.setenv("TF_TEST_SECRET", "s3-secret-8d3e")
+    keys = (
+        "        access_key_id: \"{{ env_var('TF_TEST_KEY_ID') }}\"\n"
+        "        secret_access_key: \"{{ env_var('TF_TEST_SECRET') }}\""
+        if credentials == "static"
+        else ""
+    )
+    (tmp_path / "tableflow_project.yml").write_text(
+        STORAGE_PROJECT.format(credentials=credentials, keys=keys)
+    )
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "orders.yml").write_text(TABLES)
+
+    result = CliRunner().invoke(cli, ["--project-dir", str(tmp_path), "compile"])
+    assert result.exit_code == 0, result.output
+    for secret in ("catalog-secret-77a1", "key-id-4b2c", "s3-secret-8d3e"):
+        assert secret not in result.output
+    catalog = json.loads(result.output)["target_config"]["catalog"]
+    assert catalog["storage"]["credentials"] == credentials  # a mode, not a secret
+    assert catalog["credential"] == MASK
+    if credentials == "static":
+        assert catalog["storage"]["access_key_id"] == MASK
+        assert catalog["storage"]["secret_access_key"] == MASK
+    # The docs site's property rows and the project's own redaction agree.
+    assert redact_setting("credentials", credentials) == credentials
+    assert load_project(tmp_path).redact(f"credentials: {credentials}") == (
+        f"credentials: {credentials}"
+    )
+
+
+def test_declared_words_are_the_storage_credential_modes() -> None:
+    assert set(get_args(StorageCredentials)) == DECLARED_WORDS["credentials"]
+    # Any other value under the key is still taken for a secret.
+    assert redact_mapping({"credentials": "id:s3cr3t"}) == {"credentials": MASK}
+    assert redact_setting("credentials", "vended-ish") == MASK
+    assert redact_mapping({"credential": "vended"}) == {"credential": MASK}

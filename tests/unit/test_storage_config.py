@@ -188,3 +188,48 @@ targets:
     assert settings.file_io_properties["s3.secret-access-key"] == SECRET
     assert {ID, SECRET} <= project.secrets  # redacted from every output
     assert project.redact(f"key {ID} secret {SECRET}") == "key ********** secret **********"
+
+
+def test_an_embedded_catalog_vends_temporary_credentials_of_a_role() -> None:
+    role = "arn:aws:iam::123456789012:role/lake-tables"
+    block = storage(
+        endpoint="http://127.0.0.1:19000",
+        access_key_id=ID,
+        secret_access_key=SECRET,
+        credentials="vended",
+        vend_role_arn=role,
+        sts_endpoint="http://127.0.0.1:19001",
+        vended_credential_seconds=900,
+    )
+    server = server_storage(block)
+    assert (server.sts_role_arn, server.sts_endpoint) == (role, "http://127.0.0.1:19001")
+    assert server.vended_credential_seconds == 900
+    arguments = server.server_arguments()
+    assert arguments[arguments.index("--sts-role-arn") + 1] == role
+    assert arguments[arguments.index("--vended-credential-seconds") + 1] == "900"
+    assert SECRET not in " ".join(arguments)  # keys still go through the environment
+    # The engines are still told nothing but to ask the catalog.
+    assert StorageAccess(block).spark_properties()[HEADER] == "vended-credentials"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"vend_role_arn": "arn:aws:iam::1:role/r"}, "vend_role_arn needs credentials: vended"),
+        ({"credentials": "vended", "sts_endpoint": "http://h:1"}, "sts_endpoint is for"),
+        ({"credentials": "vended", "vended_credential_seconds": 5}, "greater than or equal"),
+    ],
+)
+def test_vend_role_settings_are_checked(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        storage(**values)
+
+
+def test_an_external_rest_catalog_takes_no_vend_role() -> None:
+    with pytest.raises(ValidationError, match="decides what it vends"):
+        RestCatalog.model_validate(
+            {
+                "uri": "https://catalog.example.com",
+                "storage": {"credentials": "vended", "vend_role_arn": "arn:aws:iam::1:role/r"},
+            }
+        )
