@@ -406,7 +406,7 @@ def _submit_table_loads(
     serving from this process is read directly, in a few chunks (its work holds the GIL;
     the chunks overlap the registry's round trips); any other catalog gets one loadTable
     request per table, IN_FLIGHT at a time."""
-    if handle.load_tables_in_process([]) is None:
+    if not handle.reads_in_process:
         return {
             t.name: pool.submit(_load_table, catalog_call, handle.catalog, t).result for t in tables
         }

@@ -48,6 +48,11 @@ class CatalogHandle:
     storage: StorageAccess | None = None  # the warehouse is on object storage
     _server: Any = field(default=None, repr=False)
 
+    @property
+    def reads_in_process(self) -> bool:
+        """The catalog is an embedded server running in this process (see below)."""
+        return getattr(self._server, "service", None) is not None
+
     def load_tables_in_process(
         self, identifiers: Sequence[tuple[str, ...]]
     ) -> dict[tuple[str, ...], Any] | None:
