@@ -402,10 +402,10 @@ def _submit_table_loads(
     handle: CatalogHandle,
     tables: list[Table],
 ) -> dict[str, Callable[[], Any]]:
-    """A function per table giving its pyiceberg table (None when missing), once read. An embedded catalog
-    serving from this process is read directly, in a few chunks (its work holds the GIL;
-    the chunks overlap the registry's round trips); any other catalog gets one loadTable
-    request per table, IN_FLIGHT at a time."""
+    """A function per table giving its pyiceberg table (None when missing), once read.
+    An embedded catalog serving from this process is read directly, IN_PROCESS_CHUNK
+    tables a call (its work holds the GIL; the calls overlap the registry's round trips);
+    any other catalog gets one loadTable request per table on the pool."""
     if not handle.reads_in_process:
         return {
             t.name: pool.submit(_load_table, catalog_call, handle.catalog, t).result for t in tables
