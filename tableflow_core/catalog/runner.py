@@ -109,12 +109,19 @@ class RunningCatalogServer:
     """A catalog server this process started: on a background thread, or as a child process."""
 
     def __init__(
-        self, settings: CatalogServerSettings, port: int, stop: Callable[[float], None]
+        self,
+        settings: CatalogServerSettings,
+        port: int,
+        stop: Callable[[float], None],
+        service: CatalogService | None = None,
     ) -> None:
         self.settings = settings
         self.host = settings.host
         self.port = port
         self._stop = stop
+        # The service answering the requests, when it runs in this process: a caller here
+        # may read through it directly (bulk reads without one HTTP request per table).
+        self.service = service
 
     @property
     def uri(self) -> str:
@@ -197,7 +204,7 @@ def serve_in_background(
         thread.join(timeout)
         service.close()
 
-    return RunningCatalogServer(settings, port, stop)
+    return RunningCatalogServer(settings, port, stop, service)
 
 
 def serve_in_subprocess(

@@ -245,6 +245,34 @@ class CatalogService:
             raise NoSuchTableError(f"Table does not exist: {'.'.join(identifier)}")
         return loaded
 
+    def load_tables(self, identifiers: Sequence[Identifier]) -> dict[Identifier, LoadedTable]:
+        """The tables of `identifiers` that exist, as `load_table` gives them, found with
+        one database query per namespace (a plan of 1,000 tables asked 1,000 times)."""
+        by_namespace: dict[Identifier, set[str]] = {}
+        for identifier in identifiers:
+            validate_identifier(identifier)
+            by_namespace.setdefault(tuple(identifier[:-1]), set()).add(identifier[-1])
+        found: dict[Identifier, LoadedTable] = {}
+        for namespace, names in by_namespace.items():
+            for name, location in self._metadata_locations(namespace, names).items():
+                identifier = (*namespace, name)
+                with self._storage("reading the metadata of", identifier):
+                    parsed = self._metadata.get(location, self._read_metadata)
+                found[identifier] = LoadedTable(parsed, location)
+        return found
+
+    def _metadata_locations(self, namespace: Identifier, names: set[str]) -> dict[str, str]:
+        """Table name -> current metadata location, for the names of `names` that exist."""
+        statement = select(IcebergTables.table_name, IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == self.catalog.name,
+            IcebergTables.table_namespace == Catalog.namespace_to_string(namespace),
+        )
+        if (type_filter := self.catalog._iceberg_type_filter()) is not None:
+            statement = statement.where(type_filter)
+        with self.catalog.engine.connect() as connection:
+            rows = connection.execute(statement).all()
+        return {name: location for name, location in rows if name in names and location}
+
     def _current(self, identifier: Identifier) -> LoadedTable | None:
         """The table as the database points at it now; its metadata parsed at most once."""
         location = self._metadata_location(identifier)

@@ -81,14 +81,18 @@ def create_table_sql(
     partition_by: Sequence[PartitionFieldSpec] = (),
     sort_by: Sequence[SortFieldSpec] = (),
     properties: Mapping[str, str] | None = None,
+    *,
+    with_namespace: bool = True,
 ) -> list[str]:
-    """The statements creating table `identifier` (its namespace too, if missing);
-    `properties` go over DEFAULT_TABLE_PROPERTIES."""
+    """The statements creating table `identifier` (with `with_namespace`, its namespace
+    too, if missing); `properties` go over DEFAULT_TABLE_PROPERTIES."""
     columns = ", ".join(
         f"{quote_ident(f.name)} {sql_type(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
         for f in spark_schema_for(arrow_schema).fields
     )
-    statements = [f"CREATE NAMESPACE IF NOT EXISTS {identifier.rsplit('.', 1)[0]}"]
+    statements = [f"CREATE NAMESPACE IF NOT EXISTS {namespace_of(identifier)}"]
+    if not with_namespace:
+        statements.clear()
     create = f"CREATE TABLE {identifier} ({columns}) USING iceberg"
     if partition_by:
         create += " PARTITIONED BY (" + ", ".join(partition_sql(p) for p in partition_by) + ")"
@@ -108,9 +112,19 @@ def create_table(
     partition_by: Sequence[PartitionFieldSpec] = (),
     sort_by: Sequence[SortFieldSpec] = (),
     properties: Mapping[str, str] | None = None,
+    *,
+    with_namespace: bool = True,
 ) -> None:
-    for statement in create_table_sql(identifier, schema, partition_by, sort_by, properties):
+    statements = create_table_sql(
+        identifier, schema, partition_by, sort_by, properties, with_namespace=with_namespace
+    )
+    for statement in statements:
         spark.sql(statement)
+
+
+def namespace_of(identifier: str) -> str:
+    """The quoted namespace part of a quoted table identifier."""
+    return identifier.rsplit(".", 1)[0]
 
 
 def create_namespace(spark: SparkSession, namespace: str) -> None:

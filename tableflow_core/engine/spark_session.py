@@ -305,13 +305,25 @@ class SessionStarter:
     for it and re-raises a failure to start. A command that ends without calling `get`
     (nothing to apply) does not wait: the JVM exits with this process."""
 
-    def __init__(self, build: Callable[[], SparkSession]) -> None:
+    def __init__(self, build: Callable[[], SparkSession], *, start: bool = True) -> None:
+        """`start=False`: the JVM starts at `start()` (or `get()`), once the caller knows
+        it has work for it."""
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
             target=self._run, args=(build,), name="tableflow-spark-start", daemon=True
         )
-        self._thread.start()
+        if start:
+            self._thread.start()
+
+    def start(self) -> None:
+        """Start building now (no-op when already started)."""
+        if self._thread.ident is None:
+            self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
 
     def _run(self, build: Callable[[], SparkSession]) -> None:
         try:
@@ -324,6 +336,7 @@ class SessionStarter:
             self._error = exc
 
     def get(self) -> SparkSession:
+        self.start()
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -8,6 +8,7 @@ recorded against that table and becomes a plan blocker.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +43,8 @@ from tableflow_core.targets.registry import registry_settings
 
 T = TypeVar("T")
 KAFKA_TIMEOUT_S = 10.0
+# Tables read per call from an embedded catalog running in this process.
+IN_PROCESS_CHUNK = 250
 _TRANSFORM = re.compile(r"^(?P<name>[a-z]+)(?:\[(?P<param>\d+)\])?$")
 
 
@@ -235,11 +238,12 @@ def read_world(
         present = {
             identifier.lower() for ns in selected_namespaces for identifier in _result(listing[ns])
         }
-        table_f = {
-            t.name: pool.submit(_load_table, catalog_call, catalog, t)
-            for t in tables
-            if ".".join((*t.namespace, t.table)).lower() in present
-        }
+        table_f = _submit_table_loads(
+            pool,
+            catalog_call,
+            handle,
+            [t for t in tables if ".".join((*t.namespace, t.table)).lower() in present],
+        )
         dlq_topic_f = {
             topic: pool.submit(io.topic_partitions, kafka_conf, topic, KAFKA_TIMEOUT_S)
             for topic in (sorted(kafka_dlq_users(tables)) if read_kafka else [])
@@ -253,7 +257,7 @@ def read_world(
         problems: dict[str, list[str]] = {}
         observed: dict[str, ObservedTable] = {}
         for t in tables:
-            loaded = _result(table_f[t.name]) if t.name in table_f else None
+            loaded = table_f[t.name]() if t.name in table_f else None
             if loaded is not None:
                 observed[t.identifier] = observe_table(t.identifier, loaded, t.topic)
         dlq_tables = {
@@ -390,6 +394,43 @@ def _list_tables(
         if _is_missing(exc):
             return []
         raise
+
+
+def _submit_table_loads(
+    pool: ThreadPoolExecutor,
+    catalog_call: Callable[[Callable[[], Any]], Any],
+    handle: CatalogHandle,
+    tables: list[Table],
+) -> dict[str, Callable[[], Any]]:
+    """A function per table giving its pyiceberg table (None when missing), once read.
+    An embedded catalog serving from this process is read directly, IN_PROCESS_CHUNK
+    tables a call (its work holds the GIL; the calls overlap the registry's round trips);
+    any other catalog gets one loadTable request per table on the pool."""
+    if not handle.reads_in_process:
+        return {
+            t.name: pool.submit(_load_table, catalog_call, handle.catalog, t).result for t in tables
+        }
+    getters: dict[str, Callable[[], Any]] = {}
+    for start in range(0, len(tables), IN_PROCESS_CHUNK):
+        chunk = tables[start : start + IN_PROCESS_CHUNK]
+        loaded = pool.submit(_load_in_process, catalog_call, handle, chunk)
+        for t in chunk:
+            getters[t.name] = functools.partial(_picked, loaded, t.name)
+    return getters
+
+
+def _picked(loaded: Future[dict[str, Any]], name: str) -> Any:
+    return loaded.result().get(name)
+
+
+def _load_in_process(
+    catalog_call: Callable[[Callable[[], Any]], Any], handle: CatalogHandle, tables: list[Table]
+) -> dict[str, Any]:
+    """Table name -> pyiceberg table for the tables of `tables` the catalog has."""
+    identifiers = {t.name: (*t.namespace, t.table) for t in tables}
+    loaded = catalog_call(lambda: handle.load_tables_in_process(list(identifiers.values())))
+    assert loaded is not None
+    return {name: loaded[i] for name, i in identifiers.items() if i in loaded}
 
 
 def _load_table(

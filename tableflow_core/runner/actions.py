@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tableflow_core.config.project import Project
@@ -56,9 +57,21 @@ class ApplyContext:
     handle: Any  # CatalogHandle
     decoder_factory: Callable[[Any], Any] | None = None
     suspend_on_bad_records: bool = False  # `tableflow run`: suspend instead of only failing
+    # Namespaces this apply made sure exist: one CREATE NAMESPACE per namespace, not one
+    # per table created (1,000 new tables were 2,000 Spark statements).
+    _namespaces: set[str] = field(default_factory=set, repr=False)
+    _namespaces_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def ident(self, dotted: str) -> str:
         return ".".join(quote_ident(p) for p in (self.handle.spark_name, *dotted.split(".")))
+
+    def ensure_namespace(self, namespace: str) -> None:
+        """CREATE NAMESPACE IF NOT EXISTS, once per apply (tables of the namespace created
+        concurrently wait for the first)."""
+        with self._namespaces_lock:
+            if namespace not in self._namespaces:
+                ddl.create_namespace(self.spark, namespace)
+                self._namespaces.add(namespace)
 
 
 TaskRunner = Callable[[ApplyContext, DagTask], Any]
@@ -110,7 +123,7 @@ def run_task(context: ApplyContext, task: DagTask) -> Any:
 @task_runner("create_namespace")
 def _create_namespace(context: ApplyContext, task: DagTask) -> None:
     namespace = context.plan.action(task.actions[0]).identifier
-    ddl.create_namespace(context.spark, context.ident(namespace))
+    context.ensure_namespace(context.ident(namespace))
 
 
 @task_runner("create_dlq_table")
@@ -304,6 +317,7 @@ def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
 
 @action_runner(CreateTable)
 def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -> None:
+    context.ensure_namespace(ddl.namespace_of(identifier))
     ddl.create_table(
         context.spark,
         identifier,
@@ -311,6 +325,7 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
         action.partition_by,
         action.sort_by,
         action.properties,
+        with_namespace=False,
     )
 
 

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -60,6 +61,41 @@ def read_holder(path: Path) -> dict[str, Any] | None:
     return None
 
 
+# Held lock files keep descriptors at or above this: FD_SETSIZE, the first descriptor
+# select() cannot watch. An apply of 1,000 tables held 1,000 lock files on descriptors
+# 3..1003, so the sockets opened after them (pyspark's accumulator server uses select)
+# got numbers past 1023 and failed ("filedescriptor out of range in select()").
+HIGH_FD_FLOOR = 1024
+
+
+def _raise_open_file_limit(needed: int) -> None:
+    """Raise the soft RLIMIT_NOFILE towards the hard one when it is below `needed`
+    (a soft limit of 1,024, common on desktops, cannot hold 1,000 lock files besides
+    the JVM gateway's and Kafka's sockets)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def _move_high(handle: IO[str]) -> int:
+    """A descriptor of the same open file (so the same flock) at HIGH_FD_FLOOR or above,
+    the original closed; where the limit does not allow it, the original descriptor."""
+    try:
+        high = fcntl.fcntl(handle.fileno(), fcntl.F_DUPFD_CLOEXEC, HIGH_FD_FLOOR)
+    except OSError:
+        return os.dup(handle.fileno())
+    return int(high)
+
+
+def _release(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
 def _try_lock(handle: IO[str]) -> bool:
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,11 +117,13 @@ def table_locks(
 
     No symbolic link from `base` (e.g. the project root; default `lock_dir`) down to a
     lock file is followed (`output_files`)."""
-    held: list[IO[str]] = []
+    held: list[int] = []  # descriptors of the held lock files
     paths: list[Path] = []
     started = time.monotonic()
+    wanted = sorted(set(tables))
+    _raise_open_file_limit(HIGH_FD_FLOOR + len(wanted) + 1024)
     try:
-        for table in sorted(set(tables)):
+        for table in wanted:
             path = _lock_path(lock_dir, table)
             handle: IO[str] = open_lock_file(path, base or lock_dir)  # kept while held
             while not _try_lock(handle):
@@ -106,13 +144,12 @@ def table_locks(
                 )
             )
             handle.flush()
-            held.append(handle)
+            try:
+                held.append(_move_high(handle))
+            finally:
+                handle.close()  # the lock stays with the duplicate (same open file)
             paths.append(path)
         yield paths
     finally:
-        for handle in reversed(held):
-            with contextlib.suppress(OSError):
-                handle.seek(0)
-                handle.truncate()
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            handle.close()
+        for fd in reversed(held):
+            _release(fd)

@@ -10,7 +10,7 @@ the project's secret (`catalog/verification.py`); otherwise the command stops.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,37 @@ class CatalogHandle:
     started_server: bool = False
     storage: StorageAccess | None = None  # the warehouse is on object storage
     _server: Any = field(default=None, repr=False)
+
+    @property
+    def reads_in_process(self) -> bool:
+        """The catalog is an embedded server running in this process (see below)."""
+        return getattr(self._server, "service", None) is not None
+
+    def load_tables_in_process(
+        self, identifiers: Sequence[tuple[str, ...]]
+    ) -> dict[tuple[str, ...], Any] | None:
+        """The existing tables of `identifiers` (pyiceberg tables, by identifier) read
+        straight from the embedded catalog when it runs in this process; None otherwise
+        (then each table is loaded over HTTP). Same database, same metadata files, same
+        parsed-metadata cache as the server's answers: without a request, a response body
+        and its parse per table, loading 1,000 tables costs a fraction of the CPU."""
+        service = getattr(self._server, "service", None)
+        if service is None:
+            return None
+        from pyiceberg.io import load_file_io
+        from pyiceberg.table import Table
+
+        loaded = service.load_tables(identifiers)
+        return {
+            identifier: Table(
+                identifier,
+                table.metadata,
+                table.metadata_location,
+                load_file_io(self.catalog.properties, table.metadata_location),
+                self.catalog,
+            )
+            for identifier, table in loaded.items()
+        }
 
 
 def _secret(value: Any) -> str | None:

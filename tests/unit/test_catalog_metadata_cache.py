@@ -153,3 +153,24 @@ def _any_metadata() -> TableMetadata:
         sort_order=UNSORTED_SORT_ORDER,
         properties={},
     )
+
+
+def test_load_tables_reads_many_tables_at_once_and_never_stale(tmp_path: Path) -> None:
+    """The bulk read `plan` uses on an in-process catalog: the same metadata as one
+    `load_table` per table, missing tables left out, a commit made through another
+    instance (another server process on the database) seen at once."""
+    first, second = _services(tmp_path)
+    first.catalog.create_table(("n", "u"), SCHEMA)
+    first.catalog.create_namespace("m")
+    first.catalog.create_table(("m", "t"), SCHEMA)
+    wanted = [IDENT, ("n", "u"), ("m", "t"), ("n", "absent"), ("nowhere", "t")]
+
+    loaded = second.load_tables(wanted)
+
+    assert sorted(loaded) == sorted([IDENT, ("n", "u"), ("m", "t")])
+    for identifier, table in loaded.items():
+        single = second.load_table(identifier)
+        assert table.metadata_location == single.metadata_location
+        assert table.metadata == single.metadata
+    first.commit_table(_set_property("v1"))
+    assert second.load_tables([IDENT])[IDENT].metadata.properties["k"] == "v1"

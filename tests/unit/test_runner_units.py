@@ -66,3 +66,30 @@ def test_second_apply_waits_then_fails_naming_the_holder(tmp_path):
             pass  # other tables stay free
     with table_locks(tmp_path, ["orders"], timeout_s=0):
         pass  # released
+
+
+def test_a_thousand_held_locks_leave_low_descriptors_to_select(tmp_path):
+    """An apply of 1,100 tables holds 1,100 lock files; descriptors opened meanwhile stay
+    below FD_SETSIZE (pyspark's accumulator server select()s its sockets), and every lock
+    is released afterwards."""
+    import resource
+    import select
+    import socket
+
+    from tableflow_core.runner.lock import HIGH_FD_FLOOR
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < HIGH_FD_FLOOR + 1100 + 1024:
+        pytest.skip("the hard open-file limit is too low for this test")
+    tables = [f"t{i:04d}" for i in range(1100)]
+    with table_locks(tmp_path, tables):
+        sockets = [socket.socket() for _ in range(8)]
+        try:
+            assert all(s.fileno() < HIGH_FD_FLOOR for s in sockets)
+            select.select(sockets, [], [], 0)  # raised ValueError when held locks were low
+        finally:
+            for s in sockets:
+                s.close()
+        with pytest.raises(LockTimeoutError), table_locks(tmp_path, ["t0999"], timeout_s=0):
+            pass
+    with table_locks(tmp_path, tables, timeout_s=0):
+        pass  # all released

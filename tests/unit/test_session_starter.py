@@ -26,6 +26,28 @@ def test_get_returns_what_the_thread_built() -> None:
     assert built_on == ["tableflow-spark-start"]
 
 
+def test_a_deferred_starter_builds_nothing_until_started() -> None:
+    """`apply` starts the JVM only once its plan has tasks (a no-op apply never does)."""
+    built = threading.Event()
+
+    def build() -> Any:
+        built.set()
+        return "session"
+
+    starter = SessionStarter(build, start=False)
+    assert not built.wait(0.2)
+    assert not starter.started
+    starter.start()
+    starter.start()  # idempotent
+    assert starter.started
+    assert built.wait(5)
+
+
+def test_get_starts_a_deferred_starter() -> None:
+    starter = SessionStarter(lambda: "session", start=False)
+    assert starter.get() == "session"
+
+
 def test_a_failure_to_start_is_raised_by_get() -> None:
     def build() -> Any:
         raise RuntimeError("JAVA_HOME is not set")
