@@ -76,7 +76,7 @@ from ingest import (
 from memory import TreeSampler
 
 from tableflow_core.dev import broker
-from tableflow_core.kafka.admin import LARGE_RECEIVE_LIMIT, read_watermarks
+from tableflow_core.kafka.admin import read_watermarks
 
 REPO = Path(__file__).resolve().parent.parent
 PHASES = ("validate", "plan", "apply", "plan_existing", "noop", "run")
@@ -160,10 +160,9 @@ def baseline(bootstrap: str, url: str, topics: Sequence[str], out: Path) -> tupl
     Parquet file per topic. (seconds, rows)."""
     started = time.perf_counter()
     ends = high_watermarks(bootstrap, topics)
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "baseline", "enable.auto.commit": False,
-        "receive.message.max.bytes": LARGE_RECEIVE_LIMIT,
-    })  # fmt: skip
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "baseline", "enable.auto.commit": False}
+    )
     remaining = {(t, p): end for t, marks in ends.items() for p, end in marks.items() if end}
     consumer.assign([TopicPartition(t, p, 0) for t, p in remaining])
     client = SchemaRegistryClient({"url": url})
