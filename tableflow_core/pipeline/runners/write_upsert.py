@@ -133,17 +133,6 @@ def _new_keys(target: DataFrame, latest: DataFrame, keys: tuple[str, ...]) -> Da
     return fresh.where(~F.col(TOMBSTONE_COLUMN))
 
 
-def _cached(context: StageContext, frame: DataFrame) -> DataFrame:
-    """`frame` persisted until the run ends."""
-    cached = frame.persist()
-
-    def release() -> None:
-        cached.unpersist()
-
-    context.cleanups.append(release)
-    return cached
-
-
 def _run_merge(
     spark: SparkSession, target: str, latest: DataFrame, keys: tuple[str, ...], insert: bool
 ) -> None:
@@ -163,7 +152,10 @@ def merge_shuffled(context: StageContext, latest: DataFrame, keys: tuple[str, ..
 
 def merge_broadcast(context: StageContext, latest: DataFrame, keys: tuple[str, ...]) -> None:
     """Append the batch's new keys, then MERGE the rest with the batch broadcast: the
-    table is read (key and position columns) but not shuffled."""
+    table is read (key and position columns) but not shuffled. `latest` is materialized
+    (cached and counted): Spark knows its size and broadcasts it when it is under
+    spark.sql.autoBroadcastJoinThreshold (a hint on a MERGE source does not reach the
+    join in Spark 3.5); over it, the inner join is shuffled and stays correct."""
     from pyspark.sql import functions as F
 
     target = context.branch_identifier
@@ -182,7 +174,7 @@ def merge_broadcast(context: StageContext, latest: DataFrame, keys: tuple[str, .
     finally:
         fresh.unpersist()
     if not empty:
-        _run_merge(context.spark, target, latest.hint("broadcast"), keys, insert=False)
+        _run_merge(context.spark, target, latest, keys, insert=False)
 
 
 def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
@@ -295,9 +287,26 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     deletes = _deletes_of(context)
     # Read by the deletes' join, the write(s), then the deletes' append when the batch
     # held deletes (known only once the batch was read): read and decode Kafka once.
-    latest = _cached(context, _latest_per_key(batch.good, keys))
+    cached: list[DataFrame] = []
+
+    def release() -> None:  # a frame before the frames it was read from
+        for frame in reversed(cached):
+            frame.unpersist()
+
+    context.cleanups.append(release)
+    latest = _latest_per_key(batch.good, keys).persist()
+    cached.append(latest)
+    # Filled by one plain action: the stages' observed counts (decode, transforms) come
+    # from the first query that reads the batch, and the strategies' first queries read
+    # it several times at once (their broadcasts), which left the counts unfilled.
+    latest.count()
     if deletes is not None:
-        latest = _after_deletes(latest, spark.table(deletes), keys, small)
+        latest = _after_deletes(latest, spark.table(deletes), keys, small).persist()
+        cached.append(latest)
+        # Materialized, the batch has its true size: Spark broadcasts it to the MERGE
+        # (a join hint on a MERGE's source is lost in Spark 3.5's rewrite) when it is
+        # under spark.sql.autoBroadcastJoinThreshold (engine/spark_session.py).
+        latest.count()
     started = time.perf_counter()
     (merge_broadcast if small else merge_shuffled)(context, latest, keys)
     context.timings["merge"] = time.perf_counter() - started
