@@ -25,10 +25,14 @@ ratio is a lower bound, labelled so.
 
 Every tableflow batch prints its breakdown (seconds): `plan` (PlanTask), `apply frame`
 (ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
-building), `merge` (the MERGE statement) with its Spark stages by kind (`kafka read+decode`
-and `table scan` are the two map stages, run side by side; `join`: the join and MergeRows;
-`write`: the data and delete files) and its driver parts (`analysis+planning`, `to first
-stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of the
+building), `merge` (the write: a batch of at most 500k records is counted, its new keys
+counted and appended, then the WHEN MATCHED-only MERGE runs; a larger one is one MERGE)
+with the Spark stages by kind (`kafka read+decode`; `table scan`: a stage reading an
+Iceberg table, with the broadcast join when there is one; `join`: a shuffled join and
+MergeRows; `write`: every other stage: the batch's window and cache, the data and delete
+files) and the driver parts of the longest query, the MERGE (`analysis+planning`: the
+write's time outside it, so for a broadcast batch also the count and append queries; `to
+first stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of the
 process tree (by process: driver, JVM, Python workers; the script's broker and registry
 apart as `stack`), executor CPU (JVM only), rows shuffled and stages. The phase timings
 come from run_results' `timings`, the stages from the Spark application's status store.
