@@ -49,8 +49,10 @@ _RANK = "__tf_rank"
 _FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
 _DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to the batch
 # A batch read from at most this many Kafka records (an upper bound of its keys, known
-# before reading) is broadcast to the table's scan; a larger one is shuffled with it.
-# 500k records of a wide value are a few hundred MB in the driver at most.
+# before reading) takes the broadcast way (`merge_broadcast`); Spark broadcasts it when
+# its cached size is also under spark.sql.autoBroadcastJoinThreshold (64 MB in the
+# session defaults), else that way's inner join is shuffled. A larger batch (a first
+# load) takes one MERGE, shuffled.
 BROADCAST_RECORDS = 500_000
 # Properties of a deletes table: merge-on-read like its upsert table; old metadata files
 # go as new ones come (it gets a commit per run that deletes).
