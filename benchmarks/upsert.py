@@ -1,10 +1,11 @@
 """Upsert: tableflow's MERGE (merge-on-read) vs pyiceberg's `Table.upsert`, same data, same run.
 
-    .venv/bin/python benchmarks/upsert.py [--rows 1000000] [--batch 100000] [--batches 10]
+    .venv/bin/python benchmarks/upsert.py [--rows 1000000,10000000] [--batch 100000] [--batches 10]
     .venv/bin/python benchmarks/upsert.py --rows 1000000 --batch 100000 --batches 6 --against REV
 
-Starts its own Apache Kafka and dev registry, produces `--rows` Avro records keyed by an Avro
-key {id} (one per id) to a 4-partition topic, then measures:
+Starts its own Apache Kafka and dev registry; for each table size in `--rows`, produces that
+many Avro records keyed by an Avro key {id} (one per id) to its own 4-partition topic
+(`produce_batch` calls of 20k records, one producer process per partition), then measures:
 - tableflow: the code `tableflow apply` runs (PlanTask + ApplyTask, one Spark application,
   embedded catalog): the initial load of the table, then a batch of `--batch` records
   (updates of existing keys, keys repeated within the batch, 10% tombstones);
@@ -15,12 +16,23 @@ key {id} (one per id) to a 4-partition topic, then measures:
   files accumulate), then a full scan (pyiceberg `to_arrow`, DuckDB `iceberg_scan`) with
   the delete files, and again after compaction (`rewrite_data_files`, deletes applied).
 
+With several sizes, the last two lines compare them: `10M/1M batch cost: X.XXx` (the mean
+CPU seconds of tableflow's batches 2.. into the largest table over those into the smallest;
+CPU, as the machine is shared: wall seconds are printed beside) and `vs pyiceberg at 10M:
+X.Xx` (pyiceberg's upsert+delete of batch 1 over tableflow's apply of it, wall seconds).
+pyiceberg runs in a child process stopped after `--pyiceberg-timeout` seconds: then the
+ratio is a lower bound, labelled so.
+
 Every tableflow batch prints its breakdown (seconds): `plan` (PlanTask), `apply frame`
 (ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
-building), `merge` (the MERGE statement) with its Spark stages by kind (`kafka read+decode`
-and `table scan` are the two map stages, run side by side; `join`: the join and MergeRows;
-`write`: the data and delete files) and its driver parts (`analysis+planning`, `to first
-stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of the
+building), `merge` (the write: a batch of at most 500k records is counted, its new keys
+counted and appended, then the WHEN MATCHED-only MERGE runs; a larger one is one MERGE)
+with the Spark stages by kind (`kafka read+decode`; `table scan`: a stage reading an
+Iceberg table, with the broadcast join when there is one; `join`: a shuffled join and
+MergeRows; `write`: every other stage: the batch's window and cache, the data and delete
+files) and the driver parts of the longest query, the MERGE (`analysis+planning`: the
+write's time outside it, so for a broadcast batch also the count and append queries; `to
+first stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of the
 process tree (by process: driver, JVM, Python workers; the script's broker and registry
 apart as `stack`), executor CPU (JVM only), rows shuffled and stages. The phase timings
 come from run_results' `timings`, the stages from the Spark application's status store.
@@ -36,8 +48,10 @@ hold the same rows. On a loaded machine compare CPU and the driver parts, not wa
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import io
 import json
+import multiprocessing
 import os
 import random
 import struct
@@ -49,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
@@ -86,6 +101,7 @@ class Topic:
         client = SchemaRegistryClient({"url": url})
         self.name = name
         self.bootstrap = bootstrap
+        self.url = url
         self.value_header = struct.pack(
             ">bI", 0, client.register_schema(f"{name}-value", Schema(json.dumps(SCHEMA), "AVRO"))
         )
@@ -102,20 +118,71 @@ class Topic:
         return buffer.getvalue()
 
     def produce(self, changes: list[Change]) -> None:
+        """Produce `changes`, each key to its own partition (as a keyed producer does: the
+        latest wins), many records per `produce_batch` call."""
+        by_partition: dict[int, list[Change]] = {p: [] for p in range(PARTITIONS)}
+        for change in changes:
+            by_partition[change[0] % PARTITIONS].append(change)
+        for partition, part in by_partition.items():
+            self.produce_partition(partition, part)
+
+    def messages(self, changes: list[Change]) -> list[dict[str, Any]]:
+        value = self.value_schema
+        return [
+            {
+                "key": self.key_header + _zigzag(key),
+                "value": None if v is None else self._frame(self.value_header, value, v),
+            }
+            for key, v in changes
+        ]
+
+    def produce_partition(self, partition: int, changes: list[Change]) -> None:
         producer = Producer(broker.producer_config(self.bootstrap))
-        for key, value in changes:
-            payload = (
-                None if value is None else self._frame(self.value_header, self.value_schema, value)
-            )
-            key_bytes = self._frame(self.key_header, self.key_schema, {"id": key})
-            while True:
-                try:
-                    # one partition per key, as a keyed producer does: the latest wins
-                    producer.produce(self.name, payload, key=key_bytes, partition=key % PARTITIONS)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        producer.flush(120)
+        for start in range(0, len(changes), PRODUCE_CHUNK):
+            pending = self.messages(changes[start : start + PRODUCE_CHUNK])
+            while pending:
+                queued = producer.produce_batch(self.name, pending, partition=partition)
+                failed = [m for m in pending if m.get("_error")]
+                if queued < len(pending) and not failed:
+                    failed = pending[queued:]
+                pending = [{"key": m["key"], "value": m["value"]} for m in failed]
+                producer.poll(0.05 if pending else 0)
+        remaining = producer.flush(300)
+        assert remaining == 0, f"{remaining} records not delivered"
+
+    def produce_initial(self, rows: int) -> float:
+        """Produce ids 0..rows-1 (one record each), a producer process per partition;
+        wall seconds."""
+        started = time.perf_counter()
+        context = multiprocessing.get_context("spawn")
+        args = [(self.bootstrap, self.url, self.name, p, rows) for p in range(PARTITIONS)]
+        with context.Pool(min(PARTITIONS, os.cpu_count() or 1)) as pool:
+            pool.starmap(_produce_initial_partition, args)
+        return time.perf_counter() - started
+
+
+PRODUCE_CHUNK = 20_000
+
+
+def _zigzag(n: int) -> bytes:
+    """Avro's encoding of a long (zig-zag varint): the key {id} after its header."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _produce_initial_partition(
+    bootstrap: str, url: str, name: str, partition: int, rows: int
+) -> None:
+    topic = Topic(bootstrap, url, name)
+    ids = range(partition, rows, PARTITIONS)
+    for start in range(0, len(ids), PRODUCE_CHUNK * 5):
+        chunk = ids[start : start + PRODUCE_CHUNK * 5]
+        topic.produce_partition(partition, [(i, record(i)) for i in chunk])
 
 
 def tableflow_apply(root: Path, spark: Any) -> float:
@@ -384,15 +451,44 @@ def final_rows(changes: list[Change]) -> tuple[pa.Table, list[int]]:
     return pa.Table.from_pylist(upserts), deletes
 
 
-def pyiceberg_load(work: Path, rows: int) -> tuple[float, Any]:
-    """(seconds, table): the same initial rows with pyiceberg's own `append`."""
+def initial_rows(rows: int) -> pa.Table:
+    """`record(i)` for i in 0..rows-1 as one Arrow table, built by column (a list of 10M
+    dicts would take minutes and gigabytes); the types `Table.from_pylist` infers."""
+    i = np.arange(rows, dtype=np.int64)
+    users = pa.array([f"user-{k}" for k in range(5000)])
+    cities = pa.array([f"city-{k}" for k in range(300)])
+    city = pc.take(cities, pa.array(i % 300))
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    table = pa.table({
+        "id": pa.array(i),
+        "user": pc.take(users, pa.array(i % 5000)),
+        "amount": pa.array(i * 0.25),
+        "qty": pa.array(i % 100),
+        "active": pa.array(i % 2 == 0),
+        "at": pa.array(int(start.timestamp()) * 1_000_000 + i * 1_000_000, pa.timestamp("us", "UTC")),
+        "city": pc.if_else(pa.array(i % 7 == 0), pa.scalar(None, pa.string()), city),
+        "score": pa.array((i % 1000) / 10.0),
+        "kind": pc.take(pa.array(["A", "B", "C"]), pa.array(i % 3)),
+        "day": pa.array((dt.date(2026, 1, 1) - dt.date(1970, 1, 1)).days + (i % 365), pa.int32()).cast(pa.date32()),
+    })  # fmt: skip
+    sample = pa.Table.from_pylist([record(k) for k in range(min(rows, 2000))])
+    assert table.slice(0, sample.num_rows).equals(sample), "initial_rows differs from record()"
+    return table
+
+
+def pyiceberg_catalog(work: Path) -> Any:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    catalog = SqlCatalog(
+    return SqlCatalog(
         "bench", uri=f"sqlite:///{work}/pyiceberg.db", warehouse=f"file://{work}/pyiceberg-wh"
     )
+
+
+def pyiceberg_load(work: Path, rows: int) -> tuple[float, Any]:
+    """(seconds, table): the same initial rows with pyiceberg's own `append`."""
+    catalog = pyiceberg_catalog(work)
     catalog.create_namespace("bench")
-    initial = pa.Table.from_pylist([record(i) for i in range(rows)])
+    initial = initial_rows(rows)
     started = time.perf_counter()
     table = catalog.create_table("bench.events", initial.schema)
     table.append(initial)
@@ -409,6 +505,29 @@ def pyiceberg_upsert(table: Any, changes: list[Change]) -> float:
     if deletes:
         table.delete(In("id", deletes))
     return time.perf_counter() - started
+
+
+def _pyiceberg_upsert_child(work: Path, changes: list[Change], answer: Any) -> None:
+    table = pyiceberg_catalog(work).load_table("bench.events")
+    answer.put(pyiceberg_upsert(table, changes))
+
+
+def pyiceberg_upsert_boxed(work: Path, changes: list[Change], timeout: float) -> float | None:
+    """pyiceberg's upsert+delete in a child process (`pyiceberg_upsert`); its seconds, or
+    None when it had not finished after `timeout` seconds (then it is stopped: the table
+    keeps what it committed so far)."""
+    context = multiprocessing.get_context("spawn")
+    answer = context.Queue()
+    child = context.Process(target=_pyiceberg_upsert_child, args=(work, changes, answer))
+    child.start()
+    child.join(timeout)
+    if child.is_alive():
+        child.terminate()
+        child.join(30)
+        return None
+    assert child.exitcode == 0, f"pyiceberg's upsert failed (exit {child.exitcode})"
+    seconds: float = answer.get(timeout=10)
+    return seconds
 
 
 def compact(project_root: Path, spark: Any) -> None:
@@ -565,12 +684,114 @@ def ab_mode(args: argparse.Namespace, work: Path, topic: Topic, bootstrap: str, 
           f"commits {dict(zip(trees, commits, strict=True))}")  # fmt: skip
 
 
+def measure_size(
+    args: argparse.Namespace, rows: int, work: Path, bootstrap: str, url: str
+) -> dict[str, float | None]:
+    """One table size, in its own project and Spark application (a session keeps the first
+    catalog of a name it loads): initial load, batch 1 against pyiceberg, batches 2.., the
+    scans. The figures the comparison lines use: tableflow's mean batch (CPU and wall s)
+    and batch 1 of both (wall s; pyiceberg None when time-boxed)."""
+    from tableflow_core.engine.spark_session import build_spark_session
+
+    spark = build_spark_session(
+        f"local[{args.cores}]", "tableflow-bench", short_lived=args.short_lived
+    )
+    try:
+        return _measure_size(args, rows, work, bootstrap, url, spark)
+    finally:
+        spark.stop()
+
+
+def _measure_size(
+    args: argparse.Namespace, rows: int, work: Path, bootstrap: str, url: str, spark: Any
+) -> dict[str, float | None]:
+    name = f"bench_upsert_{rows}"
+    broker.create_topics(bootstrap, {name: PARTITIONS})
+    topic = Topic(bootstrap, url, name)
+    produce_s = topic.produce_initial(rows)
+    root = write_project(
+        work / f"project_{rows}", bootstrap, url, topic.name, args.cores,
+        mode="upsert", key_columns=["id"], key={"format": "avro"},
+    )  # fmt: skip
+    print(f"\n== rows {rows:,}, batch {args.batch:,} records (10% tombstones), {PARTITIONS} "
+          f"partitions, local[{args.cores}]; produced the {rows:,} records in {produce_s:.1f} s; "
+          f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
+    load = measured_apply(root, spark)
+    load_cpu = sum(v for k, v in load["cpu"].items() if k != "stack")
+    py_work = work / f"pyiceberg_{rows}"
+    py_work.mkdir()
+    py_load_s, py_table = pyiceberg_load(py_work, rows)
+    print(f"initial load  tableflow apply {load['wall']:8.2f} s (CPU {load_cpu:.1f} s, "
+          f"{rows / load['wall']:,.0f} records/s)   pyiceberg append {py_load_s:8.2f} s; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    del py_table
+
+    changes = batch_changes(rows, args.batch, seed=1)
+    topic.produce(changes)
+    first = measured_apply(root, spark)
+    batch_s = first["wall"]
+    py_upsert_s = pyiceberg_upsert_boxed(py_work, changes, args.pyiceberg_timeout)
+    if py_upsert_s is None:
+        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
+              f"> {args.pyiceberg_timeout:.0f} s (time-boxed, stopped)   speed-up > "
+              f"{args.pyiceberg_timeout / batch_s:5.1f}x", flush=True)  # fmt: skip
+    else:
+        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
+              f"{py_upsert_s:8.2f} s   speed-up {py_upsert_s / batch_s:5.1f}x", flush=True)  # fmt: skip
+    print(f"  breakdown s: {breakdown_line(breakdown(first))}", flush=True)
+    ours = table_summary(root)
+    if py_upsert_s is not None:
+        py_arrow = pyiceberg_catalog(py_work).load_table("bench.events").scan().to_arrow()
+        theirs = (py_arrow.num_rows, round(pc.sum(py_arrow["amount"]).as_py(), 2))
+        del py_arrow
+        assert ours == theirs, (ours, theirs)
+        print(f"  same rows as pyiceberg: {ours[0]:,} rows, sum of amounts {ours[1]}")
+
+    batch_times, batch_cpu, parts = [], [], []
+    commits_before = catalog_commits(root)
+    for seed in range(2, args.batches + 1):
+        topic.produce(batch_changes(rows, args.batch, seed=seed))
+        measured = measured_apply(root, spark)
+        batch_times.append(measured["wall"])
+        parts.append(breakdown(measured))
+        batch_cpu.append(parts[-1]["CPU"])
+    mean_s = mean_cpu = None
+    if batch_times:
+        mean_s = sum(batch_times) / len(batch_times)
+        mean_cpu = sum(batch_cpu) / len(batch_cpu)
+        per_batch = (catalog_commits(root) - commits_before) / len(batch_times)
+        print(f"batches 2..{args.batches}: mean {mean_s:.2f} s, CPU {mean_cpu:.2f} s, "
+              f"{per_batch:.1f} catalog commits per batch; load average "
+              f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+        print(f"  breakdown s (mean): {breakdown_line(mean_parts(parts))}", flush=True)
+    deletes = scan_seconds(root)
+    print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
+          f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows, {deletes[3]} delete files)",
+          flush=True)  # fmt: skip
+    started = time.perf_counter()
+    compact(root, spark)
+    compact_s = time.perf_counter() - started
+    compacted = scan_seconds(root)
+    assert deletes[2] == compacted[2]
+    print(f"scan after compaction ({compact_s:.1f} s): pyiceberg {compacted[0]:.2f} s, "
+          f"DuckDB {compacted[1]:.2f} s ({compacted[3]} delete files); load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    return {"batch_s": batch_s, "py_upsert_s": py_upsert_s, "mean_s": mean_s, "mean_cpu": mean_cpu}
+
+
+def short(rows: int) -> str:
+    return f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else f"{rows // 1000}k"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", default="1000000,10000000", help="table sizes, comma-separated")
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=10, help="batches before the scans")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument(
+        "--pyiceberg-timeout", type=float, default=600, help="seconds pyiceberg's upsert may take"
+    )
     parser.add_argument("--against", help="A/B mode: a git revision to compare with")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -582,77 +803,37 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker, args.cores, args.short_lived)
+    sizes = [int(r) for r in args.rows.split(",")]
     work = Path(tempfile.mkdtemp(prefix="tf-upsert-"))
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
     kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
     registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
     try:
-        from tableflow_core.engine.spark_session import build_spark_session
-
         bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
-        broker.create_topics(bootstrap, {"bench_upsert": PARTITIONS})
-        topic = Topic(bootstrap, url, "bench_upsert")
-        topic.produce([(i, record(i)) for i in range(args.rows)])
         if args.against:
+            args.rows = sizes[0]
+            broker.create_topics(bootstrap, {"bench_upsert": PARTITIONS})
+            topic = Topic(bootstrap, url, "bench_upsert")
+            topic.produce_initial(args.rows)
             return ab_mode(args, work, topic, bootstrap, url)
-        root = write_project(
-            work / "project",
-            bootstrap,
-            url,
-            topic.name,
-            args.cores,
-            mode="upsert",
-            key_columns=["id"],
-            key={"format": "avro"},
-        )
-        load_before = os.getloadavg()
-        print(f"rows {args.rows:,}, batch {args.batch:,} records (10% tombstones), "
-              f"{PARTITIONS} partitions, local[{args.cores}]; load average before: "
-              f"{load_before[0]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
-        spark = build_spark_session(
-            f"local[{args.cores}]", "tableflow-bench", short_lived=args.short_lived
-        )
-        load_s = tableflow_apply(root, spark)
-        py_load_s, py_table = pyiceberg_load(work, args.rows)
-        print(f"initial load  tableflow apply {load_s:8.2f} s   pyiceberg append {py_load_s:8.2f} s",
-              flush=True)  # fmt: skip
-
-        changes = batch_changes(args.rows, args.batch, seed=1)
-        topic.produce(changes)
-        first = measured_apply(root, spark)
-        batch_s = first["wall"]
-        py_upsert_s = pyiceberg_upsert(py_table, changes)
-        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
-              f"{py_upsert_s:8.2f} s   speed-up {py_upsert_s / batch_s:5.1f}x", flush=True)  # fmt: skip
-        print(f"  breakdown s: {breakdown_line(breakdown(first))}", flush=True)
-        py_arrow = py_table.scan().to_arrow()
-        ours = table_summary(root)
-        theirs = (py_arrow.num_rows, round(pc.sum(py_arrow["amount"]).as_py(), 2))
-        assert ours == theirs, (ours, theirs)
-
-        batch_times, parts = [], []
-        commits_before = catalog_commits(root)
-        for seed in range(2, args.batches + 1):
-            topic.produce(batch_changes(args.rows, args.batch, seed=seed))
-            measured = measured_apply(root, spark)
-            batch_times.append(measured["wall"])
-            parts.append(breakdown(measured))
-        if batch_times:
-            per_batch = (catalog_commits(root) - commits_before) / len(batch_times)
-            print(f"batches 2..{args.batches}: mean {sum(batch_times) / len(batch_times):.2f} s, "
-                  f"{per_batch:.1f} catalog commits per batch", flush=True)  # fmt: skip
-            print(f"  breakdown s (mean): {breakdown_line(mean_parts(parts))}", flush=True)
-        deletes = scan_seconds(root)
-        print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
-              f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows, {deletes[3]} delete files)",
-              flush=True)  # fmt: skip
-        compact(root, spark)
-        compacted = scan_seconds(root)
-        assert deletes[2] == compacted[2]
-        print(f"scan after compaction:                  pyiceberg {compacted[0]:.2f} s, "
-              f"DuckDB {compacted[1]:.2f} s ({compacted[3]} delete files)")  # fmt: skip
-        print(f"load average after: {os.getloadavg()[0]:.2f}")
-        spark.stop()
+        print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
+        figures = {rows: measure_size(args, rows, work, bootstrap, url) for rows in sizes}
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+        if len(sizes) < 2:
+            return
+        small, large = figures[min(sizes)], figures[max(sizes)]
+        if small["mean_cpu"] and large["mean_cpu"] and small["mean_s"] and large["mean_s"]:
+            print(f"{short(max(sizes))}/{short(min(sizes))} batch wall: "
+                  f"{large['mean_s'] / small['mean_s']:.2f}x (shared machine: CPU is the measure)")  # fmt: skip
+            print(f"{short(max(sizes))}/{short(min(sizes))} batch cost: "
+                  f"{large['mean_cpu'] / small['mean_cpu']:.2f}x")  # fmt: skip
+        py_s, ours_s = large["py_upsert_s"], large["batch_s"]
+        assert ours_s is not None
+        if py_s is None:
+            print(f"vs pyiceberg at {short(max(sizes))}: >{args.pyiceberg_timeout / ours_s:.1f}x "
+                  f"(lower bound: pyiceberg stopped after {args.pyiceberg_timeout:.0f} s)")  # fmt: skip
+        else:
+            print(f"vs pyiceberg at {short(max(sizes))}: {py_s / ours_s:.1f}x")
     finally:
         kafka.stop()
         registry.stop()

@@ -164,10 +164,11 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     commits = len(env.pyiceberg_table().metadata.metadata_log)
     apply(spark, env)
     assert rows_by_reader(env, spark, key) == expect(topic, AFTER_2)
-    # catalog commits of the run: branch, MERGE, publish (offsets + accounting snapshot,
-    # main moved, branch removed); no empty Spark append for the offsets any more
+    # catalog commits of the run: branch, the append of the batch's new keys (5), the
+    # MERGE of the others, publish (offsets + accounting snapshot, main moved, branch
+    # removed); no empty Spark append for the offsets any more
     table = env.pyiceberg_table()
-    assert len(table.metadata.metadata_log) - commits == 3
+    assert len(table.metadata.metadata_log) - commits == 4
     head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
     assert head is not None and json.loads(head.summary["tableflow.offsets"])["offsets"] == {
         "0": 10,

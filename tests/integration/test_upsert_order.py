@@ -28,6 +28,7 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tableflow_core.pipeline.runners import write_upsert
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.tasks.maintain import MaintainTask
 from tableflow_core.tasks.plan import PlanTask
@@ -206,6 +207,25 @@ def test_the_same_records_in_different_run_splits_give_the_same_table(
     for env in (whole, small):
         apply_until_done(spark, env)
         assert table_rows(env) == expected
+
+
+def test_batches_too_large_to_broadcast_give_the_same_table(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every batch takes the shuffled MERGE (a first load's way); the test above takes
+    # the broadcast one (append of new keys, then a WHEN MATCHED-only MERGE). Both end on
+    # the model's table, run after run, deletes remembered.
+    monkeypatch.setattr(write_upsert, "BROADCAST_RECORDS", 0)
+    topic = Accounts(kafka_broker, schema_registry)
+    topic.produce(random_history(seed=31, keys=30, size=150))
+    env = make_env(topic.name, **UPSERT, metadata_columns=[], transforms=FILTER,
+                   max_records_per_run=40)  # fmt: skip
+    assert apply_until_done(spark, env) >= 4
+    assert table_rows(env) == model(topic.records)
 
 
 def test_a_filtered_latest_record_retracts_its_key(

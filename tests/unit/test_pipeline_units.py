@@ -19,7 +19,12 @@ from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec
 from tableflow_core.pipeline.registry import RUNNER_MODULES, STAGE_RUNNERS, runner_for
-from tableflow_core.pipeline.runners.write_upsert import later, merge_sql
+from tableflow_core.pipeline.runners.write_upsert import (
+    BROADCAST_RECORDS,
+    broadcasts,
+    later,
+    merge_sql,
+)
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 
@@ -160,6 +165,14 @@ def test_merge_sql_deletes_on_tombstones_and_quotes_names() -> None:
     assert f"WHEN MATCHED AND s.`__tf_tombstone` AND {newer} THEN DELETE" in sql
     assert f"WHEN MATCHED AND NOT s.`__tf_tombstone` AND {newer} THEN UPDATE" in sql
     assert "WHEN NOT MATCHED AND NOT s.`__tf_tombstone` THEN INSERT (`id`, `we``ird`)" in sql
+
+
+def test_a_matched_only_merge_has_no_insert_and_batches_broadcast_up_to_the_limit() -> None:
+    sql = merge_sql("`c`.`ns`.`t`.`branch_x`", "v", ["id", "name"], ("id",), insert=False)
+    assert "WHEN MATCHED AND s.`__tf_tombstone`" in sql and "THEN UPDATE SET" in sql
+    assert "NOT MATCHED" not in sql and "INSERT" not in sql
+    assert broadcasts(100_000) and broadcasts(BROADCAST_RECORDS)
+    assert not broadcasts(BROADCAST_RECORDS + 1)
 
 
 @pytest.mark.parametrize("mode", ["append", "upsert"])

@@ -8,6 +8,16 @@ position of the key's latest delete in the table's deletes table. A tombstone (o
 record a filter took out) deletes the key's row; the deletes table remembers its
 position, so an older record of the key read by a later run does not bring the row back.
 
+How the batch meets the table (docs/architecture.md "Upsert batches that stay cheap as
+the table grows"): a batch of at most `BROADCAST_RECORDS` records is broadcast to the
+table's scan, so the table's rows (its key and position columns only) are matched where
+they are read and never shuffled: first the batch's keys the table does not hold are
+appended, then one MERGE with only WHEN MATCHED clauses (an inner join, which Spark can
+broadcast; a MERGE with WHEN NOT MATCHED is an outer join that cannot broadcast the
+batch) applies the rest. A key just appended matches its own row at the same position,
+which is not later: the MERGE leaves it. A larger batch (a first load) takes one MERGE
+that shuffles both sides.
+
 SQL MERGE cannot carry snapshot properties: the offsets go in the summary of the snapshot
 the publish commits on top of the MERGE (pipeline/runners/publish.py), and main moves
 over both at once. The deletes table is written before that publish: a run that does not
@@ -32,12 +42,18 @@ from tableflow_core.pipeline.runners.write import write_mode
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 _RANK = "__tf_rank"
 # Before any Kafka timestamp: where a record without one sorts.
 _FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
 _DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to the batch
+# A batch read from at most this many Kafka records (an upper bound of its keys, known
+# before reading) takes the broadcast way (`merge_broadcast`); Spark broadcasts it when
+# its cached size is also under spark.sql.autoBroadcastJoinThreshold (64 MB in the
+# session defaults), else that way's inner join is shuffled. A larger batch (a first
+# load) takes one MERGE, shuffled.
+BROADCAST_RECORDS = 500_000
 # Properties of a deletes table: merge-on-read like its upsert table; old metadata files
 # go as new ones come (it gets a commit per run that deletes).
 DELETES_TABLE_PROPERTIES = {
@@ -64,19 +80,103 @@ def later(new: str, old: str) -> str:
     return f"({old}.{offset} IS NULL OR {position(new)} > {position(old)})"
 
 
-def merge_sql(target: str, source: str, columns: list[str], key_columns: tuple[str, ...]) -> str:
+def merge_sql(
+    target: str,
+    source: str,
+    columns: list[str],
+    key_columns: tuple[str, ...],
+    insert: bool = True,
+) -> str:
+    """MERGE the batch's latest record per key (view `source`) into `target`: delete or
+    update a key's row for a later record; with `insert`, insert the keys it lacks."""
     on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in key_columns)
     updates = ", ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in columns)
     names = ", ".join(quote_ident(c) for c in columns)
     values = ", ".join(f"s.{quote_ident(c)}" for c in columns)
     tombstone = f"s.{quote_ident(TOMBSTONE_COLUMN)}"
     newer = later("s", "t")
-    return (
+    sql = (
         f"MERGE INTO {target} t USING {quote_ident(source)} s ON {on} "
         f"WHEN MATCHED AND {tombstone} AND {newer} THEN DELETE "
-        f"WHEN MATCHED AND NOT {tombstone} AND {newer} THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND NOT {tombstone} THEN INSERT ({names}) VALUES ({values})"
+        f"WHEN MATCHED AND NOT {tombstone} AND {newer} THEN UPDATE SET {updates}"
     )
+    if insert:
+        sql += f" WHEN NOT MATCHED AND NOT {tombstone} THEN INSERT ({names}) VALUES ({values})"
+    return sql
+
+
+def broadcasts(records: int) -> bool:
+    """Whether a batch read from `records` Kafka records is broadcast to the table's scan."""
+    return records <= BROADCAST_RECORDS
+
+
+def _keys_match(left: DataFrame, right: DataFrame, keys: tuple[str, ...]) -> Column:
+    """left.k = right.k for every key column (two frames holding the same key names)."""
+    condition: Column | None = None
+    for k in keys:
+        term = left[quote_ident(k)] == right[quote_ident(k)]
+        condition = term if condition is None else condition & term
+    assert condition is not None, "an upsert table has a key"
+    return condition
+
+
+def _new_keys(target: DataFrame, latest: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    """The batch's latest records (not tombstones) of keys the table does not hold. The
+    table's key column is matched against the broadcast batch keys where it is read."""
+    from pyspark.sql import functions as F
+
+    key_cols = [F.col(quote_ident(k)) for k in keys]
+    batch_keys = latest.select(*key_cols)
+    table_keys = target.select(*key_cols)
+    held = table_keys.join(
+        F.broadcast(batch_keys), _keys_match(table_keys, batch_keys, keys), "left_semi"
+    )
+    fresh = latest.join(F.broadcast(held), _keys_match(latest, held, keys), "left_anti")
+    return fresh.where(~F.col(TOMBSTONE_COLUMN))
+
+
+def _run_merge(
+    spark: SparkSession, target: str, latest: DataFrame, keys: tuple[str, ...], insert: bool
+) -> None:
+    columns = [c for c in latest.columns if not is_hidden(c)]
+    view = f"tableflow_upsert_{uuid.uuid4().hex}"
+    latest.createOrReplaceTempView(view)
+    try:
+        spark.sql(merge_sql(target, view, columns, keys, insert=insert))
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def merge_shuffled(context: StageContext, latest: DataFrame, keys: tuple[str, ...]) -> None:
+    """One MERGE; the table's key and position columns are shuffled to meet the batch."""
+    _run_merge(context.spark, context.branch_identifier, latest, keys, insert=True)
+
+
+def merge_broadcast(context: StageContext, latest: DataFrame, keys: tuple[str, ...]) -> None:
+    """Append the batch's new keys, then MERGE the rest with the batch broadcast: the
+    table is read (key and position columns) but not shuffled. `latest` is materialized
+    (cached and counted): Spark knows its size and broadcasts it when it is under
+    spark.sql.autoBroadcastJoinThreshold (a hint on a MERGE source does not reach the
+    join in Spark 3.5); over it, the inner join is shuffled and stays correct."""
+    from pyspark.sql import functions as F
+
+    target = context.branch_identifier
+    columns = [F.col(quote_ident(c)) for c in latest.columns if not is_hidden(c)]
+    empty = context.base_rows == 0  # a first run: every key is new, nothing to MERGE
+    if empty:
+        fresh = latest.where(~F.col(TOMBSTONE_COLUMN))
+    else:
+        fresh = _new_keys(context.spark.table(target), latest, keys)
+    # Released before the MERGE: a cached frame reading the branch would be re-planned by
+    # every write to it, and by any unpersist after the publish removed the branch.
+    fresh = fresh.select(*columns).persist()
+    try:
+        if fresh.count():  # no empty commit when every key is held already
+            fresh.writeTo(target).append()
+    finally:
+        fresh.unpersist()
+    if not empty:
+        _run_merge(context.spark, target, latest, keys, insert=False)
 
 
 def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
@@ -112,13 +212,20 @@ def _position() -> Column:
     )
 
 
-def _after_deletes(latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+def _after_deletes(
+    latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...], small: bool
+) -> DataFrame:
     """The batch's latest records that come after their key's latest remembered delete
     (or whose key has none): an older one would bring back a row a later delete removed.
     The delete itself (a run that wrote the deletes table and did not publish) is applied
-    again."""
+    again. A `small` batch reads only its keys' deletes (the batch's keys broadcast to the
+    deletes table's scan), not every delete the table remembers."""
     from pyspark.sql import functions as F
 
+    if small:
+        batch_keys = latest.select(*[F.col(quote_ident(k)) for k in keys])
+        match = _keys_match(deletes, batch_keys, keys)
+        deletes = deletes.join(F.broadcast(batch_keys), match, "left_semi")
     remembered = deletes.groupBy(
         *[F.col(quote_ident(k)).alias(f"{_DELETED_AT}k{i}") for i, k in enumerate(keys)]
     ).agg(F.max(_position()).alias(_DELETED_AT))
@@ -178,27 +285,33 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     assert batch.good is not None
     spark = context.spark
     keys = spec.key_columns
+    small = broadcasts(sum(r.size for r in context.ranges))
     deletes = _deletes_of(context)
-    latest = _latest_per_key(batch.good, keys)
-    if deletes is not None:
-        latest = _after_deletes(latest, spark.table(deletes), keys)
-    # Read by the MERGE, then by the deletes' MERGE when the batch held deletes (known
-    # only once the MERGE ran): read and decode Kafka once.
-    cached = latest = latest.persist()
+    # Read by the deletes' join, the write(s), then the deletes' append when the batch
+    # held deletes (known only once the batch was read): read and decode Kafka once.
+    cached: list[DataFrame] = []
 
-    def release() -> None:
-        cached.unpersist()
+    def release() -> None:  # a frame before the frames it was read from
+        for frame in reversed(cached):
+            frame.unpersist()
 
     context.cleanups.append(release)
-    columns = [c for c in latest.columns if not is_hidden(c)]
-    view = f"tableflow_upsert_{uuid.uuid4().hex}"
-    latest.createOrReplaceTempView(view)
+    latest = _latest_per_key(batch.good, keys).persist()
+    cached.append(latest)
+    # Filled by one plain action: the stages' observed counts (decode, transforms) come
+    # from the first query that reads the batch, and the strategies' first queries read
+    # it several times at once (their broadcasts), which left the counts unfilled.
+    latest.count()
+    if deletes is not None:
+        latest = _after_deletes(latest, spark.table(deletes), keys, small).persist()
+        cached.append(latest)
+        # Materialized, the batch has its true size: Spark broadcasts it to the MERGE
+        # (a join hint on a MERGE's source is lost in Spark 3.5's rewrite) when it is
+        # under spark.sql.autoBroadcastJoinThreshold (engine/spark_session.py).
+        latest.count()
     started = time.perf_counter()
-    try:
-        spark.sql(merge_sql(context.branch_identifier, view, columns, keys))
-        context.timings["merge"] = time.perf_counter() - started
-    finally:
-        spark.catalog.dropTempView(view)
+    (merge_broadcast if small else merge_shuffled)(context, latest, keys)
+    context.timings["merge"] = time.perf_counter() - started
     if _deletes_in(batch):
         started = time.perf_counter()
         _remember_deletes(context, latest, keys, deletes)
