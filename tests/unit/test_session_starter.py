@@ -173,3 +173,19 @@ def test_python_workers_use_the_standard_librarys_distutils(
     assert session_conf()[WORKER_DISTUTILS_KEY] == "stdlib"
     monkeypatch.setenv("SETUPTOOLS_USE_DISTUTILS", "local")  # the user's choice stands
     assert WORKER_DISTUTILS_KEY not in session_conf()
+
+
+@pytest.mark.parametrize(("tables", "early"), [(1, True), (50, True), (51, False), (1000, False)])
+def test_apply_starts_the_jvm_alongside_the_plan_only_for_small_selections(
+    monkeypatch: pytest.MonkeyPatch, tables: int, early: bool
+) -> None:
+    import tableflow_core.tasks.apply as apply_task
+    from tableflow_core.cli.commands import apply as apply_command
+
+    release = threading.Event()
+    monkeypatch.setattr(apply_task, "project_spark_session", lambda *_a, **_k: release.wait(5))
+    starter = apply_command._spark_starter(object(), tables)  # type: ignore[arg-type]
+    try:
+        assert starter.started is early
+    finally:
+        release.set()
