@@ -139,13 +139,14 @@ def _first_busy_executor(ui: str, deadline: float) -> tuple[str | None, dict[str
                                 print(json.dumps(found), flush=True)
                                 return base, job
         except (OSError, ValueError, KeyError, urllib.error.URLError):
-            pass  # the driver's UI is not up yet
+            pass  # the driver's UI is not up yet (or slow: a loaded machine's answers
+            # took over 2 s, and the suite once saw no running task in an 18 s job)
         time.sleep(0.05)
     return None, None
 
 
 def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=2) as response:
+    with urllib.request.urlopen(url, timeout=10) as response:
         return json.loads(response.read())
 
 
