@@ -351,6 +351,10 @@ def test_apply_across_hosts_survives_a_killed_worker(
     driver_env = {
         **os.environ, **secret_env, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200",
     }  # fmt: skip
+    # A Spark session an earlier test built in this process left SPARK_LOCAL_IP=127.0.0.1
+    # in os.environ (engine/spark_session.py binds local mode to loopback): inherited, the
+    # driver's UI listened on its namespace's loopback and the watcher never saw a task.
+    driver_env.pop("SPARK_LOCAL_IP", None)
     apply_log = dirs["driver"] / "apply.log"
     with open(apply_log, "wb") as log:
         apply = driver.popen(
