@@ -23,31 +23,20 @@ requests through untouched; `times` limits how many are hit (None: all).
 from __future__ import annotations
 
 import contextlib
-import http.client
 import re
 import socket
 import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Literal
 from urllib.parse import urlsplit
 
+from tableflow_core.dev.http_relay import RelayHandler
+
 FaultAction = Literal["status", "reset", "reset-after", "delay"]
-
-# Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; the body is re-framed.
-_HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-}
-
 
 _CONDITIONAL_HEADERS = {"if-match", "if-none-match"}
 
@@ -116,18 +105,16 @@ class _State:
             self.requests.append(request)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _ProxyServer
+class _Handler(RelayHandler):
+    """Requests are recorded, not printed (query strings may carry signatures)."""
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # requests are recorded, not printed (query strings may carry signatures)
+    server: _ProxyServer
 
     def _proxy(self) -> None:
         started = time.monotonic()
         arrived = time.time()
         split = urlsplit(self.path)
-        body = self._read_body()
+        body = self.read_body()
         fault = self.server.state.pick(self.command, split.path, split.query)
 
         def record(status: int | None) -> None:
@@ -171,62 +158,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
             return
         record(status)
-        self._respond(status, headers, payload)
+        self.respond(status, headers, payload)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy
 
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         state = self.server.state
-        connection = http.client.HTTPConnection(
-            state.upstream_host, state.upstream_port, timeout=300
+        return self.relay(
+            state.upstream_host, state.upstream_port, self.path, list(self.headers.items()), body
         )
-        try:
-            connection.putrequest(
-                self.command, self.path, skip_host=True, skip_accept_encoding=True
-            )
-            for name, value in self.headers.items():
-                lower = name.lower()
-                if lower in _HOP_BY_HOP or lower in ("content-length", "expect"):
-                    continue
-                connection.putheader(name, value)
-            if body or self.command in ("PUT", "POST"):
-                connection.putheader("Content-Length", str(len(body)))
-            connection.endheaders(body or None)
-            response = connection.getresponse()
-            payload = response.read()
-            headers = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
-            return response.status, headers, payload
-        finally:
-            connection.close()
-
-    def _respond(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
-        self.send_response_only(status)
-        has_length = False
-        for name, value in headers:
-            if name.lower() == "content-length":
-                has_length = True
-                if self.command != "HEAD":
-                    value = str(len(payload))
-            self.send_header(name, value)
-        if not has_length:
-            self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
 
     def _send_error(self, status: int) -> None:
         code = {500: "InternalError", 502: "BadGateway", 503: "SlowDown"}.get(
@@ -249,10 +189,6 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
-
-    def finish(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            super().finish()
 
 
 class _ProxyServer(ThreadingHTTPServer):

@@ -30,10 +30,8 @@ general IAM engine.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
-import http.client
 import json
 import re
 import secrets
@@ -41,19 +39,17 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 from tableflow_core.dev import sigv4
+from tableflow_core.dev.http_relay import HOP_BY_HOP, RelayHandler
 from tableflow_core.dev.s3_server import S3Credentials
 from tableflow_core.errors import TableflowError
 
-# Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; the body is re-framed.
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te"}
-_HOP_BY_HOP |= {"trailer", "upgrade"}
 # Headers the gateway rewrites when it re-signs a request for the store.
 _RESIGNED = {"authorization", "x-amz-security-token", "x-amz-content-sha256", "x-amz-date"}
 _RESIGNED |= {"content-length", "content-encoding", "x-amz-decoded-content-length"}
@@ -199,17 +195,13 @@ def _authorize(minted: Minted, method: str, path: str, query: str, body: bytes) 
             raise GatewayRefusal(403, "AccessDenied", f"{action} on {where}: not in the policy")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(RelayHandler):
     server: _GatewayServer
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # nothing printed: query strings and headers can carry signatures
 
     def _handle(self) -> None:
         state = self.server.state
         split = urlsplit(self.path)
-        body = self._read_body()
+        body = self.read_body()
         headers = {name.lower(): value for name, value in self.headers.items()}
         try:
             auth = sigv4.parse_authorization(headers.get("authorization"))
@@ -235,20 +227,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._forward(self.path, *forwarded)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
 
     def _check_minted(
         self, auth: sigv4.Authorization, path: str, query: str, headers: dict[str, str], body: bytes
@@ -284,7 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> list[tuple[str, str]]:
         """The request's headers for the store: its keys, the decoded body's hash."""
         state = self.server.state
-        kept = {n: v for n, v in headers.items() if n not in _RESIGNED and n not in _HOP_BY_HOP}
+        kept = {n: v for n, v in headers.items() if n not in _RESIGNED and n not in HOP_BY_HOP}
         encoding = [
             e.strip()
             for e in headers.get("content-encoding", "").split(",")
@@ -343,46 +321,16 @@ class _Handler(BaseHTTPRequestHandler):
             f"<ResponseMetadata><RequestId>{secrets.token_hex(8)}</RequestId>"
             "</ResponseMetadata></AssumeRoleResponse>"
         ).encode()
-        self._respond(200, [("Content-Type", "text/xml")], document)
+        self.respond(200, [("Content-Type", "text/xml")], document)
 
     def _forward(self, target: str, headers: list[tuple[str, str]], body: bytes) -> None:
         state = self.server.state
-        connection = http.client.HTTPConnection(
-            state.upstream_host, state.upstream_port, timeout=300
-        )
         try:
-            connection.putrequest(self.command, target, skip_host=True, skip_accept_encoding=True)
-            for name, value in headers:
-                if name.lower() in _HOP_BY_HOP or name.lower() in ("content-length", "expect"):
-                    continue
-                connection.putheader(name, value)
-            if body or self.command in ("PUT", "POST"):
-                connection.putheader("Content-Length", str(len(body)))
-            connection.endheaders(body or None)
-            response = connection.getresponse()
-            payload = response.read()
-            answer = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            answer = self.relay(state.upstream_host, state.upstream_port, target, headers, body)
         except OSError:
             self._error(GatewayRefusal(502, "BadGateway", "the store did not answer"))
             return
-        finally:
-            connection.close()
-        self._respond(response.status, answer, payload)
-
-    def _respond(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
-        self.send_response_only(status)
-        has_length = False
-        for name, value in headers:
-            if name.lower() == "content-length":
-                has_length = True
-                if self.command != "HEAD":
-                    value = str(len(payload))
-            self.send_header(name, value)
-        if not has_length:
-            self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
+        self.respond(*answer)
 
     def _error(self, refusal: GatewayRefusal) -> None:
         body = (
@@ -390,11 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
             f"<Error><Code>{refusal.code}</Code><Message>{escape(refusal.message)}</Message>"
             "</Error>"
         ).encode()
-        self._respond(refusal.status, [("Content-Type", "application/xml")], body)
-
-    def finish(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            super().finish()
+        self.respond(refusal.status, [("Content-Type", "application/xml")], body)
 
 
 class _GatewayServer(ThreadingHTTPServer):
