@@ -83,18 +83,25 @@ def text_files_with_clear_values(files: list[Path]) -> dict[str, list[str]]:
     return found
 
 
-@pytest.fixture
-def customers(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> str:
+def produce_customers(
+    kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer, records: list[dict[str, Any]]
+) -> str:
+    """A new topic holding `records` as JSON Schema values of SCHEMA, keyed `c<id>`."""
     topic = kafka_broker.create_topic(unique_name("customers"), 1)
     serialize = JSONSerializer(
         json.dumps(SCHEMA), schema_registry.client(), conf={"validate": False}
     )
     producer = Producer(kafka_broker.producer_config())
-    for record in RECORDS:
+    for record in records:
         value = serialize(record, SerializationContext(topic, MessageField.VALUE))
         producer.produce(topic, value, f"c{record['id']}".encode())
     assert producer.flush(10) == 0
     return topic
+
+
+@pytest.fixture
+def customers(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> str:
+    return produce_customers(kafka_broker, schema_registry, RECORDS)
 
 
 def test_no_clear_value_of_a_masked_column_in_errors_properties_results_or_dead_letters(

@@ -25,9 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.schema_registry.json_schema import JSONSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 from pydantic import SecretStr
 
 from tableflow_core.dev.sts_gateway import StsGateway
@@ -44,8 +41,8 @@ from tests.integration.test_masked_values_nowhere import (
     FRAGMENTS,
     RECORDS,
     TRANSFORMS,
+    produce_customers,
 )
-from tests.integration.test_masked_values_nowhere import SCHEMA as CUSTOMER_SCHEMA
 from tests.integration.test_upsert import AFTER_2, RUN_1, RUN_2, Topic, table_config
 
 pytestmark = pytest.mark.slow
@@ -89,21 +86,6 @@ def trino(
         yield server
     finally:
         server.stop()
-
-
-def produce_customers(
-    kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer, records: list[dict[str, Any]]
-) -> str:
-    topic = kafka_broker.create_topic(unique_name("customers"), 1)
-    serialize = JSONSerializer(
-        json.dumps(CUSTOMER_SCHEMA), schema_registry.client(), conf={"validate": False}
-    )
-    producer = Producer(kafka_broker.producer_config())
-    for record in records:
-        value = serialize(record, SerializationContext(topic, MessageField.VALUE))
-        producer.produce(topic, value, f"c{record['id']}".encode())
-    assert producer.flush(10) == 0
-    return topic
 
 
 def apply_cli(root: Path) -> str:
