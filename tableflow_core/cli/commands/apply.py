@@ -80,12 +80,13 @@ def command(
     from tableflow_core.targets.catalog import open_catalog
 
     project = ctx.load_project()
-    if ctx.selected_tables():
+    selected = ctx.selected_tables()
+    if selected:
         fail_fast_if_kafka_is_down(ctx)
-    spark_starter = _spark_starter(project, len(ctx.selected_tables()))
+    spark_starter = _spark_starter(project, len(selected))
     # With checks to run, great-expectations' import overlaps the JVM start and the plan
     # (a saved plan may hold any table of the project).
-    prepare_checks_engine(project.tables if plan_file is not None else ctx.selected_tables())
+    prepare_checks_engine(project.tables if plan_file is not None else selected)
     # One catalog for the plan and the apply (an embedded one is started once).
     with open_catalog(project) as handle:
         results = _plan_and_apply(
