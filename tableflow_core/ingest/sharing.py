@@ -1,16 +1,19 @@
-"""Which tables' runs share one Spark job (pure: `plan` decides, apply runs what it says).
+"""Which runs write their data files in their read tasks, and which share a Spark job
+(pure: `plan` decides, apply runs what it says).
 
-A table's run on its own costs a Spark job that reads and writes, and the Iceberg Spark
-writer's commit: ~130 ms of JVM CPU for a table of 200 records (measured with a flight
-recording: query planning, code generation, class loading, the Parquet and manifest
-writers; docs/performance.md). A project of 1,000 small tables paid that 1,000 times.
+Spark's Iceberg writer costs a plain append run more than the run's own work: the rows
+cross from the Python workers to the JVM as Arrow, become Spark rows and are encoded to
+Parquet again by the JVM, then the writer's commit; ~130 ms of JVM CPU for a table of 200
+records, and 20.3 CPU s against 14.5 for 1M records (docs/performance.md). A plain append
+run (no step needs Spark, `needs_spark_writer`) therefore writes its data files in its
+read tasks: each task reads its ranges, decodes them with the table's decoder and writes
+the good rows as the table's data files (Parquet with Iceberg's field ids and metrics, by
+pyiceberg's writer); the table is then published on its own, exactly once
+(pipeline/shared_run.py).
 
-Small append tables share one job instead: its read tasks read every table's ranges,
-decode each with its table's decoder and write the table's data files there (Parquet with
-Iceberg's field ids and metrics, by pyiceberg's writer); each table is then published on
-its own, exactly once (pipeline/shared_run.py). A run keeps a job of its own when it is
-large (its own tasks and Spark's Iceberg writer suit it), or when a step needs Spark
-(`alone_because`).
+Small runs share one such job (many tables' ranges in few tasks); a run of more than
+MAX_SHARED_TABLE_RECORDS records has a job of its own, its ranges spread over tasks as a
+table's own run spreads them.
 """
 
 from __future__ import annotations
@@ -21,15 +24,12 @@ from dataclasses import dataclass
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import Decode, Publish, ReadRanges, RouteBadRecords, Write
 
-# A run of more records keeps a job of its own.
-MAX_TABLE_RECORDS = 100_000
+# A run of more records has a job of its own (its data files still written by its tasks).
+MAX_SHARED_TABLE_RECORDS = 100_000
 # One shared job holds at most this many tables and records: a job's failure fails its
 # tables' runs, and the next job's Spark work overlaps this one's publishes.
 MAX_JOB_TABLES = 250
 MAX_JOB_RECORDS = 1_000_000
-# Fewer tables than this to share with: each keeps its own job, as before.
-MIN_JOB_TABLES = 2
-
 SHARED_POLICIES = frozenset({"fail", "skip"})
 
 
@@ -41,16 +41,16 @@ def _stages_of_a_plain_append(spec: IngestSpec) -> bool:
     return not decode.fused
 
 
-# (why a run keeps its own job, when it applies), in the order they are reported.
-_ALONE: tuple[tuple[str, Callable[[IngestSpec, int], bool]], ...] = (
-    ("upsert: a MERGE by key", lambda spec, _n: spec.mode != "append"),
+# (why a run needs Spark's writer, when it applies), in the order they are reported.
+_SPARK_WRITER_NEEDED: tuple[tuple[str, Callable[[IngestSpec], bool]], ...] = (
+    ("upsert: a MERGE by key", lambda spec: spec.mode != "append"),
     (
         "transforms or checks run on Spark",
-        lambda spec, _n: spec.compiled is not None or not _stages_of_a_plain_append(spec),
+        lambda spec: spec.compiled is not None or not _stages_of_a_plain_append(spec),
     ),
     (
         "bad records go to a dead-letter target",
-        lambda spec, _n: (
+        lambda spec: (
             spec.dead_letter is not None
             or any(
                 isinstance(s, RouteBadRecords) and s.on_error not in SHARED_POLICIES
@@ -60,43 +60,47 @@ _ALONE: tuple[tuple[str, Callable[[IngestSpec, int], bool]], ...] = (
     ),
     (
         "partitioned or sorted: Spark's Iceberg writer lays out its files",
-        lambda spec, _n: bool(spec.partition_by or spec.sort_by),
+        lambda spec: bool(spec.partition_by or spec.sort_by),
     ),
-    (f"more than {MAX_TABLE_RECORDS:,} records", lambda _spec, n: n > MAX_TABLE_RECORDS),
 )
 
 
-def alone_because(spec: IngestSpec, records: int) -> str | None:
-    """Why a run of `records` records of this table keeps a Spark job of its own; None
-    when it can share one."""
-    for reason, applies in _ALONE:
-        if applies(spec, records):
+def needs_spark_writer(spec: IngestSpec) -> str | None:
+    """Why a run of this table needs a Spark job of its own with Spark's Iceberg writer;
+    None when its read tasks can write its data files."""
+    for reason, applies in _SPARK_WRITER_NEEDED:
+        if applies(spec):
             return reason
     return None
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A table whose run can share a job: its name and the records the run reads."""
+    """A table whose run writes its data files in its read tasks: its name and the
+    records the run reads."""
 
     table: str
     records: int
 
 
 def shared_jobs(candidates: Sequence[Candidate]) -> tuple[tuple[str, ...], ...]:
-    """The candidates grouped into jobs, in table-name order, each within MAX_JOB_TABLES
-    and MAX_JOB_RECORDS; none when fewer than MIN_JOB_TABLES can share."""
-    if len(candidates) < MIN_JOB_TABLES:
-        return ()
+    """The candidates grouped into jobs, in table-name order: a run of more than
+    MAX_SHARED_TABLE_RECORDS records alone, the others together within MAX_JOB_TABLES and
+    MAX_JOB_RECORDS."""
     jobs: list[list[str]] = []
+    shared: list[str] | None = None  # the job small runs are joining
     records = 0
     for candidate in sorted(candidates, key=lambda c: c.table):
-        full = jobs and (
-            len(jobs[-1]) >= MAX_JOB_TABLES or records + candidate.records > MAX_JOB_RECORDS
+        if candidate.records > MAX_SHARED_TABLE_RECORDS:
+            jobs.append([candidate.table])
+            continue
+        full = shared is not None and (
+            len(shared) >= MAX_JOB_TABLES or records + candidate.records > MAX_JOB_RECORDS
         )
-        if not jobs or full:
-            jobs.append([])
+        if shared is None or full:
+            shared = []
+            jobs.append(shared)
             records = 0
-        jobs[-1].append(candidate.table)
+        shared.append(candidate.table)
         records += candidate.records
     return tuple(tuple(job) for job in jobs)

@@ -1,4 +1,5 @@
-"""Many small tables' runs in one Spark job, each table still exactly once.
+"""Runs whose read tasks write their data files: many small tables in one Spark job, or
+a large table in a job of its own; each table exactly once.
 
 The run frame of `pipeline/run.py`, with the Spark work shared (ingest/sharing.py says
 which tables; docs/exactly-once.md, "Shared jobs"):
@@ -56,7 +57,7 @@ from tableflow_core.pipeline.run import (
     ingest,
 )
 from tableflow_core.pipeline.runners.dead_letter import null_values_warning
-from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK
+from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK, task_groups
 from tableflow_core.pipeline.shared_tasks import (
     MAX_REPORTED_FAILURES,
     REPORT_SCHEMA,
@@ -217,10 +218,14 @@ Tagged = tuple[int, OffsetRange]
 def _task_groups(tagged: Sequence[Tagged]) -> list[list[Tagged]]:
     """The tables' ranges in as many tasks as there are MIN_RECORDS_PER_TASK to read (at
     least one), each table's ranges together, the largest tables first into the lightest
-    task (read_ranges.task_groups, for tables instead of ranges)."""
+    task (read_ranges.task_groups, for tables instead of ranges); a job of one table
+    spreads its ranges as read_ranges.task_groups does."""
     by_table: dict[int, list[OffsetRange]] = {}
     for member, offset_range in tagged:
         by_table.setdefault(member, []).append(offset_range)
+    if len(by_table) == 1:  # a job of its own: its ranges over tasks as its own run's
+        ((member, ranges),) = by_table.items()
+        return [[(member, r) for r in group] for group in task_groups(ranges)]
     size = {m: sum(r.end - r.start for r in ranges) for m, ranges in by_table.items()}
     count = max(1, min(len(by_table), math.ceil(sum(size.values()) / MIN_RECORDS_PER_TASK)))
     groups: list[list[Tagged]] = [[] for _ in range(count)]

@@ -33,6 +33,9 @@ from tableflow_core.pipeline.decode_chunks import ChunkDecoder, fewer_gc_passes
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
 REPORT_SCHEMA = "member int, report binary"
 MAX_REPORTED_FAILURES = 20  # bad records named per table (route_bad_records' figure)
+# A table's good rows a task holds before it writes them as a data file: a large run's
+# task writes a file per this many bytes of Arrow instead of holding all its rows.
+WRITE_BUFFER_BYTES = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class _TableRun:
             decoder_factory(work.decoder), work.decoder.target_schema, None, work.run_id
         )
         self._good: list[pa.RecordBatch] = []
+        self._buffered = 0  # bytes in _good
 
     def add(self, decoded: pa.RecordBatch) -> None:
         partitions = decoded.column(SOURCE_PARTITION_COLUMN)
@@ -108,7 +112,11 @@ class _TableRun:
         if decoded.num_rows:
             _add(self.report.written, decoded.column(SOURCE_PARTITION_COLUMN))
             columns = [n for n in decoded.schema.names if not is_hidden(n)]
-            self._good.append(decoded.select(columns))
+            good = decoded.select(columns)
+            self._good.append(good)
+            self._buffered += good.nbytes
+            if self._buffered >= WRITE_BUFFER_BYTES:
+                self.write()
 
     def _keep_failures(self, records: list[dict[str, Any]]) -> None:
         found = self.report.failures + [
@@ -127,11 +135,13 @@ class _TableRun:
                 self.add(decoded)
 
     def write(self) -> None:
+        """The rows held so far as data files of the table (none published yet)."""
         if self._good:
             rows = pa.Table.from_batches(self._good)
             self._good = []
-            self.report.data_files = write_data_files(
-                self.work.metadata, self.work.io_properties, rows
+            self._buffered = 0
+            self.report.data_files.extend(
+                write_data_files(self.work.metadata, self.work.io_properties, rows)
             )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.errors import TableflowError
-from tableflow_core.ingest.sharing import Candidate, alone_because, shared_jobs
+from tableflow_core.ingest.sharing import Candidate, needs_spark_writer, shared_jobs
 from tableflow_core.plan.actions import DDL_KINDS
 from tableflow_core.plan.dead_letter_table import is_dlq_action
 
@@ -258,7 +258,7 @@ def _can_share(ingest: Any, config: Any) -> bool:
         return False
     if getattr(ingest, "lost", ()):
         return False
-    return alone_because(ingest.spec, ingest.records) is None
+    return needs_spark_writer(ingest.spec) is None
 
 
 def publish_catalog(task: DagTask) -> str:

@@ -229,16 +229,21 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
 
 
 def shared_jobs_of(plan: Plan, compact: bool = False) -> dict[str, str]:
-    """For each table whose run shares a Spark job, the line saying so."""
+    """For each table whose run is in a job whose read tasks write the data files (a
+    shared job, or a large table's job of its own), the line saying so."""
     lines: dict[str, str] = {}
     for task in plan.dag.tasks:
         others = len(task.members) - 1
+        job = (
+            f"shared Spark job {task.id} with {plural(others, 'other table')}"
+            if others
+            else f"Spark job {task.id}"
+        )
         for member in task.members:
             lines[member.table] = (
                 f"in {task.id}"
                 if compact
-                else f"shared Spark job {task.id} with {plural(others, 'other table')} "
-                "(data files written by its read tasks; published on its own)"
+                else f"{job} (data files written by its read tasks; published on its own)"
             )
     return lines
 

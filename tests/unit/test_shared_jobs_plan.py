@@ -1,5 +1,6 @@
-"""Which small tables share a Spark job (ingest/sharing.py), and how the DAG executor runs
-a shared task for the members whose own dependencies succeeded (no process at all)."""
+"""Which runs write their data files in their read tasks and which of them share a Spark
+job (ingest/sharing.py), and how the DAG executor runs a shared task for the members whose
+own dependencies succeeded (no process at all)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 from tableflow_core.ingest.sharing import (
     MAX_JOB_RECORDS,
     MAX_JOB_TABLES,
-    MAX_TABLE_RECORDS,
+    MAX_SHARED_TABLE_RECORDS,
     Candidate,
-    alone_because,
+    needs_spark_writer,
     shared_jobs,
 )
 from tableflow_core.ingest.spec import IngestSpec
@@ -33,34 +34,38 @@ def spec(**overrides: object) -> IngestSpec:
     return IngestSpec(**{**fields, **overrides})  # type: ignore[arg-type]
 
 
-def test_a_small_plain_append_table_can_share() -> None:
-    assert alone_because(spec(), 200) is None
-    assert alone_because(spec(), MAX_TABLE_RECORDS) is None
+def test_a_plain_append_table_is_written_by_its_read_tasks() -> None:
+    assert needs_spark_writer(spec()) is None
 
 
 @pytest.mark.parametrize(
-    ("overrides", "records", "reason"),
+    ("overrides", "reason"),
     [
-        ({"mode": "upsert", "key_columns": ("id",)}, 10, "upsert"),
-        ({"partition_by": (PartitionTerm(column="id"),)}, 10, "partitioned"),
-        ({}, MAX_TABLE_RECORDS + 1, "more than"),
+        ({"mode": "upsert", "key_columns": ("id",)}, "upsert"),
+        ({"partition_by": (PartitionTerm(column="id"),)}, "partitioned"),
     ],
 )
-def test_what_keeps_a_table_in_a_job_of_its_own(
-    overrides: dict[str, object], records: int, reason: str
-) -> None:
-    found = alone_because(spec(**overrides), records)
+def test_what_needs_spark_writer(overrides: dict[str, object], reason: str) -> None:
+    found = needs_spark_writer(spec(**overrides))
     assert found is not None and reason in found
 
 
+def test_a_large_run_has_a_job_of_its_own_and_a_lone_small_one_a_job_too() -> None:
+    assert shared_jobs([Candidate("only", 5)]) == (("only",),)
+    large = Candidate("b_large", MAX_SHARED_TABLE_RECORDS + 1)
+    small = [Candidate(name, 10) for name in ("a", "c", "d")]
+    assert shared_jobs([*small, large]) == (("a", "c", "d"), ("b_large",))
+    assert shared_jobs([Candidate("x", MAX_SHARED_TABLE_RECORDS)]) == (("x",),)
+
+
 def test_jobs_group_tables_by_name_within_the_limits() -> None:
-    assert shared_jobs([Candidate("only", 5)]) == ()
     many = [Candidate(f"t{i:04d}", 10) for i in range(MAX_JOB_TABLES + 3)]
     jobs = shared_jobs(list(reversed(many)))
     assert [len(j) for j in jobs] == [MAX_JOB_TABLES, 3]
     assert [t for j in jobs for t in j] == sorted(c.table for c in many)
-    heavy = [Candidate(f"h{i}", MAX_JOB_RECORDS // 2) for i in range(5)]
-    assert [len(j) for j in shared_jobs(heavy)] == [2, 2, 1]
+    per_job = MAX_JOB_RECORDS // MAX_SHARED_TABLE_RECORDS
+    heavy = [Candidate(f"h{i:02d}", MAX_SHARED_TABLE_RECORDS) for i in range(2 * per_job + 1)]
+    assert [len(j) for j in shared_jobs(heavy)] == [per_job, per_job, 1]
 
 
 def test_a_shared_task_runs_for_the_members_whose_ddl_succeeded() -> None:
