@@ -2,7 +2,7 @@
 a large table in a job of its own; each table exactly once.
 
 The run frame of `pipeline/run.py`, with the Spark work shared (ingest/sharing.py says
-which tables; docs/exactly-once.md, "Shared jobs"):
+which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"):
 
 1. per table, on the driver, concurrently: its committed offsets checked against the
    plan's (`ConcurrentCommitError` when they moved), then its run's branch at main's head

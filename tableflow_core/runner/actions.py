@@ -108,16 +108,27 @@ def run_task(context: ApplyContext, task: DagTask) -> Any:
     try:
         return runner(context, task)
     except Exception as exc:
-        storage = context.handle.storage
-        cause = object_store_failure(exc) if storage is not None else None
-        if cause is None or isinstance(exc, ObjectStoreError):
+        named = _store_failure(context, exc, task.id, task.table)
+        if named is None:
             raise
-        store = describe_store(storage, getattr(context.handle.catalog, "properties", {}))
-        raise ObjectStoreError(
-            f"{store} failed during {task.id} (table {task.table or '-'}): {cause}. "
-            "Nothing of this step was published; a re-run continues from the table's "
-            "committed offsets."
-        ) from exc
+        raise named from exc
+
+
+def _store_failure(
+    context: ApplyContext, exc: BaseException, step: str, table: str | None
+) -> ObjectStoreError | None:
+    """`exc` as an ObjectStoreError naming the store, the step and the table, when the
+    object store caused it; None otherwise."""
+    storage = context.handle.storage
+    cause = object_store_failure(exc) if storage is not None else None
+    if storage is None or cause is None or isinstance(exc, ObjectStoreError):
+        return None
+    store = describe_store(storage, getattr(context.handle.catalog, "properties", {}))
+    return ObjectStoreError(
+        f"{store} failed during {step} (table {table or '-'}): {cause}. "
+        "Nothing of this step was published; a re-run continues from the table's "
+        "committed offsets."
+    )
 
 
 @task_runner("create_namespace")
@@ -216,8 +227,9 @@ def _ingest(context: ApplyContext, task: DagTask) -> Any:
 
 @task_runner("ingest_shared")
 def _ingest_shared(context: ApplyContext, task: DagTask) -> dict[str, Any]:
-    """The runs of many small tables in one Spark job (pipeline/shared_run.py): each
-    table's IngestOutcome, or the error that stopped its run, by table name."""
+    """The runs whose read tasks write their data files, in one Spark job
+    (pipeline/shared_run.py): each table's IngestOutcome, or the error that stopped its
+    run (the object store's named as in `run_task`), by table name."""
     members = [_member(context, m.action) for m in task.members]
     results = ingest_shared(
         context.spark,
@@ -233,7 +245,7 @@ def _ingest_shared(context: ApplyContext, task: DagTask) -> dict[str, Any]:
         try:
             with _suspending(context, spec):
                 if isinstance(result, BaseException):
-                    raise result
+                    raise _store_failure(context, result, task.id, spec.table_name) or result
             _resumed(context, spec)
             outcomes[spec.table_name] = result
         except Exception as exc:

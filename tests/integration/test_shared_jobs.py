@@ -1,4 +1,5 @@
-"""Small tables sharing one Spark job (ingest/sharing.py, pipeline/shared_run.py), with a
+"""Plain append runs whose read tasks write the data files: small tables sharing one Spark
+job, a large run in a job of its own (ingest/sharing.py, pipeline/shared_run.py), with a
 real broker, registry, catalog server and Spark, through plan + apply.
 
 Every table is checked against an independent model (the records produced, minus the bad
@@ -20,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tableflow_core.config.loader import load_project
+from tableflow_core.ingest.sharing import MAX_SHARED_TABLE_RECORDS
 from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
 from tableflow_core.targets.catalog import open_catalog
 from tableflow_core.tasks.apply import ApplyTask
@@ -66,7 +68,11 @@ class Topic:
                 record = {"id": record_id, "name": f"n{record_id}", "amount": record_id / 4}
                 payload = frame(self.schema_id, self.parsed, record)
                 self.good.append((record_id, record["name"], record["amount"], partition, offset))
-            producer.produce(self.name, payload, partition=partition)
+            try:
+                producer.produce(self.name, payload, partition=partition)
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.flush(30)
+                producer.produce(self.name, payload, partition=partition)
         producer.flush(30)
 
 
@@ -267,3 +273,40 @@ def test_kill_9_mid_shared_job_then_rerun_is_exactly_once(
         assert project.branches(label) == []
     for label in moved:
         assert results[label].status == "no_changes"
+
+
+def test_a_large_run_has_a_job_of_its_own_spread_over_tasks_exactly_once(
+    spark: Any,
+    stack_project: StackProject,
+    catalog_server: CatalogServer,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+) -> None:
+    """A plain append run of more than MAX_SHARED_TABLE_RECORDS records: its read tasks
+    (one per partition) write its data files, in a job of its own; killed after a task
+    wrote its files, then re-run: every record exactly once."""
+    topic = Topic(kafka_broker, schema_registry.url, "large")
+    namespace = unique_namespace("large")
+    table = {"name": "large", "topic": topic.name, "metadata_columns": ["partition", "offset"]}
+    root = stack_project(
+        namespace=namespace, tables=[table], name=unique_name("large").replace("-", "_")
+    )
+    project = Project(root, namespace, catalog_server, {"large": topic})
+    topic.produce(MAX_SHARED_TABLE_RECORDS + 2, 0)
+
+    loaded = project.project
+    plan = PlanTask(loaded, loaded.tables).run()
+    (job,) = [t for t in plan.dag.tasks if t.kind == "ingest_shared"]
+    assert [m.table for m in job.members] == ["large"]
+
+    run_cli_apply(project, crash_at="shared_mid_write")
+    loaded_table = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.large")
+    assert loaded_table.scan().to_arrow().num_rows == 0  # a task's files are orphans
+    assert data_files_on_disk(project, "large"), "the kill came before any data file"
+
+    run_cli_apply(project, crash_at=None)
+    project.check_exactly_once("large")
+    assert project.branches("large") == []
+    head = catalog_server.pyiceberg_catalog().load_table(f"{namespace}.large")
+    published = {f.file.file_path for f in head.scan().plan_files()}
+    assert len(published) == 2  # one data file per read task (partition)
