@@ -120,9 +120,13 @@ def _keys_match(left: DataFrame, right: DataFrame, keys: tuple[str, ...]) -> Col
     return condition
 
 
-def _new_keys(target: DataFrame, latest: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """The batch's latest records (not tombstones) of keys the table does not hold. The
-    table's key column is matched against the broadcast batch keys where it is read."""
+def _new_keys(
+    target: DataFrame, latest: DataFrame, keys: tuple[str, ...], deletes: DataFrame | None
+) -> DataFrame:
+    """The batch's latest records (not tombstones) of keys the table does not hold and that
+    come after their key's latest remembered delete (`deletes`: the deletes table, when
+    the table has one). The table's key column is matched against the broadcast batch
+    keys where it is read; only these keys' deletes are read."""
     from pyspark.sql import functions as F
 
     key_cols = [F.col(quote_ident(k)) for k in keys]
@@ -132,7 +136,8 @@ def _new_keys(target: DataFrame, latest: DataFrame, keys: tuple[str, ...]) -> Da
         F.broadcast(batch_keys), _keys_match(table_keys, batch_keys, keys), "left_semi"
     )
     fresh = latest.join(F.broadcast(held), _keys_match(latest, held, keys), "left_anti")
-    return fresh.where(~F.col(TOMBSTONE_COLUMN))
+    fresh = fresh.where(~F.col(TOMBSTONE_COLUMN))
+    return fresh if deletes is None else _after_deletes(fresh, deletes, keys, small=True)
 
 
 def _run_merge(
@@ -152,12 +157,21 @@ def merge_shuffled(context: StageContext, latest: DataFrame, keys: tuple[str, ..
     _run_merge(context.spark, context.branch_identifier, latest, keys, insert=True)
 
 
-def merge_broadcast(context: StageContext, latest: DataFrame, keys: tuple[str, ...]) -> None:
-    """Append the batch's new keys, then MERGE the rest with the batch broadcast: the
-    table is read (key and position columns) but not shuffled. `latest` is materialized
-    (cached and counted): Spark knows its size and broadcasts it when it is under
-    spark.sql.autoBroadcastJoinThreshold (a hint on a MERGE source does not reach the
-    join in Spark 3.5); over it, the inner join is shuffled and stays correct."""
+def merge_broadcast(
+    context: StageContext, latest: DataFrame, keys: tuple[str, ...], deletes: DataFrame | None
+) -> None:
+    """Append the batch's new keys (after their remembered deletes), then MERGE the rest
+    with the batch broadcast: the table is read (key and position columns) but not
+    shuffled. `latest` is materialized (cached and counted): Spark knows its size and
+    broadcasts it when it is under spark.sql.autoBroadcastJoinThreshold (a hint on a
+    MERGE source does not reach the join in Spark 3.5); over it, the inner join is
+    shuffled and stays correct.
+
+    Only the new keys are compared with the deletes table: a row the table holds comes
+    after every delete its key remembers (a delete later than the row removed it), so
+    for a held key the row's own position is the comparison. The one exception, a run
+    that remembered a delete and did not publish, is redone from the same offsets: its
+    batch holds that delete (or a later record of the key) again."""
     from pyspark.sql import functions as F
 
     target = context.branch_identifier
@@ -165,16 +179,13 @@ def merge_broadcast(context: StageContext, latest: DataFrame, keys: tuple[str, .
     empty = context.base_rows == 0  # a first run: every key is new, nothing to MERGE
     if empty:
         fresh = latest.where(~F.col(TOMBSTONE_COLUMN))
+        if deletes is not None:
+            fresh = _after_deletes(fresh, deletes, keys, small=True)
     else:
-        fresh = _new_keys(context.spark.table(target), latest, keys)
-    # Released before the MERGE: a cached frame reading the branch would be re-planned by
-    # every write to it, and by any unpersist after the publish removed the branch.
-    fresh = fresh.select(*columns).persist()
-    try:
-        if fresh.count():  # no empty commit when every key is held already
-            fresh.writeTo(target).append()
-    finally:
-        fresh.unpersist()
+        fresh = _new_keys(context.spark.table(target), latest, keys, deletes)
+    # One job reads the table's keys and writes the new keys' rows (no count first: a
+    # batch without new keys makes an append snapshot without files on the run's branch).
+    fresh.select(*columns).writeTo(target).append()
     if not empty:
         _run_merge(context.spark, target, latest, keys, insert=False)
 
@@ -301,16 +312,20 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     # Filled by one plain action: the stages' observed counts (decode, transforms) come
     # from the first query that reads the batch, and the strategies' first queries read
     # it several times at once (their broadcasts), which left the counts unfilled.
+    # Materialized, the batch has its true size: Spark broadcasts it to the MERGE (a join
+    # hint on a MERGE's source is lost in Spark 3.5's rewrite) when it is under
+    # spark.sql.autoBroadcastJoinThreshold (engine/spark_session.py).
     latest.count()
-    if deletes is not None:
-        latest = _after_deletes(latest, spark.table(deletes), keys, small).persist()
-        cached.append(latest)
-        # Materialized, the batch has its true size: Spark broadcasts it to the MERGE
-        # (a join hint on a MERGE's source is lost in Spark 3.5's rewrite) when it is
-        # under spark.sql.autoBroadcastJoinThreshold (engine/spark_session.py).
-        latest.count()
     started = time.perf_counter()
-    (merge_broadcast if small else merge_shuffled)(context, latest, keys)
+    remembered = spark.table(deletes) if deletes is not None else None
+    if small:
+        merge_broadcast(context, latest, keys, remembered)
+    else:
+        if remembered is not None:
+            latest = _after_deletes(latest, remembered, keys, small=False).persist()
+            cached.append(latest)
+            latest.count()
+        merge_shuffled(context, latest, keys)
     context.timings["merge"] = time.perf_counter() - started
     if _deletes_in(batch):
         started = time.perf_counter()
