@@ -18,11 +18,14 @@ batch) applies the rest. A key just appended matches its own row at the same pos
 which is not later: the MERGE leaves it. A larger batch (a first load) takes one MERGE
 that shuffles both sides.
 
+Only keys the table does not hold are compared with the deletes table (a held row comes
+after every delete its key remembers: `append_new_keys`).
+
 SQL MERGE cannot carry snapshot properties: the offsets go in the summary of the snapshot
 the publish commits on top of the MERGE (pipeline/runners/publish.py), and main moves
-over both at once. The deletes table is written before that publish: a run that does not
-publish leaves there only positions of records the next run reads again (replaying them
-gives the same answer).
+over both at once. The deletes table is written before the MERGE and the publish: a run
+that does not publish leaves there only positions of records the next run reads again
+(replaying them gives the same answer).
 """
 
 from __future__ import annotations
@@ -49,10 +52,10 @@ _RANK = "__tf_rank"
 _FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
 _DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to the batch
 # A batch read from at most this many Kafka records (an upper bound of its keys, known
-# before reading) takes the broadcast way (`merge_broadcast`); Spark broadcasts it when
-# its cached size is also under spark.sql.autoBroadcastJoinThreshold (64 MB in the
-# session defaults), else that way's inner join is shuffled. A larger batch (a first
-# load) takes one MERGE, shuffled.
+# before reading) takes the broadcast way (`append_new_keys`, then a WHEN MATCHED-only
+# MERGE); Spark broadcasts it when its cached size is also under
+# spark.sql.autoBroadcastJoinThreshold (64 MB in the session defaults), else that way's
+# inner join is shuffled. A larger batch (a first load) takes one MERGE, shuffled.
 BROADCAST_RECORDS = 500_000
 # Properties of a deletes table: merge-on-read like its upsert table; old metadata files
 # go as new ones come (it gets a commit per run that deletes).
@@ -120,9 +123,13 @@ def _keys_match(left: DataFrame, right: DataFrame, keys: tuple[str, ...]) -> Col
     return condition
 
 
-def _new_keys(target: DataFrame, latest: DataFrame, keys: tuple[str, ...]) -> DataFrame:
-    """The batch's latest records (not tombstones) of keys the table does not hold. The
-    table's key column is matched against the broadcast batch keys where it is read."""
+def _new_keys(
+    target: DataFrame, latest: DataFrame, keys: tuple[str, ...], deletes: DataFrame | None
+) -> DataFrame:
+    """The batch's latest records (not tombstones) of keys the table does not hold and that
+    come after their key's latest remembered delete (`deletes`: the deletes table, when
+    the table has one). The table's key column is matched against the broadcast batch
+    keys where it is read; only these keys' deletes are read."""
     from pyspark.sql import functions as F
 
     key_cols = [F.col(quote_ident(k)) for k in keys]
@@ -132,7 +139,10 @@ def _new_keys(target: DataFrame, latest: DataFrame, keys: tuple[str, ...]) -> Da
         F.broadcast(batch_keys), _keys_match(table_keys, batch_keys, keys), "left_semi"
     )
     fresh = latest.join(F.broadcast(held), _keys_match(latest, held, keys), "left_anti")
-    return fresh.where(~F.col(TOMBSTONE_COLUMN))
+    fresh = fresh.where(~F.col(TOMBSTONE_COLUMN))
+    # The deletes read for the batch's keys (cached), not for `fresh`'s: broadcasting
+    # `fresh`'s keys would compute it, and read the table, a second time.
+    return fresh if deletes is None else _after_deletes(fresh, deletes, keys, latest)
 
 
 def _run_merge(
@@ -147,36 +157,32 @@ def _run_merge(
         spark.catalog.dropTempView(view)
 
 
-def merge_shuffled(context: StageContext, latest: DataFrame, keys: tuple[str, ...]) -> None:
-    """One MERGE; the table's key and position columns are shuffled to meet the batch."""
-    _run_merge(context.spark, context.branch_identifier, latest, keys, insert=True)
+def append_new_keys(
+    context: StageContext, latest: DataFrame, keys: tuple[str, ...], deletes: DataFrame | None
+) -> None:
+    """The broadcast way's first write: the batch's latest records of keys the table does
+    not hold (after their remembered deletes) appended to the run's branch, in one job
+    that reads the table's keys (no count first: a batch without new keys makes an append
+    snapshot without files on the branch). The MERGE that follows (WHEN MATCHED only, the
+    batch broadcast: the table is read, not shuffled) applies the rest; a key just
+    appended matches its own row at the same position, which is not later.
 
-
-def merge_broadcast(context: StageContext, latest: DataFrame, keys: tuple[str, ...]) -> None:
-    """Append the batch's new keys, then MERGE the rest with the batch broadcast: the
-    table is read (key and position columns) but not shuffled. `latest` is materialized
-    (cached and counted): Spark knows its size and broadcasts it when it is under
-    spark.sql.autoBroadcastJoinThreshold (a hint on a MERGE source does not reach the
-    join in Spark 3.5); over it, the inner join is shuffled and stays correct."""
+    Only the new keys are compared with the deletes table: a row the table holds comes
+    after every delete its key remembers (a delete later than the row removed it), so
+    for a held key the row's own position is the comparison. The one exception, a run
+    that remembered a delete and did not publish, is redone from the same offsets: its
+    batch holds that delete (or a later record of the key) again."""
     from pyspark.sql import functions as F
 
     target = context.branch_identifier
     columns = [F.col(quote_ident(c)) for c in latest.columns if not is_hidden(c)]
-    empty = context.base_rows == 0  # a first run: every key is new, nothing to MERGE
-    if empty:
+    if context.base_rows == 0:  # a first run: every key is new
         fresh = latest.where(~F.col(TOMBSTONE_COLUMN))
+        if deletes is not None:
+            fresh = _after_deletes(fresh, deletes, keys, latest)
     else:
-        fresh = _new_keys(context.spark.table(target), latest, keys)
-    # Released before the MERGE: a cached frame reading the branch would be re-planned by
-    # every write to it, and by any unpersist after the publish removed the branch.
-    fresh = fresh.select(*columns).persist()
-    try:
-        if fresh.count():  # no empty commit when every key is held already
-            fresh.writeTo(target).append()
-    finally:
-        fresh.unpersist()
-    if not empty:
-        _run_merge(context.spark, target, latest, keys, insert=False)
+        fresh = _new_keys(context.spark.table(target), latest, keys, deletes)
+    fresh.select(*columns).writeTo(target).append()
 
 
 def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
@@ -213,17 +219,18 @@ def _position() -> Column:
 
 
 def _after_deletes(
-    latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...], small: bool
+    latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...], read_for: DataFrame | None
 ) -> DataFrame:
-    """The batch's latest records that come after their key's latest remembered delete
-    (or whose key has none): an older one would bring back a row a later delete removed.
+    """The records of `latest` that come after their key's latest remembered delete (or
+    whose key has none): an older one would bring back a row a later delete removed.
     The delete itself (a run that wrote the deletes table and did not publish) is applied
-    again. A `small` batch reads only its keys' deletes (the batch's keys broadcast to the
-    deletes table's scan), not every delete the table remembers."""
+    again. With `read_for` (a small frame holding the keys, e.g. the cached batch), only
+    those keys' deletes are read (its keys broadcast to the deletes table's scan), not
+    every delete the table remembers."""
     from pyspark.sql import functions as F
 
-    if small:
-        batch_keys = latest.select(*[F.col(quote_ident(k)) for k in keys])
+    if read_for is not None:
+        batch_keys = read_for.select(*[F.col(quote_ident(k)) for k in keys])
         match = _keys_match(deletes, batch_keys, keys)
         deletes = deletes.join(F.broadcast(batch_keys), match, "left_semi")
     remembered = deletes.groupBy(
@@ -301,20 +308,31 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     # Filled by one plain action: the stages' observed counts (decode, transforms) come
     # from the first query that reads the batch, and the strategies' first queries read
     # it several times at once (their broadcasts), which left the counts unfilled.
+    # Materialized, the batch has its true size: Spark broadcasts it to the MERGE (a join
+    # hint on a MERGE's source is lost in Spark 3.5's rewrite) when it is under
+    # spark.sql.autoBroadcastJoinThreshold (engine/spark_session.py).
     latest.count()
-    if deletes is not None:
-        latest = _after_deletes(latest, spark.table(deletes), keys, small).persist()
-        cached.append(latest)
-        # Materialized, the batch has its true size: Spark broadcasts it to the MERGE
-        # (a join hint on a MERGE's source is lost in Spark 3.5's rewrite) when it is
-        # under spark.sql.autoBroadcastJoinThreshold (engine/spark_session.py).
-        latest.count()
     started = time.perf_counter()
-    (merge_broadcast if small else merge_shuffled)(context, latest, keys)
+    remembered = spark.table(deletes) if deletes is not None else None
+    if small:
+        append_new_keys(context, latest, keys, remembered)
+    elif remembered is not None:
+        latest = _after_deletes(latest, remembered, keys, None).persist()
+        cached.append(latest)
+        latest.count()
     context.timings["merge"] = time.perf_counter() - started
     if _deletes_in(batch):
         started = time.perf_counter()
         _remember_deletes(context, latest, keys, deletes)
         context.timings["remember_deletes"] = time.perf_counter() - started
+    # Last: dropping the MERGE's view uncaches `latest` (Spark's dropTempView uncaches the
+    # view's plan), so nothing reads the batch after it (the deletes' append above read
+    # it from the cache; after the MERGE it read and decoded Kafka again).
+    started = time.perf_counter()
+    if not small:  # one MERGE, the table's key and position columns shuffled
+        _run_merge(spark, context.branch_identifier, latest, keys, insert=True)
+    elif context.base_rows != 0:  # a first run only appends
+        _run_merge(spark, context.branch_identifier, latest, keys, insert=False)
+    context.timings["merge"] += time.perf_counter() - started
     crash_point("after_merge")
     return batch
