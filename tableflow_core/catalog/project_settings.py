@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from tableflow_core.catalog.metadata_cache import DEFAULT_MAX_ENTRIES
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 from tableflow_core.catalog.storage import ObjectStorage as ServerStorage
 from tableflow_core.config.models import EmbeddedCatalog, ObjectStorage, is_object_store_uri
@@ -77,6 +78,9 @@ def _settings(
         "client_id": config.auth.client_id,
         "client_secret": secret,
         "catalog_name": config.name,
+        # Room for every table's current metadata and then some: a run over 1,000 tables
+        # re-parsed each one per cycle when 128 entries were all there was.
+        "metadata_cache_entries": max(DEFAULT_MAX_ENTRIES, 2 * len(project.tables)),
     }
     values.update(overrides)
     try:

@@ -102,6 +102,7 @@ def _open_service(settings: CatalogServerSettings) -> CatalogService:
         settings.catalog_name,
         settings.allowed_locations,
         settings.file_io_properties,
+        metadata_cache_entries=settings.metadata_cache_entries,
     )
 
 

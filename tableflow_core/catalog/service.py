@@ -42,7 +42,11 @@ from tableflow_core.catalog.errors import (
 )
 from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
-from tableflow_core.catalog.metadata_cache import MetadataCache, ParsedMetadata
+from tableflow_core.catalog.metadata_cache import (
+    DEFAULT_MAX_ENTRIES,
+    MetadataCache,
+    ParsedMetadata,
+)
 from tableflow_core.catalog.models import CreateTableBody
 from tableflow_core.catalog.purge import purge_files
 from tableflow_core.catalog.updates import (
@@ -164,11 +168,16 @@ def validate_identifier(identifier: Identifier) -> Identifier:
 class CatalogService:
     """Everything the REST routes do, as plain method calls."""
 
-    def __init__(self, catalog: SqlCatalog, locations: LocationPolicy | None = None) -> None:
+    def __init__(
+        self,
+        catalog: SqlCatalog,
+        locations: LocationPolicy | None = None,
+        metadata_cache_entries: int = DEFAULT_MAX_ENTRIES,
+    ) -> None:
         self.catalog = catalog
         self.locations = locations or LocationPolicy.for_warehouse(catalog.properties["warehouse"])
         self._locks = TableLocks()
-        self._metadata = MetadataCache()
+        self._metadata = MetadataCache(metadata_cache_entries)
 
     @classmethod
     def open(
@@ -178,11 +187,13 @@ class CatalogService:
         name: str = "tableflow",
         allowed_locations: Sequence[str] = (),
         file_io_properties: Mapping[str, str] | None = None,
+        metadata_cache_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> CatalogService:
         """`allowed_locations`: prefixes besides the warehouse where tables may live."""
         return cls(
             open_sql_catalog(name, database_url, warehouse_uri, file_io_properties),
             LocationPolicy.for_warehouse(warehouse_uri, allowed_locations),
+            metadata_cache_entries,
         )
 
     def close(self) -> None:
@@ -463,6 +474,10 @@ class CatalogService:
         for commit, loaded in zip(staged, committed, strict=True):
             if not commit.unchanged:
                 self._metadata.put(commit.staged.metadata_location, loaded.parsed)
+                # The superseded file is rarely read again: its entry would only push
+                # current tables out (a run cycle commits 2-3 times per table).
+                if commit.previous_location is not None:
+                    self._metadata.discard(commit.previous_location)
         return committed
 
     @contextlib.contextmanager

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from tableflow_core.addresses import is_loopback
+from tableflow_core.catalog.metadata_cache import DEFAULT_MAX_ENTRIES
 from tableflow_core.catalog.storage import ObjectStorage, is_object_store_location
 
 CLIENT_SECRET_ENV = "TABLEFLOW_CATALOG_CLIENT_SECRET"
@@ -47,6 +48,12 @@ class CatalogServerSettings(BaseModel):
         "counted from the client-credentials grant it descends from",
     )
     catalog_name: str = "tableflow"
+    metadata_cache_entries: int = Field(
+        default=DEFAULT_MAX_ENTRIES,
+        gt=0,
+        description="Parsed table metadata files kept in memory (about one per table is "
+        "in use; a project's server gets room for each of its tables)",
+    )
     log_level: str = "info"
     access_log: bool = True
 

@@ -193,8 +193,6 @@ def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str,
 @contextlib.contextmanager
 def open_catalog(project: Project) -> Iterator[CatalogHandle]:
     """The target's catalog; an in-process embedded server stops when the block ends."""
-    from pyiceberg.catalog import load_catalog
-
     config = project.target.catalog
     server = None
     if isinstance(config, EmbeddedCatalog):
@@ -207,7 +205,7 @@ def open_catalog(project: Project) -> Iterator[CatalogHandle]:
         pyiceberg_props, spark_props, address = _other(config)
     try:
         try:
-            catalog = load_catalog(config.name, **pyiceberg_props)
+            catalog = _pyiceberg_catalog(config.name, pyiceberg_props, server)
         except Exception as exc:
             raise CatalogUnavailableError(
                 f"catalog: cannot connect to {config.type} catalog at {address}: "
@@ -225,6 +223,19 @@ def open_catalog(project: Project) -> Iterator[CatalogHandle]:
     finally:
         if server is not None:
             server.stop()
+
+
+def _pyiceberg_catalog(name: str, properties: dict[str, str], server: Any) -> Any:
+    """pyiceberg's catalog of the target; for an embedded server in this process, one
+    whose commits call the server directly (`catalog/in_process.py`)."""
+    from pyiceberg.catalog import load_catalog
+
+    service = getattr(server, "service", None)
+    if service is None:
+        return load_catalog(name, **properties)
+    from tableflow_core.catalog.in_process import InProcessRestCatalog
+
+    return InProcessRestCatalog(name, service, **properties)
 
 
 def use_catalog(
