@@ -432,19 +432,34 @@ class RunProcess:
         one started, or at once if that one took longer; the first starts at the run's
         "Refreshing ..." line. (Assumes one interval for every table, as the benchmarks
         configure.)"""
+        return [
+            end - start
+            for start, end, line in self._schedule(interval)
+            if line.startswith("Apply") and start >= since
+        ]
+
+    def next_cycle_start(self, interval: float) -> float | None:
+        """When (time.monotonic()) the cycle after the last ended one starts: one interval
+        after that one started, or at its end if it overran; None before the first."""
+        schedule = self._schedule(interval)
+        if not schedule:
+            return None
+        start, end, _ = schedule[-1]
+        return max(start + interval, end)
+
+    def _schedule(self, interval: float) -> list[tuple[float, float, str]]:
+        """Each ended cycle: (start, end, its output line), by runner/schedule.py's rule."""
         with self._changed:
             first = next((at for at, line in self.lines if line.startswith("Refreshing")), None)
         if first is None:
             return []
-        seconds: list[float] = []
-        start, previous = first, None
+        schedule: list[tuple[float, float, str]] = []
+        start = first
         for end, line in self.cycles():
-            if previous is not None:
-                start = max(previous[0] + interval, previous[1])
-            if line.startswith("Apply") and start >= since:
-                seconds.append(end - start)
-            previous = (start, end)
-        return seconds
+            if schedule:
+                start = max(schedule[-1][0] + interval, schedule[-1][1])
+            schedule.append((start, end, line))
+        return schedule
 
 
 @dataclass(frozen=True)

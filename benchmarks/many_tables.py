@@ -17,8 +17,10 @@ JVM, Spark's Python workers; /proc sampled every 0.2 s):
   the N tables and ingests every record); `plan` again (`plan_existing`: the tables exist);
   `apply --auto-approve` again (`noop`: nothing to do);
 - `run`: one pass of `tableflow run`. The run starts (its first cycle finds nothing new
-  and starts the JVM), then `--records` new records go into every topic, and the next
-  cycle, due one interval after the first one started, ingests them. The pass is that
+  and starts the JVM, or catches up), then, once the next cycle is due at least 20 s
+  ahead (after a catch-up longer than the interval the next cycle starts at once: the
+  benchmark waits for the cycles after it), `--records` new records go into every
+  topic, and the next cycle ingests them. The pass is that
   cycle, from its start (the fixed-rate schedule, runner/schedule.py) to its output line:
   plan and apply. Its run_results.json must show every table committing exactly its new
   records. The peak memory is the run process tree's over its whole life.
@@ -278,12 +280,16 @@ def run_pass(
                      env=tree.env(), cwd=tree.root)  # fmt: skip
     sampler = TreeSampler(run.proc.pid, 0.5)
     try:
-        run.wait_cycles(1, timeout=3600)  # catches up (A/B), starts the JVM
+        cycles = wait_for_quiet_gap(run, args.interval)
         before = high_watermarks(bootstrap, topics)
         produce_all(bootstrap, ids, args.records, args.partitions, first=first_id)
         after = high_watermarks(bootstrap, topics)
         produced_at = time.monotonic()
-        cycles = 1
+        due = run.next_cycle_start(args.interval)
+        if due is not None and produced_at > due:
+            raise SystemExit(f"[{tree.label}] producing the new records took until "
+                             f"{produced_at - due:.1f} s after the next cycle started: that "
+                             "cycle read part of them; use a longer --interval")  # fmt: skip
         while True:  # the first cycle that starts after the records are in
             cycles += 1
             run.wait_cycles(cycles, timeout=args.interval + 3600)
@@ -308,6 +314,26 @@ def run_pass(
                          f"{len(wrong)} tables, e.g. {wrong[:3]} (see {run._log.name})")  # fmt: skip
     apply_s = float(results["duration_s"])
     return Figure(seconds[0], sampler.peak_pss, f"apply {apply_s:.1f} s of it")
+
+
+# Seconds left before the next cycle starts that producing the new records may take
+# (1,000 tables x 200 records took ~3 s on a loaded machine).
+PRODUCE_MARGIN_S = 20.0
+
+
+def wait_for_quiet_gap(run: RunProcess, interval: float) -> int:
+    """Wait for the first cycle (it catches up, and starts the JVM), then for as many more
+    as it takes until the next one is due at least PRODUCE_MARGIN_S ahead: a catch-up
+    cycle longer than the interval is followed at once by the next one (fixed-rate
+    schedule), which would read records still being produced. The cycles ended so far."""
+    cycles = 1
+    run.wait_cycles(cycles, timeout=3600)
+    while True:
+        due = run.next_cycle_start(interval)
+        if due is not None and due - time.monotonic() >= min(PRODUCE_MARGIN_S, interval / 2):
+            return cycles
+        cycles += 1
+        run.wait_cycles(cycles, timeout=interval + 3600)
 
 
 # -- main --------------------------------------------------------------------------------

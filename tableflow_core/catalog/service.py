@@ -349,16 +349,34 @@ class CatalogService:
                 properties=request.properties,
             )
             return LoadedTable.of(metadata, None)
+        metadata = new_table_metadata(
+            location=location,
+            schema=request.table_schema,
+            partition_spec=spec,
+            sort_order=order,
+            properties=request.properties,
+        )
+        # SqlCatalog.create_table's steps, without its closing load_table: reading back
+        # and parsing the file just written was a third of a create's CPU (1,000 tables).
         with self._locks.holding([identifier]), self._storage("creating", identifier):
-            table = self.catalog.create_table(
-                identifier,
-                schema=request.table_schema,
-                location=location,
-                partition_spec=spec,
-                sort_order=order,
-                properties=request.properties,
+            io = load_file_io(self.catalog.properties, metadata_file)
+            self.catalog._write_metadata(metadata, io, metadata_file)
+            row = self.catalog._create_table_row(
+                Catalog.namespace_to_string(namespace), request.name, metadata_file
             )
-        return LoadedTable.of(table.metadata, table.metadata_location)
+            try:
+                with Session(self.catalog.engine) as session:
+                    session.execute(insert(IcebergTables).values(**row))
+                    session.commit()
+            except IntegrityError as exc:
+                with contextlib.suppress(Exception):
+                    io.delete(metadata_file)
+                raise TableAlreadyExistsError(
+                    f"Table already exists: {'.'.join(identifier)}"
+                ) from exc
+        created = LoadedTable.of(metadata, metadata_file)
+        self._metadata.put(metadata_file, created.parsed)
+        return created
 
     def _check_new_table(self, request: CreateTableBody) -> None:
         check_schema(request.table_schema)
