@@ -15,6 +15,7 @@ from tableflow_core.deadletter.topics import create_dlq_topic
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.engine import ddl
+from tableflow_core.engine.catalog_create import create_table_in_process
 from tableflow_core.errors import (
     ConcurrentCommitError,
     DataLossError,
@@ -330,6 +331,16 @@ def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
 @action_runner(CreateTable)
 def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -> None:
     context.ensure_namespace(ddl.namespace_of(identifier))
+    service = context.handle.in_process_service
+    if (
+        service is not None
+        and not action.partition_by
+        and not action.sort_by
+        and create_table_in_process(
+            service, tuple(action.identifier.split(".")), action.table_schema, action.properties
+        )
+    ):
+        return
     ddl.create_table(
         context.spark,
         identifier,

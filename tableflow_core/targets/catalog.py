@@ -51,7 +51,12 @@ class CatalogHandle:
     @property
     def reads_in_process(self) -> bool:
         """The catalog is an embedded server running in this process (see below)."""
-        return getattr(self._server, "service", None) is not None
+        return self.in_process_service is not None
+
+    @property
+    def in_process_service(self) -> Any:
+        """The CatalogService of the embedded server running in this process, or None."""
+        return getattr(self._server, "service", None)
 
     def load_tables_in_process(
         self, identifiers: Sequence[tuple[str, ...]]
