@@ -174,3 +174,33 @@ def test_load_tables_reads_many_tables_at_once_and_never_stale(tmp_path: Path) -
         assert table.metadata == single.metadata
     first.commit_table(_set_property("v1"))
     assert second.load_tables([IDENT])[IDENT].metadata.properties["k"] == "v1"
+
+
+def test_a_commit_replaces_the_table_entry_it_supersedes(tmp_path: Path) -> None:
+    """A run commits 2-3 times per table: the superseded entries must not push other
+    tables' current metadata out of the cache."""
+    first, _ = _services(tmp_path)
+    before = first.load_table(IDENT).metadata_location
+    cache = first._metadata
+    assert len(cache) == 1
+    for value in ("1", "2", "3"):
+        first.commit_table(_set_property(value))
+    assert len(cache) == 1  # only the current file's entry
+    misses = cache.misses
+    current = first.load_table(IDENT)
+    assert cache.misses == misses  # served from the cache
+    assert current.metadata_location != before
+    assert current.metadata == _read_file(current.metadata_location or "")
+
+
+def test_cache_size_is_configurable(tmp_path: Path) -> None:
+    warehouse = tmp_path / "wh"
+    warehouse.mkdir()
+    service = CatalogService.open(
+        f"sqlite:///{tmp_path / 'c.db'}", warehouse.as_uri(), metadata_cache_entries=3
+    )
+    service.catalog.create_namespace("n")
+    for i in range(5):
+        service.catalog.create_table(("n", f"t{i}"), SCHEMA)
+    service.load_tables([("n", f"t{i}") for i in range(5)])
+    assert len(service._metadata) == 3
