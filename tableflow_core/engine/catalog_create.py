@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from tableflow_core.engine.ddl import spark_schema_for
+from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def spark_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-class _Unconvertible(Exception):
+class _Unconvertible(TableflowError, ValueError):
     """A Spark type this module does not convert: the table goes through Spark."""
 
 
