@@ -240,7 +240,8 @@ def _pyiceberg_catalog(name: str, properties: dict[str, str], server: Any) -> An
         return load_catalog(name, **properties)
     from tableflow_core.catalog.in_process import InProcessRestCatalog
 
-    return InProcessRestCatalog(name, service, **properties)
+    direct_loads = server.settings.storage is None  # no storage config in load answers
+    return InProcessRestCatalog(name, service, direct_loads=direct_loads, **properties)
 
 
 def use_catalog(

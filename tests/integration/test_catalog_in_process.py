@@ -81,3 +81,40 @@ def test_accepted_connections_disable_nagle() -> None:
 
     asyncio.run(main())
     assert seen and seen[0] != 0
+
+
+def test_direct_commits_and_loads_match_http(tmp_path: Path) -> None:
+    """catalog/in_process.py: a table loaded through the service is the one HTTP gives; a
+    commit through it is what HTTP clients see next; a stale one is refused the same way."""
+    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+
+    from tableflow_core.catalog.in_process import InProcessRestCatalog
+
+    settings = CatalogServerSettings(warehouse=tmp_path / "wh", auth="none", access_log=False)
+    with serve_in_background(settings) as server:
+        http = load_catalog("http", **server.pyiceberg_properties())
+        direct = InProcessRestCatalog(
+            "direct", server.service, direct_loads=True, **server.pyiceberg_properties()
+        )
+        http.create_namespace("n")
+        http.create_table(("n", "t"), pa.schema([("id", pa.int64())]))
+        mine, theirs = direct.load_table(("n", "t")), http.load_table(("n", "t"))
+        assert (mine.metadata, mine.metadata_location) == (
+            theirs.metadata,
+            theirs.metadata_location,
+        )
+        # Each catalog has its own auth manager object; every other FileIO property equal.
+        drop = {"auth.manager"}
+        assert {k: v for k, v in mine.io.properties.items() if k not in drop} == {
+            k: v for k, v in theirs.io.properties.items() if k not in drop
+        }
+        mine.append(pa.table({"id": [1, 2]}))
+        assert http.load_table(("n", "t")).scan().to_arrow().num_rows == 2
+        stale = theirs.transaction()
+        stale.set_properties(k="v")
+        with stale.update_snapshot().fast_append():
+            pass
+        with pytest.raises(CommitFailedException):  # main moved since `theirs` was loaded
+            direct.commit_table(theirs, stale._requirements, stale._updates)
+        with pytest.raises(NoSuchTableError):
+            direct.load_table(("n", "missing"))
