@@ -10,8 +10,8 @@ one CreateTopics request, the N value subjects registered concurrently (one sche
 id), each record framed once and one producer writing every topic.
 
 Then each phase is a CLI process on a project of N tables (embedded catalog, Spark
-local[`--cores`], `refresh_interval` = `--interval`), timed by the wall clock, with the
-peak memory of its process tree (PSS, shared pages split between sharers: the CLI, the
+local[`--cores`], `refresh_interval` = `--interval`), timed by the wall clock and by the
+CPU seconds of its process tree (fair under load), with the peak memory of its process tree (PSS, shared pages split between sharers: the CLI, the
 JVM, Spark's Python workers; /proc sampled every 0.2 s):
 - `validate`; `plan` (no table exists yet); `apply --auto-approve` (the first apply: creates
   the N tables and ingests every record); `plan` again (`plan_existing`: the tables exist);
@@ -214,6 +214,7 @@ class Figure:
     seconds: float
     peak_pss: int
     detail: str = ""
+    cpu_s: float | None = None  # the command's process tree (fair under load); None: not measured
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -245,7 +246,8 @@ def cli_phase(tree: Tree, root: Path, *args: str) -> Figure:
                 f"[{tree.label}] tableflow {' '.join(args)} failed:\n"
                 f"{out.read()[-3000:]}\n{err.read()[-3000:]}"
             )
-    return Figure(seconds, sampler.peak_pss)
+    cpu_s = sum(proc.cpu_s for proc in sampler.procs.values())
+    return Figure(seconds, sampler.peak_pss, cpu_s=cpu_s)
 
 
 def applied(root: Path, records: int, tables: int) -> str:
@@ -411,7 +413,8 @@ def main() -> None:
                     figure = run_pass(tree, root, work, bootstrap, ids, args, next_id)
                     next_id += args.records
                 figures[(phase, tree.label)] = figure
-                print(f"  {phase:<14} {tree.label:<12} {figure.seconds:8.2f} s "
+                cpu = f"{figure.cpu_s:7.2f} CPU s" if figure.cpu_s is not None else " " * 13
+                print(f"  {phase:<14} {tree.label:<12} {figure.seconds:8.2f} s {cpu} "
                       f"{figure.peak_pss / 1e9:6.2f} GB  {figure.detail}  "
                       f"(load {os.getloadavg()[0]:.1f})", flush=True)  # fmt: skip
         load_after = os.getloadavg()
@@ -440,6 +443,9 @@ def main() -> None:
               f"tables, plan + apply ({figures[('run', THIS_TREE)].detail}); "
               f"refresh_interval {args.interval} s")  # fmt: skip
     print("memory: peak PSS of the command's process tree (CLI, JVM, Python workers)")
+    print("CPU (printed per phase above): user + system seconds of the command's process "
+          "tree, sampled from /proc every 0.2 s (a process's last 0.2 s can be missed); not "
+          "for the run pass, whose process lives across cycles")  # fmt: skip
     sys.stdout.flush()
 
 
