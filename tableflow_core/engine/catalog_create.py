@@ -21,17 +21,32 @@ import json
 import os
 import pwd
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from tableflow_core.engine.ddl import spark_schema_for
 from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
-
-if TYPE_CHECKING:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import IcebergType
 
 # The property Spark adds to every table it creates (CatalogV2Util.withDefaultOwnership).
 OWNER_PROPERTY = "owner"
@@ -63,23 +78,7 @@ def _iceberg_type(spark_type: Any, ids: _Ids) -> IcebergType:
     """Iceberg's SparkTypeToType for the types Spark SQL DDL gives: in `ARRAY<..>` and
     `MAP<.., ..>` the elements and values are nullable (the DDL cannot say otherwise);
     struct fields keep NOT NULL."""
-    from pyiceberg.types import (
-        BinaryType,
-        BooleanType,
-        DateType,
-        DecimalType,
-        DoubleType,
-        FloatType,
-        IntegerType,
-        ListType,
-        LongType,
-        MapType,
-        NestedField,
-        StringType,
-        StructType,
-        TimestampType,
-        TimestamptzType,
-    )
+    # pyspark is imported where used, as in engine/ddl.py.
     from pyspark.sql import types as spark
 
     primitives: dict[type, IcebergType] = {
@@ -125,9 +124,6 @@ def _iceberg_type(spark_type: Any, ids: _Ids) -> IcebergType:
 def iceberg_schema_as_spark_creates(arrow_schema: pa.Schema) -> Schema | None:
     """The schema Spark's CREATE TABLE of `arrow_schema` sends (field ids as the server
     assigns them afresh anyway); None when a type is not one this module converts."""
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import StructType
-
     try:
         struct = _iceberg_type(spark_schema_for(arrow_schema), _Ids())
     except _Unconvertible:
