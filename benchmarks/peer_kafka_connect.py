@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/peer_kafka_connect.py --records 1000000,10000000
     .venv/bin/python benchmarks/peer_kafka_connect.py --records 1000000 --rates 1000,20000
+    .venv/bin/python benchmarks/peer_kafka_connect.py --records 20000 --rates 1000,20000 \
+        --seconds 30 --skip-default-interval --run-interval 500ms
 
 One run starts, on loopback: Apache Kafka 4.4 (KRaft, `tableflow_core/dev/kafka_server.py`),
 s3proxy (`dev/s3_server.py`), and tableflow's catalog server with its warehouse on that
@@ -26,8 +28,12 @@ workers; sink: the Connect JVM), sampled every 0.2 s.
 Freshness: a producer runs at a fixed rate for `--seconds`; every record carries its
 produce time (ms). Latency of a record = the time the table's `main` moved to the first
 snapshot holding it (the snapshot log of the table metadata: the catalog's commit, for
-tableflow the fast-forward of its branch) minus its produce time. The rows each snapshot
+tableflow its publish commit, which moves main) minus its produce time. The rows each snapshot
 added are read from its added data files, so neither side's bookkeeping is trusted.
+Each freshness line also gives the CPU seconds of the contender's process tree while its
+records were produced and landed (processes that ended meanwhile are missed), and the
+load average: a shorter `--run-interval` (a duration: `1s`, `500ms`) buys freshness with
+CPU.
 
 The last line is the throughput ratio at the largest N, against the sink at its shortest
 stable commit interval: `apply/sink records/s: X.XXx` (target >= 1.5x). Figures and
@@ -48,7 +54,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +70,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from tableflow_core.catalog.clients import pyiceberg_catalog_properties
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
 from tableflow_core.catalog.storage import ObjectStorage
+from tableflow_core.config.models import parse_duration_seconds
 from tableflow_core.dev.kafka_connect import (
     IcebergSinkCatalog,
     KafkaConnectSettings,
@@ -370,6 +377,30 @@ class Freshness:
     p50_s: float
     p95_s: float
     max_s: float
+    cpu_s: float = 0.0  # the contender's process tree while records were produced and landed
+    wall_s: float = 0.0
+    load: float = 0.0  # 1-minute load average at the end of that window
+
+    def line(self, rate: int, name: str) -> str:
+        core = self.cpu_s / self.wall_s if self.wall_s else 0.0
+        return (
+            f"freshness at {rate:>6,}/s  {name:<22} p50 {self.p50_s:6.2f} s  "
+            f"p95 {self.p95_s:6.2f} s  max {self.max_s:6.2f} s  ({self.records:,} records)  "
+            f"cpu {self.cpu_s:5.1f} s in {self.wall_s:4.1f} s ({core:.2f} cores)  "
+            f"load {self.load:.1f}"
+        )
+
+
+def tree_cpu_now(pid: int) -> dict[int, float]:
+    cpu: dict[int, float] = {}
+    tree_cpu_seconds(pid, cpu)
+    return cpu
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the tree spent between two samples (processes that ended in between
+    are missed: an underestimate)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 def produce_at_rate(stack: Stack, topic: str, rate: int, seconds: float, first_id: int) -> int:
@@ -446,21 +477,25 @@ def wait_for(rows: Callable[[], int], count: int, timeout: float, what: str) -> 
         time.sleep(0.5)
 
 
-def freshness_tableflow(stack: Stack, rate: int, seconds: float, interval_s: int) -> Freshness:
+def freshness_tableflow(stack: Stack, rate: int, seconds: float, interval: str) -> Freshness:
     topic = table = f"fresh_tf_{rate}"
     stack.create_topic(topic)
     warm = produce_at_rate(stack, topic, rate, 1, 0)
-    root = write_project(stack, stack.work / f"project-{table}", topic, table, f"{interval_s}s")
+    root = write_project(stack, stack.work / f"project-{table}", topic, table, interval)
     os.environ["PEER_CATALOG_CREDENTIAL"] = stack.credential
     run = RunProcess(root, stack.work / f"{table}.log")
     try:
         run.wait_cycles(1, timeout=900)
         wait_for(lambda: total_records(stack, table), warm, 300, "tableflow run (warm-up)")
+        cpu_before, began = tree_cpu_now(run.proc.pid), time.monotonic()
         sent = produce_at_rate(stack, topic, rate, seconds, warm)
         wait_for(lambda: total_records(stack, table), warm + sent, 600, "tableflow run")
+        cpu = cpu_between(cpu_before, tree_cpu_now(run.proc.pid))
+        wall = time.monotonic() - began
     finally:
         run.stop()
-    return summarize(latencies(stack, table, warm))
+    found = summarize(latencies(stack, table, warm))
+    return replace(found, cpu_s=cpu, wall_s=wall, load=os.getloadavg()[0])
 
 
 def freshness_sink(stack: Stack, rate: int, seconds: float, interval_ms: int) -> Freshness:
@@ -470,11 +505,15 @@ def freshness_sink(stack: Stack, rate: int, seconds: float, interval_ms: int) ->
     worker = start_sink(stack, topic, table, interval_ms)
     try:
         wait_for(lambda: total_records(stack, table), warm, 300, "sink (warm-up)")
+        cpu_before, began = tree_cpu_now(worker.process.pid), time.monotonic()
         sent = produce_at_rate(stack, topic, rate, seconds, warm)
         wait_for(lambda: total_records(stack, table), warm + sent, 600, "sink")
+        cpu = cpu_between(cpu_before, tree_cpu_now(worker.process.pid))
+        wall = time.monotonic() - began
     finally:
         worker.stop()
-    return summarize(latencies(stack, table, warm))
+    found = summarize(latencies(stack, table, warm))
+    return replace(found, cpu_s=cpu, wall_s=wall, load=os.getloadavg()[0])
 
 
 # ----------------------------------------------------------------------------- main
@@ -484,12 +523,27 @@ def mb(value: int) -> str:
     return f"{value / 2**20:,.0f} MB"
 
 
+def run_interval(text: str) -> str:
+    """A refresh_interval as the project takes it ('1s', '500ms'); a bare number is seconds."""
+    value = f"{text}s" if text.isdigit() else text
+    try:
+        parse_duration_seconds(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", default="1000000,10000000")
     parser.add_argument("--rates", default="1000,20000", help="freshness rates; empty: skip")
     parser.add_argument("--seconds", type=float, default=60.0, help="freshness run length")
-    parser.add_argument("--run-interval", type=int, default=1, help="tableflow run refresh (s)")
+    parser.add_argument(
+        "--run-interval",
+        type=run_interval,
+        default="1s",
+        help="tableflow run's refresh_interval, a duration: 1s, 500ms",
+    )
     parser.add_argument(
         "--skip-default-interval",
         action="store_true",
@@ -523,11 +577,10 @@ def main() -> None:
             tf = freshness_tableflow(stack, rate, args.seconds, args.run_interval)
             sink = freshness_sink(stack, rate, args.seconds, SHORTEST_STABLE_INTERVAL_MS)
             for name, f in (
-                (f"tableflow run ({args.run_interval} s)", tf),
+                (f"tableflow run ({args.run_interval})", tf),
                 ("sink (commit 1 s)", sink),
             ):
-                print(f"freshness at {rate:>6,}/s  {name:<22} p50 {f.p50_s:6.2f} s  "
-                      f"p95 {f.p95_s:6.2f} s  max {f.max_s:6.2f} s  ({f.records:,} records)")  # fmt: skip
+                print(f.line(rate, name))
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     if ratio is not None and cpu_ratio is not None:
         print(f"apply/sink records per CPU second: {cpu_ratio:.2f}x")

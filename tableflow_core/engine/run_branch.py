@@ -118,12 +118,22 @@ def publish_run(
     *,
     before_commit: Any = None,
     data_files: Sequence[Any] = (),
+    new_branch: bool = False,
+    stale: Sequence[str] = (),
 ) -> int:
     """One commit: the accounting snapshot (`properties`) on `branch`, `main` moved to it,
     `branch` and `other_branches` removed. Returns main's new snapshot id.
 
     `data_files` (pyiceberg DataFiles the run's read tasks wrote, a shared job's) are
     added by that snapshot: the run's data, its offsets and accounting in one snapshot.
+
+    `new_branch`: the run wrote nothing to a branch of its own (its data files are
+    `data_files`), so `branch` is cut at `base_snapshot_id` by this same commit, and the
+    `stale` run branches are removed by it too: the run costs one commit, not two
+    (`begin_run` + this one). pyiceberg's retry of a refused commit drops every ref
+    change but the removals, so a retry still never moves `main` (checked after the
+    commit, as always); what it may leave, the run's branch on a snapshot outside main's
+    history, the caller drops, or the next run removes as stale.
 
     `table`: loaded after the write. Refused (MainMovedError) unless `main` is still at
     `base_snapshot_id`: checked here against `table`, and by the catalog at commit
@@ -137,7 +147,7 @@ def publish_run(
     if main is None or main.snapshot_id != base_snapshot_id:
         found = main.snapshot_id if main is not None else None
         raise MainMovedError(f"main is at {found}, the run branched from {base_snapshot_id}")
-    if head is None:  # a later run dropped it: main moved past this run
+    if head is None and not new_branch:  # a later run dropped it: main moved past this run
         raise MainMovedError(f"the run's branch {branch} is gone")
     retention = {
         "max_ref_age_ms": main.max_ref_age_ms,
@@ -149,6 +159,8 @@ def publish_run(
     # requirement of this kind the transaction keeps (see the module docstring).
     with _manage(transaction) as keep:
         keep.create_branch(base_snapshot_id, MAIN, **retention)
+        if new_branch:
+            keep.create_branch(base_snapshot_id, branch)
     with transaction.update_snapshot(
         snapshot_properties=dict(properties), branch=branch
     ).fast_append() as accounting:
@@ -157,7 +169,8 @@ def publish_run(
     published = int(accounting.snapshot_id)
     with _manage(transaction) as moves:
         moves.create_branch(published, MAIN, **retention)
-        for name in (branch, *(n for n in other_branches if n in refs and n != branch)):
+        others = dict.fromkeys(n for n in (*other_branches, *stale) if n in refs and n != branch)
+        for name in (branch, *others):
             moves.remove_branch(name)
     if before_commit is not None:
         before_commit()

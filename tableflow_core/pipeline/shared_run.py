@@ -5,8 +5,9 @@ The run frame of `pipeline/run.py`, with the Spark work shared (ingest/sharing.p
 which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"):
 
 1. per table, on the driver, concurrently: its committed offsets checked against the
-   plan's (`ConcurrentCommitError` when they moved), then its run's branch at main's head
-   (one catalog commit, `engine/run_branch.begin_run`);
+   plan's (`ConcurrentCommitError` when they moved); a new table's first snapshot and its
+   run's branch in one catalog commit (`engine/run_branch.begin_run`); an existing
+   table's branch is cut by its publish commit (step 3), nothing is committed here;
 2. one Spark job for all the tables: each task reads its tables' ranges with one consumer,
    decodes each table's records with its own decoder and writes its good rows as the
    table's data files, then reports them with its counts (`pipeline/shared_tasks.py`);
@@ -14,7 +15,8 @@ which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"
    run, naming the records), its accounting, then one catalog commit
    (`engine/run_branch.publish_run`): a snapshot on the run's branch holding the data
    files, the offsets and the accounting, main moved to it and the branch removed,
-   accepted only while main is still where the run branched.
+   accepted only while main is still where the run branched. An existing table's run is
+   this one commit.
 
 A data file is visible only once its table's publish names it: a crash anywhere leaves
 each table with its data and offsets as they were before its own publish or after it,
@@ -89,10 +91,11 @@ class SharedMember:
 
 @dataclass
 class _Started:
-    """A table whose run's branch exists: what its publish needs."""
+    """A table whose run started (its branch exists, or its publish cuts it): what its
+    publish needs."""
 
     member: SharedMember
-    table: Any  # pyiceberg Table, as the branch's commit left it
+    table: Any  # pyiceberg Table, as loaded (or as begin_run's commit left it)
     run_id: str
     branch: str
     base: int  # main's snapshot the branch was cut at
@@ -101,6 +104,10 @@ class _Started:
     other_branches: tuple[str, ...]
     began: float
     timings: dict[str, float] = field(default_factory=dict)
+    # The branch is cut by the publish commit (an existing table: one commit a run), and
+    # the stale run branches are removed by it.
+    new_branch: bool = False
+    stale: tuple[str, ...] = ()
 
 
 Result = IngestOutcome | BaseException
@@ -178,10 +185,20 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
     run_id = uuid.uuid4().hex[:16]
     branch = f"{BRANCH_PREFIX}{run_id}"
     stale = stale_branches(state)
-    base, table = begin_run(table, branch, stale)
     other = tuple(n for n in state.refs if n.startswith(BRANCH_PREFIX) and n not in stale)
+    main = state.current_snapshot_id
+    if main is None:
+        # A new table: its first snapshot and the run's branch in one commit of their own.
+        base, table = begin_run(table, branch, stale)
+        stale, new_branch = [], False
+    else:
+        # The publish cuts the branch, adds the files and moves main in one commit.
+        base, new_branch = main, True
     timings = {"load": loaded - began, "start_run": time.monotonic() - loaded}
-    return _Started(member, table, run_id, branch, base, before, after, other, began, timings)
+    return _Started(
+        member, table, run_id, branch, base, before, after, other, began, timings,
+        new_branch=new_branch, stale=tuple(stale),
+    )  # fmt: skip
 
 
 def _run_job(
@@ -327,6 +344,8 @@ def _publish(
             run.other_branches,
             before_commit=lambda: crash_point("before_commit"),
             data_files=merged.data_files,
+            new_branch=run.new_branch,
+            stale=run.stale,
         )
         run.timings["publish_commit"] = time.monotonic() - started
     except MainMovedError as exc:

@@ -227,9 +227,18 @@ def commits(env: Env) -> int:
 
 
 def test_a_run_is_three_catalog_commits(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Branch (+ a new table's first snapshot), data, publish (accounting + main + drop)."""
+    """Branch (+ a new table's first snapshot), data, publish (accounting + main + drop):
+    a run in a Spark job of its own, with Spark's Iceberg writer."""
+    import tableflow_core.plan.dag as dag
+
+    # Spark's Iceberg writer, as for a table that needs it (a plain append would not).
+    monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's writer")
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
     topic = kafka_broker.create_topic(unique_name("commits"), 2)
     produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
@@ -246,6 +255,34 @@ def test_a_run_is_three_catalog_commits(
     head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
     assert head is not None
     assert {"tableflow.offsets", "tableflow.accounting"} <= set(head.summary.additional_properties)
+    assert run_branches(env) == []
+    assert read_back(env) == (
+        14,
+        sum(range(14)),
+        round(sum(payment(i)["amount"] for i in range(14)), 3),
+        14,
+    )
+
+
+def test_a_lone_small_run_is_one_catalog_commit(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """A plain append run writes its data files in its read tasks (ingest/sharing.py), and
+    one commit cuts the branch, adds them with the offsets and moves main; a new table's
+    first run adds the commit of its first snapshot."""
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = kafka_broker.create_topic(unique_name("lone"), 2)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    created = commits(env)
+    first = apply(spark, env)
+    assert first.records_written == 10 and "shared_job" in (first.timings or {})
+    assert commits(env) - created == 2  # the first snapshot + branch, the publish
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
+    before = commits(env)
+    assert apply(spark, env).records_written == 4
+    assert commits(env) - before == 1
     assert run_branches(env) == []
     assert read_back(env) == (
         14,
@@ -348,6 +385,48 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     assert run_branches(env) == []
 
 
+def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain append run (its read tasks write, one commit) whose publish finds that a real
+    compaction moved main is refused by the catalog, never half-published, and runs again
+    on its own: every record once, the offsets found after it."""
+    import tableflow_core.pipeline.shared_run as shared_run_module
+
+    topic = kafka_broker.create_topic(unique_name("compacted1"), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
+    )
+    env = make_env(topic, max_records_per_run=4)
+    apply(spark, env)  # 4 rows, offsets {0: 4}
+    spec = env.spec()
+    compactions: list[str] = []
+
+    def compaction_lands_first(name: str) -> None:
+        if name == "before_commit" and not compactions:
+            table_arg = spec.identifier.replace("'", "\\'")
+            spark.sql(
+                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
+                "options => map('rewrite-all', 'true'))"
+            )
+            compactions.append("done")
+
+    monkeypatch.setattr(shared_run_module, "crash_point", compaction_lands_first)
+    outcome = apply(spark, env)
+    assert compactions == ["done"]
+    assert outcome.offsets_after == {0: 8}
+    assert any("ran again on its own" in w for w in outcome.warnings), outcome.warnings
+    rows, id_sum, _, distinct = read_back(env)
+    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
+    monkeypatch.undo()
+    assert apply(spark, env).records_written == 0
+    assert run_branches(env) == []
+
+
 def test_a_compaction_during_the_write_is_retried_exactly_once(
     spark: Any,
     make_env: Any,
@@ -356,7 +435,10 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tableflow_core.pipeline.runners.publish as publish_module
+    import tableflow_core.plan.dag as dag
 
+    # Spark's Iceberg writer (a run whose read tasks write, found main moved, runs again).
+    monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's writer")
     topic = kafka_broker.create_topic(unique_name("compacted"), 1)
     produce_avro(
         kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1

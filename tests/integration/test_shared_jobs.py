@@ -118,6 +118,11 @@ class Project:
         loaded = self.catalog.pyiceberg_catalog().load_table(f"{self.namespace}.{table}")
         return sorted(name for name in loaded.metadata.refs if name != "main")
 
+    def commits(self, table: str) -> int:
+        """Catalog commits of the table so far: one metadata file each (the metadata log)."""
+        loaded = self.catalog.pyiceberg_catalog().load_table(f"{self.namespace}.{table}")
+        return len(loaded.metadata.metadata_log)
+
     def check_exactly_once(self, table: str) -> None:
         """The table holds every good record of its topic once, with the offsets read."""
         topic = self.topics[table]
@@ -180,11 +185,23 @@ def test_shared_job_writes_each_table_exactly_once(spark: Any, shared_project: P
     assert first["c"].records_read == 19 and first["c"].records_written == 18
     assert first["c"].records_skipped == 1
 
+    # A crashed run's branch behind main: the next publish removes it, in its one commit.
+    table_a = project.catalog.pyiceberg_catalog().load_table(f"{project.namespace}.a")
+    head = table_a.current_snapshot()
+    assert head is not None and head.parent_snapshot_id is not None
+    with table_a.manage_snapshots() as refs:
+        refs.create_branch(head.parent_snapshot_id, "tableflow_run_crashed")
+    assert project.branches("a") == ["tableflow_run_crashed"]
+    commits_before = {label: project.commits(label) for label in LABELS}
     produce_round(project, 100)
     second = plan_and_apply(spark, project)
     assert all(second[label].status == "success" for label in LABELS)
     for label in LABELS:
         project.check_exactly_once(label)
+        # An existing table's run: the branch cut, the files added, main moved, the
+        # branch (and a stale one) removed, in one catalog commit.
+        assert project.commits(label) - commits_before[label] == 1, label
+        assert project.branches(label) == [], label
     assert all(r.status == "no_changes" for r in plan_and_apply(spark, project).values())
 
 
