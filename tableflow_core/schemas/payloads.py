@@ -23,7 +23,7 @@ from tableflow_core.errors import TableflowError
 from tableflow_core.schemas import avro_records, avro_types, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError, TemporalAs
 from tableflow_core.schemas.formats import FormatSpec
-from tableflow_core.schemas.plain_json import plain_json_reader
+from tableflow_core.schemas.plain_json import plain_json_reader, plain_json_values_reader
 from tableflow_core.schemas.references import fetch_schema, self_contained_text
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.wire_format import (
@@ -356,6 +356,7 @@ class PlainJsonPayloadDecoder(_RowsAsTuples):
     def __init__(self, spec: FormatSpec, as_columns: bool) -> None:
         self._read = plain_json_reader(spec.json_columns if as_columns else None)
         self._as_columns = as_columns
+        self._columns = spec.json_columns if as_columns else None
 
     def decode(self, data: bytes) -> Any:
         try:
@@ -363,6 +364,19 @@ class PlainJsonPayloadDecoder(_RowsAsTuples):
         except (ValueError, UnicodeDecodeError) as exc:
             raise PayloadError(f"invalid JSON: {exc}") from exc
         return row if self._as_columns else row[VALUE_COLUMN]
+
+    def tuple_reader(self, columns: Sequence[str]) -> TupleReader:
+        if not self._columns:
+            return super().tuple_reader(columns)
+        read_values = plain_json_values_reader(self._columns, columns)
+
+        def read(data: bytes) -> tuple[Any, ...]:
+            try:
+                return read_values(data)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise PayloadError(f"invalid JSON: {exc}") from exc
+
+        return read
 
 
 class StringPayloadDecoder(_RowsAsTuples):
