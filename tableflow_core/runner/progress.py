@@ -53,11 +53,30 @@ class ApplyProgress:
                 self._running.discard(task.id)
                 self._progress.advance(self._bar)
                 if outcome is not None:
-                    style = STATUS_STYLE[outcome.status]
+                    status = outcome.status
                     extra = f": {outcome.error}" if outcome.error else ""
+                    failed = failed_members(task, outcome)
+                    if failed:  # the job ran; some of its tables' runs did not succeed
+                        status = "error"
+                        extra = (
+                            f": {len(failed)} of {len(task.members)} table(s) failed "
+                            f"({', '.join(failed)})"
+                        )
                     self._progress.console.print(
-                        f"[{style}]{outcome.status:>7}[/] {task.id} ({outcome.duration_s:.1f}s){extra}",
+                        f"[{STATUS_STYLE[status]}]{status:>7}[/] {task.id} "
+                        f"({outcome.duration_s:.1f}s){extra}",
                         highlight=False,
                     )
             shown = ", ".join(sorted(self._running)) or "waiting"
             self._progress.update(self._bar, description=f"running {shown}"[:80])
+
+
+def failed_members(task: DagTask, outcome: TaskOutcome) -> list[str]:
+    """The tables of a job of several tables' runs (`task.members`) whose run ended in an
+    error, though the job itself succeeded: each table's result is in the outcome's value
+    (runner/actions.py `_ingest_shared`)."""
+    if not task.members or outcome.status != "success" or not isinstance(outcome.value, dict):
+        return []
+    return sorted(
+        name for name, result in outcome.value.items() if isinstance(result, BaseException)
+    )

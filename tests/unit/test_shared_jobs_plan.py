@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from rich.console import Console
 
 from tableflow_core.ingest.sharing import (
     MAX_JOB_RECORDS,
@@ -18,7 +19,8 @@ from tableflow_core.ingest.sharing import (
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.terms import PartitionTerm
 from tableflow_core.plan.dag import Dag, DagMember, DagTask
-from tableflow_core.runner.executor import execute_dag
+from tableflow_core.runner.executor import TaskOutcome, execute_dag
+from tableflow_core.runner.progress import ApplyProgress, failed_members
 from tableflow_core.schemas.formats import FormatSpec
 
 
@@ -100,3 +102,18 @@ def test_a_shared_task_runs_for_the_members_whose_ddl_succeeded() -> None:
 
     outcomes = execute_dag(Dag(tasks=(*tasks, shared)), every_ddl_fails)
     assert outcomes["ingest_shared:1"].status == "skipped"
+
+
+def test_a_job_whose_table_failed_is_not_shown_as_a_success() -> None:
+    members = tuple(DagMember(table=t, action=f"ingest:{t}") for t in ("a", "b"))
+    task = DagTask(id="ingest_shared:1", kind="ingest_shared", members=members)
+    value = {"a": object(), "b": RuntimeError("the object store refused")}
+    outcome = TaskOutcome("ingest_shared:1", "success", value, duration_s=1.0)
+    assert failed_members(task, outcome) == ["b"]
+    assert failed_members(task, TaskOutcome("ingest_shared:1", "success", {"a": 1})) == []
+
+    console = Console(record=True, width=200)
+    with ApplyProgress(console, 1) as progress:
+        progress.on_event("end", task, outcome)
+    line = console.export_text()
+    assert "error ingest_shared:1" in line and "1 of 2 table(s) failed (b)" in line, line
