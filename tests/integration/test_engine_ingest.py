@@ -6,6 +6,7 @@ Results are read back with pyiceberg and DuckDB (independent readers).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -385,6 +386,24 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     assert run_branches(env) == []
 
 
+def compaction_before_first_commit(
+    spark: Any, spec: Any, compactions: list[str]
+) -> Callable[[str], None]:
+    """A crash_point stand-in: at the first `before_commit`, a real compaction of the table
+    (`rewrite_data_files`, every file) moves main; `compactions` records that it ran."""
+
+    def compaction_lands_first(name: str) -> None:
+        if name == "before_commit" and not compactions:
+            table_arg = spec.identifier.replace("'", "\\'")
+            spark.sql(
+                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
+                "options => map('rewrite-all', 'true'))"
+            )
+            compactions.append("done")
+
+    return compaction_lands_first
+
+
 def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once(
     spark: Any,
     make_env: Any,
@@ -405,15 +424,7 @@ def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once
     apply(spark, env)  # 4 rows, offsets {0: 4}
     spec = env.spec()
     compactions: list[str] = []
-
-    def compaction_lands_first(name: str) -> None:
-        if name == "before_commit" and not compactions:
-            table_arg = spec.identifier.replace("'", "\\'")
-            spark.sql(
-                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
-                "options => map('rewrite-all', 'true'))"
-            )
-            compactions.append("done")
+    compaction_lands_first = compaction_before_first_commit(spark, spec, compactions)
 
     monkeypatch.setattr(shared_run_module, "crash_point", compaction_lands_first)
     outcome = apply(spark, env)
@@ -451,15 +462,7 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     # and after its own check (a replace snapshot: data and committed offsets unchanged):
     # the catalog refuses the commit, the run retries.
     compactions: list[str] = []
-
-    def compaction_lands_first(name: str) -> None:
-        if name == "before_commit" and not compactions:
-            table_arg = spec.identifier.replace("'", "\\'")
-            spark.sql(
-                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
-                "options => map('rewrite-all', 'true'))"
-            )
-            compactions.append("done")
+    compaction_lands_first = compaction_before_first_commit(spark, spec, compactions)
 
     monkeypatch.setattr(publish_module, "crash_point", compaction_lands_first)
     outcome = apply(spark, env)
