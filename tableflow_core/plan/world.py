@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,6 +35,7 @@ from tableflow_core.plan.dead_letter_topic import kafka_dlq_users
 from tableflow_core.plan.desired import format_spec, start_from_value
 from tableflow_core.plan.world_state import ObservedTable, TopicState, WorldState
 from tableflow_core.publish import read_published_pointers
+from tableflow_core.schemas.latest_schemas import read_latest_schemas
 from tableflow_core.schemas.resolve import resolve_schema
 from tableflow_core.state.offsets import read_committed_offsets
 from tableflow_core.targets.catalog import CatalogHandle
@@ -74,6 +75,8 @@ class Readers:
     topic_names: Callable[..., frozenset[str]] | None = None
     # Every topic's watermarks in one read (kafka/admin.read_watermarks).
     read_watermarks: Callable[..., TopicWatermarks] = read_watermarks
+    # Many subjects' latest schemas in one registry request (schemas/latest_schemas.py).
+    read_latest_schemas: Callable[..., Mapping[str, Any]] | None = None
 
 
 def default_readers() -> Readers:
@@ -86,6 +89,7 @@ def default_readers() -> Readers:
         topic_partitions,
         topic_names,
         read_watermarks,
+        read_latest_schemas,
     )
 
 
@@ -158,6 +162,20 @@ def key_subject_spec(table: Table) -> Any:
     return spec.model_copy(update={"subject": spec.subject_for(table.topic, is_key=True)})
 
 
+def listable_subjects(tables: Sequence[Table]) -> set[str]:
+    """The subjects the plan reads at version `latest` in text form (Avro, JSON Schema):
+    the ones a registry's listing can answer (`schemas/latest_schemas.py`)."""
+    subjects: set[str] = set()
+    for t in tables:
+        sides = [(format_spec(t.value), False)]
+        if t.key is not None:
+            sides.append((format_spec(t.key), True))
+        for spec, is_key in sides:
+            if spec.uses_registry and spec.version == "latest" and spec.format != "protobuf":
+                subjects.add(spec.subject_for(t.topic, is_key))
+    return subjects
+
+
 def read_world(
     project: Project,
     tables: tuple[Table, ...],
@@ -205,9 +223,14 @@ def read_world(
         listing = {
             ns: pool.submit(_list_tables, catalog_call, catalog, ns) for ns in sorted(wanted)
         }
+        resolve = io.resolve_schema
+        if io.read_latest_schemas is not None and registry is not None:
+            latest = io.read_latest_schemas(registry, listable_subjects(tables))
+            if latest:
+                resolve = functools.partial(io.resolve_schema, latest=latest)
         schema_f = {
             t.name: pool.submit(
-                io.resolve_schema,
+                resolve,
                 t.topic,
                 format_spec(t.value),
                 format_spec(t.key),
@@ -219,7 +242,7 @@ def read_world(
         # Upsert: a registry key's own schema (its fields can be key columns).
         key_f = {
             t.name: pool.submit(
-                io.resolve_schema,
+                resolve,
                 t.topic,
                 key_subject_spec(t),
                 None,

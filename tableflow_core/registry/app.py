@@ -42,6 +42,16 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "false").strip().lower() == "true"
 
 
+def _int_param(request: Request, name: str, default: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise bad_request(f"{name} must be an integer, not {text[:40]!r}") from None
+
+
 def _too_large() -> RegistryError:
     return RegistryError(413, 413, f"Request body is larger than {MAX_BODY_BYTES} bytes")
 
@@ -139,8 +149,15 @@ def _add_schema_routes(app: FastAPI, registry: SchemaRegistry) -> None:
         return ["JSON", "PROTOBUF", "AVRO"]
 
     @app.get("/schemas")
-    def list_schemas() -> list[dict[str, Any]]:
-        return registry.list_schemas()
+    def list_schemas(request: Request) -> list[dict[str, Any]]:
+        params = request.query_params
+        return registry.list_schemas(
+            params.get("subjectPrefix", ""),
+            _flag(request, "deleted"),
+            _flag(request, "latestOnly"),
+            _int_param(request, "offset", 0),
+            _int_param(request, "limit", -1),
+        )
 
     @app.get("/schemas/ids/{schema_id}")
     def schema_by_id(schema_id: int) -> dict[str, Any]:

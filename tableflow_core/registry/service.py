@@ -103,8 +103,25 @@ class SchemaRegistry:
     ) -> list[str]:
         return sorted({v["subject"] for v in self.schema_versions(schema_id, subject, deleted)})
 
-    def list_schemas(self) -> list[dict[str, Any]]:
-        return [{"id": s.id, **_schema_view(s)} for s in self._store.all_schemas()]
+    def list_schemas(
+        self,
+        subject_prefix: str = "",
+        deleted: bool = False,
+        latest_only: bool = False,
+        offset: int = 0,
+        limit: int = -1,
+    ) -> list[dict[str, Any]]:
+        """`GET /schemas`: a version view (subject, version, id, schema...) of every
+        subject version whose subject starts with `subject_prefix`, by subject then
+        version; `latest_only`: each subject's latest version only (of those listed)."""
+        views: list[dict[str, Any]] = []
+        for subject in self.subjects(subject_prefix or None, deleted=deleted):
+            listed = self._store.versions(subject, include_deleted=deleted)
+            if latest_only:
+                listed = listed[-1:]
+            views.extend(_version_view(v, self._stored(v.schema_id)) for v in listed)
+        end = None if limit < 0 else offset + limit
+        return views[offset:end]
 
     # -- subjects and versions -------------------------------------------------------------
 

@@ -8,7 +8,7 @@ nullable (docs/type-mapping.md, "Nullability").
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -68,8 +68,11 @@ def resolve_schema(
     key: FormatSpec | None,
     metadata_columns: tuple[str, ...],
     registry: RegistrySettings | None,
+    latest: Mapping[str, RegisteredSchema] | None = None,
 ) -> ResolvedSchema:
-    registered = _registered(topic, value, is_key=False, registry=registry)
+    """`latest`: subjects' latest versions already read in one request
+    (`schemas.latest_schemas`), used for a side read at version `latest` in text form."""
+    registered = _registered(topic, value, is_key=False, registry=registry, latest=latest)
     value_type, is_record, value_message = _arrow_type(
         topic, value, registered, registry, is_key=False
     )
@@ -84,7 +87,7 @@ def resolve_schema(
     if metadata_columns:
         key_type = pa.binary()
         if "key" in metadata_columns and key is not None:
-            key_registered = _registered(topic, key, is_key=True, registry=registry)
+            key_registered = _registered(topic, key, is_key=True, registry=registry, latest=latest)
             key_type, _, key_message = _arrow_type(
                 topic, key, key_registered, registry, is_key=True
             )
@@ -109,7 +112,11 @@ def resolve_schema(
 
 
 def _registered(
-    topic: str, spec: FormatSpec, is_key: bool, registry: RegistrySettings | None
+    topic: str,
+    spec: FormatSpec,
+    is_key: bool,
+    registry: RegistrySettings | None,
+    latest: Mapping[str, RegisteredSchema] | None = None,
 ) -> RegisteredSchema | None:
     if not spec.uses_registry:
         return None
@@ -121,8 +128,9 @@ def _registered(
     subject = spec.subject_for(topic, is_key)
     fmt = SERIALIZED if spec.format == "protobuf" else None
     client = registry.client()
+    listed = (latest or {}).get(subject) if spec.version == "latest" and fmt is None else None
     try:
-        found = fetch_version(client, subject, spec.version, fmt)
+        found = listed or fetch_version(client, subject, spec.version, fmt)
     except SchemaRegistryError as exc:
         raise SchemaResolutionError(
             f"topic {topic!r}: cannot read {side} subject {subject!r} version {spec.version} "

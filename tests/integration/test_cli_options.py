@@ -111,3 +111,20 @@ def test_help_imports_no_heavy_dependency() -> None:
     lines = result.stdout.strip().splitlines()
     assert "plan" in result.stdout and "apply" in result.stdout and "query" in result.stdout
     assert json.loads(lines[-1]) == []
+
+
+def test_the_planner_imports_no_catalog_server() -> None:
+    """`tableflow plan` imports the object store's settings from the catalog package
+    (`catalog.storage`); the package must not load the server with them (FastAPI,
+    SQLAlchemy: ~0.45 s of a 1,000-table plan, docs/performance.md)."""
+    code = (
+        "import sys, json\n"
+        "import tableflow_core.tasks.plan\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'fastapi', 'uvicorn', 'sqlalchemy', 'pyspark'})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
