@@ -75,7 +75,11 @@ def test_the_listing_gives_each_subjects_latest_version(
     for subject in subjects:
         one = client.get_version(subject, "latest")
         got = listed[subject]
-        assert (got.subject, got.version, got.schema_id) == (one.subject, one.version, one.schema_id)
+        assert (got.subject, got.version, got.schema_id) == (
+            one.subject,
+            one.version,
+            one.schema_id,
+        )
         assert got.schema.schema_str == one.schema.schema_str
         assert got.schema.schema_type == one.schema.schema_type
         assert got.schema.references == one.schema.references
