@@ -70,7 +70,7 @@ class InProcessRestCatalog(RestCatalog):
         try:
             loaded = self._service.load_table(identifier)
         except Exception as exc:
-            raise _client_error(exc, load=True) from exc
+            raise client_error(exc, load=True) from exc
         assert loaded.metadata_location is not None
         # RestCatalog._response_to_table for an answer with an empty config.
         return Table(
@@ -92,13 +92,13 @@ class InProcessRestCatalog(RestCatalog):
         try:
             committed = self._service.commit_table(change)
         except Exception as exc:
-            raise _client_error(exc) from exc
+            raise client_error(exc) from exc
         return CommitTableResponse(
             metadata=committed.metadata, metadata_location=committed.metadata_location
         )
 
 
-def _client_error(exc: Exception, *, load: bool = False) -> Exception:
+def client_error(exc: Exception, *, load: bool = False) -> Exception:
     """The exception the REST client would have raised for the route's answer to `exc`
     (a commit's, or with `load` a load's)."""
     if isinstance(exc, CommitFailedException | NoSuchTableError):

@@ -88,7 +88,7 @@ def _uvicorn_server(settings: CatalogServerSettings, service: CatalogService) ->
     return uvicorn.Server(config)
 
 
-def _open_service(settings: CatalogServerSettings) -> CatalogService:
+def open_service(settings: CatalogServerSettings) -> CatalogService:
     if isinstance(settings.warehouse, Path):
         settings.warehouse.mkdir(parents=True, exist_ok=True)
     sqlite_file = settings.resolved_database_url.partition("sqlite:///")[2]
@@ -183,7 +183,7 @@ def serve_in_background(
     Use as `with serve_in_background(settings) as server: ... server.uri ...`,
     or keep the result and call `.stop()`.
     """
-    service = _open_service(settings)
+    service = open_service(settings)
     sock = bind_listener(settings.host, settings.port)
     port = int(sock.getsockname()[1])
     server = _uvicorn_server(settings, service)
@@ -293,7 +293,7 @@ def server_arguments(settings: CatalogServerSettings) -> list[str]:
 
 def serve_forever(settings: CatalogServerSettings, sock: socket.socket | None = None) -> None:
     """Run in the foreground until SIGINT/SIGTERM (on `sock` if given, else bind one)."""
-    service = _open_service(settings)
+    service = open_service(settings)
     try:
         sock = sock or bind_listener(settings.host, settings.port)
         port = sock.getsockname()[1]

@@ -90,7 +90,7 @@ def _secret(value: Any) -> str | None:
 
 
 def _embedded(
-    project: Project, config: EmbeddedCatalog
+    project: Project, config: EmbeddedCatalog, serve: bool = True
 ) -> tuple[dict[str, str], dict[str, str], str, Any]:
     from tableflow_core.catalog.clients import (
         pyiceberg_catalog_properties,
@@ -109,6 +109,8 @@ def _embedded(
         if credential is not None and secret is not None:
             _verify_server(config, secret.get_secret_value())
         uri = f"http://{config.host}:{config.port}"
+    elif not serve:
+        return _embedded_unserved(project, config)
     else:
         from tableflow_core.catalog.project_settings import in_process_server_settings
         from tableflow_core.catalog.runner import serve_in_background
@@ -131,6 +133,33 @@ def _embedded(
         pyiceberg_props.update(storage.pyiceberg_properties())
         spark_props.update(storage.spark_properties())  # S3FileIO instead of Hadoop's
     return pyiceberg_props, spark_props, uri, server
+
+
+def _embedded_unserved(
+    project: Project, config: EmbeddedCatalog
+) -> tuple[dict[str, str], dict[str, str], str, Any]:
+    """The embedded catalog's service opened in this process, not served: for a command
+    that only reads the catalog (`catalog/reader.py`). No Spark properties: nothing
+    serves them."""
+    from tableflow_core.catalog.project_settings import in_process_server_settings
+    from tableflow_core.catalog.reader import ServiceInProcess
+    from tableflow_core.catalog.runner import open_service
+
+    settings = in_process_server_settings(project, config, log_level="warning", access_log=False)
+    try:
+        service = open_service(settings)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise CatalogUnavailableError(
+            f"catalog: cannot open the embedded catalog's database: {project.redact(str(exc))}"
+        ) from exc
+    storage = target_storage(config)
+    properties = storage.pyiceberg_properties() if storage is not None else {}
+    return (
+        properties,
+        {},
+        f"embedded catalog ({settings.warehouse_uri})",
+        ServiceInProcess(settings, service),
+    )
 
 
 def _verify_server(config: EmbeddedCatalog, client_secret: str) -> None:
@@ -196,12 +225,14 @@ def _other(config: GlueCatalog | HiveCatalog) -> tuple[dict[str, str], dict[str,
 
 
 @contextlib.contextmanager
-def open_catalog(project: Project) -> Iterator[CatalogHandle]:
-    """The target's catalog; an in-process embedded server stops when the block ends."""
+def open_catalog(project: Project, *, serve: bool = True) -> Iterator[CatalogHandle]:
+    """The target's catalog; an in-process embedded server stops when the block ends.
+    `serve=False`: the caller only reads through pyiceberg (plan): an embedded catalog
+    nothing serves yet is read in this process without starting a server."""
     config = project.target.catalog
     server = None
     if isinstance(config, EmbeddedCatalog):
-        pyiceberg_props, spark_props, address, server = _embedded(project, config)
+        pyiceberg_props, spark_props, address, server = _embedded(project, config, serve)
     elif isinstance(config, RestCatalog):
         pyiceberg_props, spark_props, address = _rest(config)
     elif isinstance(config, SqlCatalog):
@@ -239,14 +270,20 @@ def _pyiceberg_catalog(name: str, properties: dict[str, str], server: Any) -> An
     if service is None:
         return load_catalog(name, **properties)
     from tableflow_core.catalog.in_process import InProcessRestCatalog
+    from tableflow_core.catalog.reader import ServiceInProcess, ServiceReader
+
+    if isinstance(server, ServiceInProcess):
+        return ServiceReader(name, service, **properties)
 
     direct_loads = server.settings.storage is None  # no storage config in load answers
     return InProcessRestCatalog(name, service, direct_loads=direct_loads, **properties)
 
 
 def use_catalog(
-    project: Project, handle: CatalogHandle | None
+    project: Project, handle: CatalogHandle | None, *, serve: bool = True
 ) -> contextlib.AbstractContextManager[CatalogHandle]:
     """`handle` when the caller keeps one open (a command that plans then applies,
     `tableflow run` across its cycles), else the target's catalog for this block."""
-    return contextlib.nullcontext(handle) if handle is not None else open_catalog(project)
+    if handle is not None:
+        return contextlib.nullcontext(handle)
+    return open_catalog(project, serve=serve)

@@ -26,7 +26,8 @@ class PlanTask:
     def run(self) -> Plan:
         # Undeclared tables are only judged when the whole project is planned.
         report_undeclared = not self.selectors
-        with use_catalog(self.project, self.handle) as handle:
+        # A plan only reads: an embedded catalog nothing serves is read in this process.
+        with use_catalog(self.project, self.handle, serve=False) as handle:
             world = read_world(
                 self.project,
                 self.tables,

@@ -5,18 +5,22 @@ HTTP request per table observes."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 import yaml
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tableflow_core.config.loader import load_project
-from tableflow_core.dev.processes import free_port
+from tableflow_core.config.models import EmbeddedCatalog
+from tableflow_core.dev.processes import free_port, port_is_open
 from tableflow_core.plan.world import Readers, read_world
 from tableflow_core.targets.catalog import open_catalog
 
@@ -82,3 +86,33 @@ def test_in_process_and_http_world_reads_observe_the_same_tables(tmp_path: Path)
     assert direct.tables == requested.tables
     assert direct.tables["ns.t1"].snapshot_id is not None
     assert [t.transform for t in direct.tables["ns.t1"].partition_by] == ["day"]
+    # A plan reads the same catalog without serving it (catalog/reader.py): same world,
+    # no server thread, and nothing listening on the catalog's port.
+    with open_catalog(project, serve=False) as unserved:
+        assert unserved.reads_in_process and not unserved.spark_properties
+        assert not any(t.name.startswith("catalog-server") for t in threading.enumerate())
+        config = project.target.catalog
+        assert isinstance(config, EmbeddedCatalog) and config.port
+        assert not port_is_open("127.0.0.1", config.port)
+        read = read_world(project, project.tables, unserved, read_kafka=False, readers=readers)
+        assert read.tables == direct.tables
+        assert read.namespaces == direct.namespaces
+        assert read.listed_tables == direct.listed_tables
+        assert unserved.catalog.load_table("ns.t1").metadata == direct_t1_metadata(project)
+
+
+def direct_t1_metadata(project: Any) -> Any:
+    with open_catalog(project) as served:
+        return served.catalog.load_table(("ns", "t1")).metadata
+
+
+def test_an_unserved_read_reports_a_missing_namespace_and_table_as_pyiceberg_does(
+    tmp_path: Path,
+) -> None:
+    project = load_project(_project(tmp_path / "p", ["t0"]))
+    with open_catalog(project, serve=False) as handle:
+        with pytest.raises(NoSuchNamespaceError):
+            handle.catalog.list_tables(("nope",))
+        with pytest.raises(NoSuchTableError):
+            handle.catalog.load_table(("ns", "t0"))
+        assert handle.catalog.list_namespaces() == []

@@ -14,7 +14,7 @@ from pyiceberg.exceptions import (
 
 from tableflow_core.catalog.errors import BadRequestError as ServerBadRequest
 from tableflow_core.catalog.errors import StorageUnavailableError
-from tableflow_core.catalog.in_process import _client_error
+from tableflow_core.catalog.in_process import client_error
 
 
 @pytest.mark.parametrize(
@@ -28,6 +28,6 @@ from tableflow_core.catalog.in_process import _client_error
     ],
 )
 def test_client_error(raised: Exception, expected: type[Exception]) -> None:
-    error = _client_error(raised)
+    error = client_error(raised)
     assert type(error) is expected
     assert str(raised) in str(error)

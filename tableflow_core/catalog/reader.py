@@ -1,0 +1,78 @@
+"""Reading the embedded catalog in this process without serving it (`tableflow plan`).
+
+`plan` only reads the catalog, and when nothing serves the embedded catalog (no `dev
+up`, no `catalog serve`), its reads were answered by a server it started on a thread of
+its own process: uvicorn's start, FastAPI building its request models on the first
+request (~0.26 s of CPU), pyiceberg's config and token requests, and a stop that waits
+for the server's loop. On a 1,000-table plan that was ~0.5 s of its ~3 s
+(docs/performance.md, "Plan for many tables"). Here the same `CatalogService` answers
+the calls `plan/world.py` makes, with no server: the same database, metadata files and
+parsed-metadata cache, and pyiceberg's exceptions for a missing namespace or table.
+Anything that writes, or Spark, still talks to a server (`targets/catalog.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.io import load_file_io
+from pyiceberg.table import Table
+from pyiceberg.typedef import Identifier
+
+from tableflow_core.catalog.in_process import client_error
+from tableflow_core.catalog.service import CatalogService
+from tableflow_core.catalog.settings import CatalogServerSettings
+
+
+class ServiceInProcess:
+    """The embedded catalog's service open in this process, not served over HTTP."""
+
+    def __init__(self, settings: CatalogServerSettings, service: CatalogService) -> None:
+        self.settings = settings
+        self.service = service
+
+    def stop(self, timeout: float = 0.0) -> None:
+        self.service.close()
+
+
+class ServiceReader:
+    """The read calls of pyiceberg's catalog that `plan` makes, answered by `service`."""
+
+    def __init__(self, name: str, service: CatalogService, **properties: str) -> None:
+        self.name = name
+        self.properties = properties
+        self._service = service
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        return self._call(lambda: self._service.list_namespaces(_tuple(namespace)))
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        return self._call(lambda: self._service.list_tables(_tuple(namespace)))
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        name = _tuple(identifier)
+        loaded = self._call(lambda: self._service.load_table(name), load=True)
+        assert loaded.metadata_location is not None
+        return Table(
+            identifier=name,
+            metadata_location=loaded.metadata_location,
+            metadata=loaded.metadata,
+            io=load_file_io(
+                {**self.properties, **loaded.metadata.properties}, loaded.metadata_location
+            ),
+            catalog=self,  # type: ignore[arg-type]  # read-only: nothing commits through it
+        )
+
+    @staticmethod
+    def _call(call: Any, load: bool = False) -> Any:
+        try:
+            return call()
+        except (NoSuchNamespaceError, NoSuchTableError):
+            raise  # as pyiceberg's REST client raises them
+        except Exception as exc:
+            raise client_error(exc, load=load) from exc
+
+
+def _tuple(name: str | Identifier) -> Identifier:
+    return tuple(name.split(".")) if isinstance(name, str) else tuple(name)
