@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
+from tableflow_core.collector import paused_collector
 from tableflow_core.config.project import Project, Table
 from tableflow_core.plan.builder import build_plan
 from tableflow_core.plan.plan import Plan, PlanOptions
@@ -24,6 +25,10 @@ class PlanTask:
     world: WorldState | None = field(default=None, init=False)  # what the last run() read
 
     def run(self) -> Plan:
+        with paused_collector():
+            return self._run()
+
+    def _run(self) -> Plan:
         # Undeclared tables are only judged when the whole project is planned.
         report_undeclared = not self.selectors
         # A plan only reads: an embedded catalog nothing serves is read in this process.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tableflow_core.cli.context import EXIT_ERROR, CliContext
+from tableflow_core.collector import paused_collector
 
 if TYPE_CHECKING:
     from tableflow_core.plan.plan import Plan
@@ -108,8 +109,10 @@ def command(
     show_dag: bool,
 ) -> None:
     """Compare the project with the catalog, registry and Kafka; show what apply would do."""
-    plan, _ = run_plan(ctx, allow_destructive, prune)
-    show_plan(ctx, plan, "json" if as_json else output_format, show_dag)
+    # Also across the planner's imports and the rendering (tableflow_core/collector.py).
+    with paused_collector():
+        plan, _ = run_plan(ctx, allow_destructive, prune)
+        show_plan(ctx, plan, "json" if as_json else output_format, show_dag)
     if out is not None:
         from tableflow_core.plan.plan_file import save_plan
 
