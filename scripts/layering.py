@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 # Bottom up. A package may import packages of its own layer or of layers below it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("text", "sql_text", "errors", "redaction", "output_files", "addresses")),
+    ("foundation", ("text", "sql_text", "errors", "redaction", "output_files", "addresses", "collector")),
     ("config", ("config",)),
     (
         "outside systems",
