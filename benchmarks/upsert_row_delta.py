@@ -161,28 +161,31 @@ def later(new: pa.Table, old: pa.Table) -> np.ndarray:
     return old_unknown | after
 
 
-def existing_deletes(io: Any, task: Any) -> np.ndarray:
-    """Positions of `task.file` that earlier batches deleted."""
+def existing_deletes(io: Any, data_path: str, delete_paths: list[str]) -> np.ndarray:
+    """Positions of data file `data_path` that earlier batches deleted."""
     positions = []
-    for delete_file in task.delete_files:
-        with io.new_input(delete_file.file_path).open() as f:
+    for delete_path in delete_paths:
+        with io.new_input(delete_path).open() as f:
             deletes = pq.read_table(f, columns=["file_path", "pos"])
-        mine = deletes.filter(pc.equal(deletes.column("file_path"), task.file.file_path))
+        mine = deletes.filter(pc.equal(deletes.column("file_path"), data_path))
         positions.append(mine.column("pos").to_numpy())
     return np.concatenate(positions) if positions else np.empty(0, dtype=np.int64)
 
 
-def scan_file(io: Any, task: Any, latest: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One data file (a Spark task's unit): (positions to delete, batch rows whose key the
-    file holds live, batch rows later than their stored row)."""
-    with io.new_input(task.file.file_path).open() as f:
+def scan_file(
+    io: Any, data_path: str, delete_paths: list[str], latest: pa.Table
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One data file (a Spark task's unit) and its position delete files: (positions to
+    delete, batch rows whose key the file holds live, batch rows later than their stored
+    row)."""
+    with io.new_input(data_path).open() as f:
         stored = pq.read_table(f, columns=["id", *POSITIONS])
     hit = pc.is_in(stored.column("id"), value_set=latest.column("id")).to_numpy(
         zero_copy_only=False
     )
     rows = np.flatnonzero(hit)
-    if task.delete_files and len(rows):
-        rows = rows[~np.isin(rows, existing_deletes(io, task))]
+    if delete_paths and len(rows):
+        rows = rows[~np.isin(rows, existing_deletes(io, data_path, delete_paths))]
     matched = stored.take(pa.array(rows))
     batch_rows = pc.index_in(matched.column("id"), value_set=latest.column("id")).to_numpy()
     newer = later(latest.take(pa.array(batch_rows)), matched)
@@ -341,7 +344,8 @@ def apply_batch(
     for task in tasks:
         started = time.perf_counter()
         with parts.part("scan"):
-            positions, batch_rows, later_rows = scan_file(io, task, latest)
+            deletes = [d.file_path for d in task.delete_files]
+            positions, batch_rows, later_rows = scan_file(io, task.file.file_path, deletes, latest)
         largest = max(largest, time.perf_counter() - started)
         held[batch_rows] = True
         newer[later_rows] = True
@@ -404,6 +408,72 @@ def after_remembered(new_keys: pa.Table, remembered: pa.Table) -> np.ndarray:
         same = (a[0] == b[0]) & (a[1] == b[1]) & (a[2] == b[2])
         keep[known] = later(new, old) | same
     return keep
+
+
+def spark_part(table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: int) -> None:
+    """Spark (Iceberg's Java reader) reads the table the study wrote and must agree with
+    the model; then the per-file scan of `batch` as a Spark job, one task per data file
+    (or `tasks` tasks of several files; mapInArrow, as the read tasks run), `rounds` times
+    in one application."""
+    import os
+
+    from pyspark.sql import functions as F
+    from upsert import tree_cpu
+
+    from tableflow_core.engine.spark_session import build_spark_session
+
+    spark = build_spark_session("local[2]", app_name="row-delta-study")
+    started = time.perf_counter()
+    read = spark.read.format("iceberg").load(table.metadata_location)
+    count, total = read.agg(F.count("*"), F.sum("amount")).first()
+    want_total = pc.sum(want.column("amount")).as_py()
+    if count != want.num_rows or abs(total - want_total) > 1e-6 * abs(want_total):
+        raise SystemExit(f"Spark differs from the model: {count} rows, sum {total}")
+    print(
+        f"Spark reads it: {count:,} rows, sum of amounts equal "
+        f"({time.perf_counter() - started:.2f} s, the application's first query)"
+    )
+    latest = latest_per_key(batch).select(["id", *POSITIONS])
+    files = [
+        (t.file.file_path, [d.file_path for d in t.delete_files]) for t in table.scan().plan_files()
+    ]
+    props = file_io_properties(table.io.properties)
+    location = table.metadata.location
+
+    def scan_task(batches: Any) -> Any:
+        from pyiceberg.io import load_file_io
+
+        io = load_file_io(props, location=location)
+        for rows in batches:
+            for path, deletes in zip(
+                rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True
+            ):
+                positions, held, newer = scan_file(io, path, deletes, latest)
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "path": [path],
+                        "positions": [positions.tobytes()],
+                        "held": [held.tobytes()],
+                        "newer": [newer.tobytes()],
+                    }
+                )
+
+    slices = min(len(files), tasks) if tasks else len(files)
+    frame = spark.sparkContext.parallelize(files, slices).toDF("path string, deletes array<string>")
+    schema = "path string, positions binary, held binary, newer binary"
+    for number in range(1, rounds + 1):
+        before, wall = tree_cpu(os.getpid()), time.perf_counter()
+        answers = frame.mapInArrow(scan_task, schema).collect()
+        wall = time.perf_counter() - wall
+        after = tree_cpu(os.getpid())
+        cpu = {k: after[k] - before[k] for k in ("driver", "jvm", "workers")}
+        deleted = sum(len(a["positions"]) // 8 for a in answers)
+        print(
+            f"Spark scan job {number}: {len(files)} files in {slices} tasks, {wall:.2f} s wall, CPU "
+            + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+            + f" (total {sum(cpu.values()):.2f} s); {deleted:,} positions to delete"
+        )
+    spark.stop()
 
 
 def model(initial: pa.Table, batches: list[list[Change]], user: list[str]) -> pa.Table:
@@ -485,6 +555,9 @@ def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
     by_pyiceberg, by_duckdb, pyiceberg_s, duckdb_s = read_back(table, user)
     same_rows("pyiceberg", by_pyiceberg, want)
     same_rows("DuckDB", by_duckdb, want)
+    if args.spark:
+        next_batch = batch_table(batch_changes(rows, args.batch, seed=99), offset, initial.schema)
+        spark_part(table, next_batch, want, args.spark, args.spark_tasks)
     print(
         f"read back: pyiceberg {pyiceberg_s:.2f} s, DuckDB {duckdb_s:.2f} s; both equal the model "
         f"({want.num_rows:,} rows, every column)"
@@ -497,6 +570,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--file-rows", type=int, default=1_250_000)
+    parser.add_argument(
+        "--spark",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also: Spark reads the table back, and the next batch's scan runs as a Spark job "
+        "(one task per data file) ROUNDS times",
+    )
+    parser.add_argument(
+        "--spark-tasks", type=int, default=0, help="tasks of the Spark scan (0: one per file)"
+    )
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
     for rows in (int(r) for r in args.rows.split(",")):
