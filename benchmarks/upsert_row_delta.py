@@ -172,14 +172,26 @@ def existing_deletes(io: Any, data_path: str, delete_paths: list[str]) -> np.nda
     return np.concatenate(positions) if positions else np.empty(0, dtype=np.int64)
 
 
+def older_than_batch(upper: bytes | None, latest: pa.Table) -> bool:
+    """Whether every row of a data file whose `_kafka_timestamp` upper bound is `upper`
+    comes before every record of the batch (then its position columns need not be read:
+    every live row the batch's keys match is superseded). Not when the file has no bound
+    or a batch record has no timestamp (the earliest of all)."""
+    ts = latest.column(TIMESTAMP_COLUMN)
+    if upper is None or ts.null_count or len(ts) == 0:
+        return False
+    return int.from_bytes(upper, "little", signed=True) < pc.min(ts.cast(pa.int64())).as_py()
+
+
 def scan_file(
-    io: Any, data_path: str, delete_paths: list[str], latest: pa.Table
+    io: Any, data_path: str, delete_paths: list[str], latest: pa.Table, key_only: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One data file (a Spark task's unit) and its position delete files: (positions to
     delete, batch rows whose key the file holds live, batch rows later than their stored
-    row)."""
+    row). `key_only`: the file is older than the batch (`older_than_batch`), only its key
+    column is read."""
     with io.new_input(data_path).open() as f:
-        stored = pq.read_table(f, columns=["id", *POSITIONS])
+        stored = pq.read_table(f, columns=["id"] if key_only else ["id", *POSITIONS])
     hit = pc.is_in(stored.column("id"), value_set=latest.column("id")).to_numpy(
         zero_copy_only=False
     )
@@ -188,6 +200,8 @@ def scan_file(
         rows = rows[~np.isin(rows, existing_deletes(io, data_path, delete_paths))]
     matched = stored.take(pa.array(rows))
     batch_rows = pc.index_in(matched.column("id"), value_set=latest.column("id")).to_numpy()
+    if key_only:
+        return rows, batch_rows, batch_rows
     newer = later(latest.take(pa.array(batch_rows)), matched)
     return rows[newer], batch_rows, batch_rows[newer]
 
@@ -329,9 +343,16 @@ def build_table(catalog: Any, rows: int, file_rows: int) -> tuple[Any, pa.Table,
 
 
 def apply_batch(
-    catalog: Any, table: Any, batch: pa.Table, number: int, parts: Parts
+    catalog: Any,
+    table: Any,
+    batch: pa.Table,
+    number: int,
+    parts: Parts,
+    key_only_files: bool = False,
 ) -> dict[str, Any]:
     io, location = table.io, table.metadata.location
+    ts_field = table.schema().find_field(TIMESTAMP_COLUMN).field_id
+    skipped_positions = 0
     with parts.part("latest"):
         latest = latest_per_key(batch)
     tombstone = latest.column("__tombstone").to_numpy(zero_copy_only=False)
@@ -345,7 +366,13 @@ def apply_batch(
         started = time.perf_counter()
         with parts.part("scan"):
             deletes = [d.file_path for d in task.delete_files]
-            positions, batch_rows, later_rows = scan_file(io, task.file.file_path, deletes, latest)
+            key_only = key_only_files and older_than_batch(
+                (task.file.upper_bounds or {}).get(ts_field), latest
+            )
+            skipped_positions += key_only
+            positions, batch_rows, later_rows = scan_file(
+                io, task.file.file_path, deletes, latest, key_only
+            )
         largest = max(largest, time.perf_counter() - started)
         held[batch_rows] = True
         newer[later_rows] = True
@@ -383,6 +410,7 @@ def apply_batch(
         )  # fmt: skip
     return {
         "files scanned": len(tasks),
+        "of them key only": skipped_positions,
         "largest file scan": largest,
         "rows deleted": sum(len(p) for p in to_delete.values()),
         "rows inserted": int(insert.sum()),
@@ -410,7 +438,9 @@ def after_remembered(new_keys: pa.Table, remembered: pa.Table) -> np.ndarray:
     return keep
 
 
-def spark_part(table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: int) -> None:
+def spark_part(
+    table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: int, key_only: bool
+) -> None:
     """Spark (Iceberg's Java reader) reads the table the study wrote and must agree with
     the model; then the per-file scan of `batch` as a Spark job, one task per data file
     (or `tasks` tasks of several files; mapInArrow, as the read tasks run), `rounds` times
@@ -434,9 +464,16 @@ def spark_part(table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: 
         f"({time.perf_counter() - started:.2f} s, the application's first query)"
     )
     latest = latest_per_key(batch).select(["id", *POSITIONS])
+    ts_field = table.schema().find_field(TIMESTAMP_COLUMN).field_id
     files = [
-        (t.file.file_path, [d.file_path for d in t.delete_files]) for t in table.scan().plan_files()
+        (
+            t.file.file_path,
+            [d.file_path for d in t.delete_files],
+            key_only and older_than_batch((t.file.upper_bounds or {}).get(ts_field), latest),
+        )
+        for t in table.scan().plan_files()
     ]
+    shipped = spark.sparkContext.broadcast(latest)
     props = file_io_properties(table.io.properties)
     location = table.metadata.location
 
@@ -445,10 +482,13 @@ def spark_part(table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: 
 
         io = load_file_io(props, location=location)
         for rows in batches:
-            for path, deletes in zip(
-                rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True
+            for path, deletes, only_keys in zip(
+                rows.column(0).to_pylist(),
+                rows.column(1).to_pylist(),
+                rows.column(2).to_pylist(),
+                strict=True,
             ):
-                positions, held, newer = scan_file(io, path, deletes, latest)
+                positions, held, newer = scan_file(io, path, deletes, shipped.value, only_keys)
                 yield pa.RecordBatch.from_pydict(
                     {
                         "path": [path],
@@ -459,7 +499,9 @@ def spark_part(table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: 
                 )
 
     slices = min(len(files), tasks) if tasks else len(files)
-    frame = spark.sparkContext.parallelize(files, slices).toDF("path string, deletes array<string>")
+    frame = spark.sparkContext.parallelize(files, slices).toDF(
+        "path string, deletes array<string>, key_only boolean"
+    )
     schema = "path string, positions binary, held binary, newer binary"
     for number in range(1, rounds + 1):
         before, wall = tree_cpu(os.getpid()), time.perf_counter()
@@ -469,7 +511,8 @@ def spark_part(table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: 
         cpu = {k: after[k] - before[k] for k in ("driver", "jvm", "workers")}
         deleted = sum(len(a["positions"]) // 8 for a in answers)
         print(
-            f"Spark scan job {number}: {len(files)} files in {slices} tasks, {wall:.2f} s wall, CPU "
+            f"Spark scan job {number}: {len(files)} files ({sum(f[2] for f in files)} key only) "
+            f"in {slices} tasks, {wall:.2f} s wall, CPU "
             + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
             + f" (total {sum(cpu.values()):.2f} s); {deleted:,} positions to delete"
         )
@@ -534,7 +577,7 @@ def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
         offset += len(changes)
         parts = Parts()
         table = catalog.load_table("bench.events")
-        facts = apply_batch(catalog, table, batch, number, parts)
+        facts = apply_batch(catalog, table, batch, number, parts, args.key_only)
         applied.append(changes)
         print(f"batch {number}: {parts.line()}")
         print(
@@ -546,7 +589,9 @@ def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
     # A re-run of the last batch (same offsets, as after a crash before the publish) must
     # change nothing: every record is at the position of the row or delete it left.
     parts = Parts()
-    replay = apply_batch(catalog, catalog.load_table("bench.events"), batch, 0, parts)
+    replay = apply_batch(
+        catalog, catalog.load_table("bench.events"), batch, 0, parts, args.key_only
+    )
     print(f"replay of batch {args.batches}: {parts.line()}")
     if replay["rows deleted"] or replay["rows inserted"]:
         raise SystemExit(f"the replay changed the table: {replay}")
@@ -557,7 +602,7 @@ def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
     same_rows("DuckDB", by_duckdb, want)
     if args.spark:
         next_batch = batch_table(batch_changes(rows, args.batch, seed=99), offset, initial.schema)
-        spark_part(table, next_batch, want, args.spark, args.spark_tasks)
+        spark_part(table, next_batch, want, args.spark, args.spark_tasks, args.key_only)
     print(
         f"read back: pyiceberg {pyiceberg_s:.2f} s, DuckDB {duckdb_s:.2f} s; both equal the model "
         f"({want.num_rows:,} rows, every column)"
@@ -580,6 +625,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--spark-tasks", type=int, default=0, help="tasks of the Spark scan (0: one per file)"
+    )
+    parser.add_argument(
+        "--key-only",
+        action="store_true",
+        help="read only the key column of a data file whose _kafka_timestamp upper bound is "
+        "below the batch's earliest timestamp (`older_than_batch`)",
     )
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
