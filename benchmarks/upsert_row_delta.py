@@ -439,12 +439,20 @@ def after_remembered(new_keys: pa.Table, remembered: pa.Table) -> np.ndarray:
 
 
 def spark_part(
-    table: Any, batch: pa.Table, want: pa.Table, rounds: int, tasks: int, key_only: bool
-) -> None:
+    table: Any,
+    batch: pa.Table,
+    want: pa.Table,
+    rounds: int,
+    tasks: int,
+    key_only: bool,
+    catalog: dict[str, str] | None,
+) -> bool:
     """Spark (Iceberg's Java reader) reads the table the study wrote and must agree with
     the model; then the per-file scan of `batch` as a Spark job, one task per data file
     (or `tasks` tasks of several files; mapInArrow, as the read tasks run), `rounds` times
-    in one application."""
+    in one application. With `catalog` (the embedded catalog's Spark properties): then
+    Spark's compaction of the table (`rewrite_position_delete_files`, then
+    `rewrite_data_files` with the deletes applied) through that catalog; True when it ran."""
     import os
 
     from pyspark.sql import functions as F
@@ -516,7 +524,21 @@ def spark_part(
             + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
             + f" (total {sum(cpu.values()):.2f} s); {deleted:,} positions to delete"
         )
+    if catalog is not None:
+        from tableflow_core.engine.spark_session import register_catalog
+
+        register_catalog(spark, "study", catalog)
+        for call in (
+            "rewrite_position_delete_files(table => 'bench.events', "
+            "options => map('rewrite-all', 'true'))",
+            "rewrite_data_files(table => 'bench.events', "
+            "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true'))",
+        ):
+            started = time.perf_counter()
+            answer = spark.sql(f"CALL study.system.{call}").collect()
+            print(f"Spark {call.split('(')[0]}: {time.perf_counter() - started:.2f} s, {answer}")
     spark.stop()
+    return catalog is not None
 
 
 def model(initial: pa.Table, batches: list[list[Change]], user: list[str]) -> pa.Table:
@@ -560,11 +582,42 @@ def same_rows(name: str, got: pa.Table, want: pa.Table) -> None:
         )
 
 
-def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
-    from pyiceberg.catalog.sql import SqlCatalog
+@contextmanager
+def study_catalog(kind: str, work: Path) -> Iterator[tuple[Any, dict[str, str] | None]]:
+    """(pyiceberg catalog, Spark catalog properties or None): pyiceberg's SQLite catalog,
+    or tableflow's embedded REST catalog served on a loopback port for the duration
+    (every commit, the RowDelta's included, goes through its HTTP API)."""
+    if kind == "sqlite":
+        from pyiceberg.catalog.sql import SqlCatalog
 
-    print(f"\n== rows {rows:,}, data files of {args.file_rows:,} rows, batch {args.batch:,}")
-    catalog = SqlCatalog("study", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/wh")
+        yield (
+            SqlCatalog("study", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/wh"),
+            None,
+        )
+        return
+    from pyiceberg.catalog import load_catalog
+
+    from tableflow_core.catalog import CatalogServerSettings, serve_in_background
+    from tableflow_core.catalog.clients import spark_catalog_properties
+
+    settings = CatalogServerSettings(warehouse=work / "wh", auth="none", access_log=False)
+    with serve_in_background(settings) as server:
+        catalog = load_catalog("study", **server.pyiceberg_properties())
+        yield catalog, spark_catalog_properties(server.uri, server.credential)
+
+
+def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
+    with study_catalog(args.catalog, work) as (catalog, spark_catalog):
+        _measure(rows, args, catalog, spark_catalog)
+
+
+def _measure(
+    rows: int, args: argparse.Namespace, catalog: Any, spark_catalog: dict[str, str] | None
+) -> None:
+    print(
+        f"\n== rows {rows:,}, data files of {args.file_rows:,} rows, batch {args.batch:,}, "
+        f"{args.catalog} catalog"
+    )
     catalog.create_namespace("bench")
     table, initial, built = build_table(catalog, rows, args.file_rows)
     print(f"built in {built:.1f} s ({len(list(table.scan().plan_files()))} data files)")
@@ -602,7 +655,19 @@ def measure(rows: int, args: argparse.Namespace, work: Path) -> None:
     same_rows("DuckDB", by_duckdb, want)
     if args.spark:
         next_batch = batch_table(batch_changes(rows, args.batch, seed=99), offset, initial.schema)
-        spark_part(table, next_batch, want, args.spark, args.spark_tasks, args.key_only)
+        compacted = spark_part(
+            table, next_batch, want, args.spark, args.spark_tasks, args.key_only, spark_catalog
+        )
+        if compacted:
+            table = catalog.load_table("bench.events")
+            again_pyiceberg, again_duckdb, py_s, duck_s = read_back(table, user)
+            same_rows("pyiceberg after compaction", again_pyiceberg, want)
+            same_rows("DuckDB after compaction", again_duckdb, want)
+            left = sum(len(t.delete_files) for t in table.scan().plan_files())
+            print(
+                f"after Spark's compaction: pyiceberg {py_s:.2f} s, DuckDB {duck_s:.2f} s, both "
+                f"equal the model; {left} delete files left"
+            )
     print(
         f"read back: pyiceberg {pyiceberg_s:.2f} s, DuckDB {duckdb_s:.2f} s; both equal the model "
         f"({want.num_rows:,} rows, every column)"
@@ -631,6 +696,13 @@ def main() -> None:
         action="store_true",
         help="read only the key column of a data file whose _kafka_timestamp upper bound is "
         "below the batch's earliest timestamp (`older_than_batch`)",
+    )
+    parser.add_argument(
+        "--catalog",
+        choices=("sqlite", "embedded"),
+        default="sqlite",
+        help="pyiceberg's SQLite catalog, or tableflow's embedded REST catalog (then --spark "
+        "also compacts the table with Spark through it)",
     )
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
