@@ -1,7 +1,8 @@
 """Design study (issue 31): an upsert batch applied merge-on-read without Spark SQL.
 
     .venv/bin/python benchmarks/upsert_row_delta.py [--rows 1000000,10000000] [--batch 100000]
-        [--batches 3] [--file-rows 1250000] [--keep DIR]
+        [--batches 3] [--file-rows 1250000] [--key-only] [--catalog sqlite|embedded]
+        [--spark ROUNDS [--spark-tasks N]] [--keep DIR]
 
 Not a benchmark of `tableflow apply` and not a code path of tableflow: it measures, part by
 part, what a batch would cost if it were written the way plain append runs are now written
@@ -39,6 +40,15 @@ For each size in `--rows`, in a scratch file:// warehouse (pyiceberg's SQLite ca
   an independent model (the initial rows with each batch's last record per key applied in
   produce order, `upsert.final_rows`), after a replay of the last batch (same offsets,
   as a re-run after a crash before the publish) that must delete and insert nothing.
+
+`--key-only`: a data file whose `_kafka_timestamp` upper bound is below the batch's
+earliest timestamp has only its key column read. `--catalog embedded`: tableflow's REST
+catalog served on loopback instead of SQLite (every commit through its HTTP API).
+`--spark ROUNDS`: then Spark (Iceberg's Java reader) must read the same count and sum,
+the next batch's scan runs as a Spark job (`--spark-tasks` tasks, default one per file)
+ROUNDS times, and with the embedded catalog Spark compacts the table
+(`rewrite_position_delete_files`, `rewrite_data_files`) and both readers are compared
+with the model again.
 
 Prints per batch the wall and CPU seconds of each part (CPU: this process, all threads;
 the parts run serially in one process: `scan` is the sum over data files, which tasks
