@@ -25,7 +25,10 @@ from dataclasses import dataclass
 
 # Bottom up. A package may import packages of its own layer or of layers below it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("text", "sql_text", "errors", "redaction", "output_files", "addresses", "collector")),
+    (
+        "foundation",
+        ("text", "sql_text", "errors", "redaction", "output_files", "addresses", "collector"),
+    ),
     ("config", ("config",)),
     (
         "outside systems",
