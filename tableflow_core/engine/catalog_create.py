@@ -13,10 +13,22 @@ metadata file). tests/integration/test_catalog_create.py holds both ways equal.
 Only unpartitioned, unordered tables are created this way (the many small tables of a
 large project); a partitioned or ordered table, or a type this module does not convert,
 goes through Spark's DDL as before.
+
+On any other REST catalog (an external server: Nessie, Polaris, a `tableflow catalog
+serve`), apply sends that same request with pyiceberg's REST client of the target
+(`create_table_as_spark_does`), and creates a missing namespace as Spark's
+`CREATE NAMESPACE IF NOT EXISTS` does (`create_namespace_as_spark_does`): neither needs
+the Spark application, so a first apply creates its tables while the JVM starts instead
+of after it (the peer benchmark's 1M-record apply: DDL ~1.5 s off the critical path,
+docs/performance.md). Both clients are REST clients of the same endpoint with the same
+properties; when the catalog's properties carry `table-default.*` or `table-override.*`
+(which Iceberg's Java client merges into its create request and pyiceberg's does not),
+the table goes through Spark.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -24,6 +36,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -48,8 +62,11 @@ from tableflow_core.engine.ddl import spark_schema_for
 from tableflow_core.errors import TableflowError
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 
-# The property Spark adds to every table it creates (CatalogV2Util.withDefaultOwnership).
+# The property Spark adds to every table it creates (CatalogV2Util.withDefaultOwnership)
+# and to every namespace (CreateNamespaceExec).
 OWNER_PROPERTY = "owner"
+# Catalog properties Iceberg's Java client (Spark's) merges into a new table's properties.
+CLIENT_TABLE_PROPERTY_PREFIXES = ("table-default.", "table-override.")
 
 
 def spark_user() -> str:
@@ -132,12 +149,17 @@ def iceberg_schema_as_spark_creates(arrow_schema: pa.Schema) -> Schema | None:
     return Schema(*struct.fields)
 
 
+def spark_create_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
+    """The properties Spark's `CREATE TABLE .. TBLPROPERTIES (..)` of engine/ddl.py sends."""
+    return {**DEFAULT_TABLE_PROPERTIES, **(properties or {}), OWNER_PROPERTY: spark_user()}
+
+
 def create_request(name: str, schema: Schema, properties: Mapping[str, str] | None) -> Any:
     """The CreateTableBody Spark's `CREATE TABLE .. TBLPROPERTIES (..)` sends, parsed the
     way the server parses a request."""
     from tableflow_core.catalog.models import CreateTableBody
 
-    wanted = {**DEFAULT_TABLE_PROPERTIES, **(properties or {}), OWNER_PROPERTY: spark_user()}
+    wanted = spark_create_properties(properties)
     body = {"name": name, "schema": json.loads(schema.model_dump_json()), "properties": wanted}
     return CreateTableBody.model_validate_json(json.dumps(body))
 
@@ -155,4 +177,46 @@ def create_table_in_process(
     if schema is None:
         return False
     service.create_table(identifier[:-1], create_request(identifier[-1], schema, properties))
+    return True
+
+
+def creates_as_spark_does(catalog: Any, spark_properties: Mapping[str, str]) -> bool:
+    """Whether `catalog` (the target's pyiceberg catalog) sends the namespace and table
+    creations Spark's catalog of `spark_properties` sends: both REST clients (of the same
+    endpoint, the target's), and no `table-default.*` / `table-override.*` property on
+    either side (the server's config answer included, which pyiceberg merges into
+    `catalog.properties`)."""
+    if not isinstance(catalog, RestCatalog) or spark_properties.get("type") != "rest":
+        return False
+    keys = (*catalog.properties, *spark_properties)
+    return not any(key.startswith(CLIENT_TABLE_PROPERTY_PREFIXES) for key in keys)
+
+
+def create_namespace_as_spark_does(catalog: Any, namespace: tuple[str, ...]) -> None:
+    """`CREATE NAMESPACE IF NOT EXISTS` as Spark runs it on an Iceberg REST catalog: the
+    namespace is looked up, and only when missing created with Spark's `owner`
+    property (one that appeared meanwhile is left as it is)."""
+    try:
+        catalog.load_namespace_properties(namespace)
+        return
+    except NoSuchNamespaceError:
+        pass
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(namespace, {OWNER_PROPERTY: spark_user()})
+
+
+def create_table_as_spark_does(
+    catalog: Any,
+    identifier: tuple[str, ...],
+    arrow_schema: pa.Schema,
+    properties: Mapping[str, str] | None,
+) -> bool:
+    """Create the unpartitioned, unordered table `identifier` with pyiceberg's REST client
+    `catalog`, sending the request Spark's CREATE TABLE sends (its schema, no partition
+    spec or sort order, its properties); False, creating nothing, when its columns have a
+    type left to Spark. Only for a catalog `creates_as_spark_does` accepts."""
+    schema = iceberg_schema_as_spark_creates(arrow_schema)
+    if schema is None:
+        return False
+    catalog.create_table(identifier, schema, properties=spark_create_properties(properties))
     return True

@@ -315,6 +315,7 @@ class SessionStarter:
         it has work for it."""
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self._imported = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(build,), name="tableflow-spark-start", daemon=True
         )
@@ -332,6 +333,15 @@ class SessionStarter:
 
     def _run(self, build: Callable[[], SparkSession]) -> None:
         try:
+            # pyspark's modules first, so other threads may use them once `wait_for_pyspark`
+            # returns (importing them on two threads at once can deadlock, see above).
+            import pyspark.sql  # noqa: F401
+        except BaseException as exc:
+            self._error = exc
+            return
+        finally:
+            self._imported.set()
+        try:
             self._session = build()
             prepare_arrow_conversion()
             from tableflow_core.engine.python_workers import start_python_workers
@@ -340,6 +350,13 @@ class SessionStarter:
         except BaseException as exc:  # re-raised in the caller's thread by get()
             self._error = exc
 
+    def wait_for_pyspark(self) -> None:
+        """Wait until this thread imported pyspark's SQL modules (a fraction of a second
+        after `start`), not for the JVM: then other threads can use pyspark's Python-only
+        functions (type conversions) while the JVM starts."""
+        self.start()
+        self._imported.wait()
+
     def get(self) -> SparkSession:
         self.start()
         self._thread.join()
@@ -347,3 +364,51 @@ class SessionStarter:
             raise self._error
         assert self._session is not None
         return self._session
+
+
+class SparkOnDemand:
+    """A command's Spark application as its tasks see it: waited for only when a task
+    first needs it, so the tasks that need no Spark (creating namespaces and tables
+    through the catalog's REST API, cutting a run's branch) run while the JVM starts;
+    the target's catalog registered on it once, before any task uses it.
+
+    `get` returns the application (waiting for it: a `SessionStarter`'s `get`);
+    `catalog` is the target's catalog, registered on the session (`register_catalog`),
+    or None when the application was built with it."""
+
+    def __init__(
+        self,
+        get: Callable[[], SparkSession],
+        catalog: tuple[str, Mapping[str, str]] | None = None,
+        *,
+        wait_for_pyspark: Callable[[], None] | None = None,
+    ) -> None:
+        self._get = get
+        self._catalog = catalog
+        self._wait_for_pyspark = wait_for_pyspark
+        self._lock = threading.Lock()
+        self._ready: SparkSession | None = None
+
+    @classmethod
+    def of_session(
+        cls, spark: SparkSession, catalog: tuple[str, Mapping[str, str]] | None = None
+    ) -> SparkOnDemand:
+        """A session that is running already (`tableflow run`, tests, notebooks)."""
+        return cls(lambda: spark, catalog)
+
+    def wait_for_pyspark(self) -> None:
+        """Return once pyspark's Python modules can be used on this thread (see
+        `SessionStarter.wait_for_pyspark`); the JVM may still be starting."""
+        if self._wait_for_pyspark is not None:
+            self._wait_for_pyspark()
+
+    def session(self) -> SparkSession:
+        """The application with the target's catalog registered (waits for both)."""
+        with self._lock:
+            if self._ready is None:
+                spark = self._get()
+                if self._catalog is not None:
+                    name, properties = self._catalog
+                    register_catalog(spark, name, properties)
+                self._ready = spark
+            return self._ready

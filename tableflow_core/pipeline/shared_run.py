@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -114,7 +114,7 @@ Result = IngestOutcome | BaseException
 
 
 def ingest_shared(
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     members: Sequence[SharedMember],
     kafka_conf: Mapping[str, str],
     *,
@@ -122,7 +122,9 @@ def ingest_shared(
     decoder_factory: DecoderFactory | None = None,
 ) -> dict[str, Result]:
     """Run every member's ingest in one Spark job; each table's result by name: its
-    IngestOutcome, or the error that stopped its run (nothing of it was committed)."""
+    IngestOutcome, or the error that stopped its run (nothing of it was committed).
+    `spark` gives the Spark application, asked for once the tables' runs started (step
+    1 needs none: it runs while the application may still be starting)."""
     results: dict[str, Result] = {}
     with ThreadPoolExecutor(CATALOG_WORKERS, thread_name_prefix="tableflow-shared") as pool:
         futures = [(m, pool.submit(_start, m, catalog)) for m in members]
@@ -136,7 +138,7 @@ def ingest_shared(
             return results
         job_began = time.monotonic()
         try:
-            reports = _run_job(spark, started, kafka_conf, decoder_factory)
+            reports = _run_job(spark(), started, kafka_conf, decoder_factory)
         except Exception as exc:
             for run in started:
                 _drop_branch(run, catalog)
@@ -316,7 +318,7 @@ def _on_error(spec: IngestSpec) -> str:
 
 
 def _publish(
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     run: _Started,
     reports: Sequence[TableReport],
     kafka_conf: Mapping[str, str],
@@ -351,7 +353,7 @@ def _publish(
     except MainMovedError as exc:
         _drop_branch(run, catalog)
         alone = ingest(
-            spark, spec, run.member.ranges, kafka_conf, run.member.expected_start,
+            spark(), spec, run.member.ranges, kafka_conf, run.member.expected_start,
             start_offsets=run.member.start_offsets, decoder_factory=decoder_factory,
             warnings=run.member.warnings, catalog=catalog,
         )  # fmt: skip

@@ -15,7 +15,13 @@ from tableflow_core.deadletter.topics import create_dlq_topic
 from tableflow_core.delta import sync_delta_log
 from tableflow_core.delta.storage import storage_options_of
 from tableflow_core.engine import ddl
-from tableflow_core.engine.catalog_create import create_table_in_process
+from tableflow_core.engine.catalog_create import (
+    create_namespace_as_spark_does,
+    create_table_as_spark_does,
+    create_table_in_process,
+    creates_as_spark_does,
+)
+from tableflow_core.engine.spark_session import SparkOnDemand
 from tableflow_core.errors import (
     ConcurrentCommitError,
     DataLossError,
@@ -50,28 +56,66 @@ from tableflow_core.targets.storage import ObjectStoreError, describe_store, obj
 @dataclass
 class ApplyContext:
     """What every task of one apply shares. The plan says what to do; the project gives
-    only the target's connections and the secrets a plan never holds (runner/binding.py)."""
+    only the target's connections and the secrets a plan never holds (runner/binding.py).
+
+    `spark_source` gives the Spark application when a task first uses `spark`: it may
+    still be starting while the tasks that need no Spark run (DDL through a REST
+    catalog, a run's branch)."""
 
     project: Project
     plan: Plan
-    spark: Any
+    spark_source: SparkOnDemand
     handle: Any  # CatalogHandle
     decoder_factory: Callable[[Any], Any] | None = None
     suspend_on_bad_records: bool = False  # `tableflow run`: suspend instead of only failing
     # Namespaces this apply made sure exist: one CREATE NAMESPACE per namespace, not one
     # per table created (1,000 new tables were 2,000 Spark statements).
-    _namespaces: set[str] = field(default_factory=set, repr=False)
+    _namespaces: set[tuple[str, ...]] = field(default_factory=set, repr=False)
     _namespaces_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # The DAG task each thread runs, whose job group its Spark jobs get (`spark`).
+    _running: threading.local = field(default_factory=threading.local, repr=False)
+
+    @property
+    def spark(self) -> Any:
+        """The Spark application (waited for), with the current task's job group and FAIR
+        pool set on this thread (no-op under FIFO mode)."""
+        spark = self.spark_source.session()
+        task = getattr(self._running, "task", None)
+        if task is not None and getattr(self._running, "grouped", None) != task.id:
+            sc = spark.sparkContext
+            sc.setJobGroup(f"tableflow:{task.id}", f"tableflow {task.id}", interruptOnCancel=True)
+            sc.setLocalProperty("spark.scheduler.pool", task.table or "tableflow")
+            self._running.grouped = task.id
+        return spark
+
+    @contextmanager
+    def running(self, task: DagTask) -> Iterator[None]:
+        """`task` runs on this thread: the Spark jobs it starts get its job group."""
+        self._running.task, self._running.grouped = task, None
+        try:
+            yield
+        finally:
+            self._running.task = None
 
     def ident(self, dotted: str) -> str:
         return ".".join(quote_ident(p) for p in (self.handle.spark_name, *dotted.split(".")))
 
-    def ensure_namespace(self, namespace: str) -> None:
+    @property
+    def creates_without_spark(self) -> bool:
+        """Namespaces and plain tables are created through the target's REST catalog with
+        the requests Spark's would send (engine/catalog_create.py), not by Spark."""
+        return creates_as_spark_does(self.handle.catalog, self.handle.spark_properties)
+
+    def ensure_namespace(self, namespace: tuple[str, ...]) -> None:
         """CREATE NAMESPACE IF NOT EXISTS, once per apply (tables of the namespace created
-        concurrently wait for the first)."""
+        concurrently wait for the first); through the REST catalog when it can be."""
         with self._namespaces_lock:
             if namespace not in self._namespaces:
-                ddl.create_namespace(self.spark, namespace)
+                if self.creates_without_spark:
+                    create_namespace_as_spark_does(self.handle.catalog, namespace)
+                else:
+                    quoted = (self.handle.spark_name, *namespace)
+                    ddl.create_namespace(self.spark, ".".join(map(quote_ident, quoted)))
                 self._namespaces.add(namespace)
 
 
@@ -99,15 +143,14 @@ def action_runner(kind: type) -> Callable[[ActionRunner], ActionRunner]:
 
 
 def run_task(context: ApplyContext, task: DagTask) -> Any:
-    sc = context.spark.sparkContext
-    # Each table's jobs get their own group and FAIR pool (no-op under FIFO mode).
-    sc.setJobGroup(f"tableflow:{task.id}", f"tableflow {task.id}", interruptOnCancel=True)
-    sc.setLocalProperty("spark.scheduler.pool", task.table or "tableflow")
+    """Run `task`; each table's Spark jobs get their own group and FAIR pool, set when the
+    task first uses Spark (a task that needs none does not wait for the JVM)."""
     runner = TASK_RUNNERS.get(task.kind)
     if runner is None:
         raise NotImplementedError(f"task kind {task.kind} is not supported yet")
     try:
-        return runner(context, task)
+        with context.running(task):
+            return runner(context, task)
     except Exception as exc:
         named = _store_failure(context, exc, task.id, task.table)
         if named is None:
@@ -135,7 +178,7 @@ def _store_failure(
 @task_runner("create_namespace")
 def _create_namespace(context: ApplyContext, task: DagTask) -> None:
     namespace = context.plan.action(task.actions[0]).identifier
-    context.ensure_namespace(context.ident(namespace))
+    context.ensure_namespace(tuple(namespace.split(".")))
 
 
 @task_runner("create_dlq_table")
@@ -233,7 +276,7 @@ def _ingest_shared(context: ApplyContext, task: DagTask) -> dict[str, Any]:
     run (the object store's named as in `run_task`), by table name."""
     members = [_member(context, m.action) for m in task.members]
     results = ingest_shared(
-        context.spark,
+        lambda: context.spark,  # waited for once the tables' runs started
         members,
         kafka_consumer_config(context.project.target.kafka),
         catalog=context.handle,
@@ -330,15 +373,15 @@ def _sync_delta(context: ApplyContext, task: DagTask) -> Any:
 
 @action_runner(CreateTable)
 def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -> None:
-    context.ensure_namespace(ddl.namespace_of(identifier))
-    service = context.handle.in_process_service
+    """An unpartitioned, unordered table through the catalog, without Spark, when the
+    catalog is in this process or a REST catalog (engine/catalog_create.py); else Spark's
+    CREATE TABLE."""
+    names = tuple(action.identifier.split("."))
+    context.ensure_namespace(names[:-1])
     if (
-        service is not None
-        and not action.partition_by
+        not action.partition_by
         and not action.sort_by
-        and create_table_in_process(
-            service, tuple(action.identifier.split(".")), action.table_schema, action.properties
-        )
+        and _created_without_spark(context, names, action)
     ):
         return
     ddl.create_table(
@@ -350,6 +393,20 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
         action.properties,
         with_namespace=False,
     )
+
+
+def _created_without_spark(
+    context: ApplyContext, names: tuple[str, ...], action: CreateTable
+) -> bool:
+    service = context.handle.in_process_service
+    if service is None and not context.creates_without_spark:
+        return False
+    # The request converts the columns with pyspark's type functions (no JVM).
+    context.spark_source.wait_for_pyspark()
+    schema, properties = action.table_schema, action.properties
+    if service is not None:
+        return create_table_in_process(service, names, schema, properties)
+    return create_table_as_spark_does(context.handle.catalog, names, schema, properties)
 
 
 @action_runner(ReplaceTable)

@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
-from tableflow_core.engine.spark_session import build_spark_session, register_catalog
+from tableflow_core.engine.spark_session import (
+    SessionStarter,
+    SparkOnDemand,
+    build_spark_session,
+)
 from tableflow_core.errors import TableflowError
 from tableflow_core.plan.actions import Ingest
 from tableflow_core.plan.builder import table_fingerprint
@@ -31,8 +35,6 @@ from tableflow_core.targets.storage import object_store_java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from tableflow_core.engine.spark_session import SessionStarter
 
 
 class PlanNotApplicableError(TableflowError, RuntimeError):
@@ -79,11 +81,10 @@ class ApplyTask:
                 self._refuse_if_stale(plan, tables, handle)
             outcomes: dict[str, TaskOutcome] = {}
             if plan.dag.tasks:
-                spark = self._spark(handle)
                 context = ApplyContext(
                     self.project,
                     plan,
-                    spark,
+                    self._spark_source(handle),
                     handle,
                     self.decoder_factory,
                     self.suspend_on_bad_records,
@@ -129,16 +130,26 @@ class ApplyTask:
         if reasons:
             raise StalePlanError(reasons)
 
-    def _spark(self, handle: CatalogHandle) -> SparkSession:
-
-        if self.spark is None and self.spark_starter is not None:
-            self.spark = self.spark_starter.get()
-        if self.spark is None:
-            return project_spark_session(
-                self.project, {handle.spark_name: handle.spark_properties}, short_lived=True
+    def _spark_source(self, handle: CatalogHandle) -> SparkOnDemand:
+        """The Spark application the tasks wait for when they first need it (it starts
+        now unless it is starting already): DDL through the catalog and the runs'
+        branches go ahead while the JVM starts."""
+        catalog = (handle.spark_name, handle.spark_properties)
+        if self.spark is not None:
+            return SparkOnDemand.of_session(self.spark, catalog)
+        starter = self.spark_starter
+        if starter is None:
+            project = self.project
+            starter = SessionStarter(
+                lambda: project_spark_session(project, dict([catalog]), short_lived=True)
             )
-        register_catalog(self.spark, handle.spark_name, handle.spark_properties)
-        return self.spark
+            catalog_to_register = None  # in the application's own conf
+        else:
+            starter.start()
+            catalog_to_register = catalog
+        return SparkOnDemand(
+            starter.get, catalog_to_register, wait_for_pyspark=starter.wait_for_pyspark
+        )
 
 
 def project_spark_session(

@@ -17,7 +17,10 @@ from tableflow_core.catalog import CatalogServerSettings, serve_in_background
 from tableflow_core.engine import ddl
 from tableflow_core.engine.catalog_create import (
     OWNER_PROPERTY,
+    create_namespace_as_spark_does,
+    create_table_as_spark_does,
     create_table_in_process,
+    creates_as_spark_does,
     iceberg_schema_as_spark_creates,
 )
 from tableflow_core.engine.spark_session import register_catalog
@@ -57,6 +60,13 @@ WIDE = pa.schema(
         pa.field("events", pa.list_(pa.struct([pa.field("kind", pa.string())]))),
     ]
 )
+# One row of WIDE, as Spark takes it.
+ROW = (
+    1, True, 1, 2, 3, 1.5, 2.5, decimal.Decimal("12.345"), "a", "b", b"\x00",
+    dt.date(2026, 11, 26), dt.datetime(2026, 11, 26, 10, tzinfo=dt.UTC),
+    dt.datetime(2026, 11, 26, 11), ["x"], {"k": 7}, ("main", 12345, (1.25,)),
+    [("click",)],
+)  # fmt: skip
 PROPERTIES = {"tableflow.mode": "append", "tableflow.topic": "wide", "custom.key": "v"}
 
 
@@ -91,13 +101,7 @@ def test_created_in_process_equals_spark_create_table(spark: SparkSession, tmp_p
         assert direct.metadata.properties[OWNER_PROPERTY]  # Spark's owner, the same user
 
         # The same rows written by Spark into each read back the same (Spark, pyiceberg).
-        row = (
-            1, True, 1, 2, 3, 1.5, 2.5, decimal.Decimal("12.345"), "a", "b", b"\x00",
-            dt.date(2026, 11, 26), dt.datetime(2026, 11, 26, 10, tzinfo=dt.UTC),
-            dt.datetime(2026, 11, 26, 11), ["x"], {"k": 7}, ("main", 12345, (1.25,)),
-            [("click",)],
-        )  # fmt: skip
-        rows = spark.createDataFrame([row], spark.table("cc.n.t_spark").schema)
+        rows = spark.createDataFrame([ROW], spark.table("cc.n.t_spark").schema)
         for name in ("t_spark", "t_direct"):
             rows.writeTo(f"cc.n.{name}").append()
         spark_rows = [
@@ -108,6 +112,66 @@ def test_created_in_process_equals_spark_create_table(spark: SparkSession, tmp_p
         arrow = [catalog.load_table(("n", n)).scan().to_arrow() for n in ("t_spark", "t_direct")]
         assert arrow[0].schema == arrow[1].schema
         assert arrow[0].to_pylist() == arrow[1].to_pylist()
+
+
+def test_created_through_rest_equals_spark_create_table(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Through pyiceberg's REST client over HTTP (a catalog in another process as far as
+    the client knows), the namespace and the table are those Spark's CREATE NAMESPACE IF
+    NOT EXISTS and CREATE TABLE make: same metadata, same namespace properties."""
+    settings = CatalogServerSettings(warehouse=tmp_path / "wh", auth="none", access_log=False)
+    with serve_in_background(settings) as server:
+        register_catalog(spark, "cr", server.spark_properties())
+        catalog = load_catalog("direct", **server.pyiceberg_properties())
+        assert creates_as_spark_does(catalog, server.spark_properties())
+
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS cr.by_spark")
+        ddl.create_table(spark, "cr.by_spark.t", WIDE, properties=PROPERTIES, with_namespace=False)
+        create_namespace_as_spark_does(catalog, ("direct",))
+        create_namespace_as_spark_does(catalog, ("direct",))  # exists: left as it is
+        assert create_table_as_spark_does(catalog, ("direct", "t"), WIDE, PROPERTIES)
+
+        by_spark, direct = (
+            catalog.load_table(("by_spark", "t")),
+            catalog.load_table(("direct", "t")),
+        )
+        assert _metadata_shape(direct) == _metadata_shape(by_spark)
+        namespace_properties = [
+            {k: v for k, v in catalog.load_namespace_properties((ns,)).items() if k != "location"}
+            for ns in ("by_spark", "direct")
+        ]
+        assert namespace_properties[0] == namespace_properties[1]
+        assert namespace_properties[1][OWNER_PROPERTY]
+
+        # Spark writes into the table created without it and both read it back.
+        spark.createDataFrame([ROW], spark.table("cr.by_spark.t").schema).writeTo(
+            "cr.direct.t"
+        ).append()
+        assert spark.table("cr.direct.t").count() == 1
+        assert len(catalog.load_table(("direct", "t")).scan().to_arrow()) == 1
+
+
+def test_only_rest_catalogs_without_client_table_properties_create_without_spark(
+    tmp_path: Path,
+) -> None:
+    """Iceberg's Java client merges `table-default.*` / `table-override.*` catalog
+    properties into its create request (pyiceberg does not): such a catalog, or one that
+    Spark does not reach as a REST catalog, keeps Spark's CREATE TABLE."""
+    settings = CatalogServerSettings(warehouse=tmp_path / "wh", auth="none", access_log=False)
+    with serve_in_background(settings) as server:
+        catalog = load_catalog("direct", **server.pyiceberg_properties())
+        spark_properties = server.spark_properties()
+        assert creates_as_spark_does(catalog, spark_properties)
+        assert not creates_as_spark_does(
+            catalog, {**spark_properties, "table-default.write.target-file-size-bytes": "1"}
+        )
+        assert not creates_as_spark_does(catalog, {**spark_properties, "type": "hive"})
+        with_defaults = load_catalog(
+            "direct", **server.pyiceberg_properties(), **{"table-override.owner": "x"}
+        )
+        assert not creates_as_spark_does(with_defaults, spark_properties)
+        assert not creates_as_spark_does(object(), spark_properties)
 
 
 def test_types_left_to_spark_are_not_created() -> None:

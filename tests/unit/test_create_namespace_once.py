@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 
 from tableflow_core.engine.ddl import create_table_sql, namespace_of
+from tableflow_core.engine.spark_session import SparkOnDemand
 from tableflow_core.runner.actions import ApplyContext
 
 
@@ -35,8 +37,15 @@ def test_create_table_sql_can_leave_the_namespace_out() -> None:
 
 def test_each_namespace_is_created_once_per_apply_even_concurrently() -> None:
     spark = RecordingSpark()
-    context = ApplyContext(project=None, plan=None, spark=spark, handle=None)  # type: ignore[arg-type]
-    namespaces = ["`c`.`a`", "`c`.`b`"] * 50
+    # A catalog that is not a REST catalog: namespaces are created by Spark.
+    handle = SimpleNamespace(catalog=object(), spark_name="c", spark_properties={"type": "jdbc"})
+    context = ApplyContext(
+        project=None,  # type: ignore[arg-type]
+        plan=None,  # type: ignore[arg-type]
+        spark_source=SparkOnDemand.of_session(spark),  # type: ignore[arg-type]
+        handle=handle,
+    )
+    namespaces = [("a",), ("b",)] * 50
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(context.ensure_namespace, namespaces))
     assert sorted(spark.statements) == [
