@@ -12,6 +12,7 @@ two tables' publishes, then re-run: each table ends with every record exactly on
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ from typing import Any
 import fastavro
 import pytest
 from confluent_kafka import Producer
+from pyiceberg.exceptions import NoSuchTableError
 
 from tableflow_core.config.loader import load_project
+from tableflow_core.engine.run_branch import BRANCH_PREFIX
+from tableflow_core.engine.spark_session import SessionStarter
 from tableflow_core.ingest.sharing import MAX_SHARED_TABLE_RECORDS
 from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
 from tableflow_core.targets.catalog import open_catalog
@@ -203,6 +207,44 @@ def test_shared_job_writes_each_table_exactly_once(spark: Any, shared_project: P
         assert project.commits(label) - commits_before[label] == 1, label
         assert project.branches(label) == [], label
     assert all(r.status == "no_changes" for r in plan_and_apply(spark, project).values())
+
+
+def test_tables_are_created_and_runs_begun_before_spark_is_ready(
+    spark: Any, shared_project: Project
+) -> None:
+    """On a REST catalog, apply creates the namespace and tables through the catalog and
+    begins each table's run (its first snapshot and branch) without the Spark
+    application: the application only comes once all of that is in the catalog, and the
+    tables still end exactly once."""
+    project = shared_project
+    produce_round(project, 0)
+    catalog = project.catalog.pyiceberg_catalog()
+    seen: list[str] = []
+
+    def begun(label: str) -> bool:
+        try:
+            loaded = catalog.load_table(f"{project.namespace}.{label}")
+        except NoSuchTableError:
+            return False
+        return any(name.startswith(BRANCH_PREFIX) for name in loaded.metadata.refs)
+
+    def spark_once_every_run_began() -> Any:
+        deadline = time.monotonic() + 120
+        while not all(begun(label) for label in LABELS):
+            assert time.monotonic() < deadline, "the runs waited for Spark to begin"
+            time.sleep(0.1)
+        seen.extend(LABELS)
+        return spark
+
+    loaded = project.project
+    plan = PlanTask(loaded, loaded.tables).run()
+    starter = SessionStarter(spark_once_every_run_began, start=False)
+    results = ApplyTask(loaded, plan, spark_starter=starter).run()
+    assert seen == list(LABELS)
+    assert all(t.status == "success" for t in results.tables), results.tables
+    for label in LABELS:
+        project.check_exactly_once(label)
+        assert project.branches(label) == []
 
 
 def test_shared_job_fail_policy_fails_its_table_only(spark: Any, shared_project: Project) -> None:
