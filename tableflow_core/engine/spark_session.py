@@ -310,9 +310,17 @@ class SessionStarter:
     for it and re-raises a failure to start. A command that ends without calling `get`
     (nothing to apply) does not wait: the JVM exits with this process."""
 
-    def __init__(self, build: Callable[[], SparkSession], *, start: bool = True) -> None:
+    def __init__(
+        self,
+        build: Callable[[], SparkSession],
+        *,
+        start: bool = True,
+        catalogs: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         """`start=False`: the JVM starts at `start()` (or `get()`), once the caller knows
-        it has work for it."""
+        it has work for it. `catalogs`: the Iceberg catalogs `build` puts in the
+        application's conf (Spark loads them when first used; none to register)."""
+        self.catalogs: Mapping[str, Mapping[str, str]] = catalogs or {}
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._imported = threading.Event()

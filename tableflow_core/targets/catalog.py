@@ -287,3 +287,14 @@ def use_catalog(
     if handle is not None:
         return contextlib.nullcontext(handle)
     return open_catalog(project, serve=serve)
+
+
+def spark_catalog_known_before_open(project: Project) -> tuple[str, dict[str, str]] | None:
+    """The target's catalog as Spark registers it, when the project's config alone gives
+    it (a REST catalog: no server to start, no I/O), so the Spark application can be
+    started with it in its own conf before the catalog is opened; None otherwise (an
+    embedded catalog's address is known once its server runs)."""
+    config = project.target.catalog
+    if not isinstance(config, RestCatalog):
+        return None
+    return config.name, _rest(config)[1]

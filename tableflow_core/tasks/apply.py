@@ -146,7 +146,8 @@ class ApplyTask:
             catalog_to_register = None  # in the application's own conf
         else:
             starter.start()
-            catalog_to_register = catalog
+            built_with = starter.catalogs.get(handle.spark_name)
+            catalog_to_register = None if built_with == handle.spark_properties else catalog
         return SparkOnDemand(
             starter.get, catalog_to_register, wait_for_pyspark=starter.wait_for_pyspark
         )
