@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -184,7 +185,9 @@ def test_apply_starts_the_jvm_alongside_the_plan_only_for_small_selections(
 
     release = threading.Event()
     monkeypatch.setattr(apply_task, "project_spark_session", lambda *_a, **_k: release.wait(5))
-    starter = apply_command._spark_starter(object(), tables)  # type: ignore[arg-type]
+    # A project whose catalog is not a REST catalog: none in the application's conf.
+    project = SimpleNamespace(target=SimpleNamespace(catalog=None))
+    starter = apply_command._spark_starter(project, tables)  # type: ignore[arg-type]
     try:
         assert starter.started is early
     finally:
