@@ -38,7 +38,7 @@ def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
 
     # A REST target's catalog goes in the application's conf: Spark loads it when a task
     # first uses it, and a run whose read tasks write never does (registering it on the
-    # running session took 0.5-0.9 s of the 1M peer apply's critical path).
+    # running session took 0.4-1.0 s of the 1M peer apply's critical path).
     known = spark_catalog_known_before_open(project)
     catalogs = dict([known]) if known is not None else None
     return SessionStarter(
