@@ -404,6 +404,30 @@ def compaction_before_first_commit(
     return compaction_lands_first
 
 
+def apply_with_a_compaction_first(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    patched_module: Any,
+    name: str,
+) -> tuple[Any, Any, list[str]]:
+    """8 records, a first apply of 4, then a second apply whose first commit finds that a
+    real compaction moved main (`compaction_before_first_commit`, put in place of
+    `patched_module.crash_point`): (env, the second apply's outcome, the compactions)."""
+    topic = kafka_broker.create_topic(unique_name(name), 1)
+    produce_avro(
+        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
+    )
+    env = make_env(topic, max_records_per_run=4)
+    apply(spark, env)  # 4 rows, offsets {0: 4}
+    compactions: list[str] = []
+    compaction_lands_first = compaction_before_first_commit(spark, env.spec(), compactions)
+    monkeypatch.setattr(patched_module, "crash_point", compaction_lands_first)
+    return env, apply(spark, env), compactions
+
+
 def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once(
     spark: Any,
     make_env: Any,
@@ -416,18 +440,10 @@ def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once
     on its own: every record once, the offsets found after it."""
     import tableflow_core.pipeline.shared_run as shared_run_module
 
-    topic = kafka_broker.create_topic(unique_name("compacted1"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
-    )
-    env = make_env(topic, max_records_per_run=4)
-    apply(spark, env)  # 4 rows, offsets {0: 4}
-    spec = env.spec()
-    compactions: list[str] = []
-    compaction_lands_first = compaction_before_first_commit(spark, spec, compactions)
-
-    monkeypatch.setattr(shared_run_module, "crash_point", compaction_lands_first)
-    outcome = apply(spark, env)
+    env, outcome, compactions = apply_with_a_compaction_first(
+        spark, make_env, kafka_broker, schema_registry, monkeypatch, shared_run_module,
+        "compacted1",
+    )  # fmt: skip
     assert compactions == ["done"]
     assert outcome.offsets_after == {0: 8}
     assert any("ran again on its own" in w for w in outcome.warnings), outcome.warnings
@@ -450,22 +466,12 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
 
     # Spark's Iceberg writer (a run whose read tasks write, found main moved, runs again).
     monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's writer")
-    topic = kafka_broker.create_topic(unique_name("compacted"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
-    )
-    env = make_env(topic, max_records_per_run=4)
-    apply(spark, env)  # 4 rows, offsets {0: 4}
-    spec = env.spec()
-
     # The first publish finds that a real compaction moved main after the branch was cut
     # and after its own check (a replace snapshot: data and committed offsets unchanged):
     # the catalog refuses the commit, the run retries.
-    compactions: list[str] = []
-    compaction_lands_first = compaction_before_first_commit(spark, spec, compactions)
-
-    monkeypatch.setattr(publish_module, "crash_point", compaction_lands_first)
-    outcome = apply(spark, env)
+    env, outcome, compactions = apply_with_a_compaction_first(
+        spark, make_env, kafka_broker, schema_registry, monkeypatch, publish_module, "compacted"
+    )
     assert compactions == ["done"]
     assert outcome.offsets_after == {0: 8}
     assert any("commit retried 1 time(s)" in w for w in outcome.warnings)
