@@ -31,6 +31,7 @@ from pyiceberg.exceptions import (
     ServiceUnavailableError,
     UnauthorizedError,
 )
+from pyiceberg.io import load_file_io
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
@@ -66,20 +67,8 @@ class InProcessRestCatalog(RestCatalog):
     def load_table(self, identifier: str | Identifier) -> Table:
         if not self._direct_loads:
             return super().load_table(identifier)
-        identifier = self.identifier_to_tuple(identifier)
-        try:
-            loaded = self._service.load_table(identifier)
-        except Exception as exc:
-            raise client_error(exc, load=True) from exc
-        assert loaded.metadata_location is not None
-        # RestCatalog._response_to_table for an answer with an empty config.
-        return Table(
-            identifier=identifier,
-            metadata_location=loaded.metadata_location,
-            metadata=loaded.metadata,
-            io=self._load_file_io(loaded.metadata.properties, loaded.metadata_location),
-            catalog=self,
-            config={},
+        return table_from_service(
+            self._service, self.identifier_to_tuple(identifier), self, self.properties
         )
 
     def commit_table(
@@ -96,6 +85,27 @@ class InProcessRestCatalog(RestCatalog):
         return CommitTableResponse(
             metadata=committed.metadata, metadata_location=committed.metadata_location
         )
+
+
+def table_from_service(
+    service: CatalogService, identifier: Identifier, catalog: Any, properties: dict[str, str]
+) -> Table:
+    """The table `identifier` loaded by `service`, as pyiceberg's REST client makes it from
+    a load answer with an empty config (`RestCatalog._response_to_table`): its FileIO from
+    the catalog's `properties` and the table's own; pyiceberg's exceptions."""
+    try:
+        loaded = service.load_table(identifier)
+    except Exception as exc:
+        raise client_error(exc, load=True) from exc
+    assert loaded.metadata_location is not None
+    return Table(
+        identifier=identifier,
+        metadata_location=loaded.metadata_location,
+        metadata=loaded.metadata,
+        io=load_file_io({**properties, **loaded.metadata.properties}, loaded.metadata_location),
+        catalog=catalog,
+        config={},
+    )
 
 
 def client_error(exc: Exception, *, load: bool = False) -> Exception:

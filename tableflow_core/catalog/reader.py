@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 from pyiceberg.typedef import Identifier
 
-from tableflow_core.catalog.in_process import client_error
+from tableflow_core.catalog.in_process import client_error, table_from_service
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CatalogServerSettings
 
@@ -45,34 +45,24 @@ class ServiceReader:
         self._service = service
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        return self._call(lambda: self._service.list_namespaces(_tuple(namespace)))
+        return self._call(
+            lambda: self._service.list_namespaces(Catalog.identifier_to_tuple(namespace))
+        )
 
     def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        return self._call(lambda: self._service.list_tables(_tuple(namespace)))
+        return self._call(lambda: self._service.list_tables(Catalog.identifier_to_tuple(namespace)))
 
     def load_table(self, identifier: str | Identifier) -> Table:
-        name = _tuple(identifier)
-        loaded = self._call(lambda: self._service.load_table(name), load=True)
-        assert loaded.metadata_location is not None
-        return Table(
-            identifier=name,
-            metadata_location=loaded.metadata_location,
-            metadata=loaded.metadata,
-            io=load_file_io(
-                {**self.properties, **loaded.metadata.properties}, loaded.metadata_location
-            ),
-            catalog=self,  # type: ignore[arg-type]  # read-only: nothing commits through it
+        # read-only: nothing commits through this catalog
+        return table_from_service(
+            self._service, Catalog.identifier_to_tuple(identifier), self, self.properties
         )
 
     @staticmethod
-    def _call(call: Any, load: bool = False) -> Any:
+    def _call(call: Any) -> Any:
         try:
             return call()
         except (NoSuchNamespaceError, NoSuchTableError):
             raise  # as pyiceberg's REST client raises them
         except Exception as exc:
-            raise client_error(exc, load=load) from exc
-
-
-def _tuple(name: str | Identifier) -> Identifier:
-    return tuple(name.split(".")) if isinstance(name, str) else tuple(name)
+            raise client_error(exc, load=True) from exc  # every call here is a read
