@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tableflow_core.engine.row_delta import RowDelta
 from tableflow_core.errors import MainMovedError
 from tableflow_core.state.table_state import TableState
 
@@ -118,6 +119,7 @@ def publish_run(
     *,
     before_commit: Any = None,
     data_files: Sequence[Any] = (),
+    delete_files: Sequence[Any] = (),
     new_branch: bool = False,
     stale: Sequence[str] = (),
 ) -> int:
@@ -126,6 +128,9 @@ def publish_run(
 
     `data_files` (pyiceberg DataFiles the run's read tasks wrote, a shared job's) are
     added by that snapshot: the run's data, its offsets and accounting in one snapshot.
+    `delete_files` (position delete files of an upsert run merged on the driver,
+    pipeline/upsert_rows.py) are added by the same snapshot (`engine/row_delta.RowDelta`):
+    they were computed against `base_snapshot_id`, which main must still be at.
 
     `new_branch`: the run wrote nothing to a branch of its own (its data files are
     `data_files`), so `branch` is cut at `base_snapshot_id` by this same commit, and the
@@ -161,9 +166,14 @@ def publish_run(
         keep.create_branch(base_snapshot_id, MAIN, **retention)
         if new_branch:
             keep.create_branch(base_snapshot_id, branch)
-    with transaction.update_snapshot(
-        snapshot_properties=dict(properties), branch=branch
-    ).fast_append() as accounting:
+    producer = (
+        RowDelta(transaction, table.io, delete_files, dict(properties), branch)
+        if delete_files
+        else transaction.update_snapshot(
+            snapshot_properties=dict(properties), branch=branch
+        ).fast_append()
+    )
+    with producer as accounting:
         for data_file in data_files:
             accounting.append_data_file(data_file)
     published = int(accounting.snapshot_id)

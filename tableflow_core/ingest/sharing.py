@@ -14,6 +14,13 @@ pyiceberg's writer); the table is then published on its own, exactly once
 Small runs share one such job (many tables' ranges in few tasks); a run of more than
 MAX_SHARED_TABLE_RECORDS records has a job of its own, its ranges spread over tasks as a
 table's own run spreads them.
+
+An upsert run of at most UPSERT_DRIVER_MAX_RECORDS records is such a run too: its read
+tasks send the decoded records to the driver, which merges them into the table with
+position deletes (pipeline/upsert_rows.py) instead of Spark's window, append and MERGE,
+whose fixed cost (~25 Spark stages, the JIT, 4 commits) is most of a small batch's
+(docs/performance.md, "Upsert tables that grow"). A larger run (a first load, a backfill)
+runs Spark's MERGE.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ MAX_SHARED_TABLE_RECORDS = 100_000
 MAX_JOB_TABLES = 250
 MAX_JOB_RECORDS = 1_000_000
 SHARED_POLICIES = frozenset({"fail", "skip"})
+# An upsert run of more records runs Spark's MERGE: the driver holds the run's records.
+UPSERT_DRIVER_MAX_RECORDS = 250_000
 
 
 def _stages_of_a_plain_append(spec: IngestSpec) -> bool:
@@ -43,7 +52,6 @@ def _stages_of_a_plain_append(spec: IngestSpec) -> bool:
 
 # (why a run needs Spark's writer, when it applies), in the order they are reported.
 _SPARK_WRITER_NEEDED: tuple[tuple[str, Callable[[IngestSpec], bool]], ...] = (
-    ("upsert: a MERGE by key", lambda spec: spec.mode != "append"),
     (
         "transforms or checks run on Spark",
         lambda spec: spec.compiled is not None or not _stages_of_a_plain_append(spec),
@@ -71,6 +79,14 @@ def needs_spark_writer(spec: IngestSpec) -> str | None:
     for reason, applies in _SPARK_WRITER_NEEDED:
         if applies(spec):
             return reason
+    return None
+
+
+def needs_spark_merge(spec: IngestSpec, records: int) -> str | None:
+    """Why an upsert run of `records` records runs Spark's MERGE (None: the driver merges
+    it, or the table is not an upsert table)."""
+    if spec.mode == "upsert" and records > UPSERT_DRIVER_MAX_RECORDS:
+        return f"upsert: more than {UPSERT_DRIVER_MAX_RECORDS:,} records run Spark's MERGE"
     return None
 
 

@@ -36,6 +36,16 @@ POSITION_COLUMNS: dict[str, pa.DataType] = {
 # The table beside an upsert table that remembers the position of each key's latest
 # delete (same namespace): `<table>__tableflow_deletes`.
 DELETES_SUFFIX = "__tableflow_deletes"
+# Properties of a deletes table: merge-on-read like its upsert table; old metadata files
+# go as new ones come (it gets a commit per run that deletes).
+DELETES_TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
 
 
 def deletes_table(identifier: str) -> str:

@@ -18,11 +18,17 @@ which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"
    accepted only while main is still where the run branched. An existing table's run is
    this one commit.
 
+An upsert table's tasks send its decoded records to the driver instead of writing files:
+step 3 merges them into the table as it is at the run's base (`pipeline/upsert_rows.py`:
+data files, position delete files, and its tombstones remembered in the deletes table in
+a commit of their own), then publishes data and deletes in the one snapshot.
+
 A data file is visible only once its table's publish names it: a crash anywhere leaves
 each table with its data and offsets as they were before its own publish or after it,
 whatever happened to the others (a file no publish names is an orphan, as those of a run
 that failed). A table whose publish finds main moved (a compaction, another run) runs
-again alone, through `pipeline/run.ingest`, which refuses when its offsets moved.
+again alone, through `pipeline/run.ingest`, which refuses when its offsets moved; so does
+an upsert table too large for the driver's merge, or holding deletes it does not read.
 """
 
 from __future__ import annotations
@@ -41,12 +47,14 @@ from tableflow_core.engine.run_branch import (
     begin_run,
     drop_branches,
     publish_run,
+    rows_at,
     stale_branches,
 )
 from tableflow_core.engine.test_hooks import crash_point
-from tableflow_core.errors import FailedRecord, IngestError, MainMovedError
+from tableflow_core.errors import FailedRecord, IngestError, MainMovedError, TableflowError
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import RouteBadRecords
+from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.data_files import file_io_properties, slim_metadata
 from tableflow_core.pipeline.run import (
@@ -59,13 +67,22 @@ from tableflow_core.pipeline.run import (
     ingest,
 )
 from tableflow_core.pipeline.runners.dead_letter import null_values_warning
+from tableflow_core.pipeline.runners.decode import key_spec
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK, task_groups
 from tableflow_core.pipeline.shared_tasks import (
     MAX_REPORTED_FAILURES,
     REPORT_SCHEMA,
     TableReport,
     TableWork,
+    read_upsert_rows,
     table_reports,
+)
+from tableflow_core.pipeline.upsert_rows import (
+    DRIVER_MERGE_MAX_ROWS,
+    DeletesTable,
+    DriverMergeUnsupported,
+    RowDelta,
+    merge_batch,
 )
 from tableflow_core.schemas.decoding import build_decoder
 from tableflow_core.sql_text import sql_string
@@ -113,6 +130,11 @@ class _Started:
 Result = IngestOutcome | BaseException
 
 
+class _RunAlone(TableflowError):
+    """A member whose run cannot be shared (found once its table is loaded): it runs on
+    its own, through `pipeline/run.ingest`, with this reason among its warnings."""
+
+
 def ingest_shared(
     spark: Callable[[], SparkSession],
     members: Sequence[SharedMember],
@@ -129,9 +151,19 @@ def ingest_shared(
     with ThreadPoolExecutor(CATALOG_WORKERS, thread_name_prefix="tableflow-shared") as pool:
         futures = [(m, pool.submit(_start, m, catalog)) for m in members]
         started: list[_Started] = []
+        alone: list[tuple[SharedMember, str]] = []
         for member, future in futures:
             try:
                 started.append(future.result())
+            except _RunAlone as reason:
+                alone.append((member, str(reason)))
+            except Exception as exc:
+                results[member.spec.table_name] = _failed(member.spec, catalog, exc)
+        for member, why in alone:
+            try:
+                results[member.spec.table_name] = _ingest_alone(
+                    spark, member, kafka_conf, catalog, decoder_factory, why
+                )
             except Exception as exc:
                 results[member.spec.table_name] = _failed(member.spec, catalog, exc)
         if not started:
@@ -189,6 +221,14 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
     stale = stale_branches(state)
     other = tuple(n for n in state.refs if n.startswith(BRANCH_PREFIX) and n not in stale)
     main = state.current_snapshot_id
+    if spec.mode == "upsert" and main is not None:
+        rows = rows_at(table, main)
+        if rows is None or rows > DRIVER_MERGE_MAX_ROWS:
+            raise _RunAlone(
+                f"upsert: the table holds {'an unknown number of' if rows is None else rows} "
+                f"rows, more than the driver's merge reads ({DRIVER_MERGE_MAX_ROWS:,}); "
+                "the run took Spark's MERGE"
+            )
     if main is None:
         # A new table: its first snapshot and the run's branch in one commit of their own.
         base, table = begin_run(table, branch, stale)
@@ -219,6 +259,7 @@ def _run_job(
             chunk_size=run.member.spec.decode_chunk_size,
             metadata=slim_metadata(run.table.metadata),
             io_properties=file_io_properties(run.table.io.properties),
+            key=key_spec(run.member.spec),
         )
         for i, run in enumerate(started)
     }
@@ -333,6 +374,7 @@ def _publish(
     try:
         merged = _Merged.of(reports)
         accounting = _accounting(run, merged)
+        delta = _merge_upsert(run, reports, catalog) if spec.mode == "upsert" else None
         started = time.monotonic()
         properties = {
             OFFSETS_KEY: encode_offsets(spec.topic, run.after),
@@ -345,20 +387,20 @@ def _publish(
             properties,
             run.other_branches,
             before_commit=lambda: crash_point("before_commit"),
-            data_files=merged.data_files,
+            data_files=delta.data_files if delta is not None else merged.data_files,
+            delete_files=delta.delete_files if delta is not None else (),
             new_branch=run.new_branch,
             stale=run.stale,
         )
         run.timings["publish_commit"] = time.monotonic() - started
     except MainMovedError as exc:
         _drop_branch(run, catalog)
-        alone = ingest(
-            spark(), spec, run.member.ranges, kafka_conf, run.member.expected_start,
-            start_offsets=run.member.start_offsets, decoder_factory=decoder_factory,
-            warnings=run.member.warnings, catalog=catalog,
-        )  # fmt: skip
         why = f"the shared job's commit was refused ({exc}); the table ran again on its own"
-        return replace(alone, warnings=(*alone.warnings, why))
+        return _ingest_alone(spark, run.member, kafka_conf, catalog, decoder_factory, why)
+    except DriverMergeUnsupported as exc:
+        _drop_branch(run, catalog)
+        why = f"upsert: the driver's merge does not read this table ({exc}); Spark's MERGE ran"
+        return _ingest_alone(spark, run.member, kafka_conf, catalog, decoder_factory, why)
     except BaseException:
         _drop_branch(run, catalog)
         raise
@@ -379,6 +421,54 @@ def _publish(
         accounting=accounting.to_json(),
         timings={name: round(seconds, 3) for name, seconds in run.timings.items()},
     )
+
+
+def _ingest_alone(
+    spark: Callable[[], SparkSession],
+    member: SharedMember,
+    kafka_conf: Mapping[str, str],
+    catalog: Any,
+    decoder_factory: DecoderFactory | None,
+    why: str,
+) -> IngestOutcome:
+    """The member's run on its own (`pipeline/run.ingest`), `why` among its warnings."""
+    spec = member.spec
+    alone = ingest(
+        spark(), spec, member.ranges, kafka_conf, member.expected_start,
+        start_offsets=member.start_offsets, decoder_factory=decoder_factory,
+        warnings=member.warnings, catalog=catalog,
+    )  # fmt: skip
+    return replace(alone, warnings=(*alone.warnings, why))
+
+
+def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -> RowDelta:
+    """An upsert table's batch merged on the driver (pipeline/upsert_rows.py): its data
+    and delete files written, its tombstones remembered in the deletes table (a commit of
+    its own, before the publish: a run that does not publish leaves there only positions
+    of records the next run reads again)."""
+    spec = run.member.spec
+    started = time.monotonic()
+    rows = read_upsert_rows(reports)
+    deletes = DeletesTable(
+        catalog.catalog, (*spec.namespace, deletes_table(spec.table)), spec.key_columns
+    )
+    if rows is None or rows.num_rows == 0:
+        return RowDelta()
+    delta = merge_batch(
+        run.table,
+        run.base,
+        rows,
+        spec.key_columns,
+        deletes.read,
+        file_io_properties(run.table.io.properties),
+    )
+    run.timings["merge"] = time.monotonic() - started
+    if delta.remembered is not None:
+        started = time.monotonic()
+        deletes.remember(delta.remembered)
+        run.timings["remember_deletes"] = time.monotonic() - started
+    crash_point("after_merge")
+    return delta
 
 
 def _accounting(run: _Started, merged: _Merged) -> RunAccounting:

@@ -8,6 +8,10 @@ yields one report per table: its data files, what it read per partition, its bad
 (the first of them, to name in an error) and the error that stopped it, if any. A range
 that cannot be read fails its table, not the task: the other tables still get their
 files.
+
+An upsert table's task writes no file: its report carries the decoded good rows and
+tombstones with their Kafka positions (Arrow IPC), which the driver merges into the
+table (`pipeline/upsert_rows.py`); its runs are small (ingest/sharing.py).
 """
 
 from __future__ import annotations
@@ -23,12 +27,17 @@ import pyarrow.compute as pc
 
 from tableflow_core.engine.test_hooks import crash_session_point
 from tableflow_core.errors import FailedRecord, TableflowError
-from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
-from tableflow_core.ingest.columns import BAD_RECORD_COLUMN, TOMBSTONE_COLUMN, is_hidden
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import (
+    BAD_RECORD_COLUMN,
+    SOURCE_TIMESTAMP_COLUMN,
+    TOMBSTONE_COLUMN,
+    is_hidden,
+)
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import RangeReader
 from tableflow_core.pipeline.data_files import write_data_files
-from tableflow_core.pipeline.decode_chunks import ChunkDecoder, fewer_gc_passes
+from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
 
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
 REPORT_SCHEMA = "member int, report binary"
@@ -36,6 +45,13 @@ MAX_REPORTED_FAILURES = 20  # bad records named per table (route_bad_records' fi
 # A table's good rows a task holds before it writes them as a data file: a large run's
 # task writes a file per this many bytes of Arrow instead of holding all its rows.
 WRITE_BUFFER_BYTES = 128 * 1024 * 1024
+# The hidden columns an upsert table's rows keep on their way to the driver's merge.
+UPSERT_SOURCE_COLUMNS = (
+    SOURCE_PARTITION_COLUMN,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_TIMESTAMP_COLUMN,
+    TOMBSTONE_COLUMN,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,7 @@ class TableWork:
     chunk_size: int
     metadata: Any  # pyiceberg TableMetadata, slim (data_files.slim_metadata)
     io_properties: Mapping[str, str]
+    key: KeySpec | None = None  # an upsert table: its rows go to the driver, not to files
 
 
 @dataclass
@@ -61,6 +78,9 @@ class TableReport:
     tombstones: dict[int, int] = field(default_factory=dict)  # null values, never written
     failures: list[FailedRecord] = field(default_factory=list)  # the first bad records
     data_files: list[Any] = field(default_factory=list)  # pyiceberg DataFiles
+    # An upsert table's decoded good rows and tombstones (UPSERT_SOURCE_COLUMNS kept), as
+    # an Arrow IPC stream: the driver merges them (pipeline/upsert_rows.py).
+    upsert_rows: bytes | None = None
     error: str | None = None  # the table's ranges could not all be read or written
 
     def encode(self) -> bytes:
@@ -88,8 +108,9 @@ class _TableRun:
         self.work = work
         self.report = TableReport(work.member)
         self._chunks = ChunkDecoder(
-            decoder_factory(work.decoder), work.decoder.target_schema, None, work.run_id
+            decoder_factory(work.decoder), work.decoder.target_schema, work.key, work.run_id
         )
+        self._upsert = work.key is not None
         self._good: list[pa.RecordBatch] = []
         self._buffered = 0  # bytes in _good
 
@@ -103,19 +124,26 @@ class _TableRun:
             self._keep_failures(bad.column(BAD_RECORD_COLUMN).to_pylist())
             decoded = decoded.filter(pc.invert(bad_rows))
         # Null values: rows of NULLs the decoder marks; counted as tombstones, not written.
+        # An upsert table's tombstones (its key columns filled) go on to the merge.
         null_values = pc.fill_null(decoded.column(TOMBSTONE_COLUMN), False)
         if pc.any(null_values).as_py():
             _add(
                 self.report.tombstones, decoded.filter(null_values).column(SOURCE_PARTITION_COLUMN)
             )
-            decoded = decoded.filter(pc.invert(null_values))
+            if not self._upsert:
+                decoded = decoded.filter(pc.invert(null_values))
         if decoded.num_rows:
-            _add(self.report.written, decoded.column(SOURCE_PARTITION_COLUMN))
-            columns = [n for n in decoded.schema.names if not is_hidden(n)]
+            good = decoded.filter(pc.invert(null_values)) if self._upsert else decoded
+            _add(self.report.written, good.column(SOURCE_PARTITION_COLUMN))
+            columns = [
+                n
+                for n in decoded.schema.names
+                if not is_hidden(n) or (self._upsert and n in UPSERT_SOURCE_COLUMNS)
+            ]
             good = decoded.select(columns)
             self._good.append(good)
             self._buffered += good.nbytes
-            if self._buffered >= WRITE_BUFFER_BYTES:
+            if self._buffered >= WRITE_BUFFER_BYTES and not self._upsert:
                 self.write()
 
     def _keep_failures(self, records: list[dict[str, Any]]) -> None:
@@ -135,7 +163,12 @@ class _TableRun:
                 self.add(decoded)
 
     def write(self) -> None:
-        """The rows held so far as data files of the table (none published yet)."""
+        """The rows held so far as data files of the table (none published yet); an
+        upsert table's, as the report's `upsert_rows`."""
+        if self._upsert:
+            self.report.upsert_rows = _ipc(self._good, self._chunks.output_schema)
+            self._good = []
+            return
         if self._good:
             rows = pa.Table.from_batches(self._good)
             self._good = []
@@ -143,6 +176,32 @@ class _TableRun:
             self.report.data_files.extend(
                 write_data_files(self.work.metadata, self.work.io_properties, rows)
             )
+
+
+def _ipc(batches: list[pa.RecordBatch], decoded: pa.Schema) -> bytes:
+    """The batches as one Arrow IPC stream (the decoded schema's kept columns)."""
+    schema = batches[0].schema if batches else _kept(decoded)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as stream:
+        for batch in batches:
+            stream.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _kept(decoded: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [f for f in decoded if not is_hidden(f.name) or f.name in UPSERT_SOURCE_COLUMNS]
+    )
+
+
+def read_upsert_rows(reports: Iterable[TableReport]) -> pa.Table | None:
+    """The upsert rows of a table's reports as one table (None: no report held any)."""
+    tables = [
+        pa.ipc.open_stream(r.upsert_rows).read_all() for r in reports if r.upsert_rows is not None
+    ]
+    if not tables:
+        return None
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
 def table_reports(

@@ -18,7 +18,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tableflow_core.errors import TableflowError
-from tableflow_core.ingest.sharing import Candidate, needs_spark_writer, shared_jobs
+from tableflow_core.ingest.sharing import (
+    Candidate,
+    needs_spark_merge,
+    needs_spark_writer,
+    shared_jobs,
+)
 from tableflow_core.plan.actions import DDL_KINDS
 from tableflow_core.plan.dead_letter_table import is_dlq_action
 
@@ -241,7 +246,7 @@ SHARED_STAGES = (
     "read_ranges(every table's)",
     "decode",
     "route_bad_records",
-    "write(data files, in the read tasks)",
+    "write(data files, in the read tasks; upsert: merged on the driver)",
     "publish(each table on its own)",
 )
 
@@ -257,6 +262,8 @@ def _can_share(ingest: Any, config: Any) -> bool:
     if config is not None and (config.publish_to or "delta" in getattr(config, "formats", ())):
         return False
     if getattr(ingest, "lost", ()):
+        return False
+    if needs_spark_merge(ingest.spec, ingest.records) is not None:
         return False
     return needs_spark_writer(ingest.spec) is None
 

@@ -134,9 +134,35 @@ RUN_2: list[Record] = [
 AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
 
 
+def use_writer(monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
+    """`driver`: a small batch's records merged on the driver (pipeline/upsert_rows.py),
+    the default; `spark`: Spark's MERGE, as a table that needs Spark's writer runs."""
+    import tableflow_core.plan.dag as dag
+
+    if writer == "spark":
+        monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's MERGE")
+
+
+# What each writer times (run_results.json) and the table commits of a run after the
+# first: Spark's branch, append of the batch's new keys, MERGE, publish; the driver's one
+# publish (data and position delete files, offsets and accounting in one snapshot).
+WRITER_TIMINGS = {
+    "spark": {"load", "start_run", "decode", "write", "merge", "publish", "publish_commit"},
+    "driver": {"load", "start_run", "shared_job", "merge", "publish_commit"},
+}
+WRITER_COMMITS = {"spark": 4, "driver": 1}
+
+
 @pytest.mark.parametrize(
-    ("key_format", "lake"),
-    [("avro", "file"), ("string", "file"), ("avro-key-field", "file"), ("avro", "s3")],
+    ("key_format", "lake", "writer"),
+    [
+        ("avro", "file", "spark"),
+        ("avro", "file", "driver"),
+        ("string", "file", "driver"),
+        ("avro-key-field", "file", "driver"),
+        ("avro", "s3", "driver"),
+        ("string", "s3", "spark"),
+    ],
     indirect=["lake"],
 )
 def test_upsert_last_record_per_key_wins_tombstones_delete(
@@ -144,37 +170,37 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     make_env: Any,
     kafka_broker: KafkaBroker,
     schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
     key_format: str,
+    writer: str,
 ) -> None:
+    use_writer(monkeypatch, writer)
     topic = Topic(kafka_broker, schema_registry.url, key_format)
     env = make_env(topic.name, metadata_columns=[], **table_config(topic))
     key = {"avro": "id", "string": "order_key", "avro-key-field": "key_id"}[key_format]
     topic.produce(RUN_1)
     first = apply(spark, env)
     assert first.records_read == len(RUN_1) and first.offsets_after == {0: 7, 1: 2}
-    # run_results.json times the run's phases; the MERGE is timed inside the write stage
+    assert first.records_written == 7  # and 2 tombstones
     timings = first.timings or {}
-    assert {"load", "start_run", "decode", "write", "merge", "publish", "publish_commit"} <= set(
-        timings
-    )
-    assert 0 < timings["merge"] <= timings["write"] and timings["publish_commit"] > 0
+    assert WRITER_TIMINGS[writer] <= set(timings), timings
+    assert timings["merge"] > 0 and timings["publish_commit"] > 0
+    if writer == "spark":  # the MERGE is timed inside the write stage
+        assert timings["merge"] <= timings["write"]
     assert rows_by_reader(env, spark, key) == expect(topic, AFTER_1)
 
     topic.produce(RUN_2)
     commits = len(env.pyiceberg_table().metadata.metadata_log)
     apply(spark, env)
     assert rows_by_reader(env, spark, key) == expect(topic, AFTER_2)
-    # catalog commits of the run: branch, the append of the batch's new keys (5), the
-    # MERGE of the others, publish (offsets + accounting snapshot, main moved, branch
-    # removed); no empty Spark append for the offsets any more
     table = env.pyiceberg_table()
-    assert len(table.metadata.metadata_log) - commits == 4
+    assert len(table.metadata.metadata_log) - commits == WRITER_COMMITS[writer]
     head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
     assert head is not None and json.loads(head.summary["tableflow.offsets"])["offsets"] == {
         "0": 10,
         "1": 4,
     }
-    # merge-on-read: the MERGE wrote position delete files, and readers applied them
+    # merge-on-read: position delete files, and readers applied them
     deletes = spark.sql(f"SELECT count(*) FROM {env.spec().identifier}.delete_files").collect()[0][
         0
     ]
@@ -191,16 +217,29 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     assert apply(spark, env).status == "no_changes"
 
 
+@pytest.mark.parametrize("writer", ["spark", "driver"])
 def test_upsert_sigkill_between_merge_and_publish_then_rerun(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    writer: str,
 ) -> None:
     topic = Topic(kafka_broker, schema_registry.url, "avro")
-    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    config = table_config(topic)
+    if writer == "spark":  # a table sorted by its key needs Spark's writer: Spark's MERGE
+        config["sort_by"] = ["id"]
+    env = make_env(topic.name, metadata_columns=[], **config)
     topic.produce(RUN_1)
     apply(spark, env)
     topic.produce(RUN_2)
-    for point in ("after_merge", "before_commit"):
-        run_cli_apply(env, crash_at=point)  # MERGE done on the run's branch, then kill -9
+    # the MERGE done (Spark: on the run's branch; the driver: data and delete files
+    # written, the tombstones remembered in the deletes table), then kill -9
+    points = ("after_merge", "before_commit")
+    if writer == "driver":
+        points = ("shared_mid_write", *points)
+    for point in points:
+        run_cli_apply(env, crash_at=point)
         assert rows_by_reader(env, spark, "id") == expect(topic, AFTER_1)
     rerun = apply(spark, env)
     assert rerun.offsets_after == {0: 10, 1: 4}

@@ -12,12 +12,14 @@ from tableflow_core.ingest.sharing import (
     MAX_JOB_RECORDS,
     MAX_JOB_TABLES,
     MAX_SHARED_TABLE_RECORDS,
+    UPSERT_DRIVER_MAX_RECORDS,
     Candidate,
+    needs_spark_merge,
     needs_spark_writer,
     shared_jobs,
 )
 from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.ingest.terms import PartitionTerm
+from tableflow_core.ingest.terms import PartitionTerm, SortTerm
 from tableflow_core.plan.dag import Dag, DagMember, DagTask
 from tableflow_core.runner.executor import TaskOutcome, execute_dag
 from tableflow_core.runner.progress import ApplyProgress, failed_members
@@ -43,13 +45,22 @@ def test_a_plain_append_table_is_written_by_its_read_tasks() -> None:
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        ({"mode": "upsert", "key_columns": ("id",)}, "upsert"),
+        ({"mode": "upsert", "key_columns": ("id",), "sort_by": (SortTerm(column="id"),)}, "sorted"),
         ({"partition_by": (PartitionTerm(column="id"),)}, "partitioned"),
     ],
 )
 def test_what_needs_spark_writer(overrides: dict[str, object], reason: str) -> None:
     found = needs_spark_writer(spec(**overrides))
     assert found is not None and reason in found
+
+
+def test_a_small_upsert_run_is_merged_on_the_driver_a_large_one_by_spark() -> None:
+    upsert = spec(mode="upsert", key_columns=("id",))
+    assert needs_spark_writer(upsert) is None
+    assert needs_spark_merge(upsert, UPSERT_DRIVER_MAX_RECORDS) is None
+    reason = needs_spark_merge(upsert, UPSERT_DRIVER_MAX_RECORDS + 1)
+    assert reason is not None and "MERGE" in reason
+    assert needs_spark_merge(spec(), UPSERT_DRIVER_MAX_RECORDS + 1) is None  # append
 
 
 def test_a_large_run_has_a_job_of_its_own_and_a_lone_small_one_a_job_too() -> None:

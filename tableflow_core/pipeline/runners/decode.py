@@ -29,6 +29,7 @@ from tableflow_core.ingest.columns import (
     TOMBSTONE_COLUMN,
     decoded_schema,
 )
+from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import Decode
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
@@ -114,10 +115,13 @@ def decode_masks(context: StageContext) -> DecodeMasks:
 
 
 def key_spec_of(context: StageContext) -> KeySpec | None:
-    spec = context.spec
+    return key_spec(context.spec)
+
+
+def key_spec(spec: IngestSpec) -> KeySpec | None:
+    """How an upsert table's Kafka keys become its key columns (None: an append table)."""
     if spec.mode != "upsert":
         return None
-
     key_format = spec.decoder.key or FormatSpec(format="string")
     return KeySpec(key_format, spec.key_columns, spec.decoder.registry)
 

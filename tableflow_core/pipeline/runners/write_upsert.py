@@ -39,7 +39,11 @@ from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.ingest.stages import Write
-from tableflow_core.ingest.upsert_order import POSITION_COLUMNS, deletes_table
+from tableflow_core.ingest.upsert_order import (
+    DELETES_TABLE_PROPERTIES,
+    POSITION_COLUMNS,
+    deletes_table,
+)
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.runners.write import write_mode
 from tableflow_core.sql_text import quote_ident
@@ -57,16 +61,6 @@ _DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to t
 # spark.sql.autoBroadcastJoinThreshold (64 MB in the session defaults), else that way's
 # inner join is shuffled. A larger batch (a first load) takes one MERGE, shuffled.
 BROADCAST_RECORDS = 500_000
-# Properties of a deletes table: merge-on-read like its upsert table; old metadata files
-# go as new ones come (it gets a commit per run that deletes).
-DELETES_TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.merge.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.delete.mode": "merge-on-read",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "20",
-}
 
 
 def later(new: str, old: str) -> str:

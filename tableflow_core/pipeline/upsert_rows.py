@@ -1,0 +1,441 @@
+"""An upsert run's batch merged on the driver: position deletes and new rows, no Spark SQL.
+
+The read tasks decode the run's records (`pipeline/shared_tasks.py`) and send them here;
+the rule is the one Spark's MERGE applies (`ingest/upsert_order.py`,
+`pipeline/runners/write_upsert.py`), on Arrow:
+
+1. each key's latest record of the batch by (Kafka timestamp, partition, offset);
+2. every data file of the table at the run's base snapshot: its key column(s) read (and
+   its position columns, unless the file's timestamp upper bound is before the batch's
+   earliest record, so every live row the batch matches is superseded), the rows its
+   position deletes already removed left out, the batch's keys found. A matched row
+   whose key's batch record is later is deleted (its position goes to a position delete
+   file for that data file); a batch record is inserted when it is later than the row
+   it replaces, or its key is not in the table and it comes after the key's latest
+   remembered delete (the deletes table, read only when such keys exist);
+3. the rows to insert written as one data file, the deletes as one position delete file
+   per data file; the batch's tombstones are remembered in the deletes table (its own
+   commit, before the run's publish, as the Spark path does).
+
+The caller publishes the data and delete files with the offsets in one snapshot
+(`engine/run_branch.publish_run`), which the catalog accepts only while main is still at
+the snapshot scanned here. Nothing here is visible before that commit.
+
+The table's key columns are read on the driver (threads over the data files; ~0.05 CPU
+seconds per million rows, key only), so the driver way is taken up to
+`DRIVER_MERGE_MAX_ROWS` rows in the table; a larger table runs Spark's MERGE, whose scan
+is spread over the executors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tableflow_core.errors import IngestError
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
+from tableflow_core.ingest.upsert_order import (
+    DELETES_TABLE_PROPERTIES,
+    OFFSET_COLUMN,
+    PARTITION_COLUMN,
+    POSITION_COLUMNS,
+    TIMESTAMP_COLUMN,
+)
+from tableflow_core.pipeline.data_files import write_data_files
+
+# Rows in the table up to which its keys are read on the driver (see the docstring).
+DRIVER_MERGE_MAX_ROWS = 50_000_000
+# Threads reading data files: pyarrow's Parquet reads and `index_in` release the GIL.
+SCAN_THREADS = max(1, min(4, os.cpu_count() or 1))
+# Iceberg's reserved field ids of a position delete file's columns.
+_PATH_FIELD_ID = 2147483546
+_POS_FIELD_ID = 2147483545
+_DELETE_FILE_SCHEMA = pa.schema(
+    [
+        pa.field(
+            "file_path", pa.string(), nullable=False,
+            metadata={"PARQUET:field_id": str(_PATH_FIELD_ID)},
+        ),
+        pa.field(
+            "pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(_POS_FIELD_ID)}
+        ),
+    ]
+)  # fmt: skip
+_EARLIEST = np.iinfo(np.int64).min  # a record without a timestamp sorts first
+POSITIONS = tuple(POSITION_COLUMNS)
+
+
+class DriverMergeUnsupported(IngestError):
+    """The table holds what the driver merge does not read (equality deletes, deletion
+    vectors of a newer format): the run takes Spark's MERGE instead."""
+
+
+@dataclass
+class RowDelta:
+    """What a batch changes: data files to add, position delete files to add, and the
+    batch's deletes to remember; with the figures run_results reports."""
+
+    data_files: list[Any] = field(default_factory=list)
+    delete_files: list[Any] = field(default_factory=list)
+    remembered: pa.Table | None = None  # key columns + POSITION_COLUMNS of the tombstones
+    rows_inserted: int = 0
+    rows_deleted: int = 0
+    files_scanned: int = 0
+    files_key_only: int = 0
+
+
+def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Each key's latest record of `rows` (decoded good rows and tombstones, with the
+    source columns), its position in POSITION_COLUMNS, the tombstone flag kept and the
+    other hidden columns dropped."""
+    millis = rows.column(SOURCE_TIMESTAMP_COLUMN)
+    positions = {
+        TIMESTAMP_COLUMN: pc.multiply(millis.cast(pa.int64()), 1000).cast(
+            POSITION_COLUMNS[TIMESTAMP_COLUMN]
+        ),
+        PARTITION_COLUMN: rows.column(SOURCE_PARTITION_COLUMN).cast(pa.int32()),
+        OFFSET_COLUMN: rows.column(SOURCE_OFFSET_COLUMN).cast(pa.int64()),
+    }
+    kept = [n for n in rows.schema.names if not is_hidden(n) and n not in positions]
+    table = rows.select(kept)
+    for name, values in positions.items():
+        table = table.append_column(name, values)
+    table = table.append_column(TOMBSTONE_COLUMN, rows.column(TOMBSTONE_COLUMN))
+    if table.num_rows == 0:
+        return table
+    ordered = table.take(_latest_first(table, keys))
+    return ordered.filter(pa.array(_first_of_each_key(ordered, keys)))
+
+
+def _latest_first(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """Row order: by key, then each key's records latest first (a record without a
+    timestamp is the earliest; `table` holds the key and POSITION_COLUMNS)."""
+    ts, partition, offset, _ = _position_arrays(table)
+    order = pa.table(
+        {
+            **{f"k{i}": table.column(k) for i, k in enumerate(keys)},
+            "t": ts,
+            "p": partition,
+            "o": offset,
+        }
+    )
+    sort_keys = [
+        *((f"k{i}", "ascending") for i in range(len(keys))),
+        ("t", "descending"),
+        ("p", "descending"),
+        ("o", "descending"),
+    ]
+    return pc.sort_indices(order, sort_keys=sort_keys)
+
+
+def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """True on the first row of each run of equal keys (`ordered` sorted by the keys)."""
+    n = ordered.num_rows
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    for key in keys:
+        column = ordered.column(key)
+        differs = pc.not_equal(column.slice(1), column.slice(0, n - 1))
+        first[1:] |= pc.fill_null(differs, True).to_numpy(zero_copy_only=False)
+    return first
+
+
+def _position_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(timestamp micros, partition, offset, unknown) of each row; a NULL timestamp is the
+    earliest, a NULL offset (a row written before the table kept positions) earlier than
+    any record."""
+    ts = pc.fill_null(table.column(TIMESTAMP_COLUMN).cast(pa.int64()), _EARLIEST)
+    offsets = table.column(OFFSET_COLUMN)
+    return (
+        ts.to_numpy(),
+        pc.fill_null(table.column(PARTITION_COLUMN), -1).to_numpy(),
+        pc.fill_null(offsets, -1).to_numpy(),
+        offsets.is_null().to_numpy(zero_copy_only=False),
+    )
+
+
+def later(new: pa.Table, old: pa.Table) -> np.ndarray:
+    """Row by row: `new`'s position comes after `old`'s (write_upsert.later's rule)."""
+    nt, np_, no, _ = _position_arrays(new)
+    ot, op, oo, old_unknown = _position_arrays(old)
+    after = (nt > ot) | ((nt == ot) & ((np_ > op) | ((np_ == op) & (no > oo))))
+    return np.asarray(old_unknown | after, dtype=bool)
+
+
+def _match(
+    stored: pa.Table, latest: pa.Table, keys: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row of `stored`, row of `latest`) for every stored row whose key is in `latest`."""
+    if len(keys) == 1:
+        (key,) = keys
+        found = pc.index_in(stored.column(key), value_set=latest.column(key))
+        rows = np.flatnonzero(found.is_valid().to_numpy(zero_copy_only=False))
+        batch_rows = found.take(pa.array(rows)).to_numpy(zero_copy_only=False)
+        return rows.astype(np.int64), batch_rows.astype(np.int64)
+    left = stored.select(list(keys)).append_column(
+        "__tf_row", pa.array(np.arange(stored.num_rows, dtype=np.int64))
+    )
+    right = latest.select(list(keys)).append_column(
+        "__tf_batch_row", pa.array(np.arange(latest.num_rows, dtype=np.int64))
+    )
+    joined = left.join(right, keys=list(keys), join_type="inner")
+    return (
+        joined.column("__tf_row").to_numpy(),
+        joined.column("__tf_batch_row").to_numpy(),
+    )
+
+
+@dataclass(frozen=True)
+class _FileMatches:
+    path: str
+    positions: np.ndarray  # rows of the data file to delete
+    held: np.ndarray  # batch rows whose key the file holds live
+    newer: np.ndarray  # batch rows later than the row they replace
+    key_only: bool
+
+
+class _Scan:
+    """The table's data files at the run's base snapshot matched against the batch."""
+
+    def __init__(self, table: Any, snapshot_id: int, latest: pa.Table, keys: Sequence[str]):
+        self.table = table
+        self.snapshot_id = snapshot_id
+        self.latest = latest
+        self.keys = tuple(keys)
+        schema = table.schema()  # field ids never change: any schema's are the current's
+        self.field_ids = {name: schema.find_field(name).field_id for name in (*keys, *POSITIONS)}
+        self._deletes: dict[str, dict[str, pa.ChunkedArray]] = {}
+        ts = latest.column(TIMESTAMP_COLUMN)
+        self._earliest = (
+            None if ts.null_count or len(ts) == 0 else pc.min(ts.cast(pa.int64())).as_py()
+        )
+
+    def tasks(self) -> list[Any]:
+        try:
+            return list(self.table.scan(snapshot_id=self.snapshot_id).plan_files())
+        except (ValueError, NotImplementedError) as exc:  # equality deletes
+            raise DriverMergeUnsupported(str(exc)) from exc
+
+    def deleted_positions(self, task: Any) -> np.ndarray:
+        """Rows of the task's data file its delete files removed."""
+        from pyiceberg.io.pyarrow import _read_deletes
+        from pyiceberg.manifest import DataFileContent
+
+        found = []
+        for delete_file in task.delete_files:
+            if delete_file.content != DataFileContent.POSITION_DELETES:
+                raise DriverMergeUnsupported(f"equality delete file {delete_file.file_path}")
+            by_file = self._deletes.get(delete_file.file_path)
+            if by_file is None:  # a delete file may name many data files: read it once
+                by_file = _read_deletes(self.table.io, delete_file)
+                self._deletes[delete_file.file_path] = by_file
+            positions = by_file.get(task.file.file_path)
+            if positions is not None:
+                found.append(positions.to_numpy())
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+    def older_than_batch(self, data_file: Any) -> bool:
+        """Every row of `data_file` comes before every record of the batch (its timestamp
+        upper bound is before the batch's earliest timestamp): then a matched live row is
+        superseded, and its position columns need not be read."""
+        upper = (data_file.upper_bounds or {}).get(self.field_ids[TIMESTAMP_COLUMN])
+        if upper is None or self._earliest is None:
+            return False
+        return int.from_bytes(upper[:8], "little", signed=True) < self._earliest
+
+    def read(self, path: str, names: Sequence[str]) -> pa.Table:
+        """Columns `names` of a data file, found by field id (a renamed column keeps its
+        id); a position column the file lacks (written before the table kept positions)
+        is NULL."""
+        with self.table.io.new_input(path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            in_file = {
+                int(f.metadata[b"PARQUET:field_id"]): f.name
+                for f in parquet.schema_arrow
+                if f.metadata and b"PARQUET:field_id" in f.metadata
+            }
+            wanted = [in_file[self.field_ids[n]] for n in names if self.field_ids[n] in in_file]
+            read = parquet.read(columns=wanted, use_threads=False)
+        columns = []
+        for name in names:
+            expected = self.latest.schema.field(name).type
+            file_name = in_file.get(self.field_ids[name])
+            if file_name is None:
+                if name in self.keys:
+                    raise DriverMergeUnsupported(f"data file {path} has no key column {name!r}")
+                columns.append(pa.nulls(read.num_rows, expected))
+            else:
+                columns.append(read.column(file_name).cast(expected))
+        return pa.table(columns, names=list(names))
+
+    def match_file(self, task: Any) -> _FileMatches:
+        key_only = self.older_than_batch(task.file)
+        names = self.keys if key_only else (*self.keys, *POSITIONS)
+        stored = self.read(task.file.file_path, names)
+        rows, batch_rows = _match(stored, self.latest, self.keys)
+        if len(rows) and task.delete_files:
+            live = ~np.isin(rows, self.deleted_positions(task))
+            rows, batch_rows = rows[live], batch_rows[live]
+        if key_only:
+            newer = np.ones(len(rows), dtype=bool)
+        else:
+            newer = later(self.latest.take(pa.array(batch_rows)), stored.take(pa.array(rows)))
+        return _FileMatches(
+            task.file.file_path, rows[newer], batch_rows, batch_rows[newer], key_only
+        )
+
+
+def remembered_deletes(deletes: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The deletes table's rows reduced to each key's latest delete."""
+    if deletes.num_rows == 0:
+        return deletes
+    ordered = deletes.take(_latest_first(deletes, keys))
+    return ordered.filter(pa.array(_first_of_each_key(ordered, keys)))
+
+
+def after_remembered(candidates: pa.Table, deletes: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Row by row: the candidate comes after its key's latest remembered delete, or at its
+    very position (a delete remembered by a run that did not publish), or its key has
+    none."""
+    keep = np.ones(candidates.num_rows, dtype=bool)
+    if candidates.num_rows == 0 or deletes.num_rows == 0:
+        return keep
+    latest_deletes = remembered_deletes(deletes, keys)
+    typed = pa.table(
+        [
+            latest_deletes.column(n).cast(candidates.schema.field(n).type)
+            for n in (*keys, *POSITIONS)
+        ],
+        names=[*keys, *POSITIONS],
+    )
+    rows, delete_rows = _match(candidates, typed, keys)
+    if len(rows):
+        earlier = later(typed.take(pa.array(delete_rows)), candidates.take(pa.array(rows)))
+        keep[rows[earlier]] = False
+    return keep
+
+
+def merge_batch(
+    table: Any,
+    base_snapshot_id: int | None,
+    rows: pa.Table,
+    keys: Sequence[str],
+    read_deletes: Callable[[pa.Table], pa.Table | None],
+    io_properties: Mapping[str, str],
+) -> RowDelta:
+    """The batch (`rows`: decoded good rows and tombstones) merged into `table` as it is at
+    `base_snapshot_id` (None: a table without rows): the files to publish.
+    `read_deletes(keys)` gives the deletes table's rows of those keys (None: it has none)."""
+    latest = latest_per_key(rows, keys)
+    n = latest.num_rows
+    tombstone = latest.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
+    held, newer = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    delta = RowDelta()
+    to_delete: list[_FileMatches] = []
+    if base_snapshot_id is not None and n:
+        scan = _Scan(table, base_snapshot_id, latest, keys)
+        tasks = scan.tasks()
+        with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-merge") as pool:
+            for matches in pool.map(scan.match_file, tasks):
+                held[matches.held] = True
+                newer[matches.newer] = True
+                delta.files_key_only += matches.key_only
+                if len(matches.positions):
+                    to_delete.append(matches)
+        delta.files_scanned = len(tasks)
+    fresh = ~held & ~tombstone
+    if fresh.any():
+        where = np.flatnonzero(fresh)
+        candidates = latest.take(pa.array(where))
+        remembered = read_deletes(candidates.select(list(keys)))
+        if remembered is not None:
+            fresh[where] = after_remembered(candidates, remembered, keys)
+    insert = ((held & newer) | fresh) & ~tombstone
+    columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
+    inserted = latest.filter(pa.array(insert)).select(columns)
+    delta.data_files = write_data_files(table.metadata, io_properties, inserted)
+    delta.rows_inserted = inserted.num_rows
+    location = table.metadata.location
+    for matches in to_delete:
+        delta.delete_files.append(_write_position_deletes(table.io, location, matches))
+        delta.rows_deleted += len(matches.positions)
+    if tombstone.any():
+        delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *POSITIONS])
+    return delta
+
+
+def _write_position_deletes(io: Any, location: str, matches: _FileMatches) -> Any:
+    """One position delete file for one data file, sorted by position, its `file_path`
+    bounds equal so readers index it by that data file; its DataFile."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    positions = np.sort(matches.positions)
+    path = f"{location.rstrip('/')}/data/delete-{uuid.uuid4()}.parquet"
+    rows = pa.table(
+        {"file_path": pa.array([matches.path] * len(positions), pa.string()), "pos": positions},
+        schema=_DELETE_FILE_SCHEMA,
+    )
+    output = io.new_output(path)
+    with output.create() as stream:
+        pq.write_table(rows, stream, compression="zstd")
+    encoded = matches.path.encode()
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=len(positions),
+        file_size_in_bytes=len(io.new_input(path)),
+        lower_bounds={
+            _PATH_FIELD_ID: encoded,
+            _POS_FIELD_ID: int(positions[0]).to_bytes(8, "little", signed=True),
+        },
+        upper_bounds={
+            _PATH_FIELD_ID: encoded,
+            _POS_FIELD_ID: int(positions[-1]).to_bytes(8, "little", signed=True),
+        },
+    )
+
+
+class DeletesTable:
+    """The deletes table beside an upsert table (ingest/upsert_order.deletes_table), read
+    and appended to through pyiceberg."""
+
+    def __init__(self, catalog: Any, identifier: tuple[str, ...], keys: Sequence[str]) -> None:
+        self._catalog = catalog
+        self._identifier = identifier
+        self._keys = tuple(keys)
+
+    def read(self, keys: pa.Table) -> pa.Table | None:
+        """Its rows (key columns and position; every row: it is small, a row per delete),
+        None when it does not exist. `keys`: the keys asked about (unused: read whole)."""
+        del keys
+        if not self._catalog.table_exists(self._identifier):
+            return None
+        table = self._catalog.load_table(self._identifier)
+        return table.scan(selected_fields=(*self._keys, *POSITIONS)).to_arrow()
+
+    def remember(self, rows: pa.Table) -> None:
+        """Append the batch's deletes (created on first use), in its own commit."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        if not self._catalog.table_exists(self._identifier):
+            schema = pa.schema([f.with_nullable(True) for f in rows.schema])
+            with contextlib.suppress(TableAlreadyExistsError):  # another run created it
+                self._catalog.create_table(
+                    self._identifier, schema=schema, properties=DELETES_TABLE_PROPERTIES
+                )
+        table = self._catalog.load_table(self._identifier)
+        table.append(rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema])))
