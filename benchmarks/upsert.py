@@ -386,13 +386,54 @@ def covered_seconds(intervals: list[tuple[float, float]]) -> float:
 
 
 def breakdown(measured: dict[str, Any]) -> dict[str, float]:
-    """One apply's seconds by part. `merge` is the MERGE statement: its Spark stages by kind
+    """One apply's seconds by part. A batch merged on the driver: its read+decode job,
+    the driver's merge, the deletes table's commit and the publish. A batch through Spark:
+    `merge` is the MERGE statement: its Spark stages by kind
     (stages of one kind summed; the two map stages run side by side), `merge driver` the
     parts of it no stage covered: analysis and planning (before its SQL execution starts),
     to the first stage (Iceberg's scan planning), between stages (adaptive re-planning,
     scheduling) and after the last (the commit of the row delta on the branch)."""
     timings, stages = measured["timings"], measured["stages"]
     parts: dict[str, float] = {"plan": measured["plan"]}
+    if "shared_job" in timings:  # the driver's merge (pipeline/upsert_rows.py)
+        _driver_parts(measured, parts)
+    else:
+        _spark_parts(measured, parts)
+    cpu = measured["cpu"]
+    parts["CPU"] = sum(seconds for kind, seconds in cpu.items() if kind != "stack")
+    for kind, seconds in cpu.items():
+        parts[f"  CPU {kind}"] = seconds
+        if kind == "jvm":
+            threads = measured.get("jvm_threads", {})
+            for thread_kind, thread_seconds in threads.items():
+                parts[f"    JVM {thread_kind}"] = thread_seconds
+            if threads:
+                parts["    JVM ended threads"] = seconds - sum(threads.values())
+    parts["  executor CPU (JVM)"] = sum(st["cpu"] for st in stages)
+    parts["shuffled rows (k)"] = sum(st["shuffle_write"] for st in stages) / 1000
+    parts["jobs' stages"] = len(stages)
+    return parts
+
+
+def _driver_parts(measured: dict[str, Any], parts: dict[str, float]) -> None:
+    """A batch merged on the driver (a shared job's read tasks decode it): the job, the
+    driver's merge, the deletes table's commit, the publish."""
+    timings = measured["timings"]
+    named = ("load", "start_run", "shared_job", "merge", "remember_deletes", "publish_commit")
+    parts["apply frame"] = measured["apply"] - sum(timings.get(k, 0.0) for k in named)
+    parts["load+branch"] = timings.get("load", 0.0) + timings.get("start_run", 0.0)
+    parts["read+decode job"] = timings.get("shared_job", 0.0)
+    parts["driver merge"] = timings.get("merge", 0.0)
+    parts["remember deletes"] = timings.get("remember_deletes", 0.0)
+    parts["publish commit"] = timings.get("publish_commit", 0.0)
+    for stage in measured["stages"]:
+        key = f"  {stage['kind']}"
+        parts[key] = parts.get(key, 0.0) + stage["wall"]
+
+
+def _spark_parts(measured: dict[str, Any], parts: dict[str, float]) -> None:
+    """A batch through Spark's window, append and MERGE."""
+    timings, stages = measured["timings"], measured["stages"]
     staged = sum(timings.get(k, 0.0) for k in ("read_ranges", "decode", "route_bad_records"))
     ingest = timings.get("load", 0.0) + timings.get("start_run", 0.0) + staged
     ingest += timings.get("write", 0.0) + timings.get("publish", 0.0)
@@ -415,20 +456,6 @@ def breakdown(measured: dict[str, Any]) -> dict[str, float]:
         parts["  merge commit"] = end - last
     parts["audits"] = timings.get("publish", 0.0) - timings.get("publish_commit", 0.0)
     parts["publish commit"] = timings.get("publish_commit", 0.0)
-    cpu = measured["cpu"]
-    parts["CPU"] = sum(seconds for kind, seconds in cpu.items() if kind != "stack")
-    for kind, seconds in cpu.items():
-        parts[f"  CPU {kind}"] = seconds
-        if kind == "jvm":
-            threads = measured.get("jvm_threads", {})
-            for thread_kind, thread_seconds in threads.items():
-                parts[f"    JVM {thread_kind}"] = thread_seconds
-            if threads:
-                parts["    JVM ended threads"] = seconds - sum(threads.values())
-    parts["  executor CPU (JVM)"] = sum(st["cpu"] for st in stages)
-    parts["shuffled rows (k)"] = sum(st["shuffle_write"] for st in stages) / 1000
-    parts["jobs' stages"] = len(stages)
-    return parts
 
 
 def breakdown_line(parts: dict[str, float]) -> str:

@@ -407,7 +407,8 @@ def _publish(
     crash_point("after_commit")
     crash_point("shared_after_publish")
     totals = accounting.totals
-    null_values = null_values_warning(spec.topic, merged.tombstones)
+    # An upsert table's tombstones are its deletes, not null values an append table drops.
+    null_values = None if delta is not None else null_values_warning(spec.topic, merged.tombstones)
     warnings = (*run.member.warnings, *([null_values] if null_values else []))
     return IngestOutcome(
         records_read=totals["read"],

@@ -181,7 +181,8 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     topic.produce(RUN_1)
     first = apply(spark, env)
     assert first.records_read == len(RUN_1) and first.offsets_after == {0: 7, 1: 2}
-    assert first.records_written == 7  # and 2 tombstones
+    assert first.records_written == 7  # and 2 tombstones: deletes, not null values
+    assert not [w for w in first.warnings if "null-value" in w], first.warnings
     timings = first.timings or {}
     assert WRITER_TIMINGS[writer] <= set(timings), timings
     assert timings["merge"] > 0 and timings["publish_commit"] > 0

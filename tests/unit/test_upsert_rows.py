@@ -1,0 +1,220 @@
+"""The driver's upsert merge (pipeline/upsert_rows.py) and its one-snapshot publish
+(engine/row_delta.py), against an independent model, on a pyiceberg SQLite catalog in a
+temporary directory (no process): batches with repeated keys, tombstones, records older
+than the rows they meet, keys that were deleted before, a replay, several data files."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tableflow_core.engine.run_branch import publish_run
+from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN
+from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN
+from tableflow_core.pipeline.data_files import write_data_files
+from tableflow_core.pipeline.upsert_rows import (
+    DeletesTable,
+    after_remembered,
+    later,
+    latest_per_key,
+    merge_batch,
+)
+
+# A record: (key, partition, offset, timestamp ms or None, value or None for a tombstone)
+Record = tuple[int, int, int, int | None, str | None]
+TABLE_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("name", pa.string()),
+        pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC")),
+        pa.field(PARTITION_COLUMN, pa.int32()),
+        pa.field(OFFSET_COLUMN, pa.int64()),
+    ]
+)
+
+
+def decoded(records: list[Record]) -> pa.Table:
+    """Records as the read tasks send them: the table's columns (the key filled on a
+    tombstone), the source position and the tombstone flag."""
+    return pa.table(
+        {
+            "id": pa.array([r[0] for r in records], pa.int64()),
+            "name": pa.array([r[4] for r in records], pa.string()),
+            SOURCE_PARTITION_COLUMN: pa.array([r[1] for r in records], pa.int32()),
+            SOURCE_OFFSET_COLUMN: pa.array([r[2] for r in records], pa.int64()),
+            SOURCE_TIMESTAMP_COLUMN: pa.array([r[3] for r in records], pa.int64()),
+            TOMBSTONE_COLUMN: pa.array([r[4] is None for r in records], pa.bool_()),
+        }
+    )
+
+
+def model(records: list[Record]) -> dict[int, str]:
+    """Per key, its latest record by (timestamp, partition, offset), no timestamp first."""
+    latest: dict[int, tuple[tuple[int, int, int], str | None]] = {}
+    for key, partition, offset, ts, value in records:
+        position = (ts if ts is not None else -(2**62), partition, offset)
+        if key not in latest or position > latest[key][0]:
+            latest[key] = (position, value)
+    return {k: v for k, (_, v) in latest.items() if v is not None}
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(
+        "t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
+    )
+    catalog.create_namespace("ns")
+    return catalog
+
+
+class Upserts:
+    """An upsert table and its deletes table, batches merged and published as apply's
+    shared path does."""
+
+    def __init__(self, catalog: Any) -> None:
+        self.catalog = catalog
+        catalog.create_table("ns.t", TABLE_SCHEMA, properties={"format-version": "2"})
+        self.deletes = DeletesTable(catalog, ("ns", "t__tableflow_deletes"), ("id",))
+
+    def table(self) -> Any:
+        return self.catalog.load_table("ns.t")
+
+    def apply(self, records: list[Record]) -> Any:
+        table = self.table()
+        base = table.metadata.current_snapshot_id
+        delta = merge_batch(table, base, decoded(records), ("id",), self.deletes.read, {})
+        if delta.remembered is not None:
+            self.deletes.remember(delta.remembered)
+        if base is None:  # a new table's first snapshot, as begin_run gives it
+            with table.transaction() as tx, tx.update_snapshot().fast_append():
+                pass
+            table = self.table()
+            base = table.metadata.current_snapshot_id
+        publish_run(
+            table, base, "tableflow_run_test", {"tableflow.test": "1"},
+            data_files=delta.data_files, delete_files=delta.delete_files, new_branch=True,
+        )  # fmt: skip
+        return delta
+
+    def rows(self) -> dict[int, str]:
+        read = self.table().scan().to_arrow()
+        rows = {r["id"]: r["name"] for r in read.to_pylist()}
+        assert len(rows) == read.num_rows, "one row per key"
+        return rows
+
+
+def test_latest_record_per_key_by_timestamp_partition_offset() -> None:
+    records: list[Record] = [
+        (1, 0, 0, 100, "a"),
+        (1, 1, 0, 100, "b"),  # same timestamp, later partition: wins
+        (2, 0, 1, None, "c"),  # no timestamp: earlier than any
+        (2, 0, 2, 5, None),  # a tombstone wins over it
+        (3, 2, 7, 50, "d"),
+        (3, 0, 9, 40, "e"),  # later offset, earlier timestamp: loses
+    ]
+    latest = latest_per_key(decoded(records), ("id",))
+    got = {r["id"]: (r["name"], r[TOMBSTONE_COLUMN]) for r in latest.to_pylist()}
+    assert got == {1: ("b", False), 2: (None, True), 3: ("d", False)}
+    assert latest.column(TIMESTAMP_COLUMN).type == pa.timestamp("us", tz="UTC")
+    assert latest.column(TIMESTAMP_COLUMN).to_pylist()[2].timestamp() == 0.05
+
+
+def test_later_treats_a_row_without_position_as_the_earliest() -> None:
+    def positions(rows: list[tuple[int | None, int | None, int | None]]) -> pa.Table:
+        return pa.table(
+            {
+                TIMESTAMP_COLUMN: pa.array([r[0] for r in rows], pa.int64()).cast(
+                    pa.timestamp("us", tz="UTC")
+                ),
+                PARTITION_COLUMN: pa.array([r[1] for r in rows], pa.int32()),
+                OFFSET_COLUMN: pa.array([r[2] for r in rows], pa.int64()),
+            }
+        )
+
+    new = positions([(10, 0, 5), (10, 0, 5), (10, 1, 0), (None, 0, 9), (10, 0, 1)])
+    old = positions([(9, 3, 9), (10, 0, 5), (10, 0, 9), (1, 0, 0), (None, None, None)])
+    assert later(new, old).tolist() == [True, False, True, False, True]
+
+
+def test_a_candidate_at_its_remembered_delete_is_kept_an_older_one_dropped() -> None:
+    candidates = latest_per_key(decoded([(1, 0, 5, 10, "a"), (2, 0, 6, 10, "b")]), ("id",))
+    remembered = latest_per_key(decoded([(1, 0, 5, 10, None), (2, 0, 7, 10, None)]), ("id",))
+    remembered = remembered.select(["id", TIMESTAMP_COLUMN, PARTITION_COLUMN, OFFSET_COLUMN])
+    keep = after_remembered(candidates, remembered, ("id",))
+    assert dict(zip(candidates.column("id").to_pylist(), keep.tolist(), strict=True)) == {
+        1: True,
+        2: False,
+    }
+
+
+def test_batches_merged_on_the_driver_equal_the_model_in_any_split(catalog: Any) -> None:
+    rng = random.Random(31)
+    offsets = [0, 0, 0]
+    history: list[Record] = []
+    for i in range(900):
+        partition = rng.randrange(3)
+        roll = rng.random()
+        ts = None if roll < 0.03 else 1_000 + rng.randrange(300)  # ties, out of order
+        value = None if roll < 0.2 else f"n{i}"
+        history.append((rng.randrange(120), partition, offsets[partition], ts, value))
+        offsets[partition] += 1
+    upserts = Upserts(catalog)
+    done: list[Record] = []
+    for size in (200, 1, 37, 150, 12, 250, 250):
+        batch, history = history[:size], history[size:]
+        upserts.apply(batch)
+        done += batch
+        assert upserts.rows() == model(done)
+    # a replay of the last batch (a re-run after a crash before the publish) changes nothing
+    replay = upserts.apply(done[-250:])
+    assert (replay.rows_inserted, replay.rows_deleted) == (0, 0)
+    assert upserts.rows() == model(done)
+    table = upserts.table()
+    summary = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id).summary
+    assert summary.operation.value == "append"  # the replay: no data or delete file
+    history_ops = {s.summary.operation.value for s in table.metadata.snapshots}
+    assert "overwrite" in history_ops  # the row deltas
+    assert int(summary["total-position-deletes"]) > 0
+
+
+def test_a_file_older_than_the_batch_has_only_its_keys_read(catalog: Any) -> None:
+    upserts = Upserts(catalog)
+    upserts.apply([(k, 0, k, 1_000, f"v{k}") for k in range(50)])
+    delta = upserts.apply([(k, 0, 50 + k, 2_000, None if k % 2 else "w") for k in range(0, 50, 5)])
+    assert (delta.files_scanned, delta.files_key_only) == (1, 1)
+    expected = {k: f"v{k}" for k in range(50) if k % 5}
+    expected.update({k: "w" for k in range(0, 50, 10)})
+    assert upserts.rows() == expected
+    # an older record than the row: the file's positions are read, the row stays
+    stale = upserts.apply([(1, 0, 0, 500, "old")])
+    assert (stale.files_key_only, stale.rows_inserted, stale.rows_deleted) == (0, 0, 0)
+    assert upserts.rows() == expected
+
+
+def test_rows_written_before_the_table_kept_positions_are_superseded(catalog: Any) -> None:
+    upserts = Upserts(catalog)
+    table = upserts.table()
+    old = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "name": ["a", "b"],
+            TIMESTAMP_COLUMN: pa.nulls(2, pa.timestamp("us", tz="UTC")),
+            PARTITION_COLUMN: pa.nulls(2, pa.int32()),
+            OFFSET_COLUMN: pa.nulls(2, pa.int64()),
+        }
+    )
+    with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        for data_file in write_data_files(table.metadata, {}, old):
+            append.append_data_file(data_file)
+    upserts.apply([(1, 0, 0, None, "a2"), (2, 0, 1, None, None)])
+    assert upserts.rows() == {1: "a2"}
+    positions = upserts.table().scan().to_arrow().column(OFFSET_COLUMN).to_pylist()
+    assert positions == [0] and np.all(np.array(positions) >= 0)
