@@ -1,4 +1,4 @@
-"""Upsert: tableflow's MERGE (merge-on-read) vs pyiceberg's `Table.upsert`, same data, same run.
+"""Upsert: tableflow's upsert (merge-on-read) vs pyiceberg's `Table.upsert`, same data, same run.
 
     .venv/bin/python benchmarks/upsert.py [--rows 1000000,10000000] [--batch 100000] [--batches 10]
     .venv/bin/python benchmarks/upsert.py --rows 1000000 --batch 100000 --batches 6 --against REV
@@ -12,7 +12,8 @@ many Avro records keyed by an Avro key {id} (one per id) to its own 4-partition 
 - pyiceberg: the same table loaded with `append`, then the same batch applied with its
   own `Table.upsert` (last record per key, as tableflow does) and `Table.delete` for the
   tombstones. Both tables must end with the same rows (count and sum of amounts);
-- scans: `--batches` more batches through tableflow (one MERGE each, position delete
+- scans: `--batches` more batches through tableflow (each merged on the driver,
+  pipeline/upsert_rows.py, as every batch of at most 250k records is: position delete
   files accumulate), then a full scan (pyiceberg `to_arrow`, DuckDB `iceberg_scan`) with
   the delete files, and again after compaction (`rewrite_data_files`, deletes applied).
 
@@ -23,7 +24,11 @@ X.Xx` (pyiceberg's upsert+delete of batch 1 over tableflow's apply of it, wall s
 pyiceberg runs in a child process stopped after `--pyiceberg-timeout` seconds: then the
 ratio is a lower bound, labelled so.
 
-Every tableflow batch prints its breakdown (seconds): `plan` (PlanTask), `apply frame`
+Every tableflow batch prints its breakdown (seconds). A batch merged on the driver:
+`plan`, `apply frame` (ApplyTask outside the table's run), `load+branch`, `read+decode
+job` (the shared job's read tasks), `driver merge`, `remember deletes` (the deletes
+table's commit), `publish commit`. A batch through Spark's MERGE (the initial load, or
+with `--against` a tree before session 7): `plan` (PlanTask), `apply frame`
 (ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
 building), `merge` (the write: a batch of at most 500k records is counted, its new keys
 counted and appended, then the WHEN MATCHED-only MERGE runs; a larger one is one MERGE)

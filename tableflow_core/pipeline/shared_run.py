@@ -131,8 +131,9 @@ Result = IngestOutcome | BaseException
 
 
 class _RunAlone(TableflowError):
-    """A member whose run cannot be shared (found once its table is loaded): it runs on
-    its own, through `pipeline/run.ingest`, with this reason among its warnings."""
+    """A member whose run is not shared after all (found once its table is loaded: an
+    upsert table too large for the driver's merge): it runs on its own, through
+    `pipeline/run.ingest`, the way such a table always runs (no warning)."""
 
 
 def ingest_shared(
@@ -151,18 +152,18 @@ def ingest_shared(
     with ThreadPoolExecutor(CATALOG_WORKERS, thread_name_prefix="tableflow-shared") as pool:
         futures = [(m, pool.submit(_start, m, catalog)) for m in members]
         started: list[_Started] = []
-        alone: list[tuple[SharedMember, str]] = []
+        alone: list[SharedMember] = []
         for member, future in futures:
             try:
                 started.append(future.result())
-            except _RunAlone as reason:
-                alone.append((member, str(reason)))
+            except _RunAlone:
+                alone.append(member)
             except Exception as exc:
                 results[member.spec.table_name] = _failed(member.spec, catalog, exc)
-        for member, why in alone:
+        for member in alone:
             try:
                 results[member.spec.table_name] = _ingest_alone(
-                    spark, member, kafka_conf, catalog, decoder_factory, why
+                    spark, member, kafka_conf, catalog, decoder_factory, None
                 )
             except Exception as exc:
                 results[member.spec.table_name] = _failed(member.spec, catalog, exc)
@@ -430,7 +431,7 @@ def _ingest_alone(
     kafka_conf: Mapping[str, str],
     catalog: Any,
     decoder_factory: DecoderFactory | None,
-    why: str,
+    why: str | None,
 ) -> IngestOutcome:
     """The member's run on its own (`pipeline/run.ingest`), `why` among its warnings."""
     spec = member.spec
@@ -439,7 +440,7 @@ def _ingest_alone(
         start_offsets=member.start_offsets, decoder_factory=decoder_factory,
         warnings=member.warnings, catalog=catalog,
     )  # fmt: skip
-    return replace(alone, warnings=(*alone.warnings, why))
+    return replace(alone, warnings=(*alone.warnings, why)) if why else alone
 
 
 def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -> RowDelta:

@@ -218,6 +218,30 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     assert apply(spark, env).status == "no_changes"
 
 
+def test_an_upsert_table_too_large_for_the_driver_runs_spark_merge(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planned into a shared job, a table over the driver's size runs Spark's MERGE on its
+    own once apply sees its rows (no warning: the way such a table always runs)."""
+    from tableflow_core.pipeline import shared_run
+
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce(RUN_1)
+    first = apply(spark, env)
+    assert "shared_job" in (first.timings or {})
+    monkeypatch.setattr(shared_run, "DRIVER_MERGE_MAX_ROWS", 3)  # the table holds 4 rows
+    topic.produce(RUN_2)
+    second = apply(spark, env)
+    assert "shared_job" not in (second.timings or {}) and "merge" in (second.timings or {})
+    assert second.warnings == ()
+    assert rows_by_reader(env, spark, "id") == expect(topic, AFTER_2)
+
+
 @pytest.mark.parametrize("writer", ["spark", "driver"])
 def test_upsert_sigkill_between_merge_and_publish_then_rerun(
     spark: Any,
