@@ -81,7 +81,7 @@ from tableflow_core.pipeline.upsert_rows import (
     DRIVER_MERGE_MAX_ROWS,
     DeletesTable,
     DriverMergeUnsupported,
-    RowDelta,
+    MergedBatch,
     merge_batch,
 )
 from tableflow_core.schemas.decoding import build_decoder
@@ -443,7 +443,7 @@ def _ingest_alone(
     return replace(alone, warnings=(*alone.warnings, why)) if why else alone
 
 
-def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -> RowDelta:
+def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -> MergedBatch:
     """An upsert table's batch merged on the driver (pipeline/upsert_rows.py): its data
     and delete files written, its tombstones remembered in the deletes table (a commit of
     its own, before the publish: a run that does not publish leaves there only positions
@@ -455,7 +455,7 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
         catalog.catalog, (*spec.namespace, deletes_table(spec.table)), spec.key_columns
     )
     if rows is None or rows.num_rows == 0:
-        return RowDelta()
+        return MergedBatch()
     delta = merge_batch(
         run.table,
         run.base,

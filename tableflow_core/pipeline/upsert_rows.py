@@ -77,12 +77,13 @@ POSITIONS = tuple(POSITION_COLUMNS)
 
 
 class DriverMergeUnsupported(IngestError):
-    """The table holds what the driver merge does not read (equality deletes, deletion
-    vectors of a newer format): the run takes Spark's MERGE instead."""
+    """The table is not one the driver's merge writes to (equality delete files, a format
+    version other than 2, which position delete files belong to): the run takes Spark's
+    MERGE instead."""
 
 
 @dataclass
-class RowDelta:
+class MergedBatch:
     """What a batch changes: data files to add, position delete files to add, and the
     batch's deletes to remember; with the figures run_results reports."""
 
@@ -333,15 +334,19 @@ def merge_batch(
     keys: Sequence[str],
     read_deletes: Callable[[pa.Table], pa.Table | None],
     io_properties: Mapping[str, str],
-) -> RowDelta:
+) -> MergedBatch:
     """The batch (`rows`: decoded good rows and tombstones) merged into `table` as it is at
     `base_snapshot_id` (None: a table without rows): the files to publish.
     `read_deletes(keys)` gives the deletes table's rows of those keys (None: it has none)."""
+    if table.metadata.format_version != 2:
+        raise DriverMergeUnsupported(
+            f"format version {table.metadata.format_version} (position delete files are v2's)"
+        )
     latest = latest_per_key(rows, keys)
     n = latest.num_rows
     tombstone = latest.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
     held, newer = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-    delta = RowDelta()
+    delta = MergedBatch()
     to_delete: list[_FileMatches] = []
     if base_snapshot_id is not None and n:
         scan = _Scan(table, base_snapshot_id, latest, keys)

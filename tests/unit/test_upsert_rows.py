@@ -218,3 +218,44 @@ def test_rows_written_before_the_table_kept_positions_are_superseded(catalog: An
     assert upserts.rows() == {1: "a2"}
     positions = upserts.table().scan().to_arrow().column(OFFSET_COLUMN).to_pylist()
     assert positions == [0] and np.all(np.array(positions) >= 0)
+
+
+def test_a_key_of_two_columns_matches_on_both(catalog: Any) -> None:
+    schema = pa.schema([pa.field("region", pa.string()), *TABLE_SCHEMA])
+    table = catalog.create_table("ns.two", schema, properties={"format-version": "2"})
+
+    def batch(records: list[tuple[str, int, int, str | None]]) -> pa.Table:
+        rows = decoded([(k, 0, offset, 1_000 + offset, v) for _, k, offset, v in records])
+        return rows.add_column(0, "region", pa.array([r[0] for r in records]))
+
+    def publish(records: list[tuple[str, int, int, str | None]]) -> None:
+        current = catalog.load_table("ns.two")
+        base = current.metadata.current_snapshot_id
+        delta = merge_batch(current, base, batch(records), ("region", "id"), lambda _k: None, {})
+        if base is None:
+            with current.transaction() as tx, tx.update_snapshot().fast_append():
+                pass
+            current = catalog.load_table("ns.two")
+            base = current.metadata.current_snapshot_id
+        publish_run(
+            current, base, "tableflow_run_two", {}, data_files=delta.data_files,
+            delete_files=delta.delete_files, new_branch=True,
+        )  # fmt: skip
+
+    publish([("eu", 1, 0, "a"), ("us", 1, 1, "b"), ("eu", 2, 2, "c")])
+    publish([("us", 1, 3, "b2"), ("eu", 2, 4, None), ("us", 2, 5, "d")])
+    rows = catalog.load_table("ns.two").scan().to_arrow().to_pylist()
+    assert sorted((r["region"], r["id"], r["name"]) for r in rows) == [
+        ("eu", 1, "a"),
+        ("us", 1, "b2"),
+        ("us", 2, "d"),
+    ]
+    assert table.metadata.format_version == 2
+
+
+def test_a_table_of_another_format_version_is_left_to_spark(catalog: Any) -> None:
+    from tableflow_core.pipeline.upsert_rows import DriverMergeUnsupported
+
+    table = catalog.create_table("ns.v1", TABLE_SCHEMA, properties={"format-version": "1"})
+    with pytest.raises(DriverMergeUnsupported, match="format version 1"):
+        merge_batch(table, None, decoded([(1, 0, 0, 1, "a")]), ("id",), lambda _k: None, {})
