@@ -75,6 +75,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from upsert import Change, batch_changes, final_rows, initial_rows  # benchmarks/ on sys.path
 
+from tableflow_core.engine.row_delta import RowDelta
 from tableflow_core.ingest.upsert_order import (
     OFFSET_COLUMN,
     PARTITION_COLUMN,
@@ -250,85 +251,13 @@ def write_position_deletes(io: Any, location: str, data_path: str, positions: np
     )
 
 
-def row_delta_class() -> Any:
-    """A pyiceberg snapshot producer adding data files and position delete files in one
-    snapshot (Iceberg's RowDelta; pyiceberg 0.12 has none): a fast append whose manifests
-    gain a DELETES manifest."""
-    from pyiceberg.manifest import (
-        ManifestContent,
-        ManifestEntry,
-        ManifestEntryStatus,
-        ManifestFile,
-        ManifestWriterV2,
-    )
-    from pyiceberg.table.snapshots import (
-        SnapshotSummaryCollector,
-        Summary,
-        update_snapshot_summaries,
-    )
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
-
-    class RowDelta(_FastAppendFiles):
-        delete_files: list[Any]
-
-        def _manifests(self) -> list[ManifestFile]:
-            manifests = super()._manifests()
-            if not self.delete_files:
-                return manifests
-            metadata = self._transaction.table_metadata
-            writer = DeleteManifestWriter(
-                metadata.spec(), metadata.schema(), self.new_manifest_output(),
-                self._snapshot_id, self._compression,
-            )  # fmt: skip
-            with writer:
-                for delete_file in self.delete_files:
-                    writer.add(
-                        ManifestEntry.from_args(
-                            status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                            sequence_number=None, file_sequence_number=None, data_file=delete_file,
-                        )
-                    )  # fmt: skip
-            return [writer.to_manifest_file(), *manifests]
-
-        def _summary(self, snapshot_properties: dict[str, str] = {}) -> Summary:  # noqa: B006
-            metadata = self._transaction.table_metadata
-            collector = SnapshotSummaryCollector()
-            for f in (*self._added_data_files, *self.delete_files):
-                collector.add_file(f, schema=metadata.schema(), partition_spec=metadata.spec())
-            parent = (
-                metadata.snapshot_by_id(self._parent_snapshot_id)
-                if self._parent_snapshot_id is not None
-                else None
-            )
-            return update_snapshot_summaries(
-                summary=Summary(
-                    operation=self._operation, **collector.build(), **snapshot_properties
-                ),
-                previous_summary=parent.summary if parent is not None else None,
-            )
-
-    return RowDelta
-
-
 def commit_row_delta(
     table: Any, data_files: list[Any], delete_files: list[Any], props: dict[str, str]
 ) -> int:
-    from pyiceberg.table.snapshots import Operation
-
+    """One snapshot with the data files and the position delete files (Iceberg's RowDelta;
+    the study's producer is now tableflow's, `engine/row_delta.RowDelta`)."""
     transaction = table.transaction()
-    producer = row_delta_class()(
-        operation=Operation.OVERWRITE, transaction=transaction, io=table.io,
-        snapshot_properties=props, branch="main",
-    )  # fmt: skip
-    producer.delete_files = delete_files
+    producer = RowDelta(transaction, table.io, delete_files, props, "main")
     for data_file in data_files:
         producer.append_data_file(data_file)
     producer.commit()
