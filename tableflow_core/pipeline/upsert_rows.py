@@ -22,9 +22,10 @@ The caller publishes the data and delete files with the offsets in one snapshot
 the snapshot scanned here. Nothing here is visible before that commit.
 
 The table's key columns are read on the driver (threads over the data files; ~0.05 CPU
-seconds per million rows, key only), so the driver way is taken up to
-`DRIVER_MERGE_MAX_ROWS` rows in the table; a larger table runs Spark's MERGE, whose scan
-is spread over the executors.
+seconds per million rows, key only), so the driver way is taken while the table's data
+files hold at most `DRIVER_MERGE_MAX_ROWS` rows (its snapshot's `total-records`, rows
+position deletes removed included: what the driver reads); a larger table runs Spark's
+MERGE, whose scan is spread over the executors.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from tableflow_core.ingest.upsert_order import (
 )
 from tableflow_core.pipeline.data_files import write_data_files
 
-# Rows in the table up to which its keys are read on the driver (see the docstring).
+# Rows in the table's data files up to which its keys are read on the driver (above).
 DRIVER_MERGE_MAX_ROWS = 50_000_000
 # Threads reading data files: pyarrow's Parquet reads and `index_in` release the GIL.
 SCAN_THREADS = max(1, min(4, os.cpu_count() or 1))
