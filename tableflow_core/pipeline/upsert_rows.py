@@ -31,6 +31,7 @@ MERGE, whose scan is spread over the executors.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +76,7 @@ _DELETE_FILE_SCHEMA = pa.schema(
 )  # fmt: skip
 _EARLIEST = np.iinfo(np.int64).min  # a record without a timestamp sorts first
 POSITIONS = tuple(POSITION_COLUMNS)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class DriverMergeUnsupported(IngestError):
@@ -338,7 +340,9 @@ def merge_batch(
 ) -> MergedBatch:
     """The batch (`rows`: decoded good rows and tombstones) merged into `table` as it is at
     `base_snapshot_id` (None: a table without rows): the files to publish.
-    `read_deletes(keys)` gives the deletes table's rows of those keys (None: it has none)."""
+    `read_deletes(candidates)` gives the deletes table's rows that may come after some of
+    the candidates (the batch's records of keys the table does not hold; None: the table
+    has no deletes table)."""
     if table.metadata.format_version != 2:
         raise DriverMergeUnsupported(
             f"format version {table.metadata.format_version} (position delete files are v2's)"
@@ -364,7 +368,7 @@ def merge_batch(
     if fresh.any():
         where = np.flatnonzero(fresh)
         candidates = latest.take(pa.array(where))
-        remembered = read_deletes(candidates.select(list(keys)))
+        remembered = read_deletes(candidates)
         if remembered is not None:
             fresh[where] = after_remembered(candidates, remembered, keys)
     insert = ((held & newer) | fresh) & ~tombstone
@@ -424,14 +428,25 @@ class DeletesTable:
         self._identifier = identifier
         self._keys = tuple(keys)
 
-    def read(self, keys: pa.Table) -> pa.Table | None:
-        """Its rows (key columns and position; every row: it is small, a row per delete),
-        None when it does not exist. `keys`: the keys asked about (unused: read whole)."""
-        del keys
+    def read(self, candidates: pa.Table) -> pa.Table | None:
+        """Its rows (key columns and position) that may come after one of `candidates`
+        (None when it does not exist). A delete whose timestamp is before every
+        candidate's comes before all of them and cannot drop one: when every candidate
+        has a timestamp, only deletes at or after the earliest are read, and the files
+        whose timestamp upper bound is before it are not opened (the deletes table grows
+        by a file per run that deleted; a run's candidates are recent)."""
+        from pyiceberg.expressions import AlwaysTrue, GreaterThanOrEqual
+
         if not self._catalog.table_exists(self._identifier):
             return None
         table = self._catalog.load_table(self._identifier)
-        return table.scan(selected_fields=(*self._keys, *POSITIONS)).to_arrow()
+        ts = candidates.column(TIMESTAMP_COLUMN)
+        row_filter: Any = AlwaysTrue()
+        if len(ts) and not ts.null_count:
+            earliest = _EPOCH + dt.timedelta(microseconds=pc.min(ts.cast(pa.int64())).as_py())
+            row_filter = GreaterThanOrEqual(TIMESTAMP_COLUMN, earliest.isoformat())
+        scan = table.scan(row_filter=row_filter, selected_fields=(*self._keys, *POSITIONS))
+        return scan.to_arrow()
 
     def remember(self, rows: pa.Table) -> None:
         """Append the batch's deletes (created on first use), in its own commit."""

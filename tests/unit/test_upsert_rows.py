@@ -259,3 +259,29 @@ def test_a_table_of_another_format_version_is_left_to_spark(catalog: Any) -> Non
     table = catalog.create_table("ns.v1", TABLE_SCHEMA, properties={"format-version": "1"})
     with pytest.raises(DriverMergeUnsupported, match="format version 1"):
         merge_batch(table, None, decoded([(1, 0, 0, 1, "a")]), ("id",), lambda _k: None, {})
+
+
+def test_the_deletes_table_is_read_from_the_earliest_candidate_on(catalog: Any) -> None:
+    deletes = DeletesTable(catalog, ("ns", "d__tableflow_deletes"), ("id",))
+    for ts in (100, 200, 300):  # a file per run that deleted, as the runs append them
+        remembered = latest_per_key(decoded([(ts, 0, ts, ts, None)]), ("id",))
+        deletes.remember(
+            remembered.select(["id", TIMESTAMP_COLUMN, PARTITION_COLUMN, OFFSET_COLUMN])
+        )
+
+    def read(records: list[Record]) -> set[int]:
+        found = deletes.read(latest_per_key(decoded(records), ("id",)))
+        assert found is not None
+        return set(found.column("id").to_pylist())
+
+    assert read([(1, 0, 900, 250, "a"), (2, 0, 901, 260, "b")]) == {300}
+    assert read([(1, 0, 900, 200, "a")]) == {200, 300}  # a tie may still come after it
+    assert read([(1, 0, 900, None, "a"), (2, 0, 901, 260, "b")]) == {100, 200, 300}
+    # a candidate older than its key's remembered delete is dropped, a later one kept
+    upserts = Upserts(catalog)
+    upserts.apply([(7, 0, 0, 1_000, "x")])
+    upserts.apply([(7, 0, 1, 2_000, None)])
+    upserts.apply([(7, 1, 0, 1_500, "older"), (8, 1, 1, 1_500, "y")])
+    assert upserts.rows() == {8: "y"}
+    upserts.apply([(7, 1, 2, 2_500, "later")])
+    assert upserts.rows() == {7: "later", 8: "y"}
