@@ -75,7 +75,8 @@ class TableReport:
     read: dict[int, int] = field(default_factory=dict)  # rows decoded, per partition
     bad: dict[int, int] = field(default_factory=dict)  # bad records, per partition
     written: dict[int, int] = field(default_factory=dict)  # rows in its data files
-    tombstones: dict[int, int] = field(default_factory=dict)  # null values, never written
+    # Null values: an append table's are never written, an upsert table's are its deletes.
+    tombstones: dict[int, int] = field(default_factory=dict)
     failures: list[FailedRecord] = field(default_factory=list)  # the first bad records
     data_files: list[Any] = field(default_factory=list)  # pyiceberg DataFiles
     # An upsert table's decoded good rows and tombstones (UPSERT_SOURCE_COLUMNS kept), as
