@@ -444,7 +444,7 @@ class DeletesTable:
         row_filter: Any = AlwaysTrue()
         if len(ts) and not ts.null_count:
             earliest = _EPOCH + dt.timedelta(microseconds=pc.min(ts.cast(pa.int64())).as_py())
-            row_filter = GreaterThanOrEqual(TIMESTAMP_COLUMN, earliest.isoformat())
+            row_filter = GreaterThanOrEqual(term=TIMESTAMP_COLUMN, value=earliest.isoformat())
         scan = table.scan(row_filter=row_filter, selected_fields=(*self._keys, *POSITIONS))
         return scan.to_arrow()
 
