@@ -28,7 +28,8 @@ For each size in `--rows`, in a scratch file:// warehouse (pyiceberg's SQLite ca
      remembered delete (the deletes table beside the upsert table);
   4. `write deletes`: one position delete file per data file that had matches
      (file_path, pos; field ids 2147483546/2147483545; file_path bounds, so readers
-     index it by data file), Parquet by pyarrow;
+     index it by data file), Parquet by pyarrow (tableflow's
+     `pipeline/upsert_rows.write_position_deletes`);
   5. `write rows`: the rows to insert (updates and new keys) as one data file, by the
      writer the read tasks use (pipeline/data_files.write_data_files);
   6. `remember`: the batch's deletes appended to the deletes table (pyiceberg append);
@@ -63,7 +64,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,14 +82,9 @@ from tableflow_core.ingest.upsert_order import (
     TIMESTAMP_COLUMN,
 )
 from tableflow_core.pipeline.data_files import file_io_properties, write_data_files
+from tableflow_core.pipeline.upsert_rows import write_position_deletes
 
 POSITIONS = (TIMESTAMP_COLUMN, PARTITION_COLUMN, OFFSET_COLUMN)
-PATH_FIELD_ID = 2147483546  # Iceberg's reserved field ids of a position delete file
-POS_FIELD_ID = 2147483545
-DELETE_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(PATH_FIELD_ID)}),
-    pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_FIELD_ID)}),
-])  # fmt: skip
 PARTITIONS = 4
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -215,40 +210,6 @@ def scan_file(
         return rows, batch_rows, batch_rows
     newer = later(latest.take(pa.array(batch_rows)), matched)
     return rows[newer], batch_rows, batch_rows[newer]
-
-
-def write_position_deletes(io: Any, location: str, data_path: str, positions: np.ndarray) -> Any:
-    """One position delete file for one data file (sorted by pos), with file_path bounds
-    equal so readers index it by that data file; its DataFile."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
-
-    positions = np.sort(positions)
-    path = f"{location}/data/delete-{uuid.uuid4()}.parquet"
-    table = pa.table(
-        {"file_path": pa.array([data_path] * len(positions), pa.string()), "pos": positions},
-        schema=DELETE_SCHEMA,
-    )
-    with io.new_output(path).create() as out:
-        pq.write_table(table, out, compression="zstd")
-    size = io.new_input(path).__len__()
-    encoded = data_path.encode()
-    return DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=len(positions),
-        file_size_in_bytes=size,
-        lower_bounds={
-            PATH_FIELD_ID: encoded,
-            POS_FIELD_ID: int(positions[0]).to_bytes(8, "little"),
-        },
-        upper_bounds={
-            PATH_FIELD_ID: encoded,
-            POS_FIELD_ID: int(positions[-1]).to_bytes(8, "little"),
-        },
-    )
 
 
 def commit_row_delta(

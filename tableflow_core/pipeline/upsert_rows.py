@@ -116,6 +116,12 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     for name, values in positions.items():
         table = table.append_column(name, values)
     table = table.append_column(TOMBSTONE_COLUMN, rows.column(TOMBSTONE_COLUMN))
+    return latest_of_each_key(table, keys)
+
+
+def latest_of_each_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Each key's latest row of `table` (key columns and POSITION_COLUMNS, with anything
+    else): the batch's latest records, or the deletes table's latest delete per key."""
     if table.num_rows == 0:
         return table
     ordered = table.take(_latest_first(table, keys))
@@ -153,6 +159,16 @@ def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> np.ndarray:
         differs = pc.not_equal(column.slice(1), column.slice(0, n - 1))
         first[1:] |= pc.fill_null(differs, True).to_numpy(zero_copy_only=False)
     return first
+
+
+def earliest_timestamp(records: pa.Table) -> int | None:
+    """The earliest Kafka timestamp of `records` (epoch micros), or None when one of them
+    has none (it is then the earliest of all) or there are none."""
+    ts = records.column(TIMESTAMP_COLUMN)
+    if len(ts) == 0 or ts.null_count:
+        return None
+    earliest: int = pc.min(ts.cast(pa.int64())).as_py()
+    return earliest
 
 
 def _position_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -220,10 +236,7 @@ class _Scan:
         schema = table.schema()  # field ids never change: any schema's are the current's
         self.field_ids = {name: schema.find_field(name).field_id for name in (*keys, *POSITIONS)}
         self._deletes: dict[str, dict[str, pa.ChunkedArray]] = {}
-        ts = latest.column(TIMESTAMP_COLUMN)
-        self._earliest = (
-            None if ts.null_count or len(ts) == 0 else pc.min(ts.cast(pa.int64())).as_py()
-        )
+        self._earliest = earliest_timestamp(latest)
 
     def tasks(self) -> list[Any]:
         try:
@@ -300,14 +313,6 @@ class _Scan:
         )
 
 
-def remembered_deletes(deletes: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """The deletes table's rows reduced to each key's latest delete."""
-    if deletes.num_rows == 0:
-        return deletes
-    ordered = deletes.take(_latest_first(deletes, keys))
-    return ordered.filter(pa.array(_first_of_each_key(ordered, keys)))
-
-
 def after_remembered(candidates: pa.Table, deletes: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """Row by row: the candidate comes after its key's latest remembered delete, or at its
     very position (a delete remembered by a run that did not publish), or its key has
@@ -315,7 +320,7 @@ def after_remembered(candidates: pa.Table, deletes: pa.Table, keys: Sequence[str
     keep = np.ones(candidates.num_rows, dtype=bool)
     if candidates.num_rows == 0 or deletes.num_rows == 0:
         return keep
-    latest_deletes = remembered_deletes(deletes, keys)
+    latest_deletes = latest_of_each_key(deletes, keys)
     typed = pa.table(
         [
             latest_deletes.column(n).cast(candidates.schema.field(n).type)
@@ -378,29 +383,32 @@ def merge_batch(
     delta.rows_inserted = inserted.num_rows
     location = table.metadata.location
     for matches in to_delete:
-        delta.delete_files.append(_write_position_deletes(table.io, location, matches))
+        delta.delete_files.append(
+            write_position_deletes(table.io, location, matches.path, matches.positions)
+        )
         delta.rows_deleted += len(matches.positions)
     if tombstone.any():
         delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *POSITIONS])
     return delta
 
 
-def _write_position_deletes(io: Any, location: str, matches: _FileMatches) -> Any:
-    """One position delete file for one data file, sorted by position, its `file_path`
-    bounds equal so readers index it by that data file; its DataFile."""
+def write_position_deletes(io: Any, location: str, data_path: str, positions: np.ndarray) -> Any:
+    """One position delete file for data file `data_path` (`positions`: its rows), sorted
+    by position, its `file_path` bounds equal so readers index it by that data file, in
+    the table `location`'s data folder; its DataFile."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    positions = np.sort(matches.positions)
+    positions = np.sort(positions)
     path = f"{location.rstrip('/')}/data/delete-{uuid.uuid4()}.parquet"
     rows = pa.table(
-        {"file_path": pa.array([matches.path] * len(positions), pa.string()), "pos": positions},
+        {"file_path": pa.array([data_path] * len(positions), pa.string()), "pos": positions},
         schema=_DELETE_FILE_SCHEMA,
     )
     output = io.new_output(path)
     with output.create() as stream:
         pq.write_table(rows, stream, compression="zstd")
-    encoded = matches.path.encode()
+    encoded = data_path.encode()
     return DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=path,
@@ -440,10 +448,10 @@ class DeletesTable:
         if not self._catalog.table_exists(self._identifier):
             return None
         table = self._catalog.load_table(self._identifier)
-        ts = candidates.column(TIMESTAMP_COLUMN)
+        micros = earliest_timestamp(candidates)
         row_filter: Any = AlwaysTrue()
-        if len(ts) and not ts.null_count:
-            earliest = _EPOCH + dt.timedelta(microseconds=pc.min(ts.cast(pa.int64())).as_py())
+        if micros is not None:
+            earliest = _EPOCH + dt.timedelta(microseconds=micros)
             row_filter = GreaterThanOrEqual(term=TIMESTAMP_COLUMN, value=earliest.isoformat())
         scan = table.scan(row_filter=row_filter, selected_fields=(*self._keys, *POSITIONS))
         return scan.to_arrow()
@@ -452,11 +460,11 @@ class DeletesTable:
         """Append the batch's deletes (created on first use), in its own commit."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
+        schema = pa.schema([f.with_nullable(True) for f in rows.schema])
         if not self._catalog.table_exists(self._identifier):
-            schema = pa.schema([f.with_nullable(True) for f in rows.schema])
             with contextlib.suppress(TableAlreadyExistsError):  # another run created it
                 self._catalog.create_table(
                     self._identifier, schema=schema, properties=DELETES_TABLE_PROPERTIES
                 )
         table = self._catalog.load_table(self._identifier)
-        table.append(rows.cast(pa.schema([f.with_nullable(True) for f in rows.schema])))
+        table.append(rows.cast(schema))
