@@ -34,6 +34,7 @@ from tableflow_core.dev.sample_data import (
     schema_for,
 )
 from tableflow_core.kafka.admin import DebugLogger
+from tableflow_core.schemas.registry import REQUEST_TIMEOUT_S
 
 _POLL_EVERY = 10_000
 
@@ -182,7 +183,9 @@ def _serializer(
     """The registry client and schema (None for plain JSON) and the value serializer."""
     if value_format == "json":
         return None, None, lambda value, _context: json.dumps(json_value(value)).encode()
-    client = SchemaRegistryClient({"url": registry_url, **(registry_config or {})})
+    client = SchemaRegistryClient(
+        {"url": registry_url, "timeout": REQUEST_TIMEOUT_S, **(registry_config or {})}
+    )
     if value_format == "json_schema":
         text = json.dumps(json_schema_for(dataset, schema_version))
         to_json = JSONSerializer(text, client)

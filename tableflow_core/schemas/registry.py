@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import requests
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -13,8 +14,12 @@ from tableflow_core.redaction import redact_url
 
 # A registry that does not answer within this is reported as down (`probe_registry`).
 PROBE_TIMEOUT_S = 5.0
+# One request of the client's (connect, send, each read). confluent-kafka's own default is
+# no timeout at all: a registry that accepts a connection and never answers would hang a
+# plan or a Spark task for ever instead of failing it as an outage.
+REQUEST_TIMEOUT_S = 30.0
 
-_clients: dict[tuple[str, str | None, str | None], SchemaRegistryClient] = {}
+_clients: dict[tuple[str, str | None, str | None, float], SchemaRegistryClient] = {}
 _clients_lock = threading.Lock()
 
 
@@ -26,6 +31,7 @@ class RegistrySettings(BaseModel):
     url: str
     basic_auth_user: str | None = None
     basic_auth_password: SecretStr | None = None
+    request_timeout_s: float = REQUEST_TIMEOUT_S
 
     @property
     def display_url(self) -> str:
@@ -38,11 +44,11 @@ class RegistrySettings(BaseModel):
         `mock://...` URLs give confluent-kafka's in-process mock registry (unit tests).
         """
         password = self.basic_auth_password.get_secret_value() if self.basic_auth_password else None
-        cache_key = (self.url, self.basic_auth_user, password)
+        cache_key = (self.url, self.basic_auth_user, password, self.request_timeout_s)
         with _clients_lock:
             client = _clients.get(cache_key)
             if client is None:
-                conf: dict[str, str] = {"url": self.url}
+                conf: dict[str, Any] = {"url": self.url, "timeout": self.request_timeout_s}
                 if self.basic_auth_user is not None:
                     conf["basic.auth.user.info"] = f"{self.basic_auth_user}:{password or ''}"
                 client = SchemaRegistryClient.new_client(conf)

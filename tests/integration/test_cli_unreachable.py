@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from tableflow_core.kafka.admin import (
     consumer_conf,
     probe_bootstrap,
 )
+from tableflow_core.schemas.payloads import AvroPayloadDecoder, RegistryUnavailable
+from tableflow_core.schemas.registry import REQUEST_TIMEOUT_S, RegistrySettings
 from tests.integration.test_cli_basics import explicit_addresses, tableflow
 
 
@@ -183,3 +186,21 @@ def test_status_names_what_is_down_and_never_shows_ok(project: Path) -> None:
         f"kafka at 127.0.0.1:{kafka}",
         f"schema registry at http://127.0.0.1:{registry}",
     ]
+
+
+def test_a_registry_that_accepts_and_never_answers_is_an_outage_not_a_hang() -> None:
+    """confluent-kafka's client has no request timeout of its own: a registry that stalls
+    (accepts the connection, never answers) hung a Spark task for ever. Now its requests
+    time out and decoding raises RegistryUnavailable, which fails the run (nothing skipped)."""
+    with socket.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen()
+        settings = RegistrySettings(
+            url=f"http://127.0.0.1:{stalled.getsockname()[1]}", request_timeout_s=1.0
+        )
+        decoder = AvroPayloadDecoder(settings.client(), as_columns=True)
+        started = time.monotonic()
+        with pytest.raises(RegistryUnavailable, match="schema id 7"):
+            decoder.decode(b"\x00" + (7).to_bytes(4, "big") + b"\x02")
+    assert time.monotonic() - started < 10
+    assert RegistrySettings(url="http://127.0.0.1:1").request_timeout_s == REQUEST_TIMEOUT_S

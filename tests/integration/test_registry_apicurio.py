@@ -27,6 +27,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from tableflow_core.schemas.registry import REQUEST_TIMEOUT_S
 from tests.fixtures.kafka_server import ApacheKafka, read_partition
 
 CONTENT_TYPE = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
@@ -66,7 +67,8 @@ class Registry:
     url: str
 
     def client(self) -> SchemaRegistryClient:
-        return SchemaRegistryClient({"url": self.url})
+        # A request that stalls is retried (confluent-kafka retries timeouts) instead of hanging.
+        return SchemaRegistryClient({"url": self.url, "timeout": REQUEST_TIMEOUT_S})
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         response = requests.request(
