@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -64,7 +65,11 @@ def test_teardown_after_a_failure_kills_processes_and_removes_everything() -> No
     with pytest.raises(RuntimeError, match="boom"), network as net:
         sleeper = net.host("h1").popen(["sleep", "300"])
         net.host("h2").popen(["sleep", "300"])
-        assert net.host("h1").pids()
+        # `ip netns exec` joins the namespace after it starts: wait until it has.
+        deadline = time.monotonic() + 10
+        while not (net.host("h1").pids() and net.host("h2").pids()):
+            assert time.monotonic() < deadline, "the sleepers never entered their namespaces"
+            time.sleep(0.05)
         raise RuntimeError("boom")
     assert sleeper.poll() is not None
     assert _leftovers(network) == []

@@ -27,7 +27,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from tableflow_core.schemas.registry import REQUEST_TIMEOUT_S
+from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.kafka_server import ApacheKafka, read_partition
 
 CONTENT_TYPE = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
@@ -68,12 +68,21 @@ class Registry:
 
     def client(self) -> SchemaRegistryClient:
         # A request that stalls is retried (confluent-kafka retries timeouts) instead of hanging.
-        return SchemaRegistryClient({"url": self.url, "timeout": REQUEST_TIMEOUT_S})
+        return SchemaRegistryClient({"url": self.url, "timeout": CLIENT_TIMEOUT_S})
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        response = requests.request(
-            method, self.url + path, json=body, headers=CONTENT_TYPE, timeout=120
-        )
+        # Apicurio 3.3.3 now and then never answers a request to a route it lacks
+        # (`/associations/...`: ~1 in 150 on a kept-alive connection, measured; its audit
+        # log shows the request handled). A GET is asked again; anything else fails.
+        for attempt in range(3):
+            try:
+                response = requests.request(
+                    method, self.url + path, json=body, headers=CONTENT_TYPE, timeout=20
+                )
+                break
+            except requests.Timeout:
+                if method != "GET" or attempt == 2:
+                    raise
         try:
             return response.status_code, response.json()
         except ValueError:
