@@ -21,6 +21,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.kafka_server import ApacheKafka
@@ -78,7 +79,7 @@ def test_avro_with_nested_references(
     tmp_path: Path,
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    client = SchemaRegistryClient({"url": registry_url})
+    client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     country = {"type": "enum", "name": "Country", "namespace": "geo", "symbols": ["NL", "DE"]}
     address = {
         "type": "record",
@@ -131,7 +132,7 @@ def test_json_schema_with_a_reference(
     tmp_path: Path,
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    client = SchemaRegistryClient({"url": registry_url})
+    client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     address = {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": f"https://example.com/{tag}/address.json",
@@ -235,7 +236,7 @@ def test_protobuf_with_an_import(
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     order_class, address_class, address_file = _protobuf_classes(tag)
-    client = SchemaRegistryClient({"url": registry_url})
+    client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     serializer = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
     topic = f"porders-{tag}"
     context = SerializationContext(topic, MessageField.VALUE)
