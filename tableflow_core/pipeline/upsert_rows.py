@@ -31,7 +31,6 @@ MERGE, whose scan is spread over the executors.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -76,7 +75,6 @@ _DELETE_FILE_SCHEMA = pa.schema(
 )  # fmt: skip
 _EARLIEST = np.iinfo(np.int64).min  # a record without a timestamp sorts first
 POSITIONS = tuple(POSITION_COLUMNS)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class DriverMergeUnsupported(IngestError):
@@ -450,9 +448,8 @@ class DeletesTable:
         table = self._catalog.load_table(self._identifier)
         micros = earliest_timestamp(candidates)
         row_filter: Any = AlwaysTrue()
-        if micros is not None:
-            earliest = _EPOCH + dt.timedelta(microseconds=micros)
-            row_filter = GreaterThanOrEqual(term=TIMESTAMP_COLUMN, value=earliest.isoformat())
+        if micros is not None:  # a long binds to a timestamptz column as epoch micros
+            row_filter = GreaterThanOrEqual(term=TIMESTAMP_COLUMN, value=micros)
         scan = table.scan(row_filter=row_filter, selected_fields=(*self._keys, *POSITIONS))
         return scan.to_arrow()
 
