@@ -27,7 +27,6 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.kafka_server import ApacheKafka, read_partition
 
 CONTENT_TYPE = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
@@ -65,10 +64,7 @@ JSON_ORDER = {
 class Registry:
     kind: str  # "apicurio" or "dev"
     url: str
-
-    def client(self) -> SchemaRegistryClient:
-        # A request that stalls is retried (confluent-kafka retries timeouts) instead of hanging.
-        return SchemaRegistryClient({"url": self.url, "timeout": CLIENT_TIMEOUT_S})
+    client: Callable[[], SchemaRegistryClient]  # the fixture's (its request timeout set)
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         # Apicurio 3.3.3 now and then never answers a request to a route it lacks
@@ -92,7 +88,8 @@ class Registry:
 @pytest.fixture(params=["apicurio", "dev"])
 def registry(request: pytest.FixtureRequest) -> Registry:
     name = "apicurio_registry" if request.param == "apicurio" else "schema_registry"
-    return Registry(request.param, request.getfixturevalue(name).url)
+    server = request.getfixturevalue(name)
+    return Registry(request.param, server.url, server.client)
 
 
 def _tag() -> str:
