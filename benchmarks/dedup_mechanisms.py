@@ -123,7 +123,7 @@ def _applied(df: DataFrame, spark: SparkSession, transforms: list[dict[str, Any]
     """`transforms` run by tableflow (compile_transforms + apply_transforms)."""
     from pydantic import TypeAdapter
 
-    from tableflow_core.config.models import Transform
+    from tableflow_core.config.models.transforms import Transform
     from tableflow_core.config.project import SourceLocation
     from tableflow_core.pipeline.transforms.spark import apply_transforms
     from tableflow_core.transforms import compile_transforms

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tableflow_core.config.models import (
+from tableflow_core.config.models.maintenance import (
     CompactSettings,
     RewriteDeletesSettings,
     RewriteManifestsSettings,

@@ -70,7 +70,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from tableflow_core.catalog.clients import pyiceberg_catalog_properties
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
 from tableflow_core.catalog.storage import ObjectStorage
-from tableflow_core.config.models import parse_duration_seconds
+from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.dev.kafka_connect import (
     IcebergSinkCatalog,
     KafkaConnectSettings,

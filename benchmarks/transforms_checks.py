@@ -39,7 +39,8 @@ from typing import Any
 import pyarrow as pa
 
 from tableflow_core.checks.compile import CompiledChecks, compile_checks
-from tableflow_core.config.models import Check, Transform
+from tableflow_core.config.models.checks import Check
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.dev.sample_data import generate_orders, orders_schema
 from tableflow_core.engine.spark_session import build_spark_session

@@ -12,7 +12,11 @@ from pydantic import SecretStr, ValidationError
 from tableflow_core.catalog.metadata_cache import DEFAULT_MAX_ENTRIES
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV, CatalogServerSettings
 from tableflow_core.catalog.storage import ObjectStorage as ServerStorage
-from tableflow_core.config.models import EmbeddedCatalog, ObjectStorage, is_object_store_uri
+from tableflow_core.config.models.catalogs import (
+    EmbeddedCatalog,
+    ObjectStorage,
+    is_object_store_uri,
+)
 from tableflow_core.config.project import Project
 
 

@@ -19,7 +19,7 @@ from pydantic.dataclasses import dataclass as data_model
 from sqlglot import exp
 
 from tableflow_core.config.errors import ConfigError, ConfigProblem
-from tableflow_core.config.models import (
+from tableflow_core.config.models.checks import (
     AcceptedValuesCheck,
     ExpressionCheck,
     NotNullCheck,

@@ -11,15 +11,10 @@ from pydantic import BaseModel, SecretStr
 from tableflow_core.config.dev_stack import DEFAULT_DATA_DIR
 from tableflow_core.config.dev_stack import VALUES as STACK_VALUES
 from tableflow_core.config.errors import ConfigError, ConfigProblem
-from tableflow_core.config.models import (
-    Format,
-    ProjectConfig,
-    TableConfig,
-    TableDefaults,
-    TableFile,
-    needs_dead_letter_target,
-    parse_duration_seconds,
-)
+from tableflow_core.config.models.base import parse_duration_seconds
+from tableflow_core.config.models.files import ProjectConfig, TableFile
+from tableflow_core.config.models.formats import Format
+from tableflow_core.config.models.tables import TableConfig, TableDefaults, needs_dead_letter_target
 from tableflow_core.config.names import shown
 from tableflow_core.config.project import DevStackUse, Project, SourceLocation, Table
 from tableflow_core.config.rendering import (

@@ -10,20 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tableflow_core.config.models import (
-    Check,
-    DeadLetterTarget,
-    Format,
-    Maintenance,
-    MetadataColumn,
-    PartitionField,
-    ProjectConfig,
-    SortField,
-    StartFrom,
-    TableFormatName,
-    Target,
-    Transform,
-)
+from tableflow_core.config.models.checks import Check
+from tableflow_core.config.models.dead_letter import DeadLetterTarget
+from tableflow_core.config.models.files import ProjectConfig
+from tableflow_core.config.models.formats import Format
+from tableflow_core.config.models.layout import PartitionField, SortField
+from tableflow_core.config.models.maintenance import Maintenance
+from tableflow_core.config.models.tables import MetadataColumn, StartFrom, TableFormatName
+from tableflow_core.config.models.targets import Target
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.redaction import redact_text
 
 

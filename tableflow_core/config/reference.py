@@ -10,59 +10,106 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
-from tableflow_core.config import models
 from tableflow_core.config.capabilities import TABLE_GATES, UNSUPPORTED_SPARK_CATALOGS
+from tableflow_core.config.models.catalogs import (
+    EmbeddedCatalog,
+    EmbeddedCatalogAuth,
+    GlueCatalog,
+    HiveCatalog,
+    NessieCatalog,
+    ObjectStorage,
+    RestCatalog,
+    SqlCatalog,
+)
+from tableflow_core.config.models.checks import (
+    AcceptedValuesCheck,
+    ExpressionCheck,
+    NotNullCheck,
+    RangeCheck,
+    RowCountCheck,
+    UniqueCheck,
+)
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models.files import ProjectConfig
+from tableflow_core.config.models.formats import Format, JsonColumn
+from tableflow_core.config.models.layout import PartitionField, SortField
+from tableflow_core.config.models.maintenance import (
+    CompactSettings,
+    ExpireSnapshotsSettings,
+    Maintenance,
+    RemoveOrphansSettings,
+    RewriteDeletesSettings,
+    RewriteManifestsSettings,
+)
+from tableflow_core.config.models.tables import StartFrom, TableConfig, TableDefaults
+from tableflow_core.config.models.targets import (
+    BasicAuth,
+    DevStack,
+    KafkaConnection,
+    KafkaSecurity,
+    SchemaRegistryConnection,
+    SparkSettings,
+    Target,
+)
+from tableflow_core.config.models.transforms import (
+    DedupTransform,
+    DeriveTransform,
+    DropTransform,
+    FilterTransform,
+    MaskTransform,
+    RenameTransform,
+)
 
 # (heading, model) in reading order.
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
-    ("tableflow_project.yml", models.ProjectConfig),
-    ("targets.<name>", models.Target),
-    ("kafka", models.KafkaConnection),
-    ("kafka.security", models.KafkaSecurity),
-    ("schema_registry", models.SchemaRegistryConnection),
-    ("basic_auth", models.BasicAuth),
-    ("catalog: type embedded (default)", models.EmbeddedCatalog),
-    ("catalog.auth (embedded)", models.EmbeddedCatalogAuth),
-    ("catalog.storage (embedded, rest)", models.ObjectStorage),
-    ("catalog: type rest", models.RestCatalog),
-    ("catalog: type sql", models.SqlCatalog),
-    ("catalog: type glue", models.GlueCatalog),
-    ("catalog: type hive", models.HiveCatalog),
-    ("publish_catalogs.<name>: type nessie", models.NessieCatalog),
-    ("spark", models.SparkSettings),
-    ("dev_stack", models.DevStack),
-    ("defaults", models.TableDefaults),
-    ("tables[] (in tables/*.yml under `tables:`, or inline)", models.TableConfig),
-    ("value / key (formats)", models.Format),
-    ("columns[] (plain json)", models.JsonColumn),
-    ("partition_by[]", models.PartitionField),
-    ("sort_by[]", models.SortField),
-    ("start_from: {timestamp}", models.StartFrom),
-    ("transforms[]: type mask", models.MaskTransform),
-    ("transforms[]: type dedup", models.DedupTransform),
-    ("transforms[]: type filter", models.FilterTransform),
-    ("transforms[]: type derive", models.DeriveTransform),
-    ("transforms[]: type rename", models.RenameTransform),
-    ("transforms[]: type drop", models.DropTransform),
-    ("checks[]: type not_null", models.NotNullCheck),
-    ("checks[]: type unique", models.UniqueCheck),
-    ("checks[]: type accepted_values", models.AcceptedValuesCheck),
-    ("checks[]: type range", models.RangeCheck),
-    ("checks[]: type expression", models.ExpressionCheck),
-    ("checks[]: type row_count", models.RowCountCheck),
-    ("dlq: type kafka", models.KafkaDeadLetter),
-    ("dlq: type iceberg", models.IcebergDeadLetter),
-    ("maintenance (per table, or in defaults)", models.Maintenance),
-    ("maintenance.compact", models.CompactSettings),
-    ("maintenance.expire_snapshots", models.ExpireSnapshotsSettings),
-    ("maintenance.remove_orphans", models.RemoveOrphansSettings),
-    ("maintenance.rewrite_deletes", models.RewriteDeletesSettings),
-    ("maintenance.rewrite_manifests", models.RewriteManifestsSettings),
+    ("tableflow_project.yml", ProjectConfig),
+    ("targets.<name>", Target),
+    ("kafka", KafkaConnection),
+    ("kafka.security", KafkaSecurity),
+    ("schema_registry", SchemaRegistryConnection),
+    ("basic_auth", BasicAuth),
+    ("catalog: type embedded (default)", EmbeddedCatalog),
+    ("catalog.auth (embedded)", EmbeddedCatalogAuth),
+    ("catalog.storage (embedded, rest)", ObjectStorage),
+    ("catalog: type rest", RestCatalog),
+    ("catalog: type sql", SqlCatalog),
+    ("catalog: type glue", GlueCatalog),
+    ("catalog: type hive", HiveCatalog),
+    ("publish_catalogs.<name>: type nessie", NessieCatalog),
+    ("spark", SparkSettings),
+    ("dev_stack", DevStack),
+    ("defaults", TableDefaults),
+    ("tables[] (in tables/*.yml under `tables:`, or inline)", TableConfig),
+    ("value / key (formats)", Format),
+    ("columns[] (plain json)", JsonColumn),
+    ("partition_by[]", PartitionField),
+    ("sort_by[]", SortField),
+    ("start_from: {timestamp}", StartFrom),
+    ("transforms[]: type mask", MaskTransform),
+    ("transforms[]: type dedup", DedupTransform),
+    ("transforms[]: type filter", FilterTransform),
+    ("transforms[]: type derive", DeriveTransform),
+    ("transforms[]: type rename", RenameTransform),
+    ("transforms[]: type drop", DropTransform),
+    ("checks[]: type not_null", NotNullCheck),
+    ("checks[]: type unique", UniqueCheck),
+    ("checks[]: type accepted_values", AcceptedValuesCheck),
+    ("checks[]: type range", RangeCheck),
+    ("checks[]: type expression", ExpressionCheck),
+    ("checks[]: type row_count", RowCountCheck),
+    ("dlq: type kafka", KafkaDeadLetter),
+    ("dlq: type iceberg", IcebergDeadLetter),
+    ("maintenance (per table, or in defaults)", Maintenance),
+    ("maintenance.compact", CompactSettings),
+    ("maintenance.expire_snapshots", ExpireSnapshotsSettings),
+    ("maintenance.remove_orphans", RemoveOrphansSettings),
+    ("maintenance.rewrite_deletes", RewriteDeletesSettings),
+    ("maintenance.rewrite_manifests", RewriteManifestsSettings),
 )
 
 HEADER = """# Configuration reference
 
-Generated from `tableflow_core/config/models.py` (and, for what is marked
+Generated from `tableflow_core/config/models/` (and, for what is marked
 **Not supported yet**, `tableflow_core/config/capabilities.py`: plan refuses those with
 the key's file:line) by
 `python -m tableflow_core.config.reference > docs/reference.md`; a test fails when
@@ -114,7 +161,7 @@ def render_reference() -> str:
             key = field.alias or name
             default = _default(field)
             description = (field.description or "").replace("|", "\\|").replace("\n", " ")
-            if model in (models.TableConfig, models.TableDefaults) and key in unsupported:
+            if model in (TableConfig, TableDefaults) and key in unsupported:
                 description = (
                     f"{NOT_SUPPORTED}: {unsupported[key]} (plan refuses it). {description}"
                 )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tableflow_core.config.models import DeadLetterPayload
+from tableflow_core.config.models.dead_letter import DeadLetterPayload
 from tableflow_core.deadletter.errors import OriginalRecordMissingError
 from tableflow_core.deadletter.frames import require_columns, spark_schema
 from tableflow_core.ingest.bad_records import (

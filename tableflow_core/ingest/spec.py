@@ -15,7 +15,11 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from tableflow_core.config.models import DeadLetterPayload, IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models.dead_letter import (
+    DeadLetterPayload,
+    IcebergDeadLetter,
+    KafkaDeadLetter,
+)
 from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.stages import Decode as DecodeStage
 from tableflow_core.ingest.stages import Mode, Publish, ReadRanges, RouteBadRecords, Stage, Write

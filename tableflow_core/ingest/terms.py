@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from tableflow_core.config.models import partition_expression
+from tableflow_core.config.models.layout import partition_expression
 
 PartitionTransform = Literal["identity", "bucket", "truncate", "year", "month", "day", "hour"]
 

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.config.models import (
+from tableflow_core.config.models.base import parse_duration_seconds
+from tableflow_core.config.models.catalogs import is_object_store_uri
+from tableflow_core.config.models.maintenance import (
     CompactSettings,
     ExpireSnapshotsSettings,
     MaintenanceOperation,
     RemoveOrphansSettings,
     RewriteDeletesSettings,
-    is_object_store_uri,
-    parse_duration_seconds,
 )
 from tableflow_core.errors import TableflowError
 from tableflow_core.maintenance.offsets import preserve_offsets

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from tableflow_core.config.models import (
+from tableflow_core.config.models.base import parse_duration_seconds
+from tableflow_core.config.models.maintenance import (
     MAINTENANCE_OPERATIONS,
     CompactSettings,
     Maintenance,
     MaintenanceOperation,
-    parse_duration_seconds,
 )
 from tableflow_core.config.project import Table
 from tableflow_core.maintenance.activity import TableActivity

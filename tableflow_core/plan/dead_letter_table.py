@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 
-from tableflow_core.config.models import IcebergDeadLetter
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.config.project import Table
 from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, DLQ_KEY_COLUMNS, dlq_properties
 from tableflow_core.plan.actions import Blocker, Column, CreateNamespace, CreateTable, SortTerm

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from tableflow_core.config.models import KafkaDeadLetter
+from tableflow_core.config.models.dead_letter import KafkaDeadLetter
 from tableflow_core.config.project import Table
 from tableflow_core.plan.actions import Blocker, CreateTopic
 from tableflow_core.plan.dead_letter_table import dlq_blocker

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from tableflow_core.config.models import Format, StartFrom
+from tableflow_core.config.models.formats import Format
+from tableflow_core.config.models.tables import StartFrom
 from tableflow_core.config.project import Project, Table
 from tableflow_core.schemas.formats import FormatSpec, JsonColumn
 

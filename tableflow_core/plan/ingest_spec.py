@@ -8,7 +8,7 @@ topic's schema with the columns the table keeps) and its compiled transforms and
 
 from __future__ import annotations
 
-from tableflow_core.config.models import DeadLetterPayload
+from tableflow_core.config.models.dead_letter import DeadLetterPayload
 from tableflow_core.config.project import Table
 from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.placement import Placement, place

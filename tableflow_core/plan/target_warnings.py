@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tableflow_core.config.models import EmbeddedCatalog, SqlCatalog, is_object_store_uri
+from tableflow_core.config.models.catalogs import EmbeddedCatalog, SqlCatalog, is_object_store_uri
 from tableflow_core.config.project import Project
 from tableflow_core.plan.actions import PlanWarning
 

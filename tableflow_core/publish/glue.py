@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tableflow_core.config.models import GlueCatalog
+from tableflow_core.config.models.catalogs import GlueCatalog
 from tableflow_core.publish.errors import PublishConflictError, PublishError
 
 ICEBERG_PARAMETERS = {"table_type": "ICEBERG"}

@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from tableflow_core.config.models import NessieCatalog
+from tableflow_core.config.models.catalogs import NessieCatalog
 from tableflow_core.publish.errors import PublishConflictError, PublishError
 
 TIMEOUT_S = 30

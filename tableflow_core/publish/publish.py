@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from tableflow_core.config.models import SqlCatalog
+from tableflow_core.config.models.catalogs import SqlCatalog
 from tableflow_core.config.project import Project, Table
 from tableflow_core.publish.base import CatalogPublisher
 from tableflow_core.publish.errors import PublishConflictError, PublishError

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tableflow_core.config.models import RestCatalog
+from tableflow_core.config.models.catalogs import RestCatalog
 from tableflow_core.publish.errors import PublishError
 from tableflow_core.targets.storage import target_storage
 

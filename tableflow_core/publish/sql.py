@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tableflow_core.config.models import SqlCatalog
+from tableflow_core.config.models.catalogs import SqlCatalog
 from tableflow_core.publish.errors import PublishConflictError
 
 

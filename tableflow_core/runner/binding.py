@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tableflow_core.config.models import MaskTransform
+from tableflow_core.config.models.transforms import MaskTransform
 from tableflow_core.config.project import Project, Table
 from tableflow_core.errors import BindError
 from tableflow_core.ingest.compiled import CompiledTable

@@ -7,7 +7,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from tableflow_core.config.models import JsonColumnType
+from tableflow_core.config.models.formats import JsonColumnType
 
 FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
 

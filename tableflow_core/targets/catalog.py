@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tableflow_core.config.models import (
+from tableflow_core.config.models.catalogs import (
     EmbeddedCatalog,
     GlueCatalog,
     HiveCatalog,

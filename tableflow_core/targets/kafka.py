@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tableflow_core.config.models import KafkaConnection
+from tableflow_core.config.models.targets import KafkaConnection
 
 
 def kafka_consumer_config(kafka: KafkaConnection) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tableflow_core.config.models import SchemaRegistryConnection
+from tableflow_core.config.models.targets import SchemaRegistryConnection
 from tableflow_core.schemas.registry import RegistrySettings
 
 

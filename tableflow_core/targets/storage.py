@@ -31,7 +31,7 @@ from tableflow_core.catalog.storage import (
     S3_FILE_IO,
     VENDED_CREDENTIALS,
 )
-from tableflow_core.config.models import ObjectStorage
+from tableflow_core.config.models.catalogs import ObjectStorage
 from tableflow_core.errors import TableflowError
 
 # AWS SDK 2.30+ adds CRC checksum trailers to uploads, which some S3-compatible stores

@@ -18,8 +18,8 @@ from pydantic import Field, SecretStr
 from pydantic.dataclasses import dataclass
 
 from tableflow_core.config.errors import ConfigError, ConfigProblem
-from tableflow_core.config.models import (
-    IDENTIFIER,
+from tableflow_core.config.models.base import IDENTIFIER
+from tableflow_core.config.models.transforms import (
     DedupTransform,
     DeriveTransform,
     DropTransform,

@@ -20,7 +20,7 @@ from tableflow_core.catalog.project_settings import (
 from tableflow_core.catalog.runner import RunningCatalogServer
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import EmbeddedCatalog
+from tableflow_core.config.models.catalogs import EmbeddedCatalog
 
 NOT_ALLOWED = "locations must be inside the catalog's warehouse"
 

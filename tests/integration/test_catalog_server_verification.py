@@ -18,7 +18,7 @@ from tableflow_core.catalog.project_settings import embedded_server_settings
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
 from tableflow_core.catalog.verification import verification_problem
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import EmbeddedCatalog
+from tableflow_core.config.models.catalogs import EmbeddedCatalog
 from tableflow_core.config.project import Project
 from tableflow_core.dev.processes import free_port
 from tableflow_core.targets.catalog import CatalogServerNotVerifiedError, open_catalog

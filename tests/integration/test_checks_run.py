@@ -15,7 +15,8 @@ import pytest
 from pydantic import TypeAdapter
 
 from tableflow_core.checks import ChecksFailedError, compile_checks
-from tableflow_core.config.models import Check, Transform
+from tableflow_core.config.models.checks import Check
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.ingest.bad_records import REJECTED_ROW_SCHEMA, ROW_JSON_COLUMN

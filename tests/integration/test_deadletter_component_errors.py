@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from tableflow_core.config.models import IcebergDeadLetter
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterTableError
 from tableflow_core.deadletter.frames import spark_schema
 from tableflow_core.deadletter.sinks import SinkContext, route_bad_records

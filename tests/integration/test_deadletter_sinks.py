@@ -23,7 +23,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pyiceberg.expressions import And, EqualTo
 
-from tableflow_core.config.models import IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter, KafkaDeadLetter
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.deadletter.errors import (
     BadRecordsFailure,

@@ -175,7 +175,7 @@ def test_offsets_survive_compaction_and_expiry(
 ) -> None:
     from datetime import UTC, datetime
 
-    from tableflow_core.config.models import CompactSettings, ExpireSnapshotsSettings
+    from tableflow_core.config.models.maintenance import CompactSettings, ExpireSnapshotsSettings
     from tableflow_core.maintenance.operations import compact, expire_snapshots
     from tableflow_core.maintenance.target import SparkTable
     from tableflow_core.state.offsets import read_committed_offsets

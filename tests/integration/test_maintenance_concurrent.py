@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tableflow_core.config.models import CompactSettings
+from tableflow_core.config.models.maintenance import CompactSettings
 from tableflow_core.maintenance import DueOperation, run_maintenance
 from tableflow_core.plan.plan_file import StalePlanError
 from tableflow_core.state.offsets import read_committed_offsets

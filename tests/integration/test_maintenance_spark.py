@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tableflow_core.config.models import Maintenance
+from tableflow_core.config.models.maintenance import Maintenance
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.maintenance import maintenance_due, run_maintenance
 from tableflow_core.maintenance.last_run import last_runs

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from tableflow_core.config.models import NessieCatalog as NessieCatalogConfig
-from tableflow_core.config.models import RestCatalog as RestCatalogConfig
+from tableflow_core.config.models.catalogs import NessieCatalog as NessieCatalogConfig
+from tableflow_core.config.models.catalogs import RestCatalog as RestCatalogConfig
 from tableflow_core.dev.trino_server import TrinoServer
 from tableflow_core.jvm.artifacts import ensure, load_lock
 from tableflow_core.publish.errors import PublishConflictError, PublishError

@@ -19,7 +19,7 @@ from pyiceberg.transforms import DayTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import EmbeddedCatalog
+from tableflow_core.config.models.catalogs import EmbeddedCatalog
 from tableflow_core.dev.processes import free_port, port_is_open
 from tableflow_core.plan.world import Readers, read_world
 from tableflow_core.targets.catalog import open_catalog

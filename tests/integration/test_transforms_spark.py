@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import TypeAdapter
 
-from tableflow_core.config.models import Transform
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.ingest.bad_records import (

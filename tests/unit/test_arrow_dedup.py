@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from tableflow_core.config.models import Transform
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import (
@@ -326,7 +326,7 @@ def spec_with(transforms: list[dict[str, Any]], checks: list[dict[str, Any]], mo
     from types import SimpleNamespace
 
     from tableflow_core.checks import compile_checks
-    from tableflow_core.config.models import Check
+    from tableflow_core.config.models.checks import Check
     from tableflow_core.plan.compiled import CompiledTable
 
     chain = compile_transforms(

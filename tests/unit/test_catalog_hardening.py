@@ -16,7 +16,7 @@ from tableflow_core.catalog.project_settings import (
 )
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import EmbeddedCatalog
+from tableflow_core.config.models.catalogs import EmbeddedCatalog
 
 # ---------------------------------------------------------------- auth default
 

@@ -9,7 +9,7 @@ import pytest
 
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import PartitionField, SortField
+from tableflow_core.config.models.layout import PartitionField, SortField
 
 REPO = Path(__file__).resolve().parents[2]
 

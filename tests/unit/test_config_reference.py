@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from tableflow_core.config.models import TableConfig
+from tableflow_core.config.models.tables import TableConfig
 from tableflow_core.config.reference import render_reference
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"

@@ -10,7 +10,7 @@ import pytest
 
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter, KafkaDeadLetter
 from tableflow_core.deadletter.accounting import (
     ACCOUNTING_KEY,
     PartitionAccount,

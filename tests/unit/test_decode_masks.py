@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, TypeAdapter
 
-from tableflow_core.config.models import Transform
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.transforms import compile_transforms
 from tableflow_core.transforms.arrow_masks import ColumnMask, DecodeMasks

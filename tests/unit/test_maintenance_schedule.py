@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tableflow_core.config.models import Format, Maintenance
+from tableflow_core.config.models.formats import Format
+from tableflow_core.config.models.maintenance import Maintenance
 from tableflow_core.config.project import SourceLocation, Table
 from tableflow_core.maintenance import maintenance_due
 from tableflow_core.maintenance.last_run import last_run_properties, last_runs

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from tableflow_core.config.models import Target
+from tableflow_core.config.models.targets import Target
 from tableflow_core.publish.nessie import content_key, put_operation, table_content
 from tableflow_core.publish.registry import PUBLISHERS
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tableflow_core.config.models import ProjectConfig, Target
+from tableflow_core.config.models.files import ProjectConfig
+from tableflow_core.config.models.targets import Target
 from tableflow_core.publish import PublishConflictError, PublishError, published_state
 from tableflow_core.publish.glue import glue_type, table_details
 from tableflow_core.publish.publish import publish_table
@@ -45,7 +46,7 @@ def test_embedded_and_hive_cannot_be_publish_targets() -> None:
 
 
 def test_the_registry_covers_every_publishable_type() -> None:
-    from tableflow_core.config.models import PUBLISHABLE_CATALOG_TYPES
+    from tableflow_core.config.models.catalogs import PUBLISHABLE_CATALOG_TYPES
 
     assert set(PUBLISHERS) == set(PUBLISHABLE_CATALOG_TYPES)
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tableflow_core.catalog.runner import RedactSecretsFilter
 from tableflow_core.cli.main import cli
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import StorageCredentials
+from tableflow_core.config.models.catalogs import StorageCredentials
 from tableflow_core.docs_site.model import Enrichment, build_graph
 from tableflow_core.docs_site.pages import render_table_page
 from tableflow_core.redaction import (

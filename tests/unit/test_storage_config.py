@@ -14,7 +14,7 @@ from tableflow_core.catalog.project_settings import (
 )
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, S3_FILE_IO
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import EmbeddedCatalog, ObjectStorage, RestCatalog
+from tableflow_core.config.models.catalogs import EmbeddedCatalog, ObjectStorage, RestCatalog
 from tableflow_core.engine.spark_session import REDACTION_REGEX
 from tableflow_core.targets.storage import (
     AWS_CHECKSUM_JAVA_OPTIONS,

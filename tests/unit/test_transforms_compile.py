@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 from tableflow_core.checks import compile_checks
 from tableflow_core.config.errors import ConfigError
 from tableflow_core.config.loader import load_project
-from tableflow_core.config.models import Transform
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import Table
 from tableflow_core.transforms import compile_transforms, table_locator
 from tests.transform_batches import sample_schema

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import TypeAdapter
 
-from tableflow_core.config.models import Transform
+from tableflow_core.config.models.transforms import Transform
 from tableflow_core.config.project import SourceLocation
 from tableflow_core.ingest.placement import execution_order
 from tableflow_core.pipeline.transforms.spark import possible_fates

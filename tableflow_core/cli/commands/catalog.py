@@ -28,7 +28,7 @@ def serve(
     """Run the target's embedded catalog server in the foreground."""
     from tableflow_core.catalog import serve_forever
     from tableflow_core.catalog.project_settings import embedded_server_settings
-    from tableflow_core.config.models import EmbeddedCatalog
+    from tableflow_core.config.models.catalogs import EmbeddedCatalog
 
     project = ctx.load_project(connects=False)
     config = project.target.catalog

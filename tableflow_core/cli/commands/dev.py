@@ -39,7 +39,7 @@ def catalog_launch(project: Project, port: int) -> CatalogLaunch | None:
     storage; no authentication, on the stack's port); None for another catalog type."""
     from tableflow_core.catalog.project_settings import embedded_server_settings
     from tableflow_core.catalog.runner import server_arguments
-    from tableflow_core.config.models import EmbeddedCatalog
+    from tableflow_core.config.models.catalogs import EmbeddedCatalog
     from tableflow_core.dev.stack import CatalogLaunch
 
     catalog = project.target.catalog

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tableflow_core.cli.context import CliContext
-from tableflow_core.config.models import MAINTENANCE_OPERATIONS
+from tableflow_core.config.models.maintenance import MAINTENANCE_OPERATIONS
 
 
 def _operations(

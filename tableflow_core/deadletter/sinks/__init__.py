@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tableflow_core.config.models import IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter, KafkaDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterError
 from tableflow_core.deadletter.frames import require_columns
 from tableflow_core.deadletter.policy import Policy

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tableflow_core.config.models import IcebergDeadLetter
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterTableError
 from tableflow_core.deadletter.frames import count_by_partition, spark_error_summary, spark_schema
 from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tableflow_core.config.models import KafkaDeadLetter
+from tableflow_core.config.models.dead_letter import KafkaDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterDeliveryError
 from tableflow_core.deadletter.headers import dead_letter_headers
 from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult

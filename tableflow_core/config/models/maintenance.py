@@ -1,0 +1,165 @@
+"""Table maintenance (`maintenance:` per table or in `defaults`): which operations run, how often."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from tableflow_core.config.models.base import (
+    ConfigModel,
+    check_duration,
+    parse_duration_seconds,
+    parse_size_bytes,
+)
+
+# remove_orphans never deletes files younger than this: a run in flight (on any host)
+# writes data files before it commits them, and they are "orphans" until it does.
+ORPHAN_MIN_AGE = "1d"
+
+
+class MaintenanceOperation(ConfigModel):
+    """What every maintenance operation has."""
+
+    every: str | None = Field(
+        None, description="How often this operation runs; default the block's `every`."
+    )
+
+    _every = field_validator("every")(check_duration)
+
+
+class CompactSettings(MaintenanceOperation):
+    """Compaction: bin-pack small data files (`rewrite_data_files`)."""
+
+    target_file_size: str = Field(
+        "128MB", description="Size of the files compaction writes, e.g. `128MB`."
+    )
+    min_input_files: int = Field(
+        5,
+        ge=1,
+        description="Compact a partition only when it has at least this many files; a table "
+        "with fewer data files (at least 2) is never compacted.",
+    )
+    every_commits: int | None = Field(
+        10,
+        ge=1,
+        description="Also due once this many commits added files since the last compaction "
+        "(Flink CDC's pipeline compacts after N commits); `null` turns this trigger off.",
+    )
+    every_small_files: int | None = Field(
+        20,
+        ge=2,
+        description="Also due once this many small files (under 75% of `target_file_size`) "
+        "were written since the last compaction; `null` turns this trigger off.",
+    )
+
+    @field_validator("target_file_size")
+    @classmethod
+    def _valid_size(cls, value: str) -> str:
+        parse_size_bytes(value)
+        return value
+
+    @property
+    def target_file_size_bytes(self) -> int:
+        return parse_size_bytes(self.target_file_size)
+
+    @property
+    def small_file_bytes(self) -> int:
+        """Files under this are small (Iceberg's `min-file-size-bytes` default: 75% of the
+        target size), the ones compaction rewrites."""
+        return self.target_file_size_bytes * 3 // 4
+
+
+class ExpireSnapshotsSettings(MaintenanceOperation):
+    """Snapshot expiry (`expire_snapshots`); the committed offsets are kept first."""
+
+    older_than: str = Field("7d", description="Expire snapshots older than this.")
+    retain_last: int = Field(3, ge=1, description="Always keep at least this many snapshots.")
+
+    _older = field_validator("older_than")(check_duration)
+
+
+class RemoveOrphansSettings(MaintenanceOperation):
+    """Orphan-file removal (`remove_orphan_files`); never touches `_delta_log/`."""
+
+    older_than: str = Field(
+        "3d",
+        description=f"Only files older than this are removed; at least {ORPHAN_MIN_AGE}, so the "
+        "uncommitted files of a run in flight (on any host) are never taken for orphans.",
+    )
+
+    @field_validator("older_than")
+    @classmethod
+    def _at_least_the_floor(cls, value: str) -> str:
+        if parse_duration_seconds(value) < parse_duration_seconds(ORPHAN_MIN_AGE):
+            raise ValueError(
+                f"remove_orphans.older_than {value!r} is below the {ORPHAN_MIN_AGE} floor: younger "
+                "files may belong to a run that has not committed yet"
+            )
+        return value
+
+
+class RewriteDeletesSettings(MaintenanceOperation):
+    """Position-delete rewrite for upsert tables (`rewrite_position_delete_files`)."""
+
+    min_delete_files: int = Field(
+        10, ge=1, description="Rewrite when a partition has at least this many delete files."
+    )
+
+
+class RewriteManifestsSettings(MaintenanceOperation):
+    """Manifest rewrite (`rewrite_manifests`): fewer, clustered manifests speed up planning."""
+
+
+MAINTENANCE_OPERATIONS = (
+    "compact",
+    "expire_snapshots",
+    "remove_orphans",
+    "rewrite_deletes",
+    "rewrite_manifests",
+)
+
+
+def _enable(value: Any) -> Any:
+    # `op: true` means the operation with its defaults; `false`/null means off.
+    if value is True:
+        return {}
+    if value is False:
+        return None
+    return value
+
+
+class Maintenance(ConfigModel):
+    """Table maintenance, run by `tableflow maintain` when due. Operations not listed never run."""
+
+    every: str = Field("1h", description="How often each listed operation is due.")
+    compact: CompactSettings | None = Field(
+        None, description="Compaction; `true` for the defaults."
+    )
+    expire_snapshots: ExpireSnapshotsSettings | None = Field(
+        None, description="Snapshot expiry; `true` for the defaults."
+    )
+    remove_orphans: RemoveOrphansSettings | None = Field(
+        None, description="Orphan-file removal; `true` for the defaults."
+    )
+    rewrite_deletes: RewriteDeletesSettings | None = Field(
+        None, description="Position-delete rewrite (upsert tables); `true` for the defaults."
+    )
+    rewrite_manifests: RewriteManifestsSettings | None = Field(
+        None, description="Manifest rewrite; `true` to enable."
+    )
+
+    _every = field_validator("every")(check_duration)
+
+    @field_validator(*MAINTENANCE_OPERATIONS, mode="before")
+    @classmethod
+    def _booleans(cls, value: Any) -> Any:
+        return _enable(value)
+
+    def merged_over(self, defaults: Maintenance | None) -> Maintenance:
+        """This block over the `defaults` one: the keys written here win, the others inherit."""
+        if defaults is None:
+            return self
+        inherited = {k: getattr(defaults, k) for k in defaults.model_fields_set}
+        own = {k: getattr(self, k) for k in self.model_fields_set}
+        return Maintenance.model_validate({**inherited, **own})
