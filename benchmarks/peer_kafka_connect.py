@@ -79,7 +79,7 @@ from tableflow_core.dev.kafka_connect import (
 )
 from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
 from tableflow_core.dev.processes import free_port, start_background
-from tableflow_core.dev.s3_server import S3ServerSettings, ensure_bucket, start_s3_server
+from tableflow_core.dev.s3_server import S3ServerSettings, start_s3_server
 
 HOST = "127.0.0.1"
 PARTITIONS = 4
@@ -140,7 +140,6 @@ def local_stack(work: Path) -> Iterator[Stack]:
     s3 = start_s3_server(S3ServerSettings(data_dir=work / "s3"))
     catalog = None
     try:
-        ensure_bucket(s3)
         client_id, client_secret = "peer", secrets.token_urlsafe(24)
         port = free_port(HOST)
         storage = ObjectStorage(

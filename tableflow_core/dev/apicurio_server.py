@@ -15,20 +15,19 @@ Deleting subjects and versions is switched on, as Confluent's registry allows it
 
 from __future__ import annotations
 
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
-from tableflow_core.errors import TableflowError
-from tableflow_core.jvm.artifacts import ensure, load_lock, unpack
-from tableflow_core.jvm.java import (
-    class_data_sharing_options,
-    find_java,
-    release_unwritten_archive,
+from tableflow_core.dev.launcher import (
+    COMPACT_JVM,
+    JvmServer,
+    Launch,
+    LaunchError,
+    http_probe,
+    launch,
 )
+from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.jvm.artifacts import unpack
 
 APICURIO_LOCK = "apicurio"
 APICURIO_NAME = "apicurio"
@@ -36,7 +35,7 @@ MIN_JAVA = 21
 CCOMPAT_PATH = "/apis/ccompat/v7"
 # Measured on the 2-core machine (docs/environment.md): C1 only and the serial collector
 # start it in ~4.5 s instead of ~8.5 s; class-data sharing brings that to ~3.3 s.
-DEFAULT_JAVA_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+DEFAULT_JAVA_OPTIONS = COMPACT_JVM
 DEFAULT_PROPERTIES = (
     # Confluent's registry deletes subjects and versions; Apicurio refuses by default.
     ("apicurio.rest.deletion.artifact.enabled", "true"),
@@ -49,8 +48,17 @@ DEFAULT_PROPERTIES = (
 )
 
 
-class ApicurioServerError(TableflowError, RuntimeError):
+class ApicurioServerError(LaunchError):
     """The registry did not start; the message names its log."""
+
+
+APICURIO = JvmServer(
+    name=APICURIO_NAME,
+    lock=APICURIO_LOCK,
+    min_java=MIN_JAVA,
+    java_options=DEFAULT_JAVA_OPTIONS,
+    error=ApicurioServerError,
+)
 
 
 @dataclass(frozen=True)
@@ -96,23 +104,11 @@ def start_apicurio(
     settings: ApicurioSettings, log_file: Path | None = None, timeout: float = 120.0
 ) -> ApicurioServer:
     """Start the registry and wait until its ccompat API and readiness check answer."""
-    started = time.monotonic()
     data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = log_file or data_dir / "apicurio.log"
     port = settings.port or free_port(settings.host)
     management_port = settings.management_port or free_port(settings.host)
-    java = find_java(MIN_JAVA)
-    archive = ensure(load_lock(settings.lock)).files[0]
-    app = unpack(archive)
-    runner = app / "quarkus-run.jar"
-
-    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
-    sharing = (
-        class_data_sharing_options(APICURIO_NAME, java, jvm, [archive, runner])
-        if settings.class_data_sharing
-        else []
-    )
+    archive = APICURIO.artifacts(settings.lock).files[0]
+    runner = unpack(archive) / "quarkus-run.jar"
     properties = {
         "quarkus.http.host": settings.host,
         "quarkus.http.port": str(port),
@@ -125,47 +121,28 @@ def start_apicurio(
     }
     if settings.database is not None:
         properties["apicurio.datasource.url"] = f"jdbc:h2:file:{settings.database.resolve()}"
-    command = [
-        str(java.executable),
-        *sharing,
-        *jvm,
-        *(f"-D{key}={value}" for key, value in properties.items()),
-        "-jar",
-        str(runner),
-    ]
-    try:
-        process = start_background(
-            APICURIO_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
-        )
-    except RuntimeError as exc:
-        release_unwritten_archive(sharing)
-        raise ApicurioServerError(str(exc)) from exc
-    server = ApicurioServer(process, settings.host, port, management_port)
-    try:
-        wait_until_ready(server, timeout=timeout)
-    except ApicurioServerError:
-        process.stop(timeout=5)
-        release_unwritten_archive(sharing)
-        raise
-    return ApicurioServer(process, settings.host, port, management_port, time.monotonic() - started)
-
-
-def wait_until_ready(server: ApicurioServer, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(server.health_url, timeout=2) as health:
-                if health.status == 200:
-                    with urllib.request.urlopen(server.url + "/subjects", timeout=2) as api:
-                        if api.status == 200:
-                            return
-        except (urllib.error.URLError, OSError) as exc:
-            last = exc
-        if not server.process.alive:
-            break
-        time.sleep(0.1)
-    raise ApicurioServerError(
-        f"Apicurio Registry at {server.base_url} was not ready within {timeout:.0f}s "
-        f"({last}); see {server.process.log_file}"
+    base = f"http://{settings.host}:{port}"
+    running = launch(
+        APICURIO,
+        Launch(
+            data_dir=data_dir,
+            host=settings.host,
+            port=port,
+            main=("-jar", str(runner)),
+            archive_files=(archive, runner),
+            heap_mb=settings.heap_mb,
+            java_options=settings.java_options,
+            system_properties=properties,
+            ready=http_probe(
+                f"http://{settings.host}:{management_port}/health/ready",
+                base + CCOMPAT_PATH + "/subjects",
+            ),
+            log_file=log_file,
+            cwd=data_dir,
+            timeout=timeout,
+            class_data_sharing=settings.class_data_sharing,
+        ),
+    )
+    return ApicurioServer(
+        running.process, settings.host, port, management_port, running.startup_seconds
     )

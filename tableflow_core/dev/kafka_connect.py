@@ -28,11 +28,7 @@ removed when the worker stops.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import os
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,14 +37,15 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
-from tableflow_core.errors import TableflowError
-from tableflow_core.jvm.artifacts import ensure, load_lock
-from tableflow_core.jvm.java import (
-    class_data_sharing_options,
-    drop_archive_of_failed_start,
-    find_java,
+from tableflow_core.dev.launcher import (
+    JvmServer,
+    Launch,
+    LaunchError,
+    http_ok,
+    launch,
+    render_properties,
 )
+from tableflow_core.dev.processes import BackgroundProcess, free_port
 
 CONNECT_LOCK = "kafka-connect"
 SINK_LOCK = "iceberg-kafka-connect"
@@ -79,8 +76,17 @@ logger.commit.level = INFO
 """
 
 
-class KafkaConnectError(TableflowError, RuntimeError):
+class KafkaConnectError(LaunchError):
     """The worker did not start or a connector failed; the message names the log."""
+
+
+KAFKA_CONNECT = JvmServer(
+    name=CONNECT_NAME,
+    lock=CONNECT_LOCK,
+    min_java=MIN_JAVA,
+    java_options=DEFAULT_JAVA_OPTIONS,
+    error=KafkaConnectError,
+)
 
 
 @dataclass(frozen=True)
@@ -175,8 +181,7 @@ class KafkaConnectWorker:
         return f"http://{self.host}:{self.port}"
 
     def connector_status(self, name: str) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.rest_url}/connectors/{name}/status", timeout=10) as r:
-            return dict(json.loads(r.read()))
+        return connector_status(self.rest_url, name)
 
     def stop(self, timeout: float = 30.0) -> None:
         try:
@@ -192,7 +197,7 @@ def secrets_file(data_dir: Path) -> Path:
 
 def build_plugin_dir(plugin_root: Path) -> Path:
     """`plugin_root/iceberg-kafka-connect/` holding links to the sink's cached jars."""
-    resolved = ensure(load_lock(SINK_LOCK))
+    resolved = KAFKA_CONNECT.artifacts(SINK_LOCK)
     plugin = plugin_root / "iceberg-kafka-connect"
     plugin.mkdir(parents=True, exist_ok=True)
     wanted = {}
@@ -243,13 +248,10 @@ def start_kafka_connect(
     settings: KafkaConnectSettings, log_file: Path | None = None, timeout: float = 120.0
 ) -> KafkaConnectWorker:
     """Start a standalone worker with `settings.connectors`; wait until each task runs."""
-    started = time.monotonic()
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    log = log_file or data_dir / "connect.log"
     port = settings.port or free_port(settings.host)
-    java = find_java(MIN_JAVA)
-    worker_jars = ensure(load_lock(CONNECT_LOCK))
+    worker_jars = KAFKA_CONNECT.artifacts()
     plugin_root = build_plugin_dir(data_dir / "plugins")
 
     secrets: dict[str, str] = {}
@@ -262,95 +264,68 @@ def start_kafka_connect(
             secrets[secret_key] = value.get_secret_value()
             props[key] = f"${{file:{secrets_file(data_dir)}:{secret_key}}}"
         path = data_dir / f"{connector.name}.properties"
-        path.write_text(_render(props))
+        path.write_text(render_properties(props))
         connector_files.append(path)
-    _write_private(secrets_file(data_dir), _render(secrets))
     worker_file = data_dir / "worker.properties"
-    worker_file.write_text(_render(worker_properties(settings, port, plugin_root)))
+    worker_file.write_text(render_properties(worker_properties(settings, port, plugin_root)))
     log4j = data_dir / "log4j2.properties"
     log4j.write_text(LOG4J2)
-
-    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
-    sharing = (
-        class_data_sharing_options(CONNECT_NAME, java, jvm, worker_jars.files)
-        if settings.class_data_sharing
-        else []
-    )
-    command = [
-        str(java.executable),
-        *sharing,
-        *jvm,
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-cp",
-        worker_jars.classpath(),
-        MAIN_CLASS,
-        str(worker_file),
-        *(str(p) for p in connector_files),
-    ]
-    try:
-        process = start_background(
-            CONNECT_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
-        )
-    except RuntimeError as exc:
-        secrets_file(data_dir).unlink(missing_ok=True)
-        drop_archive_of_failed_start(sharing)
-        raise KafkaConnectError(str(exc)) from exc
     names = tuple(c.name for c in settings.connectors)
-    worker = KafkaConnectWorker(process, settings.host, port, data_dir, connectors=names)
-    try:
-        wait_until_running(worker, names, timeout=timeout)
-    except BaseException:
-        worker.stop(timeout=5)
-        drop_archive_of_failed_start(sharing)
-        raise
-    return dataclasses.replace(worker, startup_seconds=time.monotonic() - started)
-
-
-def wait_until_running(
-    worker: KafkaConnectWorker, names: tuple[str, ...], timeout: float = 120.0
-) -> None:
-    """Every connector and each of its tasks reports RUNNING (a FAILED one raises)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        if not worker.process.alive:
-            break
-        try:
-            states = [worker.connector_status(name) for name in names]
-            failed = [
-                t for s in states for t in s.get("tasks", []) if t.get("state") == "FAILED"
-            ] + [s for s in states if s.get("connector", {}).get("state") == "FAILED"]
-            if failed:
-                trace = str(failed[0].get("trace") or failed[0])[:2000]
-                raise KafkaConnectError(f"connector failed: {trace}")
-            if all(
-                s.get("connector", {}).get("state") == "RUNNING"
-                and s.get("tasks")
-                and all(t.get("state") == "RUNNING" for t in s["tasks"])
-                for s in states
-            ):
-                return
-            last = states
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last = exc
-        time.sleep(0.2)
-    raise KafkaConnectError(
-        f"Kafka Connect at {worker.rest_url} did not run {names} within {timeout:.0f}s "
-        f"({last}); see {worker.process.log_file}"
+    running = launch(
+        KAFKA_CONNECT,
+        Launch(
+            data_dir=data_dir,
+            host=settings.host,
+            port=port,
+            main=(
+                "-cp",
+                worker_jars.classpath(),
+                MAIN_CLASS,
+                str(worker_file),
+                *(str(p) for p in connector_files),
+            ),
+            archive_files=tuple(worker_jars.files),
+            heap_mb=settings.heap_mb,
+            java_options=settings.java_options,
+            system_properties={"log4j2.configurationFile": str(log4j)},
+            private_files={secrets_file(data_dir): render_properties(secrets)},
+            keep_private_files=True,  # the connectors read them when (re)started
+            ready=lambda running: connectors_running(running.host, running.port, names),
+            log_file=log_file or data_dir / "connect.log",
+            cwd=data_dir,
+            timeout=timeout,
+            poll_interval=0.2,
+            class_data_sharing=settings.class_data_sharing,
+        ),
+    )
+    return KafkaConnectWorker(
+        running.process, settings.host, port, data_dir, running.startup_seconds, names
     )
 
 
-def _render(properties: Mapping[str, str]) -> str:
-    def escape(value: str) -> str:
-        return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-    return "".join(f"{key}={escape(value)}\n" for key, value in properties.items())
+def connector_status(rest_url: str, name: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{rest_url}/connectors/{name}/status", timeout=10) as r:
+        return dict(json.loads(r.read()))
 
 
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
+def connectors_running(host: str, port: int, names: tuple[str, ...]) -> str | None:
+    """None once the REST API answers and every connector and each of its tasks reports
+    RUNNING; a FAILED one raises. (Jetty listens, and answers 404, before the API is up.)"""
+    rest_url = f"http://{host}:{port}"
+    if not http_ok(rest_url + "/connectors"):
+        return "REST API not ready"
+    states = [connector_status(rest_url, name) for name in names]
+    failed = [t for s in states for t in s.get("tasks", []) if t.get("state") == "FAILED"] + [
+        s for s in states if s.get("connector", {}).get("state") == "FAILED"
+    ]
+    if failed:
+        trace = str(failed[0].get("trace") or failed[0])[:2000]
+        raise KafkaConnectError(f"connector failed: {trace}")
+    if all(
+        s.get("connector", {}).get("state") == "RUNNING"
+        and s.get("tasks")
+        and all(t.get("state") == "RUNNING" for t in s["tasks"])
+        for s in states
+    ):
+        return None
+    return str(states)

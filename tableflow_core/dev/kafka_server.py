@@ -17,12 +17,9 @@ the data folder, and never printed or put on a command line.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
-import os
 import secrets
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,15 +28,17 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
-from tableflow_core.dev.tls import make_server_tls
-from tableflow_core.errors import TableflowError
-from tableflow_core.jvm.artifacts import ensure, load_lock
-from tableflow_core.jvm.java import (
-    class_data_sharing_options,
-    find_java,
-    release_unwritten_archive,
+from tableflow_core.dev.launcher import (
+    JvmServer,
+    Launch,
+    LaunchError,
+    RunningServer,
+    launch,
+    render_properties,
+    write_private,
 )
+from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.dev.tls import make_server_tls
 
 KAFKA_LOCK = "kafka"
 KAFKA_NAME = "kafka"
@@ -73,8 +72,17 @@ logger.started.level = INFO
 """
 
 
-class KafkaServerError(TableflowError, RuntimeError):
+class KafkaServerError(LaunchError):
     """The broker could not be formatted or started; the message names its log."""
+
+
+KAFKA = JvmServer(
+    name=KAFKA_NAME,
+    lock=KAFKA_LOCK,
+    min_java=MIN_JAVA,
+    java_options=DEFAULT_JAVA_OPTIONS,
+    error=KafkaServerError,
+)
 
 
 @dataclass(frozen=True)
@@ -114,19 +122,7 @@ class KafkaServer:
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings that reach this broker (security included)."""
-        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
-        if self.credentials is not None:
-            config.update(
-                {
-                    "security.protocol": "SASL_SSL",
-                    "sasl.mechanism": SCRAM_MECHANISM,
-                    "sasl.username": self.credentials.username,
-                    "sasl.password": self.credentials.password,
-                    "ssl.ca.location": str(self.ca_location),
-                }
-            )
-        config.update(overrides)
-        return config
+        return client_config(self.host, self.port, self.credentials, self.ca_location, **overrides)
 
     def stop(self, timeout: float = 15.0) -> None:
         self.process.stop(timeout)
@@ -136,15 +132,10 @@ def start_kafka(
     settings: KafkaServerSettings, log_file: Path | None = None, timeout: float = 60.0
 ) -> KafkaServer:
     """Format `settings.data_dir` if new, start the broker, wait until it answers."""
-    started = time.monotonic()
     data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = log_file or data_dir / "kafka.log"
     port = settings.port or free_port(settings.host)
     controller_port = settings.controller_port or free_port(settings.host)
-    java = find_java(MIN_JAVA)
-    jars = ensure(load_lock(settings.lock))
-    classpath = jars.classpath()
+    jars = KAFKA.artifacts(settings.lock)
 
     credentials = None
     broker_credentials = None
@@ -163,59 +154,74 @@ def start_kafka(
     properties.update(dict(settings.properties))
 
     config_file = data_dir / "server.properties"
-    _write_private(config_file, render_properties(properties))
     log4j = data_dir / "log4j2.properties"
+    data_dir.mkdir(parents=True, exist_ok=True)
     log4j.write_text(LOG4J2)
-    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
-    sharing = (
-        class_data_sharing_options(KAFKA_NAME, java, jvm, jars.files)
-        if settings.class_data_sharing
-        else []
-    )
-    base = [
-        str(java.executable),
-        *jvm,
-        f"-Dlog4j2.configurationFile={log4j}",
-        "-cp",
-        classpath,
-    ]
-    try:
+    classpath = ("-cp", jars.classpath())
+    log = log_file or data_dir / "kafka.log"
+
+    def format_storage(java: list[str]) -> None:
         if not formatted:
-            # The formatting JVM may map the archive but must not write it (it would
-            # hold only the storage tool's classes).
-            mapping = [o for o in sharing if not o.startswith("-XX:ArchiveClassesAtExit")]
-            format_command = [base[0], *mapping, *base[1:]]
-            _format(format_command, config_file, data_dir, broker_credentials, credentials, log)
-        process = start_background(
-            KAFKA_NAME,
-            [base[0], *sharing, *base[1:], "kafka.Kafka", str(config_file)],
-            settings.host,
-            port,
-            log,
+            _format(
+                [*java, *classpath], config_file, data_dir, broker_credentials, credentials, log
+            )
+
+    def answering(running: RunningServer) -> str | None:
+        return metadata_answer(client_config(running.host, running.port, credentials, ca_location))
+
+    running = launch(
+        KAFKA,
+        Launch(
+            data_dir=data_dir,
+            host=settings.host,
+            port=port,
+            main=(*classpath, "kafka.Kafka", str(config_file)),
+            archive_files=tuple(jars.files),
+            heap_mb=settings.heap_mb,
+            java_options=settings.java_options,
+            system_properties={"log4j2.configurationFile": str(log4j)},
+            private_files={config_file: render_properties(properties)},
+            keep_private_files=True,
+            prepare=format_storage,
+            ready=answering,
+            log_file=log,
             timeout=timeout,
-        )
-    except KafkaServerError:
-        release_unwritten_archive(sharing)
-        raise
-    except RuntimeError as exc:
-        release_unwritten_archive(sharing)
-        raise KafkaServerError(str(exc)) from exc
-    server = KafkaServer(
-        process=process,
+            class_data_sharing=settings.class_data_sharing,
+        ),
+    )
+    return KafkaServer(
+        process=running.process,
         host=settings.host,
         port=port,
         controller_port=controller_port,
         data_dir=data_dir,
         ca_location=ca_location,
         credentials=credentials,
+        startup_seconds=running.startup_seconds,
     )
-    try:
-        wait_until_answering(server.client_config(), timeout=max(5.0, timeout))
-    except KafkaServerError:
-        process.stop(timeout=5)
-        release_unwritten_archive(sharing)
-        raise
-    return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
+
+
+def client_config(
+    host: str,
+    port: int,
+    credentials: ScramCredentials | None = None,
+    ca_location: Path | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """librdkafka settings that reach a broker (SASL_SSL keys when it is secured)."""
+    config: dict[str, Any] = {"bootstrap.servers": f"{host}:{port}"}
+    if credentials is not None:
+        config.update(
+            {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": credentials.username,
+                "sasl.password": credentials.password,
+                "ssl.ca.location": str(ca_location),
+            }
+        )
+    config.update(overrides)
+    return config
 
 
 def server_properties(host: str, port: int, controller_port: int, log_dirs: Path) -> dict[str, str]:
@@ -280,29 +286,13 @@ def sasl_ssl_properties(
     }
 
 
-def render_properties(properties: dict[str, str]) -> str:
-    def escape(value: str) -> str:
-        return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-    return "".join(f"{key}={escape(value)}\n" for key, value in properties.items())
-
-
-def wait_until_answering(client_config: dict[str, Any], timeout: float = 60.0) -> None:
-    """Block until the broker answers a metadata request with itself as a live broker."""
+def metadata_answer(client_config: dict[str, Any]) -> str | None:
+    """None once the broker answers a metadata request with itself as a live broker."""
     admin = AdminClient({**client_config, "log_level": 3})
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if admin.list_topics(timeout=2).brokers:
-                return
-        except KafkaException as exc:
-            last_error = exc
-        time.sleep(0.1)
-    raise KafkaServerError(
-        f"Kafka at {client_config['bootstrap.servers']} did not answer within "
-        f"{timeout:.0f}s: {last_error}"
-    )
+    try:
+        return None if admin.list_topics(timeout=2).brokers else "no live broker yet"
+    except KafkaException as exc:
+        return str(exc)
 
 
 def _format(
@@ -333,7 +323,7 @@ def _format(
     # `java @file` reads the main class and its arguments from the file: passwords stay
     # off the process table.
     argument_file = data_dir / "format.args"
-    _write_private(argument_file, "\n".join(_quote_argument(a) for a in arguments) + "\n")
+    write_private(argument_file, "\n".join(_quote_argument(a) for a in arguments) + "\n")
     try:
         result = subprocess.run(
             [*base, f"@{argument_file}"], capture_output=True, text=True, check=False
@@ -386,11 +376,5 @@ def scram_credentials(data_dir: Path) -> tuple[ScramCredentials, ScramCredential
             "broker": {"username": BROKER_USER, "password": secrets.token_urlsafe(24)},
             "client": {"username": CLIENT_USER, "password": secrets.token_urlsafe(24)},
         }
-        _write_private(path, json.dumps(stored))
+        write_private(path, json.dumps(stored))
     return ScramCredentials(**stored["broker"]), ScramCredentials(**stored["client"])
-
-
-def _write_private(path: Path, text: str) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)

@@ -23,35 +23,40 @@ removed when the server stops.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import os
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
-from tableflow_core.errors import TableflowError
-from tableflow_core.jvm.artifacts import ensure, load_lock
-from tableflow_core.jvm.java import (
-    class_data_sharing_options,
-    drop_archive_of_failed_start,
-    find_java,
+from tableflow_core.dev.launcher import (
+    COMPACT_JVM,
+    JvmServer,
+    Launch,
+    LaunchError,
+    http_probe,
+    launch,
 )
+from tableflow_core.dev.processes import BackgroundProcess, free_port
 
 NESSIE_LOCK = "nessie"
 NESSIE_NAME = "nessie"
 MIN_JAVA = 21
 WAREHOUSE_NAME = "warehouse"
 SECRET_NAME = "tableflow-s3"
-DEFAULT_JAVA_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+DEFAULT_JAVA_OPTIONS = COMPACT_JVM
 
 
-class NessieServerError(TableflowError, RuntimeError):
+class NessieServerError(LaunchError):
     """Nessie did not start; the message names its log."""
+
+
+NESSIE = JvmServer(
+    name=NESSIE_NAME,
+    lock=NESSIE_LOCK,
+    min_java=MIN_JAVA,
+    java_options=DEFAULT_JAVA_OPTIONS,
+    error=NessieServerError,
+)
 
 
 @dataclass(frozen=True)
@@ -156,79 +161,39 @@ def start_nessie(
     settings: NessieSettings, log_file: Path | None = None, timeout: float = 120.0
 ) -> NessieServer:
     """Start Nessie and wait until it is ready (its object store check included)."""
-    started = time.monotonic()
     data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = log_file or data_dir / "nessie.log"
     port = settings.port or free_port(settings.host)
     management_port = settings.management_port or free_port(settings.host)
-    java = find_java(MIN_JAVA)
-    (runner,) = ensure(load_lock(settings.lock)).files
-    _write_private(
-        secrets_file(data_dir),
-        f"{SECRET_NAME}.name={settings.s3.access_key_id}\n"
-        f"{SECRET_NAME}.secret={settings.s3.secret_access_key.get_secret_value()}\n",
+    (runner,) = NESSIE.artifacts(settings.lock).files
+    base = f"http://{settings.host}:{port}"
+    running = launch(
+        NESSIE,
+        Launch(
+            data_dir=data_dir,
+            host=settings.host,
+            port=port,
+            main=("-jar", str(runner)),
+            archive_files=(runner,),
+            heap_mb=settings.heap_mb,
+            java_options=settings.java_options,
+            system_properties=nessie_properties(settings, port, management_port),
+            private_files={
+                secrets_file(data_dir): (
+                    f"{SECRET_NAME}.name={settings.s3.access_key_id}\n"
+                    f"{SECRET_NAME}.secret={settings.s3.secret_access_key.get_secret_value()}\n"
+                )
+            },
+            keep_private_files=True,
+            ready=http_probe(
+                f"http://{settings.host}:{management_port}/q/health/ready",
+                base + "/iceberg/v1/config",
+            ),
+            log_file=log_file,
+            cwd=data_dir,
+            timeout=timeout,
+            class_data_sharing=settings.class_data_sharing,
+        ),
     )
-    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
-    sharing = (
-        class_data_sharing_options(NESSIE_NAME, java, jvm, [runner])
-        if settings.class_data_sharing
-        else []
+    return NessieServer(
+        running.process, settings.host, port, management_port, data_dir, running.startup_seconds
     )
-    properties = nessie_properties(settings, port, management_port)
-    command = [
-        str(java.executable),
-        *sharing,
-        *jvm,
-        *(f"-D{key}={value}" for key, value in properties.items()),
-        "-jar",
-        str(runner),
-    ]
-    try:
-        process = start_background(
-            NESSIE_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
-        )
-    except RuntimeError as exc:
-        secrets_file(data_dir).unlink(missing_ok=True)
-        drop_archive_of_failed_start(sharing)
-        raise NessieServerError(str(exc)) from exc
-    server = NessieServer(process, settings.host, port, management_port, data_dir)
-    try:
-        wait_until_ready(server, timeout=timeout)
-    except BaseException:
-        server.stop(timeout=5)
-        drop_archive_of_failed_start(sharing)
-        raise
-    return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
-
-
-def wait_until_ready(server: NessieServer, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    last: Exception | str | None = None
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(server.health_url, timeout=2) as health:
-                if health.status == 200:
-                    with urllib.request.urlopen(f"{server.iceberg_uri}/v1/config", timeout=5) as c:
-                        if c.status == 200:
-                            return
-        except urllib.error.HTTPError as exc:
-            last = f"HTTP {exc.code}: {exc.read()[:300]!r}"
-        except (urllib.error.URLError, OSError) as exc:
-            last = exc
-        if not server.process.alive:
-            break
-        time.sleep(0.1)
-    raise NessieServerError(
-        f"Nessie at {server.base_url} was not ready within {timeout:.0f}s ({last}); "
-        f"see {server.process.log_file}"
-    )
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)

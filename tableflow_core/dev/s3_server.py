@@ -20,10 +20,7 @@ command line, in the environment of the JVM or in its log.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
-import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -31,14 +28,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.processes import (
-    BackgroundProcess,
-    free_port,
-    pid_is_alive,
-    start_background,
-    stop_pid,
-)
-from tableflow_core.jvm.artifacts import ensure, load_lock
+from tableflow_core.dev.launcher import JvmServer, Launch, LaunchError, launch, render_properties
+from tableflow_core.dev.processes import BackgroundProcess, free_port, pid_is_alive, stop_pid
 
 # boto3 clients are built at run time; no stubs are installed for them.
 S3Client = Any
@@ -48,9 +39,9 @@ MAIN_CLASS = "org.gaul.s3proxy.Main"
 DEFAULT_BUCKET = "warehouse"
 # Any region string works against s3proxy; clients need one (the AWS SDKs refuse none).
 DEFAULT_REGION = "us-east-1"
-# A one-shot-looking JVM: the store is I/O bound, C1 code is fast enough, and a small
-# serial heap keeps its memory near 120 MB (docs/object-storage.md has the figures).
-JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# The store is I/O bound: C1 code is fast enough, and a small serial heap keeps its
+# memory near 120 MB (docs/object-storage.md has the figures).
+S3PROXY = JvmServer(name=S3_SERVER_NAME, lock="s3proxy", min_java=17)
 
 
 @dataclass(frozen=True)
@@ -75,7 +66,6 @@ class S3ServerSettings:
     bucket: str = DEFAULT_BUCKET
     credentials: S3Credentials = field(default_factory=S3Credentials.generate)
     region: str = DEFAULT_REGION
-    java: str = "java"
     start_timeout: float = 60.0
 
     @property
@@ -85,6 +75,10 @@ class S3ServerSettings:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "s3proxy.log"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.data_dir / "s3proxy.properties"
 
 
 @dataclass
@@ -170,15 +164,6 @@ def s3_client(endpoint: str, credentials: S3Credentials, region: str, **config: 
     )
 
 
-def find_java(java: str = "java") -> str:
-    found = shutil.which(java)
-    if found is None:
-        raise FileNotFoundError(
-            f"{java!r} not found: the S3 server (s3proxy) needs Java 17 or newer on PATH"
-        )
-    return found
-
-
 def s3proxy_properties(settings: S3ServerSettings, port: int) -> str:
     """s3proxy's configuration: authenticated, loopback, files under `blob_dir`."""
     lines = {
@@ -189,88 +174,58 @@ def s3proxy_properties(settings: S3ServerSettings, port: int) -> str:
         "jclouds.provider": "filesystem",
         "jclouds.filesystem.basedir": str(settings.blob_dir.resolve()),
     }
-    return "".join(f"{key}={_escape_property(value)}\n" for key, value in lines.items())
-
-
-def _escape_property(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def s3proxy_command(settings: S3ServerSettings, jar: Path, properties_file: Path) -> list[str]:
-    return [
-        find_java(settings.java),
-        *JVM_OPTIONS,
-        "-cp",
-        str(jar),
-        MAIN_CLASS,
-        "--properties",
-        str(properties_file),
-    ]
+    return render_properties(lines)
 
 
 def start_s3_server(settings: S3ServerSettings) -> RunningS3Server:
     """Start s3proxy, wait until it answers, create the bucket (kept if it exists)."""
-    (jar,) = ensure(load_lock("s3proxy")).files
+    (jar,) = S3PROXY.artifacts().files
     settings.blob_dir.mkdir(parents=True, exist_ok=True)
     port = settings.port or free_port(settings.host)
-    properties_file = settings.data_dir / "s3proxy.properties"
-    _write_private(properties_file, s3proxy_properties(settings, port))
-    started = time.monotonic()
-    try:
-        process = start_background(
-            S3_SERVER_NAME,
-            s3proxy_command(settings, jar, properties_file),
-            settings.host,
-            port,
-            settings.log_file,
+    # s3proxy reads its properties before it binds the port: the secret does not stay
+    # on disk once the server is ready.
+    running = launch(
+        S3PROXY,
+        Launch(
+            data_dir=settings.data_dir,
+            host=settings.host,
+            port=port,
+            main=("-cp", str(jar), MAIN_CLASS, "--properties", str(settings.properties_file)),
+            archive_files=(jar,),
+            private_files={settings.properties_file: s3proxy_properties(settings, port)},
+            log_file=settings.log_file,
             timeout=settings.start_timeout,
-        )
-    finally:
-        # s3proxy read it before it bound the port: the secret does not stay on disk.
-        with contextlib.suppress(FileNotFoundError):
-            properties_file.unlink()
-    server = RunningS3Server(settings, process, 0.0)
-    try:
-        ensure_bucket(server)
-    except BaseException:
-        server.stop()
-        raise
-    server.started_seconds = time.monotonic() - started
-    return server
+            ready=lambda running: ensure_bucket(
+                s3_client(
+                    f"http://{running.host}:{running.port}",
+                    settings.credentials,
+                    settings.region,
+                    retries={"total_max_attempts": 1},
+                ),
+                settings.bucket,
+            ),
+        ),
+    )
+    return RunningS3Server(settings, running.process, running.startup_seconds)
 
 
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
+def ensure_bucket(client: S3Client, bucket: str) -> str | None:
+    """Create the bucket unless it exists; None once it does (the launcher's readiness).
 
-
-def ensure_bucket(server: RunningS3Server, timeout: float = 30.0) -> None:
-    """Create the bucket unless it exists; retried while the server finishes starting."""
+    A server still starting answers with a connection error or a 5xx: "not yet"."""
     from botocore.exceptions import ClientError, EndpointConnectionError
 
-    client = server.client(retries={"total_max_attempts": 1})
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            client.head_bucket(Bucket=server.bucket)
-            return
-        except ClientError as exc:
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if status == 404:
-                with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-                    client.create_bucket(Bucket=server.bucket)
-                return
-            if status in (401, 403):
-                raise RuntimeError(
-                    f"S3 server at {server.endpoint} refused our credentials ({status})"
-                ) from None
-            if time.monotonic() > deadline:
-                raise
-        except EndpointConnectionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)
+    try:
+        client.head_bucket(Bucket=bucket)
+        return None
+    except EndpointConnectionError as exc:
+        return str(exc)
+    except ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status in (401, 403):
+            raise LaunchError(f"the S3 server refused our credentials ({status})") from None
+        if status != 404:
+            return str(exc)
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=bucket)
+    return None

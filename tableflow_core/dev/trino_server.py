@@ -30,9 +30,7 @@ endpoint nor the addressing style from the catalog, and needs a region to start.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -44,14 +42,16 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.processes import BackgroundProcess, free_port, start_background
-from tableflow_core.errors import TableflowError
-from tableflow_core.jvm.artifacts import ensure, load_lock, unpack
-from tableflow_core.jvm.java import (
-    class_data_sharing_options,
-    drop_archive_of_failed_start,
-    find_java,
+from tableflow_core.dev.launcher import (
+    JvmServer,
+    Launch,
+    LaunchError,
+    launch,
+    render_properties,
+    write_private,
 )
+from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.jvm.artifacts import unpack
 
 TRINO_LOCK = "trino"
 TRINO_NAME = "trino"
@@ -60,6 +60,7 @@ MAIN_CLASS = "io.trino.server.TrinoServer"
 DEFAULT_PLUGINS = ("iceberg",)
 NO_NODES = "NO_NODES_AVAILABLE"
 NODE_WAIT_SECONDS = 20.0
+ACTIVE_NODE_PROBE = "SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'"
 # Measured on the 2-core machine (docs/environment.md): JVM defaults (G1, C2) start it in
 # ~18 s; serial GC + C1 only ~11 s; plus the class-data sharing archive ~7-9 s under load.
 DEFAULT_JAVA_OPTIONS = (
@@ -76,8 +77,17 @@ DEFAULT_JAVA_OPTIONS = (
 )
 
 
-class TrinoServerError(TableflowError, RuntimeError):
+class TrinoServerError(LaunchError):
     """Trino did not start or a query failed; the message names the log or the error."""
+
+
+TRINO = JvmServer(
+    name=TRINO_NAME,
+    lock=TRINO_LOCK,
+    min_java=MIN_JAVA,
+    java_options=DEFAULT_JAVA_OPTIONS,
+    error=TrinoServerError,
+)
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,7 @@ class TrinoServer:
 
 def install_dir(lock: str = TRINO_LOCK) -> Path:
     """The unpacked server (fetched and unpacked once into the user cache)."""
-    archive = ensure(load_lock(lock)).files[0]
+    archive = TRINO.artifacts(lock).files[0]
     unpacked = unpack(archive)
     inner = [p for p in unpacked.iterdir() if p.is_dir() and (p / "lib").is_dir()]
     if len(inner) != 1:
@@ -199,12 +209,8 @@ def start_trino(
     settings: TrinoSettings, log_file: Path | None = None, timeout: float = 180.0
 ) -> TrinoServer:
     """Write the run's configuration, start Trino, wait until it runs queries."""
-    started = time.monotonic()
     data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = log_file or data_dir / "trino.out"
     port = settings.port or free_port(settings.host)
-    java = find_java(MIN_JAVA)
     home = install_dir(settings.lock)
     etc = data_dir / "etc"
     catalog_dir = etc / "catalog"
@@ -213,59 +219,44 @@ def start_trino(
     catalog_dir.mkdir(parents=True, exist_ok=True)
     for stale in catalog_dir.glob("*.properties"):
         stale.unlink()
-    catalog_files = []
-    for catalog in settings.catalogs:
-        path = catalog_dir / f"{catalog.name}.properties"
-        _write_private(path, render_properties(catalog.catalog_properties()))
-        catalog_files.append(path)
     config = etc / "config.properties"
-    _write_private(
-        config,
-        render_properties(
-            {
-                **server_properties(settings.host, port, data_dir, plugin_dir, catalog_dir),
-                **dict(settings.properties),
-            }
+    levels = etc / "log.properties"
+    levels.write_text("io.trino=WARN\nio.trino.server.Server=INFO\n")
+    server_config = {
+        **server_properties(settings.host, port, data_dir, plugin_dir, catalog_dir),
+        **dict(settings.properties),
+    }
+    # Catalogs are static, loaded at start: their secrets are removed once Trino is ready.
+    private_files = {
+        catalog_dir / f"{c.name}.properties": render_properties(c.catalog_properties())
+        for c in settings.catalogs
+    }
+    write_private(config, render_properties(server_config))
+    probes = [
+        f"SELECT count(*) FROM {c.name}.information_schema.schemata" for c in settings.catalogs
+    ]
+    running = launch(
+        TRINO,
+        Launch(
+            data_dir=data_dir,
+            host=settings.host,
+            port=port,
+            # The JVM expands the class path's `*` (a 174-jar list would flood errors).
+            main=("-cp", str(home / "lib" / "*"), MAIN_CLASS),
+            archive_files=tuple(sorted((home / "lib").glob("*.jar"))),
+            heap_mb=settings.heap_mb,
+            java_options=settings.java_options,
+            system_properties={"config": str(config), "log.levels-file": str(levels)},
+            private_files=private_files,
+            ready=lambda running: trino_ready(running.host, running.port, probes),
+            log_file=log_file or data_dir / "trino.out",
+            cwd=data_dir,
+            timeout=timeout,
+            class_data_sharing=settings.class_data_sharing,
+            poll_interval=0.2,
         ),
     )
-    (etc / "log.properties").write_text("io.trino=WARN\nio.trino.server.Server=INFO\n")
-
-    jvm = [f"-Xmx{settings.heap_mb}m", *settings.java_options]
-    jars = sorted((home / "lib").glob("*.jar"))
-    sharing = (
-        class_data_sharing_options(TRINO_NAME, java, jvm, jars)
-        if settings.class_data_sharing
-        else []
-    )
-    command = [
-        str(java.executable),
-        *sharing,
-        *jvm,
-        f"-Dconfig={config}",
-        f"-Dlog.levels-file={etc / 'log.properties'}",
-        "-cp",
-        str(home / "lib" / "*"),  # the JVM expands it (a 174-jar list would flood errors)
-        MAIN_CLASS,
-    ]
-    try:
-        process = start_background(
-            TRINO_NAME, command, settings.host, port, log, cwd=data_dir, timeout=timeout
-        )
-    except RuntimeError as exc:
-        _remove(catalog_files)
-        drop_archive_of_failed_start(sharing)
-        raise TrinoServerError(f"{exc}\n(server log: {data_dir / 'var/log/server.log'})") from exc
-    server = TrinoServer(process, settings.host, port, data_dir)
-    try:
-        wait_until_ready(server, [c.name for c in settings.catalogs], timeout)
-    except BaseException:  # an interrupted wait must not leave a 0.5 GB JVM behind
-        process.stop(timeout=5)
-        drop_archive_of_failed_start(sharing)
-        raise
-    finally:
-        # Loaded at start (static catalogs): the secrets need not stay on disk.
-        _remove(catalog_files)
-    return dataclasses.replace(server, startup_seconds=time.monotonic() - started)
+    return TrinoServer(running.process, settings.host, port, data_dir, running.startup_seconds)
 
 
 def server_properties(
@@ -293,45 +284,23 @@ def server_properties(
     }
 
 
-def render_properties(properties: dict[str, str]) -> str:
-    def escape(value: str) -> str:
-        return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-    return "".join(f"{key}={escape(value)}\n" for key, value in properties.items())
-
-
-def wait_until_ready(
-    server: TrinoServer, catalogs: Iterable[str] = (), timeout: float = 180.0
-) -> None:
-    """`/v1/info` says started, then a query on each catalog runs.
+def trino_ready(host: str, port: int, probes: Iterable[str] = ()) -> str | None:
+    """None once `/v1/info` says started and a query on each catalog runs.
 
     Right after "SERVER STARTED" (and even once `system.runtime.nodes` lists the node as
     active) a query can fail with NO_NODES_AVAILABLE: the coordinator has not yet seen
     its own node announce the catalog. The catalog probe waits for that.
     """
-    deadline = time.monotonic() + timeout
-    last: Exception | str | None = None
-    probes = [f"SELECT count(*) FROM {name}.information_schema.schemata" for name in catalogs] or [
-        "SELECT count(*) FROM system.runtime.nodes WHERE state = 'active'"
-    ]
-    while time.monotonic() < deadline:
-        if not server.process.alive:
-            break
-        try:
-            with urllib.request.urlopen(f"{server.url}/v1/info", timeout=2) as response:
-                info = json.loads(response.read())
-            if not info.get("starting", True):
-                for probe in probes:
-                    run_statement(server.url, probe, timeout=30)
-                return
-            last = "starting"
-        except (urllib.error.URLError, OSError, TrinoServerError, ValueError) as exc:
-            last = exc
-        time.sleep(0.2)
-    raise TrinoServerError(
-        f"Trino at {server.url} was not ready within {timeout:.0f}s ({last}); "
-        f"see {server.data_dir / 'var/log/server.log'} and {server.process.log_file}"
-    )
+    url = f"http://{host}:{port}"
+    with urllib.request.urlopen(f"{url}/v1/info", timeout=2) as response:
+        if json.loads(response.read()).get("starting", True):
+            return "starting"
+    try:
+        for probe in list(probes) or [ACTIVE_NODE_PROBE]:
+            run_statement(url, probe, timeout=30)
+    except TrinoServerError as exc:
+        return str(exc)
+    return None
 
 
 def run_statement(
@@ -386,18 +355,3 @@ def _link_plugins(home: Path, plugin_dir: Path, plugins: Iterable[str]) -> None:
         with contextlib.suppress(FileNotFoundError):
             link.unlink()
         link.symlink_to(source, target_is_directory=True)
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
-
-
-def _remove(paths: Iterable[Path]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()

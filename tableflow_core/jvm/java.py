@@ -22,7 +22,6 @@ from tableflow_core.jvm.class_data_sharing import (
     ClassDataSharing,
     cache_directory,
     file_identity,
-    is_complete_archive,
 )
 
 JAVA_HOME_ENV = "TABLEFLOW_JAVA_HOME"
@@ -125,24 +124,12 @@ def class_data_sharing_options(
     return sharing.java_options()
 
 
-def release_unwritten_archive(options: Sequence[str]) -> None:
-    """After a failed start: drop the archive file this JVM had claimed but not written,
-    so the next start may write it (a claimed file otherwise blocks writing for 10 min)."""
-    prefix = "-XX:ArchiveClassesAtExit="
-    for option in options:
-        if option.startswith(prefix):
-            claimed = Path(option.removeprefix(prefix))
-            if not is_complete_archive(claimed):
-                claimed.unlink(missing_ok=True)
-
-
 def drop_archive_of_failed_start(options: Sequence[str]) -> None:
     """After a failed start: drop the archive this JVM claimed, written or not.
 
     A JVM that exits on a configuration error still writes a complete archive at exit,
     holding the classes of its failed start only (13 MB for Trino instead of 134 MB);
-    every later start would map it. Used by the launchers of issue 30 (Trino, Nessie,
-    Kafka Connect); `release_unwritten_archive` keeps a complete one.
+    every later start would map it (tableflow_core.dev.launcher, for every server).
     """
     prefix = "-XX:ArchiveClassesAtExit="
     for option in options:

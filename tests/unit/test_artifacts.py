@@ -34,7 +34,7 @@ from tableflow_core.jvm.artifacts import (
     write_lock,
 )
 from tableflow_core.jvm.class_data_sharing import DYNAMIC_ARCHIVE_MAGIC
-from tableflow_core.jvm.java import find_java, release_unwritten_archive, runtime_at
+from tableflow_core.jvm.java import drop_archive_of_failed_start, find_java, runtime_at
 
 
 def _publish(repository: Path, coordinate: Coordinate, data: bytes, sha1: bool = True) -> None:
@@ -211,15 +211,25 @@ def test_format_output_with_scram_records_is_not_logged() -> None:
     )
 
 
-def test_a_failed_start_releases_its_unwritten_archive(tmp_path: Path) -> None:
+def test_a_failed_start_drops_the_archive_it_claimed_written_or_not(tmp_path: Path) -> None:
+    # A JVM that exits on a failed start still writes a complete archive of the few
+    # classes it loaded: every later start would map it, so it goes too.
     claimed = tmp_path / "a.jsa.partial"
     claimed.touch()
     written = tmp_path / "b.jsa.partial"
     written.write_bytes(DYNAMIC_ARCHIVE_MAGIC + b"rest")
-    release_unwritten_archive(
-        [f"-XX:ArchiveClassesAtExit={claimed}", f"-XX:ArchiveClassesAtExit={written}", "-Xmx1m"]
+    mapped = tmp_path / "c.jsa"
+    mapped.write_bytes(DYNAMIC_ARCHIVE_MAGIC + b"rest")
+    drop_archive_of_failed_start(
+        [
+            f"-XX:ArchiveClassesAtExit={claimed}",
+            f"-XX:ArchiveClassesAtExit={written}",
+            f"-XX:SharedArchiveFile={mapped}",
+            "-Xmx1m",
+        ]
     )
-    assert not claimed.exists() and written.exists()
+    assert not claimed.exists() and not written.exists()
+    assert mapped.exists(), "an archive it only mapped belongs to an earlier, good start"
 
 
 def test_the_iceberg_s3_lock_pins_one_version_and_s3proxy() -> None:
