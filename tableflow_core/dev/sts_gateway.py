@@ -160,14 +160,39 @@ class _State:
         return minted
 
 
+# Query parameters of a bucket listing (ListObjects v1 and v2); any other parameter on a
+# bucket-level request names a sub-resource (`?acl`, `?policy`, `?versions`, ...).
+LISTING_PARAMETERS = frozenset(
+    {"list-type", "prefix", "delimiter", "max-keys", "marker", "continuation-token",
+     "start-after", "encoding-type", "fetch-owner", "x-id"}
+)  # fmt: skip
+# Object sub-resources that are not the object's bytes (ACLs, tags, locks, restore).
+OBJECT_SUBRESOURCES = frozenset(
+    {"acl", "tagging", "retention", "legal-hold", "restore", "select", "torrent"}
+)
+
+
 def s3_action(method: str, key: str, query: dict[str, list[str]]) -> str:
-    """The IAM action of an S3 request (the ones tableflow's engines make)."""
+    """The IAM action of an S3 request (the ones tableflow's engines make); anything else
+    (bucket-level sub-resources, object ACLs and tags) is refused, never passed as a
+    listing or a write."""
     if not key:
-        if method == "POST" and "delete" in query:
+        if method == "POST" and set(query) == {"delete"}:
             return "s3:DeleteObject"  # DeleteObjects: checked per key
-        if method in ("GET", "HEAD") and "location" in query:
+        if method in ("GET", "HEAD") and set(query) == {"location"}:
             return "s3:GetBucketLocation"
-        return "s3:ListBucket"
+        if method in ("GET", "HEAD") and set(query) <= LISTING_PARAMETERS:
+            return "s3:ListBucket"
+        raise GatewayRefusal(
+            403,
+            "AccessDenied",
+            f"bucket-level {method} {'&'.join(sorted(query)) or '(no sub-resource)'}: "
+            "not allowed with temporary credentials",
+        )
+    if OBJECT_SUBRESOURCES & set(query):
+        raise GatewayRefusal(
+            403, "AccessDenied", f"object sub-resource {sorted(OBJECT_SUBRESOURCES & set(query))}"
+        )
     if method in ("GET", "HEAD"):
         return "s3:ListMultipartUploadParts" if "uploadId" in query else "s3:GetObject"
     if method == "DELETE":
@@ -175,24 +200,57 @@ def s3_action(method: str, key: str, query: dict[str, list[str]]) -> str:
     return "s3:PutObject"  # PUT, POST (multipart create, complete)
 
 
-def _authorize(minted: Minted, method: str, path: str, query: str, body: bytes) -> None:
+def normalized_key(key: str, what: str = "key") -> str:
+    """`key` if no segment of it is `.` or `..`; refused otherwise.
+
+    A store (or a proxy, or a filesystem backend) may resolve `a/../b` to `b`: scoping
+    such a key by its text would let a table's credentials reach another table. Keys
+    with those segments are not resolved here but refused, so no reading of them can
+    differ from the store's."""
+    if any(segment in (".", "..") for segment in key.split("/")):
+        raise GatewayRefusal(403, "AccessDenied", f"{what} {key!r} has a '.' or '..' segment")
+    return key
+
+
+def copy_source(headers: dict[str, str]) -> tuple[str, str] | None:
+    """(bucket, key) of `x-amz-copy-source` (`bucket/key` or `/bucket/key`, URL-encoded,
+    optionally `?versionId=`), or None for a request that copies nothing."""
+    source = headers.get("x-amz-copy-source")
+    if source is None:
+        return None
+    bucket, _, key = unquote(source.partition("?")[0]).lstrip("/").partition("/")
+    return bucket, key
+
+
+def _authorize(
+    minted: Minted,
+    method: str,
+    path: str,
+    query: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+) -> None:
     if minted.grants is None:
         return
     bucket, _, key = unquote(path).lstrip("/").partition("/")
     parsed = parse_qs(query, keep_blank_values=True)
     action = s3_action(method, key, parsed)
-    targets: list[tuple[str, str | None]]
+    targets: list[tuple[str, str, str | None]]  # (action, resource, listing prefix)
     if action == "s3:DeleteObject" and not key:
         keys = [e.text or "" for e in ET.fromstring(body).iter() if e.tag.endswith("Key")]
-        targets = [(f"{bucket}/{k}", None) for k in keys]
+        targets = [(action, f"{bucket}/{normalized_key(k)}", None) for k in keys]
     elif key:
-        targets = [(f"{bucket}/{key}", None)]
+        targets = [(action, f"{bucket}/{normalized_key(key)}", None)]
     else:
-        targets = [(bucket, parsed.get("prefix", [""])[0])]
-    for resource, prefix in targets:
-        if not any(g.allows(action, resource, prefix) for g in minted.grants):
+        prefix = normalized_key(parsed.get("prefix", [""])[0], "prefix")
+        targets = [(action, bucket, prefix)]
+    source = copy_source(headers or {})
+    if source is not None:  # CopyObject, UploadPartCopy: the source is read
+        targets.append(("s3:GetObject", f"{source[0]}/{normalized_key(source[1])}", None))
+    for needed, resource, prefix in targets:
+        if not any(g.allows(needed, resource, prefix) for g in minted.grants):
             where = resource if prefix is None else f"{resource} prefix {prefix!r}"
-            raise GatewayRefusal(403, "AccessDenied", f"{action} on {where}: not in the policy")
+            raise GatewayRefusal(403, "AccessDenied", f"{needed} on {where}: not in the policy")
 
 
 class _Handler(RelayHandler):
@@ -252,7 +310,7 @@ class _Handler(RelayHandler):
             )
         elif payload_hash not in (sigv4.UNSIGNED_PAYLOAD, hashlib.sha256(body).hexdigest()):
             raise sigv4.SignatureError("the body does not match x-amz-content-sha256")
-        _authorize(minted, self.command, path, query, body)
+        _authorize(minted, self.command, path, query, body, headers)
         with state.lock:
             state.accepted_minted += 1
         return self._resigned(auth, path, query, headers, body), body
