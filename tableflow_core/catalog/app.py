@@ -280,7 +280,10 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         if settings.auth == "client-credentials" and settings.client_secret
         else None
     )
-    app = FastAPI(title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None)
+    # The schema is served below, behind the same token as the API (no /docs, /redoc).
+    app = FastAPI(
+        title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
     app.state.service = service
     _install_error_handlers(app)
@@ -292,6 +295,10 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         if token is None:
             raise NotAuthorizedError("Missing bearer token (Authorization: Bearer <token>)")
         authority.verify(token)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+    def openapi_schema() -> Response:
+        return JSONResponse(app.openapi())
 
     @app.post("/v1/oauth/tokens")
     async def get_token(request: Request) -> Response:

@@ -62,6 +62,25 @@ def test_missing_or_bad_token_is_401(catalog_server: CatalogServer) -> None:
     assert_error(bad, 401, "NotAuthorizedException")
 
 
+def test_the_api_schema_needs_the_token_too(client: Client, catalog_server: CatalogServer) -> None:
+    # issue 41: /openapi.json was served without a token on an authenticated catalog
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        response = requests.get(catalog_server.uri + path, timeout=10)
+        assert response.status_code in (401, 404), (path, response.status_code)
+        assert "openapi" not in response.text.lower(), path
+    assert_error(
+        requests.get(catalog_server.uri + "/openapi.json", timeout=10),
+        401,
+        "NotAuthorizedException",
+    )
+    schema = requests.get(
+        catalog_server.uri + "/openapi.json",
+        headers={"Authorization": client.headers["Authorization"]},
+        timeout=10,
+    )
+    assert schema.status_code == 200 and "/v1/namespaces" in schema.json()["paths"]
+
+
 def test_wrong_client_secret_gets_oauth_error(catalog_server: CatalogServer) -> None:
     response = requests.post(
         catalog_server.uri + "/v1/oauth/tokens",
