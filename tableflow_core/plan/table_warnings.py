@@ -24,7 +24,7 @@ from tableflow_core.plan.actions import Blocker, PlanWarning
 from tableflow_core.plan.dead_letter_topic import routes_to_dead_letter
 from tableflow_core.plan.ingest_spec import dead_letter_payload, masks_columns
 from tableflow_core.plan.shape import PRIMITIVE_KEY_COLUMN
-from tableflow_core.schemas.formats import metadata_column_name
+from tableflow_core.schemas.formats import declared_nullable, metadata_column_name
 
 KAFKA_KEY_COLUMN = metadata_column_name("key")
 
@@ -138,7 +138,8 @@ def _nullable_key_fields(
 ) -> list[PlanWarning]:
     if table.mode != "upsert" or key is None or key.names == [PRIMITIVE_KEY_COLUMN]:
         return []
-    nullable = [c for c in table.key_columns if c in key.names and key.field(c).nullable]
+    # From the key's declared schema: Arrow marks every decoded field nullable.
+    nullable = [c for c in table.key_columns if c in key.names and declared_nullable(key.field(c))]
     if not nullable:
         return []
     subject = table.key.subject or f"{table.topic}-key"
