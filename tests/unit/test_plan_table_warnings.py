@@ -200,3 +200,31 @@ def test_no_null_key_warning_for_a_key_schema_with_no_nullable_field(tmp_path: P
         **upsert,
     ).warnings  # fmt: skip
     assert "key field(s) id be null" in warning.message
+
+
+def test_the_compact_plan_of_auto_approve_shows_records_lost(tmp_path: Path) -> None:
+    """Issue 41: `apply --auto-approve` printed "ingest 5 records" and no "records lost"
+    line for a table whose topic deleted records before it read them."""
+    from tableflow_core.plan.shape import managed_properties
+    from tableflow_core.schemas.evolution import iceberg_schema_for
+
+    plan_of(tmp_path)
+    table = load_project(tmp_path / "p").tables[0]
+    observed = ObservedTable(
+        identifier="shop.orders",
+        schema=iceberg_schema_for(VALUE),
+        schema_id=0,
+        properties=managed_properties(table),
+        snapshot_id=5,
+        committed={0: 2},
+    )
+    plan = plan_of(tmp_path, observed=observed, watermarks={0: (5, 10)})
+    console = Console(record=True, width=400)
+    render_compact(plan, console)
+    compact = console.export_text()
+    lost = "records lost: topic 'orders' partition 0: offsets 2..4 (3 records)"
+    assert "ingest 5 records" in compact and lost in compact, compact
+    assert "apply fails unless the table sets `on_data_loss: accept`" in compact
+    console = Console(record=True, width=400)
+    render_human(plan, console)
+    assert lost in console.export_text()  # plan shows it the same way
