@@ -290,9 +290,8 @@ def render_compact(plan: Plan, console: Console) -> None:
         what = ", ".join(_compact_action(a) for a in actions)
         shared = f" ({jobs[table]})" if table in jobs else ""
         out.append(Text(f"  {table or 'catalog'}: {what}{shared}"))
-        for action in actions:
-            if isinstance(action, Ingest):
-                out.extend(_records_lost(action, indent="    "))
+        for ingest in (a for a in actions if isinstance(a, Ingest)):
+            out.extend(_records_lost(ingest, indent="    "))
     out.extend(_warnings(plan))
     if plan.blockers:
         out.append(Text("Blocked:", style="bold red"))
