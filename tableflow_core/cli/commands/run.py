@@ -162,12 +162,16 @@ def _metrics_endpoint(
     from tableflow_core.observability.endpoint import serve_run_metrics
     from tableflow_core.observability.server import DEFAULT_HOST
 
+    configured = project.target.metrics
     if port is None:
-        return None
+        if configured is None:
+            return None
+        port = configured.port
+    host = host or (configured.host if configured is not None else DEFAULT_HOST)
     try:
-        return serve_run_metrics(project, tables, port, host or DEFAULT_HOST)
+        return serve_run_metrics(project, tables, port, host)
     except OSError as exc:
-        ctx.fail(f"cannot serve metrics on {host or DEFAULT_HOST}:{port}: {exc}")
+        ctx.fail(f"cannot serve metrics on {host}:{port}: {exc}")
 
 
 def log_cycle(events: EventLog, report: CycleReport) -> None:
