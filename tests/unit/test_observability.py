@@ -258,3 +258,20 @@ def test_json_log_lines_carry_the_consoles_figures_redacted(capsys: Any) -> None
     assert summary["summary"] == done.summary_line()
     assert (summary["tables_ok"], summary["records_written"]) == (1, 90)
     assert "hunter2" not in stream.getvalue()
+
+
+def test_the_targets_metrics_endpoint_binds_loopback_by_default() -> None:
+    from pydantic import ValidationError
+
+    from tableflow_core.config.models.targets import Target
+
+    target = Target.model_validate(
+        {"kafka": {"bootstrap_servers": "k:9092"}, "metrics": {"port": 9464}}
+    )
+    assert target.metrics is not None
+    assert (target.metrics.port, target.metrics.host) == (9464, "127.0.0.1")
+    assert Target.model_validate({"kafka": {"bootstrap_servers": "k:9092"}}).metrics is None
+    with pytest.raises(ValidationError):
+        Target.model_validate({"kafka": {"bootstrap_servers": "k"}, "metrics": {"port": 70000}})
+    with pytest.raises(ValidationError, match="prot"):  # unknown keys are refused
+        Target.model_validate({"kafka": {"bootstrap_servers": "k"}, "metrics": {"prot": 1}})
