@@ -45,6 +45,8 @@ DELETES_TABLE_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "10",
 }
 
 

@@ -76,10 +76,14 @@ def command(
             return
         if result.note and not result.due:
             ctx.console.print(f"{result.table}: {result.note}", highlight=False)
+            if result.keeps:
+                ctx.console.print(f"  keeps {result.keeps}", highlight=False)
             return
         if result.report is None:
             for due in result.due:
                 ctx.console.print(f"due: {due.describe()}", highlight=False)
+            if result.keeps:
+                ctx.console.print(f"  {result.table} keeps {result.keeps}", highlight=False)
             return
         for op in result.report.results:
             colour = "green" if op.status == "success" else "bold red"
