@@ -74,12 +74,18 @@ class History:
             return None
         return max(EXPIRY_SLACK_MIN, self.max_snapshots // EXPIRY_SLACK_SHARE)
 
+    def count_cutoff(self, snapshot_times: Sequence[datetime]) -> datetime | None:
+        """Snapshots committed before this moment are beyond the count (`snapshot_times`:
+        newest first); None when the count keeps them all."""
+        if self.max_snapshots is not None and len(snapshot_times) > self.max_snapshots:
+            return snapshot_times[self.max_snapshots - 1]
+        return None
+
     def cutoff(self, now: datetime, snapshot_times: Sequence[datetime]) -> datetime:
         """Snapshots committed before this moment go (`snapshot_times`: newest first)."""
         by_age = now - timedelta(seconds=self.max_age_s)
-        if self.max_snapshots is not None and len(snapshot_times) > self.max_snapshots:
-            return max(by_age, snapshot_times[self.max_snapshots - 1])
-        return by_age
+        by_count = self.count_cutoff(snapshot_times)
+        return by_age if by_count is None else max(by_age, by_count)
 
     def expirable(self, now: datetime, snapshot_times: Sequence[datetime]) -> int:
         """How many of the snapshots expiry would remove now (refs aside)."""

@@ -121,7 +121,7 @@ def expire_snapshots(
     (`history.py`: by age and count), or bare settings (by `older_than` from `now`)."""
     preserve_offsets(spark, table)
     if isinstance(settings, ExpiryRun):
-        cutoff = settings.cutoff
+        cutoff = settings.cutoff(now)
     else:
         cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than))
     return _call(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from tableflow_core.config.models.base import parse_duration_seconds
@@ -67,7 +67,7 @@ class DueOperation:
     # empty: the interval alone (described from `last_run`).
     triggers: tuple[str, ...] = ()
     # expire_snapshots: the history the table keeps, and the moment before which its
-    # snapshots go (from its snapshots' times when known, else by age alone).
+    # snapshots go by count (None: the count keeps them all, or is not known).
     history: History | None = None
     cutoff: datetime | None = None
 
@@ -75,8 +75,8 @@ class DueOperation:
     def arguments(self) -> Any:
         """What the operation runs with (`operations.OPERATIONS`): expiry's cutoff and
         history, the settings of the others."""
-        if self.history is not None and self.cutoff is not None:
-            return ExpiryRun(self.cutoff, self.history.retain_last)
+        if self.history is not None:
+            return ExpiryRun(self.history.max_age_s, self.cutoff, self.history.retain_last)
         return self.settings
 
     def describe(self, now: datetime | None = None) -> str:
@@ -108,11 +108,18 @@ class DueOperation:
 
 @dataclass(frozen=True)
 class ExpiryRun:
-    """What `expire_snapshots` runs with: snapshots committed before `cutoff` go, the
-    newest `retain_last` stay whatever their age."""
+    """What `expire_snapshots` runs with: snapshots older than `max_age_s` when it runs
+    (after the operations before it committed theirs) or committed before `count_cutoff`
+    (the history's count, from the snapshots when it was due) go; the newest
+    `retain_last` stay whatever their age."""
 
-    cutoff: datetime
+    max_age_s: float
+    count_cutoff: datetime | None
     retain_last: int
+
+    def cutoff(self, now: datetime) -> datetime:
+        by_age = now - timedelta(seconds=self.max_age_s)
+        return by_age if self.count_cutoff is None else max(by_age, self.count_cutoff)
 
 
 def expiry_triggers(
@@ -207,8 +214,7 @@ def maintenance_due(
         history, cutoff = None, None
         if isinstance(settings, ExpireSnapshotsSettings):
             history = table_history(table)
-            times = activity.snapshot_times if activity is not None else ()
-            cutoff = history.cutoff(now, times)
+            cutoff = history.count_cutoff(activity.snapshot_times if activity else ())
             triggers = expiry_triggers(history, activity, now)
             if triggers and is_due:
                 triggers = (_since_last_run(last, now), *triggers)

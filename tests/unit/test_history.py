@@ -80,7 +80,10 @@ def test_expiry_is_due_by_count_before_its_interval() -> None:
     (due,) = maintenance_due(table, properties, NOW, activity=many)
     assert due.operation == "expire_snapshots"
     assert due.triggers == ("120 snapshots to expire of 620 (due at 100)",)
-    assert due.arguments == ExpiryRun(many.snapshot_times[HISTORY_REFRESHES - 1], 3)
+    assert due.arguments == ExpiryRun(500, many.snapshot_times[HISTORY_REFRESHES - 1], 3)
+    # At run time, after compaction committed, by age or by that count, the later.
+    assert due.arguments.cutoff(NOW) == many.snapshot_times[HISTORY_REFRESHES - 1]
+    assert due.arguments.cutoff(NOW + timedelta(hours=1)) == NOW + timedelta(seconds=3100)
     assert "500 refreshes of 1s" in due.describe(NOW)
 
 
