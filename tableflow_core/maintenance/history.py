@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tableflow_core.config.models import ExpireSnapshotsSettings, parse_duration_seconds
+from tableflow_core.config.models.base import parse_duration_seconds
+from tableflow_core.config.models.maintenance import ExpireSnapshotsSettings
 from tableflow_core.config.project import Table
 
 # Snapshots a table keeps by default: its last 500 refreshes. At ~1 KB a snapshot the
@@ -106,7 +107,7 @@ def table_history(table: Table) -> History:
     settings = block.expire_snapshots if block is not None else None
     settings = settings if settings is not None else ExpireSnapshotsSettings()
     interval = max(table.refresh_interval_s, 1.0)
-    if "older_than" in settings.model_fields_set:
+    if settings.older_than is not None:
         return History(
             max_age_s=parse_duration_seconds(settings.older_than),
             max_snapshots=None,

@@ -123,7 +123,7 @@ def expire_snapshots(
     if isinstance(settings, ExpiryRun):
         cutoff = settings.cutoff(now)
     else:
-        cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than))
+        cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than or "7d"))
     return _call(
         spark,
         table,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from tableflow_core.config.models import Maintenance
+from tableflow_core.config.models.maintenance import Maintenance
 from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 from tableflow_core.maintenance import maintenance_due
 from tableflow_core.maintenance.activity import TableActivity
