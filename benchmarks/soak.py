@@ -45,6 +45,7 @@ Last lines:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -52,7 +53,7 @@ import tempfile
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,12 @@ from typing import Any
 import numpy as np
 import yaml
 from confluent_kafka import KafkaError, Message, Producer
-from ingest import AvroFramer, RunProcess, record, stack, tree_cpu_seconds, tree_rss_bytes
+from ingest import AvroFramer, RunProcess, record, tree_cpu_seconds, tree_rss_bytes
 
-from tableflow_core.addresses import free_port
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.dev import broker
+from tableflow_core.dev.processes import free_port
+from tableflow_core.dev.registry import registry_url, start_registry
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets
 
@@ -83,7 +85,23 @@ TEMPLATE_MAINTENANCE = {
 }
 
 
-# --- the project --------------------------------------------------------------------
+# --- the stack and the project ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stack(work: Path) -> Iterator[tuple[str, str]]:
+    """An Apache Kafka broker and a dev registry on free loopback ports (ingest.py's,
+    without its class-archive priming: a soak's first window is its warm-up anyway)."""
+    kafka_port, registry_port = free_port(HOST), free_port(HOST)
+    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
+    try:
+        registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
+        try:
+            yield f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+        finally:
+            registry.stop()
+    finally:
+        kafka.stop()
 
 
 @dataclass(frozen=True)
@@ -390,15 +408,17 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     broker.create_topics(bootstrap, {t.topic: PARTITIONS for t in tables})
     root = work / "project"
     write_project(root, bootstrap, url, tables, interval)
-    catalog = open_sql_catalog(
-        CATALOG,
-        f"sqlite:///{root / 'warehouse' / 'catalog.db'}",
-        (root / "warehouse").as_uri(),
-    )
     duck = duckdb_connection()
     producer = SteadyProducer(bootstrap, url, tables, args.rate, args.keys)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     run = RunProcess(root, work / "run.log", env=env)
+    database = root / "warehouse" / "catalog.db"
+    deadline = time.monotonic() + 300
+    while not database.exists():  # the embedded catalog creates it when `run` starts
+        if run.proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"tableflow run did not start its catalog: see {work / 'run.log'}")
+        time.sleep(0.5)
+    catalog = open_sql_catalog(CATALOG, f"sqlite:///{database}", (root / "warehouse").as_uri())
     commits: dict[str, dict[int, Commit]] = {t.name: {} for t in tables}
     windows: list[Window] = []
     cpu_seen: dict[int, float] = {}
@@ -425,12 +445,15 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
                 cpu_now = sum(cpu_seen.values())
                 window.cpu_s, cpu_before = cpu_now - cpu_before, cpu_now
                 window.seconds = now - window_began
-                for t in tables:
+                names = [t.name for t in tables]
+                if any(t.kind == "checked" for t in tables):
+                    names.append(DLQ_TABLE)  # a commit per cycle that dead-letters
+                for name in names:
                     try:
-                        loaded = catalog.load_table((NAMESPACE, t.name))
+                        loaded = catalog.load_table((NAMESPACE, name))
                     except Exception:
                         continue
-                    window.tables[t.name] = table_figures(loaded, duck)
+                    window.tables[name] = table_figures(loaded, duck)
                 windows.append(window)
                 window_began = time.monotonic()
                 window = Window(len(windows))

@@ -167,7 +167,7 @@ def publish_run(
         if new_branch:
             keep.create_branch(base_snapshot_id, branch)
     # A merge append: with `commit.manifest-merge.enabled` (tableflow's tables have it,
-    # ingest/spec.UPKEEP_TABLE_PROPERTIES) the new manifest and the small ones before it
+    # ingest/upkeep.py) the new manifest and the small ones before it
     # are merged once `commit.manifest.min-count-to-merge` of them pile up, as Iceberg's
     # Java appends do; without it, it is a fast append (a manifest per commit, for ever).
     producer = (

@@ -24,25 +24,13 @@ from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.stages import Decode as DecodeStage
 from tableflow_core.ingest.stages import Mode, Publish, ReadRanges, RouteBadRecords, Stage, Write
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
+from tableflow_core.ingest.upkeep import UPKEEP_TABLE_PROPERTIES
 from tableflow_core.kafka.offsets import StartFrom
 from tableflow_core.schemas.arrow_json import ArrowSchema
 from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.sql_text import quote_ident
-
-# What keeps a table's metadata flat however often it commits (docs/maintenance.md,
-# "What keeps a table's cost flat"): every commit writes a new metadata.json, and the
-# ones older than the last 100 are deleted by the catalog (Iceberg's default count, off
-# by default in Iceberg); appends merge their manifests once 10 of them are small (the
-# merge is on by default in Iceberg's Java writer, at 100; pyiceberg's fast append, which
-# tableflow's publish commits used, never merged). tests/unit/test_history.py.
-UPKEEP_TABLE_PROPERTIES: dict[str, str] = {
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "100",
-    "commit.manifest-merge.enabled": "true",
-    "commit.manifest.min-count-to-merge": "10",
-}
 
 # Written on every table we create, unless the project overrides them.
 DEFAULT_TABLE_PROPERTIES: dict[str, str] = {

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.config.project import Project, Table
 from tableflow_core.delta import storage_options_of, sync_delta_log
 from tableflow_core.engine.spark_session import build_spark_session, register_catalog
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOCK_COMMAND = "tableflow maintain"
+# What a dead-letter table gets of its tables' maintenance: history and files, not
+# orphan removal (its tables' runs write there too) nor delete rewrites (it has none).
+DEAD_LETTER_OPERATIONS = frozenset({"compact", "rewrite_manifests", "expire_snapshots"})
 NO_BLOCK = "no maintenance block"
 
 
@@ -80,6 +84,8 @@ class TableMaintenance:
     delta: Any = None  # DeltaSyncResult after maintenance committed (delta tables)
     delta_error: str | None = None
     deletes: MaintenanceReport | None = None  # an upsert table's deletes table, maintained
+    # Its Iceberg dead-letter table (a commit per run that dead-letters), maintained.
+    dead_letters: MaintenanceReport | None = None
     # What the table keeps of its metadata and history (`maintenance/history.py`).
     keeps: str | None = None
 
@@ -91,6 +97,7 @@ class TableMaintenance:
             and (self.report is None or self.report.ok)
             and (self.published is None or self.published.ok)
             and (self.deletes is None or self.deletes.ok)
+            and (self.dead_letters is None or self.dead_letters.ok)
         )
 
 
@@ -188,6 +195,7 @@ class MaintainTask:
                     spark, identifier, due, now=self.now, redact=self.project.redact
                 )
                 deletes = self._maintain_deletes(handle, table, spark, identifier, due)
+                dead_letters = self._maintain_dead_letters(handle, table, spark, due)
                 published = None
                 if table.publish_to and report.metadata_location:
                     loaded = handle.catalog.load_table((*table.namespace, table.table))
@@ -208,6 +216,7 @@ class MaintainTask:
                     delta=delta,
                     delta_error=delta_error,
                     deletes=deletes,
+                    dead_letters=dead_letters,
                 )
         except Exception as exc:
             return TableMaintenance(
@@ -232,6 +241,31 @@ class MaintainTask:
         began = time.monotonic()
         try:
             return run_maintenance(spark, name, due, now=self.now, redact=self.project.redact)
+        except Exception as exc:
+            error = self.project.redact(f"{type(exc).__name__}: {exc}")
+            failed = OperationResult(
+                "maintenance", "error", round(time.monotonic() - began, 3), error=error
+            )
+            return MaintenanceReport(name, (failed,), None, None)
+
+    def _maintain_dead_letters(
+        self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
+    ) -> MaintenanceReport | None:
+        """The table's operations on its Iceberg dead-letter table, when it has one: it
+        gets a commit per run that dead-letters (a shared one, from each of its tables)
+        and no maintenance block of its own. A failure is reported, not raised."""
+        if not isinstance(table.dlq, IcebergDeadLetter):
+            return None
+        parts = tuple(table.dlq.table.split("."))
+        if not handle.catalog.table_exists(parts):
+            return None
+        name = ".".join((handle.spark_name, *parts))
+        wanted = [d for d in due if d.operation in DEAD_LETTER_OPERATIONS]
+        if not wanted:
+            return None
+        began = time.monotonic()
+        try:
+            return run_maintenance(spark, name, wanted, now=self.now, redact=self.project.redact)
         except Exception as exc:
             error = self.project.redact(f"{type(exc).__name__}: {exc}")
             failed = OperationResult(
