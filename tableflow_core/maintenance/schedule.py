@@ -219,6 +219,10 @@ def maintenance_due(
             if triggers and is_due:
                 triggers = (_since_last_run(last, now), *triggers)
             is_due = is_due or bool(triggers)
+            if history.derived and activity is not None:
+                # The default history: nothing to expire, nothing to run (a Spark call
+                # per table every `every` for nothing, and on a new table's first cycle).
+                is_due = is_due and history.expirable(now, activity.snapshot_times) > 0
         if isinstance(settings, CompactSettings) and activity is not None:
             triggers = compaction_triggers(settings, activity, last)
             if triggers and is_due:

@@ -196,10 +196,10 @@ def test_run_keeps_metadata_files_and_manifests_bounded(
     table = env.pyiceberg_table()
     assert table.properties["write.metadata.delete-after-commit.enabled"] == "true"
     assert table.properties["commit.manifest-merge.enabled"] == "true"
-    # Cycle 1 ran rewrite_manifests and expiry through Spark (their commits' files too).
+    # Cycle 1 rewrote the manifests through Spark (its commits' files count too); expiry
+    # had nothing to expire (the history keeps 500 refreshes): not run.
     assert [op.operation for op in reports[0].maintenance[0].report.results] == [
-        "rewrite_manifests",
-        "expire_snapshots",
+        "rewrite_manifests"
     ]
     assert all(files <= 4 and log <= 3 for files, _, log in seen), seen
     assert all(manifests <= 3 for _, manifests, _ in seen), seen

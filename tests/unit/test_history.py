@@ -85,6 +85,10 @@ def test_expiry_is_due_by_count_before_its_interval() -> None:
     assert due.arguments.cutoff(NOW) == many.snapshot_times[HISTORY_REFRESHES - 1]
     assert due.arguments.cutoff(NOW + timedelta(hours=1)) == NOW + timedelta(seconds=3100)
     assert "500 refreshes of 1s" in due.describe(NOW)
+    # Never run, but nothing older than the history: not due (no Spark call for nothing).
+    young = TableActivity(data_files=3, snapshot_times=(NOW,))
+    assert maintenance_due(table, {}, NOW, activity=young) == []
+    assert [d.operation for d in maintenance_due(table, {}, NOW)] == ["expire_snapshots"]
 
 
 def test_every_table_gets_the_upkeep_properties_and_expiring_ones_their_history() -> None:
