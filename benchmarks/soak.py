@@ -464,22 +464,58 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
         producer.stopping.set()
         producer.join(120)
     finished = wait_all_committed(catalog, tables, producer.produced, commits, timeout=300)
+    breakdown = rss_breakdown(run.proc.pid)
     run.stop()  # SIGTERM: after the current cycle
     fill_windows(windows, run, producer.produced, tables, commits, interval_s,
                  started_mono, started_ms, args.window)  # fmt: skip
     load = os.getloadavg()[0]
     for w in windows:
         print_window(w, load)
-    failed = sum(1 for _, line in run.cycles() if "FAILED" in line or "failed" in line)
+    failed = sum(1 for _, line in run.cycles() if line.startswith(("Apply FAILED", "cycle failed")))
     with run._changed:
         lines = [line for _, line in run.lines]
     retried = sum(1 for line in lines if "commit retried" in line or "commit was refused" in line)
     maintained = sum(1 for line in lines if line.startswith("maintained "))
     print(f"run cycles that failed: {failed}; commit conflicts retried: {retried}; "
           f"maintenance runs: {maintained}")  # fmt: skip
+    print("run tree RSS at the end, by process: " + ", ".join(
+        f"{kind} {rss / 2**20:.0f} MB" for kind, rss in breakdown))  # fmt: skip
     ok = finished and exactly_once(catalog, tables, producer.produced)
     summary(windows, tables)
     return 0 if ok else 1
+
+
+def rss_breakdown(root: int) -> list[tuple[str, int]]:
+    """RSS of each process of the run tree by what it is: the driver (Python), the
+    driver's JVM, Python workers (pyspark daemon and its forks), others."""
+    found: list[tuple[str, int]] = []
+    stack_ = [(root, "driver")]
+    while stack_:
+        pid, kind = stack_.pop()
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            rss = next(
+                int(line.split()[1]) * 1024
+                for line in status.splitlines()
+                if line.startswith("VmRSS:")
+            )
+            found.append((kind, rss))
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                for child in (task / "children").read_text().split():
+                    comm = Path(f"/proc/{child}/comm").read_text().strip()
+                    cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                    child_kind = (
+                        "driver JVM" if comm == "java"
+                        else "python workers" if kind in ("driver JVM", "python workers") or b"daemon" in cmdline
+                        else "other"
+                    )  # fmt: skip
+                    stack_.append((int(child), child_kind))
+        except (OSError, StopIteration, ValueError):
+            continue
+    totals: dict[str, int] = {}
+    for kind, rss in found:
+        totals[kind] = totals.get(kind, 0) + rss
+    return sorted(totals.items(), key=lambda item: -item[1])
 
 
 def poll_tables(
