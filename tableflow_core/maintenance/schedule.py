@@ -69,14 +69,14 @@ class DueOperation:
     # expire_snapshots: the history the table keeps, and the moment before which its
     # snapshots go by count (None: the count keeps them all, or is not known).
     history: History | None = None
-    cutoff: datetime | None = None
+    count_cutoff: datetime | None = None
 
     @property
     def arguments(self) -> Any:
         """What the operation runs with (`operations.OPERATIONS`): expiry's cutoff and
         history, the settings of the others."""
         if self.history is not None:
-            return ExpiryRun(self.history.max_age_s, self.cutoff, self.history.retain_last)
+            return ExpiryRun(self.history.max_age_s, self.count_cutoff, self.history.retain_last)
         return self.settings
 
     def describe(self, now: datetime | None = None) -> str:
@@ -211,10 +211,10 @@ def maintenance_due(
         last = previous.get(op)
         is_due = last is None or (now - last).total_seconds() >= every_s
         triggers: tuple[str, ...] = ()
-        history, cutoff = None, None
+        history, count_cutoff = None, None
         if isinstance(settings, ExpireSnapshotsSettings):
             history = table_history(table)
-            cutoff = history.count_cutoff(activity.snapshot_times if activity else ())
+            count_cutoff = history.count_cutoff(activity.snapshot_times if activity else ())
             triggers = expiry_triggers(history, activity, now)
             if triggers and is_due:
                 triggers = (_since_last_run(last, now), *triggers)
@@ -241,7 +241,7 @@ def maintenance_due(
                     force and not is_due,
                     triggers,
                     history=history,
-                    cutoff=cutoff,
+                    count_cutoff=count_cutoff,
                 )
             )
     return due
