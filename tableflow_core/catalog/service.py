@@ -115,6 +115,7 @@ class _StagedCommit:
     identifier: Identifier
     previous_location: str | None
     staged: StagedTable  # the new metadata and where it goes
+    previous: TableMetadata | None = None  # the metadata it replaces
 
     @property
     def unchanged(self) -> bool:
@@ -513,6 +514,8 @@ class CatalogService:
             except Exception:
                 self._delete_metadata_files(written)
                 raise
+        for commit in written:
+            self._delete_superseded_metadata(commit)
         committed = [LoadedTable.of(s.staged.metadata, s.staged.metadata_location) for s in staged]
         for commit, loaded in zip(staged, committed, strict=True):
             if not commit.unchanged:
@@ -572,7 +575,9 @@ class CatalogService:
                 catalog=self.catalog,
             )
         previous = current.metadata_location if current else None
-        return _StagedCommit(change.identifier, previous, staged)
+        return _StagedCommit(
+            change.identifier, previous, staged, current.metadata if current else None
+        )
 
     # -- placement (catalog/placement.py) ------------------------------------------
 
@@ -687,6 +692,34 @@ class CatalogService:
                 .values(metadata_location=metadata_location)
             )
             session.commit()
+
+    def _delete_superseded_metadata(self, commit: _StagedCommit) -> None:
+        """With `write.metadata.delete-after-commit.enabled`, the metadata files the commit
+        pushed out of the table's metadata log (it keeps
+        `write.metadata.previous-versions-max`) are deleted, as Iceberg's Java catalogs
+        do after a commit: here for every client, Spark's REST client included (it leaves
+        that to the server). Best effort: a file that cannot be deleted is logged and
+        left to orphan removal; the commit stands."""
+        if commit.previous is None:
+            return
+        new = commit.staged.metadata
+        enabled = new.properties.get("write.metadata.delete-after-commit.enabled", "false")
+        if enabled.strip().lower() != "true":
+            return
+        kept = {entry.metadata_file for entry in new.metadata_log}
+        gone = {entry.metadata_file for entry in commit.previous.metadata_log} - kept
+        table_root = new.location.rstrip("/") + "/"
+        for location in sorted(gone):
+            # Only the table's own files, inside the warehouse: a registered table's
+            # metadata log could name any path.
+            if not location.startswith(table_root) or not self.locations.allows(location):
+                continue
+            try:
+                commit.staged.io.delete(location)
+            except FileNotFoundError:
+                continue
+            except Exception as exc:
+                log.warning("could not delete superseded metadata file %s: %s", location, exc)
 
     def _delete_metadata_files(self, commits: Sequence[_StagedCommit]) -> None:
         """Best effort: metadata files of a failed commit are never referenced."""

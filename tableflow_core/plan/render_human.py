@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.text import Text
 
+from tableflow_core.maintenance.history import metadata_upkeep
 from tableflow_core.plan.actions import (
     Blocker,
     ChangePartitionSpec,
@@ -58,6 +59,7 @@ def action_lines(action: object) -> list[Text]:
         for column in action.columns:
             required = " not null" if column.required else ""
             lines.append(Text(f"      {column.name}: {column.type}{required}", style=style))
+        lines.append(Text(f"      keeps {metadata_upkeep(action.properties)}", style=style))
         if action.partition_by:
             parts = ", ".join(p.expression() for p in action.partition_by)
             lines.append(Text(f"      partitioned by {parts}", style=style))

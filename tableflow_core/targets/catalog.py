@@ -291,7 +291,9 @@ def open_catalog(project: Project, *, serve: bool = True) -> Iterator[CatalogHan
         pyiceberg_props, spark_props, address = _other(config)
     try:
         try:
-            catalog = _pyiceberg_catalog(config.name, pyiceberg_props, server)
+            catalog = _pyiceberg_catalog(
+                config.name, pyiceberg_props, server, own=isinstance(config, EmbeddedCatalog)
+            )
         except Exception as exc:
             raise CatalogUnavailableError(
                 f"catalog: cannot connect to {config.type} catalog at {address}: "
@@ -311,13 +313,20 @@ def open_catalog(project: Project, *, serve: bool = True) -> Iterator[CatalogHan
             server.stop()
 
 
-def _pyiceberg_catalog(name: str, properties: dict[str, str], server: Any) -> Any:
+def _pyiceberg_catalog(
+    name: str, properties: dict[str, str], server: Any, *, own: bool = False
+) -> Any:
     """pyiceberg's catalog of the target; for an embedded server in this process, one
-    whose commits call the server directly (`catalog/in_process.py`)."""
+    whose commits call the server directly (`catalog/in_process.py`); for tableflow's own
+    server elsewhere (`own`), one that leaves deleting old metadata files to it."""
     from pyiceberg.catalog import load_catalog
 
     service = getattr(server, "service", None)
     if service is None:
+        if own and properties.get("type") == "rest":
+            from tableflow_core.catalog.in_process import OwnServerCatalog
+
+            return OwnServerCatalog(name, **properties)
         return load_catalog(name, **properties)
     from tableflow_core.catalog.in_process import InProcessRestCatalog
     from tableflow_core.catalog.reader import ServiceInProcess, ServiceReader

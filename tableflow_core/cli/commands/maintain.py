@@ -88,18 +88,23 @@ def command(
             return
         if result.note and not result.due:
             ctx.console.print(f"{result.table}: {result.note}", highlight=False)
+            if result.keeps:
+                ctx.console.print(f"  keeps {result.keeps}", highlight=False)
             return
         if result.report is None:
             for due in result.due:
                 ctx.console.print(f"due: {due.describe()}", highlight=False)
+            if result.keeps:
+                ctx.console.print(f"  {result.table} keeps {result.keeps}", highlight=False)
             return
         for op in result.report.results:
             colour = "green" if op.status == "success" else "bold red"
             ctx.console.print(f"[{colour}]{result.table}[/] {op.describe()}", highlight=False)
-        for op in result.deletes.results if result.deletes is not None else ():
-            colour = "green" if op.status == "success" else "bold red"
-            where = f"{result.table} (its deletes table)"
-            ctx.console.print(f"[{colour}]{where}[/] {op.describe()}", highlight=False)
+        for side, what in ((result.deletes, "deletes"), (result.dead_letters, "dead-letter")):
+            for op in side.results if side is not None else ():
+                colour = "green" if op.status == "success" else "bold red"
+                where = f"{result.table} (its {what} table)"
+                ctx.console.print(f"[{colour}]{where}[/] {op.describe()}", highlight=False)
         if result.published is not None:
             ctx.console.print(f"published {result.published.summary_line()}", highlight=False)
 

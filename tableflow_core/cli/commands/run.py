@@ -111,8 +111,9 @@ def command(
                 )
             if done.report is not None:
                 ctx.console.print(f"maintained {done.report.summary_line()}", highlight=False)
-            if done.deletes is not None:
-                ctx.console.print(f"maintained {done.deletes.summary_line()}", highlight=False)
+            for side in (done.deletes, done.dead_letters):
+                if side is not None:
+                    ctx.console.print(f"maintained {side.summary_line()}", highlight=False)
             if done.published is not None:
                 ctx.console.print(f"published {done.published.summary_line()}", highlight=False)
 
