@@ -19,4 +19,5 @@ pytest_plugins = [
     "tests.fixtures.lake",
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
+    "tests.fixtures.postgres",
 ]
