@@ -195,7 +195,7 @@ def test_postgres_tables_through_debezium_land_value_by_value(
     # Phase 1: Debezium's initial snapshot of the existing rows (op `r`).
     debezium_worker.append(
         start_debezium(
-            tmp_path, kafka_broker, postgres_cluster.server, qualified(), prefix, password
+            tmp_path, kafka_broker.bootstrap, postgres_cluster.server, qualified(), prefix, password
         )
     )
     ops = wait_until_captured(kafka_broker, postgres_cluster, prefix)
