@@ -12,17 +12,26 @@ can tell Debezium's capture from tableflow's materialization:
 - `org.apache.kafka.connect.data.Decimal`: big-endian two's complement bytes in base64,
   its scale in the field's parameters; `io.debezium.time.MicroTimestamp`: microseconds
   since the epoch, no zone (PostgreSQL `timestamp`).
+
+Avro (`AvroEnvelopes`, through Apicurio's converter): Confluent's framing (magic byte,
+4-byte schema id), the writer schema fetched by id from the registry and read with
+fastavro; a MicroTimestamp is a `long` whose schema carries
+`connect.name: io.debezium.time.MicroTimestamp`, a decimal Avro's decimal logical type.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import io
 import json
+import struct
+import urllib.request
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
+import fastavro
 from confluent_kafka import Consumer, TopicPartition
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -74,6 +83,98 @@ def key_of(key: bytes, columns: tuple[str, ...]) -> Key:
     return tuple(payload[c] for c in columns)
 
 
+class JsonEnvelopes:
+    """Debezium's JSON with embedded schemas (JsonConverter, schemas.enable=true)."""
+
+    def key(self, key: bytes, columns: tuple[str, ...]) -> Key:
+        return key_of(key, columns)
+
+    def event(self, value: bytes) -> tuple[str, Row | None]:
+        op, after, _ = after_image(value)
+        return op, after
+
+
+class AvroEnvelopes:
+    """Confluent-framed Avro keys and envelopes, writer schemas from the registry."""
+
+    def __init__(self, registry_url: str) -> None:
+        self.registry_url = registry_url
+        self._schemas: dict[int, tuple[Any, set[str]]] = {}
+
+    def _schema(self, schema_id: int) -> tuple[Any, set[str]]:
+        if schema_id not in self._schemas:
+            with urllib.request.urlopen(
+                f"{self.registry_url}/schemas/ids/{schema_id}", timeout=30
+            ) as response:
+                document = json.loads(json.loads(response.read())["schema"])
+            self._schemas[schema_id] = (
+                fastavro.parse_schema(document),
+                _micro_timestamp_fields(document),
+            )
+        return self._schemas[schema_id]
+
+    def _read(self, data: bytes) -> tuple[dict[str, Any], set[str]]:
+        if data[:1] != b"\x00":
+            raise ValueError(f"not Confluent-framed Avro: {data[:5]!r}")
+        (schema_id,) = struct.unpack(">I", data[1:5])
+        parsed, micros = self._schema(schema_id)
+        record = fastavro.schemaless_reader(io.BytesIO(data[5:]), parsed, None)
+        return dict(record), micros  # type: ignore[arg-type]
+
+    def key(self, key: bytes, columns: tuple[str, ...]) -> Key:
+        record, _ = self._read(key)
+        return tuple(record[c] for c in columns)
+
+    def event(self, value: bytes) -> tuple[str, Row | None]:
+        envelope, micros = self._read(value)
+        after = envelope["after"]
+        if after is not None:
+            after = {
+                k: _micro_timestamp(v, {}) if k in micros and v is not None else v
+                for k, v in after.items()
+            }
+        return envelope["op"], after
+
+
+def _micro_timestamp_fields(envelope_schema: dict[str, Any]) -> set[str]:
+    """Names of the `after` record's fields that are Debezium MicroTimestamps (none in a key)."""
+    after = next((f for f in envelope_schema["fields"] if f["name"] == "after"), None)
+    if after is None:
+        return set()
+    records: dict[str, dict[str, Any]] = {}
+    _collect_records(envelope_schema, envelope_schema.get("namespace", ""), records)
+    types = after["type"] if isinstance(after["type"], list) else [after["type"]]
+    # `after` names the record `before` defined (Avro defines a named type once)
+    record = next(records.get(t, t) if isinstance(t, str) else t for t in types if t != "null")
+    names = set()
+    for field in record["fields"]:
+        branches = field["type"] if isinstance(field["type"], list) else [field["type"]]
+        if any(
+            isinstance(b, dict) and b.get("connect.name") == "io.debezium.time.MicroTimestamp"
+            for b in branches
+        ):
+            names.add(field["name"])
+    return names
+
+
+def _collect_records(schema: Any, namespace: str, found: dict[str, dict[str, Any]]) -> None:
+    if isinstance(schema, list):
+        for branch in schema:
+            _collect_records(branch, namespace, found)
+    elif isinstance(schema, dict):
+        if schema.get("type") == "record":
+            space = schema.get("namespace", namespace)
+            found[schema["name"]] = schema
+            found[f"{space}.{schema['name']}"] = schema
+            for field in schema["fields"]:
+                _collect_records(field["type"], space, found)
+        elif isinstance(schema.get("type"), dict | list):
+            _collect_records(schema["type"], namespace, found)
+
+
+Envelopes = JsonEnvelopes | AvroEnvelopes
+
+
 def read_topic(config: dict[str, Any], topic: str) -> list[tuple[int, int, bytes, bytes | None]]:
     """Every record of `topic` up to its end offsets now: (partition, offset, key, value)."""
     consumer = Consumer({**config, "group.id": "cdc-model", "enable.auto.commit": False})
@@ -104,18 +205,21 @@ def read_topic(config: dict[str, Any], topic: str) -> list[tuple[int, int, bytes
 
 
 def reduce_to_mirror(
-    records: Iterable[tuple[int, int, bytes, bytes | None]], key_columns: tuple[str, ...]
+    records: Iterable[tuple[int, int, bytes, bytes | None]],
+    key_columns: tuple[str, ...],
+    envelopes: Envelopes | None = None,
 ) -> tuple[dict[Key, Row], dict[str, int]]:
     """The rows a mirror holds after `records` (each partition in offset order)."""
+    decoder = envelopes or JsonEnvelopes()
     mirror: dict[Key, Row] = {}
     ops: dict[str, int] = {}
     for _, _, key, value in sorted(records, key=lambda r: (r[0], r[1])):
-        row_key = key_of(key, key_columns)
+        row_key = decoder.key(key, key_columns)
         if value is None:
             ops["tombstone"] = ops.get("tombstone", 0) + 1
             mirror.pop(row_key, None)
             continue
-        op, after, _ = after_image(value)
+        op, after = decoder.event(value)
         ops[op] = ops.get(op, 0) + 1
         if op == "d":
             mirror.pop(row_key, None)
