@@ -3,9 +3,10 @@ plain keyed topic through the upsert path, measured in the same run (issue 44).
 
     .venv/bin/python benchmarks/cdc.py [--rows 1000000] [--changes 100000] [--cores 2]
 
-Starts its own Apache Kafka, dev registry, PostgreSQL 15 (a private cluster, as the tests
-do) and Debezium 3.6.1.Final on Kafka Connect (pgoutput; JSON with embedded schemas, 3
-partitions a topic). Then:
+Starts its own Apache Kafka, Apicurio Registry 3.3.3, PostgreSQL 15 (a private cluster, as
+the tests do) and Debezium 3.6.1.Final on Kafka Connect (pgoutput, 3 partitions a topic;
+keys and values as Avro through Apicurio's converter in Confluent's wire format, the
+format tableflow reads Debezium envelopes in: docs/cdc.md). Then:
 
 1. snapshot: `--rows` rows (~1/10 customers, ~3/10 orders, ~6/10 order_items) loaded
    with COPY, then Debezium's initial snapshot of them (op `r`; measured: Debezium's
@@ -19,8 +20,10 @@ For each phase both paths are applied by `tableflow apply` (a new process each, 
 would run it; embedded catalog, Spark local[cores]):
 - cdc: the three Debezium topics as `mode: upsert` tables with `value.envelope: debezium`;
 - plain: the same records copied to three plain keyed topics (same partition, same
-  order; the `after` image as plain JSON with declared columns, a delete or tombstone as
-  a tombstone) as `mode: upsert` tables: what a user without the envelope would run.
+  order, the same key bytes; the `after` image as an Avro record of the after schema,
+  Debezium's MicroTimestamp longs as `local-timestamp-micros`, registered under the plain
+  topic's subject; a delete or tombstone as a tombstone) as `mode: upsert` tables: what a
+  user who flattened the envelope upstream would run.
 Each prints seconds, records/s and the ratio cdc/plain; the order of the two applies
 alternates between phases. At the end every table of both paths equals `SELECT * FROM`
 its PostgreSQL table (pyiceberg, value by value). Load average printed per step.
@@ -30,27 +33,41 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import random
 import shutil
+import struct
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import fastavro
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from ingest import cli_measured, stack, write_tables_project  # benchmarks/ is on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tableflow_core.dev import broker  # noqa: E402
+from tableflow_core.dev.apicurio_server import (  # noqa: E402
+    CCOMPAT_PATH,
+    ApicurioSettings,
+    start_apicurio,
+)
+from tableflow_core.dev.kafka_connect import (  # noqa: E402
+    APICURIO_CONVERTER_LOCK,
+    DEBEZIUM_POSTGRES_LOCK,
+    apicurio_avro_converters,
+)
 from tableflow_core.dev.postgres import PostgresServer  # noqa: E402
-from tests.cdc_model import after_image, first_difference, key_of, read_topic  # noqa: E402
+from tests.cdc_model import AvroEnvelopes, first_difference, read_topic  # noqa: E402
 from tests.cdc_workload import (  # noqa: E402
     KEYS,
     TABLES,
@@ -69,32 +86,7 @@ from tests.fixtures.postgres import (  # noqa: E402
 
 PREFIX = "pg"
 PARTITIONS = 3
-PLAIN_COLUMNS: dict[str, list[dict[str, str]]] = {
-    "customers": [
-        {"name": "customer_id", "type": "long"},
-        {"name": "name", "type": "string"},
-        {"name": "email", "type": "string"},
-        {"name": "tier", "type": "int"},
-        {"name": "balance", "type": "decimal(12,2)"},
-        {"name": "created_at", "type": "timestamp"},
-        {"name": "active", "type": "boolean"},
-    ],
-    "orders": [
-        {"name": "order_id", "type": "long"},
-        {"name": "customer_id", "type": "long"},
-        {"name": "status", "type": "string"},
-        {"name": "amount", "type": "decimal(10,2)"},
-        {"name": "placed_at", "type": "timestamp"},
-        {"name": "note", "type": "string"},
-    ],
-    "order_items": [
-        {"name": "order_id", "type": "long"},
-        {"name": "line_no", "type": "int"},
-        {"name": "sku", "type": "string"},
-        {"name": "quantity", "type": "int"},
-        {"name": "price", "type": "double"},
-    ],
-}
+MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
 
 
 def load() -> str:
@@ -142,22 +134,69 @@ def wait_quiet(bootstrap: str, least: int, quiet_s: float = 6.0, timeout: float 
     raise SystemExit(f"Debezium's topics stopped at {last} records (wanted >= {least})")
 
 
-def plain_value(value: bytes | None) -> bytes | None:
-    if value is None:
-        return None
-    op, after, _ = after_image(value)
-    if op == "d" or after is None:
-        return None
-    return json.dumps(
-        {k: str(v) if isinstance(v, Decimal) else _iso(v) for k, v in after.items()}
-    ).encode()
+class PlainCopier:
+    """Debezium's Avro records -> plain keyed Avro records of the same rows (same key bytes)."""
+
+    def __init__(self, registry_url: str) -> None:
+        self.registry = SchemaRegistryClient({"url": registry_url, "timeout": 30})
+        self.registry_url = registry_url
+        self.envelopes = AvroEnvelopes(registry_url)
+        self.value_ids: dict[tuple[str, int], tuple[int, Any]] = {}
+        self.keys_registered: set[str] = set()
+
+    def _writer(self, data: bytes) -> dict[str, Any]:
+        (schema_id,) = struct.unpack(">I", data[1:5])
+        with urllib.request.urlopen(
+            f"{self.registry_url}/schemas/ids/{schema_id}", timeout=30
+        ) as response:
+            return dict(json.loads(json.loads(response.read())["schema"]))
+
+    def key(self, table: str, key: bytes) -> bytes:
+        subject = f"{plain_topic(table)}-key"
+        if subject not in self.keys_registered:  # the same schema: Apicurio gives the same id
+            schema = json.dumps(self._writer(key))
+            self.registry.register_schema(subject, Schema(schema, "AVRO"))
+            self.keys_registered.add(subject)
+        return key
+
+    def value(self, table: str, value: bytes | None) -> bytes | None:
+        if value is None:
+            return None
+        (envelope_id,) = struct.unpack(">I", value[1:5])
+        if (table, envelope_id) not in self.value_ids:
+            row_schema = plain_row_schema(self._writer(value))
+            schema_id = self.registry.register_schema(
+                f"{plain_topic(table)}-value", Schema(json.dumps(row_schema), "AVRO")
+            )
+            self.value_ids[(table, envelope_id)] = (schema_id, fastavro.parse_schema(row_schema))
+        schema_id, parsed = self.value_ids[(table, envelope_id)]
+        envelope, _ = self.envelopes._read(value)
+        if envelope["op"] == "d" or envelope["after"] is None:
+            return None
+        out = io.BytesIO()
+        out.write(b"\x00" + struct.pack(">I", schema_id))
+        fastavro.schemaless_writer(out, parsed, envelope["after"])
+        return out.getvalue()
 
 
-def _iso(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
+def plain_row_schema(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's `after` record as a top-level schema; MicroTimestamp longs become
+    `local-timestamp-micros` (what the envelope's reader makes of them)."""
+    before = next(f for f in envelope["fields"] if f["name"] == "before")
+    record = next(t for t in before["type"] if isinstance(t, dict))
+    record = json.loads(json.dumps(record))
+    record["namespace"] = "plain"
+    for field in record["fields"]:
+        branches = field["type"] if isinstance(field["type"], list) else [field["type"]]
+        for branch in branches:
+            if isinstance(branch, dict) and branch.get("connect.name") == MICRO_TIMESTAMP:
+                branch["logicalType"] = "local-timestamp-micros"
+    return dict(record)
 
 
-def copy_to_plain(bootstrap: str, starts: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+def copy_to_plain(
+    bootstrap: str, copier: PlainCopier, starts: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
     """Copy every Debezium record from `starts` on to the plain topics (same partition);
     returns the new starts (the ends read)."""
     producer = Producer(broker.producer_config(bootstrap))
@@ -168,11 +207,11 @@ def copy_to_plain(bootstrap: str, starts: dict[tuple[str, int], int]) -> dict[tu
         ):
             if offset < starts.get((table, partition), 0):
                 continue
-            plain_key = json.dumps(dict(zip(KEYS[table], key_of(key, KEYS[table]), strict=True)))
+            record_key, record_value = copier.key(table, key), copier.value(table, value)
             while True:
                 try:
                     producer.produce(
-                        plain_topic(table), plain_value(value), key=plain_key, partition=partition
+                        plain_topic(table), record_value, key=record_key, partition=partition
                     )
                     break
                 except BufferError:
@@ -183,31 +222,21 @@ def copy_to_plain(bootstrap: str, starts: dict[tuple[str, int], int]) -> dict[tu
 
 
 def project_tables(paths: list[str]) -> list[dict[str, Any]]:
-    cdc = [
-        {
-            "name": table,
-            "topic": cdc_topic(table),
+    def table_config(name: str, topic: str, table: str, envelope: bool) -> dict[str, Any]:
+        value: dict[str, Any] = {"format": "avro"}
+        if envelope:
+            value["envelope"] = "debezium"
+        return {
+            "name": name,
+            "topic": topic,
             "mode": "upsert",
             "key_columns": list(KEYS[table]),
-            "key": {"format": "json"},
-            "value": {"format": "json", "envelope": "debezium"},
+            "key": {"format": "avro"},
+            "value": value,
         }
-        for table in TABLES
-    ]
-    plain = [
-        {
-            "name": f"plain_{table}",
-            "topic": plain_topic(table),
-            "mode": "upsert",
-            "key_columns": list(KEYS[table]),
-            "key": {
-                "format": "json",
-                "columns": [c for c in PLAIN_COLUMNS[table] if c["name"] in KEYS[table]],
-            },
-            "value": {"format": "json", "columns": PLAIN_COLUMNS[table]},
-        }
-        for table in TABLES
-    ]
+
+    cdc = [table_config(t, cdc_topic(t), t, True) for t in TABLES]
+    plain = [table_config(f"plain_{t}", plain_topic(t), t, False) for t in TABLES]
     return (cdc if "cdc" in paths else []) + plain
 
 
@@ -265,6 +294,16 @@ def check_equal(root: Path, server: PostgresServer, paths: list[str]) -> None:
 
 
 @contextlib.contextmanager
+def apicurio(work: Path) -> Iterator[str]:
+    """Apicurio Registry 3.3.3 (in memory): its Confluent-compatible URL."""
+    server = start_apicurio(ApicurioSettings(data_dir=work / "apicurio"))
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
 def postgres() -> Iterator[PostgresServer]:
     server = start_postgres_cluster()
     try:
@@ -293,7 +332,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
-    with stack(work) as (bootstrap, url), postgres() as server:
+    with stack(work) as (bootstrap, _), apicurio(work) as url, postgres() as server:
         broker.create_topics(bootstrap, {plain_topic(t): PARTITIONS for t in TABLES})
         started = time.perf_counter()
         with connect(server) as db:
@@ -304,14 +343,25 @@ def run(args: argparse.Namespace, work: Path) -> None:
               f"{time.perf_counter() - started:.1f} s; {load()}", flush=True)  # fmt: skip
         password = prepare_capture(server, qualified())
         started = time.perf_counter()
-        worker = start_debezium(work, bootstrap, server, qualified(), PREFIX, password, PARTITIONS)
+        worker = start_debezium(
+            work,
+            bootstrap,
+            server,
+            qualified(),
+            PREFIX,
+            password,
+            PARTITIONS,
+            extra=apicurio_avro_converters(url.replace(CCOMPAT_PATH, "/apis/registry/v2")),
+            plugin_extras=((DEBEZIUM_POSTGRES_LOCK, APICURIO_CONVERTER_LOCK),),
+        )
+        copier = PlainCopier(url)
         try:
             captured = wait_quiet(bootstrap, rows)
             seconds = time.perf_counter() - started
             print(f"  Debezium snapshot: {captured} records in {seconds:.1f} s "
                   f"({captured / seconds:.0f} records/s, worker start included); {load()}",
                   flush=True)  # fmt: skip
-            starts = copy_to_plain(bootstrap, {})
+            starts = copy_to_plain(bootstrap, copier, {})
             order = ["plain"] if args.skip_cdc else ["cdc", "plain"]
             root = write_tables_project(
                 work / "project", bootstrap, url, args.cores, project_tables(order)
@@ -329,7 +379,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
             print(f"stream: {kinds} -> {stream_records} Debezium records in "
                   f"{time.perf_counter() - started:.1f} s (SQL and capture); {load()}",
                   flush=True)  # fmt: skip
-            copy_to_plain(bootstrap, starts)
+            copy_to_plain(bootstrap, copier, starts)
             seconds_by = {path: apply_path(root, path, stream_records) for path in reversed(order)}
             if "cdc" in seconds_by:
                 print(f"  stream cdc/plain records/s: "
