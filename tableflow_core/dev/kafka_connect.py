@@ -326,17 +326,17 @@ def _link_plugin(plugin: Path, lock_names: tuple[str, ...]) -> None:
             coordinate = locked.coordinate
             if coordinate.artifact.startswith(leave_out):
                 continue
-            name = (coordinate.group, coordinate.artifact + coordinate.classifier)
+            artifact = (coordinate.group, coordinate.artifact + coordinate.classifier)
             version = _version_key(coordinate.version)
-            if name not in newest or newest[name][0] < version:
-                newest[name] = (version, path)
+            if artifact not in newest or newest[artifact][0] < version:
+                newest[artifact] = (version, path)
     wanted = {path.name: path for _, path in newest.values()}
     plugin.mkdir(parents=True, exist_ok=True)
     for entry in plugin.iterdir():
         if entry.name not in wanted:
             entry.unlink()
-    for name, path in wanted.items():
-        link = plugin / name
+    for file_name, path in wanted.items():
+        link = plugin / file_name
         if not link.is_symlink() or link.resolve() != path.resolve():
             with contextlib.suppress(FileNotFoundError):
                 link.unlink()
