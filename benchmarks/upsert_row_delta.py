@@ -7,7 +7,7 @@
 Not a benchmark of `tableflow apply` and not a code path of tableflow: it measures, part by
 part, what a batch would cost if it were written the way plain append runs are now written
 by their read tasks (ingest/sharing.py, pipeline/shared_tasks.py), i.e. with pyarrow and
-pyiceberg in Python, instead of Spark's window + append + MERGE. docs/performance.md
+pyiceberg in Python, instead of Spark's window + append + MERGE. docs/history/performance-issues-26-31.md
 ("Upsert tables that grow", session 6) holds the figures and what an implementation would
 need.
 

@@ -8,7 +8,8 @@ Public API:
 The names are loaded when first used (PEP 562): `tableflow plan` imports small modules of
 this package (`catalog.storage`, the object store's settings), and importing the
 package must not load the server (FastAPI, SQLAlchemy: ~0.45 s of CPU,
-docs/performance.md "Plan for many tables").
+docs/history/performance-issues-26-31.md,
+"Session 6: a plan of 1,000 tables in under 3 s").
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ serve`), apply sends that same request with pyiceberg's REST client of the targe
 the Spark application, so a first apply creates its tables while the JVM starts instead
 of after it (the peer benchmark's 1M-record apply: Spark's CREATE TABLE took 0.4-1.5 s
 once the JVM was ready, the first on a fresh catalog server the longest;
-docs/performance.md, "DDL while the JVM starts"). Both clients are REST clients of the
+docs/history/performance-issues-26-31.md, "DDL while the JVM starts"). Both clients are REST clients of the
 same endpoint with the same properties; when the catalog's properties carry
 `table-default.*` or `table-override.*` (which Iceberg's Java client merges into its
 create request and pyiceberg's does not), the table goes through Spark.

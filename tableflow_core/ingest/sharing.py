@@ -4,7 +4,8 @@
 Spark's Iceberg writer costs a plain append run more than the run's own work: the rows
 cross from the Python workers to the JVM as Arrow, become Spark rows and are encoded to
 Parquet again by the JVM, then the writer's commit; ~130 ms of JVM CPU for a table of 200
-records, and 20.3 CPU s against 14.5 for 1M records (docs/performance.md). A plain append
+records, and 20.3 CPU s against 14.5 for 1M records
+(docs/history/performance-issues-26-31.md). A plain append
 run (no step needs Spark, `needs_spark_writer`) therefore writes its data files in its
 read tasks: each task reads its ranges, decodes them with the table's decoder and writes
 the good rows as the table's data files (Parquet with Iceberg's field ids and metrics, by
@@ -19,7 +20,7 @@ An upsert run of at most UPSERT_DRIVER_MAX_RECORDS records is such a run too: it
 tasks send the decoded records to the driver, which merges them into the table with
 position deletes (pipeline/upsert_rows.py) instead of Spark's window, append and MERGE,
 whose fixed cost (~25 Spark stages, the JIT, 4 commits) is most of a small batch's
-(docs/performance.md, "Upsert tables that grow"). A larger run (a first load, a backfill)
+(docs/history/performance-issues-26-31.md, "Upsert tables that grow"). A larger run (a first load, a backfill)
 runs Spark's MERGE.
 """
 

@@ -4,7 +4,7 @@
   Spark master that is not `local[...]`: executors write their data files on their own
   hosts, at the path the driver names; unless every host mounts that path (NFS and the
   like), the files land on the executors' disks while the driver commits their paths.
-  Seen on a cluster across test hosts (docs/interop.md, "A cluster across hosts").
+  Seen on a cluster across test hosts (docs/cluster.md, "A cluster across hosts").
 """
 
 from __future__ import annotations

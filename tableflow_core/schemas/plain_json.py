@@ -131,7 +131,8 @@ def plain_json_values_reader(
     row holds for them (None for a name not declared), without building the row. A column
     at a top-level key is one C-level lookup for all of them (`map(document.get, keys)`);
     only `string`/decimal columns holding a non-string, and `json`, `binary` or nested
-    columns, run Python per value: 5.0 -> 3.5 us a record of 8 columns (docs/performance.md)."""
+    columns, run Python per value: 5.0 -> 3.5 us a record of 8 columns
+    (docs/history/performance-issues-26-31.md)."""
     declared = {c.name: c for c in columns}
     keys: list[object] = []
     texts: list[int] = []  # string and decimal columns: a non-string value becomes its text

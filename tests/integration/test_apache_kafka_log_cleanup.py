@@ -1,6 +1,6 @@
 """Compaction, retention and deleted records on Apache Kafka 4.4, as a consumer meets them.
 
-Proven here (docs/environment.md has the details):
+Proven here (docs/environment.md; each experiment: docs/history/environment-round-3.md):
 - compaction runs within seconds with a small `segment.ms`, `min.cleanable.dirty.ratio`
   and the broker's `log.cleaner.backoff.ms=1000` (the launcher sets it); the active
   segment is never cleaned, so a segment rolls only when a record arrives after

@@ -116,7 +116,8 @@ def test_help_imports_no_heavy_dependency() -> None:
 def test_the_planner_imports_no_catalog_server() -> None:
     """`tableflow plan` imports the object store's settings from the catalog package
     (`catalog.storage`); the package must not load the server with them (FastAPI,
-    SQLAlchemy: ~0.45 s of a 1,000-table plan, docs/performance.md)."""
+    SQLAlchemy: ~0.45 s of a 1,000-table plan,
+    docs/history/performance-issues-26-31.md)."""
     code = (
         "import sys, json\n"
         "import tableflow_core.tasks.plan\n"

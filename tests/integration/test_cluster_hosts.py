@@ -14,7 +14,7 @@ project, the catalog database) nor the data host's, nor the artifact cache: each
 runs in a mount namespace of its own with those directories hidden under an empty,
 read-only tmpfs, so an executor that read a project file or wrote to a file:// path
 would fail. Every host's TCP connections are sampled during the run and must be among
-the flows docs/interop.md tells users to open.
+the flows docs/cluster.md tells users to open.
 
 The apply runs through `spark://<master>:7077`. As soon as an executor runs a task of
 the ingest (the driver's REST API says so), every process of that worker's host is
@@ -65,7 +65,7 @@ DRIVER_UI_PORT = 4040
 
 
 # Who opens TCP connections to whom (client host, server host, server port): what
-# docs/interop.md tells users to open between hosts. "workers" stands for worker1 and
+# docs/cluster.md tells users to open between hosts. "workers" stands for worker1 and
 # worker2 (the worker JVM, its executor and the executor's Python workers).
 ALLOWED_FLOWS = {
     ("driver", "master", "spark master"),  # register the application
@@ -432,7 +432,7 @@ def test_apply_across_hosts_survives_a_killed_worker(
         assert bound, host.name
         assert set(bound) <= {host.address, "127.0.0.1"}, (host.name, bound)
     assert set(driver_listeners) <= {driver.address, "127.0.0.1"}, driver_listeners
-    # The connections between hosts are among those docs/interop.md lists.
+    # The connections between hosts are among those docs/cluster.md lists.
     sampler.stopped.set()
     sampler.join(timeout=30)
     names = {host.address: host.name for host in network.hosts.values()}
