@@ -2,8 +2,9 @@
 # Create .venv and install tableflow; a no-op when up to date. Sourced by scripts/demo.sh
 # and scripts/test.sh, each with what it needs:
 #   demo  tableflow and what it runs (no test tools, no great-expectations, no browser)
-#   test  (the default) also the test tools and great-expectations (`.[checks,dev]`), and
-#         Debian's chromium for the docs-site test
+#   test  (the default) also the test tools and great-expectations (`.[checks,dev]`),
+#         Debian's chromium for the docs-site test, and Debian's prometheus (the server and
+#         promtool) for the metrics and alert-rule tests
 # TABLEFLOW_BOOTSTRAP_DRY_RUN=1: print what a fresh machine would get installed, and exit.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +21,7 @@ if [ -n "${TABLEFLOW_BOOTSTRAP_DRY_RUN:-}" ]; then
   echo "profile: $install_profile"
   echo "apt-get install openjdk-17-jre-headless   (when java is missing)"
   [ "$want_browser" = yes ] && echo "apt-get install chromium   (when chromium is missing)"
+  [ "$want_browser" = yes ] && echo "apt-get install prometheus   (when promtool is missing)"
   echo "python3.11 -m venv .venv"
   echo "pip install -e '$pip_target'"
   exit 0
@@ -49,6 +51,17 @@ if [ "$want_browser" = yes ] && ! command -v chromium >/dev/null 2>&1 \
   echo "Installing chromium (headless browser for the docs-site test)..."
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+
+# The metrics tests scrape `tableflow run` with a real Prometheus server and check the
+# shipped alert rules with promtool (docs/observability.md). Debian's package starts its
+# own service on install: the tests never use it (they start their own on loopback).
+if [ "$want_browser" = yes ] && ! command -v promtool >/dev/null 2>&1 \
+    && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "Installing prometheus (server and promtool for the metrics tests)..."
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
   fi
 fi
 

@@ -53,7 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engine", ("engine",)),
     ("pipeline", ("pipeline",)),
     ("runner", ("runner",)),
-    ("tasks", ("tasks", "docs_site")),
+    ("tasks", ("tasks", "docs_site", "observability")),
     ("cli", ("cli", "__main__")),
 )
 LAYER_OF = {package: index for index, (_, packages) in enumerate(LAYERS) for package in packages}

@@ -24,41 +24,117 @@ from urllib.parse import urlsplit
 
 MASK = "**********"
 
-# Keys of settings whose values are secret, matched anywhere in the key (any case).
-_SECRET_KEY = re.compile(
-    r"pass(?:word|wd)|secret|credential|token(?![a-z])|(?:^|[._-])pwd(?:[._-]|$)"
-    r"|(?:access|account|api|private|sas|signing)[._-]?key"
-    r"|jaas|user[._-]?info|sessionkey",
-    re.IGNORECASE,
+# What a key says a value is, read word by word (`spark.ssl.keyStorePassword` ->
+# spark, ssl, key, store, password): the shapes of credential names in the Kafka,
+# librdkafka, AWS, Spark, Hadoop s3a/abfs/gcs and Iceberg configuration references.
+# A word holding one of these is a secret (`sasl.password`, `s3.session-token`,
+# `header.Authorization`, `client_secret`, `aws_secret_access_key`).
+_SECRET_WORD_PARTS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "credential",
+    "token",
+    "jaas",
+    "authorization",
+    "cookie",
+    "signature",
+    "userinfo",
 )
+# A secret word followed by one of these names something *about* the secret, not it
+# (`sasl.oauthbearer.token.endpoint.url`, `basic.auth.credentials.source`,
+# `s3.session-token-expires-at-ms`, `fs.azure.sas.token.provider.type`).
+_ABOUT_WORDS = frozenset(
+    {
+        "endpoint", "url", "uri", "type", "provider", "source", "file", "location", "path",
+        "ttl", "lifetime", "expiry", "expires", "enabled", "impl", "class", "algorithm",
+    }
+)  # fmt: skip
+# Words that are secrets by themselves (`db_pass`, `mysql_pwd`).
+_SECRET_WORDS = frozenset({"pass", "pwd", "pw", "passwd", "apikey", "sessionkey"})
+# `<qualifier> key` is key material (`s3.sse.key`, `fs.s3a.encryption.key`,
+# `adls.account-key`, `api_key`, `ssl.keystore.key`); a bare `key` (a record key, a
+# column) and `ssl.key.location` (a path) are not.
+_KEY_QUALIFIERS = frozenset(
+    {
+        "access", "account", "aes", "api", "app", "auth", "client", "crypto", "customer",
+        "decryption", "encryption", "encrypt", "hmac", "keystore", "license", "master",
+        "private", "sas", "secret", "session", "shared", "signing", "sse", "storage",
+    }
+)  # fmt: skip
+# What may follow such a `key` and keep it key material (`s3.access-key-id`,
+# `ssl.key.pem`); anything else (`encryption.keySizeBits`) is about the key, not it.
+_KEY_TRAILERS = frozenset({"id", "pem", "value", "data", "base64", "b64", "material", "md5"})
+# Query parameters that carry credentials in URLs only (`?key=...` of an API key,
+# Azure SAS `sig`, AWS presigned `X-Amz-Credential`).
+_URL_SECRET_PARAMS = frozenset({"key", "sig", "code", "auth", "access_key", "apikey"})
 # Settings whose key reads as secret but which declare a mode by one of a few words
 # (`storage.credentials: vended`, validated by the config model): the word is shown as
 # it is; any other value under such a key stays masked. Keyed by the exact key name.
 DECLARED_WORDS: dict[str, frozenset[str]] = {
     "credentials": frozenset({"static", "vended", "default-chain"}),
 }
-# (The password runs to the authority's last `@`: passwords may hold `@`.)
-_URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*):(?P<pw>[^\s/]+)@")
-# `password=...` style parameters in query strings, JDBC URLs, JAAS configs (quoted) and
-# log lines.
-_SECRET_PARAM = re.compile(
-    r"(?P<name>(?<![A-Za-z0-9._-])[A-Za-z0-9._-]*"
-    r"(?:password|passwd|pwd|secret|token|credential)[A-Za-z0-9._-]*=)"
-    r"(?:\"(?P<quoted>[^\"]*)\"|(?P<value>[^&;\s\"',]*))",
-    re.IGNORECASE,
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# The whole userinfo of a URL (`user:password@`, `token@`). The password runs to the
+# authority's last `@`: passwords may hold `@`.
+_URL_USERINFO = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s:]*)(?::(?P<pw>[^\s/]+))?@"
+)
+# `name=value` pairs: query strings, JDBC URLs, JAAS configs (quoted), log lines.
+_PARAM = re.compile(
+    r"(?P<sep>^|[^A-Za-z0-9._-])(?P<name>[A-Za-z0-9._-]+)="
+    r"(?:\"(?P<quoted>[^\"]*)\"|(?P<value>[^&;\s\"',]*))"
 )
 
 
+def key_words(key: str) -> list[str]:
+    """`spark.ssl.keyStorePassword` -> ['spark', 'ssl', 'key', 'store', 'password']."""
+    return [word.lower() for word in _WORD.findall(key)]
+
+
 def is_secret_key(key: str) -> bool:
-    """True for setting names that hold secrets (`sasl.password`, `s3.secret-access-key`)."""
-    return bool(_SECRET_KEY.search(key))
+    """True for setting names that hold secrets (`sasl.password`, `s3.secret-access-key`,
+    `ssl.key.pem`, `header.Authorization`, `s3.sse.key`, `db_pass`)."""
+    words = key_words(key)
+    for index, word in enumerate(words):
+        if word in _SECRET_WORDS or any(part in word for part in _SECRET_WORD_PARTS):
+            if words[index + 1 : index + 2] and words[index + 1] in _ABOUT_WORDS:
+                continue
+            return True
+        if word.endswith("key") and word[:-3] in _KEY_QUALIFIERS:  # `accesskey`
+            return True
+        if word == "key" and _is_key_material(words, index):
+            return True
+        if word == "user" and words[index + 1 : index + 2] == ["info"]:  # basic.auth.user.info
+            return True
+    return False
+
+
+def _is_key_material(words: list[str], index: int) -> bool:
+    after = words[index + 1 : index + 2]
+    if after == ["pem"]:  # `ssl.key.pem`, `client.key.pem`: a private key itself
+        return True
+    qualified = index > 0 and words[index - 1] in _KEY_QUALIFIERS
+    return qualified and (not after or after[0] in _KEY_TRAILERS or words[index - 1] == "account")
+
+
+def _secret_param(match: re.Match[str]) -> bool:
+    name = match.group("name")
+    if is_secret_key(name):
+        return True
+    return match.group("sep") in ("?", "&", ";") and name.lower() in _URL_SECRET_PARAMS
 
 
 def url_secrets(text: str) -> list[str]:
-    """The passwords a URL carries: its userinfo password and secret query parameters."""
-    found = [m.group("pw") for m in _URL_USERINFO.finditer(text)]
-    for match in _SECRET_PARAM.finditer(text):
-        found.append(match.group("quoted") or match.group("value") or "")
+    """The credentials a URL carries: its userinfo (the password; the user when there is
+    no password, e.g. a token) and secret query parameters."""
+    found: list[str] = []
+    for match in _URL_USERINFO.finditer(text):
+        found.append(match.group("pw") or match.group("user") or "")
+    for match in _PARAM.finditer(text):
+        if _secret_param(match):
+            found.append(match.group("quoted") or match.group("value") or "")
     found = [secret for secret in found if secret]
     try:
         password = urlsplit(text).password
@@ -70,14 +146,26 @@ def url_secrets(text: str) -> list[str]:
 
 
 def redact_url(url: str) -> str:
-    """`url` with the password of its userinfo and secret parameters masked."""
-    return _SECRET_PARAM.sub(_masked_param, _URL_USERINFO.sub(rf"\g<head>:{MASK}@", url))
+    """`url` with its userinfo's password (or a userinfo that is only a token) and secret
+    parameters masked."""
+    return _PARAM.sub(_masked_param, _URL_USERINFO.sub(_masked_userinfo, url))
+
+
+def _masked_userinfo(match: re.Match[str]) -> str:
+    if match.group("pw") is not None:
+        return f"{match.group('head')}{match.group('user')}:{MASK}@"
+    if not match.group("user"):
+        return match.group(0)
+    return f"{match.group('head')}{MASK}@"
 
 
 def _masked_param(match: re.Match[str]) -> str:
+    if not _secret_param(match):
+        return match.group(0)
+    head = match.group("sep") + match.group("name") + "="
     if match.group("quoted") is not None:
-        return f'{match.group("name")}"{MASK}"'
-    return match.group("name") + MASK
+        return f'{head}"{MASK}"'
+    return head + MASK
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -20,4 +20,5 @@ pytest_plugins = [
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
     "tests.fixtures.postgres",
+    "tests.fixtures.prometheus",
 ]

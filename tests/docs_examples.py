@@ -23,7 +23,10 @@ NOT_RUN: dict[str, str] = {
 }
 # Commands about the checkout itself (its .venv, its tests): run from the repository's root,
 # not from the doc's copy of the example project.
-IN_REPOSITORY: tuple[str, ...] = (r"\.venv/bin/python -m pytest tests/unit\b",)
+IN_REPOSITORY: tuple[str, ...] = (
+    r"\.venv/bin/python -m pytest tests/unit\b",
+    r"promtool (check|test) rules docs/alerts/",  # the rule files live in the repository
+)
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "shell-session"})
 EXPECTED_EXIT = re.compile(r"#.*\bexits? (?P<code>\d+)\b")

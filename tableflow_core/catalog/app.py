@@ -33,6 +33,7 @@ from tableflow_core.catalog.auth import (
     OAuthError,
     TokenAuthority,
     bearer_token,
+    server_proof,
 )
 from tableflow_core.catalog.clients import HADOOP_FILE_IO
 from tableflow_core.catalog.credentials import StsCredentialMinter
@@ -46,6 +47,7 @@ from tableflow_core.catalog.errors import (
     error_info_for,
     handled_exception_types,
 )
+from tableflow_core.catalog.identity import ensure_server_key
 from tableflow_core.catalog.models import (
     CommitTableBody,
     CommitTransactionBody,
@@ -280,8 +282,12 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         if settings.auth == "client-credentials" and settings.client_secret
         else None
     )
-    app = FastAPI(title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None)
+    # The schema is served below, behind the same token as the API (no /docs, /redoc).
+    app = FastAPI(
+        title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.add_middleware(BodyLimitMiddleware, limit=MAX_BODY_BYTES)
+    identity_key = ensure_server_key(service.catalog.engine)
     app.state.service = service
     _install_error_handlers(app)
 
@@ -292,6 +298,10 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         if token is None:
             raise NotAuthorizedError("Missing bearer token (Authorization: Bearer <token>)")
         authority.verify(token)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+    def openapi_schema() -> Response:
+        return JSONResponse(app.openapi())
 
     @app.post("/v1/oauth/tokens")
     async def get_token(request: Request) -> Response:
@@ -314,9 +324,16 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         # without revealing it (catalog/verification.py, the client side).
         if not _CHALLENGE.fullmatch(challenge):
             raise BadRequestError("challenge must be 32 to 128 hexadecimal digits")
-        body: dict[str, str | None] = {"server": SERVER_KIND, "auth": settings.auth, "proof": None}
+        address = connection_address(request.scope)
+        body: dict[str, str | None] = {
+            "server": SERVER_KIND,
+            "auth": settings.auth,
+            "proof": None,
+            # Proof of the key in the catalog database, for clients without the secret.
+            "identity": server_proof(identity_key, challenge, address),
+        }
         if authority is not None:
-            body["proof"] = authority.proof(challenge, connection_address(request.scope))
+            body["proof"] = authority.proof(challenge, address)
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
     router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)])

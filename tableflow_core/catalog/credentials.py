@@ -27,7 +27,9 @@ from typing import Any
 from pydantic import SecretStr
 
 from tableflow_core.catalog.errors import StorageUnavailableError
+from tableflow_core.catalog.locations import has_policy_wildcard
 from tableflow_core.catalog.storage import ObjectStorage
+from tableflow_core.config.names import POLICY_WILDCARDS, invisible_character
 
 # AWS refuses AssumeRole below 900 s; the dev gateway accepts less (tests of expiry).
 AWS_MIN_DURATION_SECONDS = 900
@@ -68,8 +70,29 @@ def split_location(location: str) -> tuple[str, str]:
     return bucket, key.strip("/")
 
 
+def scoping_problem(location: str) -> str | None:
+    """Why a session policy cannot be scoped to exactly `location`, or None.
+
+    IAM matches `*` and `?` as wildcards in resources and `StringLike` conditions, and
+    expands `${...}`; a bucket root has no prefix to scope to; empty, `.` or `..`
+    segments name other keys than the catalog compared.
+    """
+    bucket, key = split_location(location)
+    if not bucket or not key:
+        return "it is a bucket root, not a table's prefix"
+    if has_policy_wildcard(location) or any(c in POLICY_WILDCARDS for c in bucket):
+        return "it contains '*', '?' or '$' (IAM policy wildcards)"
+    if invisible_character(location) or any(s in ("", ".", "..") for s in key.split("/")):
+        return "it has empty, '.' or '..' segments or control characters"
+    return None
+
+
 def table_session_policy(location: str) -> str:
-    """A session policy allowing reads and writes under `location/` only (JSON)."""
+    """A session policy allowing reads and writes of the keys under `location/` only,
+    and listings of prefixes under it (JSON). ValueError for a location it cannot scope
+    exactly (`scoping_problem`)."""
+    if problem := scoping_problem(location):
+        raise ValueError(f"cannot scope credentials to {location!r}: {problem}")
     bucket, key = split_location(location)
     return json.dumps(
         {
@@ -84,7 +107,8 @@ def table_session_policy(location: str) -> str:
                     "Effect": "Allow",
                     "Action": ["s3:ListBucket"],
                     "Resource": [f"arn:aws:s3:::{bucket}"],
-                    "Condition": {"StringLike": {"s3:prefix": [f"{key}/*", key]}},
+                    # `key/*`, not `key`: a listing of `wh/ns/t` also lists `wh/ns/t2/...`.
+                    "Condition": {"StringLike": {"s3:prefix": [f"{key}/*"]}},
                 },
                 {
                     "Effect": "Allow",
@@ -143,11 +167,15 @@ class StsCredentialMinter:
 
     def _assume(self, location: str) -> TemporaryCredentials:
         try:
+            policy = table_session_policy(location)
+        except ValueError as exc:
+            raise CredentialVendingError(f"no credentials vended: {exc}") from None
+        try:
             answer = self._sts().assume_role(
                 RoleArn=self._role,
                 RoleSessionName="tableflow-catalog",
                 DurationSeconds=self._duration,
-                Policy=table_session_policy(location),
+                Policy=policy,
             )
         except Exception as exc:  # botocore's errors share no base class with connection ones
             raise CredentialVendingError(

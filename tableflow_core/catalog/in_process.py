@@ -51,7 +51,18 @@ _CLIENT_ERRORS: dict[int, type[Exception]] = {
 }
 
 
-class InProcessRestCatalog(RestCatalog):
+class OwnServerCatalog(RestCatalog):
+    """pyiceberg's RestCatalog for tableflow's own catalog server, which deletes the
+    metadata files a commit pushed out of the table's metadata log itself (for every
+    client: Spark's REST client never does). pyiceberg's client would delete the same
+    files again after each commit and log a warning for each one already gone."""
+
+    @staticmethod
+    def _delete_old_metadata(io: Any, base: Any, metadata: Any) -> None:
+        return None
+
+
+class InProcessRestCatalog(OwnServerCatalog):
     """pyiceberg's RestCatalog, committing through `service` (the server it talks to,
     running in this process) instead of a request to it."""
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 from tableflow_core.catalog.errors import BadRequestError
+from tableflow_core.config.names import POLICY_WILDCARDS, invisible_character
 
 # Table properties that move where Iceberg writers put files.
 LOCATION_PROPERTIES = (
@@ -61,6 +62,11 @@ class LocationPolicy:
 
     def check(self, location: str, what: str) -> str:
         """`location` if allowed; else LocationNotAllowedError naming `what`, not the path."""
+        if isinstance(location, str) and has_policy_wildcard(location):
+            raise LocationNotAllowedError(
+                f"{what} is not allowed: locations cannot contain '*', '?' or '$' "
+                "(wildcards of the storage access policies)"
+            )
         if not isinstance(location, str) or not self.allows(location):
             raise LocationNotAllowedError(
                 f"{what} is not allowed: locations must be inside the catalog's warehouse"
@@ -81,18 +87,24 @@ def resolve_links(normalized: str) -> str:
     return "file://" + os.path.realpath(normalized.removeprefix("file://"))
 
 
+def has_policy_wildcard(location: str) -> bool:
+    """`location` holds an IAM wildcard, also percent-encoded (`%2A`)."""
+    return any(c in POLICY_WILDCARDS for c in location + unquote(location))
+
+
 def normalize_location(location: str) -> str | None:
     """`file:///a/b/../c` and `/a/c` -> `file:///a/c`; other schemes kept as `scheme://host/path`.
 
-    None for what cannot be compared safely: relative paths, `..` segments, control
-    characters, a `file://` URI naming another host.
+    None for what cannot be compared safely: relative paths, `..` segments, control,
+    format or line separator characters, IAM policy wildcards (`*`, `?`, `$`), a
+    `file://` URI naming another host.
     """
-    if not location or any(ord(c) < 0x20 or ord(c) == 0x7F for c in location):
+    if not location or invisible_character(location) or has_policy_wildcard(location):
         return None
     parsed = urlparse(location)
     scheme = parsed.scheme.lower()
     path = unquote(parsed.path)
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path) or "\\" in path:
+    if invisible_character(path) or "\\" in path:
         return None
     if ".." in path.split("/") or parsed.query or parsed.fragment or parsed.params:
         return None

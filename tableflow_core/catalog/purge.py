@@ -5,8 +5,11 @@ Those paths come from clients: `add_files` puts any file in a manifest, so a pur
 deleted files outside the warehouse, or another table's. Here a file is deleted only
 if it lies under the table's own locations (its `location` and `write.*.path`
 properties) *and* is allowed by the catalog's policy, both checked with symbolic links
-resolved, right before the delete. Manifest lists and manifests outside those places
-are not even read. What is kept is counted and logged.
+resolved, right before the delete, *and* lies under no other table's places (its
+location and `write.*.path` properties, `catalog/placement.py`): a table placed over
+another one (before the catalog refused that) does not take the other's files with it.
+Manifest lists and manifests outside those places are not even read. What is kept is
+counted and logged. Files are deleted one by one, never a prefix.
 
 As in Iceberg's `CatalogUtil.dropTableData`, `gc.enabled=false` keeps the data and
 delete files (a table that may share files with another) and deletes only metadata.
@@ -15,14 +18,16 @@ delete files (a table that may share files with another) and deletes only metada
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile, read_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 
+from tableflow_core.catalog.errors import BadRequestError
 from tableflow_core.catalog.locations import LOCATION_PROPERTIES, LocationPolicy
+from tableflow_core.catalog.placement import PlacedTable, place_of
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +46,18 @@ class _Purge:
     io: FileIO
     allowed: LocationPolicy  # the catalog's policy
     own: LocationPolicy  # the table's own locations
+    others: Sequence[PlacedTable] = ()  # every other table of the catalog
     result: PurgeResult = field(default_factory=PurgeResult)
 
     def is_own(self, path: str) -> bool:
-        return self.own.allows(path) and self.allowed.allows(path)
+        return self.own.allows(path) and self.allowed.allows(path) and not self.is_others(path)
+
+    def is_others(self, path: str) -> bool:
+        try:
+            place = place_of(path)
+        except BadRequestError:
+            return True  # not comparable: not ours to delete
+        return any(place.startswith(theirs) for other in self.others for theirs in other.places)
 
     def readable(self, path: str) -> bool:
         if self.is_own(path):
@@ -72,10 +85,15 @@ def table_policy(metadata: TableMetadata) -> LocationPolicy:
 
 
 def purge_files(
-    metadata: TableMetadata, metadata_location: str, io: FileIO, allowed: LocationPolicy
+    metadata: TableMetadata,
+    metadata_location: str,
+    io: FileIO,
+    allowed: LocationPolicy,
+    others: Sequence[PlacedTable] = (),
 ) -> PurgeResult:
-    """Delete the files of a table already dropped from the catalog (best effort)."""
-    purge = _Purge(io, allowed, table_policy(metadata))
+    """Delete the files of a table already dropped from the catalog (best effort);
+    `others`: the catalog's other tables, whose files are kept."""
+    purge = _Purge(io, allowed, table_policy(metadata), others)
     manifest_lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
     manifests: dict[str, ManifestFile] = {}
     for manifest_list in filter(purge.readable, dict.fromkeys(manifest_lists)):

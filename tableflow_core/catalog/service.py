@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,13 @@ from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.table.update import (
+    AssertCreate,
+    SetLocationUpdate,
+    SetPropertiesUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from pyiceberg.typedef import Identifier
 from sqlalchemy import Engine, event, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -40,7 +47,7 @@ from tableflow_core.catalog.errors import (
     StorageUnavailableError,
     UnprocessableEntityError,
 )
-from tableflow_core.catalog.locations import LocationPolicy
+from tableflow_core.catalog.locations import LOCATION_PROPERTIES, LocationPolicy
 from tableflow_core.catalog.locks import TableLocks
 from tableflow_core.catalog.metadata_cache import (
     DEFAULT_MAX_ENTRIES,
@@ -48,6 +55,12 @@ from tableflow_core.catalog.metadata_cache import (
     ParsedMetadata,
 )
 from tableflow_core.catalog.models import CreateTableBody
+from tableflow_core.catalog.placement import (
+    PlacedTable,
+    check_placement,
+    place_of,
+    table_places,
+)
 from tableflow_core.catalog.purge import purge_files
 from tableflow_core.catalog.updates import (
     check_result,
@@ -102,6 +115,7 @@ class _StagedCommit:
     identifier: Identifier
     previous_location: str | None
     staged: StagedTable  # the new metadata and where it goes
+    previous: TableMetadata | None = None  # the metadata it replaces
 
     @property
     def unchanged(self) -> bool:
@@ -178,6 +192,9 @@ class CatalogService:
         self.locations = locations or LocationPolicy.for_warehouse(catalog.properties["warehouse"])
         self._locks = TableLocks()
         self._metadata = MetadataCache(metadata_cache_entries)
+        # Held from a placement check to the database write it allows (catalog/placement.py).
+        self._placement_lock = threading.RLock()
+        self._places: dict[str, tuple[str, ...]] = {}  # metadata location -> places
 
     @classmethod
     def open(
@@ -348,10 +365,16 @@ class CatalogService:
             properties=request.properties,
         )
         if request.stage_create:
+            self._check_placement(identifier, metadata, "table location")
             return LoadedTable.of(metadata, None)
         # SqlCatalog.create_table's steps, without its closing load_table: reading back
         # and parsing the file just written was a third of a create's CPU (1,000 tables).
-        with self._locks.holding([identifier]), self._storage("creating", identifier):
+        with (
+            self._locks.holding([identifier]),
+            self._placement_lock,
+            self._storage("creating", identifier),
+        ):
+            self._check_placement(identifier, metadata, "table location")
             io = load_file_io(self.catalog.properties, metadata_file)
             self.catalog._write_metadata(metadata, io, metadata_file)
             row = self.catalog._create_table_row(
@@ -392,7 +415,7 @@ class CatalogService:
                 "write-order",
             )
 
-    def _check_registrable(self, metadata_location: str) -> None:
+    def _check_registrable(self, metadata_location: str) -> TableMetadata:
         """The file is inside the warehouse and holds table metadata that stays there too.
 
         Every failure to read it gets the same answer, so whether a file exists
@@ -417,15 +440,19 @@ class CatalogService:
         ]
         for path in named:
             self.locations.check(path, "a file the registered metadata names")
+        return metadata
 
     def register_table(
         self, namespace: Identifier, name: str, metadata_location: str, overwrite: bool
     ) -> LoadedTable:
         identifier = (*validate_namespace(namespace), validate_table_name(name))
-        self._check_registrable(metadata_location)
+        metadata = self._check_registrable(metadata_location)
         # A file registered again may have been rewritten in place (not by this catalog).
         self._metadata.discard(metadata_location)
-        with self._locks.holding([identifier]):
+        with self._locks.holding([identifier]), self._placement_lock:
+            if not overwrite and self.catalog.table_exists(identifier):
+                raise TableAlreadyExistsError(f"Table already exists: {'.'.join(identifier)}")
+            self._check_placement(identifier, metadata, "the registered table's location")
             if overwrite and self.catalog.table_exists(identifier):
                 self._set_metadata_location(identifier, metadata_location)
                 return self.load_table(identifier)
@@ -440,7 +467,9 @@ class CatalogService:
             self.catalog.drop_table(identifier)
         if loaded is not None and loaded.metadata_location is not None:
             io = self._as_table(identifier, loaded).io
-            purge_files(loaded.metadata, loaded.metadata_location, io, self.locations)
+            with self._placement_lock:
+                others = self._placed_tables(excluding=[identifier])
+            purge_files(loaded.metadata, loaded.metadata_location, io, self.locations, others)
 
     def rename_table(self, source: Identifier, destination: Identifier) -> None:
         validate_identifier(source)
@@ -465,8 +494,12 @@ class CatalogService:
         identifiers = [validate_identifier(change.identifier) for change in changes]
         if len(set(identifiers)) != len(identifiers):
             raise BadRequestError("A transaction may change each table only once")
-        with self._locks.holding(identifiers):
-            staged = [self._stage(change) for change in changes]
+        places = any(_may_move(change) for change in changes)
+        with (
+            self._locks.holding(identifiers),
+            self._placement_lock if places else contextlib.nullcontext(),
+        ):
+            staged = [self._stage(change, places) for change in changes]
             written = [s for s in staged if not s.unchanged]
             for commit in written:
                 # The location was checked; a link created under it since must not lead out.
@@ -481,6 +514,8 @@ class CatalogService:
             except Exception:
                 self._delete_metadata_files(written)
                 raise
+        for commit in written:
+            self._delete_superseded_metadata(commit)
         committed = [LoadedTable.of(s.staged.metadata, s.staged.metadata_location) for s in staged]
         for commit, loaded in zip(staged, committed, strict=True):
             if not commit.unchanged:
@@ -502,7 +537,7 @@ class CatalogService:
                 f"storage error at {warehouse} while {doing} {'.'.join(identifier)}: {exc}"
             ) from exc
 
-    def _stage(self, change: TableChange) -> _StagedCommit:
+    def _stage(self, change: TableChange, check_places: bool = False) -> _StagedCommit:
         with self._storage("reading the metadata of", change.identifier):
             loaded = self._current(change.identifier)
         current = self._as_table(change.identifier, loaded) if loaded else None
@@ -528,6 +563,8 @@ class CatalogService:
                 "Invalid updates: the default partition spec or sort order does not exist"
             ) from None
         check_result(updates, staged.metadata, self.locations)
+        if check_places:
+            self._check_placement(change.identifier, staged.metadata, "table location")
         if current is not None and staged.metadata == current.metadata:
             # Nothing changed: keep the current file rather than write an identical one.
             staged = StagedTable(
@@ -538,7 +575,75 @@ class CatalogService:
                 catalog=self.catalog,
             )
         previous = current.metadata_location if current else None
-        return _StagedCommit(change.identifier, previous, staged)
+        return _StagedCommit(
+            change.identifier, previous, staged, current.metadata if current else None
+        )
+
+    # -- placement (catalog/placement.py) ------------------------------------------
+
+    def _check_placement(self, identifier: Identifier, metadata: TableMetadata, what: str) -> None:
+        """The table's places overlap no other table's, nor a root or namespace folder."""
+        check_placement(
+            table_places(metadata.location, metadata.properties),
+            self._placed_tables(excluding=[identifier]),
+            self.locations.prefixes,
+            self._namespace_folders(),
+            what,
+        )
+
+    def _placed_tables(self, excluding: Collection[Identifier]) -> list[PlacedTable]:
+        """Every table's places but those of `excluding` (one query; each metadata file
+        read once per location it has, then remembered)."""
+        statement = select(
+            IcebergTables.table_namespace,
+            IcebergTables.table_name,
+            IcebergTables.metadata_location,
+        ).where(IcebergTables.catalog_name == self.catalog.name)
+        if (type_filter := self.catalog._iceberg_type_filter()) is not None:
+            statement = statement.where(type_filter)
+        with self.catalog.engine.connect() as connection:
+            rows = connection.execute(statement).all()
+        current = {location for _, _, location in rows if location}
+        self._places = {k: v for k, v in self._places.items() if k in current}
+        placed = []
+        for namespace, name, location in rows:
+            identifier = (*Catalog.identifier_to_tuple(namespace), name)
+            if location and identifier not in excluding:
+                placed.append(PlacedTable(identifier, self._places_at(location)))
+        return placed
+
+    def _places_at(self, metadata_location: str) -> tuple[str, ...]:
+        places = self._places.get(metadata_location)
+        if places is None:
+            try:
+                metadata = self._metadata.get(metadata_location, self._read_metadata).metadata
+                places = table_places(metadata.location, metadata.properties)
+            except Exception as exc:  # an unreadable or odd table must not block the others
+                log.warning("placement: cannot read %s: %s", metadata_location, exc)
+                return ()
+            self._places[metadata_location] = places
+        return places
+
+    def _namespace_folders(self) -> list[str]:
+        """Where each namespace's tables go by default: its `location`, else
+        `<warehouse>/<namespace>` (pyiceberg's convention)."""
+        statement = select(
+            IcebergNamespaceProperties.namespace,
+            IcebergNamespaceProperties.property_key,
+            IcebergNamespaceProperties.property_value,
+        ).where(IcebergNamespaceProperties.catalog_name == self.catalog.name)
+        with self.catalog.engine.connect() as connection:
+            rows = connection.execute(statement).all()
+        warehouse = self.catalog.properties["warehouse"].rstrip("/")
+        folders: set[str] = set()
+        for namespace, key, value in rows:
+            named = [f"{warehouse}/{namespace}"]
+            if key == "location" and value:
+                named.append(value)
+            for folder in named:
+                with contextlib.suppress(BadRequestError):
+                    folders.add(place_of(folder))
+        return sorted(folders)
 
     def _swap_metadata_locations(self, commits: Sequence[_StagedCommit]) -> None:
         with Session(self.catalog.engine) as session:
@@ -588,9 +693,46 @@ class CatalogService:
             )
             session.commit()
 
+    def _delete_superseded_metadata(self, commit: _StagedCommit) -> None:
+        """With `write.metadata.delete-after-commit.enabled`, the metadata files the commit
+        pushed out of the table's metadata log (it keeps
+        `write.metadata.previous-versions-max`) are deleted, as Iceberg's Java catalogs
+        do after a commit: here for every client, Spark's REST client included (it leaves
+        that to the server). Best effort: a file that cannot be deleted is logged and
+        left to orphan removal; the commit stands."""
+        if commit.previous is None:
+            return
+        new = commit.staged.metadata
+        enabled = new.properties.get("write.metadata.delete-after-commit.enabled", "false")
+        if enabled.strip().lower() != "true":
+            return
+        kept = {entry.metadata_file for entry in new.metadata_log}
+        gone = {entry.metadata_file for entry in commit.previous.metadata_log} - kept
+        table_root = new.location.rstrip("/") + "/"
+        for location in sorted(gone):
+            # Only the table's own files, inside the warehouse: a registered table's
+            # metadata log could name any path.
+            if not location.startswith(table_root) or not self.locations.allows(location):
+                continue
+            try:
+                commit.staged.io.delete(location)
+            except FileNotFoundError:
+                continue
+            except Exception as exc:
+                log.warning("could not delete superseded metadata file %s: %s", location, exc)
+
     def _delete_metadata_files(self, commits: Sequence[_StagedCommit]) -> None:
         """Best effort: metadata files of a failed commit are never referenced."""
         for commit in commits:
             location = commit.staged.metadata_location
             with contextlib.suppress(Exception):
                 load_file_io(self.catalog.properties, location).delete(location)
+
+
+def _may_move(change: TableChange) -> bool:
+    """Whether the change may create the table or move one of its places."""
+    return any(isinstance(r, AssertCreate) for r in change.requirements) or any(
+        isinstance(u, SetLocationUpdate)
+        or (isinstance(u, SetPropertiesUpdate) and any(k in u.updates for k in LOCATION_PROPERTIES))
+        for u in change.updates
+    )

@@ -29,6 +29,38 @@ def verification_problem(
 ) -> str | None:
     """None when the server on host:port proves it holds `client_secret`; else why not."""
     challenge = secrets.token_hex(32)
+    answer = _ask(host, port, challenge, timeout)
+    if isinstance(answer, str):
+        return answer
+    body, address = answer
+    if body.get("auth") == "none":
+        return (
+            "it runs without authentication (the catalog of `tableflow dev up` does); "
+            "to use it, set `catalog.auth.mode: none` in the target"
+        )
+    if not _proves(body.get("proof"), server_proof(client_secret, challenge, address)):
+        return "it is a tableflow catalog with another client secret"
+    return None
+
+
+def identity_problem(host: str, port: int, server_key: str, timeout: float = 10.0) -> str | None:
+    """None when the server on host:port proves it holds `server_key`, the key kept in
+    the project's catalog database (`catalog/identity.py`); else why not. For clients
+    without a client secret (`auth: none`)."""
+    challenge = secrets.token_hex(32)
+    answer = _ask(host, port, challenge, timeout)
+    if isinstance(answer, str):
+        return answer
+    body, address = answer
+    if not _proves(body.get("identity"), server_proof(server_key, challenge, address)):
+        return "it is a tableflow catalog serving another catalog database"
+    return None
+
+
+def _ask(
+    host: str, port: int, challenge: str, timeout: float
+) -> tuple[dict[str, object], str] | str:
+    """The server's answer to `challenge` and the address it was reached at, or a problem."""
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.connect()
@@ -48,16 +80,11 @@ def verification_problem(
         body = None
     if not isinstance(body, dict) or body.get("server") != SERVER_KIND:
         return "it is not a tableflow catalog server"
-    if body.get("auth") == "none":
-        return (
-            "it runs without authentication (the catalog of `tableflow dev up` does); "
-            "to use it, set `catalog.auth.mode: none` in the target"
-        )
-    proof = body.get("proof")
-    expected = server_proof(client_secret, challenge, address)
-    if not isinstance(proof, str) or not hmac.compare_digest(proof.encode(), expected.encode()):
-        return "it is a tableflow catalog with another client secret"
-    return None
+    return body, address
+
+
+def _proves(proof: object, expected: str) -> bool:
+    return isinstance(proof, str) and hmac.compare_digest(proof.encode(), expected.encode())
 
 
 def _address(sock: socket.socket) -> str:

@@ -6,6 +6,7 @@ use, so `tableflow --help` stays fast.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tableflow_core.cli.events import EventLog
     from tableflow_core.config.project import Project, Table
     from tableflow_core.errors import TableflowError
 
@@ -46,6 +48,25 @@ class CliContext:
     _console: Console | None = field(default=None, repr=False)
     _err_console: Console | None = field(default=None, repr=False)
     _project: Project | None = None
+    # `--log-format json`: the command's lines are JSON events (cli/events.py).
+    events: EventLog | None = None
+
+    def use_log_format(self, log_format: str, command: str) -> None:
+        """`json`: the command logs JSON events on stdout; the consoles print nothing
+        (what they would print is in the events)."""
+        if log_format != "json":
+            return
+        from rich.console import Console
+
+        from tableflow_core.cli.events import EventLog
+
+        def redact(text: str) -> str:
+            return self._project.redact(text) if self._project is not None else text
+
+        self.events = EventLog(command, sys.stdout, redact)
+        discard = open(os.devnull, "w")  # noqa: SIM115 (kept for the command's life)
+        self._console = Console(file=discard, width=NON_TTY_WIDTH)
+        self._err_console = Console(file=discard, width=NON_TTY_WIDTH)
 
     @property
     def console(self) -> Console:
@@ -93,6 +114,9 @@ class CliContext:
 
         for warning in warnings:
             text = self._project.redact(warning) if self._project is not None else warning
+            if self.events is not None:
+                self.events.emit("warning", level="warning", message=text)
+                continue
             self.console.print(f"{' ' * indent}[yellow]warning:[/] {escape(text)}", highlight=False)
 
     def report(self, exc: TableflowError) -> NoReturn:
@@ -128,6 +152,9 @@ class CliContext:
 
         if self._project is not None:
             message = self._project.redact(message)
+        if self.events is not None:
+            self.events.emit("error", level="error", message=message, exit_code=code)
+            raise SystemExit(code)
         # Messages quote user input (e.g. `[tables[0].mode]`): escape it, never parse it as markup.
         self.err_console.print(
             f"[bold red]Error:[/] {escape(message)}", markup=True, highlight=False

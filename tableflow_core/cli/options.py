@@ -149,3 +149,15 @@ def add_global_options(command: click.Command) -> click.Command:
             continue
         command.params.append(option)
     return command
+
+
+def log_format_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--log-format console|json` of the commands that run tables (run, apply, maintain)."""
+    return click.option(
+        "--log-format",
+        type=click.Choice(["console", "json"]),
+        default="console",
+        show_default=True,
+        help="console: lines for people; json: one JSON object per line on stdout, for a "
+        "log collector (docs/observability.md).",
+    )(func)

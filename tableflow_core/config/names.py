@@ -11,11 +11,28 @@ Every check matches the whole string: `re.match(r"...$")` also accepts a trailin
 from __future__ import annotations
 
 import re
+import unicodedata
 
 MAX_NAME_LENGTH = 255
 MAX_NAMESPACE_LEVELS = 16
 MAX_TOPIC_LENGTH = 249
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+# IAM policy wildcards (`*`, `?`) and its variable marker (`${...}`): a name or location
+# holding one would widen the session policy of the table's vended credentials.
+POLICY_WILDCARDS = frozenset("*?$")
+# Unicode categories that print as nothing or as a line break: controls (C0, DEL, C1,
+# NEL), format characters (zero-width, bidi overrides), line and paragraph separators
+# (U+2028, U+2029) and lone surrogates.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def invisible_character(text: str) -> str | None:
+    """The first character of `text` that is a control, format or line/paragraph
+    separator, as `U+XXXX`; None if there is none."""
+    for character in text:
+        if unicodedata.category(character) in _INVISIBLE_CATEGORIES:
+            return f"U+{ord(character):04X}"
+    return None
 
 
 def catalog_name_problem(name: object) -> str | None:
@@ -27,8 +44,12 @@ def catalog_name_problem(name: object) -> str | None:
     if "." in name:
         # SqlCatalog stores namespaces as dotted strings: a dot inside a level is ambiguous.
         return "cannot contain '.'"
-    if any(c in name for c in "/\\") or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
-        return "cannot contain '/', '\\' or control characters"
+    if any(c in name for c in "/\\"):
+        return "cannot contain '/' or '\\'"
+    if invisible := invisible_character(name):
+        return f"cannot contain control, format or line separator characters ({invisible})"
+    if any(c in POLICY_WILDCARDS for c in name):
+        return "cannot contain '*', '?' or '$' (wildcards of the storage access policies)"
     return None
 
 

@@ -11,21 +11,33 @@ wants a number or a boolean (`port: "{{ env_var('PORT', '8181') }}"` becomes 818
 Available in every value: `env_var('NAME', default)`, `var('name', default)`,
 `dev_stack('name')` (the project's own local stack: its addresses and credentials,
 config/dev_stack.py) and `target.name`. Rendering is strict (an undefined variable is an
-error) and runs in jinja's sandbox, with repetition and output size bounded.
+error) and runs in jinja's sandbox, bounded while it runs (issue 41), not only in its
+result: each value renders in at most `MAX_RENDER_SECONDS` of CPU-bound template code
+(a line tracer on the template's own frames counts steps and checks the clock), no
+string, list or namespace value in it grows past `MAX_OUTPUT_CHARS` (`~`, `+`, `*`,
+calls and filters checked, the ones that multiply sizes before they allocate:
+`replace`, `join`, `indent`, `center`/`ljust`/`rjust`/`zfill`, `expandtabs`), `lipsum`
+and `range` are bounded, and the output is counted as it streams out.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Callable, Mapping
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from jinja2 import filters as jinja_filters
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace, generate_lorem_ipsum
 
 from tableflow_core.config.dev_stack import VALUES as STACK_VALUES
 from tableflow_core.config.dev_stack import StackRecord, StackRecordError
@@ -38,6 +50,12 @@ TEMPLATE_MARKERS = ("{{", "{%", "{#")
 MAX_OUTPUT_CHARS = 100_000
 MAX_RANGE_ITEMS = 10_000
 MAX_EXPONENT = 256
+MAX_RENDER_SECONDS = 1.0
+MAX_TEMPLATE_STEPS = 2_000_000  # lines of template code run for one value
+MAX_LIPSUM_PARAGRAPHS = 100
+MAX_LIPSUM_WORDS = 1000
+_TEMPLATE_FILE = "<template>"
+_CHECK_EVERY = 16  # template lines between two looks at the clock
 
 
 class _TargetContext:
@@ -81,11 +99,197 @@ def _bounded_width(filter_function: Callable[..., Any]) -> Callable[..., Any]:
     return bounded
 
 
+class _Budget:
+    """The time and steps one value's rendering may still take (see `_tracing`)."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + MAX_RENDER_SECONDS
+        self.steps = 0
+
+    def tick(self, steps: int = 1) -> None:
+        self.steps += steps
+        if self.steps > MAX_TEMPLATE_STEPS:
+            raise RenderError(f"template runs more than {MAX_TEMPLATE_STEPS:,} steps")
+        if time.monotonic() > self.deadline:
+            raise RenderError(f"template takes longer than {MAX_RENDER_SECONDS:g} s to render")
+
+
+_BUDGETS: list[_Budget] = []  # the value being rendered (rendering is single-threaded)
+
+
+def _tick() -> None:
+    if _BUDGETS:
+        _BUDGETS[-1].tick()
+
+
+def _tracing(budget: _Budget) -> Callable[..., Any]:
+    """A `sys.settrace` function counting the lines the template's own code runs
+    (loops included, even empty ones) and checking the clock every `_CHECK_EVERY`."""
+    counter = [0]
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            counter[0] += 1
+            if counter[0] >= _CHECK_EVERY:
+                budget.tick(counter[0])
+                counter[0] = 0
+        return on_line
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename == _TEMPLATE_FILE:
+            return on_line
+        return None
+
+    return on_call
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, str | list | tuple | dict) else 0
+
+
+def _bounded(value: Any) -> Any:
+    if _size(value) > MAX_OUTPUT_CHARS:
+        raise RenderError(f"a value in the template grows past {MAX_OUTPUT_CHARS:,} characters")
+    return value
+
+
+def _too_large(estimate: int) -> None:
+    if estimate > MAX_OUTPUT_CHARS:
+        raise RenderError(
+            f"a value in the template would grow past {MAX_OUTPUT_CHARS:,} characters"
+        )
+
+
+def _replace_estimate(text: str, old: Any, new: Any, count: Any = -1) -> int:
+    if not isinstance(old, str) or not isinstance(new, str):
+        return len(text)
+    found = text.count(old) if old else len(text) + 1
+    if isinstance(count, int) and count >= 0:
+        found = min(found, count)
+    return len(text) + found * len(new)
+
+
+def _estimate_str_method(name: str, text: str, args: tuple[Any, ...]) -> int:
+    """What a `str` method that multiplies sizes would allocate (before it does)."""
+    if name == "replace" and len(args) >= 2:
+        return _replace_estimate(text, *args[:3])
+    if name == "join" and args and isinstance(args[0], list | tuple):
+        items = args[0]
+        return sum(_size(item) for item in items) + len(text) * len(items)
+    if name in ("center", "ljust", "rjust", "zfill") and args and isinstance(args[0], int):
+        return max(len(text), args[0])
+    if name == "expandtabs":
+        width = args[0] if args and isinstance(args[0], int) else 8
+        return len(text) + text.count("\t") * max(width, 0)
+    return 0
+
+
+def _checked_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """A jinja filter that ticks the budget, refuses size-multiplying arguments and
+    results past the bound (its `jinja_pass_arg` marker kept by `functools.wraps`)."""
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        _tick()
+        values = [a for a in args if isinstance(a, str)]
+        text = values[0] if values else ""
+        if name == "replace" and len(values) >= 3:
+            _too_large(_replace_estimate(*values[:3]))
+        if name == "indent":
+            width = next((a for a in (*args, *kwargs.values()) if isinstance(a, int)), 4)
+            _too_large(len(text) + (text.count("\n") + 1) * max(width, 0))
+        if name == "join":
+            sequence = next((a for a in args if isinstance(a, list | tuple)), ())
+            _too_large(sum(len(str(item)) for item in sequence[: MAX_OUTPUT_CHARS + 1]))
+        return _bounded(function(*args, **kwargs))
+
+    return checked
+
+
+class _BoundedNamespace(Namespace):
+    """`namespace()`: `{% set ns.s = ns.s ~ ns.s %}` in a loop doubled a string until
+    memory ran out; a value it holds is bounded like any other."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _tick()
+        super().__setitem__(name, _bounded(value))
+
+
+def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    """jinja's `lipsum`, bounded: `lipsum(100000)` ran 79 s and took 210 MB."""
+    for value in (n, min, max):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise RenderError("lipsum() takes integer counts")
+    if n > MAX_LIPSUM_PARAGRAPHS or max > MAX_LIPSUM_WORDS or min > MAX_LIPSUM_WORDS:
+        raise RenderError(
+            f"lipsum() of more than {MAX_LIPSUM_PARAGRAPHS} paragraphs or "
+            f"{MAX_LIPSUM_WORDS} words each"
+        )
+    return str(_bounded(generate_lorem_ipsum(n=n, html=html, min=min, max=max)))
+
+
+class _BoundedBuffer(list[Any]):
+    """Where a `{% set %}` block, a macro or a call block collects its output: it never
+    streams out, so it is counted here (10,000 loop turns of 100,000 characters filled
+    a gigabyte before the value was looked at)."""
+
+    length = 0
+
+    def append(self, item: Any) -> None:
+        self._count(item)
+        super().append(item)
+
+    def extend(self, items: Any) -> None:
+        items = tuple(items)
+        for item in items:
+            self._count(item)
+        super().extend(items)
+
+    def _count(self, item: Any) -> None:
+        _tick()
+        self.length += len(item) if isinstance(item, str) else 1
+        if self.length > MAX_OUTPUT_CHARS:
+            raise RenderError(
+                f"a block of the template renders past {MAX_OUTPUT_CHARS:,} characters"
+            )
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """Template code whose `~` concatenations and output buffers are bounded."""
+
+    def buffer(self, frame: Frame) -> None:
+        frame.buffer = self.temporary_identifier()
+        self.writeline(f"{frame.buffer} = environment.bounded_buffer()")
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.bounded_concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class _BoundedSandbox(ImmutableSandboxedEnvironment):
     """The sandbox (values from var() cannot be mutated either), plus limits on `*`, `**`,
     `%`, `str.format` widths, width filters and `range` so a value cannot eat the machine."""
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
+    code_generator_class = _BoundedCodeGenerator
+
+    bounded_buffer = _BoundedBuffer
+
+    @staticmethod
+    def bounded_concat(values: tuple[Any, ...]) -> str:
+        _tick()
+        _too_large(sum(len(v) if isinstance(v, str) else 0 for v in values))
+        return str(_bounded("".join(map(str, values))))
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _tick()
+        owner = getattr(__obj, "__self__", None)
+        if isinstance(owner, str):
+            _too_large(_estimate_str_method(getattr(__obj, "__name__", ""), owner, args))
+        return _bounded(super().call(__context, __obj, *args, **kwargs))
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "**" and isinstance(right, int | float) and abs(right) > MAX_EXPONENT:
@@ -100,7 +304,9 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                     raise RenderError("repetition produces a value that is too large")
         if operator == "%":
             _check_format(left)
-        return super().call_binop(context, operator, left, right)
+        if operator == "+":
+            _too_large(_size(left) + _size(right))
+        return _bounded(super().call_binop(context, operator, left, right))
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         wrapped = super().wrap_str_format(value)
@@ -121,8 +327,12 @@ _ENVIRONMENT = _BoundedSandbox(
     undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
 )
 _ENVIRONMENT.globals["range"] = _bounded_range
+_ENVIRONMENT.globals["lipsum"] = _bounded_lipsum
+_ENVIRONMENT.globals["namespace"] = _BoundedNamespace
 for _name in ("center", "indent", "format"):
     _ENVIRONMENT.filters[_name] = _bounded_width(_ENVIRONMENT.filters[_name])
+for _name, _function in list(_ENVIRONMENT.filters.items()):
+    _ENVIRONMENT.filters[_name] = _checked_filter(_name, _function)
 
 
 @dataclass(frozen=True)
@@ -225,12 +435,7 @@ def render_value(text: str, context: RenderContext) -> str:
     """Render one value; raises RenderError with a message fit for the user."""
     try:
         template = _ENVIRONMENT.from_string(text)
-        rendered = template.render(
-            env_var=context.env_var,
-            var=context.var,
-            dev_stack=context.dev_stack,
-            target=_TargetContext(context.target_name),
-        )
+        rendered = _render_bounded(template, context)
     except RenderError:
         raise
     except jinja2.TemplateSyntaxError as exc:
@@ -248,6 +453,32 @@ def render_value(text: str, context: RenderContext) -> str:
     if len(rendered) > MAX_OUTPUT_CHARS:
         raise RenderError(f"template renders to more than {MAX_OUTPUT_CHARS} characters")
     return rendered
+
+
+def _render_bounded(template: jinja2.Template, context: RenderContext) -> str:
+    """The template's output, streamed and counted, within the time and step budget."""
+    budget = _Budget()
+    previous = sys.gettrace()
+    _BUDGETS.append(budget)
+    sys.settrace(_tracing(budget))
+    try:
+        pieces: Iterator[str] = template.generate(
+            env_var=context.env_var,
+            var=context.var,
+            dev_stack=context.dev_stack,
+            target=_TargetContext(context.target_name),
+        )
+        output: list[str] = []
+        length = 0
+        for piece in pieces:
+            length += len(piece)
+            if length > MAX_OUTPUT_CHARS:
+                raise RenderError(f"template renders to more than {MAX_OUTPUT_CHARS} characters")
+            output.append(piece)
+        return "".join(output)
+    finally:
+        sys.settrace(previous)
+        _BUDGETS.pop()
 
 
 def render_document(

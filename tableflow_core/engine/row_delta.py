@@ -1,7 +1,7 @@
 """A snapshot that adds data files and position delete files at once: Iceberg's RowDelta.
 
 pyiceberg 0.12 (pinned in pyproject.toml) writes data files and appends them, but has no
-RowDelta: this producer is its fast append with one more manifest, a DELETES manifest
+RowDelta: this producer is its merge append with one more manifest, a DELETES manifest
 listing the position delete files (`content: deletes` in its Avro metadata and in the
 manifest list). The manifest list gives the new entries the snapshot's sequence number;
 a position delete file names its data files by path, so it never touches the data file
@@ -9,7 +9,7 @@ added beside it. The snapshot's operation is `overwrite`, as Java's RowDelta wit
 deletes; its summary counts the delete files (`added-delete-files`,
 `added-position-deletes`).
 
-It leans on pyiceberg's private `_FastAppendFiles` and `ManifestWriterV2`;
+It leans on pyiceberg's private `_MergeAppendFiles` and `ManifestWriterV2`;
 tests/unit/test_row_delta.py writes a snapshot with it and reads it back, so a pyiceberg
 upgrade that changes them fails there first. Like a fast append it validates nothing
 against concurrent commits: the caller's transaction must assert where `main` is
@@ -36,7 +36,7 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
-from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.table.update.snapshot import _MergeAppendFiles
 
 
 class _DeleteManifestWriter(ManifestWriterV2):
@@ -50,8 +50,9 @@ class _DeleteManifestWriter(ManifestWriterV2):
         return {**super()._meta, "content": "deletes"}
 
 
-class RowDelta(_FastAppendFiles):
-    """A fast append of data files plus position delete files, in one snapshot."""
+class RowDelta(_MergeAppendFiles):
+    """An append of data files plus position delete files, in one snapshot (its data
+    manifests merged as a merge append's, by the table's `commit.manifest-merge.*`)."""
 
     def __init__(
         self,

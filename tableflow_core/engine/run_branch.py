@@ -166,12 +166,16 @@ def publish_run(
         keep.create_branch(base_snapshot_id, MAIN, **retention)
         if new_branch:
             keep.create_branch(base_snapshot_id, branch)
+    # A merge append: with `commit.manifest-merge.enabled` (tableflow's tables have it,
+    # ingest/upkeep.py) the new manifest and the small ones before it
+    # are merged once `commit.manifest.min-count-to-merge` of them pile up, as Iceberg's
+    # Java appends do; without it, it is a fast append (a manifest per commit, for ever).
     producer = (
         RowDelta(transaction, table.io, delete_files, dict(properties), branch)
         if delete_files
         else transaction.update_snapshot(
             snapshot_properties=dict(properties), branch=branch
-        ).fast_append()
+        ).merge_append()
     )
     with producer as accounting:
         for data_file in data_files:

@@ -13,6 +13,8 @@ from typing import Literal
 
 import pyarrow as pa
 
+from tableflow_core.ingest.upkeep import UPKEEP_TABLE_PROPERTIES
+
 BadRecordStage = Literal["decode", "transform", "check"]
 BAD_RECORD_STAGES: tuple[BadRecordStage, ...] = ("decode", "transform", "check")
 
@@ -81,4 +83,5 @@ def dlq_properties(source_tables: Iterable[str]) -> dict[str, str]:
         "format-version": "2",
         DLQ_MARKER_PROPERTY: ",".join(sorted(set(source_tables))),
         "write.merge.mode": "merge-on-read",
+        **UPKEEP_TABLE_PROPERTIES,  # a commit per run that dead-letters
     }

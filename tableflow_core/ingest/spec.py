@@ -24,6 +24,7 @@ from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.stages import Decode as DecodeStage
 from tableflow_core.ingest.stages import Mode, Publish, ReadRanges, RouteBadRecords, Stage, Write
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
+from tableflow_core.ingest.upkeep import UPKEEP_TABLE_PROPERTIES
 from tableflow_core.kafka.offsets import StartFrom
 from tableflow_core.schemas.arrow_json import ArrowSchema
 from tableflow_core.schemas.decoding import DecoderSpec, serialize_schema
@@ -36,6 +37,7 @@ DEFAULT_TABLE_PROPERTIES: dict[str, str] = {
     "format-version": "2",
     "write.format.default": "parquet",
     "write.parquet.compression-codec": "zstd",
+    **UPKEEP_TABLE_PROPERTIES,
 }
 
 # One representation of partition and sort terms (ingest/terms.py); DDL uses these names.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from tableflow_core.ingest.upkeep import UPKEEP_TABLE_PROPERTIES
 from tableflow_core.schemas.formats import UTC_MICROS, metadata_column_name
 
 TIMESTAMP_COLUMN = metadata_column_name("timestamp")
@@ -61,7 +62,7 @@ DELETES_TABLE_PROPERTIES = {
     "write.merge.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
     "write.delete.mode": "merge-on-read",
-    "write.metadata.delete-after-commit.enabled": "true",
+    **UPKEEP_TABLE_PROPERTIES,
     "write.metadata.previous-versions-max": "20",
 }
 

@@ -43,6 +43,8 @@ class TableActivity:
 
     data_files: int  # total-data-files of the current snapshot
     commits: tuple[FileCommit, ...] = ()  # newest first
+    # When each snapshot the metadata holds was committed, newest first (expiry's count).
+    snapshot_times: tuple[datetime, ...] = ()
 
     def since(self, moment: datetime | None) -> tuple[FileCommit, ...]:
         """The commits after `moment` (all of them when None)."""
@@ -93,4 +95,8 @@ def table_activity(table: Any) -> TableActivity:
                     )
                 )
         snapshot = by_id.get(snapshot.parent_snapshot_id)
-    return TableActivity(data_files=data_files, commits=tuple(commits))
+    times = sorted(
+        (datetime.fromtimestamp(s.timestamp_ms / 1000, UTC) for s in metadata.snapshots),
+        reverse=True,
+    )
+    return TableActivity(data_files=data_files, commits=tuple(commits), snapshot_times=tuple(times))

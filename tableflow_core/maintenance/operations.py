@@ -21,6 +21,7 @@ from tableflow_core.config.models.maintenance import (
 )
 from tableflow_core.errors import TableflowError
 from tableflow_core.maintenance.offsets import preserve_offsets
+from tableflow_core.maintenance.schedule import ExpiryRun
 from tableflow_core.maintenance.target import SparkTable
 from tableflow_core.sql_text import sql_string
 from tableflow_core.state.table_state import read_table_state
@@ -109,11 +110,20 @@ def rewrite_manifests(
 
 
 def expire_snapshots(
-    spark: SparkSession, table: SparkTable, settings: ExpireSnapshotsSettings, now: datetime
+    spark: SparkSession,
+    table: SparkTable,
+    settings: ExpiryRun | ExpireSnapshotsSettings,
+    now: datetime,
 ) -> dict[str, Any]:
-    """Expire old snapshots; the committed offsets are copied to the table property first."""
+    """Expire old snapshots; the committed offsets are copied to the table property first.
+
+    `settings`: the cutoff the schedule computed from the table's history rule
+    (`history.py`: by age and count), or bare settings (by `older_than` from `now`)."""
     preserve_offsets(spark, table)
-    cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than))
+    if isinstance(settings, ExpiryRun):
+        cutoff = settings.cutoff(now)
+    else:
+        cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than or "7d"))
     return _call(
         spark,
         table,

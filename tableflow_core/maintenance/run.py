@@ -40,7 +40,7 @@ def run_maintenance(
     for due in operations:
         began = time.monotonic()
         try:
-            metrics = OPERATIONS[due.operation](spark, table, due.settings, now())
+            metrics = OPERATIONS[due.operation](spark, table, due.arguments, now())
         except Exception as exc:
             results.append(
                 OperationResult(

@@ -13,18 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.config.models.maintenance import (
     MAINTENANCE_OPERATIONS,
     CompactSettings,
+    ExpireSnapshotsSettings,
     Maintenance,
     MaintenanceOperation,
 )
 from tableflow_core.config.project import Table
 from tableflow_core.maintenance.activity import TableActivity
+from tableflow_core.maintenance.history import History, table_history
 from tableflow_core.maintenance.last_run import last_runs
 
 # The order operations run in: compaction first (expiry then frees the files it
@@ -64,6 +66,18 @@ class DueOperation:
     # The triggers that hold, e.g. "12 commits since the last compaction (due at 10)";
     # empty: the interval alone (described from `last_run`).
     triggers: tuple[str, ...] = ()
+    # expire_snapshots: the history the table keeps, and the moment before which its
+    # snapshots go by count (None: the count keeps them all, or is not known).
+    history: History | None = None
+    count_cutoff: datetime | None = None
+
+    @property
+    def arguments(self) -> Any:
+        """What the operation runs with (`operations.OPERATIONS`): expiry's cutoff and
+        history, the settings of the others."""
+        if self.history is not None:
+            return ExpiryRun(self.history.max_age_s, self.count_cutoff, self.history.retain_last)
+        return self.settings
 
     def describe(self, now: datetime | None = None) -> str:
         if self.forced:
@@ -76,14 +90,49 @@ class DueOperation:
 
     def schedule(self) -> str:
         """`every 1h`, and for compaction its other triggers: `every 1h, 10 commits or 20
-        small files`."""
+        small files`; for expiry the history kept."""
         parts = [f"every {_human(self.every_s)}"]
+        if self.history is not None:
+            slack = self.history.slack
+            when = f"every {_human(self.every_s)}" + (
+                f" or {slack} snapshots to expire" if slack is not None else ""
+            )
+            return f"{when}; {self.history.describe()}"
         if isinstance(self.settings, CompactSettings):
             if self.settings.every_commits is not None:
                 parts.append(f"{self.settings.every_commits} commits")
             if self.settings.every_small_files is not None:
                 parts.append(f"{self.settings.every_small_files} small files")
         return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" or {parts[-1]}"
+
+
+@dataclass(frozen=True)
+class ExpiryRun:
+    """What `expire_snapshots` runs with: snapshots older than `max_age_s` when it runs
+    (after the operations before it committed theirs) or committed before `count_cutoff`
+    (the history's count, from the snapshots when it was due) go; the newest
+    `retain_last` stay whatever their age."""
+
+    max_age_s: float
+    count_cutoff: datetime | None
+    retain_last: int
+
+    def cutoff(self, now: datetime) -> datetime:
+        by_age = now - timedelta(seconds=self.max_age_s)
+        return by_age if self.count_cutoff is None else max(by_age, self.count_cutoff)
+
+
+def expiry_triggers(
+    history: History, activity: TableActivity | None, now: datetime
+) -> tuple[str, ...]:
+    """The count trigger of the default history: enough snapshots to expire."""
+    slack = history.slack
+    if slack is None or activity is None:
+        return ()
+    expirable = history.expirable(now, activity.snapshot_times)
+    if expirable < slack:
+        return ()
+    return (f"{expirable} snapshots to expire of {len(activity.snapshot_times)} (due at {slack})",)
 
 
 def _since_last_run(last_run: datetime | None, now: datetime | None) -> str:
@@ -162,6 +211,18 @@ def maintenance_due(
         last = previous.get(op)
         is_due = last is None or (now - last).total_seconds() >= every_s
         triggers: tuple[str, ...] = ()
+        history, count_cutoff = None, None
+        if isinstance(settings, ExpireSnapshotsSettings):
+            history = table_history(table)
+            count_cutoff = history.count_cutoff(activity.snapshot_times if activity else ())
+            triggers = expiry_triggers(history, activity, now)
+            if triggers and is_due:
+                triggers = (_since_last_run(last, now), *triggers)
+            is_due = is_due or bool(triggers)
+            if history.derived and activity is not None:
+                # The default history: nothing to expire, nothing to run (a Spark call
+                # per table every `every` for nothing, and on a new table's first cycle).
+                is_due = is_due and history.expirable(now, activity.snapshot_times) > 0
         if isinstance(settings, CompactSettings) and activity is not None:
             triggers = compaction_triggers(settings, activity, last)
             if triggers and is_due:
@@ -172,7 +233,15 @@ def maintenance_due(
         if force or is_due:
             due.append(
                 DueOperation(
-                    table.name, op, settings, every_s, last, force and not is_due, triggers
+                    table.name,
+                    op,
+                    settings,
+                    every_s,
+                    last,
+                    force and not is_due,
+                    triggers,
+                    history=history,
+                    count_cutoff=count_cutoff,
                 )
             )
     return due

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.text import Text
 
+from tableflow_core.maintenance.history import metadata_upkeep
 from tableflow_core.plan.actions import (
     Blocker,
     ChangePartitionSpec,
@@ -58,6 +59,7 @@ def action_lines(action: object) -> list[Text]:
         for column in action.columns:
             required = " not null" if column.required else ""
             lines.append(Text(f"      {column.name}: {column.type}{required}", style=style))
+        lines.append(Text(f"      keeps {metadata_upkeep(action.properties)}", style=style))
         if action.partition_by:
             parts = ", ".join(p.expression() for p in action.partition_by)
             lines.append(Text(f"      partitioned by {parts}", style=style))
@@ -138,13 +140,7 @@ def action_lines(action: object) -> list[Text]:
             lines.append(Text(f"      bad records -> {action.dead_letter}", style=style))
         for warning in action.warnings:
             lines.append(Text(f"      warning: {warning}", style="bold yellow"))
-        outcome = (
-            "apply reads on from the log start and records the loss (on_data_loss: accept)"
-            if action.on_data_loss == "accept"
-            else "apply fails unless the table sets `on_data_loss: accept`"
-        )
-        for lost in action.describe_lost():
-            lines.append(Text(f"      records lost: {lost}; {outcome}", style="bold red"))
+        lines.extend(_records_lost(action))
     elif isinstance(action, PublishTable):
         lines.append(_line(symbol, style, f"publish {identifier} to {', '.join(action.catalogs)}"))
         for detail in action.details:
@@ -260,6 +256,20 @@ def _ordered_blockers(blockers: tuple[Blocker, ...]) -> list[Blocker]:
     return sorted(blockers, key=lambda b: rank[b.kind])
 
 
+def _records_lost(action: Ingest, indent: str = "      ") -> list[Text]:
+    """The records the topic deleted before the table read them, and what apply will do
+    (shown by `plan` and by the compact plan of `apply --auto-approve` / a plan file)."""
+    outcome = (
+        "apply reads on from the log start and records the loss (on_data_loss: accept)"
+        if action.on_data_loss == "accept"
+        else "apply fails unless the table sets `on_data_loss: accept`"
+    )
+    return [
+        Text(f"{indent}records lost: {lost}; {outcome}", style="bold red")
+        for lost in action.describe_lost()
+    ]
+
+
 def _compact_action(action: object) -> str:
     if isinstance(action, Ingest):
         return f"ingest {plural(action.records, 'record')}"
@@ -282,6 +292,8 @@ def render_compact(plan: Plan, console: Console) -> None:
         what = ", ".join(_compact_action(a) for a in actions)
         shared = f" ({jobs[table]})" if table in jobs else ""
         out.append(Text(f"  {table or 'catalog'}: {what}{shared}"))
+        for ingest in (a for a in actions if isinstance(a, Ingest)):
+            out.extend(_records_lost(ingest, indent="    "))
     out.extend(_warnings(plan))
     if plan.blockers:
         out.append(Text("Blocked:", style="bold red"))

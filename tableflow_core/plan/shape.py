@@ -20,6 +20,7 @@ from tableflow_core.ingest.spec import DEFAULT_TABLE_PROPERTIES
 from tableflow_core.ingest.stages import Mode
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
 from tableflow_core.ingest.upsert_order import POSITION_COLUMNS
+from tableflow_core.maintenance.history import table_history
 
 # Upsert tables: MERGE writes position deletes instead of rewriting data files.
 UPSERT_TABLE_PROPERTIES: dict[str, str] = {
@@ -80,7 +81,10 @@ def managed_properties(table: Table) -> dict[str, str]:
     (`description` is not written as `comment`: Spark reserves that property name.)
     """
     upsert = UPSERT_TABLE_PROPERTIES if table.mode == "upsert" else {}
-    props = {**DEFAULT_TABLE_PROPERTIES, **upsert, **table.properties}
+    # The history expiry keeps, stated as Iceberg's own properties, on tables that expire.
+    expires = table.maintenance is not None and table.maintenance.expire_snapshots is not None
+    history = table_history(table).properties() if expires else {}
+    props = {**DEFAULT_TABLE_PROPERTIES, **history, **upsert, **table.properties}
     props[MODE_PROPERTY] = table.mode
     props[TOPIC_PROPERTY] = table.topic
     if table.mode == "upsert":

@@ -9,7 +9,9 @@ none (docs/security.md):
 - `metadata_columns: [key]` on a table with masks: the Kafka key lands in clear in
   `_kafka_key`; refused when the key holds a masked column, warned about otherwise;
 - an upsert table whose registry key schema lets a key column be null: such a record is
-  a bad record, routed by `on_error`.
+  a bad record, routed by `on_error`;
+- a snapshot history (`expire_snapshots.older_than`) of many thousands of snapshots at
+  the table's refresh interval: a metadata.json of megabytes on every commit.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import pyarrow as pa
 
 from tableflow_core.config.project import Table
 from tableflow_core.ingest.compiled import CompiledTable
+from tableflow_core.maintenance.history import long_history_warning
 from tableflow_core.plan.actions import Blocker, PlanWarning
 from tableflow_core.plan.dead_letter_topic import routes_to_dead_letter
 from tableflow_core.plan.ingest_spec import dead_letter_payload, masks_columns
 from tableflow_core.plan.shape import PRIMITIVE_KEY_COLUMN
-from tableflow_core.schemas.formats import metadata_column_name
+from tableflow_core.schemas.formats import declared_nullable, metadata_column_name
 
 KAFKA_KEY_COLUMN = metadata_column_name("key")
 
@@ -138,7 +141,8 @@ def _nullable_key_fields(
 ) -> list[PlanWarning]:
     if table.mode != "upsert" or key is None or key.names == [PRIMITIVE_KEY_COLUMN]:
         return []
-    nullable = [c for c in table.key_columns if c in key.names and key.field(c).nullable]
+    # From the key's declared schema: Arrow marks every decoded field nullable.
+    nullable = [c for c in table.key_columns if c in key.names and declared_nullable(key.field(c))]
     if not nullable:
         return []
     subject = table.key.subject or f"{table.topic}-key"
@@ -154,7 +158,30 @@ def _nullable_key_fields(
     ]
 
 
-RULES: tuple[WarningRule, ...] = (_dead_letter_payload, _kafka_key_in_clear, _nullable_key_fields)
+def _long_history(
+    table: Table, compiled: CompiledTable | None, decoded: pa.Schema, key: pa.Schema | None
+) -> list[PlanWarning]:
+    """An explicit `expire_snapshots.older_than` that keeps many thousands of snapshots
+    at the table's refresh interval (maintenance/history.py)."""
+    message = long_history_warning(table)
+    if message is None:
+        return []
+    return [
+        PlanWarning(
+            table=table.name,
+            key="maintenance",
+            location=str(table.location_of("maintenance")),
+            message=message,
+        )
+    ]
+
+
+RULES: tuple[WarningRule, ...] = (
+    _dead_letter_payload,
+    _kafka_key_in_clear,
+    _nullable_key_fields,
+    _long_history,
+)
 
 
 def table_warnings(

@@ -77,15 +77,22 @@ class RunResults(BaseModel):
     tables: tuple[TableResult, ...]
     errors: tuple[str, ...] = ()
 
+    def summary_counts(self) -> dict[str, int]:
+        """The figures of `summary_line` (the JSON log's too)."""
+        return {
+            "tables_ok": sum(1 for t in self.tables if t.status in ("success", "no_changes")),
+            "tables_failed": sum(1 for t in self.tables if t.status == "error"),
+            "tables_skipped": sum(1 for t in self.tables if t.status == "skipped"),
+            "records_written": sum(t.records_written for t in self.tables),
+        }
+
     def summary_line(self) -> str:
-        ok = sum(1 for t in self.tables if t.status in ("success", "no_changes"))
-        failed = sum(1 for t in self.tables if t.status == "error")
-        skipped = sum(1 for t in self.tables if t.status == "skipped")
-        written = sum(t.records_written for t in self.tables)
+        counts = self.summary_counts()
         return (
             f"Apply {'complete' if self.status == 'success' else 'FAILED'}: "
-            f"{plural(ok, 'table')} ok, {failed} failed, {skipped} skipped; "
-            f"{plural(written, 'record')} written in {self.duration_s:.1f}s"
+            f"{plural(counts['tables_ok'], 'table')} ok, {counts['tables_failed']} failed, "
+            f"{counts['tables_skipped']} skipped; "
+            f"{plural(counts['records_written'], 'record')} written in {self.duration_s:.1f}s"
         )
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.expansion import MAX_DEPTH, ExpansionBudget, check_expansion
+from tableflow_core.schemas.formats import DECLARED_NOT_NULL
 
 Adapter = Callable[[Any], Any]
 
@@ -234,7 +235,14 @@ class _AvroWalker:
         for field in schema.get("fields", []):
             field_path = f"{path}.{field['name']}" if path else field["name"]
             field_type, field_adapter = self.visit(field["type"], record_namespace, field_path)
-            fields.append(pa.field(field["name"], field_type, nullable=True))
+            fields.append(
+                pa.field(
+                    field["name"],
+                    field_type,
+                    nullable=True,
+                    metadata=None if _avro_nullable(field["type"]) else DECLARED_NOT_NULL,
+                )
+            )
             if field_adapter is not None:
                 adapters[field["name"]] = field_adapter
         self.in_progress.discard(name)
@@ -312,6 +320,15 @@ def _decimal_type(schema: dict[str, Any], path: str) -> tuple[pa.DataType, Adapt
     if scale > precision:
         raise SchemaMappingError(f"decimal at {path}: scale {scale} > precision {precision}")
     return pa.decimal128(precision, scale), None
+
+
+def _avro_nullable(field_type: Any) -> bool:
+    """An Avro field type that admits null: `null` or a union with a `null` branch."""
+    if isinstance(field_type, list):
+        return any(_avro_nullable(branch) for branch in field_type)
+    return field_type == "null" or (
+        isinstance(field_type, dict) and field_type.get("type") == "null"
+    )
 
 
 def _nullable(adapter: Adapter | None) -> Adapter | None:

@@ -111,6 +111,20 @@ def metadata_column_name(name: str) -> str:
     return METADATA_PREFIX + name
 
 
+# Arrow marks every decoded field nullable (a record may still lack one); a field whose
+# schema declares it can never be null carries this metadata, so plan can tell a key
+# schema that lets a key field be null from one that does not (issue 41).
+DECLARED_NOT_NULL = {b"tableflow.declared_nullable": b"false"}
+
+
+def declared_nullable(field: pa.Field) -> bool:
+    """Whether the field's schema lets it be null (Arrow's own flag when unknown)."""
+    metadata = field.metadata or {}
+    if b"tableflow.declared_nullable" in metadata:
+        return metadata[b"tableflow.declared_nullable"] != b"false"
+    return bool(field.nullable)
+
+
 def metadata_field(name: str, key_type: pa.DataType) -> pa.Field:
     """The Arrow field of a metadata column (`key_type` is the decoded key's type)."""
     types: dict[str, pa.DataType] = {

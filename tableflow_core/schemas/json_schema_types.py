@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.expansion import MAX_DEPTH, ExpansionBudget, check_expansion
+from tableflow_core.schemas.formats import DECLARED_NOT_NULL
 
 Adapter = Callable[[Any], Any]
 
@@ -207,10 +208,30 @@ class _JsonSchemaWalker:
             field_path = f"{path}.{name}" if path else name
             self.budget.column(field_path)
             field_type, field_adapter = self.visit(subschema, field_path, refs)
-            fields.append(pa.field(name, field_type, nullable=True))
+            not_null = name in schema.get("required", ()) and not _json_nullable(subschema)
+            fields.append(
+                pa.field(
+                    name,
+                    field_type,
+                    nullable=True,
+                    metadata=DECLARED_NOT_NULL if not_null else None,
+                )
+            )
             if field_adapter is not None:
                 adapters[name] = field_adapter
         return pa.struct(fields), _object_adapter(adapters)
+
+
+def _json_nullable(schema: Any) -> bool:
+    """A JSON Schema that admits null (a `null` type, or a null branch of anyOf/oneOf)."""
+    if not isinstance(schema, dict):
+        return schema is not False
+    kinds = schema.get("type")
+    if kinds == "null" or (isinstance(kinds, list) and "null" in kinds):
+        return True
+    if kinds is None and not any(k in schema for k in ("anyOf", "oneOf", "$ref", "enum", "const")):
+        return True  # no type: anything, null included
+    return any(_json_nullable(b) for k in ("anyOf", "oneOf") for b in schema.get(k, ()))
 
 
 def _is_decimal(schema: dict[str, Any]) -> bool:

@@ -4,12 +4,18 @@ For an `embedded` catalog: if something answers on its configured host:port (the
 server of `tableflow dev up`, or `tableflow catalog serve`), use it; otherwise run
 the server in this process on a background thread for the duration of the command.
 A server found on the port gets the client credentials only after it proved it holds
-the project's secret (`catalog/verification.py`); otherwise the command stops.
+the project's secret (`catalog/verification.py`); otherwise the command stops. Without a
+secret (`auth: none`, or no secret configured), the server must prove it holds the key in
+the project's catalog database (`catalog/identity.py`: the server of `tableflow dev up`
+or `tableflow catalog serve` on the project's database does); otherwise the command stops
+unless $TABLEFLOW_CATALOG_ALLOW_UNVERIFIED is `1` (then it warns and goes on).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +31,9 @@ from tableflow_core.config.project import Project
 from tableflow_core.errors import TableflowError
 from tableflow_core.redaction import redact_url
 from tableflow_core.targets.storage import StorageAccess, target_storage
+
+# Set to 1: use a server on the embedded catalog's port that cannot be verified (warns).
+ALLOW_UNVERIFIED_ENV = "TABLEFLOW_CATALOG_ALLOW_UNVERIFIED"
 
 
 class CatalogUnavailableError(TableflowError, RuntimeError):
@@ -108,6 +117,8 @@ def _embedded(
         secret = embedded_client_secret(config)
         if credential is not None and secret is not None:
             _verify_server(config, secret.get_secret_value())
+        else:
+            _verify_server_identity(project, config)
         uri = f"http://{config.host}:{config.port}"
     elif not serve:
         return _embedded_unserved(project, config)
@@ -173,6 +184,45 @@ def _verify_server(config: EmbeddedCatalog, client_secret: str) -> None:
             f"{problem}. tableflow sent it no credentials. Stop that process, or give "
             "`catalog.port` another port (0 picks a free one)."
         )
+
+
+def _verify_server_identity(project: Project, config: EmbeddedCatalog) -> None:
+    """Without a secret: the server proves it holds the key of the project's catalog
+    database; else stop, unless the user opted in (then warn)."""
+    from tableflow_core.catalog.identity import read_server_key
+    from tableflow_core.catalog.project_settings import in_process_server_settings
+    from tableflow_core.catalog.verification import identity_problem
+
+    try:
+        database = in_process_server_settings(project, config).resolved_database_url
+    except ValueError as exc:
+        problem: str | None = f"its database is not known ({exc})"
+    else:
+        key = read_server_key(database)
+        problem = (
+            identity_problem(config.host, config.port, key)
+            if key is not None
+            else "the project's catalog database holds no server key yet (no catalog server "
+            "of this project ever ran on it)"
+        )
+    if problem is None:
+        return
+    where = f"{config.host}:{config.port}"
+    if os.environ.get(ALLOW_UNVERIFIED_ENV) == "1":
+        print(
+            f"warning: catalog: using the server on {where} without verifying it "
+            f"({problem}; ${ALLOW_UNVERIFIED_ENV}=1)",
+            file=sys.stderr,
+        )
+        return
+    raise CatalogServerNotVerifiedError(
+        f"catalog: something listens on {where}, the embedded catalog's port, but tableflow "
+        f"cannot verify it is this project's catalog server: {problem}. Without a client "
+        "secret, the server must prove it holds the key kept in the project's catalog "
+        "database (`tableflow dev up` and `tableflow catalog serve` start such servers). "
+        "Stop that process, give `catalog.port` another port (0 picks a free one), or set "
+        f"{ALLOW_UNVERIFIED_ENV}=1 to use it unverified."
+    )
 
 
 def _rest(config: RestCatalog) -> tuple[dict[str, str], dict[str, str], str]:
@@ -241,7 +291,9 @@ def open_catalog(project: Project, *, serve: bool = True) -> Iterator[CatalogHan
         pyiceberg_props, spark_props, address = _other(config)
     try:
         try:
-            catalog = _pyiceberg_catalog(config.name, pyiceberg_props, server)
+            catalog = _pyiceberg_catalog(
+                config.name, pyiceberg_props, server, own=isinstance(config, EmbeddedCatalog)
+            )
         except Exception as exc:
             raise CatalogUnavailableError(
                 f"catalog: cannot connect to {config.type} catalog at {address}: "
@@ -261,13 +313,20 @@ def open_catalog(project: Project, *, serve: bool = True) -> Iterator[CatalogHan
             server.stop()
 
 
-def _pyiceberg_catalog(name: str, properties: dict[str, str], server: Any) -> Any:
+def _pyiceberg_catalog(
+    name: str, properties: dict[str, str], server: Any, *, own: bool = False
+) -> Any:
     """pyiceberg's catalog of the target; for an embedded server in this process, one
-    whose commits call the server directly (`catalog/in_process.py`)."""
+    whose commits call the server directly (`catalog/in_process.py`); for tableflow's own
+    server elsewhere (`own`), one that leaves deleting old metadata files to it."""
     from pyiceberg.catalog import load_catalog
 
     service = getattr(server, "service", None)
     if service is None:
+        if own and properties.get("type") == "rest":
+            from tableflow_core.catalog.in_process import OwnServerCatalog
+
+            return OwnServerCatalog(name, **properties)
         return load_catalog(name, **properties)
     from tableflow_core.catalog.in_process import InProcessRestCatalog
     from tableflow_core.catalog.reader import ServiceInProcess, ServiceReader

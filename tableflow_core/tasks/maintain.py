@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.config.project import Project, Table
 from tableflow_core.delta import storage_options_of, sync_delta_log
 from tableflow_core.engine.spark_session import build_spark_session, register_catalog
@@ -33,6 +34,7 @@ from tableflow_core.maintenance import (
     run_maintenance,
 )
 from tableflow_core.maintenance.activity import TableActivity, table_activity
+from tableflow_core.maintenance.history import metadata_upkeep, table_history
 from tableflow_core.maintenance.schedule import not_due_reason
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOCK_COMMAND = "tableflow maintain"
+# What a dead-letter table gets of its tables' maintenance: history and files, not
+# orphan removal (its tables' runs write there too) nor delete rewrites (it has none).
+DEAD_LETTER_OPERATIONS = frozenset({"compact", "rewrite_manifests", "expire_snapshots"})
 NO_BLOCK = "no maintenance block"
 
 
@@ -61,7 +66,7 @@ def how_to_add_maintenance(project: Project, tables: tuple[Table, ...]) -> str:
         "  maintenance:\n"
         "    every: 1h\n"
         "    compact: {every_commits: 10, every_small_files: 20}\n"
-        "    expire_snapshots: {older_than: 7d, retain_last: 3}\n"
+        "    expire_snapshots: true   # keeps each table's last 500 refreshes\n"
         "Every key: docs/reference.md (`maintenance`); how it runs: docs/maintenance.md."
     )
 
@@ -79,6 +84,10 @@ class TableMaintenance:
     delta: Any = None  # DeltaSyncResult after maintenance committed (delta tables)
     delta_error: str | None = None
     deletes: MaintenanceReport | None = None  # an upsert table's deletes table, maintained
+    # Its Iceberg dead-letter table (a commit per run that dead-letters), maintained.
+    dead_letters: MaintenanceReport | None = None
+    # What the table keeps of its metadata and history (`maintenance/history.py`).
+    keeps: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -88,6 +97,7 @@ class TableMaintenance:
             and (self.report is None or self.report.ok)
             and (self.published is None or self.published.ok)
             and (self.deletes is None or self.deletes.ok)
+            and (self.dead_letters is None or self.dead_letters.ok)
         )
 
 
@@ -162,7 +172,10 @@ class MaintainTask:
             return TableMaintenance(table.name, note="table does not exist yet")
         if not due or self.dry_run:
             return TableMaintenance(
-                table.name, tuple(due), note=None if due else _nothing_due(table, activity)
+                table.name,
+                tuple(due),
+                note=None if due else _nothing_due(table, activity),
+                keeps=keeps(table, properties),
             )
         lock_dir = self.project.root / "target" / "locks"
         try:
@@ -182,6 +195,7 @@ class MaintainTask:
                     spark, identifier, due, now=self.now, redact=self.project.redact
                 )
                 deletes = self._maintain_deletes(handle, table, spark, identifier, due)
+                dead_letters = self._maintain_dead_letters(handle, table, spark, due)
                 published = None
                 if table.publish_to and report.metadata_location:
                     loaded = handle.catalog.load_table((*table.namespace, table.table))
@@ -202,6 +216,7 @@ class MaintainTask:
                     delta=delta,
                     delta_error=delta_error,
                     deletes=deletes,
+                    dead_letters=dead_letters,
                 )
         except Exception as exc:
             return TableMaintenance(
@@ -233,6 +248,31 @@ class MaintainTask:
             )
             return MaintenanceReport(name, (failed,), None, None)
 
+    def _maintain_dead_letters(
+        self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
+    ) -> MaintenanceReport | None:
+        """The table's operations on its Iceberg dead-letter table, when it has one: it
+        gets a commit per run that dead-letters (a shared one, from each of its tables)
+        and no maintenance block of its own. A failure is reported, not raised."""
+        if not isinstance(table.dlq, IcebergDeadLetter):
+            return None
+        parts = tuple(table.dlq.table.split("."))
+        if not handle.catalog.table_exists(parts):
+            return None
+        name = ".".join((handle.spark_name, *parts))
+        wanted = [d for d in due if d.operation in DEAD_LETTER_OPERATIONS]
+        if not wanted:
+            return None
+        began = time.monotonic()
+        try:
+            return run_maintenance(spark, name, wanted, now=self.now, redact=self.project.redact)
+        except Exception as exc:
+            error = self.project.redact(f"{type(exc).__name__}: {exc}")
+            failed = OperationResult(
+                "maintenance", "error", round(time.monotonic() - began, 3), error=error
+            )
+            return MaintenanceReport(name, (failed,), None, None)
+
     def _sync_delta(self, handle: CatalogHandle, table: Table) -> tuple[Any, str | None]:
         """The Delta log mirrors the maintained snapshot; an error is reported, not raised
         (the maintenance commits stand)."""
@@ -250,6 +290,16 @@ class MaintainTask:
         else:
             register_catalog(self.spark, handle.spark_name, handle.spark_properties)
         return self.spark
+
+
+def keeps(table: Table, properties: dict[str, str]) -> str:
+    """`100 metadata files, manifests merged from 10, snapshots 8m20s; history keeps ...`:
+    the table's own properties, and the history its expiry keeps."""
+    kept = metadata_upkeep(properties)
+    block = table.maintenance
+    if block is not None and block.expire_snapshots is not None:
+        return f"{kept}; history {table_history(table).describe()}"
+    return f"{kept}; every snapshot (no expire_snapshots)"
 
 
 def _nothing_due(table: Table, activity: TableActivity | None) -> str:

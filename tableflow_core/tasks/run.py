@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 
@@ -63,6 +63,19 @@ class CycleReport:
         )
 
 
+class RunObserver(Protocol):
+    """Watches the scheduler (metrics and health endpoints: `observability/`). Called in
+    the scheduler's thread: each call returns at once."""
+
+    def cycle_started(self, tables: tuple[str, ...]) -> None: ...
+
+    def cycle_finished(self, report: CycleReport, handle: CatalogHandle | None) -> None:
+        """`handle`: the run's open catalog (None before a cycle reached it)."""
+
+    def waiting(self, seconds: float) -> None:
+        """The scheduler sleeps `seconds` until the next due table."""
+
+
 @dataclass
 class RunTask:
     project: Project
@@ -73,6 +86,7 @@ class RunTask:
     stop: threading.Event = field(default_factory=threading.Event)
     console: Console = field(default_factory=lambda: Console(stderr=True))
     on_cycle: Callable[[CycleReport], None] | None = None
+    observers: tuple[RunObserver, ...] = ()
     clock: Callable[[], float] = time.monotonic
     # The catalog stays open across cycles (an in-process embedded server is started
     # once, not twice per cycle); opened at the first cycle that reaches it.
@@ -97,16 +111,23 @@ class RunTask:
             started = self.clock()
             due = schedule.due(started)
             if due:
+                for observer in self.observers:
+                    observer.cycle_started(due)
                 if spark is None:
                     spark = self.spark_factory()
                 report = self._maintain(self._cycle(due, spark), spark)
                 reports.append(report)
+                for observer in self.observers:
+                    observer.cycle_finished(report, self._handle)
                 if self.on_cycle is not None:
                     self.on_cycle(report)
                 schedule = schedule.after_refresh(due, intervals, started)
                 if self.once or (self.max_cycles is not None and len(reports) >= self.max_cycles):
                     break
-            self.stop.wait(schedule.seconds_until_next(self.clock()))
+            wait = schedule.seconds_until_next(self.clock())
+            for observer in self.observers:
+                observer.waiting(wait)
+            self.stop.wait(wait)
         return reports
 
     def _cycle(self, due: tuple[str, ...], spark: SparkSession) -> CycleReport:

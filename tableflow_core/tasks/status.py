@@ -138,6 +138,29 @@ def partition_lags(
     return tuple(result)
 
 
+def committed_offsets(iceberg: Any, table: Table) -> dict[int, int] | None:
+    """The next offset per partition the table reads, from its commits (None: it never
+    ingested its current topic)."""
+    found = read_committed_offsets(iceberg)
+    return dict(found.offsets) if found and found.topic == table.topic else None
+
+
+def table_lag(
+    table: Table,
+    committed: Mapping[int, int] | None,
+    watermarks: Mapping[int, tuple[int, int]],
+    io: Readers,
+    kafka_conf: Any,
+) -> tuple[PartitionStatus, ...]:
+    """The table's lag per partition against the topic's `watermarks` (`status` and the
+    metrics of `tableflow run` both count it here)."""
+    start = start_from_value(table)
+    for_time = None
+    if isinstance(start, int) and not committed:
+        for_time = io.offsets_for_timestamp(kafka_conf, table.topic, start, KAFKA_TIMEOUT_S)
+    return partition_lags(committed, watermarks, start, for_time)
+
+
 def suspension(properties: Mapping[str, str]) -> tuple[bool, str | None]:
     """`tableflow.suspended` table property: present = suspended, with a readable reason.
 
@@ -376,8 +399,7 @@ class StatusTask:
             unreachable.append(self.project.redact(why))
         if iceberg is not None:
             base = self._iceberg_part(base, iceberg, table, problems)
-            found = read_committed_offsets(iceberg)
-            committed = dict(found.offsets) if found and found.topic == table.topic else None
+            committed = committed_offsets(iceberg, table)
         try:
             dlq = _dlq_status(catalog, table)
         except Exception as exc:
@@ -388,12 +410,7 @@ class StatusTask:
         if watermarks_f is None:  # Kafka is down: run() names it
             return _with(base, dlq=dlq, problems=tuple(problems), unreachable=tuple(unreachable))
         try:
-            watermarks = watermarks_f.result()
-            start = start_from_value(table)
-            for_time = None
-            if isinstance(start, int) and not committed:
-                for_time = io.offsets_for_timestamp(kafka_conf, table.topic, start, KAFKA_TIMEOUT_S)
-            partitions = partition_lags(committed, watermarks, start, for_time)
+            partitions = table_lag(table, committed, watermarks_f.result(), io, kafka_conf)
             lag = sum(p.lag for p in partitions)
         except Exception as exc:
             if "did not answer" in str(exc):  # connected, but no metadata: down for us

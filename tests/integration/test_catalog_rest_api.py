@@ -62,6 +62,25 @@ def test_missing_or_bad_token_is_401(catalog_server: CatalogServer) -> None:
     assert_error(bad, 401, "NotAuthorizedException")
 
 
+def test_the_api_schema_needs_the_token_too(client: Client, catalog_server: CatalogServer) -> None:
+    # issue 41: /openapi.json was served without a token on an authenticated catalog
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        response = requests.get(catalog_server.uri + path, timeout=10)
+        assert response.status_code in (401, 404), (path, response.status_code)
+        assert "openapi" not in response.text.lower(), path
+    assert_error(
+        requests.get(catalog_server.uri + "/openapi.json", timeout=10),
+        401,
+        "NotAuthorizedException",
+    )
+    schema = requests.get(
+        catalog_server.uri + "/openapi.json",
+        headers={"Authorization": client.headers["Authorization"]},
+        timeout=10,
+    )
+    assert schema.status_code == 200 and "/v1/namespaces" in schema.json()["paths"]
+
+
 def test_wrong_client_secret_gets_oauth_error(catalog_server: CatalogServer) -> None:
     response = requests.post(
         catalog_server.uri + "/v1/oauth/tokens",
@@ -242,33 +261,39 @@ def test_rename_register_and_purge(client: Client, catalog_server: CatalogServer
     assert_error(rename("t", "other"), 409, "AlreadyExistsException")
     assert_error(rename("missing", "x"), 404, "NoSuchTableException")
     assert rename("t", "t2").status_code == 204
-    location = catalog.load_table((ns, "t2")).metadata_location
+    t2 = catalog.load_table((ns, "t2"))
+    location = t2.metadata_location
+    first_location = t2.metadata.metadata_log[0].metadata_file  # before the append
 
-    registered = client.call(
-        "POST", f"/namespaces/{ns}/register", json={"name": "copy", "metadata-location": location}
-    )
+    def register(name: str, metadata_location: str, overwrite: bool = False) -> requests.Response:
+        body = {"name": name, "metadata-location": metadata_location, "overwrite": overwrite}
+        return client.call("POST", f"/namespaces/{ns}/register", json=body)
+
+    # Two tables never share a location (issue 41): not while t2 holds it.
+    assert_error(register("copy", location), 400, "BadRequestException")
+    assert client.call("DELETE", f"/namespaces/{ns}/tables/t2").status_code == 204
+    assert Path(location.removeprefix("file://")).exists()  # plain drop keeps files
+    registered = register("copy", location)
     assert registered.status_code == 200 and registered.json()["metadata-location"] == location
     assert catalog.load_table((ns, "copy")).scan().to_arrow().num_rows == 1
     other_location = catalog.load_table((ns, "other")).metadata_location
-    again = {"name": "copy", "metadata-location": other_location}
-    assert_error(
-        client.call("POST", f"/namespaces/{ns}/register", json=again), 409, "AlreadyExistsException"
-    )
-    overwritten = client.call(
-        "POST", f"/namespaces/{ns}/register", json={**again, "overwrite": True}
-    )
-    assert overwritten.json()["metadata-location"] == other_location
+    assert_error(register("copy", other_location), 409, "AlreadyExistsException")
+    # over its own earlier metadata: same location, allowed; over other's: shared, refused
+    assert_error(register("copy", other_location, overwrite=True), 400, "BadRequestException")
+    overwritten = register("copy", first_location, overwrite=True)
+    assert overwritten.json()["metadata-location"] == first_location
+    assert register("copy", location, overwrite=True).status_code == 200
 
-    assert client.call("DELETE", f"/namespaces/{ns}/tables/copy").status_code == 204
-    assert Path(location.removeprefix("file://")).exists()  # plain drop keeps files
     assert (
         client.call(
-            "DELETE", f"/namespaces/{ns}/tables/t2", params={"purgeRequested": "true"}
+            "DELETE", f"/namespaces/{ns}/tables/copy", params={"purgeRequested": "true"}
         ).status_code
         == 204
     )
     assert not Path(location.removeprefix("file://")).exists()
-    assert_error(client.call("DELETE", f"/namespaces/{ns}/tables/t2"), 404, "NoSuchTableException")
+    assert_error(
+        client.call("DELETE", f"/namespaces/{ns}/tables/copy"), 404, "NoSuchTableException"
+    )
 
 
 def test_server_log_never_contains_the_secret(

@@ -21,7 +21,11 @@ from tableflow_core.config.loader import load_project
 from tableflow_core.config.models.catalogs import EmbeddedCatalog
 from tableflow_core.config.project import Project
 from tableflow_core.dev.processes import free_port
-from tableflow_core.targets.catalog import CatalogServerNotVerifiedError, open_catalog
+from tableflow_core.targets.catalog import (
+    ALLOW_UNVERIFIED_ENV,
+    CatalogServerNotVerifiedError,
+    open_catalog,
+)
 
 SECRET = "the-projects-secret-0123456789"
 
@@ -187,3 +191,64 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+# ---------------------------------------------------------------- issue 41: no secret
+
+
+def test_without_a_secret_a_server_that_cannot_be_verified_is_refused(
+    tmp_path: Path,
+    impostor: RecordingServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With `auth: none` plan trusted whatever answered on the port (a fake server
+    decided what plan saw). Now it must prove it holds the project database's key."""
+    monkeypatch.delenv(ALLOW_UNVERIFIED_ENV, raising=False)
+    project = project_on_port(tmp_path, impostor.server_address[1], mode="none")
+    with pytest.raises(CatalogServerNotVerifiedError) as refused, open_catalog(project):
+        pass
+    message = str(refused.value)
+    assert "cannot verify it is this project's catalog server" in message
+    assert ALLOW_UNVERIFIED_ENV in message
+    assert "holds no server key" in message  # the project never ran a server on it
+    assert all(b"/tableflow/v1/proof" in request for request in impostor.seen)
+    # the same with client_credentials but no secret anywhere
+    monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
+    (tmp_path / "nosecret").mkdir()
+    (tmp_path / "nosecret" / "tableflow_project.yml").write_text(
+        "name: p\ntargets:\n  dev:\n    kafka: {bootstrap_servers: 'b:1'}\n"
+        f"    catalog: {{type: embedded, port: {impostor.server_address[1]}, warehouse: ./wh}}\n"
+    )
+    with (
+        pytest.raises(CatalogServerNotVerifiedError),
+        open_catalog(load_project(tmp_path / "nosecret")),
+    ):
+        pass
+    # explicit opt-in: used, with a warning
+    monkeypatch.setenv(ALLOW_UNVERIFIED_ENV, "1")
+    with open_catalog(project) as handle:
+        assert not handle.started_server
+    assert "without verifying it" in capsys.readouterr().err
+
+
+def test_without_a_secret_a_catalog_on_another_database_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ALLOW_UNVERIFIED_ENV, raising=False)
+    port = free_port()
+    project = project_on_port(tmp_path, port, mode="none")
+    # the project's own database got a key from an earlier server of the project
+    config = project.target.catalog
+    assert isinstance(config, EmbeddedCatalog)
+    with serve_in_background(embedded_server_settings(project, config, port=0)):
+        pass
+    other = CatalogServerSettings(
+        warehouse=tmp_path / "other", port=port, auth="none", access_log=False
+    )
+    with (
+        serve_in_background(other),
+        pytest.raises(CatalogServerNotVerifiedError, match="another catalog database"),
+        open_catalog(project),
+    ):
+        pass

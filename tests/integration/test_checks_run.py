@@ -403,3 +403,50 @@ def test_the_branch_audit_reads_a_runs_files_on_every_core(
     audited = read_appended(spark, identifier, table, base, head.snapshot_id)
     assert audited.rdd.getNumPartitions() == 4
     assert sorted(r.id for r in audited.select("id").collect()) == list(range(1, 40_001))
+
+
+def test_an_upsert_batchs_samples_show_the_records_kafka_position(spark: SparkSession) -> None:
+    """Issue 41: on an upsert table a failed check's sample showed `_kafka_offset`,
+    `_kafka_partition` and `_kafka_timestamp` as null beside the record's real position
+    (the batch leaves them to the write, which fills them from the source columns)."""
+    from datetime import UTC, datetime
+
+    from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+    from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN
+    from tableflow_core.schemas.formats import UTC_MICROS
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("quantity", pa.int64()),
+            pa.field("_kafka_timestamp", UTC_MICROS),
+            pa.field("_kafka_partition", pa.int32()),
+            pa.field("_kafka_offset", pa.int64()),
+        ]
+    )
+    hidden = pa.schema(
+        [
+            pa.field(SOURCE_PARTITION_COLUMN, pa.int32()),
+            pa.field(SOURCE_OFFSET_COLUMN, pa.int64()),
+            pa.field(SOURCE_TIMESTAMP_COLUMN, pa.int64()),
+        ]
+    )
+    millis = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    rows = [
+        {"id": i, "quantity": 0 if i == 5 else 1, "_kafka_timestamp": None,
+         "_kafka_partition": None, "_kafka_offset": None, SOURCE_PARTITION_COLUMN: i % 2,
+         SOURCE_OFFSET_COLUMN: 100 + i, SOURCE_TIMESTAMP_COLUMN: millis + i}
+        for i in range(10)
+    ]  # fmt: skip
+    table = pa.Table.from_pylist(rows, schema=pa.schema([*schema, *hidden]))
+    compiled = checks_for(
+        schema, [{"type": "range", "column": "quantity", "min": 1, "severity": "warn"}]
+    )
+    run = run_checks(frame(spark, table), compiled, spark, table="orders")
+    (result,) = run.report.results
+    (sample,) = result.samples
+    assert sample["id"] == 5 and sample["quantity"] == 0
+    assert sample["_kafka_offset"] == 105 == sample["kafka_offset"]
+    assert sample["_kafka_partition"] == 1 == sample["kafka_partition"]
+    shown = sample["_kafka_timestamp"]  # Spark gives naive datetimes in its time zone (UTC)
+    assert shown.replace(tzinfo=UTC) == datetime.fromtimestamp((millis + 5) / 1000, UTC)

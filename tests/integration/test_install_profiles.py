@@ -63,6 +63,7 @@ def test_the_demo_installs_only_what_it_runs(sandbox: Path) -> None:
     assert demo.returncode == 0, demo.stderr
     assert "pip install -e '.'" in demo.stdout
     assert "chromium" not in demo.stdout and "dev" not in demo.stdout.split("pip install")[1]
+    assert "prometheus" not in demo.stdout
     assert "== tableflow" not in demo.stdout  # the dry run stops before the demo itself
 
 
@@ -71,6 +72,7 @@ def test_the_test_command_installs_the_rest(sandbox: Path) -> None:
     assert tests.returncode == 0, tests.stderr
     assert "pip install -e '.[checks,dev]'" in tests.stdout
     assert "apt-get install chromium" in tests.stdout
+    assert "apt-get install prometheus" in tests.stdout  # the metrics and alert-rule tests
     assert "== ruff" not in tests.stdout
 
 

@@ -20,7 +20,11 @@ clear value (and for the bytes of the JSON records).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.deadletter.suspension import SUSPENDED_PROPERTY
 from tableflow_core.ingest.bad_records import MASKED_PAYLOAD, PAYLOAD_HEADER
-from tests.fixtures.apply_env import Env, apply, run_cli
+from tests.fixtures.apply_env import CRASH_ENV, REPO, Env, apply, run_cli
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 
@@ -65,6 +69,23 @@ TRANSFORMS = [
     {"type": "mask", "columns": ["card"], "method": "partial", "keep_last": 4},
 ]  # fmt: skip
 CHECKS = [{"type": "expression", "name": "small_id", "expression": "id < 100", "on_failure": "dlq"}]
+
+
+def run_cli_streams(root: Path, *args: str) -> tuple[int, str, str]:
+    """A tableflow command in its own process: (exit status, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args],
+        cwd=REPO, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)  # the Spark JVM never outlives the command
+    return proc.returncode, stdout, stderr
 
 
 def clear_values_in(text: str) -> list[str]:
@@ -127,6 +148,18 @@ def test_no_clear_value_of_a_masked_column_in_errors_properties_results_or_dead_
     assert clear_values_in(suspended) == []
     results = (env.root / "target" / "run_results.json").read_text()
     assert "field 'phone'" in results and clear_values_in(results) == []
+
+    # 1b. the same run with JSON log lines (docs/observability.md), the table resumed first
+    with env.pyiceberg_table().transaction() as transaction:
+        transaction.remove_properties(SUSPENDED_PROPERTY)
+    status, stdout, stderr = run_cli_streams(env.root, "run", "--once", "--log-format", "json")
+    assert status == 1, stdout[-3000:] + stderr[-3000:]
+    events = [json.loads(line) for line in stdout.splitlines()]  # every line is JSON
+    failed = [e for e in events if e["event"] == "table_result" and e["level"] == "error"]
+    assert len(failed) == 1 and failed[0]["table"] == "t", events
+    assert "field 'phone'" in failed[0]["error"] and "masked column" in failed[0]["error"]
+    assert any(e["event"] == "table_suspended" for e in events), events
+    assert clear_values_in(stdout) == [] and clear_values_in(stderr) == []
 
     # 2. on_error dlq: offset 0 lands, the others are dead-lettered without their bytes
     env.configure(**table, on_error="dlq", dlq={"type": "iceberg", "table": dlq})

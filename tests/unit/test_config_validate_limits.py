@@ -154,3 +154,23 @@ def test_validate_prints_names_as_data(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["--project-dir", str(ok), "validate"])
     assert result.exit_code == 0, result.output
     assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("separator", ["\\u2028", "\\u2029", "\\x85", "\\u202e", "\\x1b"])
+def test_a_namespace_or_table_name_with_a_line_separator_is_refused_and_printed_escaped(
+    tmp_path: Path, separator: str
+) -> None:
+    """Issue 41: a namespace holding U+2028 was accepted and printed as a line break."""
+    tables = TABLE.replace(
+        "value: {format: json}", f'value: {{format: json}}\n    namespace: "sales{separator}eu"'
+    )
+    tables += f'  - name: "o{separator}x"\n    topic: other\n    value: {{format: json}}\n'
+    directory = project(tmp_path, tables)
+    found = problems(directory)
+    assert any("namespace" in m and "line separator" in m for m in found), found
+    assert any("[tables[1].name]" in message for message in found), found
+    result = CliRunner().invoke(cli, ["--project-dir", str(directory), "validate"])
+    assert result.exit_code == 1
+    raw = separator.encode().decode("unicode_escape")
+    assert raw not in result.output and "\u2028" not in result.output
+    assert all(len(line) < 400 for line in result.output.splitlines())

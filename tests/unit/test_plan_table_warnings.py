@@ -4,6 +4,7 @@ world states, no process."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,72 @@ def test_row_count_with_a_minimum_runs_on_a_run_with_no_new_records(tmp_path: Pa
     # without a minimum, a table with no new records has nothing to do
     quiet = plan_of(tmp_path, observed=observed, checks=[{"type": "row_count", "max": 5}])
     assert not quiet.has_changes
+
+
+def _record_schema(arrow_type: pa.DataType) -> pa.Schema:
+    assert isinstance(arrow_type, pa.StructType)
+    return pa.schema([arrow_type.field(i) for i in range(arrow_type.num_fields)])
+
+
+def test_no_null_key_warning_for_a_key_schema_with_no_nullable_field(tmp_path: Path) -> None:
+    """Issue 41: `{tenant: string, id: long}` was warned about ("lets key field(s) tenant, id
+    be null"): nullability was read from the Arrow schema, where every field is nullable."""
+    from tableflow_core.schemas.avro_types import map_avro_schema
+    from tableflow_core.schemas.json_schema_types import map_json_schema
+
+    upsert = {"mode": "upsert", "key_columns": ["tenant", "id"], "key": {"format": "avro"}}
+    avro_key = {
+        "type": "record",
+        "name": "Key",
+        "fields": [{"name": "tenant", "type": "string"}, {"name": "id", "type": "long"}],
+    }
+    strict = _record_schema(map_avro_schema(json.dumps(avro_key)).arrow_type)
+    assert all(field.nullable for field in strict)  # as Arrow has it
+    assert plan_of(tmp_path / "a", key_schema=strict, **upsert).warnings == ()
+    avro_key["fields"][1]["type"] = ["null", "long"]
+    loose = _record_schema(map_avro_schema(json.dumps(avro_key)).arrow_type)
+    (warning,) = plan_of(tmp_path / "b", key_schema=loose, **upsert).warnings
+    assert "key field(s) id be null" in warning.message
+
+    json_key = {
+        "type": "object",
+        "properties": {"tenant": {"type": "string"}, "id": {"type": "integer"}},
+        "required": ["tenant", "id"],
+    }
+    upsert["key"] = {"format": "json_schema"}
+    strict = _record_schema(map_json_schema(json.dumps(json_key)).arrow_type)
+    assert plan_of(tmp_path / "c", key_schema=strict, **upsert).warnings == ()
+    json_key["required"] = ["tenant"]
+    (warning,) = plan_of(
+        tmp_path / "d", key_schema=_record_schema(map_json_schema(json.dumps(json_key)).arrow_type),
+        **upsert,
+    ).warnings  # fmt: skip
+    assert "key field(s) id be null" in warning.message
+
+
+def test_the_compact_plan_of_auto_approve_shows_records_lost(tmp_path: Path) -> None:
+    """Issue 41: `apply --auto-approve` printed "ingest 5 records" and no "records lost"
+    line for a table whose topic deleted records before it read them."""
+    from tableflow_core.plan.shape import managed_properties
+    from tableflow_core.schemas.evolution import iceberg_schema_for
+
+    plan_of(tmp_path)
+    table = load_project(tmp_path / "p").tables[0]
+    observed = ObservedTable(
+        identifier="shop.orders",
+        schema=iceberg_schema_for(VALUE),
+        schema_id=0,
+        properties=managed_properties(table),
+        snapshot_id=5,
+        committed={0: 2},
+    )
+    plan = plan_of(tmp_path, observed=observed, watermarks={0: (5, 10)})
+    console = Console(record=True, width=400)
+    render_compact(plan, console)
+    compact = console.export_text()
+    lost = "records lost: topic 'orders' partition 0: offsets 2..4 (3 records)"
+    assert "ingest 5 records" in compact and lost in compact, compact
+    assert "apply fails unless the table sets `on_data_loss: accept`" in compact
+    console = Console(record=True, width=400)
+    render_human(plan, console)
+    assert lost in console.export_text()  # plan shows it the same way

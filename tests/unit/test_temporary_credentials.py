@@ -139,7 +139,7 @@ def minted_for(location: str) -> Minted:
         ("PUT", "/warehouse/wh/ns/orders/data/x.parquet", "", b"", True),
         ("DELETE", "/warehouse/wh/ns/orders/data/x.parquet", "", b"", True),
         ("GET", "/warehouse", "list-type=2&prefix=wh/ns/orders/", b"", True),
-        ("GET", "/warehouse", "list-type=2&prefix=wh/ns/orders", b"", True),
+        ("GET", "/warehouse", "list-type=2&prefix=wh/ns/orders", b"", False),  # lists wh/ns/orders2/ too (issue 41)
         # A sibling whose name starts like this table's, another table, the bucket root.
         ("GET", "/warehouse/wh/ns/orders_archive/data/x.parquet", "", b"", False),
         ("GET", "/warehouse/wh/ns/payments/data/x.parquet", "", b"", False),
@@ -214,5 +214,5 @@ def test_the_session_policy_is_the_aws_form() -> None:
     objects, listing, location = policy["Statement"]
     assert objects["Resource"] == ["arn:aws:s3:::warehouse/wh/ns/orders/*"]
     assert "s3:PutObject" in objects["Action"] and "s3:GetObject" in objects["Action"]
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["wh/ns/orders/*", "wh/ns/orders"]}}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["wh/ns/orders/*"]}}
     assert location["Action"] == ["s3:GetBucketLocation"]

@@ -10,6 +10,7 @@ import click
 
 from tableflow_core.cli.commands.plan import fail_fast_if_kafka_is_down, run_plan, show_plan
 from tableflow_core.cli.context import CliContext
+from tableflow_core.cli.options import log_format_option
 from tableflow_core.text import plural
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
     help="Tables processed concurrently in the Spark application.",
 )
 @click.option("--show-dag", is_flag=True, help="Print the DAG of tasks before running it.")
+@log_format_option
 @click.pass_obj
 def command(
     ctx: CliContext,
@@ -80,12 +82,14 @@ def command(
     lock_timeout: float,
     max_parallel: int,
     show_dag: bool,
+    log_format: str,
 ) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
 
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.targets.catalog import open_catalog
 
+    ctx.use_log_format(log_format, "apply")
     project = ctx.load_project()
     selected = ctx.selected_tables()
     if selected:
@@ -109,6 +113,13 @@ def command(
             max_parallel=max_parallel,
             show_dag=show_dag,
         )
+    if ctx.events is not None:
+        from tableflow_core.cli.events import emit_results
+
+        emit_results(ctx.events, results)
+        if results.status != "success":
+            raise SystemExit(1)
+        return
     for result in results.tables:
         style = {
             "success": "green",
@@ -172,7 +183,15 @@ def _plan_and_apply(
             spark_starter.start()  # while the plan is printed
     # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
     approved = plan_file is not None or auto_approve
-    show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
+    if ctx.events is not None:
+        ctx.events.emit(
+            "plan",
+            summary=plan.summary_line(),
+            tables=list(plan.tables),
+            blockers=[b.message for b in plan.blockers],
+        )
+    else:
+        show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
     if plan.blockers:
         ctx.fail("the plan is blocked (see above); nothing was changed.")
     if not plan.has_changes:

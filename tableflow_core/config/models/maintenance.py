@@ -73,7 +73,12 @@ class CompactSettings(MaintenanceOperation):
 class ExpireSnapshotsSettings(MaintenanceOperation):
     """Snapshot expiry (`expire_snapshots`); the committed offsets are kept first."""
 
-    older_than: str = Field("7d", description="Expire snapshots older than this.")
+    older_than: str | None = Field(
+        None,
+        description="Expire snapshots older than this (by age only). Not written: the table "
+        "keeps its last 500 refreshes: 500 refresh intervals (at most 7d) and at most 500 "
+        "snapshots (docs/maintenance.md, History by refresh interval).",
+    )
     retain_last: int = Field(3, ge=1, description="Always keep at least this many snapshots.")
 
     _older = field_validator("older_than")(check_duration)

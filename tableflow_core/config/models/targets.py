@@ -143,6 +143,23 @@ class DevStack(ConfigModel):
     )
 
 
+class MetricsEndpoint(ConfigModel):
+    """`tableflow run`'s metrics endpoint (docs/observability.md)."""
+
+    port: int = Field(
+        ge=0,
+        le=65535,
+        description="Serve Prometheus metrics, `/healthz` and `/readyz` on this port while "
+        "`tableflow run` runs (`--metrics-port` overrides it; 0: a free port).",
+    )
+    host: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="Bind address; loopback by default. Another address exposes the "
+        "metrics (table and topic names, counts) to that network.",
+    )
+
+
 class Target(ConfigModel):
     """One deployment target (dev, prod, ...): where data comes from and goes to."""
 
@@ -160,6 +177,11 @@ class Target(ConfigModel):
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Spark application.")
     dev_stack: DevStack | None = Field(
         None, description="The project's local stack, for `tableflow dev` and `dev_stack()`."
+    )
+    metrics: MetricsEndpoint | None = Field(
+        None,
+        description="`tableflow run` serves Prometheus metrics and health endpoints "
+        "(docs/observability.md).",
     )
 
     @field_validator("publish_catalogs")

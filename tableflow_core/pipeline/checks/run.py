@@ -48,6 +48,8 @@ from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
 from tableflow_core.config.extras import CHECKS, MissingExtraError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN
+from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN
 from tableflow_core.pipeline.transforms.spark import rejected_rows, row_json
 from tableflow_core.sql_text import quote_ident
 
@@ -338,13 +340,40 @@ def _with_failing_flags(
 
 def _samples(df: DataFrame, predicate: Column, size: int) -> tuple[dict[str, Any], ...]:
     visible = [c for c in df.columns if not c.startswith("__tf_") or c in _POSITION]
-    rows = df.filter(predicate).select(*[_col(c) for c in visible]).limit(size).collect()
+    positions = _positions(df)
+    rows = (
+        df.filter(predicate)
+        .select(*[positions.get(c, _col(c)).alias(c) for c in visible])
+        .limit(size)
+        .collect()
+    )
     return tuple(
         {_POSITION.get(k, k): v for k, v in row.asDict(recursive=True).items()} for row in rows
     )
 
 
 _POSITION = {SOURCE_PARTITION_COLUMN: "kafka_partition", SOURCE_OFFSET_COLUMN: "kafka_offset"}
+
+
+def _positions(df: DataFrame) -> dict[str, Column]:
+    """The `_kafka_offset`/`_kafka_partition`/`_kafka_timestamp` metadata columns, filled
+    from the record's source position where the batch leaves them null (an upsert batch:
+    the write fills them from the same hidden columns), so a sample shows them."""
+    from pyspark.sql import functions as F
+
+    sources = {
+        OFFSET_COLUMN: (SOURCE_OFFSET_COLUMN, F.col(SOURCE_OFFSET_COLUMN).cast("long")),
+        PARTITION_COLUMN: (SOURCE_PARTITION_COLUMN, F.col(SOURCE_PARTITION_COLUMN).cast("int")),
+        TIMESTAMP_COLUMN: (
+            SOURCE_TIMESTAMP_COLUMN,
+            F.expr(f"timestamp_millis({quote_ident(SOURCE_TIMESTAMP_COLUMN)})"),
+        ),
+    }
+    return {
+        name: F.coalesce(_col(name), source)
+        for name, (hidden, source) in sources.items()
+        if name in df.columns and hidden in df.columns
+    }
 
 
 def _verdict(check: CompiledCheck, gx_result: _GxOutcome) -> tuple[Outcome, Action]:

@@ -1,0 +1,681 @@
+"""Soak of `tableflow run` (issue 42): does a table cost the same after hours as at first?
+
+    .venv/bin/python benchmarks/soak.py --tables 3 --rate 100 --seconds 600 --window 120
+    .venv/bin/python benchmarks/soak.py --accelerated --commits 20000 --seconds 1800
+
+Starts its own Apache Kafka broker and dev registry (127.0.0.1, free ports), writes a
+project on the embedded catalog (file warehouse, Spark local[2]) and starts
+`python -m tableflow_core --project-dir DIR run` as its own process, as users run it.
+
+- **soak** (default): `--tables` tables at `--interval` (1s), cycling through three
+  kinds: a plain append table, an upsert table (string keys over `--keys` ids, so rows are
+  updated), and a table with a range check routing ~5% of its rows and every undecodable
+  record (one in 200) to an Iceberg dead-letter table. Each table's topic (2 partitions)
+  gets `--rate` records/s from one producer thread. Every table has the project
+  template's maintenance block (compaction on 10 commits or 20 small files, or hourly;
+  `expire_snapshots: true`, the history rule of maintenance/history.py).
+- **accelerated** (`--accelerated`): one plain append table refreshed every 100 ms with a
+  trickle of records (`--rate`, default 20/s): tiny batches as fast as `run` commits,
+  until `--commits` commits or `--seconds`, standing for weeks of history.
+
+Every `--window` seconds it prints, per window: commit latency p50/p95 (the wall time of
+each `run` cycle that applied something, maintenance included, from the cycle's start by
+runner/schedule.py's fixed-rate rule to its output line), produce-to-commit freshness
+p95 (each record's Kafka CreateTime to the moment `main` moved to the first snapshot
+whose offsets cover it, from the snapshot log, polled every 2 s so expiry cannot hide a
+commit), and per table at the window's end: metadata.json bytes, metadata files,
+manifests in the current snapshot, data and delete files, scan planning time of pyiceberg
+(`scan().plan_files()`) and DuckDB (`EXPLAIN` over `iceberg_scan`: reads the metadata and
+manifests), the median of 3 each; and the run tree's RSS (median of its samples) and CPU
+share. The first window is the warm-up (the JVM starts, tables are created): ratios
+compare the last window with the second.
+
+At the end the producer stops, the benchmark waits until every table committed every
+produced offset, stops `run` with SIGTERM, and checks every record exactly once: by
+(partition, offset) in its table or, for the checked table, in its table or the
+dead-letter table; for the upsert table, each key's row is its latest record.
+Last lines:
+
+    commit p95 last/first window: X.XXx
+    scan plan last/first window: X.XXx
+    metadata.json bytes at the end: N
+    rss last/first window: X.XXx
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from confluent_kafka import KafkaError, Message, Producer
+from ingest import AvroFramer, RunProcess, record, tree_cpu_seconds, tree_rss_bytes
+
+from tableflow_core.catalog.service import open_sql_catalog
+from tableflow_core.dev import broker
+from tableflow_core.dev.processes import free_port
+from tableflow_core.dev.registry import registry_url, start_registry
+from tableflow_core.readers.duckdb_reader import duckdb_connection
+from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets
+
+HOST = "127.0.0.1"
+NAMESPACE = "bench"
+CATALOG = "tableflow"
+PARTITIONS = 2
+KINDS = ("append", "upsert", "checked")
+DLQ_TABLE = "bad_records"
+GARBAGE_EVERY = 200  # one undecodable record in this many, on checked tables
+# The project template's block (project_template/tableflow_project.yml).
+TEMPLATE_MAINTENANCE = {
+    "every": "1h",
+    "compact": {"every_commits": 10, "every_small_files": 20},
+    "expire_snapshots": True,
+}
+
+
+# --- the stack and the project ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stack(work: Path) -> Iterator[tuple[str, str]]:
+    """An Apache Kafka broker and a dev registry on free loopback ports (ingest.py's,
+    without its class-archive priming: a soak's first window is its warm-up anyway)."""
+    kafka_port, registry_port = free_port(HOST), free_port(HOST)
+    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
+    try:
+        registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
+        try:
+            yield f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+        finally:
+            registry.stop()
+    finally:
+        kafka.stop()
+
+
+@dataclass(frozen=True)
+class SoakTable:
+    name: str
+    topic: str
+    kind: str  # append | upsert | checked
+
+
+def table_yaml(table: SoakTable, interval: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": table.name,
+        "topic": table.topic,
+        "value": {"format": "avro"},
+        "metadata_columns": ["partition", "offset"],
+        "refresh_interval": interval,
+        "maintenance": TEMPLATE_MAINTENANCE,
+    }
+    if table.kind == "upsert":
+        spec |= {"mode": "upsert", "key": {"format": "string"}, "key_columns": ["id"]}
+    if table.kind == "checked":
+        spec |= {
+            "on_error": "dlq",
+            "dlq": {"type": "iceberg", "table": f"{NAMESPACE}.{DLQ_TABLE}"},
+            "checks": [{"type": "range", "column": "qty", "max": 94, "on_failure": "dlq"}],
+        }
+    return spec
+
+
+def write_project(
+    root: Path, bootstrap: str, url: str, tables: list[SoakTable], interval: str
+) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    project = {
+        "name": "soak",
+        "default_target": "bench",
+        "targets": {
+            "bench": {
+                "kafka": {"bootstrap_servers": bootstrap},
+                "schema_registry": {"url": url},
+                "catalog": {
+                    "type": "embedded",
+                    "warehouse": str(root / "warehouse"),
+                    "port": free_port(HOST),
+                    "auth": {"mode": "none"},
+                },
+                "spark": {"master": "local[2]"},
+            }
+        },
+        "defaults": {"namespace": NAMESPACE},
+    }
+    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
+    (root / "tables").mkdir(exist_ok=True)
+    doc = {"tables": [table_yaml(t, interval) for t in tables]}
+    (root / "tables" / "tables.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+# --- producing ----------------------------------------------------------------------
+
+
+@dataclass
+class Produced:
+    """Every delivered record: (partition, offset, CreateTime ms) by topic; the latest
+    (partition, offset) of each key of keyed topics; undecodable records by topic."""
+
+    offsets: dict[tuple[str, int], array[int]] = field(default_factory=dict)
+    times_ms: dict[tuple[str, int], array[int]] = field(default_factory=dict)
+    latest: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    errors: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.errors += 1
+            return
+        topic, partition, offset = (
+            str(msg.topic()),
+            int(msg.partition() or 0),
+            int(msg.offset() or 0),
+        )
+        with self.lock:
+            self.offsets.setdefault((topic, partition), array("q")).append(offset)
+            self.times_ms.setdefault((topic, partition), array("q")).append(int(msg.timestamp()[1]))
+            key = msg.key()
+            if key is not None:
+                keys = self.latest.setdefault(topic, {})
+                seen = keys.get(key.decode())
+                if seen is None or seen[1] < offset:
+                    keys[key.decode()] = (partition, offset)
+
+    def next_offsets(self, topic: str) -> dict[int, int]:
+        with self.lock:
+            return {p: max(o) + 1 for (t, p), o in self.offsets.items() if t == topic and o}
+
+    def count(self, topic: str) -> int:
+        with self.lock:
+            return sum(len(o) for (t, _), o in self.offsets.items() if t == topic)
+
+
+class SteadyProducer(threading.Thread):
+    """`rate` records/s to each table's topic until stopped."""
+
+    def __init__(
+        self, bootstrap: str, url: str, tables: list[SoakTable], rate: float, keys: int
+    ) -> None:
+        super().__init__(daemon=True)
+        self.tables, self.rate, self.keys = tables, rate, keys
+        self.framers = {t.topic: AvroFramer(url, t.topic) for t in tables}
+        self.producer = Producer(broker.producer_config(bootstrap, **{"linger.ms": 20}))
+        self.produced = Produced()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started, sent = time.monotonic(), 0
+        while not self.stopping.is_set():
+            due = int(self.rate * (time.monotonic() - started)) + 1
+            while sent < due:
+                for table in self.tables:
+                    self._produce(table, sent)
+                sent += 1
+            self.producer.poll(0)
+            time.sleep(0.01)
+        self.producer.flush(60)
+
+    def _produce(self, table: SoakTable, i: int) -> None:
+        key: bytes | None = None
+        partition: int | None = i % PARTITIONS
+        if table.kind == "upsert":
+            ident = i % self.keys
+            value = self.framers[table.topic].frame({**record(i), "id": ident})
+            key, partition = str(ident).encode(), None
+        elif table.kind == "checked" and i % GARBAGE_EVERY == GARBAGE_EVERY - 1:
+            value = b"\x00not avro"
+        else:
+            value = self.framers[table.topic].frame(record(i))
+        kwargs: dict[str, Any] = {"key": key, "on_delivery": self.produced.delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self.producer.produce(table.topic, value, **kwargs)
+                return
+            except BufferError:
+                self.producer.poll(0.01)
+
+
+# --- reading the tables -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Commit:
+    snapshot_id: int
+    at_ms: int  # when main moved to it (snapshot log), else its timestamp
+    offsets: dict[int, int]
+
+
+def new_commits(table: Any, topic: str, seen: dict[int, Commit]) -> None:
+    """Add the commits on main's ancestry carrying offsets that `seen` lacks."""
+    metadata = table.metadata
+    moved: dict[int, int] = {}
+    for entry in metadata.snapshot_log:
+        moved.setdefault(entry.snapshot_id, entry.timestamp_ms)
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    snapshot_id = metadata.current_snapshot_id
+    while snapshot_id is not None and snapshot_id in by_id and snapshot_id not in seen:
+        snapshot = by_id[snapshot_id]
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if OFFSETS_KEY in summary:
+            stored, offsets = decode_offsets(summary[OFFSETS_KEY], f"snapshot {snapshot_id}")
+            if stored == topic:
+                at = moved.get(snapshot_id, snapshot.timestamp_ms)
+                seen[snapshot_id] = Commit(snapshot_id, at, offsets)
+        snapshot_id = snapshot.parent_snapshot_id
+
+
+def committed(commits: dict[int, Commit]) -> dict[int, int]:
+    """The newest commit's offsets (commits are on one line of history)."""
+    if not commits:
+        return {}
+    return max(commits.values(), key=lambda c: (sum(c.offsets.values()), c.at_ms)).offsets
+
+
+def freshness(
+    produced: Produced, topic: str, commits: dict[int, Commit]
+) -> list[tuple[int, float]]:
+    """(commit time ms, seconds from produce to commit) of every record a commit covers."""
+    with produced.lock:
+        arrays = {
+            p: (np.frombuffer(bytes(produced.offsets[(t, p)]), dtype=np.int64),
+                np.frombuffer(bytes(produced.times_ms[(t, p)]), dtype=np.int64))
+            for (t, p) in produced.offsets if t == topic
+        }  # fmt: skip
+    out: list[tuple[int, float]] = []
+    previous: dict[int, int] = {}
+    for commit in sorted(commits.values(), key=lambda c: (c.at_ms, sum(c.offsets.values()))):
+        for partition, next_offset in commit.offsets.items():
+            low = previous.get(partition, 0)
+            previous[partition] = max(low, next_offset)
+            if partition not in arrays:
+                continue
+            offsets, times = arrays[partition]
+            mask = (offsets >= low) & (offsets < next_offset)
+            for latency in (commit.at_ms - times[mask]) / 1000.0:
+                out.append((commit.at_ms, float(latency)))
+    return out
+
+
+@dataclass
+class TableFigures:
+    metadata_bytes: int = 0
+    metadata_files: int = 0
+    manifests: int = 0
+    data_files: int = 0
+    delete_files: int = 0
+    snapshots: int = 0
+    plan_pyiceberg_s: float = 0.0
+    plan_duckdb_s: float = 0.0
+
+
+def median_time(action: Callable[[], object], times: int = 3) -> float:
+    spent = []
+    for _ in range(times):
+        began = time.perf_counter()
+        action()
+        spent.append(time.perf_counter() - began)
+    return statistics.median(spent)
+
+
+def table_figures(table: Any, duck: Any) -> TableFigures:
+    metadata = table.metadata
+    location = table.metadata_location.removeprefix("file://")
+    folder = Path(location).parent
+    current = table.current_snapshot()
+    summary = current.summary.additional_properties if current and current.summary else {}
+    figures = TableFigures(
+        metadata_bytes=Path(location).stat().st_size,
+        metadata_files=len(list(folder.glob("*.metadata.json"))),
+        manifests=len(current.manifests(table.io)) if current else 0,
+        data_files=int(summary.get("total-data-files", 0)),
+        delete_files=int(summary.get("total-delete-files", 0)),
+        snapshots=len(metadata.snapshots),
+    )
+    figures.plan_pyiceberg_s = median_time(lambda: list(table.scan().plan_files()))
+    query = f"EXPLAIN SELECT count(*) FROM iceberg_scan('{location}')"
+    figures.plan_duckdb_s = median_time(lambda: duck.execute(query).fetchall())
+    return figures
+
+
+# --- the soak -----------------------------------------------------------------------
+
+
+@dataclass
+class Window:
+    index: int
+    cycles: list[float] = field(default_factory=list)
+    fresh: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0
+    seconds: float = 0.0
+    tables: dict[str, TableFigures] = field(default_factory=dict)
+    commits: int = 0
+
+    def p(self, values: list[float], q: float) -> float:
+        return float(np.percentile(values, q)) if values else float("nan")
+
+    @property
+    def plan_s(self) -> float:
+        return sum(f.plan_pyiceberg_s for f in self.tables.values())
+
+    @property
+    def rss_median(self) -> float:
+        return statistics.median(self.rss) if self.rss else float("nan")
+
+
+def print_window(w: Window, load: float) -> None:
+    print(
+        f"window {w.index}{' (warm-up)' if w.index == 0 else ''}: {w.commits} commits, "
+        f"commit p50 {w.p(w.cycles, 50):.2f} s p95 {w.p(w.cycles, 95):.2f} s, "
+        f"freshness p95 {w.p(w.fresh, 95):.2f} s, run tree RSS {w.rss_median / 2**20:.0f} MB "
+        f"(max {max(w.rss, default=0) / 2**20:.0f}), CPU {w.cpu_s / max(w.seconds, 1e-9):.2f} "
+        f"cores, load {load:.1f}",
+        flush=True,
+    )
+    for name, f in w.tables.items():
+        print(
+            f"  {name}: metadata.json {f.metadata_bytes:,} B, {f.metadata_files} metadata "
+            f"files, {f.snapshots} snapshots, {f.manifests} manifests, {f.data_files} data "
+            f"files, {f.delete_files} delete files, plan pyiceberg {f.plan_pyiceberg_s * 1000:.0f}"
+            f" ms duckdb {f.plan_duckdb_s * 1000:.0f} ms",
+            flush=True,
+        )
+
+
+def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
+    if args.accelerated:
+        tables = [SoakTable("accelerated", "soak_accelerated", "append")]
+        interval = "100ms"
+    else:
+        tables = [
+            SoakTable(f"t{i}_{KINDS[i % len(KINDS)]}", f"soak_{i}", KINDS[i % len(KINDS)])
+            for i in range(args.tables)
+        ]
+        interval = args.interval
+    broker.create_topics(bootstrap, {t.topic: PARTITIONS for t in tables})
+    root = work / "project"
+    write_project(root, bootstrap, url, tables, interval)
+    duck = duckdb_connection()
+    producer = SteadyProducer(bootstrap, url, tables, args.rate, args.keys)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    run = RunProcess(root, work / "run.log", env=env)
+    database = root / "warehouse" / "catalog.db"
+    deadline = time.monotonic() + 300
+    while not database.exists():  # the embedded catalog creates it when `run` starts
+        if run.proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"tableflow run did not start its catalog: see {work / 'run.log'}")
+        time.sleep(0.5)
+    catalog = open_sql_catalog(CATALOG, f"sqlite:///{database}", (root / "warehouse").as_uri())
+    commits: dict[str, dict[int, Commit]] = {t.name: {} for t in tables}
+    windows: list[Window] = []
+    cpu_seen: dict[int, float] = {}
+    started_mono, started_ms = time.monotonic(), time.time() * 1000
+    interval_s = 0.1 if args.accelerated else float(args.interval.rstrip("s"))
+    producer.start()
+    try:
+        window = Window(0)
+        window_began, cpu_before = time.monotonic(), 0.0
+        while True:
+            now = time.monotonic()
+            if run.proc.poll() is not None:
+                raise SystemExit(
+                    f"tableflow run exited ({run.proc.returncode}): see {work / 'run.log'}"
+                )
+            poll_tables(catalog, tables, commits)
+            window.rss.append(tree_rss_bytes(run.proc.pid))
+            total_commits = sum(len(c) for c in commits.values())
+            done = now - started_mono >= args.seconds or (
+                args.accelerated and total_commits >= args.commits
+            )
+            if now - window_began >= args.window or done:
+                tree_cpu_seconds(run.proc.pid, cpu_seen)
+                cpu_now = sum(cpu_seen.values())
+                window.cpu_s, cpu_before = cpu_now - cpu_before, cpu_now
+                window.seconds = now - window_began
+                names = [t.name for t in tables]
+                if any(t.kind == "checked" for t in tables):
+                    names.append(DLQ_TABLE)  # a commit per cycle that dead-letters
+                for name in names:
+                    try:
+                        loaded = catalog.load_table((NAMESPACE, name))
+                    except Exception:
+                        continue
+                    window.tables[name] = table_figures(loaded, duck)
+                windows.append(window)
+                window_began = time.monotonic()
+                window = Window(len(windows))
+                if done:
+                    break
+            time.sleep(2.0)
+    finally:
+        producer.stopping.set()
+        producer.join(120)
+    finished = wait_all_committed(catalog, tables, producer.produced, commits, timeout=300)
+    breakdown = rss_breakdown(run.proc.pid)
+    run.stop()  # SIGTERM: after the current cycle
+    fill_windows(windows, run, producer.produced, tables, commits, interval_s,
+                 started_mono, started_ms, args.window)  # fmt: skip
+    load = os.getloadavg()[0]
+    for w in windows:
+        print_window(w, load)
+    failed = sum(1 for _, line in run.cycles() if line.startswith(("Apply FAILED", "cycle failed")))
+    with run._changed:
+        lines = [line for _, line in run.lines]
+    retried = sum(1 for line in lines if "commit retried" in line or "commit was refused" in line)
+    maintained = sum(1 for line in lines if line.startswith("maintained "))
+    print(f"run cycles that failed: {failed}; commit conflicts retried: {retried}; "
+          f"maintenance runs: {maintained}")  # fmt: skip
+    print("run tree RSS at the end, by process: " + ", ".join(
+        f"{kind} {rss / 2**20:.0f} MB" for kind, rss in breakdown))  # fmt: skip
+    ok = finished and exactly_once(catalog, tables, producer.produced)
+    summary(windows, tables)
+    return 0 if ok else 1
+
+
+def rss_breakdown(root: int) -> list[tuple[str, int]]:
+    """RSS of each process of the run tree by what it is: the driver (Python), the
+    driver's JVM, Python workers (pyspark daemon and its forks), others."""
+    found: list[tuple[str, int]] = []
+    stack_ = [(root, "driver")]
+    while stack_:
+        pid, kind = stack_.pop()
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            rss = next(
+                int(line.split()[1]) * 1024
+                for line in status.splitlines()
+                if line.startswith("VmRSS:")
+            )
+            found.append((kind, rss))
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                for child in (task / "children").read_text().split():
+                    comm = Path(f"/proc/{child}/comm").read_text().strip()
+                    cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                    child_kind = (
+                        "driver JVM" if comm == "java"
+                        else "python workers" if kind in ("driver JVM", "python workers") or b"daemon" in cmdline
+                        else "other"
+                    )  # fmt: skip
+                    stack_.append((int(child), child_kind))
+        except (OSError, StopIteration, ValueError):
+            continue
+    totals: dict[str, int] = {}
+    for kind, rss in found:
+        totals[kind] = totals.get(kind, 0) + rss
+    return sorted(totals.items(), key=lambda item: -item[1])
+
+
+def poll_tables(
+    catalog: Any, tables: list[SoakTable], commits: dict[str, dict[int, Commit]]
+) -> None:
+    for t in tables:
+        try:
+            new_commits(catalog.load_table((NAMESPACE, t.name)), t.topic, commits[t.name])
+        except Exception:  # not created yet, or SQLite busy: next poll
+            continue
+
+
+def wait_all_committed(
+    catalog: Any,
+    tables: list[SoakTable],
+    produced: Produced,
+    commits: dict[str, dict[int, Commit]],
+    timeout: float,
+) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        poll_tables(catalog, tables, commits)
+        if all(
+            all(
+                committed(commits[t.name]).get(p, 0) >= o
+                for p, o in produced.next_offsets(t.topic).items()
+            )
+            for t in tables
+        ):
+            return True
+        time.sleep(1.0)
+    print("NOT everything was committed within the timeout")
+    return False
+
+
+def fill_windows(
+    windows: list[Window],
+    run: RunProcess,
+    produced: Produced,
+    tables: list[SoakTable],
+    commits: dict[str, dict[int, Commit]],
+    interval_s: float,
+    started_mono: float,
+    started_ms: float,
+    window_s: float,
+) -> None:
+    """Assign cycles (by end) and records' freshness (by commit time) to their windows."""
+
+    def index(offset_s: float) -> int:
+        return min(max(int(offset_s // window_s), 0), len(windows) - 1)
+
+    for start, end, line in run._schedule(interval_s):
+        if line.startswith("Apply"):
+            windows[index(end - started_mono)].cycles.append(end - start)
+    for t in tables:
+        for commit in commits[t.name].values():
+            windows[index((commit.at_ms - started_ms) / 1000)].commits += 1
+        for at_ms, latency in freshness(produced, t.topic, commits[t.name]):
+            windows[index((at_ms - started_ms) / 1000)].fresh.append(latency)
+
+
+def exactly_once(catalog: Any, tables: list[SoakTable], produced: Produced) -> bool:
+    """Every produced record once: in its table by (partition, offset), or in the
+    dead-letter table (checked tables); an upsert table holds each key's latest record."""
+    ok = True
+    dlq: dict[str, list[tuple[int, int]]] = {}
+    if any(t.kind == "checked" for t in tables):
+        rows = catalog.load_table((NAMESPACE, DLQ_TABLE)).scan().to_arrow().to_pylist()
+        for row in rows:
+            dlq.setdefault(row["source_topic"], []).append(
+                (row["source_partition"], row["source_offset"])
+            )
+    for t in tables:
+        rows = (
+            catalog.load_table((NAMESPACE, t.name))
+            .scan(selected_fields=("_kafka_partition", "_kafka_offset", "id"))
+            .to_arrow()
+        )
+        got = list(
+            zip(
+                rows["_kafka_partition"].to_pylist(), rows["_kafka_offset"].to_pylist(), strict=True
+            )
+        )
+        with produced.lock:
+            expected = {
+                (p, o)
+                for (topic, p), offsets in produced.offsets.items()
+                if topic == t.topic
+                for o in offsets
+            }
+            latest = dict(produced.latest.get(t.topic, {}))
+        if t.kind == "upsert":
+            want = set(latest.values())
+            good = len(got) == len(set(got)) == len(want) and set(got) == want
+            print(
+                f"exactly once: {t.name}: {len(got):,} rows, {len(want):,} keys, each its latest record: {'yes' if good else 'NO'}"
+            )
+        else:
+            landed = got + dlq.get(t.topic, [])
+            good = len(landed) == len(set(landed)) and set(landed) == expected
+            print(f"exactly once: {t.name}: {len(expected):,} produced, {len(got):,} in the table"
+                  f"{f', {len(dlq.get(t.topic, [])):,} dead-lettered' if t.kind == 'checked' else ''}"
+                  f", duplicates {len(landed) - len(set(landed))}, missing {len(expected - set(landed))}: "
+                  f"{'yes' if good else 'NO'}")  # fmt: skip
+        ok = ok and good
+    return ok
+
+
+def ratio(last: float, first: float) -> float:
+    return last / first if first > 0 else float("nan")
+
+
+def summary(windows: list[Window], tables: list[SoakTable]) -> None:
+    measured = [w for w in windows[1:] if w.cycles] or windows
+    first, last = measured[0], measured[-1]
+    ends = [f.metadata_bytes for f in windows[-1].tables.values()]
+    print(f"compared: window {first.index} (first after the warm-up) and window {last.index}")
+    print(
+        f"commit p95 last/first window: {ratio(last.p(last.cycles, 95), first.p(first.cycles, 95)):.2f}x"
+    )
+    print(f"scan plan last/first window: {ratio(last.plan_s, first.plan_s):.2f}x")
+    print(f"metadata.json bytes at the end: {max(ends, default=0)}")
+    print(f"rss last/first window: {ratio(last.rss_median, first.rss_median):.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tables", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=None, help="records/s per table")
+    parser.add_argument("--interval", default="1s")
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--window", type=float, default=120)
+    parser.add_argument("--keys", type=int, default=1000, help="keys of upsert tables")
+    parser.add_argument("--accelerated", action="store_true")
+    parser.add_argument("--commits", type=int, default=20_000)
+    parser.add_argument("--keep", type=Path, default=None, help="work directory to keep")
+    args = parser.parse_args()
+    if args.rate is None:
+        args.rate = 20.0 if args.accelerated else 100.0
+    print(f"soak: {vars(args)}, load at start {os.getloadavg()[0]:.1f}", flush=True)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        work_context: Any = _Kept(args.keep)
+    else:
+        work_context = tempfile.TemporaryDirectory(prefix="tableflow-soak-")
+    with work_context as name, stack(Path(name)) as (bootstrap, url):
+        code = soak(args, Path(name), bootstrap, url)
+    raise SystemExit(code)
+
+
+class _Kept:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> str:
+        return str(self.path)
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()
