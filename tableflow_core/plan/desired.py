@@ -47,6 +47,7 @@ def format_spec(fmt: Format) -> Any:
         version=fmt.version,
         message=fmt.message,
         json_columns=columns,
+        envelope=fmt.envelope,
     )
 
 

@@ -50,6 +50,8 @@ class FormatSpec(BaseModel):
     version: int | Literal["latest"] = "latest"
     message: str | None = None
     json_columns: tuple[JsonColumn, ...] | None = None
+    # `debezium`: each value is a Debezium change event (schemas/debezium.py, docs/cdc.md)
+    envelope: Literal["debezium"] | None = None
 
     @field_validator("json_columns")
     @classmethod
@@ -72,17 +74,31 @@ class FormatSpec(BaseModel):
         return self.subject or f"{topic}-{'key' if is_key else 'value'}"
 
 
-METADATA_COLUMNS: tuple[str, ...] = ("topic", "partition", "offset", "timestamp", "key", "headers")
+KAFKA_METADATA_COLUMNS: tuple[str, ...] = (
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "key",
+    "headers",
+)
+# A change event's metadata (`value.envelope: debezium`): its operation, the source's
+# commit timestamp, log position and transaction id; read from the event, not the record.
+CDC_METADATA_COLUMNS: tuple[str, ...] = ("cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id")
+METADATA_COLUMNS: tuple[str, ...] = (*KAFKA_METADATA_COLUMNS, *CDC_METADATA_COLUMNS)
 METADATA_PREFIX = "_kafka_"
+CDC_PREFIX = "_"
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
 HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
 
 
 def metadata_column_name(name: str) -> str:
-    """`offset` -> `_kafka_offset`."""
+    """`offset` -> `_kafka_offset`; `cdc_lsn` -> `_cdc_lsn`."""
     if name not in METADATA_COLUMNS:
         raise ValueError(f"unknown metadata column {name!r}; expected one of {METADATA_COLUMNS}")
+    if name in CDC_METADATA_COLUMNS:
+        return CDC_PREFIX + name
     return METADATA_PREFIX + name
 
 
@@ -95,5 +111,9 @@ def metadata_field(name: str, key_type: pa.DataType) -> pa.Field:
         "timestamp": UTC_MICROS,
         "key": key_type,
         "headers": HEADERS_TYPE,
+        "cdc_op": pa.string(),
+        "cdc_source_ts": UTC_MICROS,
+        "cdc_lsn": pa.int64(),
+        "cdc_tx_id": pa.int64(),
     }
     return pa.field(metadata_column_name(name), types[name], nullable=True)

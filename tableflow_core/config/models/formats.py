@@ -12,6 +12,9 @@ from tableflow_core.config.names import MAX_NAME_LENGTH
 
 FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
 REGISTRY_FORMATS = ("avro", "json_schema", "protobuf")
+# Change-data-capture envelopes a value may be wrapped in (docs/cdc.md).
+Envelope = Literal["debezium"]
+ENVELOPE_FORMATS = ("avro", "json_schema", "protobuf", "json")
 
 
 # Column types a plain-JSON column may declare (Iceberg type names), plus `decimal(P,S)`.
@@ -72,6 +75,12 @@ class Format(ConfigModel):
         None,
         description="Plain `json` only: the columns to extract; without it the raw JSON lands in `value`.",
     )
+    envelope: Envelope | None = Field(
+        None,
+        description="Value only: `debezium`: each record is a Debezium change event; the "
+        "table's columns are its `after` image's (docs/cdc.md). With `mode: upsert` the table "
+        "mirrors the source table, with `mode: append` it keeps every change.",
+    )
 
     @model_validator(mode="after")
     def _registry_fields_only_for_registry_formats(self) -> Format:
@@ -83,4 +92,13 @@ class Format(ConfigModel):
             raise ValueError("columns only apply to format json")
         if self.message is not None and self.format != "protobuf":
             raise ValueError("message only applies to format protobuf")
+        if self.envelope is not None and self.format not in ENVELOPE_FORMATS:
+            raise ValueError(
+                f"envelope {self.envelope} applies to formats {ENVELOPE_FORMATS}, not {self.format!r}"
+            )
+        if self.envelope is not None and self.columns is not None:
+            raise ValueError(
+                "columns do not apply to a Debezium envelope: its columns come from the "
+                "schema embedded in each record"
+            )
         return self

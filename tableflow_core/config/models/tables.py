@@ -47,7 +47,23 @@ class StartFrom(ConfigModel):
     )
 
 
-MetadataColumn = Literal["topic", "partition", "offset", "timestamp", "key", "headers"]
+MetadataColumn = Literal[
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "key",
+    "headers",
+    # Change events (`value.envelope: debezium`, docs/cdc.md)
+    "cdc_op",
+    "cdc_source_ts",
+    "cdc_lsn",
+    "cdc_tx_id",
+    "cdc_last_commit_lsn",
+]
+CDC_METADATA_COLUMNS = ("cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id", "cdc_last_commit_lsn")
+# A mirror (upsert) orders a key's changes by these (docs/cdc.md): always its columns.
+CDC_MIRROR_COLUMNS: tuple[MetadataColumn, ...] = ("cdc_last_commit_lsn", "cdc_lsn")
 TableFormatName = Literal["iceberg", "delta"]
 
 
@@ -173,7 +189,9 @@ class TableConfig(ConfigModel):
     )
     metadata_columns: list[MetadataColumn] | None = Field(
         None,
-        description="Kafka metadata columns to add: topic, partition, offset, timestamp, key, headers.",
+        description="Kafka metadata columns to add: topic, partition, offset, timestamp, key, "
+        "headers; for a Debezium envelope also cdc_op, cdc_source_ts, cdc_lsn, cdc_tx_id, "
+        "cdc_last_commit_lsn (docs/cdc.md).",
     )
     start_from: Literal["earliest", "latest"] | StartFrom | None = Field(
         None, description="Where a new table starts reading: earliest, latest or {timestamp: ...}."
@@ -240,6 +258,8 @@ class TableConfig(ConfigModel):
             raise ValueError("mode upsert needs key_columns")
         if self.mode != "upsert" and self.key_columns:
             raise ValueError("key_columns only apply to mode upsert")
+        if self.key is not None and self.key.envelope is not None:
+            raise ValueError("envelope applies to the value, not the key")
         # on_error dlq without a `dlq` here may inherit `defaults.dlq`: the loader checks
         # the resolved table (config/loader.py, _dead_letter_problems).
         return self
