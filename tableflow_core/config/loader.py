@@ -14,7 +14,12 @@ from tableflow_core.config.errors import ConfigError, ConfigProblem
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.config.models.files import ProjectConfig, TableFile
 from tableflow_core.config.models.formats import Format
-from tableflow_core.config.models.tables import TableConfig, TableDefaults, needs_dead_letter_target
+from tableflow_core.config.models.tables import (
+    CDC_MIRROR_COLUMNS,
+    TableConfig,
+    TableDefaults,
+    needs_dead_letter_target,
+)
 from tableflow_core.config.names import shown
 from tableflow_core.config.project import DevStackUse, Project, SourceLocation, Table
 from tableflow_core.config.rendering import (
@@ -319,14 +324,22 @@ def _resolve_table(
     metadata = (
         table.metadata_columns if table.metadata_columns is not None else defaults.metadata_columns
     )
+    value = table.value or defaults.value or Format(format="avro")
+    mode = table.mode or defaults.mode
+    if value.envelope is not None and mode == "upsert":
+        # A mirror keeps each row's source position: the order of a key's changes.
+        metadata = [
+            *(metadata or ()),
+            *(c for c in CDC_MIRROR_COLUMNS if c not in (metadata or ())),
+        ]
     return Table(
         name=table.name,
         topic=table.topic,
         namespace=tuple(namespace.split(".")),
         table=table.table or table.name,
-        value=table.value or defaults.value or Format(format="avro"),
+        value=value,
         key=table.key or defaults.key or Format(format="string"),
-        mode=table.mode or defaults.mode,
+        mode=mode,
         key_columns=tuple(table.key_columns),
         partition_by=tuple(table.partition_by),
         sort_by=tuple(table.sort_by),

@@ -33,6 +33,24 @@ POSITION_COLUMNS: dict[str, pa.DataType] = {
     PARTITION_COLUMN: pa.int32(),
     OFFSET_COLUMN: pa.int64(),
 }
+# A change stream's mirror (`value.envelope: debezium`, docs/cdc.md) orders a key's
+# changes by the source's position first: the LSN of the last transaction committed
+# before the change's (Debezium's `source.sequence[0]`), then the change's own LSN; two
+# changes of which either has no source position (a tombstone, another connector) are
+# ordered by the Kafka position alone. The columns are the rows' metadata columns.
+CDC_LAST_COMMIT_COLUMN = metadata_column_name("cdc_last_commit_lsn")
+CDC_LSN_COLUMN = metadata_column_name("cdc_lsn")
+CDC_POSITION_COLUMNS: dict[str, pa.DataType] = {
+    CDC_LAST_COMMIT_COLUMN: pa.int64(),
+    CDC_LSN_COLUMN: pa.int64(),
+}
+
+
+def order_columns(cdc: bool) -> dict[str, pa.DataType]:
+    """The columns a key's records are ordered by, in the order they compare."""
+    return {**CDC_POSITION_COLUMNS, **POSITION_COLUMNS} if cdc else dict(POSITION_COLUMNS)
+
+
 # The table beside an upsert table that remembers the position of each key's latest
 # delete (same namespace): `<table>__tableflow_deletes`.
 DELETES_SUFFIX = "__tableflow_deletes"

@@ -24,6 +24,7 @@ from tableflow_core.ingest.columns import BAD_RECORD_STRUCT, decoded_schema
 from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
 from tableflow_core.pipeline.key_values import key_row_fitter
 from tableflow_core.schemas.arrow_values import build_batch, storage_schema
+from tableflow_core.schemas.debezium import DELETE, OP_COLUMN
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.payloads import PayloadError, payload_decoder
 from tableflow_core.schemas.registry import RegistrySettings
@@ -238,11 +239,16 @@ class ChunkDecoder:
                 ) from exc
             raise PayloadError(f"key does not fit the key columns: {exc}") from exc
 
-    def _positions(self, chunk: MessageChunk, tombstone: bool) -> list[pa.Array]:
+    def _positions(self, chunk: MessageChunk, tombstone: bool | pa.Array) -> list[pa.Array]:
+        flags = (
+            pa.array([tombstone] * len(chunk), pa.bool_())
+            if isinstance(tombstone, bool)
+            else tombstone
+        )
         arrays = [
             pa.array(chunk.partitions, pa.int32()),
             pa.array(chunk.offsets, pa.int64()),
-            pa.array([tombstone] * len(chunk), pa.bool_()),
+            flags,
         ]
         if self._key is not None:  # upsert: the timestamp orders a key's records first
             stamps = [None if ts is None or ts < 0 else ts for ts in chunk.timestamps_ms]
@@ -253,6 +259,13 @@ class ChunkDecoder:
         self, batch: pa.RecordBatch, chunk: MessageChunk, keys: list[dict[str, Any]]
     ) -> pa.RecordBatch:
         columns = list(batch.columns)
+        deletes: bool | pa.Array = False
+        if batch.schema.names[-1] == OP_COLUMN:
+            # Change events: a delete's row is its key's delete on a mirror (a tombstone
+            # with the event's source position); the changelog keeps it as a row.
+            ops = columns.pop()
+            if self._key is not None:
+                deletes = pc.fill_null(pc.equal(ops, DELETE), False)
         if self._key is not None:
             # The value wins: a key column comes from the key only where the value has none.
             key_batch = self._key_arrays(keys)
@@ -262,7 +275,7 @@ class ChunkDecoder:
         if self._masks:
             columns = self._masks.apply(self._table, columns)
         n = len(chunk)
-        arrays = [*columns, *self._positions(chunk, False), pa.nulls(n, BAD_RECORD_STRUCT)]
+        arrays = [*columns, *self._positions(chunk, deletes), pa.nulls(n, BAD_RECORD_STRUCT)]
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)
 
     def _tombstones(self, chunk: MessageChunk, keys: list[dict[str, Any]]) -> pa.RecordBatch:

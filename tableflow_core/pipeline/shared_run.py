@@ -451,8 +451,9 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
     spec = run.member.spec
     started = time.monotonic()
     rows = read_upsert_rows(reports)
+    cdc = spec.value.envelope is not None
     deletes = DeletesTable(
-        catalog.catalog, (*spec.namespace, deletes_table(spec.table)), spec.key_columns
+        catalog.catalog, (*spec.namespace, deletes_table(spec.table)), spec.key_columns, cdc
     )
     if rows is None or rows.num_rows == 0:
         return MergedBatch()
@@ -463,6 +464,7 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
         spec.key_columns,
         deletes.read,
         file_io_properties(run.table.io.properties),
+        cdc,
     )
     run.timings["merge"] = time.monotonic() - started
     if delta.remembered is not None:

@@ -47,11 +47,14 @@ from tableflow_core.errors import IngestError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.ingest.upsert_order import (
+    CDC_LAST_COMMIT_COLUMN,
+    CDC_LSN_COLUMN,
     DELETES_TABLE_PROPERTIES,
     OFFSET_COLUMN,
     PARTITION_COLUMN,
     POSITION_COLUMNS,
     TIMESTAMP_COLUMN,
+    order_columns,
 )
 from tableflow_core.pipeline.data_files import write_data_files
 
@@ -97,7 +100,7 @@ class MergedBatch:
     files_key_only: int = 0
 
 
-def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+def latest_per_key(rows: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Table:
     """Each key's latest record of `rows` (decoded good rows and tombstones, with the
     source columns), its position in POSITION_COLUMNS, the tombstone flag kept and the
     other hidden columns dropped."""
@@ -114,35 +117,31 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     for name, values in positions.items():
         table = table.append_column(name, values)
     table = table.append_column(TOMBSTONE_COLUMN, rows.column(TOMBSTONE_COLUMN))
-    return latest_of_each_key(table, keys)
+    return latest_of_each_key(table, keys, cdc)
 
 
-def latest_of_each_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Each key's latest row of `table` (key columns and POSITION_COLUMNS, with anything
+def latest_of_each_key(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Table:
+    """Each key's latest row of `table` (key columns and the order columns, with anything
     else): the batch's latest records, or the deletes table's latest delete per key."""
     if table.num_rows == 0:
         return table
-    ordered = table.take(_latest_first(table, keys))
+    ordered = table.take(_latest_first(table, keys, cdc))
     return ordered.filter(pa.array(_first_of_each_key(ordered, keys)))
 
 
-def _latest_first(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Array:
     """Row order: by key, then each key's records latest first (a record without a
-    timestamp is the earliest; `table` holds the key and POSITION_COLUMNS)."""
+    timestamp, or without a source position, is the earliest; `table` holds the key and
+    the order columns)."""
     ts, partition, offset, _ = _position_arrays(table)
-    order = pa.table(
-        {
-            **{f"k{i}": table.column(k) for i, k in enumerate(keys)},
-            "t": ts,
-            "p": partition,
-            "o": offset,
-        }
-    )
+    positions = {"t": ts, "p": partition, "o": offset}
+    if cdc:
+        commit, lsn, _ = _cdc_arrays(table)
+        positions = {"c": commit, "l": lsn, **positions}
+    order = pa.table({**{f"k{i}": table.column(k) for i, k in enumerate(keys)}, **positions})
     sort_keys = [
         *((f"k{i}", "ascending") for i in range(len(keys))),
-        ("t", "descending"),
-        ("p", "descending"),
-        ("o", "descending"),
+        *((name, "descending") for name in positions),
     ]
     return pc.sort_indices(order, sort_keys=sort_keys)
 
@@ -183,12 +182,31 @@ def _position_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarra
     )
 
 
-def later(new: pa.Table, old: pa.Table) -> np.ndarray:
-    """Row by row: `new`'s position comes after `old`'s (write_upsert.later's rule)."""
+def _cdc_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(last commit LSN, LSN, has a source position) of each row of a change stream's
+    batch or table; a missing LSN sorts first."""
+    lsn = table.column(CDC_LSN_COLUMN)
+    return (
+        pc.fill_null(table.column(CDC_LAST_COMMIT_COLUMN), _EARLIEST).to_numpy(),
+        pc.fill_null(lsn, _EARLIEST).to_numpy(),
+        lsn.is_valid().to_numpy(zero_copy_only=False),
+    )
+
+
+def later(new: pa.Table, old: pa.Table, cdc: bool = False) -> np.ndarray:
+    """Row by row: `new`'s position comes after `old`'s (write_upsert.later's rule). With
+    `cdc`, by source position when both have one, the Kafka position breaking ties;
+    otherwise by Kafka position alone."""
     nt, np_, no, _ = _position_arrays(new)
     ot, op, oo, old_unknown = _position_arrays(old)
-    after = (nt > ot) | ((nt == ot) & ((np_ > op) | ((np_ == op) & (no > oo))))
-    return np.asarray(old_unknown | after, dtype=bool)
+    after = old_unknown | (nt > ot) | ((nt == ot) & ((np_ > op) | ((np_ == op) & (no > oo))))
+    if cdc:
+        nc, nl, new_has = _cdc_arrays(new)
+        oc, ol, old_has = _cdc_arrays(old)
+        same = (nc == oc) & (nl == ol)
+        source_after = (nc > oc) | ((nc == oc) & (nl > ol)) | (same & after)
+        after = np.where(new_has & old_has, source_after, after)
+    return np.asarray(after, dtype=bool)
 
 
 def _match(
@@ -226,15 +244,22 @@ class _FileMatches:
 class _Scan:
     """The table's data files at the run's base snapshot matched against the batch."""
 
-    def __init__(self, table: Any, snapshot_id: int, latest: pa.Table, keys: Sequence[str]):
+    def __init__(
+        self, table: Any, snapshot_id: int, latest: pa.Table, keys: Sequence[str], cdc: bool
+    ):
         self.table = table
         self.snapshot_id = snapshot_id
         self.latest = latest
         self.keys = tuple(keys)
+        self.cdc = cdc
+        self.positions = tuple(order_columns(cdc))
         schema = table.schema()  # field ids never change: any schema's are the current's
-        self.field_ids = {name: schema.find_field(name).field_id for name in (*keys, *POSITIONS)}
+        self.field_ids = {
+            name: schema.find_field(name).field_id for name in (*keys, *self.positions)
+        }
         self._deletes: dict[str, dict[str, pa.ChunkedArray]] = {}
-        self._earliest = earliest_timestamp(latest)
+        # A change stream's order is the source's: a later Kafka timestamp says nothing.
+        self._earliest = None if cdc else earliest_timestamp(latest)
 
     def tasks(self) -> list[Any]:
         try:
@@ -296,7 +321,7 @@ class _Scan:
 
     def match_file(self, task: Any) -> _FileMatches:
         key_only = self.older_than_batch(task.file)
-        names = self.keys if key_only else (*self.keys, *POSITIONS)
+        names = self.keys if key_only else (*self.keys, *self.positions)
         stored = self.read(task.file.file_path, names)
         rows, batch_rows = _match(stored, self.latest, self.keys)
         if len(rows) and task.delete_files:
@@ -305,30 +330,32 @@ class _Scan:
         if key_only:
             newer = np.ones(len(rows), dtype=bool)
         else:
-            newer = later(self.latest.take(pa.array(batch_rows)), stored.take(pa.array(rows)))
+            newer = later(
+                self.latest.take(pa.array(batch_rows)), stored.take(pa.array(rows)), self.cdc
+            )
         return _FileMatches(
             task.file.file_path, rows[newer], batch_rows, batch_rows[newer], key_only
         )
 
 
-def after_remembered(candidates: pa.Table, deletes: pa.Table, keys: Sequence[str]) -> np.ndarray:
+def after_remembered(
+    candidates: pa.Table, deletes: pa.Table, keys: Sequence[str], cdc: bool = False
+) -> np.ndarray:
     """Row by row: the candidate comes after its key's latest remembered delete, or at its
     very position (a delete remembered by a run that did not publish), or its key has
     none."""
     keep = np.ones(candidates.num_rows, dtype=bool)
     if candidates.num_rows == 0 or deletes.num_rows == 0:
         return keep
-    latest_deletes = latest_of_each_key(deletes, keys)
+    latest_deletes = latest_of_each_key(deletes, keys, cdc)
+    names = [*keys, *order_columns(cdc)]
     typed = pa.table(
-        [
-            latest_deletes.column(n).cast(candidates.schema.field(n).type)
-            for n in (*keys, *POSITIONS)
-        ],
-        names=[*keys, *POSITIONS],
+        [latest_deletes.column(n).cast(candidates.schema.field(n).type) for n in names],
+        names=names,
     )
     rows, delete_rows = _match(candidates, typed, keys)
     if len(rows):
-        earlier = later(typed.take(pa.array(delete_rows)), candidates.take(pa.array(rows)))
+        earlier = later(typed.take(pa.array(delete_rows)), candidates.take(pa.array(rows)), cdc)
         keep[rows[earlier]] = False
     return keep
 
@@ -340,24 +367,26 @@ def merge_batch(
     keys: Sequence[str],
     read_deletes: Callable[[pa.Table], pa.Table | None],
     io_properties: Mapping[str, str],
+    cdc: bool = False,
 ) -> MergedBatch:
     """The batch (`rows`: decoded good rows and tombstones) merged into `table` as it is at
     `base_snapshot_id` (None: a table without rows): the files to publish.
     `read_deletes(candidates)` gives the deletes table's rows that may come after some of
     the candidates (the batch's records of keys the table does not hold; None: the table
-    has no deletes table)."""
+    has no deletes table). `cdc`: a change stream's mirror, ordered by source position
+    first (ingest/upsert_order.py)."""
     if table.metadata.format_version != 2:
         raise DriverMergeUnsupported(
             f"format version {table.metadata.format_version} (position delete files are v2's)"
         )
-    latest = latest_per_key(rows, keys)
+    latest = latest_per_key(rows, keys, cdc)
     n = latest.num_rows
     tombstone = latest.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
     held, newer = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     delta = MergedBatch()
     to_delete: list[_FileMatches] = []
     if base_snapshot_id is not None and n:
-        scan = _Scan(table, base_snapshot_id, latest, keys)
+        scan = _Scan(table, base_snapshot_id, latest, keys, cdc)
         tasks = scan.tasks()
         with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-merge") as pool:
             for matches in pool.map(scan.match_file, tasks):
@@ -373,7 +402,7 @@ def merge_batch(
         candidates = latest.take(pa.array(where))
         remembered = read_deletes(candidates)
         if remembered is not None:
-            fresh[where] = after_remembered(candidates, remembered, keys)
+            fresh[where] = after_remembered(candidates, remembered, keys, cdc)
     insert = ((held & newer) | fresh) & ~tombstone
     columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
     inserted = latest.filter(pa.array(insert)).select(columns)
@@ -386,7 +415,7 @@ def merge_batch(
         )
         delta.rows_deleted += len(matches.positions)
     if tombstone.any():
-        delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *POSITIONS])
+        delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
     return delta
 
 
@@ -429,10 +458,13 @@ class DeletesTable:
     """The deletes table beside an upsert table (ingest/upsert_order.deletes_table), read
     and appended to through pyiceberg."""
 
-    def __init__(self, catalog: Any, identifier: tuple[str, ...], keys: Sequence[str]) -> None:
+    def __init__(
+        self, catalog: Any, identifier: tuple[str, ...], keys: Sequence[str], cdc: bool = False
+    ) -> None:
         self._catalog = catalog
         self._identifier = identifier
         self._keys = tuple(keys)
+        self._cdc = cdc
 
     def read(self, candidates: pa.Table) -> pa.Table | None:
         """Its rows (key columns and position) that may come after one of `candidates`
@@ -446,11 +478,13 @@ class DeletesTable:
         if not self._catalog.table_exists(self._identifier):
             return None
         table = self._catalog.load_table(self._identifier)
-        micros = earliest_timestamp(candidates)
+        # A change stream's deletes are ordered by source position: all are read.
+        micros = None if self._cdc else earliest_timestamp(candidates)
         row_filter: Any = AlwaysTrue()
         if micros is not None:  # a long binds to a timestamptz column as epoch micros
             row_filter = GreaterThanOrEqual(term=TIMESTAMP_COLUMN, value=micros)
-        scan = table.scan(row_filter=row_filter, selected_fields=(*self._keys, *POSITIONS))
+        selected = (*self._keys, *order_columns(self._cdc))
+        scan = table.scan(row_filter=row_filter, selected_fields=selected)
         return scan.to_arrow()
 
     def remember(self, rows: pa.Table) -> None:

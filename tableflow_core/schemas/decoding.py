@@ -25,8 +25,10 @@ import pyarrow as pa
 
 from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.messages import MessageChunk
+from tableflow_core.schemas import debezium
 from tableflow_core.schemas.arrow_values import TemporalAs, storage_schema
 from tableflow_core.schemas.formats import (
+    CDC_METADATA_COLUMNS,
     METADATA_PREFIX,
     FormatSpec,
     metadata_column_name,
@@ -127,6 +129,11 @@ class _Decoder:
             as_columns=True,
             message=protobuf_message(self._target, "value"),
         )
+        if spec.value.envelope == "debezium":
+            # Change events: each row is the event's image, its operation in a hidden column
+            # after the table's (schemas/debezium.py).
+            self._values = debezium.DebeziumPayloadDecoder(self._values)
+            self._target = self._target.append(pa.field(debezium.OP_COLUMN, pa.string()))
         self._keys: PayloadDecoder | None = None
         metadata = set(spec.metadata_columns)
         if "key" in metadata:
@@ -144,14 +151,16 @@ class _Decoder:
                     f"metadata column {metadata_column_name(column)} is not in the target schema"
                 )
         temporal: dict[str, TemporalAs] = {
-            name: self._values.temporal for name in names if not name.startswith(METADATA_PREFIX)
+            name: self._values.temporal
+            for name in names
+            if not name.startswith(METADATA_PREFIX) and name not in debezium.EVENT_COLUMNS
         }
         key_column = metadata_column_name("key")
         if self._keys is not None:
             temporal[key_column] = self._keys.temporal
         self._storage = storage_schema(self._target, temporal)
         # Value columns come from the payload rows; metadata columns from the chunk's columns.
-        by_name = {metadata_column_name(c): c for c in metadata}
+        by_name = {metadata_column_name(c): c for c in metadata if c not in CDC_METADATA_COLUMNS}
         self._sources: list[str | None] = [by_name.get(f.name) for f in self._storage]
         self._value_storage = pa.schema(
             [f for f, source in zip(self._storage, self._sources, strict=True) if source is None]

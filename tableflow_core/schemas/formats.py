@@ -84,7 +84,13 @@ KAFKA_METADATA_COLUMNS: tuple[str, ...] = (
 )
 # A change event's metadata (`value.envelope: debezium`): its operation, the source's
 # commit timestamp, log position and transaction id; read from the event, not the record.
-CDC_METADATA_COLUMNS: tuple[str, ...] = ("cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id")
+CDC_METADATA_COLUMNS: tuple[str, ...] = (
+    "cdc_op",
+    "cdc_source_ts",
+    "cdc_lsn",
+    "cdc_tx_id",
+    "cdc_last_commit_lsn",
+)
 METADATA_COLUMNS: tuple[str, ...] = (*KAFKA_METADATA_COLUMNS, *CDC_METADATA_COLUMNS)
 METADATA_PREFIX = "_kafka_"
 CDC_PREFIX = "_"
@@ -115,5 +121,6 @@ def metadata_field(name: str, key_type: pa.DataType) -> pa.Field:
         "cdc_source_ts": UTC_MICROS,
         "cdc_lsn": pa.int64(),
         "cdc_tx_id": pa.int64(),
+        "cdc_last_commit_lsn": pa.int64(),
     }
     return pa.field(metadata_column_name(name), types[name], nullable=True)

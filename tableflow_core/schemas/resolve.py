@@ -18,9 +18,9 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from tableflow_core.errors import TableflowError
 from tableflow_core.redaction import redact_url
-from tableflow_core.schemas import avro_types, json_schema_types, protobuf_types
+from tableflow_core.schemas import avro_types, debezium, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError
-from tableflow_core.schemas.formats import FormatSpec, metadata_field
+from tableflow_core.schemas.formats import CDC_METADATA_COLUMNS, FormatSpec, metadata_field
 from tableflow_core.schemas.plain_json import json_fields
 from tableflow_core.schemas.references import SERIALIZED, fetch_version, self_contained_text
 from tableflow_core.schemas.registry import RegistrySettings
@@ -79,7 +79,23 @@ def resolve_schema(
     messages: dict[bytes, bytes] = {}
     if value_message is not None:
         messages[PROTOBUF_MESSAGE_METADATA["value"]] = value_message.encode("utf-8")
-    if is_record:
+    cdc = [c for c in metadata_columns if c in CDC_METADATA_COLUMNS]
+    if cdc and value.envelope is None:
+        raise SchemaResolutionError(
+            f"topic {topic!r}: metadata columns {cdc} come from change events: they need "
+            "`value: {..., envelope: debezium}`"
+        )
+    if value.envelope == "debezium":
+        where = (
+            f"subject {registered.subject!r} version {registered.version}"
+            if registered
+            else "value"
+        )
+        try:
+            fields = debezium.after_fields(value_type, where)
+        except debezium.NotAnEnvelope as exc:
+            raise SchemaResolutionError(f"topic {topic!r}: {exc}") from None
+    elif is_record:
         assert isinstance(value_type, pa.StructType)
         fields = [value_type.field(i) for i in range(value_type.num_fields)]
     else:

@@ -40,9 +40,12 @@ from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTI
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
 from tableflow_core.ingest.stages import Write
 from tableflow_core.ingest.upsert_order import (
+    CDC_LAST_COMMIT_COLUMN,
+    CDC_LSN_COLUMN,
     DELETES_TABLE_PROPERTIES,
     POSITION_COLUMNS,
     deletes_table,
+    order_columns,
 )
 from tableflow_core.pipeline.batch import Batch, StageContext
 from tableflow_core.pipeline.runners.write import write_mode
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 _RANK = "__tf_rank"
 # Before any Kafka timestamp: where a record without one sorts.
 _FIRST = "TIMESTAMP'0001-01-01 00:00:00Z'"
+_NO_LSN = "-9223372036854775808L"  # where a change without a source position sorts
 _DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to the batch
 # A batch read from at most this many Kafka records (an upper bound of its keys, known
 # before reading) takes the broadcast way (`append_new_keys`, then a WHEN MATCHED-only
@@ -63,10 +67,13 @@ _DELETED_AT = "__tf_deleted_at"  # a key's latest remembered delete, joined to t
 BROADCAST_RECORDS = 500_000
 
 
-def later(new: str, old: str) -> str:
+def later(new: str, old: str, cdc: bool = False) -> str:
     """SQL: the record at position `new.*` comes after the one at `old.*` (a NULL
-    position, a row written before the table kept positions, is earlier than any)."""
+    position, a row written before the table kept positions, is earlier than any). With
+    `cdc` (a change stream's mirror): by source position when both have one, the Kafka
+    position breaking ties; else by the Kafka position (ingest/upsert_order.py)."""
     ts, partition, offset = (quote_ident(c) for c in POSITION_COLUMNS)
+    commit, lsn = quote_ident(CDC_LAST_COMMIT_COLUMN), quote_ident(CDC_LSN_COLUMN)
 
     def position(side: str) -> str:
         return (
@@ -74,7 +81,19 @@ def later(new: str, old: str) -> str:
             f"'p', {side}.{partition}, 'o', {side}.{offset})"
         )
 
-    return f"({old}.{offset} IS NULL OR {position(new)} > {position(old)})"
+    def source_position(side: str) -> str:
+        return (
+            f"named_struct('c', coalesce({side}.{commit}, {_NO_LSN}), 'l', {side}.{lsn}, "
+            f"'k', {position(side)})"
+        )
+
+    kafka = f"({old}.{offset} IS NULL OR {position(new)} > {position(old)})"
+    if not cdc:
+        return kafka
+    both = f"{new}.{lsn} IS NOT NULL AND {old}.{lsn} IS NOT NULL"
+    return (
+        f"(CASE WHEN {both} THEN {source_position(new)} > {source_position(old)} ELSE {kafka} END)"
+    )
 
 
 def merge_sql(
@@ -83,6 +102,7 @@ def merge_sql(
     columns: list[str],
     key_columns: tuple[str, ...],
     insert: bool = True,
+    cdc: bool = False,
 ) -> str:
     """MERGE the batch's latest record per key (view `source`) into `target`: delete or
     update a key's row for a later record; with `insert`, insert the keys it lacks."""
@@ -91,7 +111,7 @@ def merge_sql(
     names = ", ".join(quote_ident(c) for c in columns)
     values = ", ".join(f"s.{quote_ident(c)}" for c in columns)
     tombstone = f"s.{quote_ident(TOMBSTONE_COLUMN)}"
-    newer = later("s", "t")
+    newer = later("s", "t", cdc)
     sql = (
         f"MERGE INTO {target} t USING {quote_ident(source)} s ON {on} "
         f"WHEN MATCHED AND {tombstone} AND {newer} THEN DELETE "
@@ -118,7 +138,11 @@ def _keys_match(left: DataFrame, right: DataFrame, keys: tuple[str, ...]) -> Col
 
 
 def _new_keys(
-    target: DataFrame, latest: DataFrame, keys: tuple[str, ...], deletes: DataFrame | None
+    target: DataFrame,
+    latest: DataFrame,
+    keys: tuple[str, ...],
+    deletes: DataFrame | None,
+    cdc: bool,
 ) -> DataFrame:
     """The batch's latest records (not tombstones) of keys the table does not hold and that
     come after their key's latest remembered delete (`deletes`: the deletes table, when
@@ -136,17 +160,22 @@ def _new_keys(
     fresh = fresh.where(~F.col(TOMBSTONE_COLUMN))
     # The deletes read for the batch's keys (cached), not for `fresh`'s: broadcasting
     # `fresh`'s keys would compute it, and read the table, a second time.
-    return fresh if deletes is None else _after_deletes(fresh, deletes, keys, latest)
+    return fresh if deletes is None else _after_deletes(fresh, deletes, keys, latest, cdc)
 
 
 def _run_merge(
-    spark: SparkSession, target: str, latest: DataFrame, keys: tuple[str, ...], insert: bool
+    spark: SparkSession,
+    target: str,
+    latest: DataFrame,
+    keys: tuple[str, ...],
+    insert: bool,
+    cdc: bool,
 ) -> None:
     columns = [c for c in latest.columns if not is_hidden(c)]
     view = f"tableflow_upsert_{uuid.uuid4().hex}"
     latest.createOrReplaceTempView(view)
     try:
-        spark.sql(merge_sql(target, view, columns, keys, insert=insert))
+        spark.sql(merge_sql(target, view, columns, keys, insert=insert, cdc=cdc))
     finally:
         spark.catalog.dropTempView(view)
 
@@ -169,17 +198,23 @@ def append_new_keys(
     from pyspark.sql import functions as F
 
     target = context.branch_identifier
+    cdc = _is_change_stream(context)
     columns = [F.col(quote_ident(c)) for c in latest.columns if not is_hidden(c)]
     if context.base_rows == 0:  # a first run: every key is new
         fresh = latest.where(~F.col(TOMBSTONE_COLUMN))
         if deletes is not None:
-            fresh = _after_deletes(fresh, deletes, keys, latest)
+            fresh = _after_deletes(fresh, deletes, keys, latest, cdc)
     else:
-        fresh = _new_keys(context.spark.table(target), latest, keys, deletes)
+        fresh = _new_keys(context.spark.table(target), latest, keys, deletes, cdc)
     fresh.select(*columns).writeTo(target).append()
 
 
-def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
+def _is_change_stream(context: StageContext) -> bool:
+    """The table mirrors a change stream: its order is the source's first."""
+    return context.spec.value.envelope is not None
+
+
+def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...], cdc: bool) -> DataFrame:
     """Each key's latest record of the batch, with its position in POSITION_COLUMNS."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -192,8 +227,13 @@ def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
             offset: F.col(SOURCE_OFFSET_COLUMN).cast("long"),
         }
     )
+    source = (
+        [F.col(quote_ident(c)).desc_nulls_last() for c in (CDC_LAST_COMMIT_COLUMN, CDC_LSN_COLUMN)]
+        if cdc
+        else []
+    )
     latest_first = Window.partitionBy(*[F.col(quote_ident(k)) for k in key_columns]).orderBy(
-        F.col(ts).desc_nulls_last(), F.col(partition).desc(), F.col(offset).desc()
+        *source, F.col(ts).desc_nulls_last(), F.col(partition).desc(), F.col(offset).desc()
     )
     return (
         positioned.withColumn(_RANK, F.row_number().over(latest_first))
@@ -202,18 +242,43 @@ def _latest_per_key(good: DataFrame, key_columns: tuple[str, ...]) -> DataFrame:
     )
 
 
-def _position() -> Column:
-    """A record's position (POSITION_COLUMNS) as one comparable value."""
+def _position(cdc: bool = False) -> Column:
+    """A record's position (POSITION_COLUMNS; with `cdc` its source position first) as one
+    comparable value."""
     from pyspark.sql import functions as F
 
     ts, partition, offset = (F.col(quote_ident(c)) for c in POSITION_COLUMNS)
-    return F.struct(
+    kafka = F.struct(
         F.coalesce(ts, F.expr(_FIRST)).alias("t"), partition.alias("p"), offset.alias("o")
+    )
+    if not cdc:
+        return kafka
+    commit, lsn = (F.col(quote_ident(c)) for c in (CDC_LAST_COMMIT_COLUMN, CDC_LSN_COLUMN))
+    return F.struct(
+        F.coalesce(commit, F.expr(_NO_LSN)).alias("c"),
+        F.coalesce(lsn, F.expr(_NO_LSN)).alias("l"),
+        kafka.alias("k"),
     )
 
 
+def _at_or_after(position: Column, deleted_at: Column, cdc: bool) -> Column:
+    """`position` (a `_position(cdc)` value) is at or after `deleted_at`'s: by source
+    position when both have one, else by Kafka position."""
+    from pyspark.sql import functions as F
+
+    if not cdc:
+        return position >= deleted_at
+    no_lsn = F.expr(_NO_LSN)
+    both = (position["l"] != no_lsn) & (deleted_at["l"] != no_lsn)
+    return F.when(both, position >= deleted_at).otherwise(position["k"] >= deleted_at["k"])
+
+
 def _after_deletes(
-    latest: DataFrame, deletes: DataFrame, keys: tuple[str, ...], read_for: DataFrame | None
+    latest: DataFrame,
+    deletes: DataFrame,
+    keys: tuple[str, ...],
+    read_for: DataFrame | None,
+    cdc: bool = False,
 ) -> DataFrame:
     """The records of `latest` that come after their key's latest remembered delete (or
     whose key has none): an older one would bring back a row a later delete removed.
@@ -229,7 +294,7 @@ def _after_deletes(
         deletes = deletes.join(F.broadcast(batch_keys), match, "left_semi")
     remembered = deletes.groupBy(
         *[F.col(quote_ident(k)).alias(f"{_DELETED_AT}k{i}") for i, k in enumerate(keys)]
-    ).agg(F.max(_position()).alias(_DELETED_AT))
+    ).agg(F.max(_position(cdc)).alias(_DELETED_AT))
     on: Column | None = None
     for i, k in enumerate(keys):
         term = F.col(quote_ident(k)) == F.col(f"{_DELETED_AT}k{i}")
@@ -237,7 +302,7 @@ def _after_deletes(
     joined = latest.join(remembered, on=on, how="left")
     deleted_at = F.col(_DELETED_AT)
     # At the same position: the very delete, remembered by a run that did not publish.
-    keep = deleted_at.isNull() | (_position() >= deleted_at)
+    keep = deleted_at.isNull() | _at_or_after(_position(cdc), deleted_at, cdc)
     return joined.where(keep).select(*latest.columns)
 
 
@@ -256,8 +321,9 @@ def _remember_deletes(
     from pyspark.sql import functions as F
 
     spark = context.spark
+    order = order_columns(_is_change_stream(context))
     rows = latest.where(F.col(TOMBSTONE_COLUMN)).select(
-        *[F.col(quote_ident(c)) for c in (*keys, *POSITION_COLUMNS)]
+        *[F.col(quote_ident(c)) for c in (*keys, *order)]
     )
     target = existing or deletes_table(context.spec.identifier)
     if existing is None:
@@ -286,6 +352,7 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     assert batch.good is not None
     spark = context.spark
     keys = spec.key_columns
+    cdc = _is_change_stream(context)
     small = broadcasts(sum(r.size for r in context.ranges))
     deletes = _deletes_of(context)
     # Read by the deletes' join, the write(s), then the deletes' append when the batch
@@ -297,7 +364,7 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
             frame.unpersist()
 
     context.cleanups.append(release)
-    latest = _latest_per_key(batch.good, keys).persist()
+    latest = _latest_per_key(batch.good, keys, cdc).persist()
     cached.append(latest)
     # Filled by one plain action: the stages' observed counts (decode, transforms) come
     # from the first query that reads the batch, and the strategies' first queries read
@@ -311,7 +378,7 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     if small:
         append_new_keys(context, latest, keys, remembered)
     elif remembered is not None:
-        latest = _after_deletes(latest, remembered, keys, None).persist()
+        latest = _after_deletes(latest, remembered, keys, None, cdc).persist()
         cached.append(latest)
         latest.count()
     context.timings["merge"] = time.perf_counter() - started
@@ -324,9 +391,9 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     # it from the cache; after the MERGE it read and decoded Kafka again).
     started = time.perf_counter()
     if not small:  # one MERGE, the table's key and position columns shuffled
-        _run_merge(spark, context.branch_identifier, latest, keys, insert=True)
+        _run_merge(spark, context.branch_identifier, latest, keys, insert=True, cdc=cdc)
     elif context.base_rows != 0:  # a first run only appends
-        _run_merge(spark, context.branch_identifier, latest, keys, insert=False)
+        _run_merge(spark, context.branch_identifier, latest, keys, insert=False, cdc=cdc)
     context.timings["merge"] += time.perf_counter() - started
     crash_point("after_merge")
     return batch
