@@ -197,7 +197,15 @@ def _arrow_type(
                 registry,
                 lambda: protobuf_types.file_descriptor_for(schema, registry.client()),
             )
-            descriptor = protobuf_types.message_by_name(file, spec.message)
+            message = spec.message
+            if (
+                message is None
+                and spec.envelope == "debezium"
+                and len(file.message_types_by_name) > 1
+            ):
+                # Debezium's envelope message is `Envelope` beside its Value, Source... types.
+                message = "Envelope" if "Envelope" in file.message_types_by_name else None
+            descriptor = protobuf_types.message_by_name(file, message)
             return protobuf_types.map_message(descriptor).arrow_type, True, descriptor.full_name
         if spec.format == "json":
             if is_key:
