@@ -12,9 +12,13 @@ and connect.parameters as the converter writes them), `KEY_SCHEMA` the key's.
 from __future__ import annotations
 
 import json
+import random
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+from tableflow_core.kafka.messages import KafkaMessage
 
 TOPIC = "pg.public.customers"
 
@@ -205,3 +209,83 @@ def envelope(change: Change) -> dict[str, Any]:
         "ts_us": (change.ts_ms + 5) * 1000,
         "ts_ns": (change.ts_ms + 5) * 1_000_000,
     }
+
+
+def workload(
+    rng: random.Random, keys: int, transactions: int
+) -> tuple[list[Change], dict[int, tuple[str, int]]]:
+    """A source table's changes in commit order: a snapshot, then transactions of inserts,
+    updates, deletes and primary-key moves (delete of the old key, its tombstone, create
+    of the new one), each change with PostgreSQL's positions: the change LSNs of
+    interleaved transactions are not in commit order, `last_commit` is. Returns the
+    changes and the model: the source table at the end (key -> (name, LSN))."""
+    table: dict[int, str] = {k: f"v{k}" for k in range(keys)}
+    snapshot_lsn = 1_000
+    changes = [
+        Change("r", k, None, row(k, v), snapshot_lsn, None, 1, snapshot="true")
+        for k, v in table.items()
+    ]
+    state = {k: (v, snapshot_lsn) for k, v in table.items()}
+    last_commit: int | None = None
+    next_key = keys
+    for tx in range(transactions):
+        # Each transaction's changes: LSNs start below the previous commit sometimes
+        # (a transaction that began earlier), always above the snapshot.
+        base = 2_000 + tx * 100 - rng.choice([0, 0, 150])
+        lsn = base
+        for _ in range(rng.randint(1, 4)):
+            lsn += rng.randint(1, 5)
+            kind = rng.choice(["insert", "update", "update", "delete", "move"])
+            live = sorted(table)
+            if kind == "insert" or not live:
+                key, next_key = next_key, next_key + 1
+                table[key] = f"i{tx}"
+                changes.append(
+                    Change("c", key, None, row(key, table[key]), lsn, last_commit, tx + 2)
+                )
+                state[key] = (table[key], lsn)
+            elif kind == "update":
+                key = rng.choice(live)
+                old, table[key] = table[key], f"u{tx}.{lsn}"
+                changes.append(
+                    Change("u", key, row(key, old), row(key, table[key]), lsn, last_commit, tx + 2)
+                )
+                state[key] = (table[key], lsn)
+            else:
+                key = rng.choice(live)
+                old = table.pop(key)
+                state.pop(key)
+                changes.append(Change("d", key, row(key, old), None, lsn, last_commit, tx + 2))
+                changes.append(Change("tombstone", key, None, None, 0, None, 0))
+                if kind == "move":  # UPDATE ... SET id = new: Debezium's delete + create
+                    lsn += 1
+                    new_key, next_key = next_key, next_key + 1
+                    table[new_key] = old
+                    changes.append(
+                        Change("c", new_key, None, row(new_key, old), lsn, last_commit, tx + 2)
+                    )
+                    state[new_key] = (old, lsn)
+        last_commit = 2_000 + tx * 100 + 90  # this transaction's commit
+    return changes, state
+
+
+def to_partitions(
+    encoded: list[tuple[bytes, bytes | None]],
+    changes: list[Change],
+    partitions: int,
+) -> list[KafkaMessage]:
+    """The topic's records: each key hashed to a partition (a moved key's create lands
+    elsewhere), with a connector restart that sends a stretch of changes again; the
+    Kafka timestamps of the replayed stretch are later than everything."""
+    logs: list[list[tuple[bytes, bytes | None, int]]] = [[] for _ in range(partitions)]
+    ts = int(time.time() * 1000) - 10_000_000  # inside any retention
+    replay_from = len(changes) * 2 // 3
+    order = list(range(len(changes))) + list(range(max(0, replay_from - 10), replay_from))
+    for i in order:
+        ts += 1
+        logs[changes[i].key % partitions].append((*encoded[i], ts))
+    return [
+        KafkaMessage(TOPIC, p, offset, ts, k, v)
+        for p, log in enumerate(logs)
+        for offset, (k, v, ts) in enumerate(log)
+    ]

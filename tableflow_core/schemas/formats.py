@@ -74,7 +74,8 @@ class FormatSpec(BaseModel):
         return self.subject or f"{topic}-{'key' if is_key else 'value'}"
 
 
-KAFKA_METADATA_COLUMNS: tuple[str, ...] = (
+# The Kafka record's metadata columns.
+METADATA_COLUMNS: tuple[str, ...] = (
     "topic",
     "partition",
     "offset",
@@ -91,7 +92,7 @@ CDC_METADATA_COLUMNS: tuple[str, ...] = (
     "cdc_tx_id",
     "cdc_last_commit_lsn",
 )
-METADATA_COLUMNS: tuple[str, ...] = (*KAFKA_METADATA_COLUMNS, *CDC_METADATA_COLUMNS)
+ALL_METADATA_COLUMNS: tuple[str, ...] = (*METADATA_COLUMNS, *CDC_METADATA_COLUMNS)
 METADATA_PREFIX = "_kafka_"
 CDC_PREFIX = "_"
 
@@ -101,8 +102,10 @@ HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
 
 def metadata_column_name(name: str) -> str:
     """`offset` -> `_kafka_offset`; `cdc_lsn` -> `_cdc_lsn`."""
-    if name not in METADATA_COLUMNS:
-        raise ValueError(f"unknown metadata column {name!r}; expected one of {METADATA_COLUMNS}")
+    if name not in ALL_METADATA_COLUMNS:
+        raise ValueError(
+            f"unknown metadata column {name!r}; expected one of {ALL_METADATA_COLUMNS}"
+        )
     if name in CDC_METADATA_COLUMNS:
         return CDC_PREFIX + name
     return METADATA_PREFIX + name

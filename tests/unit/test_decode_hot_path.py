@@ -28,8 +28,7 @@ from tableflow_core.pipeline.decode_chunks import ChunkDecoder
 from tableflow_core.schemas.avro_records import compile_record_reader
 from tableflow_core.schemas.avro_types import map_avro_schema
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
-from tableflow_core.schemas.formats import KAFKA_METADATA_COLUMNS as METADATA_COLUMNS
-from tableflow_core.schemas.formats import FormatSpec
+from tableflow_core.schemas.formats import METADATA_COLUMNS, FormatSpec
 from tableflow_core.schemas.payloads import AvroPayloadDecoder, PayloadError
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
