@@ -78,14 +78,52 @@ class AvroMapping:
     adapter: Adapter | None  # fastavro value -> Arrow storage value; None = as is
 
 
-def map_avro_schema(schema_text: str) -> AvroMapping:
-    """Map an Avro schema (registry text) to Arrow; raises SchemaMappingError."""
+# Debezium's temporal types (time.precision.mode adaptive, the default, or
+# adaptive_time_microseconds) are plain ints and longs named by `connect.name`; in a change
+# event (`debezium_types`) they map as the Avro logical type of the same meaning: a
+# PostgreSQL `timestamp` is a wall-clock time, `date` days, `time` a time of day.
+DEBEZIUM_TEMPORAL: dict[str, str] = {
+    "io.debezium.time.Date": "date",
+    "io.debezium.time.Time": "time-millis",
+    "io.debezium.time.MicroTime": "time-micros",
+    "io.debezium.time.Timestamp": "local-timestamp-millis",
+    "io.debezium.time.MicroTimestamp": "local-timestamp-micros",
+    "io.debezium.time.NanoTimestamp": "local-timestamp-nanos",
+}
+
+
+def _debezium_logical_types(schema: Any) -> Any:
+    """`schema` with Debezium's temporal types given their Avro logical type."""
+    if isinstance(schema, list):
+        return [_debezium_logical_types(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    logical = DEBEZIUM_TEMPORAL.get(str(schema.get("connect.name")))
+    if logical is not None and "logicalType" not in schema:
+        schema = {**schema, "logicalType": logical}
+    if "fields" in schema:
+        schema = {
+            **schema,
+            "fields": [{**f, "type": _debezium_logical_types(f["type"])} for f in schema["fields"]],
+        }
+    for key in ("items", "values", "type"):
+        if isinstance(schema.get(key), dict | list):
+            schema = {**schema, key: _debezium_logical_types(schema[key])}
+    return schema
+
+
+def map_avro_schema(schema_text: str, debezium_types: bool = False) -> AvroMapping:
+    """Map an Avro schema (registry text) to Arrow; raises SchemaMappingError.
+    `debezium_types`: a change event's schema, whose Debezium temporal types map as
+    their logical types (DEBEZIUM_TEMPORAL)."""
     try:
         schema = json.loads(schema_text)
     except json.JSONDecodeError:
         schema = schema_text  # a bare primitive name such as `string`
     except RecursionError:
         raise SchemaMappingError(f"the schema nests more than {MAX_DEPTH} levels deep") from None
+    if debezium_types:
+        schema = _debezium_logical_types(schema)
     walker = _AvroWalker()
     arrow_type, adapter = walker.visit(schema, namespace="", path="")
     # Named types are mapped once and shared: the walk is linear, the expansion is not.

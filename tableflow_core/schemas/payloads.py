@@ -155,9 +155,12 @@ def _framed(data: bytes) -> int:
 class AvroPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.INT
 
-    def __init__(self, client: SchemaRegistryClient, as_columns: bool) -> None:
+    def __init__(
+        self, client: SchemaRegistryClient, as_columns: bool, debezium_types: bool = False
+    ) -> None:
         self._client = client
         self._as_columns = as_columns
+        self._debezium_types = debezium_types
         self._cache = _SchemaCache(self._load)
         # schema id -> (field names, compiled reader) for `decode`; None: not a flat record
         self._records: dict[int, tuple[tuple[str, ...], avro_records.RecordReader] | None] = {}
@@ -166,7 +169,9 @@ class AvroPayloadDecoder(_RowsAsTuples):
         schema = _fetch_schema(self._client, schema_id)
         if schema.schema_type not in (None, "AVRO"):
             raise PayloadError(f"schema id {schema_id} is {schema.schema_type}, not AVRO")
-        return avro_types.map_avro_schema(_self_contained(self._client, schema, schema_id))
+        return avro_types.map_avro_schema(
+            _self_contained(self._client, schema, schema_id), self._debezium_types
+        )
 
     def decode(self, data: bytes) -> Any:
         schema_id = _framed(data)
@@ -418,7 +423,7 @@ def payload_decoder(
             raise ValueError(f"format {spec.format!r} needs a schema registry, none is configured")
         client = registry.client()
         if spec.format == "avro":
-            return AvroPayloadDecoder(client, as_columns)
+            return AvroPayloadDecoder(client, as_columns, spec.envelope == "debezium")
         if spec.format == "json_schema":
             return JsonSchemaPayloadDecoder(client, as_columns)
         return ProtobufPayloadDecoder(client, as_columns, message)

@@ -186,7 +186,7 @@ def _arrow_type(
             schema = registered.schema
             if spec.format == "avro":
                 text = _self_contained(topic, schema, registry)
-                avro = avro_types.map_avro_schema(text)
+                avro = avro_types.map_avro_schema(text, spec.envelope == "debezium")
                 return avro.arrow_type, avro.is_record, None
             if spec.format == "json_schema":
                 text = _self_contained(topic, schema, registry)

@@ -9,6 +9,7 @@ independent model that applies the changes in source order.
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 from collections.abc import Sequence
@@ -91,6 +92,7 @@ def test_the_envelope_resolves_to_the_after_columns_and_its_metadata() -> None:
         "_cdc_op", "_cdc_source_ts", "_cdc_lsn", "_cdc_tx_id", "_cdc_last_commit_lsn",
     ]  # fmt: skip
     assert schema.field("balance").type == pa.decimal128(10, 2)
+    assert schema.field("updated_at").type == pa.timestamp("us")
     assert schema.field("_cdc_source_ts").type == pa.timestamp("us", tz="UTC")
     assert schema.field("_cdc_lsn").type == pa.int64()
 
@@ -136,7 +138,8 @@ def test_the_mirror_decodes_rows_deletes_and_routes_truncates_and_unknown_ops() 
     assert sorted(rows) == [0, 1, 2, 3, 4]
     snap, created, updated, deleted, tombstone = (rows[i] for i in range(5))
     assert (snap["name"], str(snap["balance"]), snap["_cdc_op"]) == ("snap", "10.50", "r")
-    assert snap["updated_at"] == 1_700_000_000_000_000
+    # io.debezium.time.MicroTimestamp (a PostgreSQL `timestamp`): a wall-clock timestamp
+    assert snap["updated_at"] == datetime.datetime(2023, 11, 14, 22, 13, 20)
     assert (snap["_cdc_lsn"], snap["_cdc_last_commit_lsn"], snap["_cdc_tx_id"]) == (100, None, 700)
     assert snap["_cdc_source_ts"].timestamp() == 1_767_225_600
     assert not created[TOMBSTONE_COLUMN] and created["name"] == "new"
