@@ -273,14 +273,17 @@ def to_partitions(
     encoded: list[tuple[bytes, bytes | None]],
     changes: list[Change],
     partitions: int,
+    replay: bool = True,
 ) -> list[KafkaMessage]:
     """The topic's records: each key hashed to a partition (a moved key's create lands
-    elsewhere), with a connector restart that sends a stretch of changes again; the
+    elsewhere), with (`replay`) a connector restart that sends a stretch of changes again; the
     Kafka timestamps of the replayed stretch are later than everything."""
     logs: list[list[tuple[bytes, bytes | None, int]]] = [[] for _ in range(partitions)]
     ts = int(time.time() * 1000) - 10_000_000  # inside any retention
     replay_from = len(changes) * 2 // 3
-    order = list(range(len(changes))) + list(range(max(0, replay_from - 10), replay_from))
+    order = list(range(len(changes)))
+    if replay:
+        order += list(range(max(0, replay_from - 10), replay_from))
     for i in order:
         ts += 1
         logs[changes[i].key % partitions].append((*encoded[i], ts))
