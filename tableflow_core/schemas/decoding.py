@@ -102,7 +102,8 @@ class DecodeFailure:
 
 @dataclass
 class DecodeResult:
-    batch: pa.RecordBatch  # conforms exactly to the target schema
+    # Conforms exactly to the target schema (a change stream's: then debezium.OP_COLUMN).
+    batch: pa.RecordBatch
     failures: list[DecodeFailure]
     tombstones: int = field(default=0)  # messages with a null value (no row)
 
