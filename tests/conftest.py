@@ -19,5 +19,6 @@ pytest_plugins = [
     "tests.fixtures.lake",
     "tests.fixtures.projects",
     "tests.fixtures.apply_env",
+    "tests.fixtures.postgres",
     "tests.fixtures.prometheus",
 ]

@@ -1,4 +1,4 @@
-"""Kafka Connect standalone with the Apache Iceberg sink, from Maven Central jars.
+"""Kafka Connect standalone with the Apache Iceberg sink or Debezium, from Maven Central jars.
 
     worker = start_kafka_connect(KafkaConnectSettings(
         data_dir=Path(".tableflow/dev/connect"), bootstrap="127.0.0.1:9092",
@@ -8,11 +8,13 @@
     worker.connector_status("orders-sink")
     worker.stop()
 
-Two artifact locks: `kafka-connect` (the worker: connect-runtime 4.4.0, the JSON converter,
-a log4j2 binding) and `iceberg-kafka-connect` (the sink 1.12.0 with its events and
-transforms, Parquet, S3FileIO and the AWS SDK bundle). No runtime zip of the sink is
-published, so the plugin folder is built per run from links to the cached jars (with kafka-clients:
-the sink's control-topic clients load in the plugin's class loader).
+Artifact locks: `kafka-connect` (the worker: connect-runtime 4.3.1, the JSON converter,
+a log4j2 binding), and one per plugin: `iceberg-kafka-connect` (the sink 1.12.0 with its
+events and transforms, Parquet, S3FileIO and the AWS SDK bundle) and `debezium-postgres`
+(the Debezium PostgreSQL source connector 3.6.1.Final, `debezium_postgres_source`). Plugin
+folders are built per run from links to the cached jars (`KafkaConnectSettings.plugins`
+names the locks): the sink keeps kafka-clients (its control-topic clients load in the
+plugin's class loader), Debezium takes the worker's.
 
 Records reach the sink through `JsonConverter` with `schemas.enable=false`: the sink gets
 Maps and creates and evolves the table itself (`iceberg.tables.auto-create-enabled`,
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,6 +52,31 @@ from tableflow_core.dev.processes import BackgroundProcess, free_port
 
 CONNECT_LOCK = "kafka-connect"
 SINK_LOCK = "iceberg-kafka-connect"
+DEBEZIUM_POSTGRES_LOCK = "debezium-postgres"
+APICURIO_CONVERTER_LOCK = "apicurio-converter"
+APICURIO_AVRO_CONVERTER = "io.apicurio.registry.utils.converter.AvroConverter"
+# Jars of a plugin's lock that the worker provides (the plugin takes the worker's copy).
+PLUGIN_LEAVES_OUT: dict[str, tuple[str, ...]] = {
+    SINK_LOCK: ("slf4j",),
+    DEBEZIUM_POSTGRES_LOCK: (
+        "slf4j",
+        "kafka-clients",
+        "connect-api",
+        "lz4-java",
+        "zstd-jni",
+        "snappy-java",
+    ),
+    APICURIO_CONVERTER_LOCK: (
+        "slf4j",
+        "kafka-clients",
+        "connect-api",
+        "connect-json",
+        "lz4-java",
+        "zstd-jni",
+        "snappy-java",
+    ),
+}
+DEBEZIUM_POSTGRES_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 CONNECT_NAME = "kafka-connect"
 MIN_JAVA = 17
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
@@ -103,8 +131,8 @@ class IcebergSinkCatalog:
 
 
 @dataclass(frozen=True)
-class SinkConnector:
-    """A connector file's properties; `secrets` go to the 0600 secrets file."""
+class ConnectorFile:
+    """A connector file's properties (sink or source); `secrets` go to the 0600 secrets file."""
 
     name: str
     properties: tuple[tuple[str, str], ...]
@@ -120,7 +148,7 @@ def iceberg_sink(
     control_topic: str | None = None,
     tasks: int = 1,
     extra: Mapping[str, str] | None = None,
-) -> SinkConnector:
+) -> ConnectorFile:
     """The Iceberg sink writing `topics` to one table (created and evolved by the sink)."""
     props: dict[str, str] = {
         "connector.class": SINK_CLASS,
@@ -151,20 +179,96 @@ def iceberg_sink(
         secrets.append(("iceberg.catalog.s3.secret-access-key", catalog.s3_secret_access_key))
     props.update(dict(catalog.properties))
     props.update(dict(extra or {}))
-    return SinkConnector(name, tuple(props.items()), tuple(secrets))
+    return ConnectorFile(name, tuple(props.items()), tuple(secrets))
+
+
+@dataclass(frozen=True)
+class PostgresSource:
+    """The database Debezium reads, and the publication and slot it reads through."""
+
+    host: str
+    port: int
+    database: str
+    user: str
+    password: SecretStr
+    tables: tuple[str, ...]  # schema-qualified: "public.orders"
+    publication: str = "tableflow_cdc"
+    slot: str = "tableflow_cdc"
+
+
+def debezium_postgres_source(
+    name: str,
+    source: PostgresSource,
+    topic_prefix: str,
+    partitions: int = 3,
+    snapshot_mode: str = "initial",
+    schemas_enable: bool = True,
+    extra: Mapping[str, str] | None = None,
+) -> ConnectorFile:
+    """Debezium's PostgreSQL connector on `pgoutput`, one topic per table
+    (`<topic_prefix>.<schema>.<table>`, created with `partitions`), keys and values through
+    `JsonConverter` with embedded schemas (`schemas_enable`). The publication is the
+    caller's (`publication.autocreate.mode=disabled`); the slot is made by Debezium."""
+    props: dict[str, str] = {
+        "connector.class": DEBEZIUM_POSTGRES_CLASS,
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": source.host,
+        "database.port": str(source.port),
+        "database.user": source.user,
+        "database.dbname": source.database,
+        "topic.prefix": topic_prefix,
+        "table.include.list": ",".join(source.tables),
+        "publication.name": source.publication,
+        "publication.autocreate.mode": "disabled",
+        "slot.name": source.slot,
+        "snapshot.mode": snapshot_mode,
+        "topic.creation.default.partitions": str(partitions),
+        "topic.creation.default.replication.factor": "1",
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": str(schemas_enable).lower(),
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": str(schemas_enable).lower(),
+    }
+    props.update(dict(extra or {}))
+    if props["value.converter"] != JSON_CONVERTER:
+        for side in ("key", "value"):
+            props.pop(f"{side}.converter.schemas.enable", None)
+    return ConnectorFile(name, tuple(props.items()), (("database.password", source.password),))
+
+
+def apicurio_avro_converters(registry_api_url: str) -> dict[str, str]:
+    """Connector properties: keys and values as Avro through Apicurio's converter
+    (`APICURIO_CONVERTER_LOCK`, linked into the connector's plugin folder), in Confluent's
+    wire format (magic byte, 4-byte id = Apicurio's content id, which its ccompat API
+    serves as the schema id). `registry_api_url`: Apicurio's `.../apis/registry/v2`."""
+    props: dict[str, str] = {}
+    for side in ("key", "value"):
+        converter = f"{side}.converter"
+        props[converter] = APICURIO_AVRO_CONVERTER
+        props[f"{converter}.apicurio.registry.url"] = registry_api_url
+        props[f"{converter}.apicurio.registry.auto-register"] = "true"
+        props[f"{converter}.apicurio.registry.find-latest"] = "true"
+        props[f"{converter}.apicurio.registry.as-confluent"] = "true"
+        props[f"{converter}.apicurio.registry.use-id"] = "contentId"
+        props[f"{converter}.apicurio.registry.headers.enabled"] = "false"
+        props.pop(f"{converter}.schemas.enable", None)
+    return props
 
 
 @dataclass(frozen=True)
 class KafkaConnectSettings:
     data_dir: Path
     bootstrap: str
-    connectors: tuple[SinkConnector, ...] = ()
+    connectors: tuple[ConnectorFile, ...] = ()
     host: str = "127.0.0.1"
     port: int = 0
     heap_mb: int = 384
     java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
     worker_properties: tuple[tuple[str, str], ...] = ()
     class_data_sharing: bool = True
+    plugins: tuple[str, ...] = (SINK_LOCK,)
+    plugin_extras: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -195,29 +299,56 @@ def secrets_file(data_dir: Path) -> Path:
     return data_dir / "secrets.properties"
 
 
-def build_plugin_dir(plugin_root: Path) -> Path:
-    """`plugin_root/iceberg-kafka-connect/` holding links to the sink's cached jars."""
-    resolved = KAFKA_CONNECT.artifacts(SINK_LOCK)
-    plugin = plugin_root / "iceberg-kafka-connect"
+def build_plugin_dir(
+    plugin_root: Path,
+    plugins: tuple[str, ...] = (SINK_LOCK,),
+    plugin_extras: tuple[tuple[str, str], ...] = (),
+) -> Path:
+    """`plugin_root/<lock>/` for each plugin lock, holding links to its cached jars, plus
+    those of each `(plugin, extra lock)` in `plugin_extras` (a converter the connector
+    loads from its own class loader); where two locks hold an artifact, the newer wins."""
+    plugin_root.mkdir(parents=True, exist_ok=True)
+    for entry in plugin_root.iterdir():
+        if entry.is_dir() and entry.name not in plugins:
+            shutil.rmtree(entry)
+    for name in plugins:
+        extras = tuple(extra for plugin, extra in plugin_extras if plugin == name)
+        _link_plugin(plugin_root / name, (name, *extras))
+    return plugin_root
+
+
+def _link_plugin(plugin: Path, lock_names: tuple[str, ...]) -> None:
+    newest: dict[tuple[str, str], tuple[tuple[int | str, ...], Path]] = {}
+    for lock_name in lock_names:
+        resolved = KAFKA_CONNECT.artifacts(lock_name)
+        leave_out = PLUGIN_LEAVES_OUT.get(lock_name, ("slf4j",))
+        for locked, path in zip(resolved.lock.artifacts, resolved.files, strict=True):
+            coordinate = locked.coordinate
+            if coordinate.artifact.startswith(leave_out):
+                continue
+            artifact = (coordinate.group, coordinate.artifact + coordinate.classifier)
+            version = _version_key(coordinate.version)
+            if artifact not in newest or newest[artifact][0] < version:
+                newest[artifact] = (version, path)
+    wanted = {path.name: path for _, path in newest.values()}
     plugin.mkdir(parents=True, exist_ok=True)
-    wanted = {}
-    for locked, path in zip(resolved.lock.artifacts, resolved.files, strict=True):
-        # Connect provides slf4j to every plugin; kafka-clients stays in: the sink's
-        # control-topic producer and consumer load inside the plugin's class loader
-        # (Connect isolates org.apache.kafka.common.utils and the clients per plugin).
-        if locked.coordinate.artifact.startswith("slf4j"):
-            continue
-        wanted[path.name] = path
     for entry in plugin.iterdir():
         if entry.name not in wanted:
             entry.unlink()
-    for name, path in wanted.items():
-        link = plugin / name
+    for file_name, path in wanted.items():
+        link = plugin / file_name
         if not link.is_symlink() or link.resolve() != path.resolve():
             with contextlib.suppress(FileNotFoundError):
                 link.unlink()
             link.symlink_to(path)
-    return plugin_root
+
+
+def _version_key(version: str) -> tuple[int | str, ...]:
+    """`2.21.2` > `2.16.2` > `2.16` (numbers compared as numbers; a qualifier as text)."""
+    parts: list[int | str] = []
+    for piece in version.replace("-", ".").split("."):
+        parts.append(int(piece) if piece.isdigit() else -1)
+    return tuple(parts)
 
 
 def worker_properties(
@@ -252,7 +383,7 @@ def start_kafka_connect(
     data_dir.mkdir(parents=True, exist_ok=True)
     port = settings.port or free_port(settings.host)
     worker_jars = KAFKA_CONNECT.artifacts()
-    plugin_root = build_plugin_dir(data_dir / "plugins")
+    plugin_root = build_plugin_dir(data_dir / "plugins", settings.plugins, settings.plugin_extras)
 
     secrets: dict[str, str] = {}
     connector_files = []

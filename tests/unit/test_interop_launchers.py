@@ -8,8 +8,12 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from tableflow_core.dev.kafka_connect import (
+    DEBEZIUM_POSTGRES_LOCK,
+    PLUGIN_LEAVES_OUT,
     IcebergSinkCatalog,
     KafkaConnectSettings,
+    PostgresSource,
+    debezium_postgres_source,
     iceberg_sink,
     worker_properties,
 )
@@ -104,3 +108,32 @@ def test_locks_pin_the_versions_the_findings_depend_on() -> None:
     assert versions("nessie")["nessie-quarkus"] == "0.99.0"
     assert versions("delta-spark") == {"delta-spark_2.12": "3.3.2", "delta-storage": "3.3.2"}
     assert versions("hadoop-s3a") == {"hadoop-aws": "3.3.4", "aws-java-sdk-bundle": "1.12.262"}
+
+
+def test_debezium_source_keeps_the_password_in_the_secrets_file() -> None:
+    source = PostgresSource(
+        host="127.0.0.1",
+        port=5433,
+        database="shop",
+        user="debezium",
+        password=SecretStr(SECRET),
+        tables=("public.orders", "public.order_items"),
+    )
+    connector = debezium_postgres_source("pg", source, "pg", partitions=3)
+    props = dict(connector.properties)
+    assert props["plugin.name"] == "pgoutput"
+    assert props["table.include.list"] == "public.orders,public.order_items"
+    assert props["publication.autocreate.mode"] == "disabled"
+    assert props["value.converter.schemas.enable"] == "true"
+    assert props["topic.creation.default.partitions"] == "3"
+    assert SECRET not in repr(props)
+    assert [k for k, _ in connector.secrets] == ["database.password"]
+
+
+def test_debezium_plugin_folder_takes_the_workers_kafka_jars(tmp_path: Path) -> None:
+    lock = load_lock(DEBEZIUM_POSTGRES_LOCK)
+    assert {str(r) for r in lock.roots} == {"io.debezium:debezium-connector-postgres:3.6.1.Final"}
+    debezium = [a for a in lock.artifacts if a.coordinate.group == "io.debezium"]
+    assert debezium and all(a.coordinate.version == "3.6.1.Final" for a in debezium)
+    leaves_out = PLUGIN_LEAVES_OUT[DEBEZIUM_POSTGRES_LOCK]
+    assert "kafka-clients" in leaves_out and "connect-api" in leaves_out
