@@ -18,10 +18,10 @@ import duckdb_extension_httpfs
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from tableflow_core.dev.fault_proxy import FaultProxy
 from tableflow_core.dev.s3_server import RunningS3Server
 from tests.fixtures.s3 import unique_prefix
 from tests.integration.test_catalog_duckdb import extension_path
+from tests.support.fault_proxy import FaultProxy
 
 WRITERS = 4
 COMMITS_EACH = 5

@@ -20,7 +20,6 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType
 
-from tableflow_core.dev.trino_server import TrinoServer
 from tableflow_core.jvm.artifacts import ensure, load_lock
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
@@ -33,6 +32,7 @@ from tests.iceberg_values import (
     sample_row,
 )
 from tests.spark_sql_runner import iceberg_rest_conf, run_spark_sql
+from tests.support.trino_server import TrinoServer
 
 pytestmark = pytest.mark.slow
 
