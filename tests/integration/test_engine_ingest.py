@@ -227,6 +227,34 @@ def commits(env: Env) -> int:
     return len(env.pyiceberg_table().metadata.metadata_log)
 
 
+def two_runs(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any, name: str
+) -> tuple[Env, Any, int, int]:
+    """Ten payments into a new table, applied; four more, applied: the env, the first
+    run's result and the catalog commits of each run. Both runs are checked to land all
+    14 records, leave no run branch, and read back whole."""
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = kafka_broker.create_topic(unique_name(name), 2)
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    created = commits(env)
+    first = apply(spark, env)
+    first_commits = commits(env) - created
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
+    before = commits(env)
+    assert apply(spark, env).records_written == 4
+    second_commits = commits(env) - before
+    assert run_branches(env) == []
+    assert read_back(env) == (
+        14,
+        sum(range(14)),
+        round(sum(payment(i)["amount"] for i in range(14)), 3),
+        14,
+    )
+    return env, first, first_commits, second_commits
+
+
 def test_a_run_is_three_catalog_commits(
     spark: Any,
     make_env: Any,
@@ -240,29 +268,16 @@ def test_a_run_is_three_catalog_commits(
 
     # Spark's Iceberg writer, as for a table that needs it (a plain append would not).
     monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's writer")
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("commits"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
-    env = make_env(topic)
-    apply_ddl_only(spark, env)
-    created = commits(env)
-    assert apply(spark, env).records_written == 10
-    assert commits(env) - created == 3  # was 6: main, branch, data, accounting, ff, drop
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
-    before = commits(env)
-    assert apply(spark, env).records_written == 4
-    assert commits(env) - before == 3  # was 5
+    env, first, first_commits, second_commits = two_runs(
+        spark, make_env, kafka_broker, schema_registry, "commits"
+    )
+    assert first.records_written == 10
+    assert first_commits == 3  # was 6: main, branch, data, accounting, ff, drop
+    assert second_commits == 3  # was 5
     table = env.pyiceberg_table()
     head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
     assert head is not None
     assert {"tableflow.offsets", "tableflow.accounting"} <= set(head.summary.additional_properties)
-    assert run_branches(env) == []
-    assert read_back(env) == (
-        14,
-        sum(range(14)),
-        round(sum(payment(i)["amount"] for i in range(14)), 3),
-        14,
-    )
 
 
 def test_a_lone_small_run_is_one_catalog_commit(
@@ -271,26 +286,12 @@ def test_a_lone_small_run_is_one_catalog_commit(
     """A plain append run writes its data files in its read tasks (ingest/sharing.py), and
     one commit cuts the branch, adds them with the offsets and moves main; a new table's
     first run adds the commit of its first snapshot."""
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("lone"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
-    env = make_env(topic)
-    apply_ddl_only(spark, env)
-    created = commits(env)
-    first = apply(spark, env)
-    assert first.records_written == 10 and "shared_job" in (first.timings or {})
-    assert commits(env) - created == 2  # the first snapshot + branch, the publish
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
-    before = commits(env)
-    assert apply(spark, env).records_written == 4
-    assert commits(env) - before == 1
-    assert run_branches(env) == []
-    assert read_back(env) == (
-        14,
-        sum(range(14)),
-        round(sum(payment(i)["amount"] for i in range(14)), 3),
-        14,
+    _, first, first_commits, second_commits = two_runs(
+        spark, make_env, kafka_broker, schema_registry, "lone"
     )
+    assert first.records_written == 10 and "shared_job" in (first.timings or {})
+    assert first_commits == 2  # the first snapshot + branch, the publish
+    assert second_commits == 1
 
 
 def test_a_concurrent_commit_makes_the_run_refuse(

@@ -19,13 +19,13 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.kafka_server import ApacheKafka
 from tests.plan_project import write_project
+from tests.protobuf_orders import FIELD, order_importing_address
 
 pytestmark = pytest.mark.slow
 
@@ -188,45 +188,6 @@ def test_json_schema_with_a_reference(
     assert _rows(env) == model
 
 
-def _protobuf_classes(tag: str) -> tuple[type, type, str]:
-    """Order (shop/order_<tag>.proto) importing Address (shop/address_<tag>.proto)."""
-    field = descriptor_pb2.FieldDescriptorProto
-    package = f"shop{tag}"
-    address = descriptor_pb2.FileDescriptorProto(
-        name=f"shop/address_{tag}.proto", package=package, syntax="proto3"
-    )
-    message = address.message_type.add(name="Address")
-    message.field.add(name="street", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
-    message.field.add(name="floor", number=2, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL)
-    order = descriptor_pb2.FileDescriptorProto(
-        name=f"shop/order_{tag}.proto", package=package, syntax="proto3", dependency=[address.name]
-    )
-    message = order.message_type.add(name="Order")
-    message.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
-    message.field.add(
-        name="ship_to",
-        number=2,
-        type=field.TYPE_MESSAGE,
-        label=field.LABEL_OPTIONAL,
-        type_name=f".{package}.Address",
-    )
-    message.field.add(
-        name="stops",
-        number=3,
-        type=field.TYPE_MESSAGE,
-        label=field.LABEL_REPEATED,
-        type_name=f".{package}.Address",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(address)
-    pool.Add(order)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Address")),
-        address.name,
-    )
-
-
 def test_protobuf_with_an_import(
     registry_url: str,
     kafka_broker: ApacheKafka,
@@ -235,7 +196,9 @@ def test_protobuf_with_an_import(
     tmp_path: Path,
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    order_class, address_class, address_file = _protobuf_classes(tag)
+    order_class, address_class, address_file = order_importing_address(
+        tag, FIELD.TYPE_INT64, floor=True, stops=True
+    )
     client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     serializer = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
     topic = f"porders-{tag}"
