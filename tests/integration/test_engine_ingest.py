@@ -103,10 +103,7 @@ def test_bad_records_fail_the_run_naming_the_offset(
 ) -> None:
     from tests.unit.test_engine_helpers import produce_raw
 
-    topic = kafka_broker.create_topic(unique_name("bad"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(5)], 1
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "bad", 5, 1)
     produce_raw(kafka_broker.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
     env = make_env(topic)
     failed = apply(spark, env, expect="error")
@@ -126,10 +123,7 @@ def test_bad_records_travel_as_data(
     from tableflow_core.targets.catalog import open_catalog
     from tests.unit.test_engine_helpers import produce_raw
 
-    topic = kafka_broker.create_topic(unique_name("bad"), 2)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(4)], 2
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "bad", 4, 2)
     produce_raw(kafka_broker.bootstrap, topic, [b"junk"], partition=1)
     env = make_env(topic)
     apply_ddl_only(spark, env)
@@ -152,8 +146,7 @@ def test_schema_v2_adds_a_column(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("evolve"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    topic = payments_topic(kafka_broker, schema_registry, "evolve", 10, 2)
     env = make_env(topic)
     apply(spark, env)
     v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
@@ -182,8 +175,7 @@ def test_offsets_survive_compaction_and_expiry(
     from tableflow_core.state.table_state import read_table_state
 
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("maint"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    topic = payments_topic(kafka_broker, schema_registry, "maint", 10, 2)
     env = make_env(topic)
     apply(spark, env)
     produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 20)], 2)
@@ -218,6 +210,21 @@ def test_offsets_survive_compaction_and_expiry(
     assert (rows, ids, distinct) == (24, sum(range(24)), 24)
 
 
+def payments_topic(
+    kafka_broker: KafkaBroker, schema_registry: Any, name: str, count: int, partitions: int
+) -> str:
+    """A new topic of `partitions` holding payments 0..count-1 (Avro, registered)."""
+    topic = kafka_broker.create_topic(unique_name(name), partitions)
+    produce_avro(
+        kafka_broker.bootstrap,
+        schema_registry.url,
+        topic,
+        [payment(i) for i in range(count)],
+        partitions,
+    )
+    return topic
+
+
 def run_branches(env: Env) -> list[str]:
     return [name for name in env.pyiceberg_table().metadata.refs if name != "main"]
 
@@ -234,8 +241,7 @@ def two_runs(
     run's result and the catalog commits of each run. Both runs are checked to land all
     14 records, leave no run branch, and read back whole."""
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name(name), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    topic = payments_topic(kafka_broker, schema_registry, name, 10, 2)
     env = make_env(topic)
     apply_ddl_only(spark, env)
     created = commits(env)
@@ -306,10 +312,7 @@ def test_a_concurrent_commit_makes_the_run_refuse(
     from tableflow_core.pipeline.run import ConcurrentCommitError, ingest
     from tableflow_core.targets.catalog import open_catalog
 
-    topic = kafka_broker.create_topic(unique_name("race"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "race", 6, 1)
     env = make_env(topic, max_records_per_run=3)
     apply(spark, env)  # commits offsets {0: 3}
     spec = env.spec()
@@ -353,10 +356,7 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     from tableflow_core.state.offsets import read_committed_offsets
     from tableflow_core.targets.catalog import open_catalog
 
-    topic = kafka_broker.create_topic(unique_name("moved"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "moved", 6, 1)
     env = make_env(topic, max_records_per_run=3)
     apply(spark, env)  # offsets {0: 3}
     spec = env.spec()

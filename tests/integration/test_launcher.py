@@ -50,13 +50,15 @@ def get_json(url: str) -> Any:
 
 def assert_launched_and_stopped(started: Started) -> None:
     process = started.process
-    assert os.getsid(process.pid) == process.pid, "the server runs in its own session"
-    assert process.host == "127.0.0.1"
-    assert started.answer() is not None
-    assert process.log_file.is_file()  # quiet servers (Connect at WARN) may leave it empty
-    for secret in started.secrets_while_running:
-        assert secret.stat().st_mode & 0o777 == 0o600
-    started.stop()
+    try:
+        assert os.getsid(process.pid) == process.pid, "the server runs in its own session"
+        assert process.host == "127.0.0.1"
+        assert started.answer() is not None
+        assert process.log_file.is_file()  # quiet servers (Connect at WARN) may leave it empty
+        for secret in started.secrets_while_running:
+            assert secret.stat().st_mode & 0o777 == 0o600
+    finally:
+        started.stop()  # a failed check must not leave the JVM running
     assert not pid_is_alive(process.pid)
     assert not port_is_open(process.host, process.port)
     for secret in started.secrets_while_running:

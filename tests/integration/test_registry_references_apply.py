@@ -56,6 +56,22 @@ def _env(
     return Env(root, topic, unique_namespace("refs"), catalog, write)
 
 
+def _applied(
+    spark: Any,
+    tmp_path: Path,
+    kafka: ApacheKafka,
+    catalog: CatalogServer,
+    registry_url: str,
+    topic: str,
+    value_format: str,
+) -> Env:
+    """A table of `topic`'s values in `value_format`, applied: all COUNT records land."""
+    env = _env(tmp_path, kafka, catalog, registry_url, topic)
+    env.configure(value={"format": value_format}, metadata_columns=["offset"])
+    assert apply(spark, env).records_written == COUNT
+    return env
+
+
 def _produce(kafka: ApacheKafka, topic: str, payloads: list[bytes]) -> None:
     kafka.create_topic(topic)
     producer = Producer(kafka.producer_config(**{"linger.ms": 0}))
@@ -118,9 +134,7 @@ def test_avro_with_nested_references(
     ]  # fmt: skip
     _produce(kafka_broker, topic, [serializer(v, context) for v in model])
 
-    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
-    env.configure(value={"format": "avro"}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
+    env = _applied(spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "avro")
     assert _rows(env) == model
 
 
@@ -171,9 +185,9 @@ def test_json_schema_with_a_reference(
     ]  # fmt: skip
     _produce(kafka_broker, topic, [serializer(v, context) for v in produced])
 
-    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
-    env.configure(value={"format": "json_schema"}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
+    env = _applied(
+        spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "json_schema"
+    )
     model = [
         {
             "id": v["id"],
@@ -215,9 +229,7 @@ def test_protobuf_with_an_import(
     latest = client.get_latest_version(f"{topic}-value")
     assert [r.name for r in latest.schema.references] == [address_file]
 
-    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
-    env.configure(value={"format": "protobuf"}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
+    env = _applied(spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "protobuf")
     model = [
         {
             "id": m.id,
