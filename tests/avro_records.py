@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def avro_record(name: str, **fields: Any) -> dict[str, Any]:
+def avro_record(record_name: str, /, **fields: Any) -> dict[str, Any]:
     """An Avro record schema (a dict, as `json.dumps` and fastavro take it)."""
     return {
         "type": "record",
-        "name": name,
+        "name": record_name,
         "fields": [{"name": field, "type": kind} for field, kind in fields.items()],
     }
