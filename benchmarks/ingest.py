@@ -68,7 +68,6 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 
 from tableflow_core.dev import broker
-from tableflow_core.dev.fault_proxy import FaultProxy
 from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.registry import registry_url, start_registry
 from tableflow_core.dev.s3_server import RunningS3Server, S3ServerSettings, start_s3_server
@@ -76,6 +75,7 @@ from tableflow_core.engine.spark_session import session_conf
 from tableflow_core.jvm import class_data_sharing
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
+from tests.support.fault_proxy import FaultProxy
 
 HOST = "127.0.0.1"
 # issue 13: ratios to the baseline (records/s).

@@ -28,7 +28,6 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 PREFIX = "tfn"
@@ -128,12 +127,7 @@ class TestNetwork:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

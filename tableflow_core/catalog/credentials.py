@@ -11,7 +11,7 @@ for `--vended-credential-seconds`. Clients get the three keys Iceberg's REST spe
 
 On AWS, STS is AWS's (the role's own policy bounds what any session can do; the
 session policy narrows it to one table). On the dev stack it is the gateway in front of
-s3proxy (`dev/sts_gateway.py`), which checks what it mints. Credentials are cached per
+s3proxy (`tests/support/sts_gateway.py`), which checks what it mints. Credentials are cached per
 table location and minted again once less than half their lifetime is left, so a
 refresh always returns credentials valid for at least half the configured duration.
 """

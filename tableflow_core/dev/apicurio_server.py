@@ -21,21 +21,17 @@ from pathlib import Path
 from tableflow_core.dev.launcher import (
     COMPACT_JVM,
     JvmServer,
-    Launch,
     LaunchError,
+    RunningServer,
+    ServerSettings,
     http_probe,
     launch,
+    quarkus_binds,
 )
-from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.dev.processes import free_port
 from tableflow_core.jvm.artifacts import unpack
 
-APICURIO_LOCK = "apicurio"
-APICURIO_NAME = "apicurio"
-MIN_JAVA = 21
 CCOMPAT_PATH = "/apis/ccompat/v7"
-# Measured on the 2-core machine (docs/environment.md): C1 only and the serial collector
-# start it in ~4.5 s instead of ~8.5 s; class-data sharing brings that to ~3.3 s.
-DEFAULT_JAVA_OPTIONS = COMPACT_JVM
 DEFAULT_PROPERTIES = (
     # Confluent's registry deletes subjects and versions; Apicurio refuses by default.
     ("apicurio.rest.deletion.artifact.enabled", "true"),
@@ -52,40 +48,22 @@ class ApicurioServerError(LaunchError):
     """The registry did not start; the message names its log."""
 
 
-APICURIO = JvmServer(
-    name=APICURIO_NAME,
-    lock=APICURIO_LOCK,
-    min_java=MIN_JAVA,
-    java_options=DEFAULT_JAVA_OPTIONS,
-    error=ApicurioServerError,
-)
+# Measured on the 2-core machine (docs/environment.md): C1 only and the serial collector
+# start it in ~4.5 s instead of ~8.5 s; class-data sharing brings that to ~3.3 s.
+APICURIO = JvmServer("apicurio", "apicurio", 21, COMPACT_JVM, ApicurioServerError)
 
 
-@dataclass(frozen=True)
-class ApicurioSettings:
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 0
-    management_port: int = 0
+@dataclass(frozen=True, kw_only=True)
+class ApicurioSettings(ServerSettings):
     heap_mb: int = 192
+    management_port: int = 0
     database: Path | None = None  # None: in-memory H2, gone when the process stops
-    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
     properties: tuple[tuple[str, str], ...] = DEFAULT_PROPERTIES
-    lock: str = APICURIO_LOCK
-    class_data_sharing: bool = True
 
 
-@dataclass(frozen=True)
-class ApicurioServer:
-    process: BackgroundProcess
-    host: str
-    port: int
+@dataclass(frozen=True, kw_only=True)
+class ApicurioServer(RunningServer):
     management_port: int
-    startup_seconds: float = 0.0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -95,9 +73,6 @@ class ApicurioServer:
     @property
     def health_url(self) -> str:
         return f"http://{self.host}:{self.management_port}/health/ready"
-
-    def stop(self, timeout: float = 15.0) -> None:
-        self.process.stop(timeout)
 
 
 def start_apicurio(
@@ -110,10 +85,7 @@ def start_apicurio(
     archive = APICURIO.artifacts(settings.lock).files[0]
     runner = unpack(archive) / "quarkus-run.jar"
     properties = {
-        "quarkus.http.host": settings.host,
-        "quarkus.http.port": str(port),
-        "quarkus.management.host": settings.host,
-        "quarkus.management.port": str(management_port),
+        **quarkus_binds(settings.host, port, management_port),
         # Apicurio writes snapshots and imports to /tmp by default.
         "apicurio.storage.snapshot.location": str(data_dir),
         "apicurio.import.work-dir": str(data_dir),
@@ -121,28 +93,20 @@ def start_apicurio(
     }
     if settings.database is not None:
         properties["apicurio.datasource.url"] = f"jdbc:h2:file:{settings.database.resolve()}"
-    base = f"http://{settings.host}:{port}"
     running = launch(
         APICURIO,
-        Launch(
-            data_dir=data_dir,
-            host=settings.host,
-            port=port,
-            main=("-jar", str(runner)),
+        settings.run(
+            port,
+            ("-jar", str(runner)),
             archive_files=(archive, runner),
-            heap_mb=settings.heap_mb,
-            java_options=settings.java_options,
             system_properties=properties,
             ready=http_probe(
                 f"http://{settings.host}:{management_port}/health/ready",
-                base + CCOMPAT_PATH + "/subjects",
+                f"http://{settings.host}:{port}{CCOMPAT_PATH}/subjects",
             ),
             log_file=log_file,
             cwd=data_dir,
             timeout=timeout,
-            class_data_sharing=settings.class_data_sharing,
         ),
     )
-    return ApicurioServer(
-        running.process, settings.host, port, management_port, running.startup_seconds
-    )
+    return ApicurioServer(**running.common(), management_port=management_port)

@@ -34,7 +34,7 @@ import json
 import shutil
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +42,16 @@ from pydantic import SecretStr
 
 from tableflow_core.dev.launcher import (
     JvmServer,
-    Launch,
     LaunchError,
+    RunningServer,
+    ServerSettings,
     http_ok,
     launch,
+    log4j2_config,
     render_properties,
 )
-from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.dev.processes import free_port
 
-CONNECT_LOCK = "kafka-connect"
 SINK_LOCK = "iceberg-kafka-connect"
 DEBEZIUM_POSTGRES_LOCK = "debezium-postgres"
 APICURIO_CONVERTER_LOCK = "apicurio-converter"
@@ -77,8 +78,6 @@ PLUGIN_LEAVES_OUT: dict[str, tuple[str, ...]] = {
     ),
 }
 DEBEZIUM_POSTGRES_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
-CONNECT_NAME = "kafka-connect"
-MIN_JAVA = 17
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectStandalone"
 SINK_CLASS = "org.apache.iceberg.connect.IcebergSinkConnector"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
@@ -90,18 +89,8 @@ DEFAULT_JAVA_OPTIONS = (
     "-Daws.requestChecksumCalculation=when_required",
     "-Daws.responseChecksumValidation=when_required",
 )
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-shutdownHook = disable
-logger.commit.name = org.apache.iceberg.connect.channel
-logger.commit.level = INFO
-"""
+# Connect logs at WARN; the sink's commits at INFO (the benchmark reads them).
+LOG4J2 = log4j2_config("org.apache.iceberg.connect.channel")
 
 
 class KafkaConnectError(LaunchError):
@@ -109,11 +98,7 @@ class KafkaConnectError(LaunchError):
 
 
 KAFKA_CONNECT = JvmServer(
-    name=CONNECT_NAME,
-    lock=CONNECT_LOCK,
-    min_java=MIN_JAVA,
-    java_options=DEFAULT_JAVA_OPTIONS,
-    error=KafkaConnectError,
+    "kafka-connect", "kafka-connect", 17, DEFAULT_JAVA_OPTIONS, KafkaConnectError
 )
 
 
@@ -256,43 +241,30 @@ def apicurio_avro_converters(registry_api_url: str) -> dict[str, str]:
     return props
 
 
-@dataclass(frozen=True)
-class KafkaConnectSettings:
-    data_dir: Path
+@dataclass(frozen=True, kw_only=True)
+class KafkaConnectSettings(ServerSettings):
     bootstrap: str
     connectors: tuple[ConnectorFile, ...] = ()
-    host: str = "127.0.0.1"
-    port: int = 0
     heap_mb: int = 384
-    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
     worker_properties: tuple[tuple[str, str], ...] = ()
-    class_data_sharing: bool = True
     plugins: tuple[str, ...] = (SINK_LOCK,)
     plugin_extras: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
-class KafkaConnectWorker:
-    process: BackgroundProcess
-    host: str
-    port: int
+@dataclass(frozen=True, kw_only=True)
+class KafkaConnectWorker(RunningServer):
     data_dir: Path
-    startup_seconds: float = 0.0
-    connectors: tuple[str, ...] = field(default_factory=tuple)
+    connectors: tuple[str, ...] = ()
 
     @property
     def rest_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.base_url
 
     def connector_status(self, name: str) -> dict[str, Any]:
         return connector_status(self.rest_url, name)
 
     def stop(self, timeout: float = 30.0) -> None:
-        try:
-            self.process.stop(timeout)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                secrets_file(self.data_dir).unlink()
+        super().stop(timeout)
 
 
 def secrets_file(data_dir: Path) -> Path:
@@ -382,7 +354,7 @@ def start_kafka_connect(
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     port = settings.port or free_port(settings.host)
-    worker_jars = KAFKA_CONNECT.artifacts()
+    worker_jars = KAFKA_CONNECT.artifacts(settings.lock)
     plugin_root = build_plugin_dir(data_dir / "plugins", settings.plugins, settings.plugin_extras)
 
     secrets: dict[str, str] = {}
@@ -404,11 +376,9 @@ def start_kafka_connect(
     names = tuple(c.name for c in settings.connectors)
     running = launch(
         KAFKA_CONNECT,
-        Launch(
-            data_dir=data_dir,
-            host=settings.host,
-            port=port,
-            main=(
+        settings.run(
+            port,
+            (
                 "-cp",
                 worker_jars.classpath(),
                 MAIN_CLASS,
@@ -416,8 +386,6 @@ def start_kafka_connect(
                 *(str(p) for p in connector_files),
             ),
             archive_files=tuple(worker_jars.files),
-            heap_mb=settings.heap_mb,
-            java_options=settings.java_options,
             system_properties={"log4j2.configurationFile": str(log4j)},
             private_files={secrets_file(data_dir): render_properties(secrets)},
             keep_private_files=True,  # the connectors read them when (re)started
@@ -426,12 +394,9 @@ def start_kafka_connect(
             cwd=data_dir,
             timeout=timeout,
             poll_interval=0.2,
-            class_data_sharing=settings.class_data_sharing,
         ),
     )
-    return KafkaConnectWorker(
-        running.process, settings.host, port, data_dir, running.startup_seconds, names
-    )
+    return KafkaConnectWorker(**running.common(), data_dir=data_dir, connectors=names)
 
 
 def connector_status(rest_url: str, name: str) -> dict[str, Any]:

@@ -30,19 +30,17 @@ from confluent_kafka.admin import AdminClient
 
 from tableflow_core.dev.launcher import (
     JvmServer,
-    Launch,
     LaunchError,
     RunningServer,
+    ServerSettings,
     launch,
+    log4j2_config,
     render_properties,
     write_private,
 )
-from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.tls import make_server_tls
 
-KAFKA_LOCK = "kafka"
-KAFKA_NAME = "kafka"
-MIN_JAVA = 17
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 BROKER_USER = "tableflow-broker"
 CLIENT_USER = "tableflow"
@@ -58,31 +56,15 @@ DEFAULT_JAVA_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-shutdownHook = disable
-logger.started.name = kafka.server.KafkaRaftServer
-logger.started.level = INFO
-"""
+# The broker logs at WARN, and its "started" line at INFO.
+LOG4J2 = log4j2_config("kafka.server.KafkaRaftServer")
 
 
 class KafkaServerError(LaunchError):
     """The broker could not be formatted or started; the message names its log."""
 
 
-KAFKA = JvmServer(
-    name=KAFKA_NAME,
-    lock=KAFKA_LOCK,
-    min_java=MIN_JAVA,
-    java_options=DEFAULT_JAVA_OPTIONS,
-    error=KafkaServerError,
-)
+KAFKA = JvmServer("kafka", "kafka", 17, DEFAULT_JAVA_OPTIONS, KafkaServerError)
 
 
 @dataclass(frozen=True)
@@ -91,30 +73,19 @@ class ScramCredentials:
     password: str = field(repr=False)
 
 
-@dataclass(frozen=True)
-class KafkaServerSettings:
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 0
+@dataclass(frozen=True, kw_only=True)
+class KafkaServerSettings(ServerSettings):
     controller_port: int = 0
-    heap_mb: int = 256
     sasl_ssl: bool = False
-    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
     properties: tuple[tuple[str, str], ...] = ()
-    lock: str = KAFKA_LOCK
-    class_data_sharing: bool = True
 
 
-@dataclass(frozen=True)
-class KafkaServer:
-    process: BackgroundProcess
-    host: str
-    port: int
+@dataclass(frozen=True, kw_only=True)
+class KafkaServer(RunningServer):
     controller_port: int
     data_dir: Path
     ca_location: Path | None = None
     credentials: ScramCredentials | None = None
-    startup_seconds: float = 0.0
 
     @property
     def bootstrap(self) -> str:
@@ -123,9 +94,6 @@ class KafkaServer:
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings that reach this broker (security included)."""
         return client_config(self.host, self.port, self.credentials, self.ca_location, **overrides)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        self.process.stop(timeout)
 
 
 def start_kafka(
@@ -157,6 +125,8 @@ def start_kafka(
     log4j = data_dir / "log4j2.properties"
     data_dir.mkdir(parents=True, exist_ok=True)
     log4j.write_text(LOG4J2)
+    # 0600: with SASL_SSL its JAAS line holds the broker's password. Kept after a stop.
+    write_private(config_file, render_properties(properties))
     classpath = ("-cp", jars.classpath())
     log = log_file or data_dir / "kafka.log"
 
@@ -171,33 +141,23 @@ def start_kafka(
 
     running = launch(
         KAFKA,
-        Launch(
-            data_dir=data_dir,
-            host=settings.host,
-            port=port,
-            main=(*classpath, "kafka.Kafka", str(config_file)),
+        settings.run(
+            port,
+            (*classpath, "kafka.Kafka", str(config_file)),
             archive_files=tuple(jars.files),
-            heap_mb=settings.heap_mb,
-            java_options=settings.java_options,
             system_properties={"log4j2.configurationFile": str(log4j)},
-            private_files={config_file: render_properties(properties)},
-            keep_private_files=True,
             prepare=format_storage,
             ready=answering,
             log_file=log,
             timeout=timeout,
-            class_data_sharing=settings.class_data_sharing,
         ),
     )
     return KafkaServer(
-        process=running.process,
-        host=settings.host,
-        port=port,
+        **running.common(),
         controller_port=controller_port,
         data_dir=data_dir,
         ca_location=ca_location,
         credentials=credentials,
-        startup_seconds=running.startup_seconds,
     )
 
 

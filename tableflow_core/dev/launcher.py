@@ -31,8 +31,9 @@ import os
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from tableflow_core.dev.processes import BackgroundProcess, start_background
 from tableflow_core.errors import TableflowError
@@ -103,15 +104,51 @@ class Launch:
     prepare: Callable[[list[str]], None] | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    """The settings every server has; each server's settings class adds its own."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port at start
+    heap_mb: int = 256
+    java_options: tuple[str, ...] | None = None  # None: the declaration's
+    lock: str | None = None  # None: the declaration's artifact lock
+    class_data_sharing: bool = True
+
+    def run(self, port: int, main: tuple[str, ...], **launch: Any) -> Launch:
+        """A `Launch` of these settings on `port`; `launch` holds the rest of it."""
+        return Launch(
+            data_dir=self.data_dir.resolve(),
+            host=self.host,
+            port=port,
+            main=main,
+            heap_mb=self.heap_mb,
+            java_options=self.java_options,
+            class_data_sharing=self.class_data_sharing,
+            **launch,
+        )
+
+
 @dataclass(frozen=True)
 class RunningServer:
-    """A server this process started: `stop()` ends exactly its process group."""
+    """A server this process started: `stop()` ends exactly its process group.
+
+    Each server's class extends it with what its clients need (URLs, credentials)."""
 
     name: str
     process: BackgroundProcess
     java: JavaRuntime
     private_files: tuple[Path, ...] = ()
     startup_seconds: float = 0.0
+
+    def common(self) -> dict[str, Any]:
+        """This server's fields, to build a server-specific class from it."""
+        return {f.name: getattr(self, f.name) for f in fields(RunningServer)}
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     @property
     def host(self) -> str:
@@ -232,6 +269,35 @@ def http_probe(*urls: str) -> Callable[[RunningServer], str | None]:
         return next((f"{url} not ready" for url in urls if not http_ok(url)), None)
 
     return probe
+
+
+def log4j2_config(*info_loggers: str) -> str:
+    """log4j2 properties for a server's own log file: WARN and above to the console (the
+    launcher's log), INFO for `info_loggers`; no shutdown hook (the JVM's stop is ours)."""
+    lines = [
+        "status = warn",
+        "appender.out.type = Console",
+        "appender.out.name = OUT",
+        "appender.out.layout.type = PatternLayout",
+        "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = WARN",
+        "rootLogger.appenderRef.out.ref = OUT",
+        "shutdownHook = disable",
+    ]
+    for index, logger in enumerate(info_loggers):
+        lines += [f"logger.l{index}.name = {logger}", f"logger.l{index}.level = INFO"]
+    return "\n".join(lines) + "\n"
+
+
+def quarkus_binds(host: str, port: int, management_port: int) -> dict[str, str]:
+    """A Quarkus app's API and management interface on `host` (the management interface
+    otherwise listens on 0.0.0.0:9000)."""
+    return {
+        "quarkus.http.host": host,
+        "quarkus.http.port": str(port),
+        "quarkus.management.host": host,
+        "quarkus.management.port": str(management_port),
+    }
 
 
 def render_properties(properties: Mapping[str, str]) -> str:

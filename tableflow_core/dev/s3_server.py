@@ -23,13 +23,19 @@ import contextlib
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.launcher import JvmServer, Launch, LaunchError, launch, render_properties
-from tableflow_core.dev.processes import BackgroundProcess, free_port, pid_is_alive, stop_pid
+from tableflow_core.dev.launcher import (
+    JvmServer,
+    LaunchError,
+    RunningServer,
+    ServerSettings,
+    launch,
+    render_properties,
+)
+from tableflow_core.dev.processes import free_port
 
 # boto3 clients are built at run time; no stubs are installed for them.
 S3Client = Any
@@ -56,13 +62,10 @@ class S3Credentials:
         return cls(access_key_id, SecretStr(secrets.token_urlsafe(30)))
 
 
-@dataclass(frozen=True)
-class S3ServerSettings:
+@dataclass(frozen=True, kw_only=True)
+class S3ServerSettings(ServerSettings):
     """Where and how to run the store. `port=0` takes a free port at start."""
 
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 0
     bucket: str = DEFAULT_BUCKET
     credentials: S3Credentials = field(default_factory=S3Credentials.generate)
     region: str = DEFAULT_REGION
@@ -81,25 +84,15 @@ class S3ServerSettings:
         return self.data_dir / "s3proxy.properties"
 
 
-@dataclass
-class RunningS3Server:
+@dataclass(frozen=True, kw_only=True)
+class RunningS3Server(RunningServer):
     """An s3proxy this process started; `stop()` ends exactly that process."""
 
     settings: S3ServerSettings
-    process: BackgroundProcess
-    started_seconds: float
-
-    @property
-    def host(self) -> str:
-        return self.process.host
-
-    @property
-    def port(self) -> int:
-        return self.process.port
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.base_url
 
     @property
     def bucket(self) -> str:
@@ -113,27 +106,15 @@ class RunningS3Server:
     def region(self) -> str:
         return self.settings.region
 
-    @property
-    def alive(self) -> bool:
-        return pid_is_alive(self.process.pid)
-
     def client(self, **config: Any) -> S3Client:
         """A boto3 S3 client for this server (path-style addressing); `retries={"total_max_attempts": 1}`
         turns retrying off (`max_attempts` counts retries, not attempts)."""
         return s3_client(self.endpoint, self.credentials, self.region, **config)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        stop_pid(self.process.pid, timeout)
-
     def __enter__(self) -> RunningS3Server:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -186,18 +167,16 @@ def start_s3_server(settings: S3ServerSettings) -> RunningS3Server:
     # on disk once the server is ready.
     running = launch(
         S3PROXY,
-        Launch(
-            data_dir=settings.data_dir,
-            host=settings.host,
-            port=port,
-            main=("-cp", str(jar), MAIN_CLASS, "--properties", str(settings.properties_file)),
+        settings.run(
+            port,
+            ("-cp", str(jar), MAIN_CLASS, "--properties", str(settings.properties_file)),
             archive_files=(jar,),
             private_files={settings.properties_file: s3proxy_properties(settings, port)},
             log_file=settings.log_file,
             timeout=settings.start_timeout,
             ready=lambda running: ensure_bucket(
                 s3_client(
-                    f"http://{running.host}:{running.port}",
+                    running.base_url,
                     settings.credentials,
                     settings.region,
                     retries={"total_max_attempts": 1},
@@ -206,7 +185,7 @@ def start_s3_server(settings: S3ServerSettings) -> RunningS3Server:
             ),
         ),
     )
-    return RunningS3Server(settings, running.process, running.startup_seconds)
+    return RunningS3Server(**running.common(), settings=settings)
 
 
 def ensure_bucket(client: S3Client, bucket: str) -> str | None:

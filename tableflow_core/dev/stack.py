@@ -265,9 +265,9 @@ class Component(ABC):
     def directory(self) -> Path:
         return self.settings.data_dir / self.kind
 
-    @abstractmethod
     def address(self, ports: Mapping[str, int]) -> str:
-        """What clients are given: bootstrap servers or a URL."""
+        """What clients are given: a URL (or bootstrap servers)."""
+        return f"http://{self.settings.host}:{ports['port']}"
 
     def values(self, ports: Mapping[str, int]) -> dict[str, str]:
         """Its public `dev_stack()` values."""
@@ -280,6 +280,25 @@ class Component(ABC):
     @abstractmethod
     def start(self, ports: Mapping[str, int], log_file: Path, record: StackRecord) -> Started:
         """Start the server detached and wait until it answers."""
+
+    def start_python(
+        self,
+        command: list[str],
+        ports: Mapping[str, int],
+        log_file: Path,
+        env: dict[str, str] | None = None,
+    ) -> int:
+        """Start a Python server of ours on the component's first port; its pid."""
+        process = start_background(
+            self.kind,
+            command,
+            self.settings.host,
+            ports["port"],
+            log_file,
+            env=env,
+            timeout=self.settings.start_timeout_seconds,
+        )
+        return process.pid
 
 
 COMPONENTS: dict[tuple[str, str], type[Component]] = {}
@@ -346,9 +365,6 @@ class TableflowRegistry(Component):
     def database(self) -> Path:
         return self.settings.data_dir / "registry" / "registry.db"
 
-    def address(self, ports: Mapping[str, int]) -> str:
-        return f"http://{self.settings.host}:{ports['port']}"
-
     def values(self, ports: Mapping[str, int]) -> dict[str, str]:
         return {"schema_registry_url": self.address(ports)}
 
@@ -362,16 +378,8 @@ class TableflowRegistry(Component):
             env = {PASSWORD_ENV: password}
         self.database.parent.mkdir(parents=True, exist_ok=True)
         command = registry_command(self.settings.host, ports["port"], self.database, user)
-        process = start_background(
-            self.kind,
-            command,
-            self.settings.host,
-            ports["port"],
-            log_file,
-            env=env,
-            timeout=self.settings.start_timeout_seconds,
-        )
-        return Started(process.pid, (REGISTRY_MODULE, str(self.database)))
+        pid = self.start_python(command, ports, log_file, env)
+        return Started(pid, (REGISTRY_MODULE, str(self.database)))
 
 
 @component
@@ -411,9 +419,6 @@ class Catalog(Component):
     kind = CATALOG
     what = "tableflow's Iceberg REST catalog"
 
-    def address(self, ports: Mapping[str, int]) -> str:
-        return f"http://{self.settings.host}:{ports['port']}"
-
     def values(self, ports: Mapping[str, int]) -> dict[str, str]:
         return {"catalog_port": str(ports["port"]), "catalog_url": self.address(ports)}
 
@@ -447,25 +452,15 @@ class Catalog(Component):
                     secret_access_key=SecretStr(record.secrets["s3_secret_access_key"]),
                 ).environment()
             )
-        process = start_background(
-            self.kind,
-            [sys.executable, "-m", CATALOG_MODULE, *launch.arguments],
-            self.settings.host,
-            ports["port"],
-            log_file,
-            env=environment,
-            timeout=self.settings.start_timeout_seconds,
-        )
-        return Started(process.pid, (CATALOG_MODULE, str(ports["port"])))
+        command = [sys.executable, "-m", CATALOG_MODULE, *launch.arguments]
+        pid = self.start_python(command, ports, log_file, environment)
+        return Started(pid, (CATALOG_MODULE, str(ports["port"])))
 
 
 @component
 class ObjectStore(Component):
     kind = S3
     what = "s3proxy 4.1 (S3 API, files on disk)"
-
-    def address(self, ports: Mapping[str, int]) -> str:
-        return f"http://{self.settings.host}:{ports['port']}"
 
     def values(self, ports: Mapping[str, int]) -> dict[str, str]:
         return {

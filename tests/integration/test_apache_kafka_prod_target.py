@@ -7,11 +7,8 @@ what was committed, and the password appears in no output and no file the runs l
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +19,13 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tests.fixtures.apply_env import tableflow_process
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.kafka_server import ApacheKafka
 from tests.fixtures.stack import SchemaRegistryServer, unique_name
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 PASSWORD_VARIABLE = "TF_TEST_KAFKA_PASSWORD"
 PAYMENT = {
     "type": "record",
@@ -90,18 +87,9 @@ def _write_project(
 
 
 def _tableflow(root: Path, password: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, PASSWORD_VARIABLE: password, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args],
-        cwd=REPO, env=env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=400)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)  # the Spark JVM never outlives its driver
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return tableflow_process(
+        root, *args, extra_env={PASSWORD_VARIABLE: password}, timeout=400, merge_stderr=False
+    )
 
 
 def _files_containing(root: Path, secret: bytes) -> list[Path]:

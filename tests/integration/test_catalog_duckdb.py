@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import duckdb
-import duckdb_extension_avro
-import duckdb_extension_httpfs
-import duckdb_extension_iceberg
 import pyarrow as pa
 
+from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 
 
-def extension_path(module: object, name: str) -> str:
-    package_dir = Path(module.__file__).parent  # type: ignore[attr-defined]
-    return str(package_dir / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension")
-
-
 def duckdb_attached(server: CatalogServer, alias: str = "lake") -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for module, name in [
-        (duckdb_extension_avro, "avro"),
-        (duckdb_extension_httpfs, "httpfs"),
-        (duckdb_extension_iceberg, "iceberg"),
-    ]:
-        con.execute(f"LOAD '{extension_path(module, name)}'")
+    con = duckdb_connection()
     con.execute(
         f"CREATE SECRET catalog_secret (TYPE iceberg, CLIENT_ID '{server.client_id}', "
         f"CLIENT_SECRET '{server.client_secret}', OAUTH2_SERVER_URI '{server.uri}/v1/oauth/tokens')"

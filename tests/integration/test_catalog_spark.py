@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
-from tableflow_core.engine.spark_session import register_catalog
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture()
-def spark_catalog(spark: SparkSession, catalog_server: CatalogServer) -> str:
-    name = f"rest_{uuid.uuid4().hex[:8]}"
-    register_catalog(spark, name, catalog_server.spark_properties())
-    return name
 
 
 def test_spark_writes_merges_maintains_and_pyiceberg_reads(

@@ -41,7 +41,6 @@ from tableflow_core.dev.kafka_connect import (
     KafkaConnectWorker,
     apicurio_avro_converters,
 )
-from tableflow_core.dev.trino_server import TrinoServer
 from tests.cdc_model import (
     AvroEnvelopes,
     Envelopes,
@@ -68,6 +67,7 @@ from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import unique_name
 from tests.fixtures.trino import trino_rows
 from tests.plan_project import write_project
+from tests.support.trino_server import TrinoServer
 
 pytestmark = pytest.mark.slow
 

@@ -14,15 +14,8 @@ import pytest
 from tableflow_core.jvm.class_data_sharing import (
     DYNAMIC_ARCHIVE_MAGIC,
     STALE_PARTIAL_SECONDS,
-    ClassDataSharing,
-    java_executable,
 )
-
-
-def sharing_in(directory: Path, *layout: str) -> ClassDataSharing:
-    java = java_executable()
-    assert java is not None, "the tests need a JDK"
-    return ClassDataSharing(directory, "abc", java, layout)
+from tests.unit.test_class_data_sharing import sharing_in
 
 
 def test_the_first_jvm_writes_the_archive_and_a_second_one_does_not(tmp_path: Path) -> None:

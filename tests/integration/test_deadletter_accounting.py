@@ -25,6 +25,7 @@ from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.runner.results import TableResult
 from tableflow_core.state.offsets import OFFSETS_KEY
+from tests.avro_records import avro_record
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
@@ -32,15 +33,7 @@ from tests.integration.test_deadletter_formats import dlq_table_rows, dlq_topic_
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {
-    "type": "record",
-    "name": "Order",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "amount", "type": "double"},
-        {"name": "status", "type": "string"},
-    ],
-}
+SCHEMA = avro_record("Order", id="long", amount="double", status="string")
 PARTITIONS = 2
 PER_PARTITION = 12
 

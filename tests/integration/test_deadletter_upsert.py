@@ -21,6 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.readers.duckdb_reader import duckdb_connection
+from tests.avro_records import avro_record
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.poison import UNKNOWN_SCHEMA_ID
@@ -30,15 +31,7 @@ from tests.integration.test_deadletter_formats import dlq_table_rows, dlq_topic_
 pytestmark = pytest.mark.slow
 
 KEY_SCHEMA = {"type": "record", "name": "PaymentKey", "fields": [{"name": "id", "type": "long"}]}
-VALUE_SCHEMA = {
-    "type": "record",
-    "name": "Payment",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "name", "type": "string"},
-        {"name": "amount", "type": "double"},
-    ],
-}
+VALUE_SCHEMA = avro_record("Payment", id="long", name="string", amount="double")
 
 # (key id or None, value name or None for a tombstone, what is wrong with it)
 Record = tuple[int | None, str | None, str]

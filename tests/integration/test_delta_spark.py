@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tableflow_core.delta import DeltaSyncError, sync_delta_log
-from tableflow_core.engine.spark_session import register_catalog
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.integration.test_delta_sync import assert_same_rows, delta_version
 
@@ -20,11 +18,14 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture()
-def spark_catalog(spark: SparkSession, catalog_server: CatalogServer) -> str:
-    name = f"delta_{uuid.uuid4().hex[:8]}"
-    register_catalog(spark, name, catalog_server.spark_properties())
-    return name
+def _create(spark: SparkSession, spark_catalog: str, name: str, clause: str) -> tuple[str, str]:
+    """A new namespace holding table `name` (id, name, ts) created with `clause`:
+    (namespace, the table's Spark name)."""
+    ns = unique_namespace("delta")
+    table = f"{spark_catalog}.{ns}.{name}"
+    spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, name STRING, ts TIMESTAMP) USING iceberg {clause}")
+    return ns, table
 
 
 def _insert(spark: SparkSession, table: str, ids: range, extra: bool = False) -> None:
@@ -39,13 +40,7 @@ def _insert(spark: SparkSession, table: str, ids: range, extra: bool = False) ->
 def test_partitioned_spark_table_through_appends_evolution_and_compaction(
     spark: SparkSession, spark_catalog: str, catalog_server: CatalogServer
 ) -> None:
-    ns = unique_namespace("delta")
-    table = f"{spark_catalog}.{ns}.clicks"
-    spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, name STRING, ts TIMESTAMP) USING iceberg "
-        "PARTITIONED BY (days(ts))"
-    )
+    ns, table = _create(spark, spark_catalog, "clicks", "PARTITIONED BY (days(ts))")
     catalog = catalog_server.pyiceberg_catalog()
 
     def load():  # type: ignore[no-untyped-def]
@@ -92,12 +87,11 @@ def test_partitioned_spark_table_through_appends_evolution_and_compaction(
 def test_merge_on_read_deletes_are_refused_until_compacted(
     spark: SparkSession, spark_catalog: str, catalog_server: CatalogServer
 ) -> None:
-    ns = unique_namespace("delta")
-    table = f"{spark_catalog}.{ns}.orders"
-    spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, name STRING, ts TIMESTAMP) USING iceberg "
-        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"
+    ns, table = _create(
+        spark,
+        spark_catalog,
+        "orders",
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')",
     )
     catalog = catalog_server.pyiceberg_catalog()
     _insert(spark, table, range(0, 6))

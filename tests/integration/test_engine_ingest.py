@@ -103,10 +103,7 @@ def test_bad_records_fail_the_run_naming_the_offset(
 ) -> None:
     from tests.unit.test_engine_helpers import produce_raw
 
-    topic = kafka_broker.create_topic(unique_name("bad"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(5)], 1
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "bad", 5, 1)
     produce_raw(kafka_broker.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
     env = make_env(topic)
     failed = apply(spark, env, expect="error")
@@ -126,10 +123,7 @@ def test_bad_records_travel_as_data(
     from tableflow_core.targets.catalog import open_catalog
     from tests.unit.test_engine_helpers import produce_raw
 
-    topic = kafka_broker.create_topic(unique_name("bad"), 2)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(4)], 2
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "bad", 4, 2)
     produce_raw(kafka_broker.bootstrap, topic, [b"junk"], partition=1)
     env = make_env(topic)
     apply_ddl_only(spark, env)
@@ -152,8 +146,7 @@ def test_schema_v2_adds_a_column(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
 ) -> None:
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("evolve"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    topic = payments_topic(kafka_broker, schema_registry, "evolve", 10, 2)
     env = make_env(topic)
     apply(spark, env)
     v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
@@ -182,8 +175,7 @@ def test_offsets_survive_compaction_and_expiry(
     from tableflow_core.state.table_state import read_table_state
 
     bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("maint"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
+    topic = payments_topic(kafka_broker, schema_registry, "maint", 10, 2)
     env = make_env(topic)
     apply(spark, env)
     produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 20)], 2)
@@ -218,6 +210,21 @@ def test_offsets_survive_compaction_and_expiry(
     assert (rows, ids, distinct) == (24, sum(range(24)), 24)
 
 
+def payments_topic(
+    kafka_broker: KafkaBroker, schema_registry: Any, name: str, count: int, partitions: int
+) -> str:
+    """A new topic of `partitions` holding payments 0..count-1 (Avro, registered)."""
+    topic = kafka_broker.create_topic(unique_name(name), partitions)
+    produce_avro(
+        kafka_broker.bootstrap,
+        schema_registry.url,
+        topic,
+        [payment(i) for i in range(count)],
+        partitions,
+    )
+    return topic
+
+
 def run_branches(env: Env) -> list[str]:
     return [name for name in env.pyiceberg_table().metadata.refs if name != "main"]
 
@@ -225,6 +232,33 @@ def run_branches(env: Env) -> list[str]:
 def commits(env: Env) -> int:
     """Catalog commits of the table so far: one metadata file each (the metadata log)."""
     return len(env.pyiceberg_table().metadata.metadata_log)
+
+
+def two_runs(
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any, name: str
+) -> tuple[Env, Any, int, int]:
+    """Ten payments into a new table, applied; four more, applied: the env, the first
+    run's result and the catalog commits of each run. Both runs are checked to land all
+    14 records, leave no run branch, and read back whole."""
+    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
+    topic = payments_topic(kafka_broker, schema_registry, name, 10, 2)
+    env = make_env(topic)
+    apply_ddl_only(spark, env)
+    created = commits(env)
+    first = apply(spark, env)
+    first_commits = commits(env) - created
+    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
+    before = commits(env)
+    assert apply(spark, env).records_written == 4
+    second_commits = commits(env) - before
+    assert run_branches(env) == []
+    assert read_back(env) == (
+        14,
+        sum(range(14)),
+        round(sum(payment(i)["amount"] for i in range(14)), 3),
+        14,
+    )
+    return env, first, first_commits, second_commits
 
 
 def test_a_run_is_three_catalog_commits(
@@ -240,29 +274,16 @@ def test_a_run_is_three_catalog_commits(
 
     # Spark's Iceberg writer, as for a table that needs it (a plain append would not).
     monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's writer")
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("commits"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
-    env = make_env(topic)
-    apply_ddl_only(spark, env)
-    created = commits(env)
-    assert apply(spark, env).records_written == 10
-    assert commits(env) - created == 3  # was 6: main, branch, data, accounting, ff, drop
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
-    before = commits(env)
-    assert apply(spark, env).records_written == 4
-    assert commits(env) - before == 3  # was 5
+    env, first, first_commits, second_commits = two_runs(
+        spark, make_env, kafka_broker, schema_registry, "commits"
+    )
+    assert first.records_written == 10
+    assert first_commits == 3  # was 6: main, branch, data, accounting, ff, drop
+    assert second_commits == 3  # was 5
     table = env.pyiceberg_table()
     head = table.metadata.snapshot_by_id(table.metadata.current_snapshot_id)
     assert head is not None
     assert {"tableflow.offsets", "tableflow.accounting"} <= set(head.summary.additional_properties)
-    assert run_branches(env) == []
-    assert read_back(env) == (
-        14,
-        sum(range(14)),
-        round(sum(payment(i)["amount"] for i in range(14)), 3),
-        14,
-    )
 
 
 def test_a_lone_small_run_is_one_catalog_commit(
@@ -271,26 +292,12 @@ def test_a_lone_small_run_is_one_catalog_commit(
     """A plain append run writes its data files in its read tasks (ingest/sharing.py), and
     one commit cuts the branch, adds them with the offsets and moves main; a new table's
     first run adds the commit of its first snapshot."""
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = kafka_broker.create_topic(unique_name("lone"), 2)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10)], 2)
-    env = make_env(topic)
-    apply_ddl_only(spark, env)
-    created = commits(env)
-    first = apply(spark, env)
-    assert first.records_written == 10 and "shared_job" in (first.timings or {})
-    assert commits(env) - created == 2  # the first snapshot + branch, the publish
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
-    before = commits(env)
-    assert apply(spark, env).records_written == 4
-    assert commits(env) - before == 1
-    assert run_branches(env) == []
-    assert read_back(env) == (
-        14,
-        sum(range(14)),
-        round(sum(payment(i)["amount"] for i in range(14)), 3),
-        14,
+    _, first, first_commits, second_commits = two_runs(
+        spark, make_env, kafka_broker, schema_registry, "lone"
     )
+    assert first.records_written == 10 and "shared_job" in (first.timings or {})
+    assert first_commits == 2  # the first snapshot + branch, the publish
+    assert second_commits == 1
 
 
 def test_a_concurrent_commit_makes_the_run_refuse(
@@ -305,10 +312,7 @@ def test_a_concurrent_commit_makes_the_run_refuse(
     from tableflow_core.pipeline.run import ConcurrentCommitError, ingest
     from tableflow_core.targets.catalog import open_catalog
 
-    topic = kafka_broker.create_topic(unique_name("race"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "race", 6, 1)
     env = make_env(topic, max_records_per_run=3)
     apply(spark, env)  # commits offsets {0: 3}
     spec = env.spec()
@@ -352,10 +356,7 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     from tableflow_core.state.offsets import read_committed_offsets
     from tableflow_core.targets.catalog import open_catalog
 
-    topic = kafka_broker.create_topic(unique_name("moved"), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(6)], 1
-    )
+    topic = payments_topic(kafka_broker, schema_registry, "moved", 6, 1)
     env = make_env(topic, max_records_per_run=3)
     apply(spark, env)  # offsets {0: 3}
     spec = env.spec()

@@ -24,12 +24,12 @@ from tableflow_core.dev.kafka_connect import KafkaConnectSettings, start_kafka_c
 from tableflow_core.dev.kafka_connect import secrets_file as connect_secrets
 from tableflow_core.dev.kafka_server import KafkaServer, KafkaServerSettings, start_kafka
 from tableflow_core.dev.launcher import JvmServer, Launch, LaunchError, launch
-from tableflow_core.dev.nessie_server import NessieS3, NessieSettings, start_nessie
-from tableflow_core.dev.nessie_server import secrets_file as nessie_secrets
 from tableflow_core.dev.processes import BackgroundProcess, pid_is_alive, port_is_open
 from tableflow_core.dev.s3_server import RunningS3Server, S3ServerSettings, start_s3_server
-from tableflow_core.dev.trino_server import TrinoSettings, start_trino
 from tableflow_core.jvm.class_data_sharing import cache_directory
+from tests.support.nessie_server import NessieS3, NessieSettings, start_nessie
+from tests.support.nessie_server import secrets_file as nessie_secrets
+from tests.support.trino_server import TrinoSettings, start_trino
 
 
 @dataclass
@@ -50,13 +50,15 @@ def get_json(url: str) -> Any:
 
 def assert_launched_and_stopped(started: Started) -> None:
     process = started.process
-    assert os.getsid(process.pid) == process.pid, "the server runs in its own session"
-    assert process.host == "127.0.0.1"
-    assert started.answer() is not None
-    assert process.log_file.is_file()  # quiet servers (Connect at WARN) may leave it empty
-    for secret in started.secrets_while_running:
-        assert secret.stat().st_mode & 0o777 == 0o600
-    started.stop()
+    try:
+        assert os.getsid(process.pid) == process.pid, "the server runs in its own session"
+        assert process.host == "127.0.0.1"
+        assert started.answer() is not None
+        assert process.log_file.is_file()  # quiet servers (Connect at WARN) may leave it empty
+        for secret in started.secrets_while_running:
+            assert secret.stat().st_mode & 0o777 == 0o600
+    finally:
+        started.stop()  # a failed check must not leave the JVM running
     assert not pid_is_alive(process.pid)
     assert not port_is_open(process.host, process.port)
     for secret in started.secrets_while_running:

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from pyiceberg.table import Table
 
 from tableflow_core.config.models.catalogs import NessieCatalog as NessieCatalogConfig
 from tableflow_core.config.models.catalogs import RestCatalog as RestCatalogConfig
-from tableflow_core.dev.trino_server import TrinoServer
 from tableflow_core.jvm.artifacts import ensure, load_lock
 from tableflow_core.publish.errors import PublishConflictError, PublishError
 from tableflow_core.publish.nessie import NessiePublisher, put_operation, table_content
@@ -37,6 +37,7 @@ from tests.fixtures.trino import (
 )
 from tests.iceberg_values import SAMPLE_ARROW_SCHEMA, SAMPLE_SPARK_COLUMNS, sample_row
 from tests.spark_sql_runner import run_spark_sql
+from tests.support.trino_server import TrinoServer
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +62,13 @@ def _commits(nessie: NessieCatalog) -> list[str]:
     with urllib.request.urlopen(url, timeout=10) as response:
         entries = json.loads(response.read())["logEntries"]
     return [e["commitMeta"]["message"] for e in entries]
+
+
+def append_samples(table: Table, start: int, end: int) -> None:
+    """Append the sample rows `start` to `end` (exclusive) to `table`."""
+    table.append(
+        pa.Table.from_pylist([sample_row(i) for i in range(start, end)], schema=SAMPLE_ARROW_SCHEMA)
+    )
 
 
 def test_pyiceberg_and_spark_write_through_nessie_and_trino_reads_back(
@@ -135,9 +143,7 @@ def test_tableflow_publishes_to_nessie_by_register(
     ns = unique_namespace("pub")
     source_catalog.create_namespace(ns)
     source = source_catalog.create_table((ns, "orders"), schema=SAMPLE_ARROW_SCHEMA)
-    source.append(
-        pa.Table.from_pylist([sample_row(i) for i in range(30)], schema=SAMPLE_ARROW_SCHEMA)
-    )
+    append_samples(source, 0, 30)
 
     config = RestCatalogConfig(uri=nessie.uri, properties=nessie.s3_keys())
     publisher = RestPublisher("nessie", config)
@@ -153,9 +159,7 @@ def test_tableflow_publishes_to_nessie_by_register(
     # The next snapshot: the publisher moves pointers with register(overwrite=true),
     # which Nessie 0.99 refuses. Recorded here; `type: nessie` publishes through Nessie's API.
     previous = source.metadata_location
-    source.append(
-        pa.Table.from_pylist([sample_row(i) for i in range(30, 40)], schema=SAMPLE_ARROW_SCHEMA)
-    )
+    append_samples(source, 30, 40)
     with pytest.raises(PublishError, match="overwrite"):
         publisher.update((ns,), "orders", source.metadata_location, previous)
     assert publisher.current_pointer((ns,), "orders") == previous
@@ -168,9 +172,7 @@ def test_tableflow_publishes_to_nessie_through_its_api_with_compare_and_set(
     ns = unique_namespace("napi")
     source_catalog.create_namespace(ns)
     source = source_catalog.create_table((ns, "orders"), schema=SAMPLE_ARROW_SCHEMA)
-    source.append(
-        pa.Table.from_pylist([sample_row(i) for i in range(30)], schema=SAMPLE_ARROW_SCHEMA)
-    )
+    append_samples(source, 0, 30)
     # The publisher reads the metadata file (snapshot, schema, spec ids) with these keys.
     config = NessieCatalogConfig(
         uri=nessie.server.api_uri,
@@ -187,9 +189,7 @@ def test_tableflow_publishes_to_nessie_through_its_api_with_compare_and_set(
 
     # The source moves on: the pointer moves with one Nessie commit, read by Trino.
     first = source.metadata_location
-    source.append(
-        pa.Table.from_pylist([sample_row(i) for i in range(30, 40)], schema=SAMPLE_ARROW_SCHEMA)
-    )
+    append_samples(source, 30, 40)
     source = source_catalog.load_table((ns, "orders"))
     stale = publisher.read((ns, "orders"))  # a second publisher's view, before the move
     publisher.update((ns,), "orders", source.metadata_location, first)

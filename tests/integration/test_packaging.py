@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,11 @@ def test_wheel_ships_the_template_and_init_validate_work(tmp_path: Path) -> None
         cwd=tmp_path,
     )
     (wheel,) = (tmp_path / "dist").glob("tableflow-*.whl")
+    # What only tests and benchmarks use stays out of what users install (tests/support).
+    shipped = {Path(name).stem for name in zipfile.ZipFile(wheel).namelist()}
+    test_only = {"trino_server", "nessie_server", "fault_proxy", "http_relay", "sts_gateway"}
+    assert not shipped & (test_only | {"sigv4"}), shipped & test_only
+    assert "launcher" in shipped and "kafka_server" in shipped
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)

@@ -25,9 +25,10 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 
 from tests.fixtures.kafka_server import ApacheKafka, read_partition
+from tests.protobuf_orders import order_importing_address
 
 CONTENT_TYPE = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
 ADDRESS = {
@@ -166,43 +167,9 @@ def test_json_schema_with_a_reference(registry: Registry, apache_kafka: ApacheKa
         )
 
 
-def _protobuf_order(tag: str) -> tuple[type, type, str]:
-    """Order (shop/order_<tag>.proto) importing Address (shop/address_<tag>.proto)."""
-    field = descriptor_pb2.FieldDescriptorProto
-    package = f"shop{tag}"
-    address = descriptor_pb2.FileDescriptorProto(
-        name=f"shop/address_{tag}.proto", package=package, syntax="proto3"
-    )
-    message = address.message_type.add(name="Address")
-    message.field.add(name="street", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
-    order = descriptor_pb2.FileDescriptorProto(
-        name=f"shop/order_{tag}.proto",
-        package=package,
-        syntax="proto3",
-        dependency=[address.name],
-    )
-    message = order.message_type.add(name="Order")
-    message.field.add(name="id", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
-    message.field.add(
-        name="ship_to",
-        number=2,
-        type=field.TYPE_MESSAGE,
-        label=field.LABEL_OPTIONAL,
-        type_name=f".{package}.Address",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(address)
-    pool.Add(order)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Address")),
-        address.name,
-    )
-
-
 def test_protobuf_with_an_import(registry: Registry, apache_kafka: ApacheKafka) -> None:
     tag = _tag()
-    order_class, address_class, address_file = _protobuf_order(tag)
+    order_class, address_class, address_file = order_importing_address(tag)
     serializer = ProtobufSerializer(
         order_class, registry.client(), {"use.deprecated.format": False}
     )

@@ -19,13 +19,13 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.kafka_server import ApacheKafka
 from tests.plan_project import write_project
+from tests.protobuf_orders import FIELD, order_importing_address
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +54,22 @@ def _env(
 
     root = write(namespace="x", tables=[], name="refs")
     return Env(root, topic, unique_namespace("refs"), catalog, write)
+
+
+def _applied(
+    spark: Any,
+    tmp_path: Path,
+    kafka: ApacheKafka,
+    catalog: CatalogServer,
+    registry_url: str,
+    topic: str,
+    value_format: str,
+) -> Env:
+    """A table of `topic`'s values in `value_format`, applied: all COUNT records land."""
+    env = _env(tmp_path, kafka, catalog, registry_url, topic)
+    env.configure(value={"format": value_format}, metadata_columns=["offset"])
+    assert apply(spark, env).records_written == COUNT
+    return env
 
 
 def _produce(kafka: ApacheKafka, topic: str, payloads: list[bytes]) -> None:
@@ -118,9 +134,7 @@ def test_avro_with_nested_references(
     ]  # fmt: skip
     _produce(kafka_broker, topic, [serializer(v, context) for v in model])
 
-    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
-    env.configure(value={"format": "avro"}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
+    env = _applied(spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "avro")
     assert _rows(env) == model
 
 
@@ -171,9 +185,9 @@ def test_json_schema_with_a_reference(
     ]  # fmt: skip
     _produce(kafka_broker, topic, [serializer(v, context) for v in produced])
 
-    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
-    env.configure(value={"format": "json_schema"}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
+    env = _applied(
+        spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "json_schema"
+    )
     model = [
         {
             "id": v["id"],
@@ -188,45 +202,6 @@ def test_json_schema_with_a_reference(
     assert _rows(env) == model
 
 
-def _protobuf_classes(tag: str) -> tuple[type, type, str]:
-    """Order (shop/order_<tag>.proto) importing Address (shop/address_<tag>.proto)."""
-    field = descriptor_pb2.FieldDescriptorProto
-    package = f"shop{tag}"
-    address = descriptor_pb2.FileDescriptorProto(
-        name=f"shop/address_{tag}.proto", package=package, syntax="proto3"
-    )
-    message = address.message_type.add(name="Address")
-    message.field.add(name="street", number=1, type=field.TYPE_STRING, label=field.LABEL_OPTIONAL)
-    message.field.add(name="floor", number=2, type=field.TYPE_INT32, label=field.LABEL_OPTIONAL)
-    order = descriptor_pb2.FileDescriptorProto(
-        name=f"shop/order_{tag}.proto", package=package, syntax="proto3", dependency=[address.name]
-    )
-    message = order.message_type.add(name="Order")
-    message.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
-    message.field.add(
-        name="ship_to",
-        number=2,
-        type=field.TYPE_MESSAGE,
-        label=field.LABEL_OPTIONAL,
-        type_name=f".{package}.Address",
-    )
-    message.field.add(
-        name="stops",
-        number=3,
-        type=field.TYPE_MESSAGE,
-        label=field.LABEL_REPEATED,
-        type_name=f".{package}.Address",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(address)
-    pool.Add(order)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Order")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Address")),
-        address.name,
-    )
-
-
 def test_protobuf_with_an_import(
     registry_url: str,
     kafka_broker: ApacheKafka,
@@ -235,7 +210,9 @@ def test_protobuf_with_an_import(
     tmp_path: Path,
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    order_class, address_class, address_file = _protobuf_classes(tag)
+    order_class, address_class, address_file = order_importing_address(
+        tag, FIELD.TYPE_INT64, floor=True, stops=True
+    )
     client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     serializer = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
     topic = f"porders-{tag}"
@@ -252,9 +229,7 @@ def test_protobuf_with_an_import(
     latest = client.get_latest_version(f"{topic}-value")
     assert [r.name for r in latest.schema.references] == [address_file]
 
-    env = _env(tmp_path, kafka_broker, catalog_server, registry_url, topic)
-    env.configure(value={"format": "protobuf"}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
+    env = _applied(spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "protobuf")
     model = [
         {
             "id": m.id,

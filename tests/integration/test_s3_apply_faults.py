@@ -26,17 +26,19 @@ import yaml
 from pyiceberg.exceptions import NoSuchTableError
 
 from tableflow_core.config.loader import load_project
-from tableflow_core.dev.fault_proxy import Fault, FaultProxy
 from tableflow_core.dev.s3_server import RunningS3Server
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.maintain import MaintainTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.apply_env import REPO, run_cli_apply
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3 import ThroughProxy
-from tests.fixtures.s3_catalog import S3CatalogServer, start_s3_catalog_server
+from tests.fixtures.s3_catalog import (
+    S3CatalogServer,
+    catalog_behind_fault_proxy,
+)
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.plan_project import write_project
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.unit.test_engine_helpers import produce_avro
 
 pytestmark = pytest.mark.slow
@@ -58,14 +60,8 @@ DATA_PUT = r"/data/.*\.parquet$"
 def faulty_lake(
     tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server
 ) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
-    with FaultProxy(upstream=s3_server.endpoint) as proxy:
-        server = start_s3_catalog_server(
-            tmp_path_factory.mktemp("s3-faults"), ThroughProxy(s3_server, proxy.endpoint)
-        )
-        try:
-            yield server, proxy
-        finally:
-            server.process.stop()
+    with catalog_behind_fault_proxy(tmp_path_factory.mktemp("s3-faults"), s3_server) as lake:
+        yield lake
 
 
 class Project:

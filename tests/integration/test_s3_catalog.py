@@ -12,9 +12,9 @@ import pyarrow as pa
 import requests
 
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, S3_FILE_IO
+from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
-from tests.integration.test_catalog_duckdb import extension_path
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -97,19 +97,7 @@ def test_load_table_vends_keys_only_when_asked(s3_catalog: S3CatalogServer) -> N
 
 
 def _duckdb(server: S3CatalogServer, vended: bool) -> duckdb.DuckDBPyConnection:
-    import duckdb_extension_avro
-    import duckdb_extension_httpfs
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for module, name in [
-        (duckdb_extension_avro, "avro"),
-        (duckdb_extension_httpfs, "httpfs"),
-        (duckdb_extension_iceberg, "iceberg"),
-    ]:
-        con.execute(f"LOAD '{extension_path(module, name)}'")
+    con = duckdb_connection()
     con.execute(
         "CREATE SECRET cat (TYPE iceberg, CLIENT_ID ?, CLIENT_SECRET ?, OAUTH2_SERVER_URI ?)",
         [server.client_id, server.client_secret, f"{server.uri}/v1/oauth/tokens"],

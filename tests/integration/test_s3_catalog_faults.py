@@ -13,11 +13,13 @@ import pytest
 from pyiceberg.exceptions import ServiceUnavailableError
 from pyiceberg.table import Table
 
-from tableflow_core.dev.fault_proxy import Fault, FaultProxy
 from tableflow_core.dev.s3_server import RunningS3Server
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3 import ThroughProxy
-from tests.fixtures.s3_catalog import S3CatalogServer, start_s3_catalog_server
+from tests.fixtures.s3_catalog import (
+    S3CatalogServer,
+    catalog_behind_fault_proxy,
+)
+from tests.support.fault_proxy import Fault, FaultProxy
 
 SCHEMA = pa.schema([("id", pa.int64())])
 # pyarrow writes every file as a multipart upload: POST ?uploads, PUT ?partNumber, POST ?uploadId.
@@ -28,14 +30,8 @@ METADATA_FILE = r"\.metadata\.json$"
 def faulty(
     tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server
 ) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
-    with FaultProxy(upstream=s3_server.endpoint) as proxy:
-        server = start_s3_catalog_server(
-            tmp_path_factory.mktemp("faulty-catalog"), ThroughProxy(s3_server, proxy.endpoint)
-        )
-        try:
-            yield server, proxy
-        finally:
-            server.process.stop()
+    with catalog_behind_fault_proxy(tmp_path_factory.mktemp("faulty-catalog"), s3_server) as lake:
+        yield lake
 
 
 def _table(server: S3CatalogServer) -> Table:

@@ -13,15 +13,13 @@ import threading
 from collections import Counter
 
 import duckdb
-import duckdb_extension_delta
-import duckdb_extension_httpfs
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from tableflow_core.dev.fault_proxy import FaultProxy
 from tableflow_core.dev.s3_server import RunningS3Server
+from tableflow_core.readers.duckdb_reader import extension_path
 from tests.fixtures.s3 import unique_prefix
-from tests.integration.test_catalog_duckdb import extension_path
+from tests.support.fault_proxy import FaultProxy
 
 WRITERS = 4
 COMMITS_EACH = 5
@@ -108,8 +106,8 @@ def test_duckdb_reads_the_delta_table_from_s3(s3_server: RunningS3Server) -> Non
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
     try:
-        con.execute(f"LOAD '{extension_path(duckdb_extension_httpfs, 'httpfs')}'")
-        con.execute(f"LOAD '{extension_path(duckdb_extension_delta, 'delta')}'")
+        con.execute(f"LOAD '{extension_path('duckdb_extension_httpfs', 'httpfs')}'")
+        con.execute(f"LOAD '{extension_path('duckdb_extension_delta', 'delta')}'")
         con.execute(
             "CREATE SECRET store (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
             "URL_STYLE 'path', USE_SSL false)",

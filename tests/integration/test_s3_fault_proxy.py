@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
-from tableflow_core.dev.fault_proxy import Fault, FaultProxy
 from tableflow_core.dev.s3_server import RunningS3Server, s3_client
 from tests.fixtures.s3 import unique_prefix
+from tests.support.fault_proxy import Fault, FaultProxy
 
 
 @pytest.fixture

@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tableflow_core.dev.fault_proxy import FaultProxy
 from tableflow_core.dev.s3_server import RunningS3Server
 from tableflow_core.jvm.artifacts import ensure, load_lock
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3 import ThroughProxy
-from tests.fixtures.s3_catalog import S3CatalogServer, start_s3_catalog_server
+from tests.fixtures.s3_catalog import (
+    S3CatalogServer,
+    catalog_behind_fault_proxy,
+)
+from tests.support.fault_proxy import FaultProxy
 
 REPO = Path(__file__).resolve().parents[2]
 # ids 0..2999 appended; MERGE of 2900..3099: 50 even matches deleted, 50 odd updated,
@@ -41,14 +43,8 @@ def proxied_catalog(
     tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server
 ) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
     """A catalog whose S3 endpoint (its own and the one it hands out) is the fault proxy."""
-    with FaultProxy(upstream=s3_server.endpoint) as proxy:
-        server = start_s3_catalog_server(
-            tmp_path_factory.mktemp("spark-s3-catalog"), ThroughProxy(s3_server, proxy.endpoint)
-        )
-        try:
-            yield server, proxy
-        finally:
-            server.process.stop()
+    with catalog_behind_fault_proxy(tmp_path_factory.mktemp("spark-s3-catalog"), s3_server) as lake:
+        yield lake
 
 
 def _run_scenario(

@@ -1,6 +1,6 @@
 """The catalog vends temporary, table-scoped credentials (STS AssumeRole), and the store checks them.
 
-Real processes: s3proxy, the STS gateway in front of it (`dev/sts_gateway.py`: mints and
+Real processes: s3proxy, the STS gateway in front of it (`tests/support/sts_gateway.py`: mints and
 checks session credentials), the catalog server started with `--sts-role-arn` and
 `--sts-endpoint <gateway>`. Clients get only the catalog URL and the OAuth2 credential:
 pyiceberg and Spark (Iceberg 1.12.0 S3FileIO, which refreshes through the catalog's
@@ -22,8 +22,6 @@ from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
 from tableflow_core.dev.producer import produce_sample
-from tableflow_core.dev.sts_gateway import StsGateway
-from tableflow_core.jvm.artifacts import ensure, load_lock
 from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
 from tests.fixtures.apply_env import run_cli
 from tests.fixtures.catalog import unique_namespace
@@ -32,7 +30,8 @@ from tests.fixtures.projects import StackProject
 from tests.fixtures.s3_catalog import STS_CREDENTIAL_SECONDS as LIFETIME
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
-from tests.spark_sql_runner import iceberg_rest_conf, run_spark_sql
+from tests.spark_sql_runner import run_spark_sql
+from tests.support.sts_gateway import StsGateway
 
 pytestmark = pytest.mark.slow
 
@@ -166,13 +165,7 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
     the catalog (`client.refresh-credentials-endpoint`), writes and merges throughout."""
     namespace = unique_namespace("sts_spark")
     sts_catalog.pyiceberg_catalog().create_namespace(namespace)
-    conf = iceberg_rest_conf(
-        "lake",
-        sts_catalog.uri,
-        ensure(load_lock("iceberg-s3")).files,
-        credential=sts_catalog.credential,
-        extra={"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-    )
+    conf = sts_catalog.vended_spark_conf()
     t = f"lake.{namespace}.events"
     minted_before = sts_gateway.minted_count()
     refusals_before = len(sts_gateway.refusals)

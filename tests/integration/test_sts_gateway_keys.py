@@ -18,8 +18,8 @@ from botocore.exceptions import ClientError
 
 from tableflow_core.catalog.credentials import table_session_policy
 from tableflow_core.dev.s3_server import RunningS3Server
-from tableflow_core.dev.sts_gateway import StsGateway
 from tests.fixtures.s3 import unique_prefix
+from tests.support.sts_gateway import StsGateway
 
 B_BYTES = b"table b's data file"
 

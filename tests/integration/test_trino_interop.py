@@ -20,8 +20,6 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, LongType
 
-from tableflow_core.dev.trino_server import TrinoServer
-from tableflow_core.jvm.artifacts import ensure, load_lock
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.trino import assert_trino_reads_as_pyiceberg
@@ -32,7 +30,8 @@ from tests.iceberg_values import (
     UTC,
     sample_row,
 )
-from tests.spark_sql_runner import iceberg_rest_conf, run_spark_sql
+from tests.spark_sql_runner import run_spark_sql
+from tests.support.trino_server import TrinoServer
 
 pytestmark = pytest.mark.slow
 
@@ -97,13 +96,7 @@ def test_trino_reads_spark_merge_on_read_upserts(
     catalog: RestCatalog,
     namespace: str,
 ) -> None:
-    conf = iceberg_rest_conf(
-        "lake",
-        s3_catalog.uri,
-        ensure(load_lock("iceberg-s3")).files,
-        credential=s3_catalog.credential,
-        extra={"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-    )
+    conf = s3_catalog.vended_spark_conf()
     t = f"lake.{namespace}.upserts"
     result = run_spark_sql(
         conf,
@@ -158,13 +151,7 @@ def test_trino_reads_evolved_schemas(
     assert rows[0] == (0, 0, None) and rows[-1] == (8, 2**40 + 8, -8)
 
     # Spark: ALTER TABLE ADD COLUMN / RENAME COLUMN / ALTER COLUMN TYPE between inserts.
-    conf = iceberg_rest_conf(
-        "lake",
-        s3_catalog.uri,
-        ensure(load_lock("iceberg-s3")).files,
-        credential=s3_catalog.credential,
-        extra={"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-    )
+    conf = s3_catalog.vended_spark_conf()
     t = f"lake.{namespace}.evolved_spark"
     run_spark_sql(
         conf,

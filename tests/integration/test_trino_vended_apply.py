@@ -27,8 +27,6 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from tableflow_core.dev.sts_gateway import StsGateway
-from tableflow_core.dev.trino_server import TrinoIcebergCatalog, TrinoServer
 from tests.fixtures.apply_env import run_cli
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.lake import Lake
@@ -44,6 +42,8 @@ from tests.integration.test_masked_values_nowhere import (
     produce_customers,
 )
 from tests.integration.test_upsert import AFTER_2, RUN_1, RUN_2, Topic, table_config
+from tests.support.sts_gateway import StsGateway
+from tests.support.trino_server import TrinoIcebergCatalog, TrinoServer
 
 pytestmark = pytest.mark.slow
 

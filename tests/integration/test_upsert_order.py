@@ -32,21 +32,14 @@ from tableflow_core.pipeline.runners import write_upsert
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.tasks.maintain import MaintainTask
 from tableflow_core.tasks.plan import PlanTask
+from tests.avro_records import avro_record
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.integration.test_maintenance_spark import data_files
 
 pytestmark = pytest.mark.slow
 
-VALUE = {
-    "type": "record",
-    "name": "Account",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "name", "type": "string"},
-        {"name": "status", "type": "string"},
-    ],
-}
+VALUE = avro_record("Account", id="long", name="string", status="string")
 KEY = {"type": "record", "name": "AccountKey", "fields": [{"name": "id", "type": "long"}]}
 NULLABLE_KEY = {
     "type": "record",

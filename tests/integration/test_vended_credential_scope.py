@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tableflow_core.dev.sts_gateway import StsGateway
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.integration.test_s3_temporary_credentials import error_code, load_table_answer, s3_with
+from tests.support.sts_gateway import StsGateway
 
 pytestmark = pytest.mark.slow
 

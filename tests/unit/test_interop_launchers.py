@@ -17,9 +17,9 @@ from tableflow_core.dev.kafka_connect import (
     iceberg_sink,
     worker_properties,
 )
-from tableflow_core.dev.nessie_server import NessieS3, NessieSettings, nessie_properties
-from tableflow_core.dev.trino_server import TrinoIcebergCatalog, server_properties
 from tableflow_core.jvm.artifacts import load_lock
+from tests.support.nessie_server import NessieS3, NessieSettings, nessie_properties
+from tests.support.trino_server import TrinoIcebergCatalog, server_properties
 
 SECRET = "s3cr3t-value"
 

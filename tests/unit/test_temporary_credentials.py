@@ -18,8 +18,8 @@ from tableflow_core.catalog.app import TableAccess, VendedTable
 from tableflow_core.catalog.credentials import TemporaryCredentials, table_session_policy
 from tableflow_core.catalog.settings import CatalogServerSettings
 from tableflow_core.catalog.storage import ObjectStorage
-from tableflow_core.dev import sigv4
-from tableflow_core.dev.sts_gateway import GatewayRefusal, Minted, _authorize, parse_session_policy
+from tests.support import sigv4
+from tests.support.sts_gateway import GatewayRefusal, Minted, _authorize, parse_session_policy
 
 KEY, SECRET = "ASIAEXAMPLE", "s3cr3t/with+chars"
 ENDPOINT = "http://127.0.0.1:9000"

@@ -29,12 +29,10 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
-from types import TracebackType
 from typing import Literal
 from urllib.parse import urlsplit
 
-from tableflow_core.dev.http_relay import RelayHandler
+from tests.support.http_relay import BackgroundRelay, RelayHandler, RelayServer
 
 FaultAction = Literal["status", "reset", "reset-after", "delay"]
 
@@ -108,7 +106,7 @@ class _State:
 class _Handler(RelayHandler):
     """Requests are recorded, not printed (query strings may carry signatures)."""
 
-    server: _ProxyServer
+    server: RelayServer[_State]
 
     def _proxy(self) -> None:
         started = time.monotonic()
@@ -191,36 +189,16 @@ class _Handler(RelayHandler):
             self.connection.close()
 
 
-class _ProxyServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], state: _State) -> None:
-        super().__init__(address, _Handler)
-        self.state = state
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # a reset connection is the point, not an error worth a traceback
-
-
-class FaultProxy:
+class FaultProxy(BackgroundRelay[_State]):
     """The proxy, serving on `host` (loopback) and a free port, on a background thread."""
 
     def __init__(self, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
         parsed = urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or not parsed.port:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
-        self._state = _State(parsed.hostname, parsed.port)
-        self._server = _ProxyServer((host, port), self._state)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="s3-fault-proxy", daemon=True
+        super().__init__(
+            _Handler, _State(parsed.hostname, parsed.port), host, port, "s3-fault-proxy"
         )
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     def add_fault(self, fault: Fault) -> Fault:
         with self._state.lock:
@@ -247,19 +225,3 @@ class FaultProxy:
             if (method is None or r.method == method)
             and (path is None or re.search(path, r.path) is not None)
         )
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FaultProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

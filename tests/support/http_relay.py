@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-from http.server import BaseHTTPRequestHandler
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Generic, Self, TypeVar
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are not forwarded; the body is re-framed.
 HOP_BY_HOP = frozenset(
@@ -90,3 +92,59 @@ class RelayHandler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             super().finish()
+
+
+State = TypeVar("State")
+
+
+class RelayServer(ThreadingHTTPServer, Generic[State]):
+    """A threaded HTTP server whose handlers share `state`. Handler errors are not
+    printed: a connection the client (or a fault) dropped is no traceback worth."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], state: State
+    ) -> None:
+        super().__init__(address, handler)
+        self.state = state
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
+
+
+class BackgroundRelay(Generic[State]):
+    """A relay serving on `host` and a port (0: a free one) on a background thread, in
+    this process; `close()`, or leaving a `with` block, stops it."""
+
+    def __init__(
+        self,
+        handler: type[BaseHTTPRequestHandler],
+        state: State,
+        host: str,
+        port: int,
+        thread_name: str,
+    ) -> None:
+        self._state = state
+        self._server = RelayServer((host, port), handler, state)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=thread_name, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,6 +1,6 @@
 """AWS Signature Version 4 for a server: verify a signed request, sign a forwarded one.
 
-Used by the dev stack's credential gateway (`dev/sts_gateway.py`), which checks requests
+Used by the dev stack's credential gateway (`tests/support/sts_gateway.py`), which checks requests
 made with temporary credentials and forwards them to the store re-signed with its own
 keys. Header authentication only (`Authorization: AWS4-HMAC-SHA256 ...`), the form every
 SDK uses for S3 and STS calls; presigned URLs are not accepted.

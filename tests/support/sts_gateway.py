@@ -39,16 +39,14 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 from xml.sax.saxutils import escape
 
-from tableflow_core.dev import sigv4
-from tableflow_core.dev.http_relay import HOP_BY_HOP, RelayHandler
 from tableflow_core.dev.s3_server import S3Credentials
 from tableflow_core.errors import TableflowError
+from tests.support import sigv4
+from tests.support.http_relay import HOP_BY_HOP, BackgroundRelay, RelayHandler, RelayServer
 
 # Headers the gateway rewrites when it re-signs a request for the store.
 _RESIGNED = {"authorization", "x-amz-security-token", "x-amz-content-sha256", "x-amz-date"}
@@ -242,19 +240,18 @@ def _authorize(
     elif key:
         targets = [(action, f"{bucket}/{normalized_key(key)}", None)]
     else:
-        prefix = normalized_key(parsed.get("prefix", [""])[0], "prefix")
-        targets = [(action, bucket, prefix)]
+        targets = [(action, bucket, normalized_key(parsed.get("prefix", [""])[0], "prefix"))]
     source = copy_source(headers or {})
     if source is not None:  # CopyObject, UploadPartCopy: the source is read
         targets.append(("s3:GetObject", f"{source[0]}/{normalized_key(source[1])}", None))
-    for needed, resource, prefix in targets:
-        if not any(g.allows(needed, resource, prefix) for g in minted.grants):
-            where = resource if prefix is None else f"{resource} prefix {prefix!r}"
+    for needed, resource, listed in targets:
+        if not any(g.allows(needed, resource, listed) for g in minted.grants):
+            where = resource if listed is None else f"{resource} prefix {listed!r}"
             raise GatewayRefusal(403, "AccessDenied", f"{needed} on {where}: not in the policy")
 
 
 class _Handler(RelayHandler):
-    server: _GatewayServer
+    server: RelayServer[_State]
 
     def _handle(self) -> None:
         state = self.server.state
@@ -399,19 +396,7 @@ class _Handler(RelayHandler):
         self.respond(refusal.status, [("Content-Type", "application/xml")], body)
 
 
-class _GatewayServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], state: _State) -> None:
-        super().__init__(address, _Handler)
-        self.state = state
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass
-
-
-class StsGateway:
+class StsGateway(BackgroundRelay[_State]):
     """The gateway in this process, on `host` and a free port (threads; `close()` stops)."""
 
     def __init__(
@@ -423,17 +408,8 @@ class StsGateway:
         port: int = 0,
     ) -> None:
         target = urlsplit(upstream)
-        self._state = _State(target.hostname or "127.0.0.1", target.port or 80, credentials, region)
-        self._server = _GatewayServer((host, port), self._state)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="sts-gateway", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        state = _State(target.hostname or "127.0.0.1", target.port or 80, credentials, region)
+        super().__init__(_Handler, state, host, port, "sts-gateway")
 
     @property
     def refusals(self) -> list[tuple[str, str]]:
@@ -459,19 +435,3 @@ class StsGateway:
     def minted_count(self) -> int:
         with self._state.lock:
             return len(self._state.minted)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-    def __enter__(self) -> StsGateway:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()

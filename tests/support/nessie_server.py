@@ -22,7 +22,6 @@ removed when the server stops.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,32 +30,24 @@ from pydantic import SecretStr
 from tableflow_core.dev.launcher import (
     COMPACT_JVM,
     JvmServer,
-    Launch,
     LaunchError,
+    RunningServer,
+    ServerSettings,
     http_probe,
     launch,
+    quarkus_binds,
 )
-from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.dev.processes import free_port
 
-NESSIE_LOCK = "nessie"
-NESSIE_NAME = "nessie"
-MIN_JAVA = 21
 WAREHOUSE_NAME = "warehouse"
 SECRET_NAME = "tableflow-s3"
-DEFAULT_JAVA_OPTIONS = COMPACT_JVM
 
 
 class NessieServerError(LaunchError):
     """Nessie did not start; the message names its log."""
 
 
-NESSIE = JvmServer(
-    name=NESSIE_NAME,
-    lock=NESSIE_LOCK,
-    min_java=MIN_JAVA,
-    java_options=DEFAULT_JAVA_OPTIONS,
-    error=NessieServerError,
-)
+NESSIE = JvmServer("nessie", "nessie", 21, COMPACT_JVM, NessieServerError)
 
 
 @dataclass(frozen=True)
@@ -73,33 +64,18 @@ class NessieS3:
     request_signing: bool = True
 
 
-@dataclass(frozen=True)
-class NessieSettings:
-    data_dir: Path
+@dataclass(frozen=True, kw_only=True)
+class NessieSettings(ServerSettings):
     warehouse: str  # s3://bucket/prefix
     s3: NessieS3
-    host: str = "127.0.0.1"
-    port: int = 0
     management_port: int = 0
-    heap_mb: int = 256
-    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
     properties: tuple[tuple[str, str], ...] = ()
-    lock: str = NESSIE_LOCK
-    class_data_sharing: bool = True
 
 
-@dataclass(frozen=True)
-class NessieServer:
-    process: BackgroundProcess
-    host: str
-    port: int
+@dataclass(frozen=True, kw_only=True)
+class NessieServer(RunningServer):
     management_port: int
     data_dir: Path
-    startup_seconds: float = 0.0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def iceberg_uri(self) -> str:
@@ -114,13 +90,6 @@ class NessieServer:
     def health_url(self) -> str:
         return f"http://{self.host}:{self.management_port}/q/health/ready"
 
-    def stop(self, timeout: float = 15.0) -> None:
-        try:
-            self.process.stop(timeout)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                secrets_file(self.data_dir).unlink()
-
 
 def secrets_file(data_dir: Path) -> Path:
     return data_dir / "config" / "application.properties"
@@ -130,10 +99,7 @@ def nessie_properties(settings: NessieSettings, port: int, management_port: int)
     """Everything but the keys (those go to the 0600 file): safe on the command line."""
     s3 = settings.s3
     return {
-        "quarkus.http.host": settings.host,
-        "quarkus.http.port": str(port),
-        "quarkus.management.host": settings.host,
-        "quarkus.management.port": str(management_port),
+        **quarkus_binds(settings.host, port, management_port),
         "quarkus.log.level": "WARN",
         'quarkus.log.category."io.quarkus".level': "INFO",
         "quarkus.otel.sdk.disabled": "true",
@@ -165,17 +131,12 @@ def start_nessie(
     port = settings.port or free_port(settings.host)
     management_port = settings.management_port or free_port(settings.host)
     (runner,) = NESSIE.artifacts(settings.lock).files
-    base = f"http://{settings.host}:{port}"
     running = launch(
         NESSIE,
-        Launch(
-            data_dir=data_dir,
-            host=settings.host,
-            port=port,
-            main=("-jar", str(runner)),
+        settings.run(
+            port,
+            ("-jar", str(runner)),
             archive_files=(runner,),
-            heap_mb=settings.heap_mb,
-            java_options=settings.java_options,
             system_properties=nessie_properties(settings, port, management_port),
             private_files={
                 secrets_file(data_dir): (
@@ -186,14 +147,11 @@ def start_nessie(
             keep_private_files=True,
             ready=http_probe(
                 f"http://{settings.host}:{management_port}/q/health/ready",
-                base + "/iceberg/v1/config",
+                f"http://{settings.host}:{port}/iceberg/v1/config",
             ),
             log_file=log_file,
             cwd=data_dir,
             timeout=timeout,
-            class_data_sharing=settings.class_data_sharing,
         ),
     )
-    return NessieServer(
-        running.process, settings.host, port, management_port, data_dir, running.startup_seconds
-    )
+    return NessieServer(**running.common(), management_port=management_port, data_dir=data_dir)

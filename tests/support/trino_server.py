@@ -44,18 +44,16 @@ from pydantic import SecretStr
 
 from tableflow_core.dev.launcher import (
     JvmServer,
-    Launch,
     LaunchError,
+    RunningServer,
+    ServerSettings,
     launch,
     render_properties,
     write_private,
 )
-from tableflow_core.dev.processes import BackgroundProcess, free_port
+from tableflow_core.dev.processes import free_port
 from tableflow_core.jvm.artifacts import unpack
 
-TRINO_LOCK = "trino"
-TRINO_NAME = "trino"
-MIN_JAVA = 24
 MAIN_CLASS = "io.trino.server.TrinoServer"
 DEFAULT_PLUGINS = ("iceberg",)
 NO_NODES = "NO_NODES_AVAILABLE"
@@ -81,13 +79,7 @@ class TrinoServerError(LaunchError):
     """Trino did not start or a query failed; the message names the log or the error."""
 
 
-TRINO = JvmServer(
-    name=TRINO_NAME,
-    lock=TRINO_LOCK,
-    min_java=MIN_JAVA,
-    java_options=DEFAULT_JAVA_OPTIONS,
-    error=TrinoServerError,
-)
+TRINO = JvmServer("trino", "trino", 24, DEFAULT_JAVA_OPTIONS, TrinoServerError)
 
 
 @dataclass(frozen=True)
@@ -150,31 +142,21 @@ class TrinoIcebergCatalog:
         return props
 
 
-@dataclass(frozen=True)
-class TrinoSettings:
-    data_dir: Path
+@dataclass(frozen=True, kw_only=True)
+class TrinoSettings(ServerSettings):
     catalogs: tuple[TrinoIcebergCatalog, ...] = ()
-    host: str = "127.0.0.1"
-    port: int = 0
     heap_mb: int = 512
     plugins: tuple[str, ...] = DEFAULT_PLUGINS
-    java_options: tuple[str, ...] = DEFAULT_JAVA_OPTIONS
     properties: tuple[tuple[str, str], ...] = ()
-    lock: str = TRINO_LOCK
-    class_data_sharing: bool = True
 
 
-@dataclass(frozen=True)
-class TrinoServer:
-    process: BackgroundProcess
-    host: str
-    port: int
+@dataclass(frozen=True, kw_only=True)
+class TrinoServer(RunningServer):
     data_dir: Path
-    startup_seconds: float = 0.0
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.base_url
 
     def query(self, sql: str, user: str = "tableflow", timeout: float = 120.0) -> list[list[Any]]:
         """Run one statement through Trino's HTTP API; rows as JSON values.
@@ -192,10 +174,10 @@ class TrinoServer:
             time.sleep(0.25)
 
     def stop(self, timeout: float = 20.0) -> None:
-        self.process.stop(timeout)
+        super().stop(timeout)
 
 
-def install_dir(lock: str = TRINO_LOCK) -> Path:
+def install_dir(lock: str | None = None) -> Path:
     """The unpacked server (fetched and unpacked once into the user cache)."""
     archive = TRINO.artifacts(lock).files[0]
     unpacked = unpack(archive)
@@ -237,26 +219,21 @@ def start_trino(
     ]
     running = launch(
         TRINO,
-        Launch(
-            data_dir=data_dir,
-            host=settings.host,
-            port=port,
+        settings.run(
+            port,
             # The JVM expands the class path's `*` (a 174-jar list would flood errors).
-            main=("-cp", str(home / "lib" / "*"), MAIN_CLASS),
+            ("-cp", str(home / "lib" / "*"), MAIN_CLASS),
             archive_files=tuple(sorted((home / "lib").glob("*.jar"))),
-            heap_mb=settings.heap_mb,
-            java_options=settings.java_options,
             system_properties={"config": str(config), "log.levels-file": str(levels)},
             private_files=private_files,
             ready=lambda running: trino_ready(running.host, running.port, probes),
             log_file=log_file or data_dir / "trino.out",
             cwd=data_dir,
             timeout=timeout,
-            class_data_sharing=settings.class_data_sharing,
             poll_interval=0.2,
         ),
     )
-    return TrinoServer(running.process, settings.host, port, data_dir, running.startup_seconds)
+    return TrinoServer(**running.common(), data_dir=data_dir)
 
 
 def server_properties(
