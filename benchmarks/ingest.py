@@ -66,6 +66,7 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
+from repo_root import ROOT  # noqa: F401  (tests.support below)
 
 from tableflow_core.dev import broker
 from tableflow_core.dev.processes import free_port
