@@ -66,7 +66,6 @@ from tableflow_core.dev.kafka_connect import (  # noqa: E402
     DEBEZIUM_POSTGRES_LOCK,
     apicurio_avro_converters,
 )
-from tableflow_core.dev.postgres import PostgresServer  # noqa: E402
 from tests.cdc_model import AvroEnvelopes, first_difference, read_topic  # noqa: E402
 from tests.cdc_workload import (  # noqa: E402
     KEYS,
@@ -83,6 +82,7 @@ from tests.fixtures.postgres import (  # noqa: E402
     start_debezium,
     start_postgres_cluster,
 )
+from tests.support.postgres import PostgresServer  # noqa: E402
 
 PREFIX = "pg"
 PARTITIONS = 3

@@ -2,7 +2,7 @@
 # PostgreSQL 15 for the change data capture tests and benchmark (docs/cdc.md): Debian's
 # postgresql-15 package, and its `postgres` system user, which the servers run as when
 # tests run as root (PostgreSQL refuses root). Idempotent; needs root only to install.
-# The package's own cluster service is not used: tableflow_core/dev/postgres.py runs a
+# The package's own cluster service is not used: tests/support/postgres.py runs a
 # private cluster from a folder of its own on 127.0.0.1.
 set -euo pipefail
 BIN=/usr/lib/postgresql/15/bin
