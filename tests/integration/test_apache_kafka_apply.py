@@ -75,7 +75,11 @@ def test_transactions_read_committed_to_the_last_stable_offset(
 ) -> None:
     topic = kafka_broker.create_topic(unique_name("txn"), partitions=2)
     producer = Producer(
-        kafka_broker.client_config(**{"transactional.id": f"tx-{topic}", "linger.ms": 0})
+        kafka_broker.client_config(
+            # The open transaction must outlive the test on a loaded machine: librdkafka's
+            # default (60 s) let the broker abort it before the last plan looked.
+            **{"transactional.id": f"tx-{topic}", "linger.ms": 0, "transaction.timeout.ms": 900_000}
+        )
     )
     producer.init_transactions(30)
     committed: list[int] = []
