@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.config.project import Table
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import Mode, OnError, RouteBadRecords, Stage
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
@@ -282,14 +283,23 @@ DDL_KINDS = frozenset(
 )
 
 
+BlockerKind = Literal["not_supported", "destructive", "invalid", "missing_extra"]
+
+
 class Blocker(Frozen):
     """Why the plan cannot be applied as is (not supported yet, destructive, ...)."""
 
-    kind: Literal["not_supported", "destructive", "invalid", "missing_extra"]
+    kind: BlockerKind
     table: str | None
     key: str | None = Field(None, description="The config key responsible")
     location: str | None = Field(None, description="file:line of that key")
     message: str
+
+    @classmethod
+    def at(cls, table: Table, key: str, kind: BlockerKind, message: str) -> Blocker:
+        """A blocker of `table`'s config key `key`, at that key's file:line."""
+        location = str(table.location_of(key))
+        return cls(kind=kind, table=table.name, key=key, location=location, message=message)
 
 
 class PlanWarning(Frozen):
@@ -300,3 +310,9 @@ class PlanWarning(Frozen):
     key: str | None = Field(None, description="The config key it is about")
     location: str | None = Field(None, description="file:line of that key")
     message: str
+
+    @classmethod
+    def at(cls, table: Table, key: str, message: str) -> PlanWarning:
+        """A warning about `table`'s config key `key`, at that key's file:line."""
+        location = str(table.location_of(key))
+        return cls(table=table.name, key=key, location=location, message=message)

@@ -125,15 +125,7 @@ def build_plan(
             blockers.extend(_config_blockers(table, exc))
             continue
         except ShapeError as exc:
-            blockers.append(
-                Blocker(
-                    kind="invalid",
-                    table=table.name,
-                    key="key_columns",
-                    location=str(table.location_of("key_columns")),
-                    message=str(exc),
-                )
-            )
+            blockers.append(Blocker.at(table, "key_columns", "invalid", str(exc)))
             continue
         ns = table.namespace
         if observed is None and ns not in world.namespaces and ns not in planned_namespaces:
