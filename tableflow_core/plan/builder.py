@@ -306,27 +306,14 @@ def _table_changes(
                 table_schema=kept_schema,
             )
         )
-    wanted_spec = shape.partition_by
-    if wanted_spec != tuple(observed.partition_by):
+    current_spec, current_order = tuple(observed.partition_by), tuple(observed.sort_by)
+    if shape.partition_by != current_spec:
         actions.append(
-            ChangePartitionSpec(
-                id=f"change_partition_spec:{name}",
-                table=name,
-                identifier=identifier,
-                current=tuple(observed.partition_by),
-                desired=wanted_spec,
-            )
+            _layout_change(ChangePartitionSpec, name, identifier, current_spec, shape.partition_by)
         )
-    wanted_order = shape.sort_by
-    if wanted_order != tuple(observed.sort_by):
+    if shape.sort_by != current_order:
         actions.append(
-            ChangeSortOrder(
-                id=f"change_sort_order:{name}",
-                table=name,
-                identifier=identifier,
-                current=tuple(observed.sort_by),
-                desired=wanted_order,
-            )
+            _layout_change(ChangeSortOrder, name, identifier, current_order, shape.sort_by)
         )
     changed = {
         k: v
@@ -467,6 +454,20 @@ def _compiled(table: Table, shape: TableShape) -> CompiledTable | ConfigError | 
         return compile_table(table, shape.decoded_schema)
     except ConfigError as exc:
         return exc
+
+
+def _layout_change(
+    action: type[ChangePartitionSpec] | type[ChangeSortOrder],
+    name: str,
+    identifier: str,
+    current: tuple[Any, ...],
+    desired: tuple[Any, ...],
+) -> Action:
+    """The action moving the table's partition spec or sort order from `current` to `desired`."""
+    kind = action.model_fields["kind"].default
+    return action(
+        id=f"{kind}:{name}", table=name, identifier=identifier, current=current, desired=desired
+    )
 
 
 def _config_blockers(table: Table, error: ConfigError) -> list[Blocker]:
