@@ -12,7 +12,7 @@ from tableflow_core.config.models.base import (
     ConfigModel,
     NamespaceName,
     TopicName,
-    parse_duration_seconds,
+    check_duration,
 )
 from tableflow_core.config.models.checks import Check
 from tableflow_core.config.models.dead_letter import DeadLetterTarget
@@ -120,26 +120,14 @@ class TableDefaults(ConfigModel):
         description="Default table formats: `[iceberg]` or `[iceberg, delta]` (docs/delta.md).",
     )
 
-    @field_validator("formats")
-    @classmethod
-    def _valid_default_formats(cls, value: list[TableFormatName]) -> list[TableFormatName]:
-        check_table_formats(value)
-        return value
+    _valid_formats = field_validator("formats")(check_table_formats)
 
     maintenance: Maintenance | None = Field(
         None, description="Default maintenance block; a table's own block overrides it key by key."
     )
 
-    @field_validator("refresh_interval")
-    @classmethod
-    def _valid_interval(cls, value: str) -> str:
-        parse_duration_seconds(value)
-        return value
-
-    @field_validator("properties")
-    @classmethod
-    def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_table_properties(value)
+    _valid_interval = field_validator("refresh_interval")(check_duration)
+    _no_reserved_properties = field_validator("properties")(check_table_properties)
 
     @model_validator(mode="after")
     def _dlq_target(self) -> TableDefaults:
@@ -235,22 +223,9 @@ class TableConfig(ConfigModel):
         "Default from `defaults`.",
     )
 
-    @field_validator("formats")
-    @classmethod
-    def _valid_formats(cls, value: list[TableFormatName] | None) -> list[TableFormatName] | None:
-        return check_table_formats(value)
-
-    @field_validator("refresh_interval")
-    @classmethod
-    def _valid_interval(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration_seconds(value)
-        return value
-
-    @field_validator("properties")
-    @classmethod
-    def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_table_properties(value)
+    _valid_formats = field_validator("formats")(check_table_formats)
+    _valid_interval = field_validator("refresh_interval")(check_duration)
+    _no_reserved_properties = field_validator("properties")(check_table_properties)
 
     @model_validator(mode="after")
     def _mode_consistency(self) -> TableConfig:
