@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -47,21 +47,16 @@ class StartFrom(ConfigModel):
     )
 
 
-MetadataColumn = Literal[
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "headers",
-    # Change events (`value.envelope: debezium`, docs/cdc.md)
-    "cdc_op",
-    "cdc_source_ts",
-    "cdc_lsn",
-    "cdc_tx_id",
-    "cdc_last_commit_lsn",
+# The Kafka record's metadata columns.
+KafkaMetadataColumn = Literal["topic", "partition", "offset", "timestamp", "key", "headers"]
+# A change event's metadata (`value.envelope: debezium`, docs/cdc.md): its operation, the
+# source's commit timestamp, log position and transaction id; read from the event, not the
+# record.
+CdcMetadataColumn = Literal[
+    "cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id", "cdc_last_commit_lsn"
 ]
-CDC_METADATA_COLUMNS = ("cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id", "cdc_last_commit_lsn")
+MetadataColumn = Literal[KafkaMetadataColumn, CdcMetadataColumn]
+CDC_METADATA_COLUMNS: tuple[CdcMetadataColumn, ...] = get_args(CdcMetadataColumn)
 # A mirror (upsert) orders a key's changes by these (docs/cdc.md): always its columns.
 CDC_MIRROR_COLUMNS: tuple[MetadataColumn, ...] = ("cdc_last_commit_lsn", "cdc_lsn")
 TableFormatName = Literal["iceberg", "delta"]
