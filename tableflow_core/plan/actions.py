@@ -158,17 +158,9 @@ class DropTable(ActionBase):
     change: Literal["delete"] = "delete"
 
 
-class LostOffsets(Frozen):
+class LostOffsets(OffsetSpan):
     """Offsets [start, end) of one partition the table was due to read that are gone from
     the topic (deleted by retention or `delete_records` before it read them)."""
-
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 class Ingest(ActionBase):
