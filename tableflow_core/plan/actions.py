@@ -16,6 +16,7 @@ from tableflow_core.config.project import Table
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import Mode, OnError, RouteBadRecords, Stage
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
+from tableflow_core.kafka.offsets import lost_offsets_text
 from tableflow_core.schemas.arrow_json import ArrowSchema
 from tableflow_core.schemas.changes import SchemaChange
 
@@ -215,9 +216,7 @@ class Ingest(ActionBase):
     def describe_lost(self) -> list[str]:
         """One line per partition with lost offsets, naming topic, partition and range."""
         return [
-            f"topic {self.topic!r} partition {lost.partition}: offsets {lost.start}.."
-            f"{lost.end - 1} ({lost.size:,} records) were deleted from the topic before "
-            "this table read them"
+            lost_offsets_text(self.topic, lost.partition, lost.start, lost.end)
             for lost in self.lost
         ]
 
