@@ -251,20 +251,19 @@ def _table_changes(
     the table's columns once its schema changes are applied)."""
     name, identifier = table.name, table.identifier
     desired_props = shape.properties
-    columns = columns_of(shape.schema)
+    # What a created or a replacing table is made of (CreateTable's and ReplaceTable's fields).
+    definition: dict[str, Any] = {
+        "columns": columns_of(shape.schema),
+        "table_schema": shape.schema,
+        "partition_by": shape.partition_by,
+        "sort_by": shape.sort_by,
+        "properties": desired_props,
+    }
     if observed is None:
-        return [
-            CreateTable(
-                id=f"create_table:{name}",
-                table=name,
-                identifier=identifier,
-                columns=columns,
-                table_schema=shape.schema,
-                partition_by=shape.partition_by,
-                sort_by=shape.sort_by,
-                properties=desired_props,
-            )
-        ], False
+        create = CreateTable(
+            id=f"create_table:{name}", table=name, identifier=identifier, **definition
+        )
+        return [create], False
 
     reasons: list[str] = []
     current_topic = observed.properties.get(TOPIC_PROPERTY)
@@ -281,19 +280,14 @@ def _table_changes(
     diff = differ(observed.schema, shape.schema)
     reasons.extend(f"incompatible schema: {reason}" for reason in diff.incompatible)
     if reasons:
-        return [
-            ReplaceTable(
-                id=f"replace_table:{name}",
-                table=name,
-                identifier=identifier,
-                reasons=tuple(reasons),
-                columns=columns,
-                table_schema=shape.schema,
-                partition_by=shape.partition_by,
-                sort_by=shape.sort_by,
-                properties=desired_props,
-            )
-        ], True
+        replace = ReplaceTable(
+            id=f"replace_table:{name}",
+            table=name,
+            identifier=identifier,
+            reasons=tuple(reasons),
+            **definition,
+        )
+        return [replace], True
 
     actions: list[Action] = []
     if diff.changes:
