@@ -8,7 +8,7 @@ for ingestion and report (?) for things shown but never done.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +72,14 @@ class ActionBase(Frozen):
     id: str = Field(description="Unique within the plan, e.g. `create_table:orders`")
     table: str | None = Field(None, description="The project's table name, if any")
     identifier: str = Field(description="What the action touches: `namespace.table` or namespace")
+
+    @classmethod
+    def on_table(cls, table: Table, **fields: Any) -> Self:
+        """This action on the project's `table`: its id is `<kind>:<table name>`."""
+        kind = cls.model_fields["kind"].default
+        return cls(
+            id=f"{kind}:{table.name}", table=table.name, identifier=table.identifier, **fields
+        )
 
 
 class CreateNamespace(ActionBase):

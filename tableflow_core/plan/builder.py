@@ -249,7 +249,6 @@ def _table_changes(
 ) -> tuple[list[Action], bool]:
     """The DDL actions of one table and whether they amount to a replace (`kept_schema`:
     the table's columns once its schema changes are applied)."""
-    name, identifier = table.name, table.identifier
     desired_props = shape.properties
     # What a created or a replacing table is made of (CreateTable's and ReplaceTable's fields).
     definition: dict[str, Any] = {
@@ -260,10 +259,7 @@ def _table_changes(
         "properties": desired_props,
     }
     if observed is None:
-        create = CreateTable(
-            id=f"create_table:{name}", table=name, identifier=identifier, **definition
-        )
-        return [create], False
+        return [CreateTable.on_table(table, **definition)], False
 
     reasons: list[str] = []
     current_topic = observed.properties.get(TOPIC_PROPERTY)
@@ -280,34 +276,19 @@ def _table_changes(
     diff = differ(observed.schema, shape.schema)
     reasons.extend(f"incompatible schema: {reason}" for reason in diff.incompatible)
     if reasons:
-        replace = ReplaceTable(
-            id=f"replace_table:{name}",
-            table=name,
-            identifier=identifier,
-            reasons=tuple(reasons),
-            **definition,
-        )
-        return [replace], True
+        return [ReplaceTable.on_table(table, reasons=tuple(reasons), **definition)], True
 
     actions: list[Action] = []
     if diff.changes:
-        actions.append(
-            EvolveSchema(
-                id=f"evolve_schema:{name}",
-                table=name,
-                identifier=identifier,
-                changes=diff.changes,
-                table_schema=kept_schema,
-            )
-        )
+        actions.append(EvolveSchema.on_table(table, changes=diff.changes, table_schema=kept_schema))
     current_spec, current_order = tuple(observed.partition_by), tuple(observed.sort_by)
     if shape.partition_by != current_spec:
         actions.append(
-            _layout_change(ChangePartitionSpec, name, identifier, current_spec, shape.partition_by)
+            ChangePartitionSpec.on_table(table, current=current_spec, desired=shape.partition_by)
         )
     if shape.sort_by != current_order:
         actions.append(
-            _layout_change(ChangeSortOrder, name, identifier, current_order, shape.sort_by)
+            ChangeSortOrder.on_table(table, current=current_order, desired=shape.sort_by)
         )
     changed = {
         k: v
@@ -316,10 +297,8 @@ def _table_changes(
     }
     if changed:
         actions.append(
-            UpdateProperties(
-                id=f"update_properties:{name}",
-                table=name,
-                identifier=identifier,
+            UpdateProperties.on_table(
+                table,
                 set=changed,
                 previous={k: observed.properties.get(k) for k in changed},
             )
@@ -369,10 +348,8 @@ def _ingest_action(
         )
         for p, (low, high) in sorted(topic_state.watermarks.items())
     )
-    return Ingest(
-        id=f"ingest:{table.name}",
-        table=table.name,
-        identifier=table.identifier,
+    return Ingest.on_table(
+        table,
         topic=table.topic,
         partitions=partitions,
         ranges=tuple(
@@ -414,15 +391,7 @@ def _publish_action(
         catalogs, details = tuple(s.catalog for s in stale), tuple(s.describe() for s in stale)
     if not catalogs:
         return []
-    return [
-        PublishTable(
-            id=f"publish_table:{table.name}",
-            table=table.name,
-            identifier=table.identifier,
-            catalogs=catalogs,
-            details=details,
-        )
-    ]
+    return [PublishTable.on_table(table, catalogs=catalogs, details=details)]
 
 
 def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) -> list[Action]:
@@ -430,14 +399,7 @@ def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) ->
     due = maintenance_due(table, observed, now, activity=observed.activity)
     if not due:
         return []
-    return [
-        MaintenanceDue(
-            id=f"maintenance_due:{table.name}",
-            table=table.name,
-            identifier=table.identifier,
-            operations=tuple(d.describe(now) for d in due),
-        )
-    ]
+    return [MaintenanceDue.on_table(table, operations=tuple(d.describe(now) for d in due))]
 
 
 def _compiled(table: Table, shape: TableShape) -> CompiledTable | ConfigError | None:
@@ -448,20 +410,6 @@ def _compiled(table: Table, shape: TableShape) -> CompiledTable | ConfigError | 
         return compile_table(table, shape.decoded_schema)
     except ConfigError as exc:
         return exc
-
-
-def _layout_change(
-    action: type[ChangePartitionSpec] | type[ChangeSortOrder],
-    name: str,
-    identifier: str,
-    current: tuple[Any, ...],
-    desired: tuple[Any, ...],
-) -> Action:
-    """The action moving the table's partition spec or sort order from `current` to `desired`."""
-    kind = action.model_fields["kind"].default
-    return action(
-        id=f"{kind}:{name}", table=name, identifier=identifier, current=current, desired=desired
-    )
 
 
 def _config_blockers(table: Table, error: ConfigError) -> list[Blocker]:
