@@ -21,15 +21,8 @@ from tableflow_core.config.models.catalogs import (
     RestCatalog,
     SqlCatalog,
 )
-from tableflow_core.config.models.checks import (
-    AcceptedValuesCheck,
-    ExpressionCheck,
-    NotNullCheck,
-    RangeCheck,
-    RowCountCheck,
-    UniqueCheck,
-)
-from tableflow_core.config.models.dead_letter import IcebergDeadLetter, KafkaDeadLetter
+from tableflow_core.config.models.checks import Check
+from tableflow_core.config.models.dead_letter import DeadLetterTarget
 from tableflow_core.config.models.files import ProjectConfig
 from tableflow_core.config.models.formats import Format, JsonColumn
 from tableflow_core.config.models.layout import PartitionField, SortField
@@ -52,14 +45,16 @@ from tableflow_core.config.models.targets import (
     SparkSettings,
     Target,
 )
-from tableflow_core.config.models.transforms import (
-    DedupTransform,
-    DeriveTransform,
-    DropTransform,
-    FilterTransform,
-    MaskTransform,
-    RenameTransform,
-)
+from tableflow_core.config.models.transforms import Transform
+
+
+def _typed_sections(key: str, union: Any) -> tuple[tuple[str, type[BaseModel]], ...]:
+    """A section per member of the `type`-discriminated `union`, in the union's order."""
+    members: tuple[type[BaseModel], ...] = get_args(get_args(union)[0])
+    return tuple(
+        (f"{key}: type {get_args(m.model_fields['type'].annotation)[0]}", m) for m in members
+    )
+
 
 # (heading, model) in reading order.
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -87,20 +82,9 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("partition_by[]", PartitionField),
     ("sort_by[]", SortField),
     ("start_from: {timestamp}", StartFrom),
-    ("transforms[]: type mask", MaskTransform),
-    ("transforms[]: type dedup", DedupTransform),
-    ("transforms[]: type filter", FilterTransform),
-    ("transforms[]: type derive", DeriveTransform),
-    ("transforms[]: type rename", RenameTransform),
-    ("transforms[]: type drop", DropTransform),
-    ("checks[]: type not_null", NotNullCheck),
-    ("checks[]: type unique", UniqueCheck),
-    ("checks[]: type accepted_values", AcceptedValuesCheck),
-    ("checks[]: type range", RangeCheck),
-    ("checks[]: type expression", ExpressionCheck),
-    ("checks[]: type row_count", RowCountCheck),
-    ("dlq: type kafka", KafkaDeadLetter),
-    ("dlq: type iceberg", IcebergDeadLetter),
+    *_typed_sections("transforms[]", Transform),
+    *_typed_sections("checks[]", Check),
+    *_typed_sections("dlq", DeadLetterTarget),
     ("maintenance (per table, or in defaults)", Maintenance),
     ("maintenance.compact", CompactSettings),
     ("maintenance.expire_snapshots", ExpireSnapshotsSettings),

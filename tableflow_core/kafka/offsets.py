@@ -52,11 +52,17 @@ class RetentionGap:
         return self.low_watermark - self.expected_start
 
     def describe(self) -> str:
-        return (
-            f"topic {self.topic!r} partition {self.partition}: offsets "
-            f"{self.expected_start}..{self.low_watermark - 1} ({self.missing:,} records) were "
-            "deleted from the topic before this table read them"
+        return lost_offsets_text(
+            self.topic, self.partition, self.expected_start, self.low_watermark
         )
+
+
+def lost_offsets_text(topic: str, partition: int, start: int, end: int) -> str:
+    """How offsets [start, end) of a partition, gone before the table read them, are told."""
+    return (
+        f"topic {topic!r} partition {partition}: offsets {start}..{end - 1} "
+        f"({end - start:,} records) were deleted from the topic before this table read them"
+    )
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,27 @@ class TableCommit:
     offsets_after: Mapping[int, int]
 
 
+@dataclass(frozen=True)
+class _Declare:
+    """Declares the metrics on `registry`, in the `tableflow` namespace, by default with
+    the table's labels."""
+
+    registry: CollectorRegistry
+
+    def counter(self, name: str, doc: str, labels: tuple[str, ...] = LABELS) -> Counter:
+        return Counter(name, doc, labels, namespace=NAMESPACE, registry=self.registry)
+
+    def gauge(self, name: str, doc: str, labels: tuple[str, ...] = LABELS) -> Gauge:
+        return Gauge(name, doc, labels, namespace=NAMESPACE, registry=self.registry)
+
+    def histogram(
+        self, name: str, doc: str, buckets: tuple[float, ...], labels: tuple[str, ...] = LABELS
+    ) -> Histogram:
+        return Histogram(
+            name, doc, labels, namespace=NAMESPACE, registry=self.registry, buckets=buckets
+        )
+
+
 class RunMetrics:
     """The metrics, and how a cycle's report moves them."""
 
@@ -62,103 +83,71 @@ class RunMetrics:
         r = self.registry
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total
         PlatformCollector(registry=r)  # python_info
+        new = _Declare(r)
         self.records = {
-            outcome: Counter(
+            outcome: new.counter(
                 f"records_{outcome}",
                 f"Kafka records {outcome.replace('_', ' ')} by the table's runs"
                 if outcome != "tombstones"
                 else "Kafka records with a null value (tombstones) read by the table's runs",
-                LABELS,
-                namespace=NAMESPACE,
-                registry=r,
             )
             for outcome in RECORD_OUTCOMES
         }
-        self.commits = Counter(
-            "commits", "Data commits of the table", LABELS, namespace=NAMESPACE, registry=r
-        )
-        self.cycle_failures = Counter(
+        self.commits = new.counter("commits", "Data commits of the table")
+        self.cycle_failures = new.counter(
             "cycle_failures",
             "Cycles in which the table failed, by the component named (cause)",
             (*LABELS, "cause"),
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.cycles = Counter(
-            "cycles", "Refresh cycles run (a cycle refreshes the tables due)",
-            namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.cycle_duration = Histogram(
+        self.cycles = new.counter(
+            "cycles", "Refresh cycles run (a cycle refreshes the tables due)", labels=()
+        )
+        self.cycle_duration = new.histogram(
             "cycle_duration_seconds",
             "Wall time of a refresh cycle: plan, apply, maintenance",
-            namespace=NAMESPACE,
-            registry=r,
-            buckets=DURATION_BUCKETS,
+            DURATION_BUCKETS,
+            labels=(),
         )
-        self.commit_duration = Histogram(
+        self.commit_duration = new.histogram(
             "commit_duration_seconds",
             "Wall time of the table's data commit (the catalog commit of its run)",
-            LABELS,
-            namespace=NAMESPACE,
-            registry=r,
-            buckets=COMMIT_BUCKETS,
+            COMMIT_BUCKETS,
         )
-        self.lag = Gauge(
+        self.lag = new.gauge(
             "lag_records",
             "Records in the topic the table has not committed (as `tableflow status`), "
             "read after each of the table's cycles",
-            LABELS,
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.freshness = Gauge(
+        self.freshness = new.gauge(
             "commit_freshness_seconds",
             "The table's last data commit time minus the newest Kafka timestamp it committed",
-            LABELS,
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.last_commit = Gauge(
-            "last_commit_timestamp_seconds",
-            "Unix time of the table's last data commit",
-            LABELS,
-            namespace=NAMESPACE,
-            registry=r,
+        self.last_commit = new.gauge(
+            "last_commit_timestamp_seconds", "Unix time of the table's last data commit"
         )
-        self.suspended = Gauge(
-            "table_suspended", "1 while the table is suspended (bad records, on_error fail)",
-            LABELS, namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.blocked = Gauge(
-            "table_blocked", "1 while the table's plan has blockers (not applied by run)",
-            LABELS, namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.ready = Gauge(
-            "table_ready", "1 when the table's last cycle reached its components (/readyz)",
-            LABELS, namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.interval = Gauge(
-            "refresh_interval_seconds", "The table's refresh_interval",
-            LABELS, namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.last_cycle = Gauge(
-            "last_cycle_timestamp_seconds", "Unix time the last refresh cycle ended",
-            namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.maintenance_runs = Counter(
+        self.suspended = new.gauge(
+            "table_suspended", "1 while the table is suspended (bad records, on_error fail)"
+        )
+        self.blocked = new.gauge(
+            "table_blocked", "1 while the table's plan has blockers (not applied by run)"
+        )
+        self.ready = new.gauge(
+            "table_ready", "1 when the table's last cycle reached its components (/readyz)"
+        )
+        self.interval = new.gauge("refresh_interval_seconds", "The table's refresh_interval")
+        self.last_cycle = new.gauge(
+            "last_cycle_timestamp_seconds", "Unix time the last refresh cycle ended", labels=()
+        )
+        self.maintenance_runs = new.counter(
             "maintenance_runs",
             "Maintenance operations run on the table, by operation and status",
             (*LABELS, "operation", "status"),
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.maintenance_duration = Histogram(
+        self.maintenance_duration = new.histogram(
             "maintenance_duration_seconds",
             "Wall time of a maintenance operation on the table",
+            MAINTENANCE_BUCKETS,
             (*LABELS, "operation"),
-            namespace=NAMESPACE,
-            registry=r,
-            buckets=MAINTENANCE_BUCKETS,
         )
         for table in tables:
             labels = self.labels(table.name)

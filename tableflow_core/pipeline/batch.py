@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.engine.observations import observed_metrics
+from tableflow_core.ingest.compiled import CompiledTable
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.task_keys import KeyReports
@@ -61,6 +62,15 @@ class StageContext:
 
     def where(self) -> str:
         return f"table {self.spec.table_name} ({self.spec.identifier}), topic {self.spec.topic!r}"
+
+    def compiled(self, needed_for: str) -> CompiledTable:
+        """The table's compiled transforms and checks, which the run's `needed_for` (its
+        transforms, its checks) cannot run without."""
+        if self.spec.compiled is None:
+            raise NotImplementedError(
+                f"{self.where()}: {needed_for} were not compiled for this run"
+            )
+        return self.spec.compiled
 
 
 class Audit(ABC):

@@ -8,13 +8,15 @@ for ingestion and report (?) for things shown but never done.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.config.project import Table
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import Mode, OnError, RouteBadRecords, Stage
 from tableflow_core.ingest.terms import PartitionTerm, SortTerm
+from tableflow_core.kafka.offsets import lost_offsets_text
 from tableflow_core.schemas.arrow_json import ArrowSchema
 from tableflow_core.schemas.changes import SchemaChange
 
@@ -70,6 +72,14 @@ class ActionBase(Frozen):
     id: str = Field(description="Unique within the plan, e.g. `create_table:orders`")
     table: str | None = Field(None, description="The project's table name, if any")
     identifier: str = Field(description="What the action touches: `namespace.table` or namespace")
+
+    @classmethod
+    def on_table(cls, table: Table, **fields: Any) -> Self:
+        """This action on the project's `table`: its id is `<kind>:<table name>`."""
+        kind = cls.model_fields["kind"].default
+        return cls(
+            id=f"{kind}:{table.name}", table=table.name, identifier=table.identifier, **fields
+        )
 
 
 class CreateNamespace(ActionBase):
@@ -157,17 +167,9 @@ class DropTable(ActionBase):
     change: Literal["delete"] = "delete"
 
 
-class LostOffsets(Frozen):
+class LostOffsets(OffsetSpan):
     """Offsets [start, end) of one partition the table was due to read that are gone from
     the topic (deleted by retention or `delete_records` before it read them)."""
-
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 class Ingest(ActionBase):
@@ -222,9 +224,7 @@ class Ingest(ActionBase):
     def describe_lost(self) -> list[str]:
         """One line per partition with lost offsets, naming topic, partition and range."""
         return [
-            f"topic {self.topic!r} partition {lost.partition}: offsets {lost.start}.."
-            f"{lost.end - 1} ({lost.size:,} records) were deleted from the topic before "
-            "this table read them"
+            lost_offsets_text(self.topic, lost.partition, lost.start, lost.end)
             for lost in self.lost
         ]
 
@@ -282,14 +282,23 @@ DDL_KINDS = frozenset(
 )
 
 
+BlockerKind = Literal["not_supported", "destructive", "invalid", "missing_extra"]
+
+
 class Blocker(Frozen):
     """Why the plan cannot be applied as is (not supported yet, destructive, ...)."""
 
-    kind: Literal["not_supported", "destructive", "invalid", "missing_extra"]
+    kind: BlockerKind
     table: str | None
     key: str | None = Field(None, description="The config key responsible")
     location: str | None = Field(None, description="file:line of that key")
     message: str
+
+    @classmethod
+    def at(cls, table: Table, key: str, kind: BlockerKind, message: str) -> Blocker:
+        """A blocker of `table`'s config key `key`, at that key's file:line."""
+        location = str(table.location_of(key))
+        return cls(kind=kind, table=table.name, key=key, location=location, message=message)
 
 
 class PlanWarning(Frozen):
@@ -300,3 +309,9 @@ class PlanWarning(Frozen):
     key: str | None = Field(None, description="The config key it is about")
     location: str | None = Field(None, description="file:line of that key")
     message: str
+
+    @classmethod
+    def at(cls, table: Table, key: str, message: str) -> PlanWarning:
+        """A warning about `table`'s config key `key`, at that key's file:line."""
+        location = str(table.location_of(key))
+        return cls(table=table.name, key=key, location=location, message=message)

@@ -125,15 +125,7 @@ def build_plan(
             blockers.extend(_config_blockers(table, exc))
             continue
         except ShapeError as exc:
-            blockers.append(
-                Blocker(
-                    kind="invalid",
-                    table=table.name,
-                    key="key_columns",
-                    location=str(table.location_of("key_columns")),
-                    message=str(exc),
-                )
-            )
+            blockers.append(Blocker.at(table, "key_columns", "invalid", str(exc)))
             continue
         ns = table.namespace
         if observed is None and ns not in world.namespaces and ns not in planned_namespaces:
@@ -257,22 +249,17 @@ def _table_changes(
 ) -> tuple[list[Action], bool]:
     """The DDL actions of one table and whether they amount to a replace (`kept_schema`:
     the table's columns once its schema changes are applied)."""
-    name, identifier = table.name, table.identifier
     desired_props = shape.properties
-    columns = columns_of(shape.schema)
+    # What a created or a replacing table is made of (CreateTable's and ReplaceTable's fields).
+    definition: dict[str, Any] = {
+        "columns": columns_of(shape.schema),
+        "table_schema": shape.schema,
+        "partition_by": shape.partition_by,
+        "sort_by": shape.sort_by,
+        "properties": desired_props,
+    }
     if observed is None:
-        return [
-            CreateTable(
-                id=f"create_table:{name}",
-                table=name,
-                identifier=identifier,
-                columns=columns,
-                table_schema=shape.schema,
-                partition_by=shape.partition_by,
-                sort_by=shape.sort_by,
-                properties=desired_props,
-            )
-        ], False
+        return [CreateTable.on_table(table, **definition)], False
 
     reasons: list[str] = []
     current_topic = observed.properties.get(TOPIC_PROPERTY)
@@ -289,52 +276,19 @@ def _table_changes(
     diff = differ(observed.schema, shape.schema)
     reasons.extend(f"incompatible schema: {reason}" for reason in diff.incompatible)
     if reasons:
-        return [
-            ReplaceTable(
-                id=f"replace_table:{name}",
-                table=name,
-                identifier=identifier,
-                reasons=tuple(reasons),
-                columns=columns,
-                table_schema=shape.schema,
-                partition_by=shape.partition_by,
-                sort_by=shape.sort_by,
-                properties=desired_props,
-            )
-        ], True
+        return [ReplaceTable.on_table(table, reasons=tuple(reasons), **definition)], True
 
     actions: list[Action] = []
     if diff.changes:
+        actions.append(EvolveSchema.on_table(table, changes=diff.changes, table_schema=kept_schema))
+    current_spec, current_order = tuple(observed.partition_by), tuple(observed.sort_by)
+    if shape.partition_by != current_spec:
         actions.append(
-            EvolveSchema(
-                id=f"evolve_schema:{name}",
-                table=name,
-                identifier=identifier,
-                changes=diff.changes,
-                table_schema=kept_schema,
-            )
+            ChangePartitionSpec.on_table(table, current=current_spec, desired=shape.partition_by)
         )
-    wanted_spec = shape.partition_by
-    if wanted_spec != tuple(observed.partition_by):
+    if shape.sort_by != current_order:
         actions.append(
-            ChangePartitionSpec(
-                id=f"change_partition_spec:{name}",
-                table=name,
-                identifier=identifier,
-                current=tuple(observed.partition_by),
-                desired=wanted_spec,
-            )
-        )
-    wanted_order = shape.sort_by
-    if wanted_order != tuple(observed.sort_by):
-        actions.append(
-            ChangeSortOrder(
-                id=f"change_sort_order:{name}",
-                table=name,
-                identifier=identifier,
-                current=tuple(observed.sort_by),
-                desired=wanted_order,
-            )
+            ChangeSortOrder.on_table(table, current=current_order, desired=shape.sort_by)
         )
     changed = {
         k: v
@@ -343,10 +297,8 @@ def _table_changes(
     }
     if changed:
         actions.append(
-            UpdateProperties(
-                id=f"update_properties:{name}",
-                table=name,
-                identifier=identifier,
+            UpdateProperties.on_table(
+                table,
                 set=changed,
                 previous={k: observed.properties.get(k) for k in changed},
             )
@@ -396,10 +348,8 @@ def _ingest_action(
         )
         for p, (low, high) in sorted(topic_state.watermarks.items())
     )
-    return Ingest(
-        id=f"ingest:{table.name}",
-        table=table.name,
-        identifier=table.identifier,
+    return Ingest.on_table(
+        table,
         topic=table.topic,
         partitions=partitions,
         ranges=tuple(
@@ -441,15 +391,7 @@ def _publish_action(
         catalogs, details = tuple(s.catalog for s in stale), tuple(s.describe() for s in stale)
     if not catalogs:
         return []
-    return [
-        PublishTable(
-            id=f"publish_table:{table.name}",
-            table=table.name,
-            identifier=table.identifier,
-            catalogs=catalogs,
-            details=details,
-        )
-    ]
+    return [PublishTable.on_table(table, catalogs=catalogs, details=details)]
 
 
 def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) -> list[Action]:
@@ -457,14 +399,7 @@ def _maintenance_action(table: Table, observed: ObservedTable, now: datetime) ->
     due = maintenance_due(table, observed, now, activity=observed.activity)
     if not due:
         return []
-    return [
-        MaintenanceDue(
-            id=f"maintenance_due:{table.name}",
-            table=table.name,
-            identifier=table.identifier,
-            operations=tuple(d.describe(now) for d in due),
-        )
-    ]
+    return [MaintenanceDue.on_table(table, operations=tuple(d.describe(now) for d in due))]
 
 
 def _compiled(table: Table, shape: TableShape) -> CompiledTable | ConfigError | None:

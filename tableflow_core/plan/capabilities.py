@@ -20,25 +20,11 @@ def table_blockers(table: Table, missing_extras: frozenset[str] = frozenset()) -
     blockers = []
     for extra in EXTRAS:
         if extra.name in missing_extras and extra.used_by(table):
-            blockers.append(
-                Blocker(
-                    kind="missing_extra",
-                    table=table.name,
-                    key=extra.key,
-                    location=str(table.location_of(extra.key)),
-                    message=extra.missing_message(),
-                )
-            )
+            blockers.append(Blocker.at(table, extra.key, "missing_extra", extra.missing_message()))
     for gate in TABLE_GATES:
         if gate.applies(table):
             blockers.append(
-                Blocker(
-                    kind="not_supported",
-                    table=table.name,
-                    key=gate.key,
-                    location=str(table.location_of(gate.key)),
-                    message=f"{gate.what} is not supported yet",
-                )
+                Blocker.at(table, gate.key, "not_supported", f"{gate.what} is not supported yet")
             )
     blockers.extend(_delta_blockers(table))
     return blockers
@@ -49,15 +35,7 @@ def _delta_blockers(table: Table) -> list[Blocker]:
     reason = delta_refusal(table) if "delta" in table.formats else None
     if reason is None:
         return []
-    return [
-        Blocker(
-            kind="invalid",
-            table=table.name,
-            key="formats",
-            location=str(table.location_of("formats")),
-            message=reason,
-        )
-    ]
+    return [Blocker.at(table, "formats", "invalid", reason)]
 
 
 def target_blockers(project: Project) -> list[Blocker]:

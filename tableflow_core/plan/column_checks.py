@@ -89,15 +89,7 @@ def column_blockers(table: Table, schema: pa.Schema) -> list[Blocker]:
     blockers: list[Blocker] = []
 
     def block(key: str, message: str) -> None:
-        blockers.append(
-            Blocker(
-                kind="invalid",
-                table=table.name,
-                key=key,
-                location=str(table.location_of(key)),
-                message=message,
-            )
-        )
+        blockers.append(Blocker.at(table, key, "invalid", message))
 
     for part in table.partition_by:
         found = find_column(schema, part.column)

@@ -7,8 +7,7 @@ builder calls `dlq_table_actions` with what it observed and adds the result to t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
-from functools import partial
+from collections.abc import Collection, Iterable, Mapping
 
 from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.config.project import Table
@@ -17,13 +16,6 @@ from tableflow_core.plan.actions import Blocker, Column, CreateNamespace, Create
 
 DLQ_ACTION_PREFIX = "create_dlq_table:"
 DLQ_SORT: tuple[SortTerm, ...] = tuple(SortTerm(column=c) for c in DLQ_KEY_COLUMNS[:3])
-
-
-def dlq_blocker(table: Table) -> Callable[..., Blocker]:
-    """A Blocker of `table`'s `dlq:` key (at its file:line), given its message."""
-    return partial(
-        Blocker, kind="invalid", table=table.name, key="dlq", location=str(table.location_of("dlq"))
-    )
 
 
 def dlq_columns() -> tuple[Column, ...]:
@@ -63,25 +55,21 @@ def dlq_table_actions(
     planned_namespaces = set(existing_namespaces)
     wanted_columns = [f.name for f in BAD_RECORD_SCHEMA]
     for identifier, users in sorted(iceberg_dlq_users(tables).items()):
-        first = users[0]
-        refuse = dlq_blocker(first)
         if identifier in data_tables:
-            blockers.append(
-                refuse(
-                    message=f"dead-letter table {identifier} is also the data table of "
-                    f"{data_tables[identifier].name!r}; give the dead-letter table its own name"
-                )
+            message = (
+                f"dead-letter table {identifier} is also the data table of "
+                f"{data_tables[identifier].name!r}; give the dead-letter table its own name"
             )
+            blockers.append(Blocker.at(users[0], "dlq", "invalid", message))
             continue
         if identifier in existing_tables:
             columns = list(existing_tables[identifier])
             if columns != wanted_columns:
-                blockers.append(
-                    refuse(
-                        message=f"dead-letter table {identifier} exists with columns {columns}, "
-                        f"not the dead-letter columns {wanted_columns}"
-                    )
+                message = (
+                    f"dead-letter table {identifier} exists with columns {columns}, "
+                    f"not the dead-letter columns {wanted_columns}"
                 )
+                blockers.append(Blocker.at(users[0], "dlq", "invalid", message))
             continue
         namespace = tuple(identifier.split(".")[:-1])
         if namespace not in planned_namespaces:

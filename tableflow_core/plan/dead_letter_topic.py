@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 from tableflow_core.config.models.dead_letter import KafkaDeadLetter
 from tableflow_core.config.project import Table
 from tableflow_core.plan.actions import Blocker, CreateTopic
-from tableflow_core.plan.dead_letter_table import dlq_blocker
 
 DLQ_TOPIC_ACTION_PREFIX = "create_dlq_topic:"
 
@@ -52,15 +51,12 @@ def dlq_topic_actions(
     actions: list[CreateTopic] = []
     blockers: list[Blocker] = []
     for topic, users in sorted(kafka_dlq_users(tables).items()):
-        first = users[0]
-        refuse = dlq_blocker(first)
         if topic in sources:
-            blockers.append(
-                refuse(
-                    message=f"dead-letter topic {topic!r} is also the source topic of table "
-                    f"{sources[topic].name!r}; its bad records would be read again"
-                )
+            message = (
+                f"dead-letter topic {topic!r} is also the source topic of table "
+                f"{sources[topic].name!r}; its bad records would be read again"
             )
+            blockers.append(Blocker.at(users[0], "dlq", "invalid", message))
             continue
         if topic not in dlq_topics or dlq_topics[topic] is not None:
             continue

@@ -29,10 +29,4 @@ def missing_topic_blocker(project: Project, table: Table, broker_topics: frozens
             )
         if 0 < len(broker_topics) <= MAX_LISTED:
             message += f". Topics on the broker: {', '.join(sorted(broker_topics))}"
-    return Blocker(
-        kind="invalid",
-        table=table.name,
-        key="topic",
-        location=str(table.location_of("topic")),
-        message=message,
-    )
+    return Blocker.at(table, "topic", "invalid", message)

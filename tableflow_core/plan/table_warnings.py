@@ -67,11 +67,7 @@ def _dead_letter_payload(
             "as JSON with the masks applied, an undecodable one only its position, headers "
             f"and error (set dlq.payload: raw to keep the bytes, clear {masked} included)"
         )
-    return [
-        PlanWarning(
-            table=table.name, key="dlq", location=str(table.location_of("dlq")), message=message
-        )
-    ]
+    return [PlanWarning.at(table, "dlq", message)]
 
 
 def key_fields(table: Table, decoded: pa.Schema) -> frozenset[str]:
@@ -104,14 +100,12 @@ def masked_key_blockers(
         "drop key from metadata_columns"
     )
     return [
-        Blocker(
-            kind="invalid",
-            table=table.name,
-            key="metadata_columns",
-            location=str(table.location_of("metadata_columns")),
-            message=f"metadata column key would store the Kafka key in clear in "
-            f"{KAFKA_KEY_COLUMN}, and the key holds masked column(s) {_listed(in_key)}: "
-            f"{remedy}",
+        Blocker.at(
+            table,
+            "metadata_columns",
+            "invalid",
+            f"metadata column key would store the Kafka key in clear in {KAFKA_KEY_COLUMN}, "
+            f"and the key holds masked column(s) {_listed(in_key)}: {remedy}",
         )
     ]
 
@@ -125,11 +119,10 @@ def _kafka_key_in_clear(
     if {f for f in key_fields(table, decoded) if f in masked}:
         return []  # refused (masked_key_blockers)
     return [
-        PlanWarning(
-            table=table.name,
-            key="metadata_columns",
-            location=str(table.location_of("metadata_columns")),
-            message=f"metadata column key stores each record's Kafka key in clear in "
+        PlanWarning.at(
+            table,
+            "metadata_columns",
+            f"metadata column key stores each record's Kafka key in clear in "
             f"{KAFKA_KEY_COLUMN}; the table masks {_listed(masked)}: if the key holds one of "
             f"their values, mask {KAFKA_KEY_COLUMN} too",
         )
@@ -147,13 +140,12 @@ def _nullable_key_fields(
         return []
     subject = table.key.subject or f"{table.topic}-key"
     return [
-        PlanWarning(
-            table=table.name,
-            key="key_columns",
-            location=str(table.location_of("key_columns")),
-            message=f"the key schema (subject {subject}) lets key field(s) "
-            f"{', '.join(nullable)} be null: a record whose key has one null has no key "
-            f"to upsert by and is a bad record (on_error: {table.on_error})",
+        PlanWarning.at(
+            table,
+            "key_columns",
+            f"the key schema (subject {subject}) lets key field(s) {', '.join(nullable)} be "
+            "null: a record whose key has one null has no key to upsert by and is a bad "
+            f"record (on_error: {table.on_error})",
         )
     ]
 
@@ -166,14 +158,7 @@ def _long_history(
     message = long_history_warning(table)
     if message is None:
         return []
-    return [
-        PlanWarning(
-            table=table.name,
-            key="maintenance",
-            location=str(table.location_of("maintenance")),
-            message=message,
-        )
-    ]
+    return [PlanWarning.at(table, "maintenance", message)]
 
 
 RULES: tuple[WarningRule, ...] = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class CatalogPublisher(Protocol):
@@ -24,3 +24,13 @@ class CatalogPublisher(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class PyicebergRegistration:
+    """`register` for a publisher over a pyiceberg catalog (`self.catalog`): REST, SQL."""
+
+    catalog: Any
+
+    def register(self, namespace: tuple[str, ...], table: str, metadata_location: str) -> None:
+        self.catalog.create_namespace_if_not_exists(namespace)
+        self.catalog.register_table((*namespace, table), metadata_location)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tableflow_core.config.models.catalogs import RestCatalog
+from tableflow_core.publish.base import PyicebergRegistration
 from tableflow_core.publish.errors import PublishError
 from tableflow_core.targets.storage import target_storage
 
@@ -28,7 +29,7 @@ def rest_properties(config: RestCatalog) -> dict[str, str]:
     return {**storage.pyiceberg_properties(), **props} if storage is not None else props
 
 
-class RestPublisher:
+class RestPublisher(PyicebergRegistration):
     def __init__(self, name: str, config: RestCatalog) -> None:
         from pyiceberg.catalog import load_catalog
 
@@ -41,10 +42,6 @@ class RestPublisher:
             return str(self.catalog.load_table((*namespace, table)).metadata_location)
         except NoSuchTableError:
             return None
-
-    def register(self, namespace: tuple[str, ...], table: str, metadata_location: str) -> None:
-        self.catalog.create_namespace_if_not_exists(namespace)
-        self.catalog.register_table((*namespace, table), metadata_location)
 
     def update(
         self, namespace: tuple[str, ...], table: str, metadata_location: str, previous: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tableflow_core.config.models.catalogs import SqlCatalog
+from tableflow_core.publish.base import PyicebergRegistration
 from tableflow_core.publish.errors import PublishConflictError
 
 
@@ -17,7 +18,7 @@ def sql_properties(config: SqlCatalog) -> dict[str, str]:
     return {"type": "sql", "uri": config.uri, "warehouse": config.warehouse, **config.properties}
 
 
-class SqlPublisher:
+class SqlPublisher(PyicebergRegistration):
     def __init__(self, name: str, config: SqlCatalog) -> None:
         from pyiceberg.catalog import load_catalog
 
@@ -43,10 +44,6 @@ class SqlPublisher:
                 select(IcebergTables.metadata_location).where(*self._row_filter(namespace, table))
             ).scalar_one_or_none()
         return str(found) if found is not None else None
-
-    def register(self, namespace: tuple[str, ...], table: str, metadata_location: str) -> None:
-        self.catalog.create_namespace_if_not_exists(namespace)
-        self.catalog.register_table((*namespace, table), metadata_location)
 
     def update(
         self, namespace: tuple[str, ...], table: str, metadata_location: str, previous: str

@@ -28,37 +28,31 @@ def schema_not_found(detail: str = "Schema not found") -> RegistryError:
 
 
 def subject_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
-        404,
-        40404,
-        f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
-    )
+    return _soft_deleted(f"Subject '{subject}'", 40404)
 
 
 def subject_not_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
-        404,
-        40405,
-        f"Subject '{subject}' was not deleted first before being permanently deleted",
-    )
+    return _not_soft_deleted(f"Subject '{subject}'", 40405)
 
 
 def version_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
-        404,
-        40406,
-        f"Subject '{subject}' Version {version} was soft deleted. "
-        "Set permanent=true to delete permanently",
-    )
+    return _soft_deleted(f"Subject '{subject}' Version {version}", 40406)
 
 
 def version_not_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
-        404,
-        40407,
-        f"Subject '{subject}' Version {version} was not deleted first before being "
-        "permanently deleted",
-    )
+    return _not_soft_deleted(f"Subject '{subject}' Version {version}", 40407)
+
+
+def _soft_deleted(what: str, error_code: int) -> RegistryError:
+    """A read of what was soft deleted (Confluent's wording, subject or version)."""
+    message = f"{what} was soft deleted. Set permanent=true to delete permanently"
+    return RegistryError(404, error_code, message)
+
+
+def _not_soft_deleted(what: str, error_code: int) -> RegistryError:
+    """A permanent delete of what was not soft deleted first (Confluent's wording)."""
+    message = f"{what} was not deleted first before being permanently deleted"
+    return RegistryError(404, error_code, message)
 
 
 def subject_config_not_found(subject: str) -> RegistryError:

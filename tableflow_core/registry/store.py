@@ -118,21 +118,22 @@ class RegistryStore:
     # -- subject versions ------------------------------------------------------------------
 
     def versions(self, subject: str, include_deleted: bool = False) -> list[SubjectVersion]:
-        sql = "SELECT subject, version, schema_id, deleted FROM versions WHERE subject = ?"
-        if not include_deleted:
-            sql += " AND deleted = 0"
-        with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY version", (subject,)).fetchall()
-        return [SubjectVersion(r[0], r[1], r[2], bool(r[3])) for r in rows]
+        return self._versions("subject", subject, "version", include_deleted)
 
     def versions_of_schema(
         self, schema_id: int, include_deleted: bool = False
     ) -> list[SubjectVersion]:
-        sql = "SELECT subject, version, schema_id, deleted FROM versions WHERE schema_id = ?"
+        return self._versions("schema_id", schema_id, "subject, version", include_deleted)
+
+    def _versions(
+        self, column: str, value: object, order: str, include_deleted: bool
+    ) -> list[SubjectVersion]:
+        """The versions whose `column` is `value`, in `order` (columns: constants here)."""
+        sql = f"SELECT subject, version, schema_id, deleted FROM versions WHERE {column} = ?"
         if not include_deleted:
             sql += " AND deleted = 0"
         with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY subject, version", (schema_id,)).fetchall()
+            rows = self._conn.execute(f"{sql} ORDER BY {order}", (value,)).fetchall()
         return [SubjectVersion(r[0], r[1], r[2], bool(r[3])) for r in rows]
 
     def subjects(self, include_deleted: bool = False, deleted_only: bool = False) -> list[str]:

@@ -384,6 +384,17 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
         and _created_without_spark(context, names, action)
     ):
         return
+    _create_with_spark(context, identifier, action, with_namespace=False)
+
+
+def _create_with_spark(
+    context: ApplyContext,
+    identifier: str,
+    action: CreateTable | ReplaceTable,
+    *,
+    with_namespace: bool = True,
+) -> None:
+    """Spark's CREATE TABLE of the table `action` describes."""
     ddl.create_table(
         context.spark,
         identifier,
@@ -391,7 +402,7 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
         action.partition_by,
         action.sort_by,
         action.properties,
-        with_namespace=False,
+        with_namespace=with_namespace,
     )
 
 
@@ -414,14 +425,7 @@ def _replace_table(context: ApplyContext, identifier: str, action: ReplaceTable)
     ddl.drop_table(context.spark, identifier)
     # An upsert table's memory of deletes goes with its rows (ingest/upsert_order.py).
     ddl.drop_table(context.spark, deletes_table(identifier))
-    ddl.create_table(
-        context.spark,
-        identifier,
-        action.table_schema,
-        action.partition_by,
-        action.sort_by,
-        action.properties,
-    )
+    _create_with_spark(context, identifier, action)
 
 
 @action_runner(EvolveSchema)

@@ -23,12 +23,12 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from tableflow_core.config.models.tables import CDC_METADATA_COLUMNS
 from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.messages import MessageChunk
 from tableflow_core.schemas import debezium
 from tableflow_core.schemas.arrow_values import TemporalAs, storage_schema
 from tableflow_core.schemas.formats import (
-    CDC_METADATA_COLUMNS,
     METADATA_PREFIX,
     FormatSpec,
     metadata_column_name,

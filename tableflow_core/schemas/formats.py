@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from tableflow_core.config.models.formats import JsonColumnType
+from tableflow_core.config.models.tables import (
+    CDC_METADATA_COLUMNS,
+    KafkaMetadataColumn,
+    MetadataColumn,
+)
 
 FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
 
@@ -74,25 +79,8 @@ class FormatSpec(BaseModel):
         return self.subject or f"{topic}-{'key' if is_key else 'value'}"
 
 
-# The Kafka record's metadata columns.
-METADATA_COLUMNS: tuple[str, ...] = (
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "headers",
-)
-# A change event's metadata (`value.envelope: debezium`): its operation, the source's
-# commit timestamp, log position and transaction id; read from the event, not the record.
-CDC_METADATA_COLUMNS: tuple[str, ...] = (
-    "cdc_op",
-    "cdc_source_ts",
-    "cdc_lsn",
-    "cdc_tx_id",
-    "cdc_last_commit_lsn",
-)
-ALL_METADATA_COLUMNS: tuple[str, ...] = (*METADATA_COLUMNS, *CDC_METADATA_COLUMNS)
+METADATA_COLUMNS: tuple[KafkaMetadataColumn, ...] = get_args(KafkaMetadataColumn)
+ALL_METADATA_COLUMNS: tuple[MetadataColumn, ...] = get_args(MetadataColumn)
 METADATA_PREFIX = "_kafka_"
 CDC_PREFIX = "_"
 

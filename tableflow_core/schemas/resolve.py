@@ -16,11 +16,12 @@ import pyarrow as pa
 from confluent_kafka.schema_registry import RegisteredSchema, Schema
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from tableflow_core.config.models.tables import CDC_METADATA_COLUMNS
 from tableflow_core.errors import TableflowError
 from tableflow_core.redaction import redact_url
 from tableflow_core.schemas import avro_types, debezium, json_schema_types, protobuf_types
 from tableflow_core.schemas.arrow_values import SchemaMappingError
-from tableflow_core.schemas.formats import CDC_METADATA_COLUMNS, FormatSpec, metadata_field
+from tableflow_core.schemas.formats import FormatSpec, metadata_field
 from tableflow_core.schemas.plain_json import json_fields
 from tableflow_core.schemas.references import SERIALIZED, fetch_version, self_contained_text
 from tableflow_core.schemas.registry import RegistrySettings

@@ -238,15 +238,7 @@ class MaintainTask:
         name = deletes_table(identifier)
         if not handle.catalog.table_exists((*table.namespace, deletes_table(table.table))):
             return None
-        began = time.monotonic()
-        try:
-            return run_maintenance(spark, name, due, now=self.now, redact=self.project.redact)
-        except Exception as exc:
-            error = self.project.redact(f"{type(exc).__name__}: {exc}")
-            failed = OperationResult(
-                "maintenance", "error", round(time.monotonic() - began, 3), error=error
-            )
-            return MaintenanceReport(name, (failed,), None, None)
+        return self._maintain_companion(spark, name, due)
 
     def _maintain_dead_letters(
         self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
@@ -263,9 +255,16 @@ class MaintainTask:
         wanted = [d for d in due if d.operation in DEAD_LETTER_OPERATIONS]
         if not wanted:
             return None
+        return self._maintain_companion(spark, name, wanted)
+
+    def _maintain_companion(
+        self, spark: Any, name: str, due: list[DueOperation]
+    ) -> MaintenanceReport:
+        """Run `due` on a table that goes with the project's table (its deletes table, its
+        dead-letter table); a failure is the report's one operation, not raised."""
         began = time.monotonic()
         try:
-            return run_maintenance(spark, name, wanted, now=self.now, redact=self.project.redact)
+            return run_maintenance(spark, name, due, now=self.now, redact=self.project.redact)
         except Exception as exc:
             error = self.project.redact(f"{type(exc).__name__}: {exc}")
             failed = OperationResult(

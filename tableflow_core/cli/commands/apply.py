@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +26,19 @@ if TYPE_CHECKING:
 # for the JVM: it exits with the process). Past it, the plan takes seconds of CPU that a
 # starting JVM would compete with on a small machine.
 EARLY_SPARK_START_MAX_TABLES = 50
+
+
+@dataclass(frozen=True)
+class ApplyFlags:
+    """What `apply` was asked to do: its command-line flags (the log format aside)."""
+
+    plan_file: Path | None
+    auto_approve: bool
+    allow_destructive: bool
+    prune: bool
+    lock_timeout: float
+    max_parallel: int
+    show_dag: bool
 
 
 def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
@@ -73,22 +87,13 @@ def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
 @click.option("--show-dag", is_flag=True, help="Print the DAG of tasks before running it.")
 @log_format_option
 @click.pass_obj
-def command(
-    ctx: CliContext,
-    plan_file: Path | None,
-    auto_approve: bool,
-    allow_destructive: bool,
-    prune: bool,
-    lock_timeout: float,
-    max_parallel: int,
-    show_dag: bool,
-    log_format: str,
-) -> None:
+def command(ctx: CliContext, log_format: str, **flags: Any) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
 
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.targets.catalog import open_catalog
 
+    asked = ApplyFlags(**flags)
     ctx.use_log_format(log_format, "apply")
     project = ctx.load_project()
     selected = ctx.selected_tables()
@@ -97,22 +102,10 @@ def command(
     spark_starter = _spark_starter(project, len(selected))
     # With checks to run, great-expectations' import overlaps the JVM start and the plan
     # (a saved plan may hold any table of the project).
-    prepare_checks_engine(project.tables if plan_file is not None else selected)
+    prepare_checks_engine(project.tables if asked.plan_file is not None else selected)
     # One catalog for the plan and the apply (an embedded one is started once).
     with open_catalog(project) as handle:
-        results = _plan_and_apply(
-            ctx,
-            project,
-            handle,
-            spark_starter,
-            plan_file=plan_file,
-            auto_approve=auto_approve,
-            allow_destructive=allow_destructive,
-            prune=prune,
-            lock_timeout=lock_timeout,
-            max_parallel=max_parallel,
-            show_dag=show_dag,
-        )
+        results = _plan_and_apply(ctx, project, handle, spark_starter, asked)
     if ctx.events is not None:
         from tableflow_core.cli.events import emit_results
 
@@ -153,20 +146,14 @@ def _plan_and_apply(
     project: Project,
     handle: CatalogHandle,
     spark_starter: SessionStarter,
-    *,
-    plan_file: Path | None,
-    auto_approve: bool,
-    allow_destructive: bool,
-    prune: bool,
-    lock_timeout: float,
-    max_parallel: int,
-    show_dag: bool,
+    asked: ApplyFlags,
 ) -> RunResults:
     """Load or make the plan, show it, confirm, apply it (a plan with nothing to do too:
     its results say so, run_results.json is never left from an earlier apply)."""
     from tableflow_core.plan.plan_file import load_plan
     from tableflow_core.tasks.apply import ApplyTask
 
+    plan_file = asked.plan_file
     world = None  # the world a plan made here was read from (no re-read before applying)
     if plan_file is not None:
         plan = load_plan(plan_file)
@@ -178,11 +165,11 @@ def _plan_and_apply(
         if plan.dag.tasks:
             spark_starter.start()
     else:
-        plan, world = run_plan(ctx, allow_destructive, prune, handle)
+        plan, world = run_plan(ctx, asked.allow_destructive, asked.prune, handle)
         if plan.dag.tasks and not plan.blockers:
             spark_starter.start()  # while the plan is printed
     # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
-    approved = plan_file is not None or auto_approve
+    approved = plan_file is not None or asked.auto_approve
     if ctx.events is not None:
         ctx.events.emit(
             "plan",
@@ -191,12 +178,14 @@ def _plan_and_apply(
             blockers=[b.message for b in plan.blockers],
         )
     else:
-        show_plan(ctx, plan, "compact" if approved and not show_dag else "human", show_dag)
+        show_plan(
+            ctx, plan, "compact" if approved and not asked.show_dag else "human", asked.show_dag
+        )
     if plan.blockers:
         ctx.fail("the plan is blocked (see above); nothing was changed.")
     if not plan.has_changes:
         ctx.console.print("Nothing to apply.")
-    elif plan_file is None and not auto_approve:
+    elif plan_file is None and not asked.auto_approve:
         if not sys.stdin.isatty():
             ctx.fail(
                 "apply needs confirmation but stdin is not a terminal: "
@@ -209,8 +198,8 @@ def _plan_and_apply(
         project,
         plan,
         console=ctx.err_console,
-        lock_timeout_s=lock_timeout,
-        max_parallel=max_parallel,
+        lock_timeout_s=asked.lock_timeout,
+        max_parallel=asked.max_parallel,
         spark_starter=spark_starter,
         handle=handle,
         world=world,

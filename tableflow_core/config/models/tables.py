@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -12,7 +12,7 @@ from tableflow_core.config.models.base import (
     ConfigModel,
     NamespaceName,
     TopicName,
-    parse_duration_seconds,
+    check_duration,
 )
 from tableflow_core.config.models.checks import Check
 from tableflow_core.config.models.dead_letter import DeadLetterTarget
@@ -47,21 +47,16 @@ class StartFrom(ConfigModel):
     )
 
 
-MetadataColumn = Literal[
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "headers",
-    # Change events (`value.envelope: debezium`, docs/cdc.md)
-    "cdc_op",
-    "cdc_source_ts",
-    "cdc_lsn",
-    "cdc_tx_id",
-    "cdc_last_commit_lsn",
+# The Kafka record's metadata columns.
+KafkaMetadataColumn = Literal["topic", "partition", "offset", "timestamp", "key", "headers"]
+# A change event's metadata (`value.envelope: debezium`, docs/cdc.md): its operation, the
+# source's commit timestamp, log position and transaction id; read from the event, not the
+# record.
+CdcMetadataColumn = Literal[
+    "cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id", "cdc_last_commit_lsn"
 ]
-CDC_METADATA_COLUMNS = ("cdc_op", "cdc_source_ts", "cdc_lsn", "cdc_tx_id", "cdc_last_commit_lsn")
+MetadataColumn = Literal[KafkaMetadataColumn, CdcMetadataColumn]
+CDC_METADATA_COLUMNS: tuple[CdcMetadataColumn, ...] = get_args(CdcMetadataColumn)
 # A mirror (upsert) orders a key's changes by these (docs/cdc.md): always its columns.
 CDC_MIRROR_COLUMNS: tuple[MetadataColumn, ...] = ("cdc_last_commit_lsn", "cdc_lsn")
 TableFormatName = Literal["iceberg", "delta"]
@@ -120,26 +115,14 @@ class TableDefaults(ConfigModel):
         description="Default table formats: `[iceberg]` or `[iceberg, delta]` (docs/delta.md).",
     )
 
-    @field_validator("formats")
-    @classmethod
-    def _valid_default_formats(cls, value: list[TableFormatName]) -> list[TableFormatName]:
-        check_table_formats(value)
-        return value
+    _valid_formats = field_validator("formats")(check_table_formats)
 
     maintenance: Maintenance | None = Field(
         None, description="Default maintenance block; a table's own block overrides it key by key."
     )
 
-    @field_validator("refresh_interval")
-    @classmethod
-    def _valid_interval(cls, value: str) -> str:
-        parse_duration_seconds(value)
-        return value
-
-    @field_validator("properties")
-    @classmethod
-    def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_table_properties(value)
+    _valid_interval = field_validator("refresh_interval")(check_duration)
+    _no_reserved_properties = field_validator("properties")(check_table_properties)
 
     @model_validator(mode="after")
     def _dlq_target(self) -> TableDefaults:
@@ -235,22 +218,9 @@ class TableConfig(ConfigModel):
         "Default from `defaults`.",
     )
 
-    @field_validator("formats")
-    @classmethod
-    def _valid_formats(cls, value: list[TableFormatName] | None) -> list[TableFormatName] | None:
-        return check_table_formats(value)
-
-    @field_validator("refresh_interval")
-    @classmethod
-    def _valid_interval(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration_seconds(value)
-        return value
-
-    @field_validator("properties")
-    @classmethod
-    def _no_reserved_properties(cls, value: dict[str, str]) -> dict[str, str]:
-        return check_table_properties(value)
+    _valid_formats = field_validator("formats")(check_table_formats)
+    _valid_interval = field_validator("refresh_interval")(check_duration)
+    _no_reserved_properties = field_validator("properties")(check_table_properties)
 
     @model_validator(mode="after")
     def _mode_consistency(self) -> TableConfig:

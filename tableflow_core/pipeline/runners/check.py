@@ -76,10 +76,7 @@ def judge(context: StageContext, report: CheckReport) -> None:
 
 @stage_runner(Check)
 def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
-    compiled = context.spec.compiled
-    if compiled is None:
-        raise NotImplementedError(f"{context.where()}: checks were not compiled for this run")
-
+    compiled = context.compiled("checks")
     assert batch.good is not None, "check needs the decode stage before it"
     # A no-op when apply/run started the import already (pipeline/checks/warmup.py).
     prepare_great_expectations()

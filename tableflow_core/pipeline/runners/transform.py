@@ -102,10 +102,7 @@ class FailOnRejectedRows(Audit):
 
 @stage_runner(Transform)
 def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
-    compiled = context.spec.compiled
-    if compiled is None:
-        raise NotImplementedError(f"{context.where()}: transforms were not compiled for this run")
-
+    compiled = context.compiled("transforms")
     assert batch.good is not None, "transform needs the decode stage before it"
     chain = compiled.transforms
     # The masks the decode stage ran already (transforms/decode_masks.py) are left out, and

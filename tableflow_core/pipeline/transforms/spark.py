@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -80,13 +80,7 @@ class TransformCounts:
     rejected: int
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "rows_in": self.rows_in,
-            "rows_out": self.rows_out,
-            "filtered": self.filtered,
-            "duplicates": self.duplicates,
-            "rejected": self.rejected,
-        }
+        return asdict(self)
 
     def plus_read_task_duplicates(self, duplicates: int) -> TransformCounts:
         """These counts of the rows Spark got, plus `duplicates` the read tasks dropped
