@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from tableflow_core.config.models.formats import JsonColumnType
 
-FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
+FormatName = Literal["avro", "json_schema", "protobuf", "json", "connect_json", "string", "bytes"]
 
 REGISTRY_FORMATS: frozenset[str] = frozenset({"avro", "json_schema", "protobuf"})
 
