@@ -378,6 +378,18 @@ class ConnectJsonReader:
         return read
 
     def read(self, data: bytes) -> Any:
+        # The converter's layout with a schema seen before: only the payload is parsed (a
+        # schema text that parsed once is a whole object, so the split was right).
+        at = data.find(_PAYLOAD)
+        if at > 0 and data.startswith(_SCHEMA) and data.endswith(b"}"):
+            compiled = self._compiled.get(data[len(_SCHEMA) : at])
+            if compiled is not None:
+                try:
+                    payload = json.loads(data[at + len(_PAYLOAD) : -1])
+                except (ValueError, UnicodeDecodeError):
+                    pass  # split() below says what is wrong
+                else:
+                    return self._apply(compiled, payload)
         try:
             text, schema, payload = split(data)
         except NotConnectJson as exc:
@@ -385,6 +397,10 @@ class ConnectJsonReader:
         compiled = self._compiled.get(text)
         if compiled is None:
             compiled = self._compiled[text] = self._compile(schema)
+        return self._apply(compiled, payload)
+
+    @staticmethod
+    def _apply(compiled: Callable[[Any], Any] | str, payload: Any) -> Any:
         if isinstance(compiled, str):
             raise BadRecord(compiled)
         if payload is None:
