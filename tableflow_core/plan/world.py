@@ -241,7 +241,7 @@ def read_world(
                 format_spec(t.key),
                 t.metadata_columns,
                 registry,
-                **_embedded_sample(project, io, kafka_conf, t, read_kafka),
+                **_embedded_sample(project, io, kafka_conf, t),
             )
 
         schema_f = {t.name: pool.submit(resolve_table, t) for t in tables}
@@ -391,13 +391,14 @@ def _read_published(
 
 
 def _embedded_sample(
-    project: Project, io: Readers, kafka_conf: Mapping[str, str], table: Table, read_kafka: bool
+    project: Project, io: Readers, kafka_conf: Mapping[str, str], table: Table
 ) -> dict[str, Any]:
     """`sample=` for a table whose records embed their schema (`connect_json`): the topic's
-    latest record (kafka/latest_records.py); nothing for other tables. A plan that reads
-    no Kafka resolves it without (its schema cannot be known: a blocker)."""
+    latest record (kafka/latest_records.py); nothing for other tables. Read even when the
+    world is read without Kafka (`read_kafka=False`, apply's staleness check of a saved
+    plan): these tables' schema is in Kafka, and a changed one makes the plan stale."""
     embedded = "connect_json" in (table.value.format, table.key.format if table.key else None)
-    if not embedded or not read_kafka or io.latest_record is None:
+    if not embedded or io.latest_record is None:
         return {}
     try:
         return {"sample": io.latest_record(kafka_conf, table.topic, KAFKA_TIMEOUT_S)}
