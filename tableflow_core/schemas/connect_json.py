@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tableflow_core.errors import TableflowError
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.formats import DECLARED_NOT_NULL
 
@@ -224,7 +225,7 @@ def _map(key: Convert | None, value: Convert | None) -> Convert:
 # ---------------------------------------------------------------------------- records
 
 
-class NotConnectJson(ValueError):
+class NotConnectJson(TableflowError, ValueError):
     """The bytes are not `{"schema": ..., "payload": ...}`."""
 
 
@@ -314,7 +315,7 @@ def mismatch(fields: Sequence[pa.Field], table: Mapping[str, pa.DataType]) -> st
     return None
 
 
-class BadRecord(ValueError):
+class BadRecord(TableflowError, ValueError):
     """This record cannot be read as its embedded schema says, or does not fit the table."""
 
 
