@@ -5,17 +5,20 @@ with Confluent's AvroConverter for a table `pg.public.customers (id int primary 
 name text, balance numeric(10,2), updated_at timestamp)` (connect.name, connect.version
 and connect.parameters as the converter writes them), `KEY_SCHEMA` the key's.
 `envelope(change)` is the value the AvroSerializer / JSONSerializer is given.
-`json_embedded(change)` is the value Connect's JsonConverter writes with
-`schemas.enable=true`.
+`connect_json_value(change)` / `connect_json_key(key)` are the bytes Connect's
+JsonConverter writes with `schemas.enable=true` (`{"schema": ..., "payload": ...}`, compact,
+schema first; Decimals as base64 of the unscaled two's complement), `connect_envelope_schema()`
+the Connect schema it embeds (the same table as the Avro one).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import time
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import MAX_PREC, Context, Decimal
 from typing import Any
 
 from tableflow_core.kafka.messages import KafkaMessage
@@ -292,3 +295,141 @@ def to_partitions(
         for p, log in enumerate(logs)
         for offset, (k, v, ts) in enumerate(log)
     ]
+
+
+# ---------------------------------------------------------------- Connect's JsonConverter
+
+CONNECT_VALUE_FIELDS: list[dict[str, Any]] = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "string", "optional": True, "field": "name"},
+    {
+        "type": "bytes",
+        "optional": True,
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "version": 1,
+        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+        "field": "balance",
+    },
+    {
+        "type": "int64",
+        "optional": True,
+        "name": "io.debezium.time.MicroTimestamp",
+        "version": 1,
+        "field": "updated_at",
+    },
+]
+
+CONNECT_SOURCE_SCHEMA: dict[str, Any] = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "version"},
+        {"type": "string", "optional": False, "field": "connector"},
+        {"type": "string", "optional": False, "field": "name"},
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+        {
+            "type": "string",
+            "optional": True,
+            "name": "io.debezium.data.Enum",
+            "version": 1,
+            "parameters": {
+                "allowed": "true,first,first_in_data_collection,last_in_data_collection,"
+                "last,false,incremental"
+            },
+            "default": "false",
+            "field": "snapshot",
+        },
+        {"type": "string", "optional": False, "field": "db"},
+        {"type": "string", "optional": True, "field": "sequence"},
+        {"type": "int64", "optional": True, "field": "ts_us"},
+        {"type": "int64", "optional": True, "field": "ts_ns"},
+        {"type": "string", "optional": False, "field": "schema"},
+        {"type": "string", "optional": False, "field": "table"},
+        {"type": "int64", "optional": True, "field": "txId"},
+        {"type": "int64", "optional": True, "field": "lsn"},
+        {"type": "int64", "optional": True, "field": "xmin"},
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.postgresql.Source",
+    "version": 1,
+    "field": "source",
+}
+
+CONNECT_KEY_SCHEMA: dict[str, Any] = {
+    "type": "struct",
+    "fields": [{"type": "int32", "optional": False, "field": "id"}],
+    "optional": False,
+    "name": f"{TOPIC}.Key",
+}
+
+
+def connect_envelope_schema(extra_fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The envelope's Connect schema; `extra_fields` appended to the row (ADD COLUMN)."""
+
+    def image(field: str) -> dict[str, Any]:
+        return {
+            "type": "struct",
+            "fields": [*CONNECT_VALUE_FIELDS, *(extra_fields or [])],
+            "optional": True,
+            "name": f"{TOPIC}.Value",
+            "field": field,
+        }
+
+    return {
+        "type": "struct",
+        "fields": [
+            image("before"),
+            image("after"),
+            CONNECT_SOURCE_SCHEMA,
+            {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "id"},
+                    {"type": "int64", "optional": False, "field": "total_order"},
+                    {"type": "int64", "optional": False, "field": "data_collection_order"},
+                ],
+                "optional": True,
+                "name": "event.block",
+                "version": 1,
+                "field": "transaction",
+            },
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+            {"type": "int64", "optional": True, "field": "ts_us"},
+            {"type": "int64", "optional": True, "field": "ts_ns"},
+        ],
+        "optional": False,
+        "name": f"{TOPIC}.Envelope",
+        "version": 2,
+    }
+
+
+def connect_decimal(value: Decimal, scale: int) -> str:
+    """A Connect Decimal as JsonConverter writes it: Java's BigInteger.toByteArray() of the
+    unscaled value (big-endian two's complement, fewest bytes), in base64."""
+    unscaled = int(value.scaleb(scale, Context(prec=MAX_PREC)))
+    size = (unscaled + (unscaled < 0)).bit_length() // 8 + 1
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode("ascii")
+
+
+def connect_image(image: dict[str, Any] | None) -> dict[str, Any] | None:
+    if image is None:
+        return None
+    out = dict(image)
+    if out.get("balance") is not None:
+        out["balance"] = connect_decimal(out["balance"], 2)
+    return out
+
+
+def _compact(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode("utf-8")
+
+
+def connect_json_value(change: Change, schema: dict[str, Any] | None = None) -> bytes:
+    payload = envelope(change)
+    payload["before"] = connect_image(change.before)
+    payload["after"] = connect_image(change.after)
+    return _compact({"schema": schema or connect_envelope_schema(), "payload": payload})
+
+
+def connect_json_key(key: int) -> bytes:
+    return _compact({"schema": CONNECT_KEY_SCHEMA, "payload": {"id": key}})

@@ -21,14 +21,7 @@ class TableGate:
     what: str
 
 
-TABLE_GATES: tuple[TableGate, ...] = (
-    TableGate(
-        key="value",
-        applies=lambda t: t.value.envelope is not None and t.value.format == "json",
-        what="`envelope: debezium` with `format: json` (Connect's JsonConverter with "
-        "schemas embedded in each record; use a registry format, docs/cdc.md)",
-    ),
-)
+TABLE_GATES: tuple[TableGate, ...] = ()
 
 # Catalog types `apply` cannot write to from Spark yet (plan can read them with pyiceberg).
 UNSUPPORTED_SPARK_CATALOGS: frozenset[str] = frozenset({"glue", "hive"})

@@ -21,6 +21,7 @@ from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.errors import TableflowError
 from tableflow_core.kafka.admin import CONNECT_TIMEOUT_S as KAFKA_CONNECT_TIMEOUT_S
 from tableflow_core.kafka.admin import (
+    KafkaMetadataError,
     TopicWatermarks,
     get_watermarks,
     offsets_for_timestamp,
@@ -28,6 +29,7 @@ from tableflow_core.kafka.admin import (
     read_watermarks,
     topic_names,
 )
+from tableflow_core.kafka.latest_records import latest_record
 from tableflow_core.maintenance.activity import table_activity
 from tableflow_core.plan.actions import PartitionTerm, SortTerm
 from tableflow_core.plan.dead_letter_table import iceberg_dlq_users
@@ -77,6 +79,8 @@ class Readers:
     read_watermarks: Callable[..., TopicWatermarks] = read_watermarks
     # Many subjects' latest schemas in one registry request (schemas/latest_schemas.py).
     read_latest_schemas: Callable[..., Mapping[str, Any]] | None = None
+    # A topic's latest record with a value: the embedded schemas of `connect_json`.
+    latest_record: Callable[..., Any] | None = None
 
 
 def default_readers() -> Readers:
@@ -90,6 +94,7 @@ def default_readers() -> Readers:
         topic_names,
         read_watermarks,
         read_latest_schemas,
+        latest_record,
     )
 
 
@@ -228,17 +233,18 @@ def read_world(
             latest = io.read_latest_schemas(registry, listable_subjects(tables))
             if latest:
                 resolve = functools.partial(io.resolve_schema, latest=latest)
-        schema_f = {
-            t.name: pool.submit(
-                resolve,
+
+        def resolve_table(t: Table) -> Any:
+            return resolve(
                 t.topic,
                 format_spec(t.value),
                 format_spec(t.key),
                 t.metadata_columns,
                 registry,
+                **_embedded_sample(project, io, kafka_conf, t),
             )
-            for t in tables
-        }
+
+        schema_f = {t.name: pool.submit(resolve_table, t) for t in tables}
         # Upsert: a registry key's own schema (its fields can be key columns).
         key_f = {
             t.name: pool.submit(
@@ -292,6 +298,8 @@ def read_world(
         for t in tables:
             try:
                 schemas[t.name] = schema_f[t.name].result()
+            except WorldReadError:
+                raise  # Kafka, read for a schema embedded in records
             except Exception as exc:
                 if type(exc).__name__ == "SchemaResolutionError" and not _registry_down(exc):
                     problems.setdefault(t.name, []).append(f"schema: {exc}")
@@ -380,6 +388,25 @@ def _read_published(
         except Exception as exc:
             errors[name] = project.redact(f"{type(exc).__name__}: {exc}")[:500]
     return published, errors
+
+
+def _embedded_sample(
+    project: Project, io: Readers, kafka_conf: Mapping[str, str], table: Table
+) -> dict[str, Any]:
+    """`sample=` for a table whose records embed their schema (`connect_json`): the topic's
+    latest record (kafka/latest_records.py); nothing for other tables. Read even when the
+    world is read without Kafka (`read_kafka=False`, apply's staleness check of a saved
+    plan): these tables' schema is in Kafka, and a changed one makes the plan stale."""
+    embedded = "connect_json" in (table.value.format, table.key.format if table.key else None)
+    if not embedded or io.latest_record is None:
+        return {}
+    try:
+        return {"sample": io.latest_record(kafka_conf, table.topic, KAFKA_TIMEOUT_S)}
+    except KafkaMetadataError as exc:
+        if "not found" in str(exc):
+            return {}  # a missing topic is reported at the table's `topic:` line
+        address = project.target.kafka.bootstrap_servers
+        raise WorldReadError("kafka", address, project.redact(str(exc))) from exc
 
 
 def _broker_topics(io: Readers, kafka_conf: Mapping[str, str]) -> frozenset[str]:

@@ -129,6 +129,11 @@ class _Decoder:
             spec.registry,
             as_columns=True,
             message=protobuf_message(self._target, "value"),
+            table={
+                f.name: f.type
+                for f in self._target
+                if not f.name.startswith(METADATA_PREFIX) and f.name not in debezium.EVENT_COLUMNS
+            },
         )
         if spec.value.envelope == "debezium":
             # Change events: each row is the event's image, its operation in a hidden column

@@ -14,7 +14,7 @@ from tableflow_core.config.models.tables import (
     MetadataColumn,
 )
 
-FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
+FormatName = Literal["avro", "json_schema", "protobuf", "json", "connect_json", "string", "bytes"]
 
 REGISTRY_FORMATS: frozenset[str] = frozenset({"avro", "json_schema", "protobuf"})
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import fastavro
@@ -20,7 +20,13 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from tableflow_core.errors import TableflowError
-from tableflow_core.schemas import avro_records, avro_types, json_schema_types, protobuf_types
+from tableflow_core.schemas import (
+    avro_records,
+    avro_types,
+    connect_json,
+    json_schema_types,
+    protobuf_types,
+)
 from tableflow_core.schemas.arrow_values import SchemaMappingError, TemporalAs
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.plain_json import plain_json_reader, plain_json_values_reader
@@ -384,6 +390,26 @@ class PlainJsonPayloadDecoder(_RowsAsTuples):
         return read
 
 
+class ConnectJsonPayloadDecoder(_RowsAsTuples):
+    """Kafka Connect JSON with embedded schemas (`schemas/connect_json.py`). `table`: the
+    table's data columns (name -> type) each record's schema must fit."""
+
+    temporal = TemporalAs.INT
+
+    def __init__(
+        self, spec: FormatSpec, as_columns: bool, table: Mapping[str, Any] | None = None
+    ) -> None:
+        self._reader = connect_json.ConnectJsonReader(
+            as_columns, envelope=spec.envelope == "debezium", table=table
+        )
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return self._reader.read(data)
+        except connect_json.BadRecord as exc:
+            raise PayloadError(str(exc)) from None
+
+
 class StringPayloadDecoder(_RowsAsTuples):
     temporal = TemporalAs.INT
 
@@ -413,10 +439,13 @@ def payload_decoder(
     registry: RegistrySettings | None,
     as_columns: bool,
     message: str | None = None,
+    table: Mapping[str, Any] | None = None,
 ) -> PayloadDecoder:
     """The decoder for one side (value: `as_columns=True`; key: the whole value).
 
     `message`: Protobuf only, the full name of the message the side's records must hold.
+    `table`: `connect_json` values only, the table's data columns (name -> Arrow type)
+    each record's embedded schema must fit.
     """
     if spec.uses_registry:
         if registry is None:
@@ -429,6 +458,8 @@ def payload_decoder(
         return ProtobufPayloadDecoder(client, as_columns, message)
     if spec.format == "json":
         return PlainJsonPayloadDecoder(spec, as_columns)
+    if spec.format == "connect_json":
+        return ConnectJsonPayloadDecoder(spec, as_columns, table)
     if spec.format == "string":
         return StringPayloadDecoder(as_columns)
     return BytesPayloadDecoder(as_columns)

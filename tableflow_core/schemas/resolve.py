@@ -18,8 +18,15 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from tableflow_core.config.models.tables import CDC_METADATA_COLUMNS
 from tableflow_core.errors import TableflowError
+from tableflow_core.kafka.latest_records import LatestRecord
 from tableflow_core.redaction import redact_url
-from tableflow_core.schemas import avro_types, debezium, json_schema_types, protobuf_types
+from tableflow_core.schemas import (
+    avro_types,
+    connect_json,
+    debezium,
+    json_schema_types,
+    protobuf_types,
+)
 from tableflow_core.schemas.arrow_values import SchemaMappingError
 from tableflow_core.schemas.formats import FormatSpec, metadata_field
 from tableflow_core.schemas.plain_json import json_fields
@@ -70,12 +77,15 @@ def resolve_schema(
     metadata_columns: tuple[str, ...],
     registry: RegistrySettings | None,
     latest: Mapping[str, RegisteredSchema] | None = None,
+    sample: LatestRecord | None = None,
 ) -> ResolvedSchema:
     """`latest`: subjects' latest versions already read in one request
-    (`schemas.latest_schemas`), used for a side read at version `latest` in text form."""
+    (`schemas.latest_schemas`), used for a side read at version `latest` in text form.
+    `sample`: the topic's latest record (`kafka.latest_records`), whose embedded schemas
+    are a `connect_json` side's."""
     registered = _registered(topic, value, is_key=False, registry=registry, latest=latest)
     value_type, is_record, value_message = _arrow_type(
-        topic, value, registered, registry, is_key=False
+        topic, value, registered, registry, is_key=False, sample=sample
     )
     messages: dict[bytes, bytes] = {}
     if value_message is not None:
@@ -87,11 +97,10 @@ def resolve_schema(
             "`value: {..., envelope: debezium}`"
         )
     if value.envelope == "debezium":
-        where = (
-            f"subject {registered.subject!r} version {registered.version}"
-            if registered
-            else "value"
-        )
+        if registered:
+            where = f"subject {registered.subject!r} version {registered.version}"
+        else:
+            where = f"the schema of record {sample.describe()}" if sample else "value"
         try:
             fields = debezium.after_fields(value_type, where)
         except debezium.NotAnEnvelope as exc:
@@ -106,7 +115,7 @@ def resolve_schema(
         if "key" in metadata_columns and key is not None:
             key_registered = _registered(topic, key, is_key=True, registry=registry, latest=latest)
             key_type, _, key_message = _arrow_type(
-                topic, key, key_registered, registry, is_key=True
+                topic, key, key_registered, registry, is_key=True, sample=sample
             )
             if key_message is not None:
                 messages[PROTOBUF_MESSAGE_METADATA["key"]] = key_message.encode("utf-8")
@@ -178,10 +187,14 @@ def _arrow_type(
     registered: RegisteredSchema | None,
     registry: RegistrySettings | None,
     is_key: bool,
+    sample: LatestRecord | None = None,
 ) -> tuple[pa.DataType, bool, str | None]:
     """One side's whole value: its Arrow type, whether it is a record (-> columns) and,
     for Protobuf, the full name of the message its records hold."""
     try:
+        if spec.format == "connect_json":
+            arrow_type = _embedded_type(topic, sample, is_key)
+            return arrow_type, pa.types.is_struct(arrow_type), None
         if registered is not None:
             assert registry is not None
             schema = registered.schema
@@ -221,6 +234,28 @@ def _arrow_type(
         # No __cause__: plan.world reads a caused resolution error as "registry down", but
         # an unmappable schema is the table's problem (a plan blocker), not an outage.
         raise SchemaResolutionError(f"topic {topic!r}: {side} schema ({where}): {exc}") from None
+
+
+def _embedded_type(topic: str, sample: LatestRecord | None, is_key: bool) -> pa.DataType:
+    """The Arrow type of a `connect_json` side: its embedded schema in the topic's latest
+    record (docs/cdc.md, "Debezium's JSON with embedded schemas")."""
+    if sample is None:
+        raise SchemaMappingError(
+            f"no record with a value in the last records of topic {topic!r}: a connect_json "
+            "table's schema is read from the topic's latest record (start the connector, "
+            "then plan)"
+        )
+    data = sample.key if is_key else sample.value
+    if data is None:
+        return pa.binary()
+    try:
+        _, schema, _ = connect_json.split(data)
+    except connect_json.NotConnectJson as exc:
+        raise SchemaMappingError(f"record {sample.describe()}: {exc}") from None
+    try:
+        return connect_json.map_connect_schema(schema).arrow_type
+    except SchemaMappingError as exc:
+        raise SchemaMappingError(f"record {sample.describe()}: {exc}") from None
 
 
 def _self_contained(topic: str, schema: Schema, registry: RegistrySettings) -> str:

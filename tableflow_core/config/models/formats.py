@@ -10,11 +10,11 @@ from pydantic import Field, field_validator, model_validator
 from tableflow_core.config.models.base import IDENTIFIER, ConfigModel
 from tableflow_core.config.names import MAX_NAME_LENGTH
 
-FormatName = Literal["avro", "json_schema", "protobuf", "json", "string", "bytes"]
+FormatName = Literal["avro", "json_schema", "protobuf", "json", "connect_json", "string", "bytes"]
 REGISTRY_FORMATS = ("avro", "json_schema", "protobuf")
 # Change-data-capture envelopes a value may be wrapped in (docs/cdc.md).
 Envelope = Literal["debezium"]
-ENVELOPE_FORMATS = ("avro", "json_schema", "protobuf", "json")
+ENVELOPE_FORMATS = ("avro", "json_schema", "protobuf", "connect_json")
 
 
 # Column types a plain-JSON column may declare (Iceberg type names), plus `decimal(P,S)`.
@@ -58,7 +58,9 @@ class Format(ConfigModel):
     """How a record's value or key is encoded."""
 
     format: FormatName = Field(
-        description="avro, json_schema, protobuf (through the registry); json, string, bytes."
+        description="avro, json_schema, protobuf (through the registry); json, string, bytes; "
+        "connect_json (Kafka Connect's JsonConverter with schemas.enable=true: each record "
+        "embeds its schema; docs/cdc.md)."
     )
     subject: str | None = Field(
         None, description="Registry subject; default `<topic>-value` / `<topic>-key`."
@@ -92,6 +94,12 @@ class Format(ConfigModel):
             raise ValueError("columns only apply to format json")
         if self.message is not None and self.format != "protobuf":
             raise ValueError("message only applies to format protobuf")
+        if self.envelope is not None and self.format == "json":
+            raise ValueError(
+                "envelope debezium with Connect's JsonConverter is `format: connect_json` "
+                "(schemas.enable=true: each record embeds its schema); plain `json` has no "
+                "types to read the envelope by"
+            )
         if self.envelope is not None and self.format not in ENVELOPE_FORMATS:
             raise ValueError(
                 f"envelope {self.envelope} applies to formats {ENVELOPE_FORMATS}, not {self.format!r}"
@@ -99,6 +107,6 @@ class Format(ConfigModel):
         if self.envelope is not None and self.columns is not None:
             raise ValueError(
                 "columns do not apply to a Debezium envelope: its columns come from the "
-                "schema embedded in each record"
+                "change events' schema"
             )
         return self
