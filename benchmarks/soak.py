@@ -132,7 +132,12 @@ def table_yaml(table: SoakTable, interval: str) -> dict[str, Any]:
 
 
 def write_project(
-    root: Path, bootstrap: str, url: str, tables: list[SoakTable], interval: str
+    root: Path,
+    bootstrap: str,
+    url: str,
+    tables: list[SoakTable],
+    interval: str,
+    spark_conf: dict[str, str] | None = None,
 ) -> None:
     root.mkdir(parents=True, exist_ok=True)
     project = {
@@ -148,7 +153,7 @@ def write_project(
                     "port": free_port(HOST),
                     "auth": {"mode": "none"},
                 },
-                "spark": {"master": "local[2]"},
+                "spark": {"master": "local[2]", "conf": dict(spark_conf or {})},
             }
         },
         "defaults": {"namespace": NAMESPACE},
@@ -407,7 +412,7 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
         interval = args.interval
     broker.create_topics(bootstrap, {t.topic: PARTITIONS for t in tables})
     root = work / "project"
-    write_project(root, bootstrap, url, tables, interval)
+    write_project(root, bootstrap, url, tables, interval, dict(args.spark_conf))
     duck = duckdb_connection()
     producer = SteadyProducer(bootstrap, url, tables, args.rate, args.keys)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -651,6 +656,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="keys of upsert tables")
     parser.add_argument("--accelerated", action="store_true")
     parser.add_argument("--commits", type=int, default=20_000)
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        type=lambda text: tuple(text.split("=", 1)),
+        metavar="KEY=VALUE",
+        help="a Spark conf entry of the target (A/B of session settings); repeatable",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work directory to keep")
     args = parser.parse_args()
     if args.rate is None:
