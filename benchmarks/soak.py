@@ -483,17 +483,21 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     maintained = sum(1 for line in lines if line.startswith("maintained "))
     print(f"run cycles that failed: {failed}; commit conflicts retried: {retried}; "
           f"maintenance runs: {maintained}")  # fmt: skip
-    print("run tree RSS at the end, by process: " + ", ".join(
-        f"{kind} {rss / 2**20:.0f} MB" for kind, rss in breakdown))  # fmt: skip
+    print("run tree RSS (PSS) at the end, by process: " + ", ".join(
+        f"{kind} {rss / 2**20:.0f} MB ({pss / 2**20:.0f} MB)" for kind, rss, pss in breakdown)
+        + f"; total {sum(r for _, r, _ in breakdown) / 2**20:.0f} MB"
+        f" ({sum(p for _, _, p in breakdown) / 2**20:.0f} MB)")  # fmt: skip
     ok = finished and exactly_once(catalog, tables, producer.produced)
     summary(windows, tables)
     return 0 if ok else 1
 
 
-def rss_breakdown(root: int) -> list[tuple[str, int]]:
-    """RSS of each process of the run tree by what it is: the driver (Python), the
-    driver's JVM, Python workers (pyspark daemon and its forks), others."""
-    found: list[tuple[str, int]] = []
+def rss_breakdown(root: int) -> list[tuple[str, int, int]]:
+    """RSS and PSS of each process of the run tree by what it is: the driver (Python),
+    the driver's JVM, Python workers (pyspark daemon and its forks), others. RSS counts
+    the pages a forked worker shares with the daemon once per process; PSS divides shared
+    pages among their processes, so its sum is the memory the tree really holds."""
+    found: list[tuple[str, int, int]] = []
     stack_ = [(root, "driver")]
     while stack_:
         pid, kind = stack_.pop()
@@ -504,7 +508,7 @@ def rss_breakdown(root: int) -> list[tuple[str, int]]:
                 for line in status.splitlines()
                 if line.startswith("VmRSS:")
             )
-            found.append((kind, rss))
+            found.append((kind, rss, _pss_bytes(pid)))
             for task in Path(f"/proc/{pid}/task").iterdir():
                 for child in (task / "children").read_text().split():
                     comm = Path(f"/proc/{child}/comm").read_text().strip()
@@ -517,10 +521,22 @@ def rss_breakdown(root: int) -> list[tuple[str, int]]:
                     stack_.append((int(child), child_kind))
         except (OSError, StopIteration, ValueError):
             continue
-    totals: dict[str, int] = {}
-    for kind, rss in found:
-        totals[kind] = totals.get(kind, 0) + rss
-    return sorted(totals.items(), key=lambda item: -item[1])
+    totals: dict[str, tuple[int, int]] = {}
+    for kind, rss, pss in found:
+        before = totals.get(kind, (0, 0))
+        totals[kind] = (before[0] + rss, before[1] + pss)
+    return sorted(((k, r, p) for k, (r, p) in totals.items()), key=lambda item: -item[1])
+
+
+def _pss_bytes(pid: int) -> int:
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return next(
+        (int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")),
+        0,
+    )
 
 
 def poll_tables(
