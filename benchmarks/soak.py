@@ -132,7 +132,12 @@ def table_yaml(table: SoakTable, interval: str) -> dict[str, Any]:
 
 
 def write_project(
-    root: Path, bootstrap: str, url: str, tables: list[SoakTable], interval: str
+    root: Path,
+    bootstrap: str,
+    url: str,
+    tables: list[SoakTable],
+    interval: str,
+    spark_conf: dict[str, str] | None = None,
 ) -> None:
     root.mkdir(parents=True, exist_ok=True)
     project = {
@@ -148,7 +153,7 @@ def write_project(
                     "port": free_port(HOST),
                     "auth": {"mode": "none"},
                 },
-                "spark": {"master": "local[2]"},
+                "spark": {"master": "local[2]", "conf": dict(spark_conf or {})},
             }
         },
         "defaults": {"namespace": NAMESPACE},
@@ -407,7 +412,7 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
         interval = args.interval
     broker.create_topics(bootstrap, {t.topic: PARTITIONS for t in tables})
     root = work / "project"
-    write_project(root, bootstrap, url, tables, interval)
+    write_project(root, bootstrap, url, tables, interval, dict(args.spark_conf))
     duck = duckdb_connection()
     producer = SteadyProducer(bootstrap, url, tables, args.rate, args.keys)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -478,17 +483,21 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     maintained = sum(1 for line in lines if line.startswith("maintained "))
     print(f"run cycles that failed: {failed}; commit conflicts retried: {retried}; "
           f"maintenance runs: {maintained}")  # fmt: skip
-    print("run tree RSS at the end, by process: " + ", ".join(
-        f"{kind} {rss / 2**20:.0f} MB" for kind, rss in breakdown))  # fmt: skip
+    print("run tree RSS (PSS) at the end, by process: " + ", ".join(
+        f"{kind} {rss / 2**20:.0f} MB ({pss / 2**20:.0f} MB)" for kind, rss, pss in breakdown)
+        + f"; total {sum(r for _, r, _ in breakdown) / 2**20:.0f} MB"
+        f" ({sum(p for _, _, p in breakdown) / 2**20:.0f} MB)")  # fmt: skip
     ok = finished and exactly_once(catalog, tables, producer.produced)
     summary(windows, tables)
     return 0 if ok else 1
 
 
-def rss_breakdown(root: int) -> list[tuple[str, int]]:
-    """RSS of each process of the run tree by what it is: the driver (Python), the
-    driver's JVM, Python workers (pyspark daemon and its forks), others."""
-    found: list[tuple[str, int]] = []
+def rss_breakdown(root: int) -> list[tuple[str, int, int]]:
+    """RSS and PSS of each process of the run tree by what it is: the driver (Python),
+    the driver's JVM, Python workers (pyspark daemon and its forks), others. RSS counts
+    the pages a forked worker shares with the daemon once per process; PSS divides shared
+    pages among their processes, so its sum is the memory the tree really holds."""
+    found: list[tuple[str, int, int]] = []
     stack_ = [(root, "driver")]
     while stack_:
         pid, kind = stack_.pop()
@@ -499,7 +508,7 @@ def rss_breakdown(root: int) -> list[tuple[str, int]]:
                 for line in status.splitlines()
                 if line.startswith("VmRSS:")
             )
-            found.append((kind, rss))
+            found.append((kind, rss, _pss_bytes(pid)))
             for task in Path(f"/proc/{pid}/task").iterdir():
                 for child in (task / "children").read_text().split():
                     comm = Path(f"/proc/{child}/comm").read_text().strip()
@@ -512,10 +521,22 @@ def rss_breakdown(root: int) -> list[tuple[str, int]]:
                     stack_.append((int(child), child_kind))
         except (OSError, StopIteration, ValueError):
             continue
-    totals: dict[str, int] = {}
-    for kind, rss in found:
-        totals[kind] = totals.get(kind, 0) + rss
-    return sorted(totals.items(), key=lambda item: -item[1])
+    totals: dict[str, tuple[int, int]] = {}
+    for kind, rss, pss in found:
+        before = totals.get(kind, (0, 0))
+        totals[kind] = (before[0] + rss, before[1] + pss)
+    return sorted(((k, r, p) for k, (r, p) in totals.items()), key=lambda item: -item[1])
+
+
+def _pss_bytes(pid: int) -> int:
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    return next(
+        (int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")),
+        0,
+    )
 
 
 def poll_tables(
@@ -651,6 +672,14 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1000, help="keys of upsert tables")
     parser.add_argument("--accelerated", action="store_true")
     parser.add_argument("--commits", type=int, default=20_000)
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        type=lambda text: tuple(text.split("=", 1)),
+        metavar="KEY=VALUE",
+        help="a Spark conf entry of the target (A/B of session settings); repeatable",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work directory to keep")
     args = parser.parse_args()
     if args.rate is None:

@@ -2,6 +2,8 @@
 
 `TABLEFLOW_TEST_CRASH_AT=<point>` makes the driver SIGKILL itself at that point of an
 ingest run, so tests can prove that a crash anywhere leaves the table exactly-once.
+`TABLEFLOW_TEST_SIGNAL_AT=<point>` makes it send itself SIGTERM there instead (once), as an
+operator stopping `tableflow run` while a commit is in flight.
 """
 
 from __future__ import annotations
@@ -10,11 +12,15 @@ import os
 import signal
 
 CRASH_ENV = "TABLEFLOW_TEST_CRASH_AT"
+SIGNAL_ENV = "TABLEFLOW_TEST_SIGNAL_AT"
 
 
 def crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(SIGNAL_ENV) == name:
+        del os.environ[SIGNAL_ENV]  # once: the cycle it interrupts goes on to its end
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def crash_session_point(name: str) -> None:
