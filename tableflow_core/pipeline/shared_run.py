@@ -52,6 +52,7 @@ from tableflow_core.engine.run_branch import (
 )
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.errors import FailedRecord, IngestError, MainMovedError, TableflowError
+from tableflow_core.ingest.sharing import UPSERT_DRIVER_MAX_RECORDS
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.ingest.upsert_order import deletes_table
@@ -229,6 +230,14 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
                 f"upsert: the table holds {'an unknown number of' if rows is None else rows} "
                 f"rows, more than the driver's merge reads ({DRIVER_MERGE_MAX_ROWS:,}); "
                 "the run took Spark's MERGE"
+            )
+        records = sum(r.size for r in member.ranges)
+        if rows and records > UPSERT_DRIVER_MAX_RECORDS:
+            # Planned as a first load (the plan created the table), and another run filled
+            # it since: the driver holds only a small batch merged into rows.
+            raise _RunAlone(
+                f"upsert: {records:,} records into a table that holds rows, more than the "
+                f"driver's merge holds ({UPSERT_DRIVER_MAX_RECORDS:,}); the run took Spark's MERGE"
             )
     if main is None:
         # A new table: its first snapshot and the run's branch in one commit of their own.

@@ -28,6 +28,8 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tableflow_core.ingest import sharing
+from tableflow_core.pipeline import shared_run
 from tableflow_core.pipeline.runners import write_upsert
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.tasks.maintain import MaintainTask
@@ -255,6 +257,61 @@ def test_batches_too_large_to_broadcast_give_the_same_table(
                    max_records_per_run=40)  # fmt: skip
     assert apply_until_done(spark, env) >= 4
     assert table_rows(env) == model(topic.records)
+
+
+def test_a_first_load_split_across_runs_gives_the_same_table(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch into an empty table (a first load) is reduced to each key's latest record
+    and appended, no MERGE: on the driver when the run creates the table, on Spark (a
+    window, then an append) otherwise or when larger. Limits lowered so that these small
+    batches take every way: a table whose first run found only tombstones (no rows, a
+    deletes table) then loads on Spark, and its keys' older records stay dropped; a first
+    load split across runs goes on with Spark's MERGE. Every table equals the model."""
+    monkeypatch.setattr(sharing, "UPSERT_DRIVER_MAX_RECORDS", 10)
+    monkeypatch.setattr(shared_run, "UPSERT_DRIVER_MAX_RECORDS", 10)
+    monkeypatch.setattr(write_upsert, "BROADCAST_RECORDS", 0)
+    merges: list[str] = []
+    run_merge = write_upsert._run_merge
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        merges.append("merge")
+        run_merge(*args, **kwargs)
+
+    monkeypatch.setattr(write_upsert, "_run_merge", counted)
+    topic = Accounts(kafka_broker, schema_registry)
+    config = {**UPSERT, "metadata_columns": []}
+    # Deletes of keys 0-4, later than every record of the history below.
+    topic.produce([(k, k % PARTITIONS, NOW + 10**6, None) for k in range(5)])
+    deleted_first = make_env(topic.name, **config)
+    result = apply(spark, deleted_first)
+    assert "shared_job" in (result.timings or {}) and not merges
+    assert table_rows(deleted_first) == {}
+
+    topic.produce(random_history(seed=45, keys=40, size=150))
+    expected = model(topic.records, filtered=False)
+    assert not set(expected) & set(range(5))
+    result = apply(spark, deleted_first)  # the table exists: Spark's window and append
+    assert "shared_job" not in (result.timings or {}) and not merges
+    assert result.records_read == 150
+    assert table_rows(deleted_first) == expected
+
+    split = make_env(topic.name, **config, max_records_per_run=50)
+    result = apply(spark, split)  # a first load on the driver, then Spark's MERGEs
+    assert "shared_job" in (result.timings or {}) and not merges
+    assert apply_until_done(spark, split) >= 2 and merges
+    assert table_rows(split) == expected
+
+    merges.clear()
+    monkeypatch.setattr(sharing, "FIRST_LOAD_DRIVER_MAX_RECORDS", 0)
+    whole = make_env(topic.name, **config)
+    result = apply(spark, whole)  # too large for the driver: Spark's window and append
+    assert "shared_job" not in (result.timings or {}) and not merges
+    assert table_rows(whole) == expected
 
 
 def test_a_filtered_latest_record_retracts_its_key(

@@ -202,8 +202,9 @@ def append_new_keys(
     columns = [F.col(quote_ident(c)) for c in latest.columns if not is_hidden(c)]
     if context.base_rows == 0:  # a first run: every key is new
         fresh = latest.where(~F.col(TOMBSTONE_COLUMN))
-        if deletes is not None:
-            fresh = _after_deletes(fresh, deletes, keys, latest, cdc)
+        if deletes is not None:  # a large batch's keys are not broadcast to the deletes
+            small = broadcasts(sum(r.size for r in context.ranges))
+            fresh = _after_deletes(fresh, deletes, keys, latest if small else None, cdc)
     else:
         fresh = _new_keys(context.spark.table(target), latest, keys, deletes, cdc)
     fresh.select(*columns).writeTo(target).append()
@@ -375,7 +376,10 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     latest.count()
     started = time.perf_counter()
     remembered = spark.table(deletes) if deletes is not None else None
-    if small:
+    # A batch into an empty table (a first load, whatever its size): every key is new,
+    # its latest records are appended (after their remembered deletes), no MERGE.
+    first_load = context.base_rows == 0
+    if small or first_load:
         append_new_keys(context, latest, keys, remembered)
     elif remembered is not None:
         latest = _after_deletes(latest, remembered, keys, None, cdc).persist()
@@ -390,9 +394,11 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     # view's plan), so nothing reads the batch after it (the deletes' append above read
     # it from the cache; after the MERGE it read and decoded Kafka again).
     started = time.perf_counter()
-    if not small:  # one MERGE, the table's key and position columns shuffled
+    if first_load:
+        pass  # appended above: nothing in the table to update or delete
+    elif not small:  # one MERGE, the table's key and position columns shuffled
         _run_merge(spark, context.branch_identifier, latest, keys, insert=True, cdc=cdc)
-    elif context.base_rows != 0:  # a first run only appends
+    else:
         _run_merge(spark, context.branch_identifier, latest, keys, insert=False, cdc=cdc)
     context.timings["merge"] += time.perf_counter() - started
     crash_point("after_merge")
