@@ -66,6 +66,11 @@ class Accounts:
         self._key = AvroSerializer(client, json.dumps(key))
         self.records: list[tuple[int, int, int, int, dict[str, Any] | None]] = []
 
+    def register_value_schema(self) -> None:
+        """The value subject, registered as the first value produced would."""
+        value = {"id": 0, "name": "", "status": ""}
+        self._value(value, SerializationContext(self.name, MessageField.VALUE))
+
     def produce(self, records: list[tuple[int, int, int, dict[str, Any] | None]],
                 key_of: Any = None) -> None:  # fmt: skip
         """(key, partition, timestamp ms, value or None) each, in this order."""
@@ -284,6 +289,7 @@ def test_a_first_load_split_across_runs_gives_the_same_table(
 
     monkeypatch.setattr(write_upsert, "_run_merge", counted)
     topic = Accounts(kafka_broker, schema_registry)
+    topic.register_value_schema()  # the first records are tombstones: values come later
     config = {**UPSERT, "metadata_columns": []}
     # Deletes of keys 0-4, later than every record of the history below.
     topic.produce([(k, k % PARTITIONS, NOW + 10**6, None) for k in range(5)])
