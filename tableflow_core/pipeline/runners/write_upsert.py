@@ -15,8 +15,9 @@ they are read and never shuffled: first the batch's keys the table does not hold
 appended, then one MERGE with only WHEN MATCHED clauses (an inner join, which Spark can
 broadcast; a MERGE with WHEN NOT MATCHED is an outer join that cannot broadcast the
 batch) applies the rest. A key just appended matches its own row at the same position,
-which is not later: the MERGE leaves it. A larger batch (a first load) takes one MERGE
-that shuffles both sides.
+which is not later: the MERGE leaves it. A larger batch (a backfill) takes one MERGE
+that shuffles both sides. A batch into an empty table (a first load) is only appended,
+whatever its size.
 
 Only keys the table does not hold are compared with the deletes table (a held row comes
 after every delete its key remembers: `append_new_keys`).
@@ -394,12 +395,9 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     # view's plan), so nothing reads the batch after it (the deletes' append above read
     # it from the cache; after the MERGE it read and decoded Kafka again).
     started = time.perf_counter()
-    if first_load:
-        pass  # appended above: nothing in the table to update or delete
-    elif not small:  # one MERGE, the table's key and position columns shuffled
-        _run_merge(spark, context.branch_identifier, latest, keys, insert=True, cdc=cdc)
-    else:
-        _run_merge(spark, context.branch_identifier, latest, keys, insert=False, cdc=cdc)
+    if not first_load:  # (a first load appended above: nothing to update or delete)
+        # small: WHEN MATCHED only, the batch broadcast; else one MERGE, both sides shuffled
+        _run_merge(spark, context.branch_identifier, latest, keys, insert=not small, cdc=cdc)
     context.timings["merge"] += time.perf_counter() - started
     crash_point("after_merge")
     return batch
