@@ -126,6 +126,11 @@ def table_rows(env: Env) -> dict[int, tuple]:
     return by_id
 
 
+def delete_files(env: Env) -> int:
+    """The delete files a reader of the table applies."""
+    return sum(len(task.delete_files) for task in env.pyiceberg_table().scan().plan_files())
+
+
 def apply_until_done(spark: Any, env: Env) -> int:
     """Apply until nothing is left to read; the number of runs that ingested."""
     runs = 0
@@ -233,6 +238,14 @@ def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
     assert writers == {"whole": {True}, "small": {True}, "by_spark": {False}}
     expected = model(topic.records, filtered=False)
     assert table_rows(whole) == table_rows(small) == table_rows(by_spark) == expected
+
+    # No `maintenance:` block: what `tableflow run` runs after a refresh is the compaction
+    # its delete files make due (maintenance/delete_load.py); readers then apply none.
+    assert delete_files(by_spark) > 0
+    (done,) = MaintainTask(by_spark.project, by_spark.project.tables, spark=spark).run()
+    assert done.ok and [(d.operation, d.for_deletes) for d in done.due] == [("compact", True)]
+    assert delete_files(by_spark) == 0
+    assert table_rows(by_spark) == expected
 
     (done,) = MaintainTask(small.project, small.project.tables, spark=spark, force=True).run()
     assert done.ok, done
