@@ -332,6 +332,14 @@ def test_a_first_load_split_across_runs_gives_the_same_table(
     assert "shared_job" not in (result.timings or {}) and not merges
     assert table_rows(whole) == expected
 
+    # Records under the limit whose Arrow outgrows what the driver holds: on Spark too.
+    monkeypatch.setattr(sharing, "FIRST_LOAD_DRIVER_MAX_RECORDS", 10**6)
+    monkeypatch.setattr(shared_run, "UPSERT_DRIVER_MAX_BYTES", 1)
+    wide = make_env(topic.name, **config)
+    result = apply(spark, wide)
+    assert any("MiB of Arrow" in w for w in result.warnings), result.warnings
+    assert not merges and table_rows(wide) == expected
+
 
 def test_a_filtered_latest_record_retracts_its_key(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
