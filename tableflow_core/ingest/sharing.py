@@ -20,8 +20,11 @@ An upsert run of at most UPSERT_DRIVER_MAX_RECORDS records is such a run too: it
 tasks send the decoded records to the driver, which merges them into the table with
 position deletes (pipeline/upsert_rows.py) instead of Spark's window, append and MERGE,
 whose fixed cost (~25 Spark stages, the JIT, 4 commits) is most of a small batch's
-(docs/history/performance-issues-26-31.md, "Upsert tables that grow"). A larger run (a first load, a backfill)
-runs Spark's MERGE.
+(docs/history/performance-issues-26-31.md, "Upsert tables that grow"). A first load (a run
+that creates its table) is one too up to FIRST_LOAD_DRIVER_MAX_RECORDS records: every key
+is new, so the driver reduces the batch to each key's latest record and appends it. A
+larger run (a backfill) runs Spark's MERGE; a larger first load, Spark's window and an
+append.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ MAX_JOB_RECORDS = 1_000_000
 SHARED_POLICIES = frozenset({"fail", "skip"})
 # An upsert run of more records runs Spark's MERGE: the driver holds the run's records.
 UPSERT_DRIVER_MAX_RECORDS = 250_000
+# A first load (the run creates its table) of up to this many records is reduced to each
+# key's latest record on the driver and appended, no MERGE (pipeline/upsert_rows.py): its
+# decoded records (~120 bytes each as Arrow for 10 fields) fit the driver's memory. A
+# larger one runs on Spark: a window, then an append (pipeline/runners/write_upsert.py).
+FIRST_LOAD_DRIVER_MAX_RECORDS = 2_000_000
 
 
 def _stages_of_a_plain_append(spec: IngestSpec) -> bool:
@@ -83,10 +91,20 @@ def needs_spark_writer(spec: IngestSpec) -> str | None:
     return None
 
 
-def needs_spark_merge(spec: IngestSpec, records: int) -> str | None:
-    """Why an upsert run of `records` records runs Spark's MERGE (None: the driver merges
-    it, or the table is not an upsert table)."""
-    if spec.mode == "upsert" and records > UPSERT_DRIVER_MAX_RECORDS:
+def needs_spark_merge(spec: IngestSpec, records: int, first_load: bool = False) -> str | None:
+    """Why an upsert run of `records` records runs on Spark (None: the driver merges it,
+    or the table is not an upsert table). `first_load`: the run creates its table, so
+    every key is new and the driver only reduces and appends."""
+    if spec.mode != "upsert":
+        return None
+    if first_load:
+        if records > FIRST_LOAD_DRIVER_MAX_RECORDS:
+            return (
+                f"upsert: a first load of more than {FIRST_LOAD_DRIVER_MAX_RECORDS:,} records "
+                "runs on Spark (a window, then an append)"
+            )
+        return None
+    if records > UPSERT_DRIVER_MAX_RECORDS:
         return f"upsert: more than {UPSERT_DRIVER_MAX_RECORDS:,} records run Spark's MERGE"
     return None
 

@@ -1,7 +1,8 @@
 """What a table's commits wrote, read from its metadata: what decides whether compaction
 is due besides the clock (`schedule.py`).
 
-Read from the snapshot summaries of `main`'s ancestry (no manifest is opened: plan and
+Read from the snapshot summaries of `main`'s ancestry (and the current snapshot's totals:
+the delete files readers apply, `delete_load.py`) (no manifest is opened: plan and
 `maintain --dry-run` stay one catalog request per table). Per commit that added files:
 when, how many data and delete files, how many bytes. Rewrites (`replace` snapshots:
 compaction, delete and manifest rewrites) add no new work and are not counted; the walk
@@ -43,6 +44,11 @@ class TableActivity:
 
     data_files: int  # total-data-files of the current snapshot
     commits: tuple[FileCommit, ...] = ()  # newest first
+    # What readers apply to the data files now (the current snapshot's totals): position
+    # delete files, the rows they delete, the rows of the data files (deleted included).
+    delete_files: int = 0
+    deleted_rows: int = 0
+    records: int = 0
     # When each snapshot the metadata holds was committed, newest first (expiry's count).
     snapshot_times: tuple[datetime, ...] = ()
 
@@ -99,4 +105,12 @@ def table_activity(table: Any) -> TableActivity:
         (datetime.fromtimestamp(s.timestamp_ms / 1000, UTC) for s in metadata.snapshots),
         reverse=True,
     )
-    return TableActivity(data_files=data_files, commits=tuple(commits), snapshot_times=tuple(times))
+    summary = current.summary if current else None
+    return TableActivity(
+        data_files=data_files,
+        commits=tuple(commits),
+        snapshot_times=tuple(times),
+        delete_files=_summary_int(summary, "total-delete-files"),
+        deleted_rows=_summary_int(summary, "total-position-deletes"),
+        records=_summary_int(summary, "total-records"),
+    )

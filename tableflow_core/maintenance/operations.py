@@ -20,6 +20,7 @@ from tableflow_core.config.models.maintenance import (
     RewriteDeletesSettings,
 )
 from tableflow_core.errors import TableflowError
+from tableflow_core.maintenance.delete_load import DeletesCompaction
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.schedule import ExpiryRun
 from tableflow_core.maintenance.target import SparkTable
@@ -65,9 +66,14 @@ def timestamp_literal(moment: datetime) -> str:
 
 
 def compact(
-    spark: SparkSession, table: SparkTable, settings: CompactSettings, now: datetime
+    spark: SparkSession,
+    table: SparkTable,
+    settings: CompactSettings | DeletesCompaction,
+    now: datetime,
 ) -> dict[str, Any]:
     """Bin-pack small data files; the replace snapshot carries no offsets (readers walk past).
+    Due by delete files (`DeletesCompaction`, an upsert table): every data file with a
+    delete file is rewritten too, whatever its size.
 
     Rewritten files have their position deletes applied; on format v2+ tables the delete
     files left pointing at no live data file are dropped in the same commit. That needs
@@ -75,10 +81,15 @@ def compact(
     Iceberg's default, which only matters for equality deletes: tableflow writes none),
     or the last batch's delete files would still count as applicable.
     """
+    threshold = None
+    if isinstance(settings, DeletesCompaction):
+        threshold, settings = settings.delete_file_threshold, settings.settings
     values: dict[str, object] = {
         "min_input_files": settings.min_input_files,
         "target_file_size_bytes": settings.target_file_size_bytes,
     }
+    if threshold is not None:
+        values["delete_file_threshold"] = threshold
     if format_version(spark, table) >= 2:
         values["remove_dangling_deletes"] = "true"
         values["use_starting_sequence_number"] = "false"

@@ -7,6 +7,10 @@ also due when small files or commits pile up: `every_small_files` small files or
 CDC's pipeline, which compacts after N commits or an hour). Compaction is never due on
 a table with fewer data files than it could merge (`min_input_files`, at least 2): a
 one-file table is left alone. Each due operation says which trigger made it due.
+
+An upsert table is also compacted when its delete files cost its readers too much
+(`delete_load.py`), with or without a `maintenance:` block: that compaction rewrites
+every data file with a delete file, one file or many.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tableflow_core.config.models.maintenance import (
 )
 from tableflow_core.config.project import Table
 from tableflow_core.maintenance.activity import TableActivity
+from tableflow_core.maintenance.delete_load import DeletesCompaction, delete_load_triggers
 from tableflow_core.maintenance.history import History, table_history
 from tableflow_core.maintenance.last_run import last_runs
 
@@ -70,13 +75,18 @@ class DueOperation:
     # snapshots go by count (None: the count keeps them all, or is not known).
     history: History | None = None
     count_cutoff: datetime | None = None
+    # compact: due (also) by the table's delete files: every data file with a delete file
+    # is rewritten (`delete_load.py`).
+    for_deletes: bool = False
 
     @property
     def arguments(self) -> Any:
         """What the operation runs with (`operations.OPERATIONS`): expiry's cutoff and
-        history, the settings of the others."""
+        history, a compaction for delete files, the settings of the others."""
         if self.history is not None:
             return ExpiryRun(self.history.max_age_s, self.count_cutoff, self.history.retain_last)
+        if self.for_deletes and isinstance(self.settings, CompactSettings):
+            return DeletesCompaction(self.settings)
         return self.settings
 
     def describe(self, now: datetime | None = None) -> str:
@@ -197,11 +207,16 @@ def maintenance_due(
     configured operation, due or not. `only`: restrict to these operation names.
     """
     block = table.maintenance
-    if block is None or table_state is None:
+    if table_state is None:
         return []
     properties = table_state if isinstance(table_state, Mapping) else table_state.properties
     previous = last_runs(properties)
+    deletes = _deletes_compaction(table, activity, previous.get("compact"), only)
+    if block is None:
+        return [deletes] if deletes is not None else []
     due: list[DueOperation] = []
+    if deletes is not None and block.compact is None:
+        due.append(deletes)
     for op, settings in configured_operations(block).items():
         if only is not None and op not in only:
             continue
@@ -230,6 +245,9 @@ def maintenance_due(
             is_due = (is_due or bool(triggers)) and (
                 activity.data_files >= compaction_floor(settings)
             )
+        if op == "compact" and deletes is not None:
+            triggers = (*triggers, *deletes.triggers)
+            is_due = True
         if force or is_due:
             due.append(
                 DueOperation(
@@ -242,9 +260,37 @@ def maintenance_due(
                     triggers,
                     history=history,
                     count_cutoff=count_cutoff,
+                    for_deletes=op == "compact" and deletes is not None,
                 )
             )
     return due
+
+
+def _deletes_compaction(
+    table: Table,
+    activity: TableActivity | None,
+    last_run: datetime | None,
+    only: frozenset[str] | None,
+) -> DueOperation | None:
+    """An upsert table's compaction due by its delete files (`delete_load.py`), with the
+    table's `compact` settings or the defaults; None when not due."""
+    if table.mode != "upsert" or (only is not None and "compact" not in only):
+        return None
+    triggers = delete_load_triggers(activity)
+    if not triggers:
+        return None
+    block = table.maintenance
+    settings = block.compact if block is not None and block.compact is not None else None
+    every = (settings.every if settings else None) or (block.every if block else "1h")
+    return DueOperation(
+        table.name,
+        "compact",
+        settings or CompactSettings(),
+        parse_duration_seconds(every),
+        last_run,
+        triggers=triggers,
+        for_deletes=True,
+    )
 
 
 def not_due_reason(table: Table, activity: TableActivity | None) -> str | None:

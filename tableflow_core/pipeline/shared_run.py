@@ -52,6 +52,7 @@ from tableflow_core.engine.run_branch import (
 )
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.errors import FailedRecord, IngestError, MainMovedError, TableflowError
+from tableflow_core.ingest.sharing import UPSERT_DRIVER_MAX_RECORDS
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.ingest.upsert_order import deletes_table
@@ -93,6 +94,11 @@ if TYPE_CHECKING:
 
 # Tables started and published at a time: each is a catalog round trip or two.
 CATALOG_WORKERS = 8
+# The decoded records (Arrow bytes) an upsert table's tasks send to the driver at most
+# (shared between its tasks): the collect goes through the JVM driver (2 GB heap,
+# spark.driver.maxResultSize 1 GB). Wide rows can pass it below the records limits
+# (ingest/sharing.py); then the run goes to Spark, as a table the driver does not read.
+UPSERT_DRIVER_MAX_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,14 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
                 f"rows, more than the driver's merge reads ({DRIVER_MERGE_MAX_ROWS:,}); "
                 "the run took Spark's MERGE"
             )
+        records = sum(r.size for r in member.ranges)
+        if rows and records > UPSERT_DRIVER_MAX_RECORDS:
+            # Planned as a first load (the plan created the table), and another run filled
+            # it since: the driver holds only a small batch merged into rows.
+            raise _RunAlone(
+                f"upsert: {records:,} records into a table that holds rows, more than the "
+                f"driver's merge holds ({UPSERT_DRIVER_MAX_RECORDS:,}); the run took Spark's MERGE"
+            )
     if main is None:
         # A new table: its first snapshot and the run's branch in one commit of their own.
         base, table = begin_run(table, branch, stale)
@@ -252,6 +266,8 @@ def _run_job(
 ) -> dict[int, list[TableReport]]:
     """The one Spark job: every table's ranges read, decoded and written; the reports by
     the table's index in `started`."""
+    tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
+    groups = _task_groups(tagged)
     works = {
         i: TableWork(
             member=i,
@@ -261,11 +277,11 @@ def _run_job(
             metadata=slim_metadata(run.table.metadata),
             io_properties=file_io_properties(run.table.io.properties),
             key=key_spec(run.member.spec),
+            max_upsert_bytes=UPSERT_DRIVER_MAX_BYTES // max(1, _tasks_of(i, groups)),
         )
         for i, run in enumerate(started)
     }
-    tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
-    frame = _ranges_frame(spark, _task_groups(tagged))
+    frame = _ranges_frame(spark, groups)
     reader = table_reports(dict(kafka_conf), works, decoder_factory or build_decoder)
     reports: dict[int, list[TableReport]] = {}
     for row in frame.mapInArrow(reader, REPORT_SCHEMA).collect():
@@ -274,6 +290,11 @@ def _run_job(
 
 
 Tagged = tuple[int, OffsetRange]
+
+
+def _tasks_of(member: int, groups: Sequence[Sequence[Tagged]]) -> int:
+    """How many of the job's tasks read the member's ranges."""
+    return sum(1 for group in groups if any(m == member for m, _ in group))
 
 
 def _task_groups(tagged: Sequence[Tagged]) -> list[list[Tagged]]:
@@ -449,6 +470,11 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
     its own, before the publish: a run that does not publish leaves there only positions
     of records the next run reads again)."""
     spec = run.member.spec
+    if any(r.too_large for r in reports):
+        raise DriverMergeUnsupported(
+            f"its records took more than {UPSERT_DRIVER_MAX_BYTES / 2**20:g} MiB of Arrow, "
+            "more than the driver holds"
+        )
     started = time.monotonic()
     rows = read_upsert_rows(reports)
     cdc = spec.value.envelope is not None

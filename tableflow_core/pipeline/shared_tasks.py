@@ -65,6 +65,9 @@ class TableWork:
     metadata: Any  # pyiceberg TableMetadata, slim (data_files.slim_metadata)
     io_properties: Mapping[str, str]
     key: KeySpec | None = None  # an upsert table: its rows go to the driver, not to files
+    # An upsert table: the Arrow bytes of rows this task may send to the driver; past it
+    # the task sends none and says so (`TableReport.too_large`): the run goes to Spark.
+    max_upsert_bytes: int | None = None
 
 
 @dataclass
@@ -82,6 +85,8 @@ class TableReport:
     # An upsert table's decoded good rows and tombstones (UPSERT_SOURCE_COLUMNS kept), as
     # an Arrow IPC stream: the driver merges them (pipeline/upsert_rows.py).
     upsert_rows: bytes | None = None
+    # The upsert rows outgrew `TableWork.max_upsert_bytes`: none are sent.
+    too_large: bool = False
     error: str | None = None  # the table's ranges could not all be read or written
 
     def encode(self) -> bytes:
@@ -142,10 +147,16 @@ class _TableRun:
                 if not is_hidden(n) or (self._upsert and n in UPSERT_SOURCE_COLUMNS)
             ]
             good = decoded.select(columns)
+            if self.report.too_large:
+                return
             self._good.append(good)
             self._buffered += good.nbytes
             if self._buffered >= WRITE_BUFFER_BYTES and not self._upsert:
                 self.write()
+            limit = self.work.max_upsert_bytes
+            if self._upsert and limit is not None and self._buffered > limit:
+                self.report.too_large = True  # counted on, sent to nobody
+                self._good, self._buffered = [], 0
 
     def _keep_failures(self, records: list[dict[str, Any]]) -> None:
         found = self.report.failures + [
@@ -167,7 +178,8 @@ class _TableRun:
         """The rows held so far as data files of the table (none published yet); an
         upsert table's, as the report's `upsert_rows`."""
         if self._upsert:
-            self.report.upsert_rows = _ipc(self._good, self._chunks.output_schema)
+            if not self.report.too_large:
+                self.report.upsert_rows = _ipc(self._good, self._chunks.output_schema)
             self._good = []
             return
         if self._good:

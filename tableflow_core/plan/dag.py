@@ -147,7 +147,7 @@ def compile_dag(actions: Sequence[Any], tables: Mapping[str, Any]) -> Dag:
             Candidate(name, ingest.records)
             for name, table_actions in by_table.items()
             if (ingest := _ingest_of(table_actions)) is not None
-            and _can_share(ingest, tables.get(name))
+            and _can_share(ingest, tables.get(name), _creates_table(table_actions))
         ]
     )
     shared = {name for job in jobs for name in job}
@@ -255,7 +255,15 @@ def _ingest_of(table_actions: Sequence[Any]) -> Any:
     return next((a for a in table_actions if a.kind == "ingest"), None)
 
 
-def _can_share(ingest: Any, config: Any) -> bool:
+# DDL actions after which the table has no rows: its run is a first load.
+_NEW_TABLE_KINDS = frozenset({"create_table", "replace_table"})
+
+
+def _creates_table(table_actions: Sequence[Any]) -> bool:
+    return any(a.kind in _NEW_TABLE_KINDS for a in table_actions)
+
+
+def _can_share(ingest: Any, config: Any, first_load: bool = False) -> bool:
     """A table whose run can share a job: small and plain (ingest/sharing.py), with
     nothing to do after its commit (publish_to catalogs, a Delta mirror) and no records
     lost to retention (its own run fails or records the loss)."""
@@ -263,7 +271,7 @@ def _can_share(ingest: Any, config: Any) -> bool:
         return False
     if getattr(ingest, "lost", ()):
         return False
-    if needs_spark_merge(ingest.spec, ingest.records) is not None:
+    if needs_spark_merge(ingest.spec, ingest.records, first_load) is not None:
         return False
     return needs_spark_writer(ingest.spec) is None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.text import Text
 
+from tableflow_core.maintenance.delete_load import delete_upkeep
 from tableflow_core.maintenance.history import metadata_upkeep
 from tableflow_core.plan.actions import (
     Blocker,
@@ -23,6 +24,7 @@ from tableflow_core.plan.actions import (
 from tableflow_core.plan.dag import render_dag
 from tableflow_core.plan.dead_letter_table import is_dlq_action
 from tableflow_core.plan.plan import Plan
+from tableflow_core.plan.shape import MODE_PROPERTY
 from tableflow_core.text import plural
 
 SYMBOLS = {
@@ -59,7 +61,10 @@ def action_lines(action: object) -> list[Text]:
         for column in action.columns:
             required = " not null" if column.required else ""
             lines.append(Text(f"      {column.name}: {column.type}{required}", style=style))
-        lines.append(Text(f"      keeps {metadata_upkeep(action.properties)}", style=style))
+        kept = metadata_upkeep(action.properties)
+        if action.properties.get(MODE_PROPERTY) == "upsert":
+            kept = f"{kept}, {delete_upkeep()}"
+        lines.append(Text(f"      keeps {kept}", style=style))
         if action.partition_by:
             parts = ", ".join(p.expression() for p in action.partition_by)
             lines.append(Text(f"      partitioned by {parts}", style=style))

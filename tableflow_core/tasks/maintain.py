@@ -8,7 +8,8 @@ maintenance commits, its new metadata pointer is published to the catalogs in it
 `publish_to`, and the Delta log of a `formats: [.., delta]` table is synced (compaction
 changes its files). An upsert table's deletes table (`ingest/upsert_order.py`) gets the
 same operations right after its table. `tableflow run` calls this between refreshes of a
-table.
+table. An upsert table without a block still gets the compaction its delete files make due
+(`maintenance/delete_load.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tableflow_core.maintenance import (
     run_maintenance,
 )
 from tableflow_core.maintenance.activity import TableActivity, table_activity
+from tableflow_core.maintenance.delete_load import delete_upkeep
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
 from tableflow_core.maintenance.schedule import not_due_reason
 from tableflow_core.publish import PublishResult, publish_table
@@ -164,7 +166,8 @@ class MaintainTask:
         return results
 
     def _one(self, handle: CatalogHandle, table: Table) -> TableMaintenance:
-        if table.maintenance is None and not self.force:
+        # An upsert table without a block still gets its delete files compacted.
+        if table.maintenance is None and table.mode != "upsert" and not self.force:
             where = table.source.relative_to(self.project.root)
             return TableMaintenance(table.name, note=f"{NO_BLOCK} ({where})")
         properties, due, activity = self.due(handle, table)
@@ -295,6 +298,8 @@ def keeps(table: Table, properties: dict[str, str]) -> str:
     """`100 metadata files, manifests merged from 10, snapshots 8m20s; history keeps ...`:
     the table's own properties, and the history its expiry keeps."""
     kept = metadata_upkeep(properties)
+    if table.mode == "upsert":
+        kept = f"{kept}, {delete_upkeep()}"
     block = table.maintenance
     if block is not None and block.expire_snapshots is not None:
         return f"{kept}; history {table_history(table).describe()}"

@@ -165,13 +165,15 @@ class RunTask:
 
     def _maintain(self, report: CycleReport, spark: SparkSession) -> CycleReport:
         """Run what maintenance is due on the cycle's tables (not blocked, and with a
-        `maintenance` block); after the apply, so never racing the tables' ingest."""
+        `maintenance` block, or upsert tables: their delete files are kept in check by
+        default, maintenance/delete_load.py); after the apply, so never racing the tables'
+        ingest."""
         tables = tuple(
             t
             for t in self.tables
             if t.name in report.tables
             and t.name not in report.blocked
-            and t.maintenance is not None
+            and (t.maintenance is not None or t.mode == "upsert")
         )
         if not tables or report.error is not None:
             return report

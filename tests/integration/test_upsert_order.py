@@ -28,6 +28,8 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tableflow_core.ingest import sharing
+from tableflow_core.pipeline import shared_run
 from tableflow_core.pipeline.runners import write_upsert
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.tasks.maintain import MaintainTask
@@ -63,6 +65,11 @@ class Accounts:
         self._value = AvroSerializer(client, json.dumps(VALUE))
         self._key = AvroSerializer(client, json.dumps(key))
         self.records: list[tuple[int, int, int, int, dict[str, Any] | None]] = []
+
+    def register_value_schema(self) -> None:
+        """The value subject, registered as the first value produced would."""
+        value = {"id": 0, "name": "", "status": ""}
+        self._value(value, SerializationContext(self.name, MessageField.VALUE))
 
     def produce(self, records: list[tuple[int, int, int, dict[str, Any] | None]],
                 key_of: Any = None) -> None:  # fmt: skip
@@ -117,6 +124,11 @@ def table_rows(env: Env) -> dict[int, tuple]:
     )
     assert {r[0]: (r[1], r[2]) for r in duck} == by_id and len(duck) == len(by_id)
     return by_id
+
+
+def delete_files(env: Env) -> int:
+    """The delete files a reader of the table applies."""
+    return sum(len(task.delete_files) for task in env.pyiceberg_table().scan().plan_files())
 
 
 def apply_until_done(spark: Any, env: Env) -> int:
@@ -227,6 +239,14 @@ def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
     expected = model(topic.records, filtered=False)
     assert table_rows(whole) == table_rows(small) == table_rows(by_spark) == expected
 
+    # No `maintenance:` block: what `tableflow run` runs after a refresh is the compaction
+    # its delete files make due (maintenance/delete_load.py); readers then apply none.
+    assert delete_files(by_spark) > 0
+    (done,) = MaintainTask(by_spark.project, by_spark.project.tables, spark=spark).run()
+    assert done.ok and [(d.operation, d.for_deletes) for d in done.due] == [("compact", True)]
+    assert delete_files(by_spark) == 0
+    assert table_rows(by_spark) == expected
+
     (done,) = MaintainTask(small.project, small.project.tables, spark=spark, force=True).run()
     assert done.ok, done
     assert table_rows(small) == expected
@@ -255,6 +275,70 @@ def test_batches_too_large_to_broadcast_give_the_same_table(
                    max_records_per_run=40)  # fmt: skip
     assert apply_until_done(spark, env) >= 4
     assert table_rows(env) == model(topic.records)
+
+
+def test_a_first_load_split_across_runs_gives_the_same_table(
+    spark: Any,
+    make_env: Any,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch into an empty table (a first load) is reduced to each key's latest record
+    and appended, no MERGE: on the driver when the run creates the table, on Spark (a
+    window, then an append) otherwise or when larger. Limits lowered so that these small
+    batches take every way: a table whose first run found only tombstones (no rows, a
+    deletes table) then loads on Spark, and its keys' older records stay dropped; a first
+    load split across runs goes on with Spark's MERGE. Every table equals the model."""
+    monkeypatch.setattr(sharing, "UPSERT_DRIVER_MAX_RECORDS", 10)
+    monkeypatch.setattr(shared_run, "UPSERT_DRIVER_MAX_RECORDS", 10)
+    monkeypatch.setattr(write_upsert, "BROADCAST_RECORDS", 0)
+    merges: list[str] = []
+    run_merge = write_upsert._run_merge
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        merges.append("merge")
+        run_merge(*args, **kwargs)
+
+    monkeypatch.setattr(write_upsert, "_run_merge", counted)
+    topic = Accounts(kafka_broker, schema_registry)
+    topic.register_value_schema()  # the first records are tombstones: values come later
+    config = {**UPSERT, "metadata_columns": []}
+    # Deletes of keys 0-4, later than every record of the history below.
+    topic.produce([(k, k % PARTITIONS, NOW + 10**6, None) for k in range(5)])
+    deleted_first = make_env(topic.name, **config)
+    result = apply(spark, deleted_first)
+    assert "shared_job" in (result.timings or {}) and not merges
+    assert table_rows(deleted_first) == {}
+
+    topic.produce(random_history(seed=45, keys=40, size=150))
+    expected = model(topic.records, filtered=False)
+    assert not set(expected) & set(range(5))
+    result = apply(spark, deleted_first)  # the table exists: Spark's window and append
+    assert "shared_job" not in (result.timings or {}) and not merges
+    assert result.records_read == 150
+    assert table_rows(deleted_first) == expected
+
+    split = make_env(topic.name, **config, max_records_per_run=50)
+    result = apply(spark, split)  # a first load on the driver, then Spark's MERGEs
+    assert "shared_job" in (result.timings or {}) and not merges
+    assert apply_until_done(spark, split) >= 2 and merges
+    assert table_rows(split) == expected
+
+    merges.clear()
+    monkeypatch.setattr(sharing, "FIRST_LOAD_DRIVER_MAX_RECORDS", 0)
+    whole = make_env(topic.name, **config)
+    result = apply(spark, whole)  # too large for the driver: Spark's window and append
+    assert "shared_job" not in (result.timings or {}) and not merges
+    assert table_rows(whole) == expected
+
+    # Records under the limit whose Arrow outgrows what the driver holds: on Spark too.
+    monkeypatch.setattr(sharing, "FIRST_LOAD_DRIVER_MAX_RECORDS", 10**6)
+    monkeypatch.setattr(shared_run, "UPSERT_DRIVER_MAX_BYTES", 1)
+    wide = make_env(topic.name, **config)
+    result = apply(spark, wide)
+    assert any("MiB of Arrow" in w for w in result.warnings), result.warnings
+    assert not merges and table_rows(wide) == expected
 
 
 def test_a_filtered_latest_record_retracts_its_key(

@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from tableflow_core.ingest.sharing import (
+    FIRST_LOAD_DRIVER_MAX_RECORDS,
     MAX_JOB_RECORDS,
     MAX_JOB_TABLES,
     MAX_SHARED_TABLE_RECORDS,
@@ -61,6 +62,13 @@ def test_a_small_upsert_run_is_merged_on_the_driver_a_large_one_by_spark() -> No
     reason = needs_spark_merge(upsert, UPSERT_DRIVER_MAX_RECORDS + 1)
     assert reason is not None and "MERGE" in reason
     assert needs_spark_merge(spec(), UPSERT_DRIVER_MAX_RECORDS + 1) is None  # append
+
+
+def test_a_first_load_is_reduced_on_the_driver_up_to_its_own_limit() -> None:
+    upsert = spec(mode="upsert", key_columns=("id",))
+    assert needs_spark_merge(upsert, FIRST_LOAD_DRIVER_MAX_RECORDS, first_load=True) is None
+    reason = needs_spark_merge(upsert, FIRST_LOAD_DRIVER_MAX_RECORDS + 1, first_load=True)
+    assert reason is not None and "first load" in reason and "append" in reason
 
 
 def test_a_large_run_has_a_job_of_its_own_and_a_lone_small_one_a_job_too() -> None:

@@ -15,8 +15,9 @@ they are read and never shuffled: first the batch's keys the table does not hold
 appended, then one MERGE with only WHEN MATCHED clauses (an inner join, which Spark can
 broadcast; a MERGE with WHEN NOT MATCHED is an outer join that cannot broadcast the
 batch) applies the rest. A key just appended matches its own row at the same position,
-which is not later: the MERGE leaves it. A larger batch (a first load) takes one MERGE
-that shuffles both sides.
+which is not later: the MERGE leaves it. A larger batch (a backfill) takes one MERGE
+that shuffles both sides. A batch into an empty table (a first load) is only appended,
+whatever its size.
 
 Only keys the table does not hold are compared with the deletes table (a held row comes
 after every delete its key remembers: `append_new_keys`).
@@ -202,8 +203,9 @@ def append_new_keys(
     columns = [F.col(quote_ident(c)) for c in latest.columns if not is_hidden(c)]
     if context.base_rows == 0:  # a first run: every key is new
         fresh = latest.where(~F.col(TOMBSTONE_COLUMN))
-        if deletes is not None:
-            fresh = _after_deletes(fresh, deletes, keys, latest, cdc)
+        if deletes is not None:  # a large batch's keys are not broadcast to the deletes
+            small = broadcasts(sum(r.size for r in context.ranges))
+            fresh = _after_deletes(fresh, deletes, keys, latest if small else None, cdc)
     else:
         fresh = _new_keys(context.spark.table(target), latest, keys, deletes, cdc)
     fresh.select(*columns).writeTo(target).append()
@@ -375,7 +377,10 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     latest.count()
     started = time.perf_counter()
     remembered = spark.table(deletes) if deletes is not None else None
-    if small:
+    # A batch into an empty table (a first load, whatever its size): every key is new,
+    # its latest records are appended (after their remembered deletes), no MERGE.
+    first_load = context.base_rows == 0
+    if small or first_load:
         append_new_keys(context, latest, keys, remembered)
     elif remembered is not None:
         latest = _after_deletes(latest, remembered, keys, None, cdc).persist()
@@ -390,10 +395,9 @@ def upsert(context: StageContext, spec: Write, batch: Batch) -> Batch:
     # view's plan), so nothing reads the batch after it (the deletes' append above read
     # it from the cache; after the MERGE it read and decoded Kafka again).
     started = time.perf_counter()
-    if not small:  # one MERGE, the table's key and position columns shuffled
-        _run_merge(spark, context.branch_identifier, latest, keys, insert=True, cdc=cdc)
-    elif context.base_rows != 0:  # a first run only appends
-        _run_merge(spark, context.branch_identifier, latest, keys, insert=False, cdc=cdc)
+    if not first_load:  # (a first load appended above: nothing to update or delete)
+        # small: WHEN MATCHED only, the batch broadcast; else one MERGE, both sides shuffled
+        _run_merge(spark, context.branch_identifier, latest, keys, insert=not small, cdc=cdc)
     context.timings["merge"] += time.perf_counter() - started
     crash_point("after_merge")
     return batch
