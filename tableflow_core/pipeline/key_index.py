@@ -215,10 +215,14 @@ class KeyIndex:
             for i in range(width)
         )
         located = np.concatenate(locations) if locations else np.empty(0, np.int64)
+        parts.clear()  # peak memory: the keys and locations twice, and the sort's order
+        locations.clear()
         order = _order(keys)
         index.base_keys = _take(keys, order)
+        del keys
         index.base_locations = located[order]
-        index.delta_keys = tuple(np.empty(0, k.dtype) for k in keys)
+        del located, order
+        index.delta_keys = tuple(np.empty(0, k.dtype) for k in index.base_keys)
         if len(_duplicates(index.base_keys)):
             raise KeyCollision(
                 f"{len(_duplicates(index.base_keys))} key(s) of the table have two live rows "

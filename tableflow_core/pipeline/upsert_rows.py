@@ -5,27 +5,33 @@ the rule is the one Spark's MERGE applies (`ingest/upsert_order.py`,
 `pipeline/runners/write_upsert.py`), on Arrow:
 
 1. each key's latest record of the batch by (Kafka timestamp, partition, offset);
-2. every data file of the table at the run's base snapshot: its key column(s) read (and
-   its position columns, unless the file's timestamp upper bound is before the batch's
-   earliest record, so every live row the batch matches is superseded), the rows its
-   position deletes already removed left out, the batch's keys found. A matched row
-   whose key's batch record is later is deleted (its position goes to a position delete
-   file for that data file); a batch record is inserted when it is later than the row
-   it replaces, or its key is not in the table and it comes after the key's latest
-   remembered delete (the deletes table, read only when such keys exist);
+2. the batch's keys looked up in the table's key index (`pipeline/key_index.py`: each
+   live row's key -> data file and row position at the run's base snapshot; kept by the
+   process between batches, built from the table's key columns and delete files when it
+   is not at that snapshot). A held row whose key's batch record is later is deleted (its
+   position goes to a position delete file for that data file); the position columns of
+   a data file are read only when it holds matched rows and its timestamp upper bound is
+   not before the batch's earliest record (otherwise every live row the batch matches is
+   superseded). A batch record is inserted when it is later than the row it replaces, or
+   its key is not in the table and it comes after the key's latest remembered delete
+   (the deletes table, read only when such keys exist). Without an index (two live rows
+   of one key, or a shared hash) every data file is read as before the index:
+   its key column(s), and its position columns unless it is older than the batch, the
+   rows its position deletes removed left out;
 3. the rows to insert written as one data file, the deletes as one position delete file
    per data file; the batch's tombstones are remembered in the deletes table (its own
    commit, before the run's publish, as the Spark path does).
 
 The caller publishes the data and delete files with the offsets in one snapshot
 (`engine/run_branch.publish_run`), which the catalog accepts only while main is still at
-the snapshot scanned here. Nothing here is visible before that commit.
+the snapshot looked up here, then moves the index to that snapshot (`advance_index`).
+Nothing here is visible before that commit.
 
-The table's key columns are read on the driver (threads over the data files; ~0.05 CPU
-seconds per million rows, key only), so the driver way is taken while the table's data
-files hold at most `DRIVER_MERGE_MAX_ROWS` rows (its snapshot's `total-records`, rows
-position deletes removed included: what the driver reads); a larger table runs Spark's
-MERGE, whose scan is spread over the executors.
+The index holds 16 bytes a key (an integer key) or 24 (a hashed one), within
+`TABLEFLOW_KEY_INDEX_MAX_BYTES` (4 GiB): the driver way is taken while the table's data
+files hold at most `DRIVER_MERGE_MAX_ROWS` rows (that budget at 24 bytes a row; its
+snapshot's `total-records`, rows position deletes removed included); a larger table runs
+Spark's MERGE, whose scan is spread over the executors.
 """
 
 from __future__ import annotations
