@@ -234,6 +234,59 @@ def check_readers(catalog: Any, work: Path, model: Model) -> str:
     return f"readers agree with the model: {count:,} rows (pyiceberg, DuckDB)"
 
 
+def _pyiceberg_child(work: str, decoded: pa.Table, answer: Any) -> None:
+    """pyiceberg's own `upsert` of the batch's latest record per id and `delete` of its
+    tombstones' ids, on the benchmark's table (a child process: CPU seconds)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import In
+
+    catalog = SqlCatalog(
+        "bench", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}/warehouse"
+    )
+    table = catalog.load_table("ns.t")
+    batch_ids = decoded.column("id").to_numpy()
+    last = len(batch_ids) - 1 - np.unique(batch_ids[::-1], return_index=True)[1]
+    latest = decoded.take(pa.array(last))  # each id's last record (produce order)
+    started = time.process_time()
+    ids = latest.column("id").to_numpy()
+    tombstone = latest.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
+    rows = pa.table(
+        {
+            "id": ids[~tombstone],
+            "name": latest.column("name").filter(pa.array(~tombstone)),
+            "amount": latest.column("amount").filter(pa.array(~tombstone)),
+            TIMESTAMP_COLUMN: pa.array(
+                latest.column(SOURCE_TIMESTAMP_COLUMN).to_numpy()[~tombstone] * 1000
+            ).cast(SCHEMA.field(TIMESTAMP_COLUMN).type),
+            PARTITION_COLUMN: latest.column(SOURCE_PARTITION_COLUMN).filter(pa.array(~tombstone)),
+            OFFSET_COLUMN: latest.column(SOURCE_OFFSET_COLUMN).filter(pa.array(~tombstone)),
+        },
+        schema=SCHEMA,
+    )
+    table.upsert(rows, join_cols=["id"])
+    table.delete(In("id", ids[tombstone].tolist()))
+    answer.put(time.process_time() - started)
+
+
+def pyiceberg_upsert(work: Path, decoded: pa.Table, timeout: float) -> float | None:
+    """CPU seconds of pyiceberg's upsert + delete of the batch, None when it did not
+    finish within `timeout` seconds."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    answer = context.Queue()
+    child = context.Process(target=_pyiceberg_child, args=(str(work), decoded, answer))
+    child.start()
+    child.join(timeout)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return None
+    if child.exitcode != 0:
+        raise RuntimeError(f"pyiceberg's upsert failed (exit code {child.exitcode})")
+    return float(answer.get())
+
+
 def measure(rows: int, args: argparse.Namespace) -> dict[str, Any]:
     INDEXES.clear()
     gc.collect()
@@ -260,6 +313,12 @@ def measure(rows: int, args: argparse.Namespace) -> dict[str, Any]:
             scan = None
         print("  " + check_readers(catalog, work, model))
         index_bytes = 0
+        pyiceberg: float | None = None
+        if rows <= args.pyiceberg_max:
+            decoded, *_ = batches.next(seed=args.batches + 2)
+            pyiceberg = pyiceberg_upsert(work, decoded, args.pyiceberg_timeout)
+            said = "did not finish" if pyiceberg is None else f"{pyiceberg:.2f} CPU s"
+            print(f"  pyiceberg upsert + delete of a batch: {said}")
     warm = results[1:]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     summary = {
@@ -269,6 +328,7 @@ def measure(rows: int, args: argparse.Namespace) -> dict[str, Any]:
         "warm_cpu": float(np.mean([r["cpu"] for r in warm])),
         "warm_wall": float(np.mean([r["wall"] for r in warm])),
         "scan_cpu": scan["cpu"] if scan else None,
+        "pyiceberg_cpu": pyiceberg,
         "max_rss_mb": rss,
         "index_bytes": index_bytes,
     }
@@ -289,6 +349,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--file-rows", type=int, default=2_000_000)
     parser.add_argument("--full-scan-max", type=int, default=20_000_000)
+    parser.add_argument("--pyiceberg-max", type=int, default=0, help="sizes to run pyiceberg on")
+    parser.add_argument("--pyiceberg-timeout", type=float, default=600.0)
     args = parser.parse_args()
     sizes = [int(s) for s in args.rows.split(",")]
     print(f"load average at start: {os.getloadavg()}")
@@ -299,6 +361,10 @@ def main() -> None:
     print(f"cold {short(large['rows'])}/{short(small['rows'])} batch cost: "
           f"{large['cold_cpu'] / small['cold_cpu']:.2f}x")  # fmt: skip
     print(f"{short(large['rows'])}/{short(small['rows'])} batch cost: {ratio:.2f}x")
+    for summary in summaries:
+        if summary["pyiceberg_cpu"] is not None:
+            print(f"vs pyiceberg at {short(summary['rows'])}: "
+                  f"{summary['pyiceberg_cpu'] / summary['warm_cpu']:.1f}x (CPU)")  # fmt: skip
     print(f"dedup {short(large['rows'])}/{short(small['rows'])} batch cost: n/a")
     print("first load vs append: n/a")
 
