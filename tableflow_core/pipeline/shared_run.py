@@ -428,6 +428,10 @@ def _publish(
         raise
     crash_point("after_commit")
     crash_point("shared_after_publish")
+    if delta is not None and delta.advance_index is not None:
+        started = time.monotonic()
+        delta.advance_index(snapshot_id)  # the key index kept at main for the next batch
+        run.timings["index_advance"] = time.monotonic() - started
     totals = accounting.totals
     # An upsert table's tombstones are its deletes, not null values an append table drops.
     null_values = None if delta is not None else null_values_warning(spec.topic, merged.tombstones)
@@ -493,6 +497,7 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
         cdc,
     )
     run.timings["merge"] = time.monotonic() - started
+    run.timings.update(delta.timings)
     if delta.remembered is not None:
         started = time.monotonic()
         deletes.remember(delta.remembered)

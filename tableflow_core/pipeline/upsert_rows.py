@@ -5,33 +5,40 @@ the rule is the one Spark's MERGE applies (`ingest/upsert_order.py`,
 `pipeline/runners/write_upsert.py`), on Arrow:
 
 1. each key's latest record of the batch by (Kafka timestamp, partition, offset);
-2. every data file of the table at the run's base snapshot: its key column(s) read (and
-   its position columns, unless the file's timestamp upper bound is before the batch's
-   earliest record, so every live row the batch matches is superseded), the rows its
-   position deletes already removed left out, the batch's keys found. A matched row
-   whose key's batch record is later is deleted (its position goes to a position delete
-   file for that data file); a batch record is inserted when it is later than the row
-   it replaces, or its key is not in the table and it comes after the key's latest
-   remembered delete (the deletes table, read only when such keys exist);
+2. the batch's keys looked up in the table's key index (`pipeline/key_index.py`: each
+   live row's key -> data file and row position at the run's base snapshot; kept by the
+   process between batches, built from the table's key columns and delete files when it
+   is not at that snapshot). A held row whose key's batch record is later is deleted (its
+   position goes to a position delete file for that data file); the position columns of
+   a data file are read only when it holds matched rows and its timestamp upper bound is
+   not before the batch's earliest record (otherwise every live row the batch matches is
+   superseded). A batch record is inserted when it is later than the row it replaces, or
+   its key is not in the table and it comes after the key's latest remembered delete
+   (the deletes table, read only when such keys exist). Without an index (two live rows
+   of one key, or a shared hash) every data file is read as before the index:
+   its key column(s), and its position columns unless it is older than the batch, the
+   rows its position deletes removed left out;
 3. the rows to insert written as one data file, the deletes as one position delete file
    per data file; the batch's tombstones are remembered in the deletes table (its own
    commit, before the run's publish, as the Spark path does).
 
 The caller publishes the data and delete files with the offsets in one snapshot
 (`engine/run_branch.publish_run`), which the catalog accepts only while main is still at
-the snapshot scanned here. Nothing here is visible before that commit.
+the snapshot looked up here, then moves the index to that snapshot (`advance_index`).
+Nothing here is visible before that commit.
 
-The table's key columns are read on the driver (threads over the data files; ~0.05 CPU
-seconds per million rows, key only), so the driver way is taken while the table's data
-files hold at most `DRIVER_MERGE_MAX_ROWS` rows (its snapshot's `total-records`, rows
-position deletes removed included: what the driver reads); a larger table runs Spark's
-MERGE, whose scan is spread over the executors.
+The index holds 16 bytes a key (an integer key) or 24 (a hashed one), within
+`TABLEFLOW_KEY_INDEX_MAX_BYTES` (4 GiB): the driver way is taken while the table's data
+files hold at most `DRIVER_MERGE_MAX_ROWS` rows (that budget at 24 bytes a row; its
+snapshot's `total-records`, rows position deletes removed included); a larger table runs
+Spark's MERGE, whose scan is spread over the executors.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,9 +64,21 @@ from tableflow_core.ingest.upsert_order import (
     order_columns,
 )
 from tableflow_core.pipeline.data_files import write_data_files
+from tableflow_core.pipeline.key_index import (
+    INDEXES,
+    IndexCache,
+    KeyCodec,
+    KeyCollision,
+    KeyIndex,
+    file_of,
+    max_bytes,
+    position_of,
+    unchanged_rows,
+)
 
-# Rows in the table's data files up to which its keys are read on the driver (above).
-DRIVER_MERGE_MAX_ROWS = 50_000_000
+# Rows in the table's data files up to which the driver merges (above): what the key
+# indexes' memory budget holds at 24 bytes a key (a hashed key; an integer key is 16).
+DRIVER_MERGE_MAX_ROWS = max_bytes() // 24
 # Threads reading data files: pyarrow's Parquet reads and `index_in` release the GIL.
 SCAN_THREADS = max(1, min(4, os.cpu_count() or 1))
 # Iceberg's reserved field ids of a position delete file's columns.
@@ -98,6 +117,12 @@ class MergedBatch:
     rows_deleted: int = 0
     files_scanned: int = 0
     files_key_only: int = 0
+    # The key index the batch was looked up in (at the run's base snapshot), and the key
+    # columns of the rows the batch deleted: `advance_index` after the publish.
+    # Moves the key index the batch was looked up in to the snapshot the publish made
+    # (call with its id once the publish committed); None: no index was used.
+    advance_index: Callable[[int], None] | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # index build / lookup seconds
 
 
 def latest_per_key(rows: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Table:
@@ -285,14 +310,21 @@ class _Scan:
                 found.append(positions.to_numpy())
         return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
+    def timestamp_upper(self, data_file: Any) -> int | None:
+        """`data_file`'s `_kafka_timestamp` upper bound (epoch micros), if it has one."""
+        upper = (data_file.upper_bounds or {}).get(self.field_ids[TIMESTAMP_COLUMN])
+        return None if upper is None else int.from_bytes(upper[:8], "little", signed=True)
+
     def older_than_batch(self, data_file: Any) -> bool:
         """Every row of `data_file` comes before every record of the batch (its timestamp
         upper bound is before the batch's earliest timestamp): then a matched live row is
         superseded, and its position columns need not be read."""
-        upper = (data_file.upper_bounds or {}).get(self.field_ids[TIMESTAMP_COLUMN])
+        return self._older(self.timestamp_upper(data_file))
+
+    def _older(self, upper: int | None) -> bool:
         if upper is None or self._earliest is None:
             return False
-        return int.from_bytes(upper[:8], "little", signed=True) < self._earliest
+        return upper < self._earliest
 
     def read(self, path: str, names: Sequence[str]) -> pa.Table:
         """Columns `names` of a data file, found by field id (a renamed column keeps its
@@ -318,6 +350,59 @@ class _Scan:
             else:
                 columns.append(read.column(file_name).cast(expected))
         return pa.table(columns, names=list(names))
+
+    def _indexed_file(self, task: Any) -> tuple[str, int | None, list[pa.ChunkedArray], Any]:
+        """A data file as the key index is built from: path, timestamp upper bound, key
+        columns, positions its delete files removed."""
+        stored = self.read(task.file.file_path, self.keys)
+        deleted = self.deleted_positions(task) if task.delete_files else np.empty(0, np.int64)
+        upper = self.timestamp_upper(task.file)
+        return task.file.file_path, upper, [stored.column(k) for k in self.keys], deleted
+
+    def build_index(self) -> KeyIndex:
+        """The key index of the table at the run's base snapshot (every data file's key
+        columns and delete files read once, a thread per file)."""
+        codec = KeyCodec(tuple(self.latest.schema.field(k).type for k in self.keys))
+        tasks = self.tasks()
+        with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-index") as pool:
+            return KeyIndex.build(codec, self.snapshot_id, pool.map(self._indexed_file, tasks))
+
+    def added_files(self, data_files: Sequence[Any]) -> list[tuple[str, int | None, Any]]:
+        """The batch's data files as the index advances by them (their keys read back:
+        the file writer may split and order the rows)."""
+        added = []
+        for data_file in data_files:
+            stored = self.read(data_file.file_path, self.keys)
+            columns = [stored.column(k) for k in self.keys]
+            added.append((data_file.file_path, self.timestamp_upper(data_file), columns))
+        return added
+
+    def index_matches(self, index: KeyIndex) -> tuple[list[_FileMatches], np.ndarray]:
+        """The batch's keys looked up in the key index: matches grouped by data file
+        (position columns read only for matched rows of files not older than the batch),
+        and each batch row's location (-1: not held)."""
+        locations = index.lookup_columns([self.latest.column(k) for k in self.keys])
+        batch_rows = np.flatnonzero(locations >= 0)
+        ordinals = file_of(locations[batch_rows])
+        order = np.argsort(ordinals, kind="stable")
+        batch_rows, ordinals = batch_rows[order], ordinals[order]
+        starts = np.flatnonzero(ordinals[1:] != ordinals[:-1]) + 1
+        groups = np.split(batch_rows, starts) if len(batch_rows) else []
+
+        def match(rows: np.ndarray) -> _FileMatches:
+            ordinal = int(file_of(locations[rows[:1]])[0])
+            path = index.files[ordinal]
+            positions = position_of(locations[rows])
+            key_only = self._older(index.timestamp_upper[ordinal])
+            if key_only:
+                newer = np.ones(len(rows), dtype=bool)
+            else:
+                stored = self.read(path, self.positions).take(pa.array(positions))
+                newer = later(self.latest.take(pa.array(rows)), stored, self.cdc)
+            return _FileMatches(path, positions[newer], rows, rows[newer], key_only)
+
+        with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-merge") as pool:
+            return list(pool.map(match, groups)), locations
 
     def match_file(self, task: Any) -> _FileMatches:
         key_only = self.older_than_batch(task.file)
@@ -368,13 +453,16 @@ def merge_batch(
     read_deletes: Callable[[pa.Table], pa.Table | None],
     io_properties: Mapping[str, str],
     cdc: bool = False,
+    indexes: IndexCache | None = INDEXES,
 ) -> MergedBatch:
     """The batch (`rows`: decoded good rows and tombstones) merged into `table` as it is at
     `base_snapshot_id` (None: a table without rows): the files to publish.
     `read_deletes(candidates)` gives the deletes table's rows that may come after some of
     the candidates (the batch's records of keys the table does not hold; None: the table
     has no deletes table). `cdc`: a change stream's mirror, ordered by source position
-    first (ingest/upsert_order.py)."""
+    first (ingest/upsert_order.py). `indexes`: where the table's key index is kept between
+    batches (pipeline/key_index.py; None: every data file's keys are read instead); the
+    caller calls the result's `advance_index` once its publish committed."""
     if table.metadata.format_version != 2:
         raise DriverMergeUnsupported(
             f"format version {table.metadata.format_version} (position delete files are v2's)"
@@ -387,15 +475,27 @@ def merge_batch(
     to_delete: list[_FileMatches] = []
     if base_snapshot_id is not None and n:
         scan = _Scan(table, base_snapshot_id, latest, keys, cdc)
-        tasks = scan.tasks()
-        with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-merge") as pool:
-            for matches in pool.map(scan.match_file, tasks):
-                held[matches.held] = True
-                newer[matches.newer] = True
-                delta.files_key_only += matches.key_only
-                if len(matches.positions):
-                    to_delete.append(matches)
-        delta.files_scanned = len(tasks)
+        index = _index_at(scan, indexes, delta.timings) if indexes is not None else None
+        if index is not None:
+            started = time.perf_counter()
+            found, _ = scan.index_matches(index)
+            delta.timings["index_lookup"] = time.perf_counter() - started
+            delta.files_scanned = len(found)  # the data files holding the batch's keys
+        else:
+            tasks = scan.tasks()
+            with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-merge") as pool:
+                found = list(pool.map(scan.match_file, tasks))
+            delta.files_scanned = len(tasks)
+        for matches in found:
+            held[matches.held] = True
+            newer[matches.newer] = True
+            delta.files_key_only += matches.key_only
+            if len(matches.positions):
+                to_delete.append(matches)
+        if index is not None:
+            assert indexes is not None
+            replaced = np.concatenate([m.newer for m in found] or [np.empty(0, np.int64)])
+            delta.advance_index = _advancer(scan, index, indexes, replaced, delta)
     fresh = ~held & ~tombstone
     if fresh.any():
         where = np.flatnonzero(fresh)
@@ -417,6 +517,52 @@ def merge_batch(
     if tombstone.any():
         delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
     return delta
+
+
+def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> KeyIndex | None:
+    """The table's key index at the run's base snapshot: the cached one when it is at that
+    snapshot or only delete files were rewritten since (same rows, same positions), else
+    built from the table; None when two live rows share a key (or a hash)."""
+    name = _index_name(scan)
+    index = indexes.take(name)
+    codec = KeyCodec(tuple(scan.latest.schema.field(k).type for k in scan.keys))
+    usable = index is not None and index.codec.types == codec.types
+    if usable and index is not None:
+        since = index.snapshot_id
+        if since == scan.snapshot_id or unchanged_rows(scan.table, since, scan.snapshot_id):
+            index.snapshot_id = scan.snapshot_id
+            return index
+    started = time.perf_counter()
+    try:
+        built = scan.build_index()
+    except KeyCollision:
+        return None
+    timings["index_build"] = time.perf_counter() - started
+    return built
+
+
+def _index_name(scan: _Scan) -> tuple[str, tuple[str, ...]]:
+    return (str(scan.table.metadata.table_uuid), scan.keys)
+
+
+def _advancer(
+    scan: _Scan, index: KeyIndex, indexes: IndexCache, replaced: np.ndarray, delta: MergedBatch
+) -> Callable[[int], None]:
+    """Once the batch is published as `snapshot_id`: the index moved there (the rows the
+    batch deleted removed, its data files' keys added) and kept for the next batch."""
+    removed = scan.latest.take(pa.array(replaced)).select(list(scan.keys))
+
+    def advance(snapshot_id: int) -> None:
+        # The batch is published: an index that cannot follow (a data file unreadable
+        # now) is dropped, not an error; the next batch builds it from the table.
+        try:
+            added = scan.added_files(delta.data_files)
+            index.advance(snapshot_id, index.codec.encode(removed.columns), added)
+        except (OSError, IngestError, pa.ArrowException):
+            return
+        indexes.keep(_index_name(scan), index)
+
+    return advance
 
 
 def write_position_deletes(io: Any, location: str, data_path: str, positions: np.ndarray) -> Any:
