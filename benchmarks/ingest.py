@@ -62,7 +62,6 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
@@ -76,6 +75,7 @@ from tableflow_core.engine.spark_session import session_conf
 from tableflow_core.jvm import class_data_sharing
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
+from tests.plan_project import write_project_files
 from tests.support.fault_proxy import FaultProxy
 
 HOST = "127.0.0.1"
@@ -246,31 +246,22 @@ def write_tables_project(
 ) -> Path:
     """A project of `tables` (table YAML mappings) in namespace `bench`, embedded catalog
     (`catalog`: keys replacing the file warehouse, e.g. an s3:// one and its storage)."""
-    root.mkdir(parents=True, exist_ok=True)
-    project = {
-        "name": "bench",
-        "default_target": "bench",
-        "targets": {
-            "bench": {
-                "kafka": {"bootstrap_servers": bootstrap},
-                "schema_registry": {"url": url},
-                "catalog": {
-                    "type": "embedded",
-                    "warehouse": str(root / "warehouse"),
-                    "port": free_port(HOST),
-                    # As `tableflow init` writes it (local development).
-                    "auth": {"mode": "none"},
-                    **(catalog or {}),
-                },
-                "spark": {"master": f"local[{cores}]"},
-            }
+    target = {
+        "kafka": {"bootstrap_servers": bootstrap},
+        "schema_registry": {"url": url},
+        "catalog": {
+            "type": "embedded",
+            "warehouse": str(root / "warehouse"),
+            "port": free_port(HOST),
+            # As `tableflow init` writes it (local development).
+            "auth": {"mode": "none"},
+            **(catalog or {}),
         },
-        "defaults": {"namespace": "bench"},
+        "spark": {"master": f"local[{cores}]"},
     }
-    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
-    (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}))
-    return root
+    return write_project_files(
+        root, name="bench", target=("bench", target), defaults={"namespace": "bench"}, tables=tables
+    )
 
 
 def tableflow_command(root: Path, *args: str) -> list[str]:
