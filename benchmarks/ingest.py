@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import io
 import json
 import os
@@ -567,13 +568,9 @@ def s3_main(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> N
         commits = s3_commits(server)
         load_after = os.getloadavg()
 
-    def line(name: str, seconds: float, target: float | None = None) -> str:
-        ratio = file_base_s / seconds
-        goal = "" if target is None else (
-            f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
-        )  # fmt: skip
-        return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
-                f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
+    line = functools.partial(
+        throughput_line, base_s=file_base_s, records=args.records, payload=payload
+    )
 
     by_method: dict[str, int] = {}
     for request in requests:
@@ -591,6 +588,25 @@ def s3_main(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> N
     print(f"S3 requests of the S3 apply (Spark + catalog, create table + commit): "
           f"{len(requests)} ({methods}); Iceberg commits: {commits}; "
           f"per commit: {len(requests) / max(commits, 1):.0f}")  # fmt: skip
+
+
+def throughput_line(
+    name: str,
+    seconds: float,
+    target: float | None = None,
+    *,
+    base_s: float,
+    records: int,
+    payload: int,
+) -> str:
+    """One figure: seconds, records/s, MB/s and the ratio of the baseline's seconds to
+    these (with the target it is held to, if any)."""
+    ratio = base_s / seconds
+    goal = "" if target is None else (
+        f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
+    )  # fmt: skip
+    return (f"{name:<52} {seconds:7.2f} s  {records / seconds:>10,.0f} records/s  "
+            f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
 
 
 def s3_commits(server: RunningS3Server) -> int:
@@ -659,13 +675,9 @@ def main() -> None:
             interval = args.run_interval or max(10, int(produce_s * 1.5) + 40)
             cycle = warm_run(work, bootstrap, url, args.records, args, interval)
 
-        def line(name: str, seconds: float, target: float | None = None) -> str:
-            ratio = base_s / seconds
-            goal = "" if target is None else (
-                f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
-            )  # fmt: skip
-            return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
-                    f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
+        line = functools.partial(
+            throughput_line, base_s=base_s, records=args.records, payload=payload
+        )
 
         load_after = os.getloadavg()
         print(f"load average before measuring: {load_before[0]:.2f}, after: {load_after[0]:.2f} "
