@@ -1,18 +1,19 @@
 """The 10-field Avro record both throughput benchmarks (decode.py, ingest.py) measure."""
 
-SCHEMA = {
-    "type": "record",
-    "name": "Event",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "user", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "qty", "type": "int"},
-        {"name": "active", "type": "boolean"},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "city", "type": ["null", "string"], "default": None},
-        {"name": "score", "type": "float"},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    ],
-}
+from repo_root import ROOT  # noqa: F401  (tests.avro_records below)
+
+from tests.avro_records import avro_record, nullable
+
+SCHEMA = avro_record(
+    "Event",
+    id="long",
+    user="string",
+    amount="double",
+    qty="int",
+    active="boolean",
+    at={"type": "long", "logicalType": "timestamp-millis"},
+    city=nullable("string"),
+    score="float",
+    kind={"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]},
+    day={"type": "int", "logicalType": "date"},
+)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import io
 import json
 import os
@@ -62,7 +63,6 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
@@ -76,6 +76,7 @@ from tableflow_core.engine.spark_session import session_conf
 from tableflow_core.jvm import class_data_sharing
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
+from tests.plan_project import write_project_files
 from tests.support.fault_proxy import FaultProxy
 
 HOST = "127.0.0.1"
@@ -243,34 +244,27 @@ def write_tables_project(
     cores: int,
     tables: list[dict[str, Any]],
     catalog: dict[str, Any] | None = None,
+    spark_conf: dict[str, str] | None = None,
 ) -> Path:
     """A project of `tables` (table YAML mappings) in namespace `bench`, embedded catalog
-    (`catalog`: keys replacing the file warehouse, e.g. an s3:// one and its storage)."""
-    root.mkdir(parents=True, exist_ok=True)
-    project = {
-        "name": "bench",
-        "default_target": "bench",
-        "targets": {
-            "bench": {
-                "kafka": {"bootstrap_servers": bootstrap},
-                "schema_registry": {"url": url},
-                "catalog": {
-                    "type": "embedded",
-                    "warehouse": str(root / "warehouse"),
-                    "port": free_port(HOST),
-                    # As `tableflow init` writes it (local development).
-                    "auth": {"mode": "none"},
-                    **(catalog or {}),
-                },
-                "spark": {"master": f"local[{cores}]"},
-            }
+    (`catalog`: keys replacing the file warehouse, e.g. an s3:// one and its storage;
+    `spark_conf`: Spark settings of the target)."""
+    target = {
+        "kafka": {"bootstrap_servers": bootstrap},
+        "schema_registry": {"url": url},
+        "catalog": {
+            "type": "embedded",
+            "warehouse": str(root / "warehouse"),
+            "port": free_port(HOST),
+            # As `tableflow init` writes it (local development).
+            "auth": {"mode": "none"},
+            **(catalog or {}),
         },
-        "defaults": {"namespace": "bench"},
+        "spark": {"master": f"local[{cores}]", **({"conf": spark_conf} if spark_conf else {})},
     }
-    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
-    (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}))
-    return root
+    return write_project_files(
+        root, name="bench", target=("bench", target), defaults={"namespace": "bench"}, tables=tables
+    )
 
 
 def tableflow_command(root: Path, *args: str) -> list[str]:
@@ -576,13 +570,9 @@ def s3_main(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> N
         commits = s3_commits(server)
         load_after = os.getloadavg()
 
-    def line(name: str, seconds: float, target: float | None = None) -> str:
-        ratio = file_base_s / seconds
-        goal = "" if target is None else (
-            f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
-        )  # fmt: skip
-        return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
-                f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
+    line = functools.partial(
+        throughput_line, base_s=file_base_s, records=args.records, payload=payload
+    )
 
     by_method: dict[str, int] = {}
     for request in requests:
@@ -600,6 +590,25 @@ def s3_main(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> N
     print(f"S3 requests of the S3 apply (Spark + catalog, create table + commit): "
           f"{len(requests)} ({methods}); Iceberg commits: {commits}; "
           f"per commit: {len(requests) / max(commits, 1):.0f}")  # fmt: skip
+
+
+def throughput_line(
+    name: str,
+    seconds: float,
+    target: float | None = None,
+    *,
+    base_s: float,
+    records: int,
+    payload: int,
+) -> str:
+    """One figure: seconds, records/s, MB/s and the ratio of the baseline's seconds to
+    these (with the target it is held to, if any)."""
+    ratio = base_s / seconds
+    goal = "" if target is None else (
+        f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
+    )  # fmt: skip
+    return (f"{name:<52} {seconds:7.2f} s  {records / seconds:>10,.0f} records/s  "
+            f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
 
 
 def s3_commits(server: RunningS3Server) -> int:
@@ -668,13 +677,9 @@ def main() -> None:
             interval = args.run_interval or max(10, int(produce_s * 1.5) + 40)
             cycle = warm_run(work, bootstrap, url, args.records, args, interval)
 
-        def line(name: str, seconds: float, target: float | None = None) -> str:
-            ratio = base_s / seconds
-            goal = "" if target is None else (
-                f"  target >= {target:g}x: {'met' if ratio >= target else 'NOT met'}"
-            )  # fmt: skip
-            return (f"{name:<52} {seconds:7.2f} s  {args.records / seconds:>10,.0f} records/s  "
-                    f"{payload / seconds / 1e6:6.1f} MB/s  ratio {ratio:4.2f}{goal}")  # fmt: skip
+        line = functools.partial(
+            throughput_line, base_s=base_s, records=args.records, payload=payload
+        )
 
         load_after = os.getloadavg()
         print(f"load average before measuring: {load_before[0]:.2f}, after: {load_after[0]:.2f} "

@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from ingest import RunProcess, tableflow_command, tree_cpu_seconds, tree_rss_bytes
@@ -80,6 +79,7 @@ from tableflow_core.dev.kafka_connect import (
 from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
 from tableflow_core.dev.processes import free_port, start_background
 from tableflow_core.dev.s3_server import S3ServerSettings, start_s3_server
+from tests.plan_project import write_project_files
 
 HOST = "127.0.0.1"
 PARTITIONS = 4
@@ -200,36 +200,29 @@ def produce_backlog(stack: Stack, topic: str, count: int) -> None:
 
 
 def write_project(stack: Stack, root: Path, topic: str, table: str, interval: str) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    project = {
-        "name": "peer",
-        "default_target": "bench",
-        "targets": {
-            "bench": {
-                "kafka": {"bootstrap_servers": stack.bootstrap},
-                "catalog": {
-                    "type": "rest",
-                    "uri": stack.catalog_uri,
-                    "credential": "{{ env_var('PEER_CATALOG_CREDENTIAL') }}",
-                    "properties": {"header.X-Iceberg-Access-Delegation": "vended-credentials"},
-                },
-                "spark": {"master": f"local[{os.cpu_count() or 2}]"},
-            }
+    target = {
+        "kafka": {"bootstrap_servers": stack.bootstrap},
+        "catalog": {
+            "type": "rest",
+            "uri": stack.catalog_uri,
+            "credential": "{{ env_var('PEER_CATALOG_CREDENTIAL') }}",
+            "properties": {"header.X-Iceberg-Access-Delegation": "vended-credentials"},
         },
-        "defaults": {"namespace": NAMESPACE, "refresh_interval": interval},
+        "spark": {"master": f"local[{os.cpu_count() or 2}]"},
     }
-    tables = [
-        {
-            "name": table,
-            "topic": topic,
-            "value": {"format": "json", "columns": COLUMNS},
-            "metadata_columns": [],
-        }
-    ]
-    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
-    (root / "tables").mkdir(exist_ok=True)
-    (root / "tables" / "tables.yml").write_text(yaml.safe_dump({"tables": tables}))
-    return root
+    json_table = {
+        "name": table,
+        "topic": topic,
+        "value": {"format": "json", "columns": COLUMNS},
+        "metadata_columns": [],
+    }
+    return write_project_files(
+        root,
+        name="peer",
+        target=("bench", target),
+        defaults={"namespace": NAMESPACE, "refresh_interval": interval},
+        tables=[json_table],
+    )
 
 
 def tableflow_env(stack: Stack) -> dict[str, str]:

@@ -59,9 +59,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from confluent_kafka import KafkaError, Message, Producer
-from ingest import AvroFramer, RunProcess, record, tree_cpu_seconds, tree_rss_bytes
+from ingest import (
+    AvroFramer,
+    RunProcess,
+    record,
+    tree_cpu_seconds,
+    tree_rss_bytes,
+    write_tables_project,
+)
 
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.dev import broker
@@ -139,29 +145,11 @@ def write_project(
     interval: str,
     spark_conf: dict[str, str] | None = None,
 ) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    project = {
-        "name": "soak",
-        "default_target": "bench",
-        "targets": {
-            "bench": {
-                "kafka": {"bootstrap_servers": bootstrap},
-                "schema_registry": {"url": url},
-                "catalog": {
-                    "type": "embedded",
-                    "warehouse": str(root / "warehouse"),
-                    "port": free_port(HOST),
-                    "auth": {"mode": "none"},
-                },
-                "spark": {"master": "local[2]", "conf": dict(spark_conf or {})},
-            }
-        },
-        "defaults": {"namespace": NAMESPACE},
-    }
-    (root / "tableflow_project.yml").write_text(yaml.safe_dump(project, sort_keys=False))
-    (root / "tables").mkdir(exist_ok=True)
-    doc = {"tables": [table_yaml(t, interval) for t in tables]}
-    (root / "tables" / "tables.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    """The soak's project: ingest.py's (embedded catalog, namespace `bench`) on 2 cores,
+    `spark_conf` in its target's Spark settings."""
+    write_tables_project(
+        root, bootstrap, url, 2, [table_yaml(t, interval) for t in tables], spark_conf=spark_conf
+    )
 
 
 # --- producing ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from decimal import MAX_PREC, Context, Decimal
 from typing import Any
 
 from tableflow_core.kafka.messages import KafkaMessage
+from tests.avro_records import avro_record, nullable, with_default
 
 TOPIC = "pg.public.customers"
 
@@ -58,65 +59,53 @@ VALUE_FIELDS: list[dict[str, Any]] = [
     },
 ]
 
-SOURCE_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "Source",
-    "namespace": "io.debezium.connector.postgresql",
-    "fields": [
-        {"name": "version", "type": "string"},
-        {"name": "connector", "type": "string"},
-        {"name": "name", "type": "string"},
-        {"name": "ts_ms", "type": "long"},
-        {
-            "name": "snapshot",
-            "type": [
-                {
-                    "type": "string",
-                    "connect.version": 1,
-                    "connect.parameters": {
-                        "allowed": "true,first,first_in_data_collection,"
-                        "last_in_data_collection,last,false,incremental"
-                    },
-                    "connect.default": "false",
-                    "connect.name": "io.debezium.data.Enum",
+SOURCE_SCHEMA: dict[str, Any] = avro_record(
+    "Source",
+    namespace="io.debezium.connector.postgresql",
+    properties={"connect.name": "io.debezium.connector.postgresql.Source"},
+    version="string",
+    connector="string",
+    name="string",
+    ts_ms="long",
+    snapshot=with_default(
+        [
+            {
+                "type": "string",
+                "connect.version": 1,
+                "connect.parameters": {
+                    "allowed": "true,first,first_in_data_collection,"
+                    "last_in_data_collection,last,false,incremental"
                 },
-                "null",
-            ],
-            "default": "false",
-        },
-        {"name": "db", "type": "string"},
-        {"name": "sequence", "type": ["null", "string"], "default": None},
-        {"name": "ts_us", "type": ["null", "long"], "default": None},
-        {"name": "ts_ns", "type": ["null", "long"], "default": None},
-        {"name": "schema", "type": "string"},
-        {"name": "table", "type": "string"},
-        {"name": "txId", "type": ["null", "long"], "default": None},
-        {"name": "lsn", "type": ["null", "long"], "default": None},
-        {"name": "xmin", "type": ["null", "long"], "default": None},
-    ],
-    "connect.name": "io.debezium.connector.postgresql.Source",
-}
+                "connect.default": "false",
+                "connect.name": "io.debezium.data.Enum",
+            },
+            "null",
+        ],
+        "false",
+    ),
+    db="string",
+    sequence=nullable("string"),
+    ts_us=nullable("long"),
+    ts_ns=nullable("long"),
+    schema="string",
+    table="string",
+    txId=nullable("long"),
+    lsn=nullable("long"),
+    xmin=nullable("long"),
+)
 
-TRANSACTION_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "block",
-    "namespace": "event",
-    "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "total_order", "type": "long"},
-        {"name": "data_collection_order", "type": "long"},
-    ],
-    "connect.version": 1,
-    "connect.name": "event.block",
-}
+TRANSACTION_SCHEMA: dict[str, Any] = avro_record(
+    "block",
+    namespace="event",
+    properties={"connect.version": 1, "connect.name": "event.block"},
+    id="string",
+    total_order="long",
+    data_collection_order="long",
+)
 
-KEY_SCHEMA: dict[str, Any] = {
-    "type": "record",
-    "name": "Key",
-    "namespace": TOPIC,
-    "fields": [{"name": "id", "type": "int"}],
-    "connect.name": f"{TOPIC}.Key",
-}
+KEY_SCHEMA: dict[str, Any] = avro_record(
+    "Key", namespace=TOPIC, properties={"connect.name": f"{TOPIC}.Key"}, id="int"
+)
 
 
 def avro_envelope_schema(extra_fields: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -128,23 +117,19 @@ def avro_envelope_schema(extra_fields: list[dict[str, Any]] | None = None) -> di
         "fields": [*VALUE_FIELDS, *(extra_fields or [])],
         "connect.name": f"{TOPIC}.Value",
     }
-    return {
-        "type": "record",
-        "name": "Envelope",
-        "namespace": TOPIC,
-        "fields": [
-            {"name": "before", "type": ["null", value], "default": None},
-            {"name": "after", "type": ["null", "Value"], "default": None},
-            {"name": "source", "type": SOURCE_SCHEMA},
-            {"name": "transaction", "type": ["null", TRANSACTION_SCHEMA], "default": None},
-            {"name": "op", "type": "string"},
-            {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            {"name": "ts_us", "type": ["null", "long"], "default": None},
-            {"name": "ts_ns", "type": ["null", "long"], "default": None},
-        ],
-        "connect.version": 2,
-        "connect.name": f"{TOPIC}.Envelope",
-    }
+    return avro_record(
+        "Envelope",
+        namespace=TOPIC,
+        properties={"connect.version": 2, "connect.name": f"{TOPIC}.Envelope"},
+        before=nullable(value),
+        after=nullable("Value"),
+        source=SOURCE_SCHEMA,
+        transaction=nullable(TRANSACTION_SCHEMA),
+        op="string",
+        ts_ms=nullable("long"),
+        ts_us=nullable("long"),
+        ts_ns=nullable("long"),
+    )
 
 
 @dataclass(frozen=True)

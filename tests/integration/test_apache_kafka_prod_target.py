@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tests.avro_records import avro_record, nullable
 from tests.fixtures.apply_env import tableflow_process
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.kafka_server import ApacheKafka
@@ -27,17 +28,14 @@ from tests.fixtures.stack import SchemaRegistryServer, unique_name
 pytestmark = pytest.mark.slow
 
 PASSWORD_VARIABLE = "TF_TEST_KAFKA_PASSWORD"
-PAYMENT = {
-    "type": "record",
-    "name": "Payment",
-    "namespace": "shop",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
-        {"name": "currency", "type": "string"},
-        {"name": "note", "type": ["null", "string"], "default": None},
-    ],
-}  # fmt: skip
+PAYMENT = avro_record(
+    "Payment",
+    namespace="shop",
+    id="long",
+    amount={"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+    currency="string",
+    note=nullable("string"),
+)
 
 
 def _write_project(

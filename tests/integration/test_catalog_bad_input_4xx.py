@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from tableflow_core.catalog import CatalogServerSettings, serve_in_background
 from tableflow_core.catalog.field_defaults import schema_default_problems
 from tableflow_core.catalog.runner import RunningCatalogServer
+from tests.fixtures.catalog import CatalogApi
 
 
 @pytest.fixture(scope="module")
@@ -29,20 +30,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCatalogS
         yield running
 
 
-class Api:
-    def __init__(self, server: RunningCatalogServer) -> None:
-        self.base = server.uri + "/v1"
-        self.headers = {"Authorization": f"Bearer {server.bearer_token()}"}
-
-    def call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(
-            method, self.base + path, headers=self.headers, timeout=10, **kwargs
-        )
-
-
 @pytest.fixture(scope="module")
-def api(server: RunningCatalogServer) -> Api:
-    api = Api(server)
+def api(server: RunningCatalogServer) -> CatalogApi:
+    api = CatalogApi(server.uri, server.bearer_token())
     assert api.call("POST", "/namespaces", json={"namespace": ["n"]}).status_code == 200
     table = {"name": "t", "schema": {"type": "struct", "fields": [field(1, "a", "int")]}}
     assert api.call("POST", "/namespaces/n/tables", json=table).status_code == 200
@@ -94,7 +84,7 @@ def no_traceback(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     ],
 )
 def test_field_defaults_that_do_not_fit_are_400_on_create_and_add_schema(
-    api: Api, no_traceback: None, field_type: Any, key: str, value: Any, needle: str
+    api: CatalogApi, no_traceback: None, field_type: Any, key: str, value: Any, needle: str
 ) -> None:
     bad_field = field(2, "d", field_type, **{key: value})
     schema = {"type": "struct", "fields": [field(1, "a", "int"), bad_field]}
@@ -109,7 +99,7 @@ def test_field_defaults_that_do_not_fit_are_400_on_create_and_add_schema(
     assert api.call("HEAD", "/namespaces/n/tables/t2").status_code == 404
 
 
-def test_defaults_that_fit_are_accepted(api: Api) -> None:
+def test_defaults_that_fit_are_accepted(api: CatalogApi) -> None:
     schema = {
         "type": "struct",
         "schema-id": 1,
@@ -133,7 +123,7 @@ def test_defaults_that_fit_are_accepted(api: Api) -> None:
 
 @pytest.mark.parametrize("value", ["x", [1], 5, None])
 def test_properties_and_updates_that_are_not_objects_are_400(
-    api: Api, no_traceback: None, value: Any
+    api: CatalogApi, no_traceback: None, value: Any
 ) -> None:
     schema = {"type": "struct", "fields": [field(1, "a", "int")]}
     create = {"name": "t3", "schema": schema, "properties": value}

@@ -10,33 +10,21 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.catalog import (
+    CatalogApi,
+    CatalogServer,
+    client_credentials_grant,
+    unique_namespace,
+)
 
 SEP = "\x1f"  # namespace level separator in paths (sent as %1F)
 
 
-class Client:
+class Client(CatalogApi):
     def __init__(self, server: CatalogServer) -> None:
-        self.base = server.uri + "/v1"
-        response = requests.post(
-            self.base + "/oauth/tokens",
-            data={
-                "grant_type": "client_credentials",
-                "client_id": server.client_id,
-                "client_secret": server.client_secret,
-                "scope": "catalog",
-            },
-            timeout=10,
-        )
-        response.raise_for_status()
-        body = response.json()
+        body = client_credentials_grant(server.uri, server.client_id, server.client_secret)
         assert body["token_type"] == "bearer" and body["expires_in"] > 0
-        self.headers = {"Authorization": f"Bearer {body['access_token']}"}
-
-    def call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(
-            method, self.base + path, headers=self.headers, timeout=10, **kwargs
-        )
+        super().__init__(server.uri, body["access_token"])
 
 
 @pytest.fixture(scope="module")

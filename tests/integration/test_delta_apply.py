@@ -11,29 +11,21 @@ import pytest
 
 from tableflow_core.delta import mirrored_snapshot_id
 from tableflow_core.tasks.plan import PlanTask
-from tests.fixtures.apply_env import apply
+from tests.fixtures.apply_env import PaymentTopics, apply, payments
 from tests.fixtures.lake import LAKES, Lake
-from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.integration.test_delta_sync import deltalake_rows, duckdb_rows, iceberg_rows
-from tests.unit.test_engine_helpers import produce_avro
 
 pytestmark = pytest.mark.slow
-
-
-def records(start: int, count: int) -> list[dict[str, Any]]:
-    return [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(start, start + count)]
 
 
 @LAKES
 def test_apply_syncs_the_delta_log_after_each_commit(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
     lake: Lake,
 ) -> None:
-    topic = kafka_broker.create_topic(unique_name("delta"), 2)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 12), 2)
+    topic = payment_topics.create("delta", payments(0, 12), 2)
     env = make_env(topic, formats=["iceberg", "delta"])
 
     for expected_ids, more in ((list(range(12)), 7), (list(range(19)), 0)):
@@ -50,14 +42,13 @@ def test_apply_syncs_the_delta_log_after_each_commit(
         assert snapshot is not None
         assert mirrored_snapshot_id(location, options) == snapshot.snapshot_id
         if more:
-            produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(12, more), 2)
+            payment_topics.produce(topic, payments(12, more), 2)
 
 
 def test_plan_refuses_delta_on_an_upsert_table(
-    make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    make_env: Any, payment_topics: PaymentTopics
 ) -> None:
-    topic = kafka_broker.create_topic(unique_name("deltaup"), 1)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 3), 1)
+    topic = payment_topics.create("deltaup", payments(0, 3), 1)
     env = make_env(topic, formats=["iceberg", "delta"], mode="upsert", key_columns=["id"])
     project = env.project
     plan = PlanTask(project, project.tables).run()

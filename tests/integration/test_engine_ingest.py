@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.apply_env import Env, apply, apply_ddl_only, run_cli_apply
-from tests.fixtures.stack import KafkaBroker, unique_name
-from tests.unit.test_engine_helpers import duckdb_connection, produce_avro
+from tests.fixtures.apply_env import Env, PaymentTopics, apply, apply_ddl_only, run_cli_apply
+from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer
+from tests.unit.test_engine_helpers import duckdb_connection
 
 pytestmark = pytest.mark.slow
 RECORDS = 100_000
@@ -29,16 +29,10 @@ EXPECTED_AMOUNT_SUM = sum((i % 1000) / 4 for i in range(RECORDS))
 
 
 @pytest.fixture(scope="module")
-def big_topic(kafka_broker: KafkaBroker, schema_registry: Any) -> str:
-    topic = kafka_broker.create_topic(unique_name("payments"), PARTITIONS)
-    produce_avro(
-        kafka_broker.bootstrap,
-        schema_registry.url,
-        topic,
-        [payment(i) for i in range(RECORDS)],
-        PARTITIONS,
+def big_topic(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> str:
+    return PaymentTopics(kafka_broker, schema_registry).create(
+        "payments", [payment(i) for i in range(RECORDS)], PARTITIONS
     )
-    return topic
 
 
 def read_back(env: Env) -> tuple[int, int, float, int]:
@@ -99,12 +93,14 @@ def test_sigkill_before_and_after_commit_then_rerun(
 
 
 def test_bad_records_fail_the_run_naming_the_offset(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, payment_topics: PaymentTopics
 ) -> None:
     from tests.unit.test_engine_helpers import produce_raw
 
-    topic = payments_topic(kafka_broker, schema_registry, "bad", 5, 1)
-    produce_raw(kafka_broker.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"])
+    topic = payments_topic(payment_topics, "bad", 5, 1)
+    produce_raw(
+        payment_topics.broker.bootstrap, topic, [b"\x07not-avro", b"\x00\x00\x0f\x42\x3fxx"]
+    )
     env = make_env(topic)
     failed = apply(spark, env, expect="error")
     message = failed.error or ""
@@ -115,7 +111,7 @@ def test_bad_records_fail_the_run_naming_the_offset(
 
 
 def test_bad_records_travel_as_data(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, payment_topics: PaymentTopics
 ) -> None:
     """The engine's error carries the failed records; its message is not parsed back."""
     from tableflow_core.kafka.offsets import OffsetRange
@@ -123,8 +119,8 @@ def test_bad_records_travel_as_data(
     from tableflow_core.targets.catalog import open_catalog
     from tests.unit.test_engine_helpers import produce_raw
 
-    topic = payments_topic(kafka_broker, schema_registry, "bad", 4, 2)
-    produce_raw(kafka_broker.bootstrap, topic, [b"junk"], partition=1)
+    topic = payments_topic(payment_topics, "bad", 4, 2)
+    produce_raw(payment_topics.broker.bootstrap, topic, [b"junk"], partition=1)
     env = make_env(topic)
     apply_ddl_only(spark, env)
     ranges = [OffsetRange(topic, 0, 0, 2), OffsetRange(topic, 1, 0, 3)]
@@ -133,7 +129,7 @@ def test_bad_records_travel_as_data(
             spark,
             env.spec(),
             ranges,
-            {"bootstrap.servers": kafka_broker.bootstrap},
+            {"bootstrap.servers": payment_topics.broker.bootstrap},
             {},
             catalog=handle,
         )
@@ -142,15 +138,12 @@ def test_bad_records_travel_as_data(
     assert "shorter than the 5-byte Confluent header" in caught.value.failures[0].reason
 
 
-def test_schema_v2_adds_a_column(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
-) -> None:
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = payments_topic(kafka_broker, schema_registry, "evolve", 10, 2)
+def test_schema_v2_adds_a_column(spark: Any, make_env: Any, payment_topics: PaymentTopics) -> None:
+    topic = payments_topic(payment_topics, "evolve", 10, 2)
     env = make_env(topic)
     apply(spark, env)
     v2_records = [{**payment(i), "country": f"c{i}"} for i in range(10, 16)]
-    produce_avro(bootstrap, registry, topic, v2_records, 2, version=2)
+    payment_topics.produce(topic, v2_records, 2, version=2)
     outcome = apply(spark, env)  # plans v2: evolve_schema then ingest
     assert outcome.records_written == 6
     assert any(d.startswith("evolve_schema") for d in outcome.ddl)
@@ -164,7 +157,7 @@ def test_schema_v2_adds_a_column(
 
 
 def test_offsets_survive_compaction_and_expiry(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, payment_topics: PaymentTopics
 ) -> None:
     from datetime import UTC, datetime
 
@@ -174,11 +167,10 @@ def test_offsets_survive_compaction_and_expiry(
     from tableflow_core.state.offsets import read_committed_offsets
     from tableflow_core.state.table_state import read_table_state
 
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = payments_topic(kafka_broker, schema_registry, "maint", 10, 2)
+    topic = payments_topic(payment_topics, "maint", 10, 2)
     env = make_env(topic)
     apply(spark, env)
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 20)], 2)
+    payment_topics.produce(topic, [payment(i) for i in range(10, 20)], 2)
     apply(spark, env)  # two commits -> several small files
     spec = env.spec()
     table_ref = SparkTable.parse(spec.identifier)
@@ -204,25 +196,15 @@ def test_offsets_survive_compaction_and_expiry(
     table = env.pyiceberg_table()
     assert read_committed_offsets(table, topic).offsets == {0: 10, 1: 10}  # type: ignore[union-attr]
 
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(20, 24)], 2)
+    payment_topics.produce(topic, [payment(i) for i in range(20, 24)], 2)
     assert apply(spark, env).records_written == 4
     rows, ids, _, distinct = read_back(env)
     assert (rows, ids, distinct) == (24, sum(range(24)), 24)
 
 
-def payments_topic(
-    kafka_broker: KafkaBroker, schema_registry: Any, name: str, count: int, partitions: int
-) -> str:
+def payments_topic(topics: PaymentTopics, name: str, count: int, partitions: int) -> str:
     """A new topic of `partitions` holding payments 0..count-1 (Avro, registered)."""
-    topic = kafka_broker.create_topic(unique_name(name), partitions)
-    produce_avro(
-        kafka_broker.bootstrap,
-        schema_registry.url,
-        topic,
-        [payment(i) for i in range(count)],
-        partitions,
-    )
-    return topic
+    return topics.create(name, [payment(i) for i in range(count)], partitions)
 
 
 def run_branches(env: Env) -> list[str]:
@@ -235,19 +217,18 @@ def commits(env: Env) -> int:
 
 
 def two_runs(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any, name: str
+    spark: Any, make_env: Any, payment_topics: PaymentTopics, name: str
 ) -> tuple[Env, Any, int, int]:
     """Ten payments into a new table, applied; four more, applied: the env, the first
     run's result and the catalog commits of each run. Both runs are checked to land all
     14 records, leave no run branch, and read back whole."""
-    bootstrap, registry = kafka_broker.bootstrap, schema_registry.url
-    topic = payments_topic(kafka_broker, schema_registry, name, 10, 2)
+    topic = payments_topic(payment_topics, name, 10, 2)
     env = make_env(topic)
     apply_ddl_only(spark, env)
     created = commits(env)
     first = apply(spark, env)
     first_commits = commits(env) - created
-    produce_avro(bootstrap, registry, topic, [payment(i) for i in range(10, 14)], 2)
+    payment_topics.produce(topic, [payment(i) for i in range(10, 14)], 2)
     before = commits(env)
     assert apply(spark, env).records_written == 4
     second_commits = commits(env) - before
@@ -264,8 +245,7 @@ def two_runs(
 def test_a_run_is_three_catalog_commits(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
+    payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Branch (+ a new table's first snapshot), data, publish (accounting + main + drop):
@@ -274,9 +254,7 @@ def test_a_run_is_three_catalog_commits(
 
     # Spark's Iceberg writer, as for a table that needs it (a plain append would not).
     monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's writer")
-    env, first, first_commits, second_commits = two_runs(
-        spark, make_env, kafka_broker, schema_registry, "commits"
-    )
+    env, first, first_commits, second_commits = two_runs(spark, make_env, payment_topics, "commits")
     assert first.records_written == 10
     assert first_commits == 3  # was 6: main, branch, data, accounting, ff, drop
     assert second_commits == 3  # was 5
@@ -287,14 +265,12 @@ def test_a_run_is_three_catalog_commits(
 
 
 def test_a_lone_small_run_is_one_catalog_commit(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, payment_topics: PaymentTopics
 ) -> None:
     """A plain append run writes its data files in its read tasks (ingest/sharing.py), and
     one commit cuts the branch, adds them with the offsets and moves main; a new table's
     first run adds the commit of its first snapshot."""
-    _, first, first_commits, second_commits = two_runs(
-        spark, make_env, kafka_broker, schema_registry, "lone"
-    )
+    _, first, first_commits, second_commits = two_runs(spark, make_env, payment_topics, "lone")
     assert first.records_written == 10 and "shared_job" in (first.timings or {})
     assert first_commits == 2  # the first snapshot + branch, the publish
     assert second_commits == 1
@@ -303,8 +279,7 @@ def test_a_lone_small_run_is_one_catalog_commit(
 def test_a_concurrent_commit_makes_the_run_refuse(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
+    payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tableflow_core.pipeline.runners.publish as publish_module
@@ -312,11 +287,11 @@ def test_a_concurrent_commit_makes_the_run_refuse(
     from tableflow_core.pipeline.run import ConcurrentCommitError, ingest
     from tableflow_core.targets.catalog import open_catalog
 
-    topic = payments_topic(kafka_broker, schema_registry, "race", 6, 1)
+    topic = payments_topic(payment_topics, "race", 6, 1)
     env = make_env(topic, max_records_per_run=3)
     apply(spark, env)  # commits offsets {0: 3}
     spec = env.spec()
-    conf = {"bootstrap.servers": kafka_broker.bootstrap}
+    conf = {"bootstrap.servers": payment_topics.broker.bootstrap}
     with open_catalog(env.project) as handle:
         # planned from stale offsets: refused before anything is read
         with pytest.raises(ConcurrentCommitError, match="changed since the plan"):
@@ -343,8 +318,7 @@ def test_a_concurrent_commit_makes_the_run_refuse(
 def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
+    payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The publish's concurrency guard: main moves between the write and the publish
@@ -356,7 +330,7 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     from tableflow_core.state.offsets import read_committed_offsets
     from tableflow_core.targets.catalog import open_catalog
 
-    topic = payments_topic(kafka_broker, schema_registry, "moved", 6, 1)
+    topic = payments_topic(payment_topics, "moved", 6, 1)
     env = make_env(topic, max_records_per_run=3)
     apply(spark, env)  # offsets {0: 3}
     spec = env.spec()
@@ -374,7 +348,7 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
             spark,
             spec,
             [OffsetRange(topic, 0, 3, 6)],
-            {"bootstrap.servers": kafka_broker.bootstrap},
+            {"bootstrap.servers": payment_topics.broker.bootstrap},
             {0: 3},
             catalog=handle,
         )
@@ -408,8 +382,7 @@ def compaction_before_first_commit(
 def apply_with_a_compaction_first(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
+    payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
     patched_module: Any,
     name: str,
@@ -417,10 +390,7 @@ def apply_with_a_compaction_first(
     """8 records, a first apply of 4, then a second apply whose first commit finds that a
     real compaction moved main (`compaction_before_first_commit`, put in place of
     `patched_module.crash_point`): (env, the second apply's outcome, the compactions)."""
-    topic = kafka_broker.create_topic(unique_name(name), 1)
-    produce_avro(
-        kafka_broker.bootstrap, schema_registry.url, topic, [payment(i) for i in range(8)], 1
-    )
+    topic = payment_topics.create(name, [payment(i) for i in range(8)], 1)
     env = make_env(topic, max_records_per_run=4)
     apply(spark, env)  # 4 rows, offsets {0: 4}
     compactions: list[str] = []
@@ -432,8 +402,7 @@ def apply_with_a_compaction_first(
 def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
+    payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A plain append run (its read tasks write, one commit) whose publish finds that a real
@@ -442,7 +411,7 @@ def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once
     import tableflow_core.pipeline.shared_run as shared_run_module
 
     env, outcome, compactions = apply_with_a_compaction_first(
-        spark, make_env, kafka_broker, schema_registry, monkeypatch, shared_run_module,
+        spark, make_env, payment_topics, monkeypatch, shared_run_module,
         "compacted1",
     )  # fmt: skip
     assert compactions == ["done"]
@@ -458,8 +427,7 @@ def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once
 def test_a_compaction_during_the_write_is_retried_exactly_once(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
+    payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tableflow_core.pipeline.runners.publish as publish_module
@@ -471,7 +439,7 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     # and after its own check (a replace snapshot: data and committed offsets unchanged):
     # the catalog refuses the commit, the run retries.
     env, outcome, compactions = apply_with_a_compaction_first(
-        spark, make_env, kafka_broker, schema_registry, monkeypatch, publish_module, "compacted"
+        spark, make_env, payment_topics, monkeypatch, publish_module, "compacted"
     )
     assert compactions == ["done"]
     assert outcome.offsets_after == {0: 8}

@@ -26,19 +26,13 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.readers.duckdb_reader import duckdb_connection
+from tests.avro_records import avro_record, nullable
 from tests.fixtures.apply_env import Env, apply, run_cli
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {
-    "type": "record",
-    "name": "Order",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "status", "type": ["null", "string"], "default": None},
-    ],
-}
+SCHEMA = avro_record("Order", id="long", status=nullable("string"))
 
 
 class Orders:

@@ -21,21 +21,15 @@ from tableflow_core.dev.processes import free_port
 from tableflow_core.plan.actions import PublishTable
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
-from tests.fixtures.apply_env import Env, apply
+from tests.fixtures.apply_env import Env, PaymentTopics, apply, payments
 from tests.fixtures.catalog import CatalogServer
-from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 from tests.integration.test_publish_catalogs import (
     duckdb_rows,
     rest_catalog_config,
     second_catalog,  # noqa: F401  (module fixture: the second catalog server)
 )
-from tests.unit.test_engine_helpers import produce_avro
 
 pytestmark = pytest.mark.slow
-
-
-def records(start: int, count: int) -> list[dict[str, Any]]:
-    return [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(start, start + count)]
 
 
 def add_publish_catalogs(env: Env, catalogs: dict[str, Any]) -> None:
@@ -54,12 +48,10 @@ def test_apply_publishes_each_commit_and_fixes_a_stale_pointer(
     spark: Any,
     tmp_path: Path,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
     second_catalog: CatalogServer,  # noqa: F811
 ) -> None:
-    topic = kafka_broker.create_topic(unique_name("pub"), 2)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 10), 2)
+    topic = payment_topics.create("pub", payments(0, 10), 2)
     env = make_env(topic, publish_to=["second", "sqlite"])
     sql_uri = f"sqlite:///{tmp_path / 'published.db'}"
     warehouse = (tmp_path / "wh").as_uri()
@@ -95,7 +87,7 @@ def test_apply_publishes_each_commit_and_fixes_a_stale_pointer(
     ]
     first_location = assert_published(list(range(10)))
 
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(10, 6), 2)
+    payment_topics.produce(topic, payments(10, 6), 2)
     second = apply(spark, env)
     assert second.records_written == 6
     assert sorted(second.published) == [
@@ -135,11 +127,9 @@ def test_apply_publishes_each_commit_and_fixes_a_stale_pointer(
 def test_a_failed_publish_fails_the_table_and_keeps_its_commit(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
 ) -> None:
-    topic = kafka_broker.create_topic(unique_name("pubdown"), 1)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 5), 1)
+    topic = payment_topics.create("pubdown", payments(0, 5), 1)
     env = make_env(topic, publish_to=["down"])
     # Nothing listens there: registering the pointer fails.
     add_publish_catalogs(env, {"down": {"type": "rest", "uri": f"http://127.0.0.1:{free_port()}"}})

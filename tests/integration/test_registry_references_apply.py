@@ -20,6 +20,7 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from tests.avro_records import avro_record, nullable
 from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import CatalogServer, unique_namespace
@@ -97,26 +98,16 @@ def test_avro_with_nested_references(
     tag = uuid.uuid4().hex[:8]
     client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     country = {"type": "enum", "name": "Country", "namespace": "geo", "symbols": ["NL", "DE"]}
-    address = {
-        "type": "record",
-        "name": "Address",
-        "namespace": "shop",
-        "fields": [
-            {"name": "street", "type": "string"},
-            {"name": "country", "type": "geo.Country"},
-            {"name": "zip", "type": ["null", "string"], "default": None},
-        ],
-    }
-    order = {
-        "type": "record",
-        "name": "Order",
-        "namespace": "shop",
-        "fields": [
-            {"name": "id", "type": "long"},
-            {"name": "ship_to", "type": "Address"},  # namespace-relative: shop.Address
-            {"name": "bill_to", "type": ["null", "shop.Address"], "default": None},
-        ],
-    }
+    address = avro_record(
+        "Address", namespace="shop", street="string", country="geo.Country", zip=nullable("string")
+    )
+    order = avro_record(
+        "Order",
+        namespace="shop",
+        id="long",
+        ship_to="Address",  # namespace-relative: shop.Address
+        bill_to=nullable("shop.Address"),
+    )
     client.register_schema(f"geo.Country-{tag}", Schema(json.dumps(country), "AVRO"))
     address_refs = [SchemaReference("geo.Country", f"geo.Country-{tag}", 1)]
     client.register_schema(f"shop.Address-{tag}", Schema(json.dumps(address), "AVRO", address_refs))

@@ -13,18 +13,12 @@ from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, Proto
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from tests.avro_records import avro_record, nullable
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 
-AVRO_SCHEMA = {
-    "type": "record",
-    "name": "Payment",
-    "namespace": "tableflow.test",
-    "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "cents", "type": "long"},
-        {"name": "note", "type": ["null", "string"], "default": None},
-    ],
-}
+AVRO_SCHEMA = avro_record(
+    "Payment", namespace="tableflow.test", id="string", cents="long", note=nullable("string")
+)
 JSON_SCHEMA = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "title": "Payment",

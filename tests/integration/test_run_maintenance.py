@@ -18,26 +18,19 @@ from pyiceberg.catalog import load_catalog
 
 from tableflow_core.delta import mirrored_snapshot_id
 from tableflow_core.tasks.run import CycleReport, RunTask
-from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.fixtures.apply_env import PaymentTopics, payments
 from tests.integration.test_delta_sync import deltalake_rows, iceberg_rows
-from tests.unit.test_engine_helpers import produce_avro
 
 pytestmark = pytest.mark.slow
-
-
-def records(start: int, count: int) -> list[dict[str, Any]]:
-    return [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(start, start + count)]
 
 
 def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
     spark: Any,
     tmp_path: Path,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
 ) -> None:
-    topic = kafka_broker.create_topic(unique_name("runmaint"), 2)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 20), 2)
+    topic = payment_topics.create("runmaint", payments(0, 20), 2)
     env = make_env(
         topic,
         refresh_interval="1s",
@@ -73,7 +66,7 @@ def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
             }
         )
         if len(seen) == 1:
-            produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(20, 8), 2)
+            payment_topics.produce(topic, payments(20, 8), 2)
 
     reports = RunTask(
         project, project.tables, spark_factory=lambda: spark, max_cycles=2, on_cycle=after_cycle
@@ -107,15 +100,13 @@ def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
 def test_run_compacts_when_commits_pile_up_and_leaves_a_one_file_table_alone(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
 ) -> None:
     """Issue 32: `tableflow run` compacted a one-file table on its first cycle, then
     nothing for an hour while small files piled up. Each cycle here commits one small
     file; compaction waits for two files, then comes back after two commits, well within
     its hour."""
-    topic = kafka_broker.create_topic(unique_name("runpile"), 1)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 5), 1)
+    topic = payment_topics.create("runpile", payments(0, 5), 1)
     compact = {"min_input_files": 2, "every_commits": 2, "every_small_files": None}
     env = make_env(topic, refresh_interval="1s", maintenance={"every": "1h", "compact": compact})
     project = env.project
@@ -125,7 +116,7 @@ def test_run_compacts_when_commits_pile_up_and_leaves_a_one_file_table_alone(
         files = env.pyiceberg_table().current_snapshot().summary["total-data-files"]
         seen.append((report, int(files)))
         start = 5 * len(seen)
-        produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(start, 5), 1)
+        payment_topics.produce(topic, payments(start, 5), 1)
 
     reports = RunTask(
         project, project.tables, spark_factory=lambda: spark, max_cycles=4, on_cycle=after_cycle
@@ -157,16 +148,14 @@ def test_run_compacts_when_commits_pile_up_and_leaves_a_one_file_table_alone(
 def test_run_keeps_metadata_files_and_manifests_bounded(
     spark: Any,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
 ) -> None:
     """Issue 42: every commit wrote a metadata.json that was kept for ever, and every
     publish added a manifest that stayed. With the upkeep properties (here at small
     bounds: 3 previous metadata files, manifests merged from 3), ten cycles of publish
     commits (pyiceberg, merge appends) and maintenance commits (Spark, through the REST
     catalog) leave at most 4 metadata files and 3 manifests, and every record once."""
-    topic = kafka_broker.create_topic(unique_name("runbound"), 1)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 5), 1)
+    topic = payment_topics.create("runbound", payments(0, 5), 1)
     properties = {
         "write.metadata.previous-versions-max": "3",
         "commit.manifest.min-count-to-merge": "3",
@@ -187,7 +176,7 @@ def test_run_keeps_metadata_files_and_manifests_bounded(
         manifests = len(table.current_snapshot().manifests(table.io))
         seen.append((files, manifests, len(table.metadata.metadata_log)))
         start = 5 * len(seen)
-        produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(start, 5), 1)
+        payment_topics.produce(topic, payments(start, 5), 1)
 
     reports = RunTask(
         project, project.tables, spark_factory=lambda: spark, max_cycles=10, on_cycle=after_cycle

@@ -25,17 +25,11 @@ import pytest
 
 from tableflow_core.engine.test_hooks import CRASH_ENV
 from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets
-from tests.fixtures.apply_env import REPO
-from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
-from tests.unit.test_engine_helpers import produce_avro
+from tests.fixtures.apply_env import REPO, PaymentTopics, payments
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
-
-
-def records(start: int, count: int) -> list[dict[str, Any]]:
-    return [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(start, start + count)]
 
 
 def start_run(root: Path, log: Path) -> subprocess.Popen[str]:
@@ -56,11 +50,9 @@ def committed(table: Any) -> dict[int, int]:
 def test_two_run_processes_never_duplicate_or_lose_a_record(
     tmp_path: Path,
     make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    payment_topics: PaymentTopics,
 ) -> None:
-    topic = kafka_broker.create_topic(unique_name("tworuns"), PARTITIONS)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 50), PARTITIONS)
+    topic = payment_topics.create("tworuns", payments(0, 50), PARTITIONS)
     env = make_env(topic, refresh_interval="1s")
     second = tmp_path / "second_host"
     shutil.copytree(env.root, second, ignore=shutil.ignore_patterns("target"))
@@ -69,8 +61,8 @@ def test_two_run_processes_never_duplicate_or_lose_a_record(
         produced = 50
         for _ in range(12):  # records keep coming while both run
             time.sleep(2)
-            batch = records(produced, 25)
-            produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, batch, PARTITIONS)
+            batch = payments(produced, 25)
+            payment_topics.produce(topic, batch, PARTITIONS)
             produced += 25
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

@@ -13,24 +13,15 @@ import requests
 
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, S3_FILE_IO
 from tableflow_core.readers.duckdb_reader import duckdb_connection
-from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.catalog import client_credentials_grant, unique_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def _token(server: S3CatalogServer) -> str:
-    response = requests.post(
-        f"{server.uri}/v1/oauth/tokens",
-        data={
-            "grant_type": "client_credentials",
-            "client_id": server.client_id,
-            "client_secret": server.client_secret,
-        },
-        timeout=10,
-    )
-    response.raise_for_status()
-    return str(response.json()["access_token"])
+    grant = client_credentials_grant(server.uri, server.client_id, server.client_secret, None)
+    return str(grant["access_token"])
 
 
 def _keys(server: S3CatalogServer) -> list[str]:

@@ -24,7 +24,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from tableflow_core.dev.producer import produce_sample
 from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
 from tests.fixtures.apply_env import run_cli
-from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.catalog import client_credentials_grant, unique_namespace
 from tests.fixtures.lake import Lake
 from tests.fixtures.projects import StackProject
 from tests.fixtures.s3_catalog import STS_CREDENTIAL_SECONDS as LIFETIME
@@ -37,16 +37,9 @@ pytestmark = pytest.mark.slow
 
 
 def load_table_answer(catalog: S3CatalogServer, namespace: str, table: str) -> dict[str, Any]:
-    token = requests.post(
-        f"{catalog.uri}/v1/oauth/tokens",
-        data={
-            "grant_type": "client_credentials",
-            "client_id": catalog.client_id,
-            "client_secret": catalog.client_secret,
-            "scope": "catalog",
-        },
-        timeout=10,
-    ).json()["access_token"]
+    token = client_credentials_grant(catalog.uri, catalog.client_id, catalog.client_secret)[
+        "access_token"
+    ]
     answer = requests.get(
         f"{catalog.uri}/v1/namespaces/{namespace}/tables/{table}",
         headers={

@@ -29,6 +29,7 @@ from tableflow_core.config.loader import load_project
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
+from tests.avro_records import avro_record, nullable, with_default
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import unique_name
 from tests.unit.test_schemas_protobuf import build_file, full_order
@@ -43,45 +44,35 @@ LOCAL = dt.datetime(2026, 11, 1, 23, 59, 58, 123456)  # wall clock, no zone
 NANOS = 1_700_000_000_123_456_789
 U1, U2 = uuid.UUID(int=1), uuid.UUID(int=2)
 
-AVRO_SCHEMA = {
-    "type": "record",
-    "name": "Everything",
-    "namespace": "matrix",
-    "fields": [
-        {"name": "id", "type": "int"},
-        {"name": "b", "type": "boolean"},
-        {"name": "l", "type": "long"},
-        {"name": "f", "type": "float"},
-        {"name": "d", "type": "double"},
-        {"name": "s", "type": "string"},
-        {"name": "by", "type": "bytes"},
-        {"name": "dec", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
-        {"name": "decf", "type": {"type": "fixed", "name": "DecF", "size": 8, "logicalType": "decimal", "precision": 12, "scale": 3}},
-        {"name": "wide", "type": {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 2}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "tm", "type": {"type": "int", "logicalType": "time-millis"}},
-        {"name": "tu", "type": {"type": "long", "logicalType": "time-micros"}},
-        {"name": "tsm", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "tsu", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "tsn", "type": {"type": "long", "logicalType": "timestamp-nanos"}},
-        {"name": "ltsm", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
-        {"name": "ltsu", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
-        {"name": "ltsn", "type": {"type": "long", "logicalType": "local-timestamp-nanos"}},
-        {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
-        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
-        {"name": "fx", "type": {"type": "fixed", "name": "Four", "size": 4}},
-        {"name": "arr", "type": {"type": "array", "items": "int"}},
-        {"name": "mp", "type": {"type": "map", "values": "long"}},
-        {"name": "rec", "type": {"type": "record", "name": "Inner", "fields": [
-            {"name": "x", "type": "int"},
-            {"name": "when", "type": ["null", {"type": "long", "logicalType": "local-timestamp-micros"}]},
-        ]}},
-        {"name": "opt", "type": ["null", "string"], "default": None},
-        {"name": "num", "type": ["int", "long"]},
-        {"name": "multi", "type": ["null", "string", "long"], "default": None},
-        {"name": "nothing", "type": "null"},
-    ],
-}  # fmt: skip
+AVRO_SCHEMA = avro_record(
+    "Everything",
+    namespace="matrix",
+    id="int", b="boolean", l="long", f="float", d="double", s="string", by="bytes",
+    dec={"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+    decf={"type": "fixed", "name": "DecF", "size": 8, "logicalType": "decimal", "precision": 12, "scale": 3},
+    wide={"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 2},
+    day={"type": "int", "logicalType": "date"},
+    tm={"type": "int", "logicalType": "time-millis"},
+    tu={"type": "long", "logicalType": "time-micros"},
+    tsm={"type": "long", "logicalType": "timestamp-millis"},
+    tsu={"type": "long", "logicalType": "timestamp-micros"},
+    tsn={"type": "long", "logicalType": "timestamp-nanos"},
+    ltsm={"type": "long", "logicalType": "local-timestamp-millis"},
+    ltsu={"type": "long", "logicalType": "local-timestamp-micros"},
+    ltsn={"type": "long", "logicalType": "local-timestamp-nanos"},
+    u={"type": "string", "logicalType": "uuid"},
+    e={"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]},
+    fx={"type": "fixed", "name": "Four", "size": 4},
+    arr={"type": "array", "items": "int"},
+    mp={"type": "map", "values": "long"},
+    rec=avro_record(
+        "Inner", x="int", when=["null", {"type": "long", "logicalType": "local-timestamp-micros"}]
+    ),
+    opt=nullable("string"),
+    num=["int", "long"],
+    multi=with_default(["null", "string", "long"], None),
+    nothing="null",
+)  # fmt: skip
 
 
 def _micros_of_day(t: dt.time) -> int:

@@ -18,26 +18,24 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.state.offsets import OFFSETS_KEY
 from tableflow_core.tasks.plan import PlanTask
+from tests.avro_records import avro_record, nullable
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.stack import KafkaBroker, unique_name
 
 pytestmark = pytest.mark.slow
 
 SALT = "pepper-3f9a"
-ORDER_SCHEMA = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "tableflow.test",
-    "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "email", "type": "string"},
-        {"name": "card", "type": "string"},
-        {"name": "notes", "type": ["null", "string"], "default": None},
-        {"name": "status", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "quantity", "type": "long"},
-    ],
-}
+ORDER_SCHEMA = avro_record(
+    "Order",
+    namespace="tableflow.test",
+    order_id="string",
+    email="string",
+    card="string",
+    notes=nullable("string"),
+    status="string",
+    amount="double",
+    quantity="long",
+)
 TRANSFORMS: list[dict[str, Any]] = [
     {"type": "dedup", "keys": ["order_id"], "keep": "last"},
     {"type": "filter", "where": "status <> 'TEST'"},

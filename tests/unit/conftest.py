@@ -14,6 +14,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,3 +76,16 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     with no_processes():
         yield
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Any:
+    """A pyiceberg SQL catalog (a SQLite file, a file warehouse under tmp_path) holding
+    the namespace `ns`: Iceberg tables with no server."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(
+        "t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
+    )
+    catalog.create_namespace("ns")
+    return catalog

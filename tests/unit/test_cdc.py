@@ -13,7 +13,6 @@ import datetime
 import json
 import random
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -380,17 +379,6 @@ class Mirror:
         found = {r["id"]: (r["name"], r["_cdc_lsn"]) for r in read.to_pylist()}
         assert len(found) == read.num_rows, "one row per key"
         return found
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog(
-        "t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
-    )
-    catalog.create_namespace("ns")
-    return catalog
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

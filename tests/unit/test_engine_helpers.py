@@ -12,11 +12,13 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-import duckdb
 import fastavro
 import pyarrow as pa
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+# DuckDB with its extensions loaded from their wheels (the product's loader; DuckDB reads).
+from tableflow_core.readers.duckdb_reader import duckdb_connection as duckdb_connection
 
 
 def avro_schema(version: int = 1) -> dict[str, Any]:
@@ -84,19 +86,6 @@ def produce_raw(bootstrap: str, topic: str, values: Sequence[bytes], partition: 
     for value in values:
         producer.produce(topic, value, partition=partition)
     producer.flush(30)
-
-
-def duckdb_connection() -> duckdb.DuckDBPyConnection:
-    """DuckDB with the avro, httpfs and iceberg extensions loaded from their wheels."""
-    import importlib
-    from pathlib import Path
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": False})
-    for name in ("avro", "httpfs", "iceberg"):
-        package = importlib.import_module(f"duckdb_extension_{name}")
-        (path,) = Path(package.__file__).parent.glob(f"extensions/*/{name}.duckdb_extension")
-        con.execute(f"LOAD '{path}'")
-    return con
 
 
 def test_root_cause_finds_the_executor_error_inside_a_spark_trace() -> None:

@@ -14,6 +14,7 @@ from tableflow_core.registry.compatibility import (
     check_level,
 )
 from tableflow_core.registry.schemas import parse_avro
+from tests.avro_records import avro_record, nullable
 
 
 def _avro(schema: Any) -> ParsedAvro:
@@ -124,14 +125,7 @@ def test_decimal_scale_change_is_incompatible() -> None:
 
 
 def test_recursive_schema_terminates() -> None:
-    node = {
-        "type": "record",
-        "name": "Node",
-        "fields": [
-            {"name": "v", "type": "int"},
-            {"name": "next", "type": ["null", "Node"], "default": None},
-        ],
-    }
+    node = avro_record("Node", v="int", next=nullable("Node"))
     assert _compatible(node, node)
 
 

@@ -13,6 +13,7 @@ from confluent_kafka.schema_registry import Schema
 from tableflow_core.schemas.avro_types import map_avro_schema
 from tableflow_core.schemas.json_schema_types import map_json_schema
 from tableflow_core.schemas.references import Referenced, bundle_json_schema, inline_avro
+from tests.avro_records import avro_record, nullable
 
 COUNTRY = {"type": "enum", "name": "Country", "symbols": ["NL", "DE"]}
 ADDRESS = {
@@ -21,17 +22,14 @@ ADDRESS = {
     "namespace": "shop",
     "fields": [{"name": "street", "type": "string"}, {"name": "country", "type": COUNTRY}],
 }
-ORDER = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "shop",
-    "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "ship_to", "type": "shop.Address"},
-        {"name": "bill_to", "type": ["null", "Address"], "default": None},
-        {"name": "origin", "type": "Country"},
-    ],
-}
+ORDER = avro_record(
+    "Order",
+    namespace="shop",
+    id="string",
+    ship_to="shop.Address",
+    bill_to=nullable("Address"),
+    origin="Country",
+)
 
 
 def test_avro_types_from_references_are_defined_once_where_first_used() -> None:

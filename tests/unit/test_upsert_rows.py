@@ -6,7 +6,6 @@ than the rows they meet, keys that were deleted before, a replay, several data f
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,17 +61,6 @@ def model(records: list[Record]) -> dict[int, str]:
         if key not in latest or position > latest[key][0]:
             latest[key] = (position, value)
     return {k: v for k, (_, v) in latest.items() if v is not None}
-
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    catalog = SqlCatalog(
-        "t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
-    )
-    catalog.create_namespace("ns")
-    return catalog
 
 
 class Upserts:
