@@ -139,10 +139,10 @@ def test_check_expansion_costs_at_most_the_limit() -> None:
     shared = leaf
     for _ in range(60):  # 2^60 columns, one shared Arrow type per level
         shared = pa.struct([pa.field("x", shared), pa.field("y", shared)])
-    start = time.perf_counter()
+    start = time.process_time()  # CPU, not wall: a loaded machine must not fail it
     with pytest.raises(SchemaMappingError, match="columns"):
         check_expansion(shared)
-    assert time.perf_counter() - start < 0.5
+    assert time.process_time() - start < 0.5
 
 
 def test_plan_names_the_subject_version_and_path() -> None:
