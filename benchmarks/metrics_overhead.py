@@ -7,8 +7,10 @@ ingest.py's `stack`) and a one-table project (embedded catalog, Spark local[core
 round produces `--records` Avro records (the 10-field event of ingest.py) and runs
 `tableflow run --once` on them, as its own process, alternately without and with
 `--metrics-port 0` (a round's order is swapped every other round, so neither side always
-runs first). Per run: the wall seconds of the command, and the apply's own duration from
-target/run_results.json (the same JVM start is in both; the apply's figure leaves it out).
+runs first). Per run: the wall seconds of the command, the apply's own duration from
+target/run_results.json (the same JVM start is in both; the apply's figure leaves it out),
+and the CPU seconds of the command's process tree (sampled every 0.2 s by pid: the figure
+a loaded machine disturbs least).
 With `--metrics-port` the run also serves /metrics and reads the table's lag and freshness
 after its cycle, in its own thread; `--once` waits for nothing of it. The figures printed
 are the medians per side and their ratio (metrics / baseline); the load average is
@@ -110,23 +112,27 @@ def main() -> None:
             # Warm-up (not timed): the table exists, the JVM's class archive is written.
             produce(bootstrap, url, topic, 1000, PARTITIONS)
             cli_measured(root, "run", "--once")
-            figures: dict[str, list[tuple[float, float]]] = {"baseline": [], "metrics": []}
+            figures: dict[str, list[tuple[float, float, float]]] = {"baseline": [], "metrics": []}
             for round_ in range(args.rounds):
                 order = ["baseline", "metrics"] if round_ % 2 == 0 else ["metrics", "baseline"]
                 for side in order:
                     produce(bootstrap, url, topic, args.records, PARTITIONS, pool=10_000)
                     extra = ("--metrics-port", "0") if side == "metrics" else ()
-                    wall, _peak = cli_measured(root, "run", "--once", *extra)
+                    cpu: dict[int, float] = {}
+                    wall, _peak = cli_measured(root, "run", "--once", *extra, cpu=cpu)
                     result = run_results(root)
                     written = result["tables"][0]["records_written"]
                     assert written == args.records, (side, written)
-                    figures[side].append((wall, float(result["duration_s"])))
+                    tree_cpu = sum(cpu.values())
+                    figures[side].append((wall, float(result["duration_s"]), tree_cpu))
                     print(f"round {round_ + 1} {side:>8}: wall {wall:6.2f} s, "
-                          f"apply {result['duration_s']:6.2f} s")  # fmt: skip
+                          f"apply {result['duration_s']:6.2f} s, CPU {tree_cpu:6.2f} s")  # fmt: skip
     print(f"load average after: {os.getloadavg()}")
     base = figures["baseline"]
     with_metrics = figures["metrics"]
-    for index, name in ((0, "wall"), (1, "apply")):
+    # CPU: the command's process tree (CLI, JVM, Python workers), user + system seconds:
+    # what the metrics add to the work, whatever else the machine runs meanwhile.
+    for index, name in ((0, "wall"), (1, "apply"), (2, "CPU")):
         b = statistics.median(x[index] for x in base)
         m = statistics.median(x[index] for x in with_metrics)
         spread = max(x[index] for x in base) - min(x[index] for x in base)
