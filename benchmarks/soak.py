@@ -404,7 +404,8 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     duck = duckdb_connection()
     producer = SteadyProducer(bootstrap, url, tables, args.rate, args.keys)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    run = RunProcess(root, work / "run.log", env=env)
+    metrics = ("--metrics-port", "0") if args.metrics else ()
+    run = RunProcess(root, work / "run.log", *metrics, env=env)
     database = root / "warehouse" / "catalog.db"
     deadline = time.monotonic() + 300
     while not database.exists():  # the embedded catalog creates it when `run` starts
@@ -667,6 +668,9 @@ def main() -> None:
         type=lambda text: tuple(text.split("=", 1)),
         metavar="KEY=VALUE",
         help="a Spark conf entry of the target (A/B of session settings); repeatable",
+    )
+    parser.add_argument(
+        "--metrics", action="store_true", help="run with --metrics-port 0 (issue 43's A/B)"
     )
     parser.add_argument("--keep", type=Path, default=None, help="work directory to keep")
     args = parser.parse_args()
