@@ -469,13 +469,17 @@ def wait_for(rows: Callable[[], int], count: int, timeout: float, what: str) -> 
         time.sleep(0.5)
 
 
-def freshness_tableflow(stack: Stack, rate: int, seconds: float, interval: str) -> Freshness:
-    topic = table = f"fresh_tf_{rate}"
+def freshness_tableflow(
+    stack: Stack, rate: int, seconds: float, interval: str, metrics: bool = False
+) -> Freshness:
+    """`tableflow run`'s freshness; `metrics`: with `--metrics-port 0` (issue 43's A/B)."""
+    topic = table = f"fresh_tf_{rate}{'_metrics' if metrics else ''}"
     stack.create_topic(topic)
     warm = produce_at_rate(stack, topic, rate, 1, 0)
     root = write_project(stack, stack.work / f"project-{table}", topic, table, interval)
     os.environ["PEER_CATALOG_CREDENTIAL"] = stack.credential
-    run = RunProcess(root, stack.work / f"{table}.log")
+    extra = ("--metrics-port", "0") if metrics else ()
+    run = RunProcess(root, stack.work / f"{table}.log", *extra)
     try:
         run.wait_cycles(1, timeout=900)
         wait_for(lambda: total_records(stack, table), warm, 300, "tableflow run (warm-up)")
@@ -531,6 +535,11 @@ def main() -> None:
     parser.add_argument("--rates", default="1000,20000", help="freshness rates; empty: skip")
     parser.add_argument("--seconds", type=float, default=60.0, help="freshness run length")
     parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="freshness also with `tableflow run --metrics-port 0` (the metrics' cost)",
+    )
+    parser.add_argument(
         "--run-interval",
         type=run_interval,
         default="1s",
@@ -567,11 +576,16 @@ def main() -> None:
             cpu_ratio = sunk.cpu_seconds / applied.cpu_seconds
         for rate in rates:
             tf = freshness_tableflow(stack, rate, args.seconds, args.run_interval)
+            contenders = [(f"tableflow run ({args.run_interval})", tf)]
+            if args.metrics:
+                with_metrics = freshness_tableflow(
+                    stack, rate, args.seconds, args.run_interval, metrics=True
+                )
+                contenders.append(
+                    (f"tableflow run ({args.run_interval}) --metrics-port", with_metrics)
+                )
             sink = freshness_sink(stack, rate, args.seconds, SHORTEST_STABLE_INTERVAL_MS)
-            for name, f in (
-                (f"tableflow run ({args.run_interval})", tf),
-                ("sink (commit 1 s)", sink),
-            ):
+            for name, f in (*contenders, ("sink (commit 1 s)", sink)):
                 print(f.line(rate, name))
     print(f"load average {os.getloadavg()[0]:.1f} at end")
     if ratio is not None and cpu_ratio is not None:
