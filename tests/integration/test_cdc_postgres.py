@@ -1,9 +1,16 @@
 """Change data capture end to end, every component real and on loopback (docs/cdc.md):
 
 PostgreSQL 15 (Debian's package, a private cluster, SCRAM auth, `wal_level=logical`) ->
-Debezium's PostgreSQL connector 3.6.1.Final on Kafka Connect (pgoutput, a publication, a
-slot; Avro through the registry, or JSON with embedded schemas) -> Apache Kafka -> `tableflow apply` / `tableflow run`
--> Iceberg tables on S3 behind the REST catalog -> read back by pyiceberg and Trino.
+Debezium's PostgreSQL connector 3.6.1.Final on Kafka Connect (pgoutput) -> Apache Kafka ->
+`tableflow apply` / `tableflow run` -> Iceberg tables on S3 behind the REST catalog -> read
+back by pyiceberg and Trino.
+
+One workload is captured through both converters at once: one Kafka Connect worker runs two
+Debezium connectors on the same database, each with its own publication, replication slot
+and topic prefix: one writes Avro through the registry (Apicurio's converter, Confluent's
+wire format), the other JSON with embedded schemas (JsonConverter, `schemas.enable=true`).
+One project holds both sets of tables (`avro` and `connect_json` formats, a namespace each),
+so every `tableflow apply`, the kill -9 and `tableflow run` cover both formats together.
 
 A seeded workload over customers / orders / order_items (foreign keys that cascade):
 a Debezium initial snapshot of existing rows (~20k here; the >= 1M-row snapshot is
@@ -11,9 +18,9 @@ a Debezium initial snapshot of existing rows (~20k here; the >= 1M-row snapshot 
 cascades to its orders, an order's moves its items' two-column keys), multi-statement
 transactions and rollbacks, `ALTER TABLE orders ADD COLUMN` mid-stream, a PostgreSQL
 restart. `tableflow apply` between phases, kill -9 of tableflow mid-apply, `tableflow run`
-through the last phase. After each phase the topics, reduced by an independent model
-(tests/cdc_model.py), equal `SELECT * FROM` each table (that is Debezium's capture
-checked); and every Iceberg table equals its PostgreSQL table, value by value.
+through the last phase. After each phase each connector's topics, reduced by an independent
+model (tests/cdc_model.py), equal `SELECT * FROM` each table (that is Debezium's capture
+checked); and every Iceberg table of both formats equals its PostgreSQL table, value by value.
 
 TABLEFLOW_CDC_SEED picks another workload; TABLEFLOW_CDC_CUSTOMERS another snapshot size.
 """
@@ -33,11 +40,13 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from tableflow_core.dev.apicurio_server import CCOMPAT_PATH
 from tableflow_core.dev.kafka_connect import (
     APICURIO_CONVERTER_LOCK,
     DEBEZIUM_POSTGRES_LOCK,
+    ConnectorFile,
     KafkaConnectWorker,
     apicurio_avro_converters,
 )
@@ -61,8 +70,15 @@ from tests.cdc_workload import (
     qualified,
     source_rows,
 )
+from tests.fixtures.apicurio import ApicurioRegistry
 from tests.fixtures.kafka_server import ApacheKafka
-from tests.fixtures.postgres import PostgresCluster, connect, prepare_capture, start_debezium
+from tests.fixtures.postgres import (
+    PostgresCluster,
+    connect,
+    debezium_connector,
+    prepare_capture,
+    start_debezium_worker,
+)
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import unique_name
 from tests.fixtures.trino import trino_rows
@@ -75,8 +91,6 @@ REPO = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("TABLEFLOW_CDC_SEED", "44"))
 SNAPSHOT_CUSTOMERS = int(os.environ.get("TABLEFLOW_CDC_CUSTOMERS", "2000"))  # ~20k rows
 CAPTURE_TIMEOUT = 180.0
-# The case's converter -> the project's key and value formats (docs/cdc.md).
-FORMATS = {"json": "connect_json", "avro": "avro"}
 
 
 def source_mirror(cluster: PostgresCluster, table: str) -> dict[Key, Row]:
@@ -106,17 +120,21 @@ def wait_until_captured(
     return ops
 
 
-def project_tables(prefix: str, value_format: str) -> list[dict[str, Any]]:
+def project_tables(captures: tuple[Capture, ...]) -> list[dict[str, Any]]:
+    """Both connectors' tables in one project: `<format>_<table>`, in the capture's namespace."""
     return [
         {
-            "name": table,
-            "topic": f"{prefix}.public.{table}",
+            "name": f"{capture.label}_{table}",
+            "table": table,
+            "namespace": capture.namespace,
+            "topic": f"{capture.prefix}.public.{table}",
             "mode": "upsert",
             "key_columns": list(KEYS[table]),
-            "key": {"format": FORMATS[value_format]},
-            "value": {"format": FORMATS[value_format], "envelope": "debezium"},
+            "key": {"format": capture.table_format},
+            "value": {"format": capture.table_format, "envelope": "debezium"},
             "refresh_interval": "2s",
         }
+        for capture in captures
         for table in TABLES
     ]
 
@@ -193,90 +211,132 @@ def debezium_worker() -> Iterator[list[KafkaConnectWorker]]:
 
 @dataclass(frozen=True)
 class Capture:
-    """How Debezium writes (its converters) and how the project and the model read it."""
+    """One Debezium connector (its converters, topic prefix, slot and publication), how the
+    model reads its topics, and where the project lands its tables."""
 
-    registry_url: str
+    label: str  # "avro" | "json": the connector's, slot's and publication's suffix
+    table_format: str  # the project's key and value format (docs/cdc.md)
     envelopes: Envelopes
-    connector: dict[str, str]
-    plugin_extras: tuple[tuple[str, str], ...]
+    converters: dict[str, str]
+    prefix: str
+    namespace: str
+
+    @property
+    def slot(self) -> str:  # the publication has the same name
+        return f"tableflow_cdc_{self.label}"
+
+    def connector(self, cluster: PostgresCluster, password: SecretStr) -> ConnectorFile:
+        return debezium_connector(
+            cluster.server,
+            qualified(),
+            self.prefix,
+            password,
+            name=f"debezium-{self.label}",
+            slot=self.slot,
+            publication=self.slot,
+            extra=self.converters,
+        )
 
 
-def capture_for(value_format: str, request: pytest.FixtureRequest) -> Capture:
-    if value_format == "json":  # embedded schemas: no registry is asked
-        return Capture("http://127.0.0.1:1", JsonEnvelopes(), {}, ())
-    registry = request.getfixturevalue("apicurio_registry")
-    return Capture(
-        registry.url,
+def captures_of(registry: ApicurioRegistry) -> tuple[Capture, ...]:
+    avro = Capture(
+        "avro",
+        "avro",
         AvroEnvelopes(registry.url),
         apicurio_avro_converters(registry.url.replace(CCOMPAT_PATH, "/apis/registry/v2")),
-        ((DEBEZIUM_POSTGRES_LOCK, APICURIO_CONVERTER_LOCK),),
+        unique_name("pga"),
+        unique_name("cdca"),
     )
+    # JsonConverter with embedded schemas: debezium_postgres_source's default converters.
+    json = Capture(
+        "json", "connect_json", JsonEnvelopes(), {}, unique_name("pgj"), unique_name("cdcj")
+    )
+    return (avro, json)
 
 
-# Each case took 530-600 s under load average 6-24 on the shared 2-core machine: above the
-# suite's default 600 s, so its own bound.
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("value_format", ["json", "avro"])
+def wait_until_all_captured(
+    kafka: ApacheKafka, cluster: PostgresCluster, captures: tuple[Capture, ...]
+) -> dict[str, dict[str, dict[str, int]]]:
+    """Each connector's operations per table, once both caught up with the source."""
+    return {c.label: wait_until_captured(kafka, cluster, c.prefix, c.envelopes) for c in captures}
+
+
+def assert_all_tables_equal_source(
+    cluster: PostgresCluster,
+    catalog: Any,
+    captures: tuple[Capture, ...],
+    trino: TrinoServer | None = None,
+) -> None:
+    for capture in captures:
+        assert_tables_equal_source(cluster, catalog, capture.namespace, trino=trino)
+
+
+# One run of the whole path for both formats (the two separate cases took 530-600 s each
+# under load average 6-24 on the shared 2-core machine): above the suite's default 600 s,
+# so its own bound.
+@pytest.mark.timeout(1500)
 def test_postgres_tables_through_debezium_land_value_by_value(
-    value_format: str,
     tmp_path: Path,
     kafka_broker: ApacheKafka,
     s3_catalog: S3CatalogServer,
     postgres_cluster: PostgresCluster,
+    apicurio_registry: ApicurioRegistry,
     debezium_worker: list[KafkaConnectWorker],
     request: pytest.FixtureRequest,
 ) -> None:
-    capture = capture_for(value_format, request)
-    prefix = unique_name("pg")
-    namespace = unique_name("cdc")
+    captures = captures_of(apicurio_registry)
     with connect(postgres_cluster.server) as db:
         create_schema(db)
         snapshot = load_snapshot(db, SNAPSHOT_CUSTOMERS, seed=SEED)
     assert sum(snapshot.values()) >= 10 * SNAPSHOT_CUSTOMERS * 0.8
-    password = prepare_capture(postgres_cluster.server, qualified())
+    password = prepare_capture(
+        postgres_cluster.server, qualified(), publications=tuple(c.slot for c in captures)
+    )
 
-    # Phase 1: Debezium's initial snapshot of the existing rows (op `r`).
+    # Phase 1: each connector's initial snapshot of the existing rows (op `r`).
     debezium_worker.append(
-        start_debezium(
+        start_debezium_worker(
             tmp_path,
             kafka_broker.bootstrap,
-            postgres_cluster.server,
-            qualified(),
-            prefix,
-            password,
-            extra=capture.connector,
-            plugin_extras=capture.plugin_extras,
+            tuple(c.connector(postgres_cluster, password) for c in captures),
+            plugin_extras=((DEBEZIUM_POSTGRES_LOCK, APICURIO_CONVERTER_LOCK),),
         )
     )
-    ops = wait_until_captured(kafka_broker, postgres_cluster, prefix, capture.envelopes)
-    assert {t: ops[t].get("r", 0) for t in TABLES} == snapshot
+    ops = wait_until_all_captured(kafka_broker, postgres_cluster, captures)
+    for capture in captures:
+        assert {t: ops[capture.label][t].get("r", 0) for t in TABLES} == snapshot, capture.label
 
     root = write_project(
         tmp_path / "project",
         bootstrap=kafka_broker.bootstrap,
-        registry_url=capture.registry_url,
+        registry_url=apicurio_registry.url,
         catalog_uri=s3_catalog.uri,
         credential=s3_catalog.credential,
-        namespace=namespace,
-        tables=project_tables(prefix, value_format),
+        namespace=captures[0].namespace,
+        tables=project_tables(captures),
         catalog_name="tf_s3",
         storage={"credentials": "vended"},
     )
     catalog = s3_catalog.pyiceberg_catalog()
     applied = tableflow(root, "apply", "--auto-approve")
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-    assert_tables_equal_source(postgres_cluster, catalog, namespace)
+    assert_all_tables_equal_source(postgres_cluster, catalog, captures)
 
     # Phase 2: streaming changes (every kind, 10% of transactions rolled back).
     with connect(postgres_cluster.server) as db:
         workload = Workload.from_database(db, seed=SEED + 1)
         workload.run(db, transactions=250)
-    ops = wait_until_captured(kafka_broker, postgres_cluster, prefix, capture.envelopes)
-    assert all(ops[t].get(op, 0) > 0 for t in TABLES for op in ("c", "u", "d", "tombstone"))
+    ops = wait_until_all_captured(kafka_broker, postgres_cluster, captures)
+    for capture in captures:
+        assert all(
+            ops[capture.label][t].get(op, 0) > 0
+            for t in TABLES
+            for op in ("c", "u", "d", "tombstone")
+        ), capture.label
     apply_killed_midway(root, after_seconds=12.0)
     applied = tableflow(root, "apply", "--auto-approve")
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-    assert_tables_equal_source(postgres_cluster, catalog, namespace)
+    assert_all_tables_equal_source(postgres_cluster, catalog, captures)
 
     # Phase 3: a column added mid-stream, and PostgreSQL restarted between transactions.
     with connect(postgres_cluster.server) as db:
@@ -287,10 +347,10 @@ def test_postgres_tables_through_debezium_land_value_by_value(
     postgres_cluster.restart()
     with connect(postgres_cluster.server) as db:
         workload.run(db, transactions=150)
-    wait_until_captured(kafka_broker, postgres_cluster, prefix, capture.envelopes)
+    wait_until_all_captured(kafka_broker, postgres_cluster, captures)
     applied = tableflow(root, "apply", "--auto-approve")
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-    assert_tables_equal_source(postgres_cluster, catalog, namespace)
+    assert_all_tables_equal_source(postgres_cluster, catalog, captures)
 
     # Phase 4: `tableflow run` keeps the tables fresh while the source keeps changing.
     runner = subprocess.Popen(
@@ -303,11 +363,11 @@ def test_postgres_tables_through_debezium_land_value_by_value(
             for _ in range(5):
                 workload.run(db, transactions=60)
                 time.sleep(1.0)
-        wait_until_captured(kafka_broker, postgres_cluster, prefix, capture.envelopes)
+        wait_until_all_captured(kafka_broker, postgres_cluster, captures)
         deadline = time.monotonic() + CAPTURE_TIMEOUT
         while True:
             try:
-                assert_tables_equal_source(postgres_cluster, catalog, namespace)
+                assert_all_tables_equal_source(postgres_cluster, catalog, captures)
                 break
             except AssertionError:
                 if time.monotonic() > deadline or runner.poll() is not None:
@@ -325,9 +385,11 @@ def test_postgres_tables_through_debezium_land_value_by_value(
     assert all(workload.counts.get(op.__name__, 0) > 0 for op in _moves())
 
     trino = request.getfixturevalue("trino_on_s3_catalog")
-    assert_tables_equal_source(postgres_cluster, catalog, namespace, trino=trino)
+    assert_all_tables_equal_source(postgres_cluster, catalog, captures, trino=trino)
     project = yaml.safe_load((root / "tables" / "tables.yml").read_text())
-    assert [t["name"] for t in project["tables"]] == list(TABLES)
+    assert [t["name"] for t in project["tables"]] == [
+        f"{c.label}_{t}" for c in captures for t in TABLES
+    ]
 
 
 def _moves() -> tuple[Any, ...]:
