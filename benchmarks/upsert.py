@@ -616,6 +616,15 @@ def table_summary(project_root: Path) -> tuple[int, float]:
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "@@measured "  # a worker's answer line (the apply's own output goes to stdout too)
+# A worker runs this script without the editable install's finder: that finder (on
+# sys.meta_path, before PYTHONPATH's entries) maps tableflow_core to the checkout the
+# install came from, so the worker's tree would not be the one measured.
+WORKER_START = (
+    "import os, runpy, sys; "
+    "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in f.__module__]; "
+    "sys.argv = sys.argv[1:]; sys.path.insert(1, os.path.dirname(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def worker(root: Path, cores: int, short_lived: bool) -> None:
@@ -642,7 +651,8 @@ class Worker:
         self.label = label
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(root), "--cores", str(cores),
+            [sys.executable, "-c", WORKER_START, __file__, "--worker", str(root),
+             "--cores", str(cores),
              *(["--short-lived"] if short_lived else [])],
             env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"),

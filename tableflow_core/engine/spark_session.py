@@ -77,16 +77,23 @@ EXECUTOR_OPTIONS_KEY = "spark.executor.extraJavaOptions"
 # Python workers fork from a daemon that imported the decode path already.
 WORKER_DAEMON_MODULE = "tableflow_core.pipeline.worker_daemon"
 
-# A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
-# CPU than its faster code saves (1M records: the JVM used ~30 s of CPU with tiered JIT,
-# ~17 s with C1 only), and the parallel collector returning free heap keeps the JVM's
-# memory ~130 MB lower than G1 (docs/history/performance-rounds.md). `tableflow run` keeps the defaults.
-SHORT_LIVED_JVM_OPTIONS = (
-    "-XX:TieredStopAtLevel=1",
+# The parallel collector, shrinking the heap to what is live plus 5-20% after a
+# collection: G1 keeps the heap it grew to (up to spark.driver.memory) for good. A one-shot
+# apply's JVM measured ~130 MB lower than with G1 (docs/history/performance-rounds.md);
+# `tableflow run`'s, on a 10-table soak at 1 s, 1,066 MB PSS at the end instead of 1,483 MB
+# (docs/production.md). Left out when the user's options pick a collector of their own
+# (the JVM refuses to start with two).
+HEAP_RETURNING_JVM_OPTIONS = (
     "-XX:+UseParallelGC",
     "-XX:MinHeapFreeRatio=5",
     "-XX:MaxHeapFreeRatio=20",
 )
+COLLECTOR_CHOICE = re.compile(r"-XX:\+Use\w+GC\b")
+
+# A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
+# CPU than its faster code saves (1M records: the JVM used ~30 s of CPU with tiered JIT,
+# ~17 s with C1 only). `tableflow run` keeps tiered compilation.
+SHORT_LIVED_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 
 
 # The same one-shot JVM keeps its heap small (the options above), so a sort's pages on
@@ -278,12 +285,15 @@ def _brings_own_iceberg(packages: Sequence[str]) -> bool:
 def driver_java_options(
     user_options: str | None, short_lived: bool, ours: Sequence[str] = ()
 ) -> str:
-    """Our log4j configuration (the JIT choice, `ours`: system properties, the class-data
-    sharing archive), then the user's own options, which win where they set the same
-    flag (the JVM takes the last)."""
+    """Our log4j configuration, the JIT choice, the heap-returning collector (unless the
+    user's options pick a collector), `ours` (system properties, the class-data sharing
+    archive), then the user's own options, which win where they set the same flag (the
+    JVM takes the last)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     if short_lived:
         options.extend(SHORT_LIVED_JVM_OPTIONS)
+    if not COLLECTOR_CHOICE.search(user_options or ""):
+        options.extend(HEAP_RETURNING_JVM_OPTIONS)
     options.extend(ours)
     if user_options:
         options.append(user_options)

@@ -67,7 +67,22 @@ def test_driver_java_options_keep_ours_and_the_users() -> None:
     # The user's flags come last, so a user's own JIT choice wins over ours.
     assert parts[1] == "-XX:TieredStopAtLevel=1"
     assert parts[-2:] == ["-Xss4m", "-XX:TieredStopAtLevel=4"]
-    assert driver_java_options(None, short_lived=False).count(" ") == 0
+    # `run`'s long-lived JVM keeps tiered compilation, and both return free heap.
+    long_lived = driver_java_options(None, short_lived=False).split(" ")[1:]
+    assert long_lived == ["-XX:+UseParallelGC", "-XX:MinHeapFreeRatio=5", "-XX:MaxHeapFreeRatio=20"]
+    assert "-XX:+UseParallelGC" in parts
+
+
+def test_a_users_collector_replaces_ours() -> None:
+    """Two collectors on one command line: the JVM refuses to start."""
+    from tableflow_core.engine.spark_session import driver_java_options
+
+    for short_lived in (True, False):
+        options = driver_java_options("-XX:+UseG1GC -Xss4m", short_lived=short_lived)
+        assert "-XX:+UseParallelGC" not in options
+        assert "-XX:MaxHeapFreeRatio=20" not in options
+        assert options.endswith("-XX:+UseG1GC -Xss4m")
+    assert "-XX:+UseParallelGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", False)
 
 
 def test_the_cached_iceberg_jars_are_on_the_drivers_own_class_path() -> None:
