@@ -214,12 +214,21 @@ def get_watermarks(
     `read_committed`, so a range ending there never waits for records an open transaction
     may still abort, and never reads half of one (docs/environment.md: with a transaction
     open at 13-14, the LSO is 13 and the high watermark 15)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka.admin import AdminClient
 
     errors = BrokerErrors()
     admin = AdminClient(admin_conf(consumer_config, error_cb=errors))
-    brokers = brokers_of(consumer_config)
+    return admin_watermarks(admin, topic, timeout, brokers_of(consumer_config), errors)
+
+
+def admin_watermarks(
+    admin: Any, topic: str, timeout: float, brokers: str, errors: BrokerErrors
+) -> dict[int, tuple[int, int]]:
+    """`get_watermarks` through an AdminClient the caller keeps (made with `admin_conf`
+    and `errors` as its `error_cb`): a reader asking every second keeps one client."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
     partitions = [
         TopicPartition(topic, p) for p in _partitions(admin, topic, timeout, brokers, errors)
     ]

@@ -97,6 +97,7 @@ class RunObservation:
                 while not self._pending and not self._closed:
                     self._wake.wait()
                 if self._closed:
+                    self.reader.close()  # here: its clients are used by this thread only
                     return
                 pending, self._pending = self._pending, {}
                 catalog = self._catalog

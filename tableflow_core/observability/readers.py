@@ -6,13 +6,20 @@ They run in the observer's own thread (`observer.py`), never in the scheduler's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tableflow_core.config.project import Project, Table
-from tableflow_core.kafka.offsets import OffsetRange
-from tableflow_core.kafka.range_reader import RangeReader
+from tableflow_core.kafka.admin import (
+    BrokerErrors,
+    admin_conf,
+    admin_watermarks,
+    brokers_of,
+    consumer_conf,
+)
+from tableflow_core.kafka.range_reader import FETCH_WAIT_MAX_MS, KafkaReadError
 from tableflow_core.observability.metrics import TableCommit
 from tableflow_core.plan.world import KAFKA_TIMEOUT_S, Readers, default_readers
 from tableflow_core.state.offsets import read_committed_offsets
@@ -42,6 +49,19 @@ class TableReader:
     def __post_init__(self) -> None:
         self._io = self.readers or default_readers()
         self._kafka_conf = kafka_consumer_config(self.project.target.kafka)
+        # Kept across cycles: a client per table per cycle cost more CPU than its reads.
+        self._watermarks = KeptWatermarks(self._kafka_conf)
+        self._tails = TailTimestamps(self._kafka_conf)
+
+    def close(self) -> None:
+        """Close the kept Kafka clients (from the thread that reads)."""
+        self._watermarks.close()
+        self._tails.close()
+
+    def _topic_watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
+        if self.readers is not None:  # the caller's I/O (tests)
+            return dict(self._io.get_watermarks(self._kafka_conf, topic, KAFKA_TIMEOUT_S))
+        return self._watermarks.of(topic)
 
     def read(
         self, catalog: Any, tables: Iterable[Table], commits: Mapping[str, TableCommit]
@@ -72,9 +92,7 @@ class TableReader:
         lag = None
         try:
             if table.topic not in watermarks:
-                watermarks[table.topic] = self._io.get_watermarks(
-                    self._kafka_conf, table.topic, KAFKA_TIMEOUT_S
-                )
+                watermarks[table.topic] = self._topic_watermarks(table.topic)
             partitions = table_lag(
                 table, committed, watermarks[table.topic], self._io, self._kafka_conf
             )
@@ -102,7 +120,7 @@ class TableReader:
         }
         if not ranges:
             return None
-        read = self.newest_timestamp_ms or self._newest_timestamp_ms
+        read = self.newest_timestamp_ms or self._tails.newest_ms
         try:
             newest = read(table.topic, ranges)
         except Exception:
@@ -111,12 +129,95 @@ class TableReader:
             return None
         return max(0.0, (snapshot.timestamp_ms - newest) / 1000)
 
-    def _newest_timestamp_ms(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> int | None:
+
+class KeptWatermarks:
+    """`get_watermarks` (the same requests, so `status` and the metrics count lag from
+    the same offsets) through one AdminClient kept until `close()`."""
+
+    def __init__(self, kafka_conf: Mapping[str, Any]) -> None:
+        self._conf = kafka_conf
+        self._brokers = brokers_of(kafka_conf)
+        self._errors = BrokerErrors()
+        self._admin: Any = None
+
+    def of(self, topic: str) -> dict[int, tuple[int, int]]:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(admin_conf(self._conf, error_cb=self._errors))
+        return admin_watermarks(self._admin, topic, KAFKA_TIMEOUT_S, self._brokers, self._errors)
+
+    def close(self) -> None:
+        self._admin = None  # an AdminClient has no close(); dropping it ends its threads
+
+
+class TailTimestamps:
+    """The newest Kafka timestamp among offset ranges of a topic, read by one consumer
+    kept across calls (assigned anew each call; a message outside a range, fetched ahead
+    for an earlier one, is left out: an offset's record is the same whoever fetched it)."""
+
+    def __init__(self, kafka_conf: Mapping[str, Any], idle_timeout_s: float = 10.0) -> None:
+        self._conf = dict(kafka_conf)
+        self._idle_timeout_s = idle_timeout_s
+        self._errors = BrokerErrors()
+        self._consumer: Any = None
+
+    def newest_ms(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> int | None:
+        from confluent_kafka import KafkaError, TopicPartition
+
+        consumer = self._consumer or self._new_consumer()
+        left = {p: r for p, r in ranges.items() if r[0] < r[1]}
+        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in left.items()])
         newest: int | None = None
-        with RangeReader(self._kafka_conf, idle_timeout_s=10.0, topics=[topic]) as reader:
-            for partition, (start, end) in sorted(ranges.items()):
-                for chunk in reader.read(OffsetRange(topic, partition, start, end)):
-                    stamps = [t for t in chunk.timestamps_ms if t is not None and t >= 0]
-                    if stamps:
-                        newest = max(stamps + ([newest] if newest is not None else []))
+        last_progress = time.monotonic()
+        while left:
+            # consume() waits `timeout` unless it gets `num_messages`: ask for no more
+            # than the ranges still hold (each a 16-record tail), as RangeReader does.
+            wanted = max(1, min(1000, sum(end - start for start, end in left.values())))
+            batch: list[Any] = consumer.consume(num_messages=wanted, timeout=1.0)
+            for msg in batch:
+                partition = msg.partition()
+                if msg.topic() != topic or partition not in left:
+                    continue
+                start, end = left[partition]
+                error = msg.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaReadError(f"topic {topic!r} partition {partition}: {error}")
+                offset = msg.offset()
+                if error is None and start <= offset < end:
+                    last_progress = time.monotonic()
+                    kind, stamp = msg.timestamp()
+                    if kind and stamp >= 0:
+                        newest = stamp if newest is None else max(newest, stamp)
+                if offset + (error is None) >= end:
+                    del left[partition]
+            if left and not batch:
+                # A transactional range ends with a control record no message shows.
+                positions = consumer.position([TopicPartition(topic, p) for p in left])
+                for tp in positions:
+                    if tp.offset >= left[tp.partition][1]:
+                        del left[tp.partition]
+                if left and time.monotonic() - last_progress > self._idle_timeout_s:
+                    raise KafkaReadError(
+                        f"topic {topic!r}: no progress for {self._idle_timeout_s:.0f}s "
+                        f"reading {sorted(left.items())}{self._errors.suffix()}"
+                    )
         return newest
+
+    def _new_consumer(self) -> Any:
+        from confluent_kafka import Consumer
+
+        overrides: dict[str, Any] = {
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "error_cb": self._errors,
+        }
+        if "fetch.wait.max.ms" not in self._conf:
+            overrides["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS  # see kafka/range_reader.py
+        self._consumer = Consumer(consumer_conf(self._conf, **overrides))
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
