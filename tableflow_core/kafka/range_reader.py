@@ -63,6 +63,23 @@ METADATA_TIMEOUT_S = 30.0
 FETCH_WAIT_MAX_MS = 10
 
 
+def range_consumer_conf(kafka_conf: Mapping[str, Any], errors: Any) -> dict[str, Any]:
+    """A consumer's settings for reading ranges already in the log (`errors`: its error_cb)."""
+    overrides: dict[str, Any] = {
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "error_cb": errors,
+    }
+    if "fetch.wait.max.ms" not in kafka_conf:
+        # A planned range is already in the log (it ends at or before the last stable
+        # offset), so the broker never needs to wait for data; with the default 500 ms
+        # a fetch left outstanding for the range just read held the next range's first
+        # fetch for that long (Apache Kafka honours it: 0.5 s per small range, 0.01 s
+        # with 10 ms, measured).
+        overrides["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS
+    return consumer_conf(kafka_conf, **overrides)
+
+
 class RangeReader:
     """One consumer reading planned ranges one after the other (assign + seek each).
 
@@ -86,19 +103,7 @@ class RangeReader:
     def _new_consumer(self) -> Any:
         from confluent_kafka import Consumer, KafkaException
 
-        overrides: dict[str, Any] = {
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "error_cb": self._errors,
-        }
-        if "fetch.wait.max.ms" not in self._conf:
-            # A planned range is already in the log (it ends at or before the last stable
-            # offset), so the broker never needs to wait for data; with the default 500 ms
-            # a fetch left outstanding for the range just read held the next range's first
-            # fetch for that long (Apache Kafka honours it: 0.5 s per small range, 0.01 s
-            # with 10 ms, measured).
-            overrides["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS
-        consumer = Consumer(consumer_conf(self._conf, **overrides))
+        consumer = Consumer(range_consumer_conf(self._conf, self._errors))
         if self._many_topics:
             # librdkafka learns the leader of a topic assigned for the first time from a
             # metadata refresh it makes about a second later: a reader moving through

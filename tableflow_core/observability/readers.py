@@ -17,9 +17,8 @@ from tableflow_core.kafka.admin import (
     admin_conf,
     admin_watermarks,
     brokers_of,
-    consumer_conf,
 )
-from tableflow_core.kafka.range_reader import FETCH_WAIT_MAX_MS, KafkaReadError
+from tableflow_core.kafka.range_reader import KafkaReadError, range_consumer_conf
 from tableflow_core.observability.metrics import TableCommit
 from tableflow_core.plan.world import KAFKA_TIMEOUT_S, Readers, default_readers
 from tableflow_core.state.offsets import read_committed_offsets
@@ -207,14 +206,7 @@ class TailTimestamps:
     def _new_consumer(self) -> Any:
         from confluent_kafka import Consumer
 
-        overrides: dict[str, Any] = {
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "error_cb": self._errors,
-        }
-        if "fetch.wait.max.ms" not in self._conf:
-            overrides["fetch.wait.max.ms"] = FETCH_WAIT_MAX_MS  # see kafka/range_reader.py
-        self._consumer = Consumer(consumer_conf(self._conf, **overrides))
+        self._consumer = Consumer(range_consumer_conf(self._conf, self._errors))
         return self._consumer
 
     def close(self) -> None:
