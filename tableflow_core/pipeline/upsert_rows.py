@@ -117,8 +117,6 @@ class MergedBatch:
     rows_deleted: int = 0
     files_scanned: int = 0
     files_key_only: int = 0
-    # The key index the batch was looked up in (at the run's base snapshot), and the key
-    # columns of the rows the batch deleted: `advance_index` after the publish.
     # Moves the key index the batch was looked up in to the snapshot the publish made
     # (call with its id once the publish committed); None: no index was used.
     advance_index: Callable[[int], None] | None = None

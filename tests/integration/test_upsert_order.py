@@ -265,7 +265,8 @@ def test_batches_too_large_to_broadcast_give_the_same_table(
     schema_registry: SchemaRegistryServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Every batch takes the shuffled MERGE (a first load's way); the test above takes
+    # Every batch into the non-empty table takes the shuffled MERGE (a backfill's way; the
+    # first load only appends since issue 45); the test above takes
     # the broadcast one (append of new keys, then a WHEN MATCHED-only MERGE). Both end on
     # the model's table, run after run, deletes remembered.
     monkeypatch.setattr(write_upsert, "BROADCAST_RECORDS", 0)
