@@ -376,24 +376,22 @@ def test_run_survives_outages_and_keeps_every_record_exactly_once(
         timings["catalog: restart"] = stack.up()
         caught_up("catalog", producer.next_offsets())
 
-        # (c) The S3 store down for 60 s.
-        seen = len(run.failures())
-        stack.stop(S3)
-        time.sleep(DOWNTIME_S)
-        during = run.failures()[seen:]
-        assert during and all(cause == "storage" for cause, _ in during), during
-        timings["s3: restart"] = stack.up()
-        caught_up("s3", producer.next_offsets())
+        def down_for_a_while(component: str, what: str, cause: str) -> None:
+            """`component` stopped for DOWNTIME_S: every cycle meanwhile fails naming
+            `cause`; then it comes back and `run` catches up."""
+            seen = len(run.failures())
+            stack.stop(component)
+            time.sleep(DOWNTIME_S)
+            during = run.failures()[seen:]
+            assert during and all(c == cause for c, _ in during), during
+            timings[f"{what}: restart"] = stack.up()
+            caught_up(what, producer.next_offsets())
 
+        # (c) The S3 store down for 60 s.
+        down_for_a_while(S3, "s3", "storage")
         # (d) The registry down for 60 s. `run` resolves the table's schema each cycle:
         # the cycles fail naming the registry and records wait in Kafka.
-        seen = len(run.failures())
-        stack.stop(REGISTRY)
-        time.sleep(DOWNTIME_S)
-        during = run.failures()[seen:]
-        assert during and all(cause == "registry" for cause, _ in during), during
-        timings["registry: restart"] = stack.up()
-        caught_up("registry", producer.next_offsets())
+        down_for_a_while(REGISTRY, "registry", "registry")
 
         assert run.stop() == 0, run.log.read_text()[-3000:]
 
