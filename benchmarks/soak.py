@@ -18,12 +18,13 @@ project on the embedded catalog (file warehouse, Spark local[2]) and starts
   trickle of records (`--rate`, default 20/s): tiny batches as fast as `run` commits,
   until `--commits` commits or `--seconds`, standing for weeks of history.
 
-Every `--window` seconds it prints, per window: commit latency p50/p95 (the wall time of
-each `run` cycle that applied something, maintenance included, from the cycle's start by
-runner/schedule.py's fixed-rate rule to its output line), produce-to-commit freshness
+Every `--window` seconds it prints, per window: the time between a table's consecutive
+commits, p50/p95 over every table (`commit every`: a cycle's length as each table lives
+it, maintenance included, whichever cycles run beside it), produce-to-commit freshness
 p95 (each record's Kafka CreateTime to the moment `main` moved to the first snapshot
 whose offsets cover it, from the snapshot log, polled every 2 s so expiry cannot hide a
-commit), and per table at the window's end: metadata.json bytes, metadata files,
+commit), and per table its freshness p95 and at the window's end: metadata.json bytes,
+metadata files,
 manifests in the current snapshot, data and delete files, scan planning time of pyiceberg
 (`scan().plan_files()`) and DuckDB (`EXPLAIN` over `iceberg_scan`: reads the metadata and
 manifests), the median of 3 each; and the run tree's RSS (median of its samples) and CPU
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import statistics
 import sys
@@ -349,8 +351,9 @@ def table_figures(table: Any, duck: Any) -> TableFigures:
 @dataclass
 class Window:
     index: int
-    cycles: list[float] = field(default_factory=list)
+    cycles: list[float] = field(default_factory=list)  # each table's time between commits
     fresh: list[float] = field(default_factory=list)
+    fresh_by_table: dict[str, list[float]] = field(default_factory=dict)
     rss: list[int] = field(default_factory=list)
     cpu_s: float = 0.0
     seconds: float = 0.0
@@ -372,15 +375,16 @@ class Window:
 def print_window(w: Window, load: float) -> None:
     print(
         f"window {w.index}{' (warm-up)' if w.index == 0 else ''}: {w.commits} commits, "
-        f"commit p50 {w.p(w.cycles, 50):.2f} s p95 {w.p(w.cycles, 95):.2f} s, "
+        f"commit every p50 {w.p(w.cycles, 50):.2f} s p95 {w.p(w.cycles, 95):.2f} s, "
         f"freshness p95 {w.p(w.fresh, 95):.2f} s, run tree RSS {w.rss_median / 2**20:.0f} MB "
         f"(max {max(w.rss, default=0) / 2**20:.0f}), CPU {w.cpu_s / max(w.seconds, 1e-9):.2f} "
         f"cores, load {load:.1f}",
         flush=True,
     )
     for name, f in w.tables.items():
+        fresh = w.fresh_by_table.get(name, [])
         print(
-            f"  {name}: metadata.json {f.metadata_bytes:,} B, {f.metadata_files} metadata "
+            f"  {name}: freshness p95 {w.p(fresh, 95):.2f} s, metadata.json {f.metadata_bytes:,} B, {f.metadata_files} metadata "
             f"files, {f.snapshots} snapshots, {f.manifests} manifests, {f.data_files} data "
             f"files, {f.delete_files} delete files, plan pyiceberg {f.plan_pyiceberg_s * 1000:.0f}"
             f" ms duckdb {f.plan_duckdb_s * 1000:.0f} ms",
@@ -417,7 +421,6 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     windows: list[Window] = []
     cpu_seen: dict[int, float] = {}
     started_mono, started_ms = time.monotonic(), time.time() * 1000
-    interval_s = 0.1 if args.accelerated else float(args.interval.rstrip("s"))
     producer.start()
     try:
         window = Window(0)
@@ -460,8 +463,7 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     finished = wait_all_committed(catalog, tables, producer.produced, commits, timeout=300)
     breakdown = rss_breakdown(run.proc.pid)
     run.stop()  # SIGTERM: after the current cycle
-    fill_windows(windows, run, producer.produced, tables, commits, interval_s,
-                 started_mono, started_ms, args.window)  # fmt: skip
+    fill_windows(windows, producer.produced, tables, commits, started_ms, args.window)
     load = os.getloadavg()[0]
     for w in windows:
         print_window(w, load)
@@ -563,28 +565,28 @@ def wait_all_committed(
 
 def fill_windows(
     windows: list[Window],
-    run: RunProcess,
     produced: Produced,
     tables: list[SoakTable],
     commits: dict[str, dict[int, Commit]],
-    interval_s: float,
-    started_mono: float,
     started_ms: float,
     window_s: float,
 ) -> None:
-    """Assign cycles (by end) and records' freshness (by commit time) to their windows."""
+    """Assign each table's commits, the time since its previous commit, and records'
+    freshness to the windows of their commit time."""
 
     def index(offset_s: float) -> int:
         return min(max(int(offset_s // window_s), 0), len(windows) - 1)
 
-    for start, end, line in run._schedule(interval_s):
-        if line.startswith("Apply"):
-            windows[index(end - started_mono)].cycles.append(end - start)
     for t in tables:
-        for commit in commits[t.name].values():
-            windows[index((commit.at_ms - started_ms) / 1000)].commits += 1
+        times = sorted(commit.at_ms for commit in commits[t.name].values())
+        for at_ms in times:
+            windows[index((at_ms - started_ms) / 1000)].commits += 1
+        for before, at_ms in itertools.pairwise(times):
+            windows[index((at_ms - started_ms) / 1000)].cycles.append((at_ms - before) / 1000)
         for at_ms, latency in freshness(produced, t.topic, commits[t.name]):
-            windows[index((at_ms - started_ms) / 1000)].fresh.append(latency)
+            window = windows[index((at_ms - started_ms) / 1000)]
+            window.fresh.append(latency)
+            window.fresh_by_table.setdefault(t.name, []).append(latency)
 
 
 def exactly_once(catalog: Any, tables: list[SoakTable], produced: Produced) -> bool:
