@@ -240,45 +240,36 @@ def measure_against(rev: str, args: list[str]) -> dict:
 
 
 def in_task(records: int, chunk: int, repeat: int, against: str | None) -> None:
-    from ingest import produce  # benchmarks/ is on sys.path when a script runs
+    from ingest import produce, servers  # benchmarks/ is on sys.path when a script runs
 
     from tableflow_core.dev import broker
-    from tableflow_core.dev.processes import free_port
-    from tableflow_core.dev.registry import registry_url, start_registry
 
     work = Path(tempfile.mkdtemp(prefix="tf-bench-decode-"))
-    kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
-    registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
     try:
-        bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
-        topic = "bench_events"
-        broker.create_topics(bootstrap, {topic: 1})
-        payload = produce(bootstrap, url, topic, records, 1)
-        load = os.getloadavg()[0]
-        args = [bootstrap, url, topic, str(records), str(chunk), str(repeat)]
-        figures = measure(bootstrap, url, topic, records, chunk, repeat)
-        before = measure_against(against, args) if against else None
-        print(
-            f"in task: {records:,} records on one partition, {payload / records:.0f} B each, "
-            f"chunks of {chunk:,}, all six _kafka_* metadata columns; us of CPU per record "
-            f"(best of {repeat}; wall in brackets; load average {load:.2f}, {os.cpu_count()} cores)"
-        )
-        base_cpu = figures["baseline"][0]
-        for name, (cpu, wall) in figures.items():
-            line = (
-                f"  {name:<18} {cpu * 1e6 / records:6.2f} us/record  "
-                f"({wall * 1e6 / records:6.2f})  {cpu / base_cpu:4.2f}x baseline CPU"
+        with servers(work) as (bootstrap, url):
+            topic = "bench_events"
+            broker.create_topics(bootstrap, {topic: 1})
+            payload = produce(bootstrap, url, topic, records, 1)
+            load = os.getloadavg()[0]
+            args = [bootstrap, url, topic, str(records), str(chunk), str(repeat)]
+            figures = measure(bootstrap, url, topic, records, chunk, repeat)
+            before = measure_against(against, args) if against else None
+            print(
+                f"in task: {records:,} records on one partition, {payload / records:.0f} B each, "
+                f"chunks of {chunk:,}, all six _kafka_* metadata columns; us of CPU per record "
+                f"(best of {repeat}; wall in brackets; load average {load:.2f}, {os.cpu_count()} cores)"
             )
-            if before and name != "baseline":
-                old = before[name][0]
-                line += (
-                    f"   at {against}: {old * 1e6 / records:6.2f} us/record ({old / cpu:.2f}x now)"
+            base_cpu = figures["baseline"][0]
+            for name, (cpu, wall) in figures.items():
+                line = (
+                    f"  {name:<18} {cpu * 1e6 / records:6.2f} us/record  "
+                    f"({wall * 1e6 / records:6.2f})  {cpu / base_cpu:4.2f}x baseline CPU"
                 )
-            print(line)
+                if before and name != "baseline":
+                    old = before[name][0]
+                    line += f"   at {against}: {old * 1e6 / records:6.2f} us/record ({old / cpu:.2f}x now)"
+                print(line)
     finally:
-        kafka.stop()
-        registry.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

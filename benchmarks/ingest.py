@@ -34,8 +34,9 @@ run: the file:// baseline, the same baseline writing its Parquet to the same S3 
 file:// and on S3, and the S3 requests (Spark's and the catalog's) per Iceberg commit.
 Target: apply on S3 >= 0.6x the file:// baseline.
 
-Helpers shared by the other benchmarks live here (`stack`, `AvroFramer`, `produce`,
-`baseline`, `write_project`/`write_tables_project`, `cli`, `RunProcess`).
+Helpers shared by the other benchmarks live here (`servers`/`stack`, `AvroFramer`, `produce`,
+`FramedAvroReader`/`consume_to_ends`, `baseline`, `offset_commits`, `write_project`/`write_tables_project`,
+`cli`, `RunProcess`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 from repo_root import ROOT  # noqa: F401  (tests.support below)
@@ -76,6 +77,7 @@ from tableflow_core.engine.spark_session import session_conf
 from tableflow_core.jvm import class_data_sharing
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.schemas.formats import METADATA_COLUMNS
+from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets
 from tests.plan_project import write_project_files
 from tests.support.fault_proxy import FaultProxy
 
@@ -114,21 +116,88 @@ class AvroFramer:
         return buffer.getvalue()
 
 
+class FramedAvroReader:
+    """The baselines' decoding: a Confluent-framed Avro value read with fastavro, its
+    writer schema fetched from the registry once per schema id."""
+
+    def __init__(self, url: str) -> None:
+        self.client = SchemaRegistryClient({"url": url})
+        self.writers: dict[int, Any] = {}
+
+    def read(self, value: bytes) -> dict[str, Any]:
+        (schema_id,) = struct.unpack(">I", value[1:5])
+        if schema_id not in self.writers:
+            self.writers[schema_id] = fastavro.parse_schema(
+                json.loads(self.client.get_schema(schema_id).schema_str or "")
+            )
+        return fastavro.schemaless_reader(io.BytesIO(value[5:]), self.writers[schema_id], None)  # type: ignore[return-value]
+
+
+def consume_to_ends(
+    consumer: Consumer, ends: dict[tuple[str, int], int]
+) -> Iterator[list[Message]]:
+    """The baselines' consuming: the messages of each `consume` call (errors left out)
+    until every assigned (topic, partition) reached its end offset in `ends`."""
+    remaining = {key: end for key, end in ends.items() if end > 0}
+    while remaining:
+        messages = [msg for msg in consumer.consume(10_000, timeout=1.0) if not msg.error()]
+        for msg in messages:
+            key = (msg.topic(), msg.partition())
+            if msg.offset() + 1 >= remaining.get(key, 0):
+                remaining.pop(key, None)
+        yield messages
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    """A snapshot on main's ancestry that carries a topic's offsets (`tableflow.offsets`)."""
+
+    snapshot_id: int
+    at_ms: int  # when main moved to it (snapshot log), else its timestamp
+    offsets: dict[int, int]  # partition -> next offset
+
+
+def offset_commits(table: Any, topic: str, known: Container[int] = ()) -> Iterator[OffsetCommit]:
+    """`topic`'s commits on a pyiceberg table's main ancestry, newest first, down to the
+    first snapshot id in `known` (excluded)."""
+    metadata = table.metadata
+    moved: dict[int, int] = {}
+    for entry in metadata.snapshot_log:
+        moved.setdefault(entry.snapshot_id, entry.timestamp_ms)
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    snapshot_id = metadata.current_snapshot_id
+    while snapshot_id is not None and snapshot_id in by_id and snapshot_id not in known:
+        snapshot = by_id[snapshot_id]
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if OFFSETS_KEY in summary:
+            stored, offsets = decode_offsets(summary[OFFSETS_KEY], f"snapshot {snapshot_id}")
+            if stored == topic:
+                at = moved.get(snapshot_id, snapshot.timestamp_ms)
+                yield OffsetCommit(snapshot_id, at, offsets)
+        snapshot_id = snapshot.parent_snapshot_id
+
+
 @contextlib.contextmanager
-def stack(work: Path) -> Iterator[tuple[str, str]]:
+def servers(work: Path) -> Iterator[tuple[str, str]]:
     """An Apache Kafka broker and a dev registry on free loopback ports: (bootstrap, registry url)."""
     kafka_port, registry_port = free_port(HOST), free_port(HOST)
     kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
     try:
         registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
         try:
-            bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
-            prime_class_archive(work / "prime", bootstrap, url)
-            yield bootstrap, url
+            yield f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
         finally:
             registry.stop()
     finally:
         kafka.stop()
+
+
+@contextlib.contextmanager
+def stack(work: Path) -> Iterator[tuple[str, str]]:
+    """`servers`, with the driver JVM's class archive made before anything is timed."""
+    with servers(work) as (bootstrap, url):
+        prime_class_archive(work / "prime", bootstrap, url)
+        yield bootstrap, url
 
 
 def prime_class_archive(work: Path, bootstrap: str, url: str) -> None:
@@ -187,41 +256,36 @@ def baseline(
     `filesystem`: a pyarrow file system `out_dir` is on (S3), else the local disk."""
     started = time.perf_counter()
     watermarks = get_watermarks({"bootstrap.servers": bootstrap}, topic)
-    client = SchemaRegistryClient({"url": url})
-    writers: dict[int, object] = {}
+    reader = FramedAvroReader(url)
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "baseline", "enable.auto.commit": False,
     })  # fmt: skip
     consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in watermarks.items()])
-    remaining = {p: high for p, (_, high) in watermarks.items() if high > 0}
+    ends = {(topic, p): high for p, (_, high) in watermarks.items()}
     rows: list[dict[str, object]] = []
     writer: pq.ParquetWriter | None = None
     written = 0
-    while remaining:
-        for msg in consumer.consume(10_000, timeout=1.0):
-            if msg.error():
-                continue
-            value = msg.value()
-            (schema_id,) = struct.unpack(">I", value[1:5])
-            if schema_id not in writers:
-                writers[schema_id] = fastavro.parse_schema(
-                    json.loads(client.get_schema(schema_id).schema_str)
-                )
-            rows.append(fastavro.schemaless_reader(io.BytesIO(value[5:]), writers[schema_id], None))  # type: ignore[arg-type]
-            if msg.offset() + 1 >= remaining.get(msg.partition(), 0):
-                remaining.pop(msg.partition(), None)
-        if len(rows) >= 100_000 or (not remaining and rows):
-            table = pa.Table.from_pylist(rows)
-            if writer is None:
-                writer = pq.ParquetWriter(
-                    f"{out_dir}/baseline.parquet",
-                    table.schema,
-                    compression="zstd",
-                    filesystem=filesystem,
-                )
-            writer.write_table(table)
-            written += len(rows)
-            rows = []
+
+    def write() -> None:
+        nonlocal rows, writer, written
+        table = pa.Table.from_pylist(rows)
+        if writer is None:
+            writer = pq.ParquetWriter(
+                f"{out_dir}/baseline.parquet",
+                table.schema,
+                compression="zstd",
+                filesystem=filesystem,
+            )
+        writer.write_table(table)
+        written += len(rows)
+        rows = []
+
+    for messages in consume_to_ends(consumer, ends):
+        rows.extend(reader.read(msg.value()) for msg in messages)
+        if len(rows) >= 100_000:
+            write()
+    if rows:
+        write()
     if writer is not None:
         writer.close()
     consumer.close()

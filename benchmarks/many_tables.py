@@ -68,14 +68,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 from ingest import (
+    FramedAvroReader,
     RunProcess,
+    consume_to_ends,
     record,
     run_results,
     stack,
     tableflow_command,
     write_tables_project,
 )
-from memory import TreeSampler
+from memory import TreeSampler, sampled_run
 
 from tableflow_core.dev import broker
 from tableflow_core.kafka.admin import read_watermarks
@@ -165,28 +167,13 @@ def baseline(bootstrap: str, url: str, topics: Sequence[str], out: Path) -> tupl
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "baseline", "enable.auto.commit": False,
     })  # fmt: skip
-    remaining = {(t, p): end for t, marks in ends.items() for p, end in marks.items() if end}
-    consumer.assign([TopicPartition(t, p, 0) for t, p in remaining])
-    client = SchemaRegistryClient({"url": url})
-    writers: dict[int, Any] = {}
+    partition_ends = {(t, p): end for t, marks in ends.items() for p, end in marks.items() if end}
+    consumer.assign([TopicPartition(t, p, 0) for t, p in partition_ends])
+    reader = FramedAvroReader(url)
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in topics}
-    while remaining:
-        for msg in consumer.consume(10_000, timeout=1.0):
-            if msg.error():
-                continue
-            value = msg.value()
-            (schema_id,) = struct.unpack(">I", value[1:5])
-            if schema_id not in writers:
-                writers[schema_id] = fastavro.parse_schema(
-                    json.loads(client.get_schema(schema_id).schema_str)
-                )
-            reader = writers[schema_id]
-            rows[msg.topic()].append(
-                fastavro.schemaless_reader(io.BytesIO(value[5:]), reader, None)
-            )  # type: ignore[arg-type]
-            key = (msg.topic(), msg.partition())
-            if msg.offset() + 1 >= remaining.get(key, 0):
-                remaining.pop(key, None)
+    for messages in consume_to_ends(consumer, partition_ends):
+        for msg in messages:
+            rows[msg.topic()].append(reader.read(msg.value()))
     consumer.close()
     out.mkdir(parents=True, exist_ok=True)
     for topic, topic_rows in rows.items():
@@ -229,23 +216,9 @@ def checkout(rev: str, into: Path) -> Path:
 
 def cli_phase(tree: Tree, root: Path, *args: str) -> Figure:
     """`tableflow ARGS` in a new process on the project: wall seconds, peak tree PSS."""
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(
-            tableflow_command(root, *args), stdout=out, stderr=err, text=True,
-            env=tree.env(), cwd=tree.root,
-        )  # fmt: skip
-        sampler = TreeSampler(proc.pid, 0.2)
-        proc.wait()
-        seconds = time.perf_counter() - started
-        sampler.stop()
-        if proc.returncode != 0:
-            out.seek(0)
-            err.seek(0)
-            raise SystemExit(
-                f"[{tree.label}] tableflow {' '.join(args)} failed:\n"
-                f"{out.read()[-3000:]}\n{err.read()[-3000:]}"
-            )
+    what = f"[{tree.label}] tableflow {' '.join(args)}"
+    command = tableflow_command(root, *args)
+    seconds, sampler = sampled_run(command, what, 0.2, text=True, env=tree.env(), cwd=tree.root)
     cpu_s = sum(proc.cpu_s for proc in sampler.procs.values())
     return Figure(seconds, sampler.peak_pss, cpu_s=cpu_s)
 

@@ -206,6 +206,25 @@ class TreeSampler:
         return cpu
 
 
+def sampled_run(
+    command: list[str], what: str, interval: float, **popen: Any
+) -> tuple[float, TreeSampler]:
+    """Run `command` to its end, its process tree sampled every `interval` s: (wall
+    seconds, the sampler). A failure exits naming `what`, with the end of its output."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, stdout=out, stderr=err, **popen)
+        sampler = TreeSampler(proc.pid, interval)
+        proc.wait()
+        seconds = time.perf_counter() - started
+        sampler.stop()
+        if proc.returncode != 0:
+            out.seek(0)
+            err.seek(0)
+            raise SystemExit(f"{what} failed:\n{out.read()[-3000:]}\n{err.read()[-3000:]}")
+    return seconds, sampler
+
+
 @dataclass
 class ApplyRun:
     variant: str
@@ -225,20 +244,8 @@ def apply_measured(root: Path, variant: str, interval: float, settings: Variant)
     env = {**os.environ, **settings.env}
     if settings.pythonpath:
         env["PYTHONPATH"] = settings.pythonpath
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        command = tableflow_command(root, "apply", "--auto-approve")
-        proc = subprocess.Popen(command, stdout=out, stderr=err, env=env)
-        sampler = TreeSampler(proc.pid, interval)
-        proc.wait()
-        seconds = time.perf_counter() - started
-        sampler.stop()
-        if proc.returncode != 0:
-            out.seek(0)
-            err.seek(0)
-            raise SystemExit(
-                f"apply ({variant}) failed:\n{out.read()[-3000:]}\n{err.read()[-3000:]}"
-            )
+    command = tableflow_command(root, "apply", "--auto-approve")
+    seconds, sampler = sampled_run(command, f"apply ({variant})", interval, env=env)
     results = json.loads((root / "target" / "run_results.json").read_text())
     cpu = sampler.cpu_by_kind()
     return ApplyRun(

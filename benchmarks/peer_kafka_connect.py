@@ -45,10 +45,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -67,8 +65,6 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from tableflow_core.catalog.clients import pyiceberg_catalog_properties
-from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
-from tableflow_core.catalog.storage import ObjectStorage
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.dev.kafka_connect import (
     IcebergSinkCatalog,
@@ -77,8 +73,8 @@ from tableflow_core.dev.kafka_connect import (
     start_kafka_connect,
 )
 from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
-from tableflow_core.dev.processes import free_port, start_background
 from tableflow_core.dev.s3_server import S3ServerSettings, start_s3_server
+from tests.fixtures.s3_catalog import start_s3_catalog_server
 from tests.plan_project import write_project_files
 
 HOST = "127.0.0.1"
@@ -140,37 +136,13 @@ def local_stack(work: Path) -> Iterator[Stack]:
     s3 = start_s3_server(S3ServerSettings(data_dir=work / "s3"))
     catalog = None
     try:
-        client_id, client_secret = "peer", secrets.token_urlsafe(24)
-        port = free_port(HOST)
-        storage = ObjectStorage(
-            access_key_id=s3.credentials.access_key_id,
-            secret_access_key=s3.credentials.secret_access_key,
-        )
-        command = [
-            sys.executable, "-m", "tableflow_core.catalog.server",
-            "--host", HOST, "--port", str(port),
-            "--warehouse", f"s3://{s3.bucket}/peer",
-            "--database-url", f"sqlite:///{work / 'catalog.db'}",
-            "--auth", "client-credentials", "--client-id", client_id,
-            "--s3-endpoint", s3.endpoint, "--s3-region", s3.region, "--s3-path-style-access",
-            "--vend-credentials", "--log-level", "warning",
-        ]  # fmt: skip
-        catalog = start_background(
-            "peer-catalog",
-            command,
-            HOST,
-            port,
-            log_file=work / "catalog.log",
-            env={CLIENT_SECRET_ENV: client_secret, **storage.environment()},
-        )
-        stack = Stack(
-            kafka.bootstrap, f"http://{HOST}:{port}", f"{client_id}:{client_secret}", work
-        )
+        catalog = start_s3_catalog_server(work, s3)
+        stack = Stack(kafka.bootstrap, catalog.uri, catalog.credential, work)
         stack.pyiceberg().create_namespace_if_not_exists(NAMESPACE)
         yield stack
     finally:
         if catalog is not None:
-            catalog.stop()
+            catalog.process.stop()
         s3.stop()
         kafka.stop()
 
@@ -469,6 +441,31 @@ def wait_for(rows: Callable[[], int], count: int, timeout: float, what: str) -> 
         time.sleep(0.5)
 
 
+def under_load(
+    stack: Stack,
+    topic: str,
+    table: str,
+    rate: int,
+    seconds: float,
+    warm: int,
+    writer: int,
+    what: str,
+) -> tuple[float, float]:
+    """Once `table` holds the `warm` warm-up records: `seconds` of records at `rate`/s to
+    `topic`, until the table holds them all. (CPU s of the writer's process tree, wall s.)"""
+    wait_for(lambda: total_records(stack, table), warm, 300, f"{what} (warm-up)")
+    cpu_before, began = tree_cpu_now(writer), time.monotonic()
+    sent = produce_at_rate(stack, topic, rate, seconds, warm)
+    wait_for(lambda: total_records(stack, table), warm + sent, 600, what)
+    return cpu_between(cpu_before, tree_cpu_now(writer)), time.monotonic() - began
+
+
+def measured_freshness(stack: Stack, table: str, warm: int, cpu: float, wall: float) -> Freshness:
+    """The freshness of the records after the warm-up, with the load's CPU and wall time."""
+    found = summarize(latencies(stack, table, warm))
+    return replace(found, cpu_s=cpu, wall_s=wall, load=os.getloadavg()[0])
+
+
 def freshness_tableflow(
     stack: Stack, rate: int, seconds: float, interval: str, metrics: bool = False
 ) -> Freshness:
@@ -482,16 +479,11 @@ def freshness_tableflow(
     run = RunProcess(root, stack.work / f"{table}.log", *extra)
     try:
         run.wait_cycles(1, timeout=900)
-        wait_for(lambda: total_records(stack, table), warm, 300, "tableflow run (warm-up)")
-        cpu_before, began = tree_cpu_now(run.proc.pid), time.monotonic()
-        sent = produce_at_rate(stack, topic, rate, seconds, warm)
-        wait_for(lambda: total_records(stack, table), warm + sent, 600, "tableflow run")
-        cpu = cpu_between(cpu_before, tree_cpu_now(run.proc.pid))
-        wall = time.monotonic() - began
+        pid = run.proc.pid
+        cpu, wall = under_load(stack, topic, table, rate, seconds, warm, pid, "tableflow run")
     finally:
         run.stop()
-    found = summarize(latencies(stack, table, warm))
-    return replace(found, cpu_s=cpu, wall_s=wall, load=os.getloadavg()[0])
+    return measured_freshness(stack, table, warm, cpu, wall)
 
 
 def freshness_sink(stack: Stack, rate: int, seconds: float, interval_ms: int) -> Freshness:
@@ -500,16 +492,11 @@ def freshness_sink(stack: Stack, rate: int, seconds: float, interval_ms: int) ->
     warm = produce_at_rate(stack, topic, rate, 1, 0)
     worker = start_sink(stack, topic, table, interval_ms)
     try:
-        wait_for(lambda: total_records(stack, table), warm, 300, "sink (warm-up)")
-        cpu_before, began = tree_cpu_now(worker.process.pid), time.monotonic()
-        sent = produce_at_rate(stack, topic, rate, seconds, warm)
-        wait_for(lambda: total_records(stack, table), warm + sent, 600, "sink")
-        cpu = cpu_between(cpu_before, tree_cpu_now(worker.process.pid))
-        wall = time.monotonic() - began
+        pid = worker.process.pid
+        cpu, wall = under_load(stack, topic, table, rate, seconds, warm, pid, "sink")
     finally:
         worker.stop()
-    found = summarize(latencies(stack, table, warm))
-    return replace(found, cpu_s=cpu, wall_s=wall, load=os.getloadavg()[0])
+    return measured_freshness(stack, table, warm, cpu, wall)
 
 
 # ----------------------------------------------------------------------------- main

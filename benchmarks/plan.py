@@ -19,13 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ingest import servers  # benchmarks/ is on sys.path when a script runs
+
 from tableflow_core.catalog.runner import serve_in_background
 from tableflow_core.catalog.settings import CatalogServerSettings
 from tableflow_core.config.loader import load_project
-from tableflow_core.dev import broker
-from tableflow_core.dev.processes import free_port
 from tableflow_core.dev.producer import produce_sample
-from tableflow_core.dev.registry import registry_url, start_registry
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.plan.desired import format_spec
 from tableflow_core.plan.world import read_world
@@ -42,17 +41,10 @@ def main() -> None:
     parser.add_argument("--tables", type=int, default=50)
     n = parser.parse_args().tables
     base = Path(tempfile.mkdtemp(prefix="tableflow-bench-plan-"))
-    host = "127.0.0.1"
-    kafka_port, registry_port = free_port(host), free_port(host)
-    kafka = broker.start_broker(host, kafka_port, base / "kafka", base / "kafka.log")
-    registry = start_registry(host, registry_port, base / "registry.db", base / "registry.log")
-    server = serve_in_background(
-        CatalogServerSettings(
-            warehouse=base / "warehouse", auth="none", log_level="warning", access_log=False
-        )
+    catalog = CatalogServerSettings(
+        warehouse=base / "warehouse", auth="none", log_level="warning", access_log=False
     )
-    try:
-        bootstrap, reg_url = f"{host}:{kafka_port}", registry_url(host, registry_port)
+    with servers(base) as (bootstrap, reg_url), serve_in_background(catalog) as server:
         topics = [f"bench_{i:03d}" for i in range(n)]
         for topic in topics:
             produce_sample("orders", bootstrap, reg_url, topic, 5, partitions=2)
@@ -92,10 +84,6 @@ def main() -> None:
         print(f"baseline (bare reads, sequential): {baseline:6.2f} s")
         print(f"plan cold (first run):             {timings[0]:6.2f} s")
         print(f"plan warm (best of next 2):        {min(timings[1:]):6.2f} s   target < 2 s")
-    finally:
-        server.stop()
-        registry.stop()
-        kafka.stop()
 
 
 if __name__ == "__main__":

@@ -40,11 +40,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
-import json
 import multiprocessing as mp
 import os
-import struct
 import tempfile
 import time
 from array import array
@@ -54,17 +51,25 @@ from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from ingest import AvroFramer, RunProcess, record, stack, write_tables_project
+from ingest import (
+    AvroFramer,
+    FramedAvroReader,
+    OffsetCommit,
+    RunProcess,
+    consume_to_ends,
+    offset_commits,
+    record,
+    stack,
+    write_tables_project,
+)
 
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.dev import broker
 from tableflow_core.kafka.admin import get_watermarks
-from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets, encode_offsets
+from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets
 
 PARTITIONS = 4
 NAMESPACE = "bench"
@@ -159,31 +164,9 @@ class RateProducer:
 # --- reading commits back -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Commit:
-    at_ms: int  # when main moved to this snapshot
-    offsets: dict[int, int]  # partition -> next offset
-
-
-def commit_history(table: Any, topic: str) -> list[Commit]:
+def commit_history(table: Any, topic: str) -> list[OffsetCommit]:
     """The commits on main's ancestry carrying `tableflow.offsets`, oldest first."""
-    metadata = table.metadata
-    moved: dict[int, int] = {}
-    for entry in metadata.snapshot_log:
-        moved.setdefault(entry.snapshot_id, entry.timestamp_ms)
-    by_id = {s.snapshot_id: s for s in metadata.snapshots}
-    commits: list[Commit] = []
-    snapshot_id = metadata.current_snapshot_id
-    while snapshot_id is not None and snapshot_id in by_id:
-        snapshot = by_id[snapshot_id]
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        if OFFSETS_KEY in summary:
-            stored_topic, offsets = decode_offsets(summary[OFFSETS_KEY], f"snapshot {snapshot_id}")
-            if stored_topic == topic:
-                at = moved.get(snapshot_id, snapshot.timestamp_ms)
-                commits.append(Commit(at, offsets))
-        snapshot_id = snapshot.parent_snapshot_id
-    return commits[::-1]
+    return list(offset_commits(table, topic))[::-1]
 
 
 @dataclass(frozen=True)
@@ -193,7 +176,7 @@ class Latencies:
     uncommitted: int  # measured records no commit covers
 
 
-def latencies(produced: Produced, topic: str, commits: list[Commit]) -> Latencies:
+def latencies(produced: Produced, topic: str, commits: list[OffsetCommit]) -> Latencies:
     parts: list[np.ndarray] = []
     used = 0
     covered = 0
@@ -261,8 +244,7 @@ def baseline_loop(
     )
     catalog.create_namespace(NAMESPACE)
     table = catalog.create_table((NAMESPACE, "events"), schema=ARROW_SCHEMA)
-    registry = SchemaRegistryClient({"url": url})
-    writers: dict[int, Any] = {}
+    reader = FramedAvroReader(url)
     kafka = {"bootstrap.servers": bootstrap}
     consumer = Consumer({
         **kafka, "group.id": "baseline", "enable.auto.commit": False,
@@ -272,26 +254,12 @@ def baseline_loop(
     while not stop.is_set():
         began = time.monotonic()
         marks = get_watermarks(kafka, topic)
-        remaining = {p: high for p, (_, high) in marks.items() if high > positions[p]}
+        ends = {(topic, p): high for p, (_, high) in marks.items() if high > positions[p]}
         rows: list[dict[str, Any]] = []
-        while remaining:
-            for msg in consumer.consume(10_000, timeout=1.0):
-                if msg.error():
-                    continue
-                value = msg.value() or b""
-                (schema_id,) = struct.unpack(">I", value[1:5])
-                if schema_id not in writers:
-                    writers[schema_id] = fastavro.parse_schema(
-                        json.loads(registry.get_schema(schema_id).schema_str or "")
-                    )
-                decoded = fastavro.schemaless_reader(
-                    io.BytesIO(value[5:]), writers[schema_id], None
-                )
-                rows.append(dict(decoded))  # type: ignore[arg-type]
-                partition = int(msg.partition() or 0)
-                positions[partition] = int(msg.offset() or 0) + 1
-                if positions[partition] >= remaining.get(partition, 0):
-                    remaining.pop(partition, None)
+        for messages in consume_to_ends(consumer, ends):
+            for msg in messages:
+                rows.append(reader.read(msg.value() or b""))
+                positions[int(msg.partition() or 0)] = int(msg.offset() or 0) + 1
         if rows:
             table.append(
                 pa.Table.from_pylist(rows, schema=ARROW_SCHEMA),

@@ -46,7 +46,6 @@ Last lines:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import os
 import statistics
@@ -55,7 +54,7 @@ import tempfile
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,8 +63,11 @@ import numpy as np
 from confluent_kafka import KafkaError, Message, Producer
 from ingest import (
     AvroFramer,
+    OffsetCommit,
     RunProcess,
+    offset_commits,
     record,
+    servers,
     tree_cpu_seconds,
     tree_rss_bytes,
     write_tables_project,
@@ -73,10 +75,7 @@ from ingest import (
 
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.dev import broker
-from tableflow_core.dev.processes import free_port
-from tableflow_core.dev.registry import registry_url, start_registry
 from tableflow_core.readers.duckdb_reader import duckdb_connection
-from tableflow_core.state.offsets import OFFSETS_KEY, decode_offsets
 
 HOST = "127.0.0.1"
 NAMESPACE = "bench"
@@ -94,22 +93,6 @@ TEMPLATE_MAINTENANCE = {
 
 
 # --- the stack and the project ------------------------------------------------------
-
-
-@contextlib.contextmanager
-def stack(work: Path) -> Iterator[tuple[str, str]]:
-    """An Apache Kafka broker and a dev registry on free loopback ports (ingest.py's,
-    without its class-archive priming: a soak's first window is its warm-up anyway)."""
-    kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
-    try:
-        registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
-        try:
-            yield f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
-        finally:
-            registry.stop()
-    finally:
-        kafka.stop()
 
 
 @dataclass(frozen=True)
@@ -246,33 +229,13 @@ class SteadyProducer(threading.Thread):
 # --- reading the tables -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Commit:
-    snapshot_id: int
-    at_ms: int  # when main moved to it (snapshot log), else its timestamp
-    offsets: dict[int, int]
-
-
-def new_commits(table: Any, topic: str, seen: dict[int, Commit]) -> None:
+def new_commits(table: Any, topic: str, seen: dict[int, OffsetCommit]) -> None:
     """Add the commits on main's ancestry carrying offsets that `seen` lacks."""
-    metadata = table.metadata
-    moved: dict[int, int] = {}
-    for entry in metadata.snapshot_log:
-        moved.setdefault(entry.snapshot_id, entry.timestamp_ms)
-    by_id = {s.snapshot_id: s for s in metadata.snapshots}
-    snapshot_id = metadata.current_snapshot_id
-    while snapshot_id is not None and snapshot_id in by_id and snapshot_id not in seen:
-        snapshot = by_id[snapshot_id]
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        if OFFSETS_KEY in summary:
-            stored, offsets = decode_offsets(summary[OFFSETS_KEY], f"snapshot {snapshot_id}")
-            if stored == topic:
-                at = moved.get(snapshot_id, snapshot.timestamp_ms)
-                seen[snapshot_id] = Commit(snapshot_id, at, offsets)
-        snapshot_id = snapshot.parent_snapshot_id
+    for commit in offset_commits(table, topic, known=seen):
+        seen[commit.snapshot_id] = commit
 
 
-def committed(commits: dict[int, Commit]) -> dict[int, int]:
+def committed(commits: dict[int, OffsetCommit]) -> dict[int, int]:
     """The newest commit's offsets (commits are on one line of history)."""
     if not commits:
         return {}
@@ -280,7 +243,7 @@ def committed(commits: dict[int, Commit]) -> dict[int, int]:
 
 
 def freshness(
-    produced: Produced, topic: str, commits: dict[int, Commit]
+    produced: Produced, topic: str, commits: dict[int, OffsetCommit]
 ) -> list[tuple[int, float]]:
     """(commit time ms, seconds from produce to commit) of every record a commit covers."""
     with produced.lock:
@@ -417,7 +380,7 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
             raise SystemExit(f"tableflow run did not start its catalog: see {work / 'run.log'}")
         time.sleep(0.5)
     catalog = open_sql_catalog(CATALOG, f"sqlite:///{database}", (root / "warehouse").as_uri())
-    commits: dict[str, dict[int, Commit]] = {t.name: {} for t in tables}
+    commits: dict[str, dict[int, OffsetCommit]] = {t.name: {} for t in tables}
     windows: list[Window] = []
     cpu_seen: dict[int, float] = {}
     started_mono, started_ms = time.monotonic(), time.time() * 1000
@@ -531,7 +494,7 @@ def _pss_bytes(pid: int) -> int:
 
 
 def poll_tables(
-    catalog: Any, tables: list[SoakTable], commits: dict[str, dict[int, Commit]]
+    catalog: Any, tables: list[SoakTable], commits: dict[str, dict[int, OffsetCommit]]
 ) -> None:
     for t in tables:
         try:
@@ -544,7 +507,7 @@ def wait_all_committed(
     catalog: Any,
     tables: list[SoakTable],
     produced: Produced,
-    commits: dict[str, dict[int, Commit]],
+    commits: dict[str, dict[int, OffsetCommit]],
     timeout: float,
 ) -> bool:
     deadline = time.monotonic() + timeout
@@ -567,7 +530,7 @@ def fill_windows(
     windows: list[Window],
     produced: Produced,
     tables: list[SoakTable],
-    commits: dict[str, dict[int, Commit]],
+    commits: dict[str, dict[int, OffsetCommit]],
     started_ms: float,
     window_s: float,
 ) -> None:
@@ -684,7 +647,8 @@ def main() -> None:
         work_context: Any = _Kept(args.keep)
     else:
         work_context = tempfile.TemporaryDirectory(prefix="tableflow-soak-")
-    with work_context as name, stack(Path(name)) as (bootstrap, url):
+    # Without `stack`'s class-archive priming: a soak's first window is its warm-up anyway.
+    with work_context as name, servers(Path(name)) as (bootstrap, url):
         code = soak(args, Path(name), bootstrap, url)
     raise SystemExit(code)
 

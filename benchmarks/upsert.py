@@ -74,12 +74,10 @@ import pyarrow.compute as pc
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
-from ingest import HOST, record, write_project
+from ingest import record, servers, write_project
 from many_tables import checkout
 
 from tableflow_core.dev import broker
-from tableflow_core.dev.processes import free_port
-from tableflow_core.dev.registry import registry_url, start_registry
 
 KEY_SCHEMA = {"type": "record", "name": "EventKey", "fields": [{"name": "id", "type": "long"}]}
 PARTITIONS = 4
@@ -847,11 +845,7 @@ def main() -> None:
         return worker(args.worker, args.cores, args.short_lived)
     sizes = [int(r) for r in args.rows.split(",")]
     work = Path(tempfile.mkdtemp(prefix="tf-upsert-"))
-    kafka_port, registry_port = free_port(HOST), free_port(HOST)
-    kafka = broker.start_broker(HOST, kafka_port, work / "kafka", work / "kafka.log")
-    registry = start_registry(HOST, registry_port, work / "registry.db", work / "registry.log")
-    try:
-        bootstrap, url = f"{HOST}:{kafka_port}", registry_url(HOST, registry_port)
+    with servers(work) as (bootstrap, url):
         if args.against:
             args.rows = sizes[0]
             broker.create_topics(bootstrap, {"bench_upsert": PARTITIONS})
@@ -876,9 +870,6 @@ def main() -> None:
                   f"(lower bound: pyiceberg stopped after {args.pyiceberg_timeout:.0f} s)")  # fmt: skip
         else:
             print(f"vs pyiceberg at {short(max(sizes))}: {py_s / ours_s:.1f}x")
-    finally:
-        kafka.stop()
-        registry.stop()
 
 
 if __name__ == "__main__":

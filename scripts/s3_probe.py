@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -102,11 +103,8 @@ def race(client: Callable[..., Any], bucket: str, writers: int = 8) -> dict[str,
                 with lock:
                     wins.setdefault(key, []).append(writer)
 
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(writers) as pool:  # all at once (the barrier); errors raise here
+        list(pool.map(write, range(writers)))
     return {
         "race_keys_won": len(wins),
         "race_keys_with_several_winners": sum(1 for won in wins.values() if len(won) > 1),

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import uvicorn
 
@@ -166,12 +165,7 @@ class RunningCatalogServer:
     def __enter__(self) -> RunningCatalogServer:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 

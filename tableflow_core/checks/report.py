@@ -41,6 +41,28 @@ class CheckResult:
     samples: tuple[dict[str, Any], ...] = ()
     detail: str | None = None
 
+    @classmethod
+    def of(
+        cls,
+        check: CompiledCheck,
+        outcome: Outcome,
+        rows_evaluated: int = 0,
+        failing: int | None = None,
+        **found: Any,
+    ) -> CheckResult:
+        """`check`'s result: its name, kind, key, severity and on_failure, and what was found."""
+        return cls(
+            name=check.name,
+            kind=check.kind,
+            key=check.key,
+            severity=check.severity,
+            on_failure=check.on_failure,
+            rows_evaluated=rows_evaluated,
+            failing=failing,
+            outcome=outcome,
+            **found,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -155,7 +177,7 @@ def empty_batch_report(checks: Sequence[CompiledCheck], table: str) -> CheckRepo
     results = []
     for check in checks:
         if check.kind != "row_count":
-            results.append(_result(check, "pass", failing=0))
+            results.append(CheckResult.of(check, "pass", failing=0))
             continue
         fits = (check.min is None or check.min <= 0) and (check.max is None or check.max >= 0)
         outcome: Outcome = "pass" if fits else "warn" if check.severity == "warn" else "fail"
@@ -164,22 +186,8 @@ def empty_batch_report(checks: Sequence[CompiledCheck], table: str) -> CheckRepo
             f"at most {check.max:g}" if check.max is not None else "",
         ]
         detail = "no new records; expected " + " and ".join(b for b in bounds if b)
-        results.append(_result(check, outcome, observed=0, detail=detail))
+        results.append(CheckResult.of(check, outcome, observed=0, detail=detail))
     return CheckReport(table=table, results=tuple(results), rows_evaluated=0, engine="none")
-
-
-def _result(check: CompiledCheck, outcome: Outcome, **fields: Any) -> CheckResult:
-    return CheckResult(
-        name=check.name,
-        kind=check.kind,
-        key=check.key,
-        severity=check.severity,
-        on_failure=check.on_failure,
-        rows_evaluated=0,
-        failing=fields.pop("failing", None),
-        outcome=outcome,
-        **fields,
-    )
 
 
 class ChecksFailedError(TableflowError, RuntimeError):

@@ -18,17 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tableflow_core.dev.launcher import (
-    COMPACT_JVM,
-    JvmServer,
-    LaunchError,
-    RunningServer,
-    ServerSettings,
-    http_probe,
-    launch,
-    quarkus_binds,
-)
-from tableflow_core.dev.processes import free_port
+from tableflow_core.dev.launcher import COMPACT_JVM, JvmServer, LaunchError
+from tableflow_core.dev.quarkus import QuarkusServer, QuarkusSettings, launch_quarkus
 from tableflow_core.jvm.artifacts import unpack
 
 CCOMPAT_PATH = "/apis/ccompat/v7"
@@ -54,25 +45,21 @@ APICURIO = JvmServer("apicurio", "apicurio", 21, COMPACT_JVM, ApicurioServerErro
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApicurioSettings(ServerSettings):
+class ApicurioSettings(QuarkusSettings):
     heap_mb: int = 192
-    management_port: int = 0
     database: Path | None = None  # None: in-memory H2, gone when the process stops
     properties: tuple[tuple[str, str], ...] = DEFAULT_PROPERTIES
 
 
 @dataclass(frozen=True, kw_only=True)
-class ApicurioServer(RunningServer):
-    management_port: int
+class ApicurioServer(QuarkusServer):
+    HEALTH_PATH = "/health/ready"
+    READY_PATH = CCOMPAT_PATH + "/subjects"
 
     @property
     def url(self) -> str:
         """The Confluent-compatible API: what `SchemaRegistryClient({"url": ...})` takes."""
         return self.base_url + CCOMPAT_PATH
-
-    @property
-    def health_url(self) -> str:
-        return f"http://{self.host}:{self.management_port}/health/ready"
 
 
 def start_apicurio(
@@ -80,33 +67,22 @@ def start_apicurio(
 ) -> ApicurioServer:
     """Start the registry and wait until its ccompat API and readiness check answer."""
     data_dir = settings.data_dir.resolve()
-    port = settings.port or free_port(settings.host)
-    management_port = settings.management_port or free_port(settings.host)
     archive = APICURIO.artifacts(settings.lock).files[0]
     runner = unpack(archive) / "quarkus-run.jar"
     properties = {
-        **quarkus_binds(settings.host, port, management_port),
         # Apicurio writes snapshots and imports to /tmp by default.
         "apicurio.storage.snapshot.location": str(data_dir),
         "apicurio.import.work-dir": str(data_dir),
-        **dict(settings.properties),
     }
     if settings.database is not None:
         properties["apicurio.datasource.url"] = f"jdbc:h2:file:{settings.database.resolve()}"
-    running = launch(
+    return launch_quarkus(
         APICURIO,
-        settings.run(
-            port,
-            ("-jar", str(runner)),
-            archive_files=(archive, runner),
-            system_properties=properties,
-            ready=http_probe(
-                f"http://{settings.host}:{management_port}/health/ready",
-                f"http://{settings.host}:{port}{CCOMPAT_PATH}/subjects",
-            ),
-            log_file=log_file,
-            cwd=data_dir,
-            timeout=timeout,
-        ),
+        settings,
+        ApicurioServer,
+        runner,
+        properties,
+        log_file,
+        timeout,
+        archive_files=(archive, runner),
     )
-    return ApicurioServer(**running.common(), management_port=management_port)

@@ -289,17 +289,6 @@ def log4j2_config(*info_loggers: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def quarkus_binds(host: str, port: int, management_port: int) -> dict[str, str]:
-    """A Quarkus app's API and management interface on `host` (the management interface
-    otherwise listens on 0.0.0.0:9000)."""
-    return {
-        "quarkus.http.host": host,
-        "quarkus.http.port": str(port),
-        "quarkus.management.host": host,
-        "quarkus.management.port": str(management_port),
-    }
-
-
 def render_properties(properties: Mapping[str, str]) -> str:
     """A Java properties file (backslashes and line breaks escaped)."""
 

@@ -59,6 +59,16 @@ def pid_is_alive(pid: int) -> bool:
     return True
 
 
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """True once `pid` is gone; False if it still runs after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_is_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def stop_pid(pid: int, timeout: float = 10.0) -> None:
     """SIGTERM the process group (or process), then SIGKILL after `timeout`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -67,11 +77,8 @@ def stop_pid(pid: int, timeout: float = 10.0) -> None:
                 os.killpg(pid, sig)
             except (ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not pid_is_alive(pid):
-                return
-            time.sleep(0.05)
+        if wait_for_exit(pid, timeout):
+            return
 
 
 @dataclass(frozen=True)

@@ -37,27 +37,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg import types as iceberg
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchNamespaceError
 from pyiceberg.schema import Schema
-from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IcebergType,
-    IntegerType,
-    ListType,
-    LongType,
-    MapType,
-    NestedField,
-    StringType,
-    StructType,
-    TimestampType,
-    TimestamptzType,
-)
 
 from tableflow_core.engine.ddl import spark_schema_for
 from tableflow_core.errors import TableflowError
@@ -92,50 +75,52 @@ class _Ids:
         return self.last
 
 
-def _iceberg_type(spark_type: Any, ids: _Ids) -> IcebergType:
+def _iceberg_type(spark_type: Any, ids: _Ids) -> iceberg.IcebergType:
     """Iceberg's SparkTypeToType for the types Spark SQL DDL gives: in `ARRAY<..>` and
     `MAP<.., ..>` the elements and values are nullable (the DDL cannot say otherwise);
     struct fields keep NOT NULL."""
     # pyspark is imported where used, as in engine/ddl.py.
     from pyspark.sql import types as spark
 
-    primitives: dict[type, IcebergType] = {
-        spark.BooleanType: BooleanType(),
-        spark.ByteType: IntegerType(),
-        spark.ShortType: IntegerType(),
-        spark.IntegerType: IntegerType(),
-        spark.LongType: LongType(),
-        spark.FloatType: FloatType(),
-        spark.DoubleType: DoubleType(),
-        spark.StringType: StringType(),
-        spark.BinaryType: BinaryType(),
-        spark.DateType: DateType(),
-        spark.TimestampType: TimestamptzType(),
-        spark.TimestampNTZType: TimestampType(),
+    primitives: dict[type, iceberg.IcebergType] = {
+        spark.BooleanType: iceberg.BooleanType(),
+        spark.ByteType: iceberg.IntegerType(),
+        spark.ShortType: iceberg.IntegerType(),
+        spark.IntegerType: iceberg.IntegerType(),
+        spark.LongType: iceberg.LongType(),
+        spark.FloatType: iceberg.FloatType(),
+        spark.DoubleType: iceberg.DoubleType(),
+        spark.StringType: iceberg.StringType(),
+        spark.BinaryType: iceberg.BinaryType(),
+        spark.DateType: iceberg.DateType(),
+        spark.TimestampType: iceberg.TimestamptzType(),
+        spark.TimestampNTZType: iceberg.TimestampType(),
     }
     if type(spark_type) in primitives:
         return primitives[type(spark_type)]
     if isinstance(spark_type, spark.DecimalType):
-        return DecimalType(spark_type.precision, spark_type.scale)
+        return iceberg.DecimalType(spark_type.precision, spark_type.scale)
     if isinstance(spark_type, spark.StructType):
         field_ids = [ids.next() for _ in spark_type.fields]
-        return StructType(
+        return iceberg.StructType(
             *(
-                NestedField(field_id, f.name, _iceberg_type(f.dataType, ids), not f.nullable)
+                iceberg.NestedField(
+                    field_id, f.name, _iceberg_type(f.dataType, ids), not f.nullable
+                )
                 for field_id, f in zip(field_ids, spark_type.fields, strict=True)
             )
         )
     if isinstance(spark_type, spark.ArrayType):
         element_id = ids.next()
         element = _iceberg_type(spark_type.elementType, ids)
-        return ListType(element_id, element, element_required=False)
+        return iceberg.ListType(element_id, element, element_required=False)
     if isinstance(spark_type, spark.MapType):
         key_id, value_id = ids.next(), ids.next()
         key, value = (
             _iceberg_type(spark_type.keyType, ids),
             _iceberg_type(spark_type.valueType, ids),
         )
-        return MapType(key_id, key, value_id, value, value_required=False)
+        return iceberg.MapType(key_id, key, value_id, value, value_required=False)
     raise _Unconvertible(spark_type.simpleString())
 
 
@@ -146,7 +131,7 @@ def iceberg_schema_as_spark_creates(arrow_schema: pa.Schema) -> Schema | None:
         struct = _iceberg_type(spark_schema_for(arrow_schema), _Ids())
     except _Unconvertible:
         return None
-    assert isinstance(struct, StructType)
+    assert isinstance(struct, iceberg.StructType)
     return Schema(*struct.fields)
 
 

@@ -8,7 +8,7 @@ continues where this one stopped.
 
 A partition added to the topic after the table first read it is read from its start
 (offset 0). Records below a partition's log start that the table was due to read are
-gone (retention, `delete_records`): they are reported as `RetentionGap`s, never skipped
+gone (retention, `delete_records`): they are reported as the plan's `gaps`, never skipped
 silently (the plan shows them; `on_data_loss` decides whether apply fails). Compaction
 never moves the log start, so a compacted topic's gaps are not losses.
 """
@@ -36,27 +36,6 @@ class OffsetRange:
         return self.end - self.start
 
 
-@dataclass(frozen=True, slots=True)
-class RetentionGap:
-    """Offsets [expected_start, low_watermark) the table was due to read that are gone
-    from the broker (deleted by retention or `delete_records` before it read them)."""
-
-    topic: str
-    partition: int
-    expected_start: int
-    low_watermark: int
-
-    @property
-    def missing(self) -> int:
-        """Offsets lost (an upper bound of records: control records take offsets too)."""
-        return self.low_watermark - self.expected_start
-
-    def describe(self) -> str:
-        return lost_offsets_text(
-            self.topic, self.partition, self.expected_start, self.low_watermark
-        )
-
-
 def lost_offsets_text(topic: str, partition: int, start: int, end: int) -> str:
     """How offsets [start, end) of a partition, gone before the table read them, are told."""
     return (
@@ -69,7 +48,9 @@ def lost_offsets_text(topic: str, partition: int, start: int, end: int) -> str:
 class OffsetPlan:
     ranges: tuple[OffsetRange, ...]
     start_offsets: dict[int, int]  # partition -> first offset this run reads (after gaps)
-    gaps: tuple[RetentionGap, ...]
+    # Offsets [committed, log start) the table was due to read that are gone from the
+    # broker (deleted by retention or `delete_records` before it read them).
+    gaps: tuple[OffsetRange, ...]
 
     @property
     def total_records(self) -> int:
@@ -138,11 +119,11 @@ def plan_offsets(
         else initial_offsets(watermarks, start_from, offsets_for_time)
     )
     starts: dict[int, int] = {}
-    gaps: list[RetentionGap] = []
+    gaps: list[OffsetRange] = []
     for partition, (low, _high) in sorted(watermarks.items()):
         start = committed.get(partition, fresh[partition])
         if start < low:
-            gaps.append(RetentionGap(topic, partition, start, low))
+            gaps.append(OffsetRange(topic, partition, start, low))
             start = low
         starts[partition] = start
     backlog = {p: max(0, watermarks[p][1] - starts[p]) for p in starts}

@@ -90,14 +90,22 @@ class CreateNamespace(ActionBase):
 TABLE_SCHEMA = "The table's exact columns (Arrow), as apply creates them; `columns` shows them"
 
 
-class CreateTable(ActionBase):
-    kind: Literal["create_table"] = "create_table"
-    change: Literal["create"] = "create"
+class TableDefinition(ActionBase):
+    """An action that makes a table from its definition: `CreateTable`, or `ReplaceTable`
+    after the drop. (`kind` and `change` are each action's own literals.)"""
+
+    kind: str
+    change: Change
     columns: tuple[Column, ...]
     table_schema: ArrowSchema = Field(description=TABLE_SCHEMA)
     partition_by: tuple[PartitionTerm, ...] = ()
     sort_by: tuple[SortTerm, ...] = ()
     properties: dict[str, str] = Field(default_factory=dict)
+
+
+class CreateTable(TableDefinition):
+    kind: Literal["create_table"] = "create_table"
+    change: Literal["create"] = "create"
 
 
 class CreateTopic(ActionBase):
@@ -140,17 +148,12 @@ class ChangeSortOrder(ActionBase):
     desired: tuple[SortTerm, ...]
 
 
-class ReplaceTable(ActionBase):
+class ReplaceTable(TableDefinition):
     """Destructive: drop and recreate (data and committed offsets are lost)."""
 
     kind: Literal["replace_table"] = "replace_table"
     change: Literal["replace"] = "replace"
     reasons: tuple[str, ...]
-    columns: tuple[Column, ...]
-    table_schema: ArrowSchema = Field(description=TABLE_SCHEMA)
-    partition_by: tuple[PartitionTerm, ...] = ()
-    sort_by: tuple[SortTerm, ...] = ()
-    properties: dict[str, str] = Field(default_factory=dict)
 
 
 class UndeclaredTable(ActionBase):

@@ -360,8 +360,7 @@ def _ingest_action(
         checks=tuple(_describe_check(c) for c in table.checks),
         dead_letter=dead_letter_text(table, compiled),
         lost=tuple(
-            LostOffsets(partition=g.partition, start=g.expected_start, end=g.low_watermark)
-            for g in offsets.gaps
+            LostOffsets(partition=g.partition, start=g.start, end=g.end) for g in offsets.gaps
         ),
         on_data_loss=table.on_data_loss,
         spec=ingest_spec(table, shape, compiled, offsets.total_records),

@@ -19,6 +19,7 @@ from tableflow_core.plan.actions import (
     PlanWarning,
     PublishTable,
     ReplaceTable,
+    TableDefinition,
     UpdateProperties,
 )
 from tableflow_core.plan.dag import render_dag
@@ -51,7 +52,7 @@ def action_lines(action: object) -> list[Text]:
     lines: list[Text] = []
     if kind == "create_namespace":
         lines.append(_line(symbol, style, f"namespace {identifier}"))
-    elif isinstance(action, CreateTable | ReplaceTable):
+    elif isinstance(action, TableDefinition):
         verb = "table" if isinstance(action, CreateTable) else "table (replace: drops data)"
         verb = "dead-letter table" if is_dlq_action(action) else verb
         lines.append(_line(symbol, style, f"{verb} {identifier}"))

@@ -41,6 +41,7 @@ from tableflow_core.plan.actions import (
     EvolveSchema,
     Ingest,
     ReplaceTable,
+    TableDefinition,
     UpdateProperties,
 )
 from tableflow_core.plan.dag import DagTask, publish_catalog
@@ -390,7 +391,7 @@ def _create_table(context: ApplyContext, identifier: str, action: CreateTable) -
 def _create_with_spark(
     context: ApplyContext,
     identifier: str,
-    action: CreateTable | ReplaceTable,
+    action: TableDefinition,
     *,
     with_namespace: bool = True,
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -37,12 +36,7 @@ class ApplyProgress:
         self._progress.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._progress.stop()
 
     def on_event(self, event: str, task: DagTask, outcome: TaskOutcome | None) -> None:

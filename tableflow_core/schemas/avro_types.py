@@ -146,17 +146,12 @@ class _AvroWalker:
     def __init__(self) -> None:
         self.named: dict[str, tuple[pa.DataType, Adapter | None, dict[str, Any]]] = {}
         self.in_progress: set[str] = set()
-        self.depth = 0
         self.budget = ExpansionBudget()
 
     def visit(self, schema: Any, namespace: str, path: str) -> tuple[pa.DataType, Adapter | None]:
-        self.depth += 1
-        try:
-            # Definitions nest as deep as the types they write out (Python's stack).
-            self.budget.walk_level(self.depth, path)
+        # Definitions nest as deep as the types they write out (Python's stack).
+        with self.budget.walking(path):
             return self._visit(schema, namespace, path)
-        finally:
-            self.depth -= 1
 
     def _visit(self, schema: Any, namespace: str, path: str) -> tuple[pa.DataType, Adapter | None]:
         if isinstance(schema, list):

@@ -12,6 +12,7 @@ is bounded by the limit, not by the expansion.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
 
@@ -34,6 +35,7 @@ class ExpansionBudget:
         self.max_columns = max_columns
         self.max_depth = max_depth
         self.columns = 0
+        self.open_nodes = 0  # a walker's schema nodes from the root to where it is
 
     def column(self, path: str) -> None:
         """One more column (a field at any level) at `path`."""
@@ -51,10 +53,16 @@ class ExpansionBudget:
         if depth > self.max_depth:
             self._too_deep(path)
 
-    def walk_level(self, nodes: int, path: str) -> None:
-        """A walker `nodes` schema nodes deep at `path` (see MAX_WALK_DEPTH)."""
-        if nodes > MAX_WALK_DEPTH * self.max_depth // MAX_DEPTH:
-            self._too_deep(path)
+    @contextmanager
+    def walking(self, path: str) -> Iterator[None]:
+        """One more schema node open on a walker's way down, at `path` (see MAX_WALK_DEPTH)."""
+        self.open_nodes += 1
+        try:
+            if self.open_nodes > MAX_WALK_DEPTH * self.max_depth // MAX_DEPTH:
+                self._too_deep(path)
+            yield
+        finally:
+            self.open_nodes -= 1
 
     def _too_deep(self, path: str) -> None:
         raise SchemaMappingError(

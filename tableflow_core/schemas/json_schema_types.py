@@ -74,7 +74,6 @@ class _JsonSchemaWalker:
     def __init__(self, document: Any) -> None:
         self.document = document
         self.budget = ExpansionBudget()
-        self.depth = 0
 
     def _resolve_ref(self, ref: str, path: str) -> Any:
         if not ref.startswith("#"):
@@ -94,12 +93,8 @@ class _JsonSchemaWalker:
     def visit(
         self, schema: Any, path: str, refs: tuple[str, ...]
     ) -> tuple[pa.DataType, Adapter | None]:
-        self.depth += 1
-        try:
-            self.budget.walk_level(self.depth, path)
+        with self.budget.walking(path):
             return self._visit(schema, path, refs)
-        finally:
-            self.depth -= 1
 
     def _visit(
         self, schema: Any, path: str, refs: tuple[str, ...]

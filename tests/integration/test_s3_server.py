@@ -11,6 +11,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,8 @@ def test_racing_conditional_creates_have_one_winner_per_key(s3_server: RunningS3
             with lock:
                 winners.setdefault(key, []).append(writer)
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with ThreadPoolExecutor(writers) as pool:  # all at once (the barrier); errors raise here
+        list(pool.map(write, range(writers)))
     assert sorted(winners) == keys
     assert all(len(won) == 1 for won in winners.values()), winners
     assert set(refusals) == {412} and len(refusals) == len(keys) * (writers - 1)

@@ -27,17 +27,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.launcher import (
-    COMPACT_JVM,
-    JvmServer,
-    LaunchError,
-    RunningServer,
-    ServerSettings,
-    http_probe,
-    launch,
-    quarkus_binds,
-)
-from tableflow_core.dev.processes import free_port
+from tableflow_core.dev.launcher import COMPACT_JVM, JvmServer, LaunchError
+from tableflow_core.dev.quarkus import QuarkusServer, QuarkusSettings, launch_quarkus
 
 WAREHOUSE_NAME = "warehouse"
 SECRET_NAME = "tableflow-s3"
@@ -65,17 +56,14 @@ class NessieS3:
 
 
 @dataclass(frozen=True, kw_only=True)
-class NessieSettings(ServerSettings):
+class NessieSettings(QuarkusSettings):
     warehouse: str  # s3://bucket/prefix
     s3: NessieS3
-    management_port: int = 0
-    properties: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
-class NessieServer(RunningServer):
-    management_port: int
-    data_dir: Path
+class NessieServer(QuarkusServer):
+    READY_PATH = "/iceberg/v1/config"
 
     @property
     def iceberg_uri(self) -> str:
@@ -86,20 +74,15 @@ class NessieServer(RunningServer):
     def api_uri(self) -> str:
         return self.base_url + "/api/v2"
 
-    @property
-    def health_url(self) -> str:
-        return f"http://{self.host}:{self.management_port}/q/health/ready"
-
 
 def secrets_file(data_dir: Path) -> Path:
     return data_dir / "config" / "application.properties"
 
 
-def nessie_properties(settings: NessieSettings, port: int, management_port: int) -> dict[str, str]:
+def nessie_properties(settings: NessieSettings) -> dict[str, str]:
     """Everything but the keys (those go to the 0600 file): safe on the command line."""
     s3 = settings.s3
     return {
-        **quarkus_binds(settings.host, port, management_port),
         "quarkus.log.level": "WARN",
         'quarkus.log.category."io.quarkus".level': "INFO",
         "quarkus.otel.sdk.disabled": "true",
@@ -119,7 +102,6 @@ def nessie_properties(settings: NessieSettings, port: int, management_port: int)
         "nessie.catalog.service.s3.default-options.access-key": (
             f"urn:nessie-secret:quarkus:{SECRET_NAME}"
         ),
-        **dict(settings.properties),
     }
 
 
@@ -127,31 +109,20 @@ def start_nessie(
     settings: NessieSettings, log_file: Path | None = None, timeout: float = 120.0
 ) -> NessieServer:
     """Start Nessie and wait until it is ready (its object store check included)."""
-    data_dir = settings.data_dir.resolve()
-    port = settings.port or free_port(settings.host)
-    management_port = settings.management_port or free_port(settings.host)
     (runner,) = NESSIE.artifacts(settings.lock).files
-    running = launch(
-        NESSIE,
-        settings.run(
-            port,
-            ("-jar", str(runner)),
-            archive_files=(runner,),
-            system_properties=nessie_properties(settings, port, management_port),
-            private_files={
-                secrets_file(data_dir): (
-                    f"{SECRET_NAME}.name={settings.s3.access_key_id}\n"
-                    f"{SECRET_NAME}.secret={settings.s3.secret_access_key.get_secret_value()}\n"
-                )
-            },
-            keep_private_files=True,
-            ready=http_probe(
-                f"http://{settings.host}:{management_port}/q/health/ready",
-                f"http://{settings.host}:{port}/iceberg/v1/config",
-            ),
-            log_file=log_file,
-            cwd=data_dir,
-            timeout=timeout,
-        ),
+    keys = (
+        f"{SECRET_NAME}.name={settings.s3.access_key_id}\n"
+        f"{SECRET_NAME}.secret={settings.s3.secret_access_key.get_secret_value()}\n"
     )
-    return NessieServer(**running.common(), management_port=management_port, data_dir=data_dir)
+    return launch_quarkus(
+        NESSIE,
+        settings,
+        NessieServer,
+        runner,
+        nessie_properties(settings),
+        log_file,
+        timeout,
+        archive_files=(runner,),
+        private_files={secrets_file(settings.data_dir.resolve()): keys},
+        keep_private_files=True,
+    )

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.processes import free_port, pid_is_alive
+from tableflow_core.dev.processes import free_port, pid_is_alive, wait_for_exit
 from tableflow_core.errors import TableflowError
 
 BIN_DIR = Path("/usr/lib/postgresql/15/bin")
@@ -276,11 +276,8 @@ def _psql(server: PostgresServer, database: str, sql: str) -> None:
 def _signal_and_wait(pid: int, sig: signal.Signals, timeout: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not pid_is_alive(pid):
-            return
-        time.sleep(0.05)
+    if wait_for_exit(pid, timeout):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     while pid_is_alive(pid):

@@ -445,15 +445,11 @@ def run_checks(
         if outcome != "pass" and check.name in sampling:
             samples = _samples(sampled, sampling[check.name], sample_size)
         results.append(
-            CheckResult(
-                name=check.name,
-                kind=check.kind,
-                key=check.key,
-                severity=check.severity,
-                on_failure=check.on_failure,
+            CheckResult.of(
+                check,
+                outcome,
                 rows_evaluated=total,
                 failing=None if check.kind == "row_count" else (gx_result.failing or 0),
-                outcome=outcome,
                 action=action,
                 observed=gx_result.observed if check.kind == "row_count" else None,
                 samples=samples,
