@@ -233,33 +233,31 @@ class RunTask:
         `maintenance` block, or upsert tables: their delete files are kept in check by
         default, maintenance/delete_load.py); after the apply, so never racing the tables'
         ingest."""
-        return self._run_maintenance(report, spark)
-
-    def _find_maintenance_due(self, report: CycleReport) -> CycleReport:
-        """Which of the cycle's tables have maintenance due (pyiceberg reads, no Spark)."""
-        return self._run_maintenance(report, None)
-
-    def _run_maintenance(self, report: CycleReport, spark: SparkSession | None) -> CycleReport:
-        """`MaintainTask` on the cycle's maintained tables: with `spark`, what is due runs
-        (`report.maintenance`); without, only what is due is read (`maintenance_due`)."""
         tables = self._maintained(report)
         if not tables:
             return report
         try:
             done = MaintainTask(
-                self.project,
-                tables,
-                dry_run=spark is None,
-                spark=spark,
-                console=self.console,
-                handle=self._catalog(),
+                self.project, tables, spark=spark, console=self.console, handle=self._catalog()
             ).run()
         except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
             error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
             return replace(report, error=error)
-        if spark is None:
-            return replace(report, maintenance_due=tuple(m.table for m in done if m.due))
         return replace(report, maintenance=tuple(done))
+
+    def _find_maintenance_due(self, report: CycleReport) -> CycleReport:
+        """Which of the cycle's tables have maintenance due (pyiceberg reads, no Spark)."""
+        tables = self._maintained(report)
+        if not tables:
+            return report
+        try:
+            found = MaintainTask(
+                self.project, tables, dry_run=True, console=self.console, handle=self._catalog()
+            ).run()
+        except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
+            error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
+            return replace(report, error=error)
+        return replace(report, maintenance_due=tuple(m.table for m in found if m.due))
 
     def _maintained(self, report: CycleReport) -> tuple[Table, ...]:
         """The cycle's tables that get maintenance: not blocked, and with a `maintenance`
