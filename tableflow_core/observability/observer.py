@@ -36,6 +36,7 @@ class RunObservation:
         self.reader = reader
         self.clock = clock
         self.wall_clock = wall_clock
+        self._started = clock()
         self._wake = threading.Condition()
         # Tables to read next, with their commit of the cycle (None: no commit).
         self._pending: dict[str, TableCommit | None] = {}
@@ -50,10 +51,12 @@ class RunObservation:
     # --------------------------------------------------------------- RunObserver
 
     def cycle_started(self, tables: tuple[str, ...]) -> None:
-        self.health.cycle_started(tables)
+        self._started = self.clock()
+        self.health.cycle_started()
 
     def cycle_finished(self, report: CycleReport, handle: CatalogHandle | None) -> None:
-        causes, commits = self.metrics.observe_cycle(report, report.duration_s, self.wall_clock())
+        duration = self.clock() - self._started
+        causes, commits = self.metrics.observe_cycle(report, duration, self.wall_clock())
         self.health.cycle_finished(causes)
         if handle is None:
             return

@@ -5,11 +5,6 @@ JIT stay warm between refreshes. Each cycle plans the due tables and applies the
 plan; a table that cannot be planned or applied is reported and retried at its
 next interval, and never stops the others.
 
-Up to `max_parallel_cycles` cycles run at once, each in a worker thread, on disjoint
-tables: the tables that come due while a slow cycle runs (checks, a MERGE, a
-compaction) start their own cycle instead of waiting for it. A table is in one cycle at
-a time, so two cycles never write the same table.
-
 After a cycle's apply, the maintenance that is due on its tables runs (`MaintainTask`:
 under each table's lock, which the apply has released, so never racing the table's
 ingest; it publishes and syncs the Delta log after maintenance commits). Maintenance
@@ -22,7 +17,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,7 +27,7 @@ from tableflow_core.plan.plan import Plan, PlanOptions
 from tableflow_core.plan.world_state import WorldState
 from tableflow_core.runner.actions import SUSPENDED_MARK
 from tableflow_core.runner.results import RunResults
-from tableflow_core.runner.schedule import Schedule, cycle_groups, slow_tables
+from tableflow_core.runner.schedule import Schedule
 from tableflow_core.targets.catalog import CatalogHandle, open_catalog
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.maintain import MaintainTask, TableMaintenance
@@ -41,9 +35,6 @@ from tableflow_core.tasks.plan import PlanTask
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# How often the scheduler looks at `stop` while it waits (SIGTERM ends a run this soon).
-_STOP_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -58,10 +49,6 @@ class CycleReport:
     # Suspended tables (on_error fail met a bad record): name -> why; not run until an
     # apply of the table succeeds.
     suspended: dict[str, str] = field(default_factory=dict)
-    duration_s: float = 0.0  # from the cycle's start to its end, maintenance included
-    # Tables of a cycle of several whose maintenance is due: it runs in their next
-    # cycle, one of their own, so the others never wait for a compaction.
-    maintenance_due: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -101,99 +88,47 @@ class RunTask:
     on_cycle: Callable[[CycleReport], None] | None = None
     observers: tuple[RunObserver, ...] = ()
     clock: Callable[[], float] = time.monotonic
-    # Cycles in flight at once. A table whose refresh is slow (checks and a dead-letter
-    # MERGE, a large upsert, its compaction) holds back only its own cycle: the tables due
-    # meanwhile start another (each table is in at most one cycle at a time).
-    max_parallel_cycles: int = 2
     # The catalog stays open across cycles (an in-process embedded server is started
     # once, not twice per cycle); opened at the first cycle that reaches it.
     _handle: CatalogHandle | None = field(default=None, init=False, repr=False)
     _open: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False)
-    _catalog_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def run(self) -> list[CycleReport]:
         with self._open:
             return self._loop()
 
     def _catalog(self) -> CatalogHandle:
-        with self._catalog_lock:  # cycles in flight at once open it once
-            if self._handle is None:
-                self._handle = self._open.enter_context(open_catalog(self.project))
-            return self._handle
+        if self._handle is None:
+            self._handle = self._open.enter_context(open_catalog(self.project))
+        return self._handle
 
     def _loop(self) -> list[CycleReport]:
         intervals = {t.name: t.refresh_interval_s for t in self.tables}
         schedule = Schedule.all_due(intervals, self.clock())
         reports: list[CycleReport] = []
-        running: dict[Future[CycleReport], tuple[tuple[str, ...], float]] = {}
-        changed = threading.Event()  # a cycle in flight ended
-        durations: dict[str, float] = {}  # each table's last refresh, in seconds
-        maintenance_due: set[str] = set()
         spark: SparkSession | None = None
-        submitted = 0
-        with ThreadPoolExecutor(self.max_parallel_cycles, "tableflow-cycle") as pool:
-            while True:
-                for future in [f for f in running if f.done()]:
-                    due, started = running.pop(future)
-                    report = replace(future.result(), duration_s=self.clock() - started)
-                    self._finished(report)
-                    reports.append(report)
-                    schedule = schedule.after_refresh(due, intervals, started)
-                    durations.update(_refresh_durations(report))
-                    maintenance_due.difference_update(due)
-                    maintenance_due.update(report.maintenance_due)
-                if self.stop.is_set() or self._enough(submitted):
-                    if not running:
-                        return reports
-                    changed.wait(_STOP_POLL_S)  # the cycles in flight go on to their end
-                    changed.clear()
-                    continue
-                now = self.clock()
-                busy = {name for due, _ in running.values() for name in due}
-                due = tuple(n for n in schedule.due(now) if n not in busy)
-                solo = slow_tables(durations, intervals) | maintenance_due
-                groups = cycle_groups(due, solo)
-                if groups and len(running) < self.max_parallel_cycles:
-                    group = groups[0]
-                    for observer in self.observers:
-                        observer.cycle_started(group)
-                    if spark is None:
-                        spark = self.spark_factory()
-                    future = pool.submit(self._refresh, group, spark)
-                    future.add_done_callback(lambda _: changed.set())
-                    running[future] = (group, now)
-                    submitted += 1
-                    continue
-                wait = (
-                    schedule.seconds_until_next(now, excluding=busy)
-                    if len(running) < self.max_parallel_cycles
-                    else _STOP_POLL_S  # every slot busy: until a cycle ends
-                )
+        while not self.stop.is_set():
+            started = self.clock()
+            due = schedule.due(started)
+            if due:
                 for observer in self.observers:
-                    observer.waiting(wait)
-                # Woken by a cycle that ends, the next due table, or stop (polled).
-                changed.wait(min(wait, _STOP_POLL_S))
-                changed.clear()
-
-    def _enough(self, submitted: int) -> bool:
-        """`--once` or `max_cycles` reached: no new cycle starts."""
-        return (self.once and submitted >= 1) or (
-            self.max_cycles is not None and submitted >= self.max_cycles
-        )
-
-    def _finished(self, report: CycleReport) -> None:
-        for observer in self.observers:
-            observer.cycle_finished(report, self._handle)
-        if self.on_cycle is not None:
-            self.on_cycle(report)
-
-    def _refresh(self, due: tuple[str, ...], spark: SparkSession) -> CycleReport:
-        """One cycle of `due` (in a worker thread): plan and apply, then the table's due
-        maintenance; in a cycle of several tables, only which of them have some due."""
-        report = self._cycle(due, spark)
-        if len(due) == 1:
-            return self._maintain(report, spark)
-        return self._find_maintenance_due(report)
+                    observer.cycle_started(due)
+                if spark is None:
+                    spark = self.spark_factory()
+                report = self._maintain(self._cycle(due, spark), spark)
+                reports.append(report)
+                for observer in self.observers:
+                    observer.cycle_finished(report, self._handle)
+                if self.on_cycle is not None:
+                    self.on_cycle(report)
+                schedule = schedule.after_refresh(due, intervals, started)
+                if self.once or (self.max_cycles is not None and len(reports) >= self.max_cycles):
+                    break
+            wait = schedule.seconds_until_next(self.clock())
+            for observer in self.observers:
+                observer.waiting(wait)
+            self.stop.wait(wait)
+        return reports
 
     def _cycle(self, due: tuple[str, ...], spark: SparkSession) -> CycleReport:
         tables = tuple(t for t in self.tables if t.name in due)
@@ -233,8 +168,14 @@ class RunTask:
         `maintenance` block, or upsert tables: their delete files are kept in check by
         default, maintenance/delete_load.py); after the apply, so never racing the tables'
         ingest."""
-        tables = self._maintained(report)
-        if not tables:
+        tables = tuple(
+            t
+            for t in self.tables
+            if t.name in report.tables
+            and t.name not in report.blocked
+            and (t.maintenance is not None or t.mode == "upsert")
+        )
+        if not tables or report.error is not None:
             return report
         try:
             done = MaintainTask(
@@ -245,33 +186,6 @@ class RunTask:
             return replace(report, error=error)
         return replace(report, maintenance=tuple(done))
 
-    def _find_maintenance_due(self, report: CycleReport) -> CycleReport:
-        """Which of the cycle's tables have maintenance due (pyiceberg reads, no Spark)."""
-        tables = self._maintained(report)
-        if not tables:
-            return report
-        try:
-            found = MaintainTask(
-                self.project, tables, dry_run=True, console=self.console, handle=self._catalog()
-            ).run()
-        except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
-            error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
-            return replace(report, error=error)
-        return replace(report, maintenance_due=tuple(m.table for m in found if m.due))
-
-    def _maintained(self, report: CycleReport) -> tuple[Table, ...]:
-        """The cycle's tables that get maintenance: not blocked, and with a `maintenance`
-        block, or upsert tables (delete files are kept in check by default)."""
-        if report.error is not None:
-            return ()
-        return tuple(
-            t
-            for t in self.tables
-            if t.name in report.tables
-            and t.name not in report.blocked
-            and (t.maintenance is not None or t.mode == "upsert")
-        )
-
     def _plan(self, tables: tuple[Table, ...]) -> tuple[Plan, WorldState | None]:
         """The plan of `tables`, and the world it was made from (the apply uses it)."""
         names = tuple(t.name for t in tables)
@@ -279,13 +193,3 @@ class RunTask:
             self.project, tables, selectors=names, options=PlanOptions(), handle=self._catalog()
         )
         return task.run(), task.world
-
-
-def _refresh_durations(report: CycleReport) -> dict[str, float]:
-    """Each applied table's refresh in seconds (its ingest; a cycle of one table: the
-    whole cycle, its maintenance included)."""
-    if len(report.tables) == 1:
-        return {report.tables[0]: report.duration_s}
-    if report.results is None:
-        return {}
-    return {t.table: t.duration_s for t in report.results.tables}
