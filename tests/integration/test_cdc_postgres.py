@@ -72,6 +72,7 @@ from tests.cdc_workload import (
 )
 from tests.fixtures.apicurio import ApicurioRegistry
 from tests.fixtures.kafka_server import ApacheKafka
+from tests.fixtures.lake import Lake
 from tests.fixtures.postgres import (
     PostgresCluster,
     connect,
@@ -79,10 +80,10 @@ from tests.fixtures.postgres import (
     prepare_capture,
     start_debezium_worker,
 )
+from tests.fixtures.projects import project_writer
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import unique_name
 from tests.fixtures.trino import trino_rows
-from tests.plan_project import write_project
 from tests.support.trino_server import TrinoServer
 
 pytestmark = pytest.mark.slow
@@ -306,17 +307,8 @@ def test_postgres_tables_through_debezium_land_value_by_value(
     for capture in captures:
         assert {t: ops[capture.label][t].get("r", 0) for t in TABLES} == snapshot, capture.label
 
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=apicurio_registry.url,
-        catalog_uri=s3_catalog.uri,
-        credential=s3_catalog.credential,
-        namespace=captures[0].namespace,
-        tables=project_tables(captures),
-        catalog_name="tf_s3",
-        storage={"credentials": "vended"},
-    )
+    write = project_writer(tmp_path, kafka_broker, apicurio_registry.url, Lake.vended(s3_catalog))
+    root = write(namespace=captures[0].namespace, tables=project_tables(captures))
     catalog = s3_catalog.pyiceberg_catalog()
     applied = tableflow(root, "apply", "--auto-approve")
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]

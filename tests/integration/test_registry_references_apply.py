@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from tests.avro_records import avro_record, nullable
 from tests.fixtures.apicurio import CLIENT_TIMEOUT_S
 from tests.fixtures.apply_env import Env, apply
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.kafka_server import ApacheKafka
-from tests.plan_project import write_project
+from tests.fixtures.lake import Lake
+from tests.fixtures.projects import StackProject, project_writer
 from tests.protobuf_orders import FIELD, order_importing_address
 
 pytestmark = pytest.mark.slow
@@ -39,64 +41,48 @@ def registry_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(name).url)
 
 
-def _env(
-    tmp_path: Path, kafka: ApacheKafka, catalog: CatalogServer, registry_url: str, topic: str
-) -> Env:
-    def write(*, namespace: str, tables: list[dict[str, Any]], name: str = "project") -> Path:
-        return write_project(
-            tmp_path / name,
-            bootstrap=kafka.bootstrap,
-            registry_url=registry_url,
-            catalog_uri=catalog.uri,
-            credential=catalog.credential,
-            namespace=namespace,
-            tables=tables,
-        )
+@dataclass
+class References:
+    """A test's registry client and unique tag, and the way from produced values to rows
+    read back from a table applied by tableflow."""
 
-    root = write(namespace="x", tables=[], name="refs")
-    return Env(root, topic, unique_namespace("refs"), catalog, write)
+    client: SchemaRegistryClient
+    tag: str
+    kafka: ApacheKafka
+    lake: Lake
+    spark: Any
+    write: StackProject
 
+    def produce(self, topic: str, payloads: list[bytes]) -> None:
+        self.kafka.create_topic(topic)
+        producer = Producer(self.kafka.producer_config(**{"linger.ms": 0}))
+        for payload in payloads:
+            producer.produce(topic, value=payload)
+        assert producer.flush(10) == 0
 
-def _applied(
-    spark: Any,
-    tmp_path: Path,
-    kafka: ApacheKafka,
-    catalog: CatalogServer,
-    registry_url: str,
-    topic: str,
-    value_format: str,
-) -> Env:
-    """A table of `topic`'s values in `value_format`, applied: all COUNT records land."""
-    env = _env(tmp_path, kafka, catalog, registry_url, topic)
-    env.configure(value={"format": value_format}, metadata_columns=["offset"])
-    assert apply(spark, env).records_written == COUNT
-    return env
+    def applied_rows(self, topic: str, value_format: str) -> list[dict[str, Any]]:
+        """`topic`'s values in `value_format`, applied (all COUNT records land) and read back."""
+        root = self.write(namespace="x", tables=[], name=f"refs-{topic}")
+        env = Env(root, topic, unique_namespace("refs"), self.lake.server, self.write)
+        env.configure(value={"format": value_format}, metadata_columns=["offset"])
+        assert apply(self.spark, env).records_written == COUNT
+        rows = env.pyiceberg_table().scan().to_arrow().sort_by("_kafka_offset").to_pylist()
+        for row in rows:
+            row.pop("_kafka_offset")
+        return rows
 
 
-def _produce(kafka: ApacheKafka, topic: str, payloads: list[bytes]) -> None:
-    kafka.create_topic(topic)
-    producer = Producer(kafka.producer_config(**{"linger.ms": 0}))
-    for payload in payloads:
-        producer.produce(topic, value=payload)
-    assert producer.flush(10) == 0
-
-
-def _rows(env: Env) -> list[dict[str, Any]]:
-    rows = env.pyiceberg_table().scan().to_arrow().sort_by("_kafka_offset").to_pylist()
-    for row in rows:
-        row.pop("_kafka_offset")
-    return rows
-
-
-def test_avro_with_nested_references(
-    registry_url: str,
-    kafka_broker: ApacheKafka,
-    catalog_server: CatalogServer,
-    spark: Any,
-    tmp_path: Path,
-) -> None:
-    tag = uuid.uuid4().hex[:8]
+@pytest.fixture
+def refs(
+    registry_url: str, kafka_broker: ApacheKafka, lake: Lake, spark: Any, tmp_path: Path
+) -> References:
     client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
+    write = project_writer(tmp_path, kafka_broker, registry_url, lake)
+    return References(client, uuid.uuid4().hex[:8], kafka_broker, lake, spark, write)
+
+
+def test_avro_with_nested_references(refs: References) -> None:
+    tag, client = refs.tag, refs.client
     country = {"type": "enum", "name": "Country", "namespace": "geo", "symbols": ["NL", "DE"]}
     address = avro_record(
         "Address", namespace="shop", street="string", country="geo.Country", zip=nullable("string")
@@ -123,21 +109,13 @@ def test_avro_with_nested_references(
         }
         for i in range(COUNT)
     ]  # fmt: skip
-    _produce(kafka_broker, topic, [serializer(v, context) for v in model])
+    refs.produce(topic, [serializer(v, context) for v in model])
 
-    env = _applied(spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "avro")
-    assert _rows(env) == model
+    assert refs.applied_rows(topic, "avro") == model
 
 
-def test_json_schema_with_a_reference(
-    registry_url: str,
-    kafka_broker: ApacheKafka,
-    catalog_server: CatalogServer,
-    spark: Any,
-    tmp_path: Path,
-) -> None:
-    tag = uuid.uuid4().hex[:8]
-    client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
+def test_json_schema_with_a_reference(refs: References) -> None:
+    tag, client = refs.tag, refs.client
     address = {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "$id": f"https://example.com/{tag}/address.json",
@@ -174,11 +152,8 @@ def test_json_schema_with_a_reference(
         {"id": i, "ship_to": {"street": f"s{i}", **({"zip": f"z{i}"} if i % 2 else {}), **({"geo": {"lat": i / 4, "lon": -i / 8}} if i % 3 == 0 else {})}}
         for i in range(COUNT)
     ]  # fmt: skip
-    _produce(kafka_broker, topic, [serializer(v, context) for v in produced])
+    refs.produce(topic, [serializer(v, context) for v in produced])
 
-    env = _applied(
-        spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "json_schema"
-    )
     model = [
         {
             "id": v["id"],
@@ -190,21 +165,14 @@ def test_json_schema_with_a_reference(
         }
         for v in produced
     ]
-    assert _rows(env) == model
+    assert refs.applied_rows(topic, "json_schema") == model
 
 
-def test_protobuf_with_an_import(
-    registry_url: str,
-    kafka_broker: ApacheKafka,
-    catalog_server: CatalogServer,
-    spark: Any,
-    tmp_path: Path,
-) -> None:
-    tag = uuid.uuid4().hex[:8]
+def test_protobuf_with_an_import(refs: References) -> None:
+    tag, client = refs.tag, refs.client
     order_class, address_class, address_file = order_importing_address(
         tag, FIELD.TYPE_INT64, floor=True, stops=True
     )
-    client = SchemaRegistryClient({"url": registry_url, "timeout": CLIENT_TIMEOUT_S})
     serializer = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})
     topic = f"porders-{tag}"
     context = SerializationContext(topic, MessageField.VALUE)
@@ -216,11 +184,10 @@ def test_protobuf_with_an_import(
         )
         for i in range(COUNT)
     ]
-    _produce(kafka_broker, topic, [serializer(m, context) for m in messages])
+    refs.produce(topic, [serializer(m, context) for m in messages])
     latest = client.get_latest_version(f"{topic}-value")
     assert [r.name for r in latest.schema.references] == [address_file]
 
-    env = _applied(spark, tmp_path, kafka_broker, catalog_server, registry_url, topic, "protobuf")
     model = [
         {
             "id": m.id,
@@ -229,4 +196,4 @@ def test_protobuf_with_an_import(
         }
         for m in messages
     ]
-    assert _rows(env) == model
+    assert refs.applied_rows(topic, "protobuf") == model

@@ -16,7 +16,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,18 +27,15 @@ import yaml
 from pyiceberg.exceptions import NoSuchTableError
 
 from tableflow_core.config.loader import load_project
-from tableflow_core.dev.s3_server import RunningS3Server
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.maintain import MaintainTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.apply_env import REPO, run_cli_apply
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3_catalog import (
-    S3CatalogServer,
-    catalog_behind_fault_proxy,
-)
+from tests.fixtures.lake import Lake
+from tests.fixtures.projects import project_writer
+from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
-from tests.plan_project import write_project
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.unit.test_engine_helpers import produce_avro
 
@@ -56,17 +54,21 @@ CLIENT_PROPERTIES = {
 DATA_PUT = r"/data/.*\.parquet$"
 
 
-@pytest.fixture(scope="module")
-def faulty_lake(
-    tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server
-) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
-    with catalog_behind_fault_proxy(tmp_path_factory.mktemp("s3-faults"), s3_server) as lake:
-        yield lake
-
-
+@dataclass
 class Project:
-    def __init__(self, root: Path, server: S3CatalogServer, namespace: str) -> None:
-        self.root, self.server, self.namespace = root, server, namespace
+    """A project with one table `t` reading `topic`, on the catalog behind `proxy`."""
+
+    root: Path
+    server: S3CatalogServer
+    proxy: FaultProxy
+    namespace: str
+    kafka: KafkaBroker
+    registry: SchemaRegistryServer
+    topic: str
+    partitions: int
+
+    def produce(self, rows: list[dict[str, Any]]) -> None:
+        produce_avro(self.kafka.bootstrap, self.registry.url, self.topic, rows, self.partitions)
 
     def apply(self, spark: Any) -> Any:
         project = load_project(self.root)
@@ -114,31 +116,37 @@ class Project:
             os.utime(path, (when, when))
 
 
-def make_project(
+@pytest.fixture
+def faulty_project(
     tmp_path: Path,
-    broker: KafkaBroker,
-    registry: SchemaRegistryServer,
-    server: S3CatalogServer,
-    topic: str,
-) -> Project:
-    namespace = unique_namespace("s3f")
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=broker.bootstrap,
-        registry_url=registry.url,
-        catalog_uri=server.uri,
-        credential=server.credential,
-        namespace=namespace,
-        tables=[{"name": "t", "topic": topic, "metadata_columns": []}],
-        catalog_name=CATALOG,
-        storage={"credentials": "vended"},
-    )
-    edit_project(
-        root,
-        lambda config: config["targets"]["test"]["catalog"]["properties"].update(CLIENT_PROPERTIES),
-    )
-    project = Project(root, server, namespace)
-    return project
+    faulty_s3_catalog: tuple[S3CatalogServer, FaultProxy],
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistryServer,
+) -> Callable[[int], Project]:
+    """`faulty_project(partitions)`: a project on a new topic of that many partitions,
+    its S3 client set to retry little and to upload large files in parts."""
+    server, proxy = faulty_s3_catalog
+
+    def make(partitions: int) -> Project:
+        topic = kafka_broker.create_topic(unique_name("s3f"), partitions)
+        namespace = unique_namespace("s3f")
+        write = project_writer(
+            tmp_path, kafka_broker, schema_registry.url, Lake.vended(server, CATALOG)
+        )
+        root = write(
+            namespace=namespace, tables=[{"name": "t", "topic": topic, "metadata_columns": []}]
+        )
+        edit_project(
+            root,
+            lambda config: config["targets"]["test"]["catalog"]["properties"].update(
+                CLIENT_PROPERTIES
+            ),
+        )
+        return Project(
+            root, server, proxy, namespace, kafka_broker, schema_registry, topic, partitions
+        )
+
+    return make
 
 
 def edit_project(root: Path, change: Callable[[dict[str, Any]], None]) -> None:
@@ -156,16 +164,11 @@ def records(start: int, count: int, name_bytes: int = 6) -> list[dict[str, Any]]
 
 
 def test_store_errors_and_resets_mid_apply_publish_nothing_and_a_rerun_is_exact(
-    tmp_path: Path,
-    spark: Any,
-    faulty_lake: tuple[S3CatalogServer, FaultProxy],
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    spark: Any, faulty_project: Callable[[int], Project]
 ) -> None:
-    server, proxy = faulty_lake
-    topic = kafka_broker.create_topic(unique_name("s3f"), 2)
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, 300), 2)
-    project = make_project(tmp_path, kafka_broker, schema_registry, server, topic)
+    project = faulty_project(2)
+    proxy = project.proxy
+    project.produce(records(0, 300))
 
     # 1. The store answers 503 to every data file upload: the run fails and says where.
     refusal = proxy.add_fault(Fault("status", method="PUT", path=DATA_PUT, status=503, times=None))
@@ -199,24 +202,19 @@ def test_store_errors_and_resets_mid_apply_publish_nothing_and_a_rerun_is_exact(
     assert lost.hits == 1 and slow.hits >= 1
     assert project.ids() == list(range(300))
 
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(300, 20), 2)
+    project.produce(records(300, 20))
     assert project.apply(spark).status == "success"
     assert project.ids() == list(range(320))
 
 
 def test_kill_9_during_a_multipart_upload_and_before_the_commit_then_rerun_and_clean_up(
-    tmp_path: Path,
-    spark: Any,
-    faulty_lake: tuple[S3CatalogServer, FaultProxy],
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
+    spark: Any, faulty_project: Callable[[int], Project]
 ) -> None:
-    server, proxy = faulty_lake
-    topic = kafka_broker.create_topic(unique_name("s3k"), 1)
+    project = faulty_project(1)
+    proxy = project.proxy
     # ~12 MB of incompressible names in one partition: one data file of several parts.
     big = 100_000
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(0, big, 90), 1)
-    project = make_project(tmp_path, kafka_broker, schema_registry, server, topic)
+    project.produce(records(0, big, 90))
 
     # 1. kill -9 while a part of the data file is being uploaded.
     # (Only the data file's parts: the catalog's pyarrow writes metadata files as
@@ -255,7 +253,7 @@ def test_kill_9_during_a_multipart_upload_and_before_the_commit_then_rerun_and_c
     assert project.ids() == list(range(big))
 
     # 3. kill -9 after the write, before the catalog commit that publishes it.
-    produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, records(big, 50), 1)
+    project.produce(records(big, 50))
     run_cli_apply(SimpleNamespace(root=project.root), crash_at="before_commit")  # type: ignore[arg-type]
     assert project.ids() == list(range(big))
     assert project.data_objects() - project.live_data_files()  # the killed run's files

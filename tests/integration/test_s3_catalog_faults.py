@@ -6,32 +6,18 @@ The catalog's S3 endpoint (its own and the one it hands its clients) is the faul
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import ServiceUnavailableError
 from pyiceberg.table import Table
 
-from tableflow_core.dev.s3_server import RunningS3Server
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3_catalog import (
-    S3CatalogServer,
-    catalog_behind_fault_proxy,
-)
+from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.support.fault_proxy import Fault, FaultProxy
 
 SCHEMA = pa.schema([("id", pa.int64())])
 # pyarrow writes every file as a multipart upload: POST ?uploads, PUT ?partNumber, POST ?uploadId.
 METADATA_FILE = r"\.metadata\.json$"
-
-
-@pytest.fixture(scope="module")
-def faulty(
-    tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server
-) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
-    with catalog_behind_fault_proxy(tmp_path_factory.mktemp("faulty-catalog"), s3_server) as lake:
-        yield lake
 
 
 def _table(server: S3CatalogServer) -> Table:
@@ -49,9 +35,9 @@ def _ids(server: S3CatalogServer, table: Table) -> list[int]:
 
 
 def test_metadata_write_refused_publishes_nothing(
-    faulty: tuple[S3CatalogServer, FaultProxy],
+    faulty_s3_catalog: tuple[S3CatalogServer, FaultProxy],
 ) -> None:
-    server, proxy = faulty
+    server, proxy = faulty_s3_catalog
     table = _table(server)
     before = table.metadata_location
     proxy.add_fault(
@@ -74,11 +60,11 @@ def test_metadata_write_refused_publishes_nothing(
 
 
 def test_lost_answer_to_the_metadata_write_is_retried_once(
-    faulty: tuple[S3CatalogServer, FaultProxy],
+    faulty_s3_catalog: tuple[S3CatalogServer, FaultProxy],
 ) -> None:
     """The store completes the metadata file's upload but the answer is lost: the S3
     client retries the completion, the store answers 200, and the table moves once."""
-    server, proxy = faulty
+    server, proxy = faulty_s3_catalog
     table = _table(server)
     proxy.reset_requests()
     proxy.add_fault(
@@ -99,11 +85,11 @@ def test_lost_answer_to_the_metadata_write_is_retried_once(
 
 
 def test_store_keeps_failing_after_applying_the_write(
-    faulty: tuple[S3CatalogServer, FaultProxy],
+    faulty_s3_catalog: tuple[S3CatalogServer, FaultProxy],
 ) -> None:
     """Every answer to the completion is lost: the catalog gives up (503), the table does
     not move, and the metadata file the store kept is an orphan for remove_orphans."""
-    server, proxy = faulty
+    server, proxy = faulty_s3_catalog
     table = _table(server)
     before = table.metadata_location
     proxy.reset_requests()
@@ -124,9 +110,9 @@ def test_store_keeps_failing_after_applying_the_write(
 
 
 def test_data_file_upload_reset_fails_the_append(
-    faulty: tuple[S3CatalogServer, FaultProxy],
+    faulty_s3_catalog: tuple[S3CatalogServer, FaultProxy],
 ) -> None:
-    server, proxy = faulty
+    server, proxy = faulty_s3_catalog
     table = _table(server)
     proxy.add_fault(Fault(action="reset", method="PUT", path=r"/data/.*\.parquet$", times=None))
     try:

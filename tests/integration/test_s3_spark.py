@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,7 @@ import pytest
 from tableflow_core.dev.s3_server import RunningS3Server
 from tableflow_core.jvm.artifacts import ensure, load_lock
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.s3_catalog import (
-    S3CatalogServer,
-    catalog_behind_fault_proxy,
-)
+from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.support.fault_proxy import FaultProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,15 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 # 100 inserted.
 EXPECTED_ROWS = 3000 - 50 + 100
 EXPECTED_SUM = sum(range(3000)) - sum(range(2900, 3000, 2)) + sum(range(3000, 3100))
-
-
-@pytest.fixture(scope="module")
-def proxied_catalog(
-    tmp_path_factory: pytest.TempPathFactory, s3_server: RunningS3Server
-) -> Iterator[tuple[S3CatalogServer, FaultProxy]]:
-    """A catalog whose S3 endpoint (its own and the one it hands out) is the fault proxy."""
-    with catalog_behind_fault_proxy(tmp_path_factory.mktemp("spark-s3-catalog"), s3_server) as lake:
-        yield lake
 
 
 def _run_scenario(
@@ -109,12 +96,12 @@ def _requests_per_phase(proxy: FaultProxy, phases: dict[str, list[float]]) -> di
 
 @pytest.mark.parametrize("vended", [True, False], ids=["vended-keys", "own-keys"])
 def test_spark_writes_merges_and_maintains_a_table_on_s3(
-    proxied_catalog: tuple[S3CatalogServer, FaultProxy],
+    faulty_s3_catalog: tuple[S3CatalogServer, FaultProxy],
     s3_server: RunningS3Server,
     tmp_path: Path,
     vended: bool,
 ) -> None:
-    server, proxy = proxied_catalog
+    server, proxy = faulty_s3_catalog
     event_log = tmp_path / "events"
     event_log.mkdir()
     result = _run_scenario(server, s3_server, vended, event_log)

@@ -21,9 +21,10 @@ import yaml
 from tableflow_core.readers.duckdb_reader import create_s3_secret, duckdb_connection
 from tests.fixtures.apply_env import REPO
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.lake import Lake
+from tests.fixtures.projects import project_writer
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
-from tests.plan_project import write_project
 from tests.unit.test_engine_helpers import produce_avro
 
 pytestmark = pytest.mark.slow
@@ -43,22 +44,17 @@ def test_static_keys_from_env_var_work_everywhere_and_are_never_shown(
     rows = [{"id": i, "name": f"n{i}", "amount": i / 4} for i in range(250)]
     produce_avro(kafka_broker.bootstrap, schema_registry.url, topic, rows, 2)
     namespace = unique_namespace("s3static")
-    root = write_project(
-        tmp_path / "project",
-        bootstrap=kafka_broker.bootstrap,
-        registry_url=schema_registry.url,
-        catalog_uri=s3_catalog.uri,
-        credential=s3_catalog.credential,
-        namespace=namespace,
-        tables=[{"name": "t", "topic": topic, "metadata_columns": []}],
-        catalog_name="tf_s3_static",
-        storage={
-            "endpoint": s3.endpoint,
-            "region": s3.region,
-            "path_style_access": True,
-            "access_key_id": f"{{{{ env_var('{KEY_ID_ENV}') }}}}",
-            "secret_access_key": f"{{{{ env_var('{SECRET_ENV}') }}}}",
-        },
+    storage = {
+        "endpoint": s3.endpoint,
+        "region": s3.region,
+        "path_style_access": True,
+        "access_key_id": f"{{{{ env_var('{KEY_ID_ENV}') }}}}",
+        "secret_access_key": f"{{{{ env_var('{SECRET_ENV}') }}}}",
+    }
+    lake = Lake("s3", s3_catalog, "tf_s3_static", storage)
+    write = project_writer(tmp_path, kafka_broker, schema_registry.url, lake)
+    root = write(
+        namespace=namespace, tables=[{"name": "t", "topic": topic, "metadata_columns": []}]
     )
     events = tmp_path / "events"
     events.mkdir()
