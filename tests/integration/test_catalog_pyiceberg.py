@@ -9,7 +9,7 @@ import pytest
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.types import StringType
 
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.catalog import CatalogServer, new_namespace, unique_namespace
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("writer", pa.string())])
 
@@ -45,9 +45,8 @@ def test_create_append_evolve_and_read_back(catalog_server: CatalogServer) -> No
 def test_stale_writer_gets_commit_failed_and_its_retry_succeeds(
     catalog_server: CatalogServer,
 ) -> None:
-    ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     catalog.create_table((ns, "t"), SCHEMA, properties={"commit.retry.num-retries": "0"})
     first = catalog.load_table((ns, "t"))
     second = catalog_server.pyiceberg_catalog("second").load_table((ns, "t"))
@@ -64,9 +63,8 @@ def test_stale_writer_gets_commit_failed_and_its_retry_succeeds(
 
 def test_concurrent_appenders_lose_no_commit(catalog_server: CatalogServer) -> None:
     writers, appends_each = 4, 5
-    ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     # pyiceberg retries a commit that got 409; give it room for 4 racing writers.
     properties = {
         "commit.retry.num-retries": "50",

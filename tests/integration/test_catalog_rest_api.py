@@ -14,6 +14,7 @@ from tests.fixtures.catalog import (
     CatalogApi,
     CatalogServer,
     client_credentials_grant,
+    new_namespace,
     unique_namespace,
 )
 
@@ -163,9 +164,8 @@ def test_table_errors(client: Client, catalog_server: CatalogServer) -> None:
 
 
 def test_load_table_and_views_and_metrics(client: Client, catalog_server: CatalogServer) -> None:
-    ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     catalog.create_table((ns, "t"), pa.schema([("id", pa.int64())]))
     loaded = client.call("GET", f"/namespaces/{ns}/tables/t").json()
     assert loaded["metadata-location"].startswith("file://")
@@ -186,9 +186,8 @@ def test_load_table_and_views_and_metrics(client: Client, catalog_server: Catalo
 def test_stage_create_then_commit_creates_the_table(
     client: Client, catalog_server: CatalogServer
 ) -> None:
-    ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     transaction = catalog.create_table_transaction((ns, "staged"), pa.schema([("id", pa.int64())]))
     assert client.call("HEAD", f"/namespaces/{ns}/tables/staged").status_code == 404
     transaction.append(pa.table({"id": [1, 2]}))
@@ -199,9 +198,8 @@ def test_stage_create_then_commit_creates_the_table(
 def test_multi_table_transaction_is_all_or_nothing(
     client: Client, catalog_server: CatalogServer
 ) -> None:
-    ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     a = catalog.create_table((ns, "a"), pa.schema([("id", pa.int64())]))
     b = catalog.create_table((ns, "b"), pa.schema([("id", pa.int64())]))
 
@@ -235,9 +233,8 @@ def test_multi_table_transaction_is_all_or_nothing(
 
 
 def test_rename_register_and_purge(client: Client, catalog_server: CatalogServer) -> None:
-    ns = unique_namespace()
     catalog = catalog_server.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     table = catalog.create_table((ns, "t"), pa.schema([("id", pa.int64())]))
     table.append(pa.table({"id": [1]}))
     catalog.create_table((ns, "other"), pa.schema([("id", pa.int64())]))

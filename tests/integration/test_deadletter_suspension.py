@@ -14,7 +14,7 @@ from tableflow_core.deadletter.suspension import (
     describe_suspension,
     suspend,
 )
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.catalog import CatalogServer, new_namespace
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +23,7 @@ def test_suspension_is_a_table_property_that_does_not_move_main(
     catalog_server: CatalogServer,
 ) -> None:
     catalog = catalog_server.pyiceberg_catalog()
-    namespace = unique_namespace("susp")
-    catalog.create_namespace(namespace)
+    namespace = new_namespace(catalog, "susp")
     data = pa.table({"id": pa.array([1, 2], pa.int64())})
     table = catalog.create_table(f"{namespace}.orders", schema=data.schema)
     table.append(data)

@@ -23,7 +23,7 @@ from tableflow_core.delta import (
 )
 from tableflow_core.delta.files import normalize_location
 from tableflow_core.readers.duckdb_reader import extension_path
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.catalog import CatalogServer, new_table
 
 pytestmark = pytest.mark.slow
 
@@ -125,9 +125,7 @@ def test_appends_schema_evolution_and_overwrite_read_the_same_as_delta(
     catalog_server: CatalogServer,
 ) -> None:
     catalog = catalog_server.pyiceberg_catalog()
-    ns = unique_namespace("delta")
-    catalog.create_namespace(ns)
-    table = catalog.create_table((ns, "events"), SCHEMA)
+    table = new_table(catalog, "events", SCHEMA, "delta")
     table.append(_batch(range(0, 5)))
 
     first = sync_delta_log(table)
@@ -173,9 +171,7 @@ def test_appends_schema_evolution_and_overwrite_read_the_same_as_delta(
 
 def test_empty_table_gets_an_empty_delta_table(catalog_server: CatalogServer) -> None:
     catalog = catalog_server.pyiceberg_catalog()
-    ns = unique_namespace("delta")
-    catalog.create_namespace(ns)
-    table = catalog.create_table((ns, "empty"), SCHEMA)
+    table = new_table(catalog, "empty", SCHEMA, "delta")
     result = sync_delta_log(table)
     assert result.created and result.snapshot_id is None
     assert deltalake_rows(table.metadata.location) == []
@@ -184,9 +180,7 @@ def test_empty_table_gets_an_empty_delta_table(catalog_server: CatalogServer) ->
 
 def test_renamed_column_is_refused_and_nothing_is_written(catalog_server: CatalogServer) -> None:
     catalog = catalog_server.pyiceberg_catalog()
-    ns = unique_namespace("delta")
-    catalog.create_namespace(ns)
-    table = catalog.create_table((ns, "renamed"), SCHEMA)
+    table = new_table(catalog, "renamed", SCHEMA, "delta")
     table.append(_batch(range(0, 3)))
     sync_delta_log(table)
     version = delta_version(table.metadata.location)
@@ -199,10 +193,11 @@ def test_renamed_column_is_refused_and_nothing_is_written(catalog_server: Catalo
 
 def test_unsupported_type_is_refused_with_the_column(catalog_server: CatalogServer) -> None:
     catalog = catalog_server.pyiceberg_catalog()
-    ns = unique_namespace("delta")
-    catalog.create_namespace(ns)
-    table = catalog.create_table(
-        (ns, "uuids"), Schema(NestedField(1, "id", LongType()), NestedField(2, "u", UUIDType()))
+    table = new_table(
+        catalog,
+        "uuids",
+        Schema(NestedField(1, "id", LongType()), NestedField(2, "u", UUIDType())),
+        "delta",
     )
     with pytest.raises(DeltaSyncError, match="u: uuid"):
         sync_delta_log(table)
@@ -215,9 +210,7 @@ def test_a_concurrent_delta_commit_fails_the_sync_and_the_next_sync_repairs(
     from deltalake import DeltaTable
 
     catalog = catalog_server.pyiceberg_catalog()
-    ns = unique_namespace("delta")
-    catalog.create_namespace(ns)
-    table = catalog.create_table((ns, "raced"), SCHEMA)
+    table = new_table(catalog, "raced", SCHEMA, "delta")
     table.append(_batch(range(0, 3)))
     sync_delta_log(table)
     table.append(_batch(range(3, 6)))
@@ -249,9 +242,7 @@ def test_a_concurrent_delta_commit_fails_the_sync_and_the_next_sync_repairs(
 
 def test_rollback_and_a_snapshot_without_file_changes(catalog_server: CatalogServer) -> None:
     catalog = catalog_server.pyiceberg_catalog()
-    ns = unique_namespace("delta")
-    catalog.create_namespace(ns)
-    table = catalog.create_table((ns, "rolled"), SCHEMA)
+    table = new_table(catalog, "rolled", SCHEMA, "delta")
     table.append(_batch(range(0, 3)))
     first_snapshot = table.current_snapshot().snapshot_id
     table.append(_batch(range(3, 6)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -24,10 +25,11 @@ from pyiceberg.table import Table
 from tableflow_core.config.models.catalogs import NessieCatalog as NessieCatalogConfig
 from tableflow_core.config.models.catalogs import RestCatalog as RestCatalogConfig
 from tableflow_core.jvm.artifacts import ensure, load_lock
+from tableflow_core.publish.base import CatalogPublisher
 from tableflow_core.publish.errors import PublishConflictError, PublishError
 from tableflow_core.publish.nessie import NessiePublisher, put_operation, table_content
 from tableflow_core.publish.rest import RestPublisher
-from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.catalog import new_namespace, unique_namespace
 from tests.fixtures.nessie import NessieCatalog
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.trino import (
@@ -75,8 +77,7 @@ def test_pyiceberg_and_spark_write_through_nessie_and_trino_reads_back(
     nessie: NessieCatalog, trino: TrinoServer
 ) -> None:
     catalog = nessie.pyiceberg_catalog()
-    ns = unique_namespace("nessie")
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog, "nessie")
 
     table = catalog.create_table((ns, "py_events"), schema=SAMPLE_ARROW_SCHEMA)
     rows = [sample_row(i) for i in range(80)]
@@ -136,25 +137,41 @@ def test_spark_with_nessie_signing_its_s3_requests(nessie: NessieCatalog) -> Non
     assert sorted(rows["id"].to_pylist()) == [1, 2]
 
 
-def test_tableflow_publishes_to_nessie_by_register(
-    nessie: NessieCatalog, s3_catalog: S3CatalogServer, trino: TrinoServer
-) -> None:
+def _orders_on_s3(s3_catalog: S3CatalogServer, prefix: str) -> tuple[Any, str, Table]:
+    """Table `orders` with 30 sample rows in a new namespace of the S3 catalog."""
     source_catalog = s3_catalog.pyiceberg_catalog()
-    ns = unique_namespace("pub")
-    source_catalog.create_namespace(ns)
+    ns = new_namespace(source_catalog, prefix)
     source = source_catalog.create_table((ns, "orders"), schema=SAMPLE_ARROW_SCHEMA)
     append_samples(source, 0, 30)
+    return source_catalog, ns, source
 
-    config = RestCatalogConfig(uri=nessie.uri, properties=nessie.s3_keys())
-    publisher = RestPublisher("nessie", config)
-    assert publisher.current_pointer((ns,), "orders") is None
-    publisher.register((ns,), "orders", source.metadata_location)
-    # Nessie points at our metadata file; nothing was copied.
-    assert publisher.current_pointer((ns,), "orders") == source.metadata_location
+
+def _trino_row_count(trino: TrinoServer, nessie: NessieCatalog, ns: str) -> int:
     _, rows, _ = assert_trino_reads_as_pyiceberg(
         trino, "nessie", nessie.pyiceberg_catalog(), ns, "orders"
     )
-    assert len(rows) == 30
+    return len(rows)
+
+
+def _register_orders(
+    publisher: CatalogPublisher, source: Table, trino: TrinoServer, nessie: NessieCatalog
+) -> None:
+    """`publisher` registers the new `orders`: Nessie points at the source's metadata
+    file (nothing is copied) and Trino reads its 30 rows through Nessie."""
+    ns = source.name()[0]
+    assert publisher.current_pointer((ns,), "orders") is None
+    publisher.register((ns,), "orders", source.metadata_location)  # the namespace too
+    assert publisher.current_pointer((ns,), "orders") == source.metadata_location
+    assert _trino_row_count(trino, nessie, ns) == 30
+
+
+def test_tableflow_publishes_to_nessie_by_register(
+    nessie: NessieCatalog, s3_catalog: S3CatalogServer, trino: TrinoServer
+) -> None:
+    _, ns, source = _orders_on_s3(s3_catalog, "pub")
+    config = RestCatalogConfig(uri=nessie.uri, properties=nessie.s3_keys())
+    publisher = RestPublisher("nessie", config)
+    _register_orders(publisher, source, trino, nessie)
 
     # The next snapshot: the publisher moves pointers with register(overwrite=true),
     # which Nessie 0.99 refuses. Recorded here; `type: nessie` publishes through Nessie's API.
@@ -168,24 +185,14 @@ def test_tableflow_publishes_to_nessie_by_register(
 def test_tableflow_publishes_to_nessie_through_its_api_with_compare_and_set(
     nessie: NessieCatalog, s3_catalog: S3CatalogServer, trino: TrinoServer
 ) -> None:
-    source_catalog = s3_catalog.pyiceberg_catalog()
-    ns = unique_namespace("napi")
-    source_catalog.create_namespace(ns)
-    source = source_catalog.create_table((ns, "orders"), schema=SAMPLE_ARROW_SCHEMA)
-    append_samples(source, 0, 30)
+    source_catalog, ns, source = _orders_on_s3(s3_catalog, "napi")
     # The publisher reads the metadata file (snapshot, schema, spec ids) with these keys.
     config = NessieCatalogConfig(
         uri=nessie.server.api_uri,
         properties={**nessie.s3_keys(), "s3.endpoint": nessie.s3.endpoint},
     )
     publisher = NessiePublisher("nessie", config)
-    assert publisher.current_pointer((ns,), "orders") is None
-    publisher.register((ns,), "orders", source.metadata_location)  # the namespace too
-    assert publisher.current_pointer((ns,), "orders") == source.metadata_location
-    _, rows, _ = assert_trino_reads_as_pyiceberg(
-        trino, "nessie", nessie.pyiceberg_catalog(), ns, "orders"
-    )
-    assert len(rows) == 30
+    _register_orders(publisher, source, trino, nessie)
 
     # The source moves on: the pointer moves with one Nessie commit, read by Trino.
     first = source.metadata_location
@@ -194,10 +201,7 @@ def test_tableflow_publishes_to_nessie_through_its_api_with_compare_and_set(
     stale = publisher.read((ns, "orders"))  # a second publisher's view, before the move
     publisher.update((ns,), "orders", source.metadata_location, first)
     assert publisher.current_pointer((ns,), "orders") == source.metadata_location
-    _, rows, _ = assert_trino_reads_as_pyiceberg(
-        trino, "nessie", nessie.pyiceberg_catalog(), ns, "orders"
-    )
-    assert len(rows) == 40
+    assert _trino_row_count(trino, nessie, ns) == 40
     assert f"tableflow: publish {ns}.orders" in _commits(nessie)
 
     # Compare-and-set: a commit against the branch state read before the move is refused,

@@ -15,7 +15,7 @@ import pytest
 from tableflow_core.engine.run_branch import publish_run, rows_at, stale_branches, start_run
 from tableflow_core.errors import MainMovedError
 from tableflow_core.state.table_state import table_state_of
-from tests.fixtures.catalog import CatalogServer, unique_namespace
+from tests.fixtures.catalog import CatalogServer, new_table
 
 pytestmark = pytest.mark.slow  # needs the catalog server
 
@@ -23,15 +23,22 @@ SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=True)])
 BRANCH = "tableflow_run_test"
 
 
-def new_table(server: CatalogServer) -> tuple[Any, Any]:
+def catalog_and_table(server: CatalogServer) -> tuple[Any, Any]:
     catalog = server.pyiceberg_catalog()
-    namespace = unique_namespace("rb")
-    catalog.create_namespace(namespace)
-    return catalog, catalog.create_table((namespace, "t"), SCHEMA)
+    return catalog, new_table(catalog, "t", SCHEMA, "rb")
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
     return pa.table({"id": list(range(start, start + n))}, schema=SCHEMA)
+
+
+def run_with_rows_on_its_branch(server: CatalogServer) -> tuple[Any, Any, int]:
+    """A run started on 3 rows of main (ids 0..2) that wrote 4 rows (100..103) to its branch."""
+    catalog, table = catalog_and_table(server)
+    table.append(rows(3))
+    base = start_run(table, BRANCH, [])
+    table.append(rows(4, 100), branch=BRANCH)
+    return catalog, table, base
 
 
 def commits(table: Any) -> int:
@@ -41,7 +48,7 @@ def commits(table: Any) -> int:
 
 
 def test_a_new_table_run_is_two_commits_of_its_own(catalog_server: CatalogServer) -> None:
-    _, table = new_table(catalog_server)
+    _, table = catalog_and_table(catalog_server)
     created = commits(table)
     base = start_run(table, BRANCH, [])  # first snapshot + branch: one commit
     assert commits(table) == created + 1
@@ -62,7 +69,7 @@ def test_a_new_table_run_is_two_commits_of_its_own(catalog_server: CatalogServer
 
 
 def test_start_drops_stale_branches_in_the_same_commit(catalog_server: CatalogServer) -> None:
-    _, table = new_table(catalog_server)
+    _, table = catalog_and_table(catalog_server)
     table.append(rows(1))
     old = table.metadata.current_snapshot_id
     table.manage_snapshots().create_branch(old, "tableflow_run_crashed").commit()
@@ -78,10 +85,7 @@ def test_start_drops_stale_branches_in_the_same_commit(catalog_server: CatalogSe
 def test_main_moved_after_the_check_is_refused_by_the_catalog(
     catalog_server: CatalogServer,
 ) -> None:
-    catalog, table = new_table(catalog_server)
-    table.append(rows(3))
-    base = start_run(table, BRANCH, [])
-    table.append(rows(4, 100), branch=BRANCH)
+    catalog, table, base = run_with_rows_on_its_branch(catalog_server)
     table.refresh()  # what publish loads after the write
     other = catalog.load_table(table.name())
 
@@ -105,10 +109,7 @@ def test_main_moved_after_the_check_is_refused_by_the_catalog(
 def test_main_moved_before_the_publish_is_refused_before_committing(
     catalog_server: CatalogServer,
 ) -> None:
-    catalog, table = new_table(catalog_server)
-    table.append(rows(3))
-    base = start_run(table, BRANCH, [])
-    table.append(rows(4, 100), branch=BRANCH)
+    catalog, table, base = run_with_rows_on_its_branch(catalog_server)
     catalog.load_table(table.name()).append(rows(1, 1000))
     table.refresh()
     before = commits(table)
@@ -121,7 +122,7 @@ def test_two_runs_giving_a_new_table_its_first_snapshot(catalog_server: CatalogS
     """The second run's commit is refused (main exists now); pyiceberg's retry may put its
     empty snapshot on top of the first run's, but never creates the branch: the run is
     told to start over, and main carries no offsets either way."""
-    catalog, table = new_table(catalog_server)
+    catalog, table = catalog_and_table(catalog_server)
     late = catalog.load_table(table.name())  # loaded before the first run's commit
     first = start_run(table, BRANCH, [])
     with pytest.raises(MainMovedError):
@@ -135,7 +136,7 @@ def test_two_runs_giving_a_new_table_its_first_snapshot(catalog_server: CatalogS
 
 def test_rows_at_the_base_of_a_run(catalog_server: CatalogServer) -> None:
     """The transform stage plans no insert-if-absent join against an empty table."""
-    catalog, table = new_table(catalog_server)
+    catalog, table = catalog_and_table(catalog_server)
     loaded = catalog.load_table(table.name())  # as the engine loads it, before start_run
     base = start_run(table, BRANCH, [])
     assert rows_at(loaded, base) == 0  # the new table's empty first snapshot

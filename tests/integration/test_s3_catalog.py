@@ -13,7 +13,7 @@ import requests
 
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, S3_FILE_IO
 from tableflow_core.readers.duckdb_reader import duckdb_connection
-from tests.fixtures.catalog import client_credentials_grant, unique_namespace
+from tests.fixtures.catalog import client_credentials_grant, new_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -49,9 +49,8 @@ def test_config_names_the_store_and_never_the_keys(s3_catalog: S3CatalogServer) 
 def test_pyiceberg_with_vended_keys_writes_metadata_and_data_to_s3(
     s3_catalog: S3CatalogServer,
 ) -> None:
-    ns = unique_namespace()
     catalog = s3_catalog.pyiceberg_catalog()  # uri + client credential, nothing about S3
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     table = catalog.create_table((ns, "t"), SCHEMA)
     assert table.location().startswith(s3_catalog.warehouse + "/")
     table.append(pa.table({"id": [1, 2], "name": ["a", "b"]}, schema=SCHEMA))
@@ -65,9 +64,8 @@ def test_pyiceberg_with_vended_keys_writes_metadata_and_data_to_s3(
 
 
 def test_load_table_vends_keys_only_when_asked(s3_catalog: S3CatalogServer) -> None:
-    ns = unique_namespace()
     catalog = s3_catalog.pyiceberg_catalog(vended=False)  # brings its own keys
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     catalog.create_table((ns, "t"), SCHEMA).append(pa.table({"id": [7], "name": ["x"]}))
     url = f"{s3_catalog.uri}/v1/namespaces/{ns}/tables/t"
     bearer = {"Authorization": f"Bearer {_token(s3_catalog)}"}
@@ -103,9 +101,8 @@ def _duckdb(server: S3CatalogServer, vended: bool) -> duckdb.DuckDBPyConnection:
 def test_duckdb_reads_with_only_the_catalog_url_and_credential(
     s3_catalog: S3CatalogServer,
 ) -> None:
-    ns = unique_namespace()
     catalog = s3_catalog.pyiceberg_catalog()
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     table = catalog.create_table((ns, "t"), SCHEMA)
     table.append(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}, schema=SCHEMA))
     con = _duckdb(s3_catalog, vended=True)
@@ -116,9 +113,8 @@ def test_duckdb_reads_with_only_the_catalog_url_and_credential(
 
 
 def test_duckdb_with_its_own_s3_secret_and_no_vending(s3_catalog: S3CatalogServer) -> None:
-    ns = unique_namespace()
     catalog = s3_catalog.pyiceberg_catalog(vended=False)
-    catalog.create_namespace(ns)
+    ns = new_namespace(catalog)
     table = catalog.create_table((ns, "t"), SCHEMA)
     table.append(pa.table({"id": [4, 5], "name": ["d", "e"]}, schema=SCHEMA))
     con = _duckdb(s3_catalog, vended=False)

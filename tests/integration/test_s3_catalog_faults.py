@@ -11,7 +11,7 @@ import pytest
 from pyiceberg.exceptions import ServiceUnavailableError
 from pyiceberg.table import Table
 
-from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.catalog import new_table
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.support.fault_proxy import Fault, FaultProxy
 
@@ -22,11 +22,9 @@ METADATA_FILE = r"\.metadata\.json$"
 
 def _table(server: S3CatalogServer) -> Table:
     catalog = server.pyiceberg_catalog()
-    ns = unique_namespace("fault")
-    catalog.create_namespace(ns)
-    table = catalog.create_table((ns, "t"), SCHEMA)
+    table = new_table(catalog, "t", SCHEMA, "fault")
     table.append(pa.table({"id": [1]}, schema=SCHEMA))
-    return catalog.load_table((ns, "t"))
+    return catalog.load_table(table.name())
 
 
 def _ids(server: S3CatalogServer, table: Table) -> list[int]:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 import requests
 
-from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.catalog import new_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.integration.test_s3_temporary_credentials import error_code, load_table_answer, s3_with
 from tests.support.sts_gateway import StsGateway
@@ -40,8 +40,7 @@ def test_locations_and_names_that_widen_vended_credentials_are_refused(
     sts_catalog: S3CatalogServer, sts_gateway: StsGateway
 ) -> None:
     catalog = sts_catalog.pyiceberg_catalog()
-    namespace = unique_namespace("scope")
-    catalog.create_namespace(namespace)
+    namespace = new_namespace(catalog, "scope")
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
     catalog.create_table((namespace, "t"), rows.schema).append(rows)
     catalog.create_table((namespace, "t2"), rows.schema).append(rows)
