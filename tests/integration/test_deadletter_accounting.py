@@ -22,7 +22,6 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.deadletter.accounting import RunAccounting
-from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.runner.results import TableResult
 from tableflow_core.state.offsets import OFFSETS_KEY
 from tests.avro_records import avro_record
@@ -74,9 +73,7 @@ def orders(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> 
 
 
 def table_ids(env: Env) -> set[int]:
-    location = env.pyiceberg_table().metadata_location
-    rows = duckdb_connection().sql(f"SELECT id FROM iceberg_scan('{location}')").fetchall()
-    ids = [int(r[0]) for r in rows]
+    ids = env.landed_ids()
     assert len(ids) == len(set(ids))
     return set(ids)
 

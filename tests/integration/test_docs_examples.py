@@ -110,8 +110,8 @@ def _run_doc(doc: str, cwd: Path, docs_stack: DocsStack) -> None:
     for example in examples(REPO / doc):
         if example.reason_not_run() is not None:
             continue
-        if example.in_repository:
-            _run_in_repository(example, docs_stack.env)
+        if example.in_repository:  # about the checkout (e.g. the unit tests): from its root
+            _run_example(example, example.command, REPO, docs_stack.env)
             continue
         # The directory and exported variables carry over to the doc's next command.
         script = (
@@ -119,31 +119,15 @@ def _run_doc(doc: str, cwd: Path, docs_stack: DocsStack) -> None:
             f"pwd > '{cwd_file}'\nexport -p | grep -v -E ' (PWD|OLDPWD|SHLVL)=' > '{env_file}'\n"
             "exit $status\n"
         )
-        result = subprocess.run(
-            ["bash", "-c", script],
-            cwd=cwd,
-            env=docs_stack.env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert result.returncode == example.expected_exit, (
-            f"{example}\nexit {result.returncode}, expected {example.expected_exit}\n"
-            f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
-        )
+        _run_example(example, script, cwd, docs_stack.env)
         if cwd_file.is_file():
             cwd = Path(cwd_file.read_text().strip())
 
 
-def _run_in_repository(example: Example, env: dict[str, str]) -> None:
-    """A command about the checkout (e.g. the unit tests), from the repository's root."""
+def _run_example(example: Example, script: str, cwd: Path, env: dict[str, str]) -> None:
+    """`script` (the example's command, or a script around it) must exit as the doc says."""
     result = subprocess.run(
-        ["bash", "-c", example.command],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )
     assert result.returncode == example.expected_exit, (
         f"{example}\nexit {result.returncode}, expected {example.expected_exit}\n"

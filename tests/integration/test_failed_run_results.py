@@ -25,7 +25,6 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tests.avro_records import avro_record, nullable
 from tests.fixtures.apply_env import Env, apply, run_cli
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
@@ -56,22 +55,20 @@ class Orders:
         assert producer.flush(10) == 0
 
 
+@pytest.fixture
+def orders(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> Orders:
+    return Orders(kafka_broker, schema_registry)
+
+
 def results_of(env: Env) -> dict[str, Any]:
     document = json.loads((env.root / "target" / "run_results.json").read_text())
     (table,) = document["tables"]
     return {"run": document, **table}
 
 
-def landed(env: Env) -> list[int]:
-    location = env.pyiceberg_table().metadata_location
-    rows = duckdb_connection().sql(f"SELECT id FROM iceberg_scan('{location}')").fetchall()
-    return sorted(int(r[0]) for r in rows)
-
-
 def test_a_failed_check_reports_its_figures_offsets_and_sample_positions(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
-    orders = Orders(kafka_broker, schema_registry)
     orders.produce([(0, 1, "open"), (1, 2, "open"), (0, 3, "paid")])
     env = make_env(
         orders.name,
@@ -80,7 +77,7 @@ def test_a_failed_check_reports_its_figures_offsets_and_sample_positions(
         checks=[{"type": "not_null", "columns": ["status"]}],  # severity error: fail
     )
     apply(spark, env)
-    assert landed(env) == [1, 2, 3]
+    assert env.landed_ids() == [1, 2, 3]
 
     # ids 1 and 2 are in the table already (the dedup drops them); 4 and 6 have no status
     orders.produce([(0, 1, None), (0, 4, None), (1, 2, None), (1, 5, "open"), (1, 6, None)])
@@ -98,16 +95,17 @@ def test_a_failed_check_reports_its_figures_offsets_and_sample_positions(
     positions = {(s["kafka_partition"], s["kafka_offset"]) for s in check["samples"]}
     assert positions == model_failing
     assert {s["id"] for s in check["samples"]} == {4, 6}
-    assert failed.checks == checks and landed(env) == [1, 2, 3]  # nothing was published
+    assert failed.checks == checks and env.landed_ids() == [1, 2, 3]  # nothing was published
+
+
+ROW_COUNT = {"type": "row_count", "min": 1}
 
 
 def test_row_count_judges_a_run_with_no_new_records(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
-    orders = Orders(kafka_broker, schema_registry)
     orders.produce([(0, 1, "open"), (1, 2, "open")])
-    row_count = {"type": "row_count", "min": 1}
-    env = make_env(orders.name, metadata_columns=[], checks=[{**row_count, "severity": "warn"}])
+    env = make_env(orders.name, metadata_columns=[], checks=[{**ROW_COUNT, "severity": "warn"}])
     apply(spark, env)
     # no new record: the run's batch is empty, and the check warns
     warned = apply(spark, env)
@@ -119,7 +117,7 @@ def test_row_count_judges_a_run_with_no_new_records(
     assert results_of(env)["checks"] == warned.checks
 
     # severity error: the table fails, and says why
-    env.configure(metadata_columns=[], checks=[row_count])
+    env.configure(metadata_columns=[], checks=[ROW_COUNT])
     failed = apply(spark, env, expect="error")
     assert "row_count" in (failed.error or "") and "observed 0 rows" in (failed.error or "")
     result = results_of(env)
@@ -131,14 +129,12 @@ def test_row_count_judges_a_run_with_no_new_records(
 
 
 def test_row_count_judges_a_run_whose_records_were_all_lost(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
-    orders = Orders(kafka_broker, schema_registry)
     orders.produce([(0, 1, "open"), (1, 2, "open")])
-    row_count = {"type": "row_count", "min": 1}
     env = make_env(orders.name, metadata_columns=[], on_data_loss="accept")
     apply(spark, env)
-    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": orders.broker.bootstrap})
 
     def lose(until: int) -> None:
         (done,) = admin.delete_records([TopicPartition(orders.name, 0, until)]).values()
@@ -148,7 +144,7 @@ def test_row_count_judges_a_run_whose_records_were_all_lost(
     orders.produce([(0, 3, "open"), (0, 4, "open")])
     lose(3)
     env.configure(
-        metadata_columns=[], on_data_loss="accept", checks=[{**row_count, "severity": "warn"}]
+        metadata_columns=[], on_data_loss="accept", checks=[{**ROW_COUNT, "severity": "warn"}]
     )
     warned = apply(spark, env)
     assert warned.status == "success" and warned.offsets_after == {0: 3, 1: 1}
@@ -160,7 +156,7 @@ def test_row_count_judges_a_run_whose_records_were_all_lost(
     # severity error: the table fails on its empty batch, the loss is not recorded
     orders.produce([(0, 5, "open"), (0, 6, "open")])
     lose(5)
-    env.configure(metadata_columns=[], on_data_loss="accept", checks=[row_count])
+    env.configure(metadata_columns=[], on_data_loss="accept", checks=[ROW_COUNT])
     failed = apply(spark, env, expect="error")
     assert "row_count" in (failed.error or "") and "observed 0 rows" in (failed.error or "")
     result = results_of(env)
@@ -170,9 +166,8 @@ def test_row_count_judges_a_run_whose_records_were_all_lost(
 
 
 def test_an_apply_with_nothing_to_do_writes_fresh_results(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
-    orders = Orders(kafka_broker, schema_registry)
     orders.produce([(0, 1, "open"), (1, 2, "open")])
     env = make_env(orders.name, metadata_columns=[])
     apply(spark, env)

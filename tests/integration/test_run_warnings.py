@@ -18,9 +18,8 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.deadletter.accounting import RunAccounting
-from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tableflow_core.state.offsets import OFFSETS_KEY
-from tests.fixtures.apply_env import Env, apply, run_cli
+from tests.fixtures.apply_env import apply, run_cli
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 
 pytestmark = pytest.mark.slow
@@ -62,12 +61,6 @@ class Topic:
         future.result(timeout=10)
 
 
-def landed_ids(env: Env) -> list[int]:
-    location = env.pyiceberg_table().metadata_location
-    rows = duckdb_connection().sql(f"SELECT id FROM iceberg_scan('{location}')").fetchall()
-    return sorted(int(r[0]) for r in rows)
-
-
 def test_null_values_on_an_append_table_are_counted_as_tombstones_and_warned_about(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
 ) -> None:
@@ -79,7 +72,7 @@ def test_null_values_on_an_append_table_are_counted_as_tombstones_and_warned_abo
     result = apply(spark, env)
 
     model = sorted(i for i in topic.produced.values() if i is not None)
-    assert landed_ids(env) == model
+    assert env.landed_ids() == model
     assert result.offsets_after == {0: 10} and result.records_read == 10
     totals = {"read": 10, "written": 7, "filtered": 0, "skipped": 0, "dead_lettered": 0,
               "tombstones": 3}  # fmt: skip

@@ -14,6 +14,7 @@ import requests
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, S3_FILE_IO
 from tableflow_core.readers.duckdb_reader import duckdb_connection
 from tests.fixtures.catalog import client_credentials_grant, new_namespace
+from tests.fixtures.s3 import duckdb_s3_secret
 from tests.fixtures.s3_catalog import S3CatalogServer
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -119,17 +120,7 @@ def test_duckdb_with_its_own_s3_secret_and_no_vending(s3_catalog: S3CatalogServe
     table.append(pa.table({"id": [4, 5], "name": ["d", "e"]}, schema=SCHEMA))
     con = _duckdb(s3_catalog, vended=False)
     try:
-        s3 = s3_catalog.s3
-        con.execute(
-            "CREATE SECRET store (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
-            "URL_STYLE 'path', USE_SSL false)",
-            [
-                s3.credentials.access_key_id,
-                s3.credentials.secret_access_key.get_secret_value(),
-                s3.region,
-                s3.endpoint.removeprefix("http://"),
-            ],
-        )
+        duckdb_s3_secret(con, s3_catalog.s3)
         assert con.sql(f"SELECT sum(id) FROM lake.{ns}.t").fetchall() == [(9,)]
     finally:
         con.close()

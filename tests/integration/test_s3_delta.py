@@ -18,7 +18,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from tableflow_core.dev.s3_server import RunningS3Server
 from tableflow_core.readers.duckdb_reader import extension_path
-from tests.fixtures.s3 import unique_prefix
+from tests.fixtures.s3 import duckdb_s3_secret, unique_prefix
 from tests.support.fault_proxy import FaultProxy
 
 WRITERS = 4
@@ -108,16 +108,7 @@ def test_duckdb_reads_the_delta_table_from_s3(s3_server: RunningS3Server) -> Non
     try:
         con.execute(f"LOAD '{extension_path('duckdb_extension_httpfs', 'httpfs')}'")
         con.execute(f"LOAD '{extension_path('duckdb_extension_delta', 'delta')}'")
-        con.execute(
-            "CREATE SECRET store (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, "
-            "URL_STYLE 'path', USE_SSL false)",
-            [
-                s3_server.credentials.access_key_id,
-                s3_server.credentials.secret_access_key.get_secret_value(),
-                s3_server.region,
-                s3_server.endpoint.removeprefix("http://"),
-            ],
-        )
+        duckdb_s3_secret(con, s3_server)
         rows = con.sql(f"SELECT id, v FROM delta_scan('{uri}') ORDER BY id").fetchall()
     finally:
         con.close()
