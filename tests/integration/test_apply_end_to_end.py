@@ -7,14 +7,12 @@ from click.testing import CliRunner
 
 from tableflow_core.cli.main import cli
 from tableflow_core.config.loader import load_project
-from tableflow_core.dev.producer import produce_sample
 from tableflow_core.plan.actions import CreateTable, Ingest
 from tableflow_core.plan.plan_file import StalePlanError, load_plan, save_plan
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.lake import LAKES
-from tests.fixtures.stack import unique_name
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +23,9 @@ def plan_of(root):
 
 
 @LAKES
-def test_plan_apply_plan_then_lag_then_stale(
-    tmp_path, stack_project, kafka_broker, schema_registry, lake, spark
-):
-    topic = unique_name("orders")
+def test_plan_apply_plan_then_lag_then_stale(tmp_path, stack_project, sample_orders, lake, spark):
+    topic = sample_orders.create(200, partitions=4)
     namespace = unique_namespace("shop")
-    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 200, partitions=4)
     root = stack_project(
         namespace=namespace,
         tables=[
@@ -74,9 +69,7 @@ def test_plan_apply_plan_then_lag_then_stale(
     assert "No changes" in outcome.output
 
     # 4. More records: plan shows exactly that lag (exit code 2).
-    more = produce_sample(
-        "orders", kafka_broker.bootstrap, schema_registry.url, topic, 30, partitions=4, seed=7
-    )
+    more = sample_orders.produce(topic, 30, partitions=4, seed=7)
     project, plan = plan_of(root)
     (ingest,) = [a for a in plan.actions if isinstance(a, Ingest)]
     assert [a.kind for a in plan.actions] == ["ingest"]

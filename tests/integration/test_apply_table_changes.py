@@ -12,11 +12,9 @@ import yaml
 
 from tableflow_core.config.loader import load_project
 from tableflow_core.dev.processes import free_port
-from tableflow_core.dev.producer import produce_sample
 from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace
-from tests.fixtures.stack import unique_name
 from tests.plan_project import write_project
 
 pytestmark = pytest.mark.slow
@@ -30,11 +28,10 @@ def edit_table(root: Path, **changes: object) -> None:
 
 
 def test_properties_partition_spec_and_sort_order_change_in_place(
-    stack_project, kafka_broker, schema_registry, catalog_server, spark
+    stack_project, sample_orders, catalog_server, spark
 ) -> None:
-    topic = unique_name("orders")
+    topic = sample_orders.create(50, partitions=2)
     namespace = unique_namespace("ddl")
-    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 50, partitions=2)
     root = stack_project(
         namespace=namespace,
         tables=[{"name": "orders", "topic": topic, "properties": {"team": "sales"}}],

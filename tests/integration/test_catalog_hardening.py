@@ -21,6 +21,7 @@ from tableflow_core.catalog.runner import RunningCatalogServer
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
 from tableflow_core.config.loader import load_project
 from tableflow_core.config.models.catalogs import EmbeddedCatalog
+from tableflow_core.config.project import Project
 
 NOT_ALLOWED = "locations must be inside the catalog's warehouse"
 
@@ -65,15 +66,21 @@ def assert_400(response: requests.Response, *needles: str) -> None:
 # ---------------------------------------------------------------- auth default
 
 
+def _embedded_without_secret(root: Path, monkeypatch: pytest.MonkeyPatch, options: str) -> Project:
+    """A project whose embedded catalog (`options` added) has no auth block, and no secret
+    in the environment either."""
+    monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
+    (root / "tableflow_project.yml").write_text(
+        "name: p\ntargets:\n  dev:\n    kafka: {bootstrap_servers: 'b:1'}\n"
+        f"    catalog: {{type: embedded, port: 0{options}}}\n"
+    )
+    return load_project(root)
+
+
 def test_in_process_server_without_secret_still_requires_a_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
-    (tmp_path / "tableflow_project.yml").write_text(
-        "name: p\ntargets:\n  dev:\n    kafka: {bootstrap_servers: 'b:1'}\n"
-        "    catalog: {type: embedded, port: 0}\n"
-    )
-    project = load_project(tmp_path)
+    project = _embedded_without_secret(tmp_path, monkeypatch, "")
     assert isinstance(project.target.catalog, EmbeddedCatalog)
     settings = in_process_server_settings(project, project.target.catalog, access_log=False)
     with serve_in_background(settings) as running:
@@ -335,12 +342,8 @@ def test_plan_apply_catalog_without_auth_config_uses_a_private_secret(
 ) -> None:
     from tableflow_core.targets.catalog import open_catalog
 
-    monkeypatch.delenv(CLIENT_SECRET_ENV, raising=False)
-    (tmp_path / "tableflow_project.yml").write_text(
-        "name: p\ntargets:\n  dev:\n    kafka: {bootstrap_servers: 'b:1'}\n"
-        "    catalog: {type: embedded, port: 0, warehouse: ./wh}\n"
-    )
-    with open_catalog(load_project(tmp_path)) as handle:
+    project = _embedded_without_secret(tmp_path, monkeypatch, ", warehouse: ./wh")
+    with open_catalog(project) as handle:
         assert handle.started_server
         credential = handle.spark_properties["credential"]
         assert credential.startswith("tableflow:") and len(credential) > 30

@@ -15,13 +15,22 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.slow
 
 
+def _spark_table(
+    spark: SparkSession, spark_catalog: str, name: str, columns: str
+) -> tuple[str, str]:
+    """Spark creates a new namespace and in it table `name` (`columns` in Spark DDL):
+    the namespace and the table's full name."""
+    ns = unique_namespace()
+    spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
+    table = f"{spark_catalog}.{ns}.{name}"
+    spark.sql(f"CREATE TABLE {table} ({columns}) USING iceberg")
+    return ns, table
+
+
 def test_spark_writes_merges_maintains_and_pyiceberg_reads(
     spark: SparkSession, spark_catalog: str, catalog_server: CatalogServer
 ) -> None:
-    ns = unique_namespace()
-    table = f"{spark_catalog}.{ns}.orders"
-    spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
-    spark.sql(f"CREATE TABLE {table} (id BIGINT, status STRING) USING iceberg")
+    ns, table = _spark_table(spark, spark_catalog, "orders", "id BIGINT, status STRING")
     assert [r.tableName for r in spark.sql(f"SHOW TABLES IN {spark_catalog}.{ns}").collect()] == [
         "orders"
     ]
@@ -55,10 +64,7 @@ def test_spark_writes_merges_maintains_and_pyiceberg_reads(
 def test_snapshot_property_lands_in_summary_and_spark_reads_pyiceberg_writes(
     spark: SparkSession, spark_catalog: str, catalog_server: CatalogServer
 ) -> None:
-    ns = unique_namespace()
-    table = f"{spark_catalog}.{ns}.events"
-    spark.sql(f"CREATE NAMESPACE {spark_catalog}.{ns}")
-    spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg")
+    ns, table = _spark_table(spark, spark_catalog, "events", "id BIGINT")
     spark.range(3).writeTo(table).option("snapshot-property.tableflow.run", "r1").append()
 
     catalog = catalog_server.pyiceberg_catalog()

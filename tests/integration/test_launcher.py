@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -69,22 +69,29 @@ def assert_launched_and_stopped(started: Started) -> None:
     assert archives, f"no class-data archive for {started.name}"
 
 
-@pytest.fixture
-def kafka(tmp_path: Path) -> Iterator[KafkaServer]:
-    server = start_kafka(KafkaServerSettings(data_dir=tmp_path / "kafka"))
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Stoppable)
+
+
+def stopped_after_the_test(server: S) -> Iterator[S]:
+    """A fixture's body: `server` for the test, stopped whatever the test did."""
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def kafka(tmp_path: Path) -> Iterator[KafkaServer]:
+    yield from stopped_after_the_test(start_kafka(KafkaServerSettings(data_dir=tmp_path / "kafka")))
 
 
 @pytest.fixture
 def s3(tmp_path: Path) -> Iterator[RunningS3Server]:
-    server = start_s3_server(S3ServerSettings(data_dir=tmp_path / "s3"))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from stopped_after_the_test(start_s3_server(S3ServerSettings(data_dir=tmp_path / "s3")))
 
 
 def test_kafka(kafka: KafkaServer) -> None:

@@ -79,22 +79,19 @@ def test_apply_publishes_each_commit_and_fixes_a_stale_pointer(
             assert duckdb_rows(published.metadata_location) == expected, name
         return str(source.metadata_location)
 
-    first = apply(spark, env)
-    assert first.records_written == 10
-    assert sorted(first.published) == [
-        f"{ident} in second: registered",
-        f"{ident} in sqlite: registered",
-    ]
-    first_location = assert_published(list(range(10)))
+    def apply_and_publish(written: int, how: str, expected_ids: list[int]) -> str:
+        """An apply writes `written` records and publishes to both catalogs (`how`)."""
+        result = apply(spark, env)
+        assert result.records_written == written
+        assert sorted(result.published) == [
+            f"{ident} in second: {how}",
+            f"{ident} in sqlite: {how}",
+        ]
+        return assert_published(expected_ids)
 
+    first_location = apply_and_publish(10, "registered", list(range(10)))
     payment_topics.produce(topic, payments(10, 6), 2)
-    second = apply(spark, env)
-    assert second.records_written == 6
-    assert sorted(second.published) == [
-        f"{ident} in second: updated",
-        f"{ident} in sqlite: updated",
-    ]
-    current = assert_published(list(range(16)))
+    current = apply_and_publish(6, "updated", list(range(16)))
     assert current != first_location
 
     # Someone points the SQLite catalog back at the first commit, by hand.

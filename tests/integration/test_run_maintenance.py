@@ -9,6 +9,7 @@ own triggers: a one-file table is left alone, small commits make it due.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,35 @@ def test_run_maintains_between_refreshes_then_publishes_and_syncs_delta(
     assert second["delta_rows"] == second["rows"]
 
 
+def run_cycles_of_five_payments(
+    spark: Any,
+    env: Any,
+    payment_topics: PaymentTopics,
+    cycles: int,
+    observe: Callable[[CycleReport], None],
+) -> list[CycleReport]:
+    """`tableflow run` for `cycles` cycles, every one ok; after each, `observe(report)`,
+    then 5 more payments on the table's topic (which starts with payments 0..4)."""
+    produced = 5
+
+    def after_cycle(report: CycleReport) -> None:
+        nonlocal produced
+        observe(report)
+        payment_topics.produce(env.topic, payments(produced, 5), 1)
+        produced += 5
+
+    project = env.project
+    reports = RunTask(
+        project,
+        project.tables,
+        spark_factory=lambda: spark,
+        max_cycles=cycles,
+        on_cycle=after_cycle,
+    ).run()
+    assert [r.ok for r in reports] == [True] * cycles, reports
+    return reports
+
+
 def test_run_compacts_when_commits_pile_up_and_leaves_a_one_file_table_alone(
     spark: Any,
     make_env: Any,
@@ -109,19 +139,13 @@ def test_run_compacts_when_commits_pile_up_and_leaves_a_one_file_table_alone(
     topic = payment_topics.create("runpile", payments(0, 5), 1)
     compact = {"min_input_files": 2, "every_commits": 2, "every_small_files": None}
     env = make_env(topic, refresh_interval="1s", maintenance={"every": "1h", "compact": compact})
-    project = env.project
     seen: list[tuple[CycleReport, int]] = []
 
-    def after_cycle(report: CycleReport) -> None:
+    def observe(report: CycleReport) -> None:
         files = env.pyiceberg_table().current_snapshot().summary["total-data-files"]
         seen.append((report, int(files)))
-        start = 5 * len(seen)
-        payment_topics.produce(topic, payments(start, 5), 1)
 
-    reports = RunTask(
-        project, project.tables, spark_factory=lambda: spark, max_cycles=4, on_cycle=after_cycle
-    ).run()
-    assert [r.ok for r in reports] == [True] * 4, reports
+    run_cycles_of_five_payments(spark, env, payment_topics, 4, observe)
 
     maintained = [report.maintenance[0] for report, _ in seen]
     assert [r.records_written for report, _ in seen for r in report.results.tables] == [5] * 4
@@ -166,22 +190,16 @@ def test_run_keeps_metadata_files_and_manifests_bounded(
         properties=properties,
         maintenance={"every": "1h", "rewrite_manifests": True, "expire_snapshots": True},
     )
-    project = env.project
     seen: list[tuple[int, int, int]] = []
 
-    def after_cycle(report: CycleReport) -> None:
+    def observe(report: CycleReport) -> None:
         table = env.pyiceberg_table()
         folder = Path(table.metadata_location.removeprefix("file://")).parent
         files = len(list(folder.glob("*.metadata.json")))
         manifests = len(table.current_snapshot().manifests(table.io))
         seen.append((files, manifests, len(table.metadata.metadata_log)))
-        start = 5 * len(seen)
-        payment_topics.produce(topic, payments(start, 5), 1)
 
-    reports = RunTask(
-        project, project.tables, spark_factory=lambda: spark, max_cycles=10, on_cycle=after_cycle
-    ).run()
-    assert [r.ok for r in reports] == [True] * 10, reports
+    reports = run_cycles_of_five_payments(spark, env, payment_topics, 10, observe)
     table = env.pyiceberg_table()
     assert table.properties["write.metadata.delete-after-commit.enabled"] == "true"
     assert table.properties["commit.manifest-merge.enabled"] == "true"

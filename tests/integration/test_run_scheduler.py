@@ -13,11 +13,10 @@ from tests.fixtures.stack import unique_name
 
 @pytest.mark.slow
 def test_cycles_ingest_new_records_and_report_blocked_tables(
-    stack_project, kafka_broker, schema_registry, catalog_server, spark
+    stack_project, sample_orders, catalog_server, spark
 ) -> None:
-    topic = unique_name("orders")
+    topic = sample_orders.create(120, partitions=2)
     namespace = unique_namespace("runs")
-    produce_sample("orders", kafka_broker.bootstrap, schema_registry.url, topic, 120, partitions=2)
     root = stack_project(
         namespace=namespace,
         tables=[
@@ -45,9 +44,7 @@ def test_cycles_ingest_new_records_and_report_blocked_tables(
     assert not first[0].ok  # a blocked table makes `run --once` exit 1
     assert rows() == 120
 
-    produce_sample(
-        "orders", kafka_broker.bootstrap, schema_registry.url, topic, 30, partitions=2, seed=1
-    )
+    sample_orders.produce(topic, 30, partitions=2, seed=1)
     orders_only = tuple(t for t in project.tables if t.name == "orders")
     # Two cycles one refresh_interval (1 s) apart: new records, then nothing new.
     cycles = RunTask(project, orders_only, spark_factory=lambda: spark, max_cycles=2).run()

@@ -334,6 +334,9 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
     def context(name: str) -> SerializationContext:
         return SerializationContext(topics[name], MessageField.VALUE)
 
+    def produce_protobuf(name: str, messages: list[Any]) -> None:
+        produce(producer, topics[name], messages, lambda m: serialize(client, topics[name], m))
+
     avro = avro_cases()
     to_avro = AvroSerializer(client, json.dumps(AVRO_SCHEMA))
     produce(producer, topics["avro"], [r for r, _ in avro], lambda v: to_avro(v, context("avro")))
@@ -349,24 +352,12 @@ def test_every_type_of_every_format_lands_right_and_plan_converges(
     produce(producer, topics["plain"], [r for r, _ in plain], lambda v: json.dumps(v).encode())
     order_cls = build_file(f"matrix{uuid.uuid4().hex[:8]}")
     proto_all = proto_all_cases(order_cls)
-    produce(
-        producer,
-        topics["proto_all"],
-        [m for m, _ in proto_all],
-        lambda m: serialize(client, topics["proto_all"], m),
-    )
+    produce_protobuf("proto_all", [m for m, _ in proto_all])
     proto_scalars = proto_scalars_cases()
-    produce(
-        producer,
-        topics["proto_scalars"],
-        [m for m, _ in proto_scalars],
-        lambda m: serialize(client, topics["proto_scalars"], m),
-    )
+    produce_protobuf("proto_scalars", [m for m, _ in proto_scalars])
     shop = shop_messages()
     orders = [an_order(shop, i) for i in range(3)]
-    produce(
-        producer, topics["proto_shop"], orders, lambda m: serialize(client, topics["proto_shop"], m)
-    )
+    produce_protobuf("proto_shop", orders)
     assert producer.flush(30) == 0
 
     namespace = unique_namespace("matrix")

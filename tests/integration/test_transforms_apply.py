@@ -66,6 +66,21 @@ class Orders:
         producer.flush(30)
 
 
+def assert_nothing_published(env: Env, snapshot: Any, rows: int, unread: int) -> None:
+    """A failed run left main at `snapshot` with its `rows`, and did not move the offsets:
+    the next plan reads its `unread` records again."""
+    table = env.pyiceberg_table()
+    assert table.current_snapshot().snapshot_id == snapshot.snapshot_id
+    assert table.scan().to_arrow().num_rows == rows
+    actions = PlanTask(env.project, env.project.tables).run().actions
+    assert next(a for a in actions if a.kind == "ingest").records == unread
+
+
+@pytest.fixture
+def orders(kafka_broker: KafkaBroker, schema_registry: Any) -> Orders:
+    return Orders(kafka_broker, schema_registry.url)
+
+
 def hashed(value: str) -> str:
     return hashlib.sha256((SALT + value).encode()).hexdigest()
 
@@ -100,14 +115,9 @@ def run_results(env: Env) -> dict[str, Any]:
 
 
 def test_masks_dedup_filter_derive_rename_drop_land_masked_and_once(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch, orders: Orders
 ) -> None:
     monkeypatch.setenv("TF_TEST_MASK_SALT", SALT)
-    orders = Orders(kafka_broker, schema_registry.url)
     env = make_env(orders.name, metadata_columns=[], transforms=TRANSFORMS)
     orders.produce(
         ("o1", "alice@example.com", "4111111111111111", "ring the bell", "PAID", 10.0, 1),
@@ -161,9 +171,8 @@ def test_masks_dedup_filter_derive_rename_drop_land_masked_and_once(
 
 
 def test_checks_error_blocks_publish_warn_is_reported_skip_drops_rows(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
-    orders = Orders(kafka_broker, schema_registry.url)
     checks: list[dict[str, Any]] = [
         {"type": "range", "column": "quantity", "min": 1, "max": 100, "on_failure": "skip"},
         {"type": "accepted_values", "column": "status", "values": ["PAID", "PLACED"],
@@ -211,21 +220,14 @@ def test_checks_error_blocks_publish_warn_is_reported_skip_drops_rows(
     assert failed.error is not None
     assert "small_orders" in failed.error and "1 of 2 rows failing" in failed.error
     assert "nothing was published" in failed.error
-    table = env.pyiceberg_table()
-    assert table.current_snapshot().snapshot_id == snapshot.snapshot_id
-    assert table.scan().to_arrow().num_rows == 2
-    ingest = next(
-        a for a in PlanTask(env.project, env.project.tables).run().actions if a.kind == "ingest"
-    )
-    assert ingest.records == 2  # the offsets did not move: the next run reads them again
+    assert_nothing_published(env, snapshot, rows=2, unread=2)
 
 
 def test_checks_that_take_no_rows_out_audit_the_written_branch(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
     """warn and fail checks on an append table judge the rows written to the run's branch
     (write-audit-publish, no cached batch): same outcomes, counts and summary."""
-    orders = Orders(kafka_broker, schema_registry.url)
     checks: list[dict[str, Any]] = [
         {"type": "accepted_values", "column": "status", "values": ["PAID", "PLACED"],
          "severity": "warn"},
@@ -262,20 +264,14 @@ def test_checks_that_take_no_rows_out_audit_the_written_branch(
     assert "unique(order_id) [error] fail: 2 of 3 rows failing" in failed.error
     assert "nothing was published" in failed.error
     assert '"kafka_offset": 3' in failed.error or '"kafka_offset": 4' in failed.error
-    table = env.pyiceberg_table()
-    assert table.current_snapshot().snapshot_id == snapshot.snapshot_id
-    assert table.scan().to_arrow().num_rows == 2
-    assert not [name for name in table.metadata.refs if name != "main"]  # branch dropped
-    ingest = next(
-        a for a in PlanTask(env.project, env.project.tables).run().actions if a.kind == "ingest"
-    )
-    assert ingest.records == 3  # the offsets did not move: the next run reads them again
+    assert_nothing_published(env, snapshot, rows=2, unread=3)
+    refs = env.pyiceberg_table().metadata.refs
+    assert not [name for name in refs if name != "main"]  # branch dropped
 
 
 def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, orders: Orders
 ) -> None:
-    orders = Orders(kafka_broker, schema_registry.url)
     derive = {"type": "derive", "column": "code", "expression": "CAST(card AS INT)"}
     env = make_env(orders.name, metadata_columns=[], transforms=[derive])
     orders.produce(
@@ -291,7 +287,7 @@ def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
 
 
 def test_a_nested_cast_that_fails_is_dead_lettered_never_written_as_null(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, orders: Orders
 ) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -302,7 +298,6 @@ def test_a_nested_cast_that_fails_is_dead_lettered_never_written_as_null(
         decode_error_headers,
     )
 
-    orders = Orders(kafka_broker, schema_registry.url)
     dlq_topic = kafka_broker.create_topic(unique_name("dlq-tf"), 1)
     transforms = [
         {"type": "derive", "column": "label",
@@ -352,12 +347,12 @@ def test_a_field_removed_from_the_topic_keeps_its_column_on_a_table_with_transfo
     kafka_broker: KafkaBroker,
     schema_registry: Any,
     monkeypatch: pytest.MonkeyPatch,
+    orders: Orders,
 ) -> None:
     """v2 of the topic's schema drops `notes` (passed through the transforms untouched)
     and `quantity` (only dropped by them). As on a table without transforms, `notes` stays,
     optional, and new rows hold null there; plan shows keep_column; nothing else moves."""
     monkeypatch.setenv("TF_TEST_MASK_SALT", SALT)
-    orders = Orders(kafka_broker, schema_registry.url)
     transforms = [
         {"type": "derive", "column": "big", "expression": "amount > 100"},
         {"type": "mask", "columns": ["email"], "method": "hash",
@@ -419,10 +414,7 @@ def test_a_field_removed_from_the_topic_keeps_its_column_on_a_table_with_transfo
 
 
 def test_a_salt_used_while_decoding_is_in_no_output_result_or_spark_event_log(
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    make_env: Any, monkeypatch: pytest.MonkeyPatch, orders: Orders
 ) -> None:
     """Text columns are masked in the decode tasks, whose serialized function carries the
     salt to the executors: `tableflow apply` (its own process and JVM, Spark's event log
@@ -432,7 +424,6 @@ def test_a_salt_used_while_decoding_is_in_no_output_result_or_spark_event_log(
     from tests.fixtures.apply_env import run_cli_apply
 
     monkeypatch.setenv("TF_TEST_MASK_SALT", SALT)
-    orders = Orders(kafka_broker, schema_registry.url)
     masks = [t for t in TRANSFORMS if t["type"] == "mask"]
     env = make_env(orders.name, metadata_columns=[], transforms=masks)
     events = env.root / "spark-events"

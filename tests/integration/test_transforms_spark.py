@@ -469,50 +469,45 @@ def test_dedup_against_the_table_on_one_key_is_null_safe(
     assert table == {(1, 1), (2, 2), (None, 3), (3, 4), (4, 5)}
 
 
-def test_align_to_table_fills_kept_columns_and_struct_fields_with_nulls(
-    spark: SparkSession,
-) -> None:
-    from tableflow_core.pipeline.transforms.spark import align_to_table
-
-    df = spark.sql(
+# case -> (a query, the table's columns in Spark DDL, the query's rows aligned to the table)
+ALIGNMENTS = {
+    "kept columns and struct fields": (
         "SELECT 1 AS id, named_struct('street', 'Main St', 'geo', named_struct('lat', 1.5)) "
         "AS address UNION ALL SELECT 2, CAST(NULL AS STRUCT<street: STRING, geo: "
-        "STRUCT<lat: DOUBLE>>)"
-    )
-    table = spark.createDataFrame(
-        [],
+        "STRUCT<lat: DOUBLE>>)",
         "id INT, address STRUCT<street: STRING, old_zip: STRING, geo: STRUCT<lat: DOUBLE, "
         "lon: DOUBLE>>, notes STRING",
-    ).schema
-    aligned = align_to_table(df, table)
-    assert aligned.schema.simpleString() == table.simpleString()
-    assert sorted(rows_of(aligned), key=lambda r: r["id"]) == [
-        {"id": 1, "notes": None,
-         "address": {"street": "Main St", "old_zip": None, "geo": {"lat": 1.5, "lon": None}}},
-        {"id": 2, "notes": None, "address": None},  # a NULL struct stays NULL
-    ]  # fmt: skip
-    assert align_to_table(aligned, table) is aligned  # nothing to add: the same frame
-
-
-def test_align_to_table_fills_struct_fields_inside_arrays_and_maps(spark: SparkSession) -> None:
-    from tableflow_core.pipeline.transforms.spark import align_to_table
-
-    df = spark.sql(
+        [
+            {"id": 1, "notes": None,
+             "address": {"street": "Main St", "old_zip": None, "geo": {"lat": 1.5, "lon": None}}},
+            {"id": 2, "notes": None, "address": None},  # a NULL struct stays NULL
+        ],
+    ),
+    "struct fields inside arrays and maps": (
         "SELECT 1 AS id, array(named_struct('sku', 'a'), named_struct('sku', 'b')) AS lines, "
         "map('home', named_struct('city', 'Oslo')) AS places "
         "UNION ALL SELECT 2, CAST(NULL AS ARRAY<STRUCT<sku: STRING>>), "
-        "CAST(map() AS MAP<STRING, STRUCT<city: STRING>>)"
-    )
-    table = spark.createDataFrame(
-        [],
+        "CAST(map() AS MAP<STRING, STRUCT<city: STRING>>)",
         "id INT, lines ARRAY<STRUCT<sku: STRING, qty: INT>>, "
         "places MAP<STRING, STRUCT<city: STRING, zip: STRING>>",
-    ).schema
-    aligned = align_to_table(df, table)
+        [
+            {"id": 1, "lines": [{"sku": "a", "qty": None}, {"sku": "b", "qty": None}],
+             "places": {"home": {"city": "Oslo", "zip": None}}},
+            {"id": 2, "lines": None, "places": {}},
+        ],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ALIGNMENTS)
+def test_align_to_table_fills_what_the_table_has_and_the_frame_lacks_with_nulls(
+    spark: SparkSession, case: str
+) -> None:
+    from tableflow_core.pipeline.transforms.spark import align_to_table
+
+    query, table_ddl, expected = ALIGNMENTS[case]
+    table = spark.createDataFrame([], table_ddl).schema
+    aligned = align_to_table(spark.sql(query), table)
     assert aligned.schema.simpleString() == table.simpleString()
-    assert sorted(rows_of(aligned), key=lambda r: r["id"]) == [
-        {"id": 1, "lines": [{"sku": "a", "qty": None}, {"sku": "b", "qty": None}],
-         "places": {"home": {"city": "Oslo", "zip": None}}},
-        {"id": 2, "lines": None, "places": {}},
-    ]  # fmt: skip
-    assert align_to_table(aligned, table) is aligned
+    assert sorted(rows_of(aligned), key=lambda r: r["id"]) == expected
+    assert align_to_table(aligned, table) is aligned  # nothing to add: the same frame

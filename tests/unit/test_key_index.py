@@ -27,6 +27,7 @@ from tableflow_core.pipeline.key_index import (
     unchanged_rows,
 )
 from tableflow_core.pipeline.upsert_rows import merge_batch
+from tests.unit.test_upsert_rows import TABLE_SCHEMA
 
 INT = KeyCodec((pa.int64(),))
 
@@ -163,29 +164,9 @@ def decoded(rows: list[tuple[int, int, int, str | None]]) -> pa.Table:
 
 
 @pytest.fixture
-def table(tmp_path: Any) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    from tableflow_core.ingest.upsert_order import (
-        OFFSET_COLUMN,
-        PARTITION_COLUMN,
-        TIMESTAMP_COLUMN,
-    )
-
-    catalog = SqlCatalog(
-        "t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
-    )
-    catalog.create_namespace("ns")
-    schema = pa.schema(
-        [
-            pa.field("id", pa.int64()),
-            pa.field("name", pa.string()),
-            pa.field(TIMESTAMP_COLUMN, pa.timestamp("us", tz="UTC")),
-            pa.field(PARTITION_COLUMN, pa.int32()),
-            pa.field(OFFSET_COLUMN, pa.int64()),
-        ]
-    )
-    return catalog.create_table("ns.t", schema, properties={"format-version": "2"})
+def table(catalog: Any) -> Any:
+    """An upsert table (ids, names and each row's record position) in the SQL catalog."""
+    return catalog.create_table("ns.t", TABLE_SCHEMA, properties={"format-version": "2"})
 
 
 def publish(table: Any, cache: IndexCache, rows: list[tuple[int, int, int, str | None]]) -> Any:

@@ -99,22 +99,21 @@ def test_append_chunk_carries_position_and_bad_records_as_data() -> None:
     assert bad[0]["id"] is None and bad[0][SOURCE_OFFSET_COLUMN] == 11
 
 
+def decoded_by_offset(chunks: ChunkDecoder, *messages: KafkaMessage) -> dict[int, dict[str, Any]]:
+    """The rows `chunks` decodes from `messages`, by source offset."""
+    return {r[SOURCE_OFFSET_COLUMN]: r for r in rows(list(chunks.decode(list(messages))))}
+
+
 def test_upsert_chunk_key_rows_tombstones_and_value_precedence() -> None:
     table = TABLE.append(pa.field("order_key", pa.string()))
     key = KeySpec(FormatSpec(format="string"), ("order_key",), None)
     chunks = ChunkDecoder(plain_json_decoder(table), table, key, "run2")
-    out = rows(
-        list(
-            chunks.decode(
-                [
-                    message(0, b"k1", {"id": 1, "name": "a"}),
-                    message(1, b"k1", None),  # tombstone: a key row
-                    message(2, None, {"id": 3, "name": "c"}),  # no key: bad record
-                ]
-            )
-        )
+    by_offset = decoded_by_offset(
+        chunks,
+        message(0, b"k1", {"id": 1, "name": "a"}),
+        message(1, b"k1", None),  # tombstone: a key row
+        message(2, None, {"id": 3, "name": "c"}),  # no key: bad record
     )
-    by_offset = {r[SOURCE_OFFSET_COLUMN]: r for r in out}
     assert by_offset[0]["order_key"] == "k1" and by_offset[0][TOMBSTONE_COLUMN] is False
     assert by_offset[1]["order_key"] == "k1" and by_offset[1][TOMBSTONE_COLUMN] is True
     assert by_offset[1]["id"] is None
@@ -125,18 +124,12 @@ def test_upsert_chunk_key_rows_tombstones_and_value_precedence() -> None:
     valued = TABLE
     key_id = KeySpec(FormatSpec(format="string"), ("name",), None)
     chunks = ChunkDecoder(plain_json_decoder(valued), valued, key_id, "run3")
-    decoded = rows(
-        list(
-            chunks.decode(
-                [
-                    message(5, b"same", {"id": 1, "name": "same"}),
-                    message(6, b"from-key", {"id": 2, "name": "from-value"}),
-                    message(7, b"from-key", {"id": 3}),  # no key column in the value
-                ]
-            )
-        )
+    by_offset = decoded_by_offset(
+        chunks,
+        message(5, b"same", {"id": 1, "name": "same"}),
+        message(6, b"from-key", {"id": 2, "name": "from-value"}),
+        message(7, b"from-key", {"id": 3}),  # no key column in the value
     )
-    by_offset = {r[SOURCE_OFFSET_COLUMN]: r for r in decoded}
     assert by_offset[5]["name"] == "same" and by_offset[5][BAD_RECORD_COLUMN] is None
     assert by_offset[7]["name"] == "from-key" and by_offset[7][BAD_RECORD_COLUMN] is None
     mismatch = by_offset[6][BAD_RECORD_COLUMN]
