@@ -41,7 +41,11 @@ def here(key: str) -> SourceLocation:
     return SourceLocation(Path("tables/orders.yml"), 1)
 
 
-def checks_for(schema: pa.Schema, checks: list[dict[str, Any]], **options: Any) -> Any:
+ORDERS = sample_schema("orders")
+
+
+def checks_for(checks: list[dict[str, Any]], schema: pa.Schema = ORDERS, **options: Any) -> Any:
+    """`checks` compiled for a table of `schema` (the sample orders unless told)."""
     return compile_checks(CHECKS.validate_python(checks), schema, here, **options)
 
 
@@ -60,15 +64,13 @@ def orders() -> list[dict[str, Any]]:
 
 
 def batch(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
-    return frame(spark, with_position([dict(r) for r in rows], sample_schema("orders"))).cache()
+    return frame(spark, with_position([dict(r) for r in rows], ORDERS)).cache()
 
 
 def test_every_check_kind_counts_like_the_data(
     spark: SparkSession, orders: list[dict[str, Any]]
 ) -> None:
-    schema = sample_schema("orders")
     compiled = checks_for(
-        schema,
         [
             {"type": "not_null", "columns": ["coupon", "order_id"], "severity": "warn"},
             {"type": "unique", "columns": ["order_id"], "severity": "warn"},
@@ -129,20 +131,19 @@ def test_an_error_check_blocks_publishing_and_names_table_check_count_and_sample
     spark: SparkSession, orders: list[dict[str, Any]]
 ) -> None:
     # Masks run before checks: sample rows show masked values only.
-    schema = sample_schema("orders")
     transforms = compile_transforms(
         TRANSFORMS.validate_python(
             [{"type": "mask", "columns": ["order_id"], "method": "hash", "salt": SALT}]
         ),
-        schema,
+        ORDERS,
         here,
     )
     compiled = checks_for(
-        transforms.output_schema,
         [
             {"type": "range", "column": "quantity", "min": 1, "max": 10},
             {"type": "not_null", "columns": ["currency"]},
         ],
+        transforms.output_schema,
     )
     source = batch(spark, orders)
     transformed = apply_transforms(source, transforms, spark=spark)
@@ -163,9 +164,7 @@ def test_an_error_check_blocks_publishing_and_names_table_check_count_and_sample
 def test_skip_and_dlq_take_failing_rows_out_dlq_first(
     spark: SparkSession, orders: list[dict[str, Any]]
 ) -> None:
-    schema = sample_schema("orders")
     compiled = checks_for(
-        schema,
         [
             {"type": "range", "column": "quantity", "min": 1, "max": 10, "on_failure": "dlq"},
             {"type": "expression", "name": "small_quantity", "expression": "quantity < 50",
@@ -203,9 +202,7 @@ def test_skip_and_dlq_take_failing_rows_out_dlq_first(
 
 
 def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSession) -> None:
-    schema = sample_schema("orders")
     compiled = checks_for(
-        schema,
         [
             {"type": "not_null", "columns": ["order_id"]},
             {"type": "expression", "name": "positive_amount", "expression": "amount > 0"},
@@ -222,7 +219,7 @@ def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSe
     }
     assert "observed 0 rows (expected at least 1)" in run.report.failure_message()
     # row_count alone: no failing-row flags, great-expectations still counts the batch.
-    alone = checks_for(schema, [{"type": "row_count", "max": 2}])
+    alone = checks_for([{"type": "row_count", "max": 2}])
     three = batch(spark, sample_rows("orders", 3))
     for frame_, expected in ((df, ("pass", 0)), (three, ("fail", 3))):
         results = run_checks(frame_, alone, spark, table="t").report.results
@@ -276,7 +273,6 @@ def test_predicates_count_like_great_expectations_native_expectations(
     rows[51]["quantity"] = None
     rows[61]["customer_id"], rows[61]["currency"] = rows[60]["customer_id"], rows[60]["currency"]
     compiled = checks_for(
-        sample_schema("orders"),
         [
             {"type": "not_null", "columns": ["coupon", "order_id", "status"], "severity": "warn"},
             {"type": "unique", "columns": ["order_id"], "severity": "warn"},
@@ -302,7 +298,6 @@ def test_great_expectations_reads_the_batch_once_whatever_the_checks(spark: Spar
     rows = sample_rows("orders", 300, seed=3)
     assert len({r["order_id"] for r in rows}) == len(rows)
     compiled = checks_for(
-        sample_schema("orders"),
         [
             {"type": "not_null", "columns": ["order_id"]},
             {"type": "unique", "columns": ["order_id"]},
@@ -312,7 +307,7 @@ def test_great_expectations_reads_the_batch_once_whatever_the_checks(spark: Spar
         ],
     )
     scanned = spark.sparkContext.accumulator(0)
-    source = frame(spark, with_position([dict(r) for r in rows], sample_schema("orders")))
+    source = frame(spark, with_position([dict(r) for r in rows], ORDERS))
 
     def counting(batches: Any) -> Any:
         for arrow_batch in batches:
@@ -346,7 +341,6 @@ def test_flags_packed_across_int_columns_before_the_window_count_each_check(
         for k in range(40)
     ]  # fmt: skip
     compiled = checks_for(
-        sample_schema("orders"),
         [*expressions[:20], {"type": "unique", "columns": ["order_id"], "severity": "warn"},
          *expressions[20:]],
     )  # fmt: skip
@@ -440,7 +434,7 @@ def test_an_upsert_batchs_samples_show_the_records_kafka_position(spark: SparkSe
     ]  # fmt: skip
     table = pa.Table.from_pylist(rows, schema=pa.schema([*schema, *hidden]))
     compiled = checks_for(
-        schema, [{"type": "range", "column": "quantity", "min": 1, "severity": "warn"}]
+        [{"type": "range", "column": "quantity", "min": 1, "severity": "warn"}], schema
     )
     run = run_checks(frame(spark, table), compiled, spark, table="orders")
     (result,) = run.report.results

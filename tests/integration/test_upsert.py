@@ -71,6 +71,12 @@ class Topic:
         producer.flush(30)
 
 
+@pytest.fixture
+def topic(kafka_broker: KafkaBroker, schema_registry: Any) -> Topic:
+    """A topic with Avro keys."""
+    return Topic(kafka_broker, schema_registry.url, "avro")
+
+
 def table_config(topic: Topic) -> dict[str, Any]:
     if topic.key_format.startswith("avro"):
         # `key_id` is not a value field: the column comes from the key's registry schema
@@ -219,17 +225,12 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
 
 
 def test_an_upsert_table_too_large_for_the_driver_runs_spark_merge(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch, topic: Topic
 ) -> None:
     """Planned into a shared job, a table over the driver's size runs Spark's MERGE on its
     own once apply sees its rows (no warning: the way such a table always runs)."""
     from tableflow_core.pipeline import shared_run
 
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     env = make_env(topic.name, metadata_columns=[], **table_config(topic))
     topic.produce(RUN_1)
     first = apply(spark, env)
@@ -244,13 +245,8 @@ def test_an_upsert_table_too_large_for_the_driver_runs_spark_merge(
 
 @pytest.mark.parametrize("writer", ["spark", "driver"])
 def test_upsert_sigkill_between_merge_and_publish_then_rerun(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: Any,
-    writer: str,
+    spark: Any, make_env: Any, writer: str, topic: Topic
 ) -> None:
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     config = table_config(topic)
     if writer == "spark":  # a table sorted by its key needs Spark's writer: Spark's MERGE
         config["sort_by"] = ["id"]
@@ -274,9 +270,8 @@ def test_upsert_sigkill_between_merge_and_publish_then_rerun(
 
 
 def test_upsert_key_problems_are_bad_records(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, kafka_broker: KafkaBroker, topic: Topic
 ) -> None:
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     env = make_env(topic.name, metadata_columns=[], **table_config(topic))
     topic.produce([(0, 1, ("a", 1))])
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
@@ -376,7 +371,7 @@ def test_upsert_key_that_does_not_fit_the_key_column_is_a_bad_record(
 
 
 def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
-    tmp_path: Any, spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    tmp_path: Any, spark: Any, make_env: Any, schema_registry: Any, topic: Topic
 ) -> None:
     from pyiceberg.exceptions import NoSuchTableError
 
@@ -384,7 +379,6 @@ def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
     from tableflow_core.tasks.apply import ApplyTask
     from tableflow_core.tasks.plan import PlanTask
 
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     env = make_env(topic.name, metadata_columns=[], **table_config(topic))
     topic.produce([(0, 1, ("a", 1)), (1, 2, ("b", 2))])
     project = env.project
@@ -414,12 +408,11 @@ def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
 
 
 def test_upsert_table_with_transforms_keeps_a_column_the_topic_schema_removed(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, topic: Topic
 ) -> None:
     """v2 -> v1 of the value schema removes `country`; the table (with transforms) keeps the
     column: an updated key's new row holds NULL there, an untouched key keeps its value.
     Tombstones pass the transforms: a filter or a dedup never drops a delete."""
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     transforms = [
         {"type": "filter", "where": "amount > 0"},  # NULL on a tombstone: still a delete
         {"type": "dedup", "keys": ["name"]},  # tombstones all have name NULL
@@ -448,9 +441,8 @@ def test_upsert_table_with_transforms_keeps_a_column_the_topic_schema_removed(
 
 
 def test_upsert_checks_judge_records_and_never_block_a_delete(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, topic: Topic
 ) -> None:
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     checks = [
         {"type": "not_null", "columns": ["name"]},  # a tombstone's name is NULL
         {"type": "range", "column": "amount", "min": 0, "on_failure": "skip"},
@@ -465,13 +457,12 @@ def test_upsert_checks_judge_records_and_never_block_a_delete(
 
 
 def test_upsert_table_whose_only_transform_ran_while_decoding(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+    spark: Any, make_env: Any, topic: Topic
 ) -> None:
     """A mask of a text value column runs in the decode tasks, and then the transform stage
     has nothing left to run in Spark: the rows go on as decoded (tombstones included),
     aligned to the table (a column the topic's schema removed stays, NULL on new rows),
     counted as the decoded rows."""
-    topic = Topic(kafka_broker, schema_registry.url, "avro")
     transforms = [{"type": "mask", "columns": ["name"], "method": "redact", "replacement": "*"}]
     env = make_env(topic.name, metadata_columns=[], transforms=transforms, **table_config(topic))
     topic.produce([(0, 1, ("a", 1, "fr")), (1, 2, ("b", 2, "de")), (1, 4, ("d", 4, "it"))],

@@ -93,6 +93,11 @@ class Accounts:
             offsets[partition] += 1
 
 
+@pytest.fixture
+def topic(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> Accounts:
+    return Accounts(kafka_broker, schema_registry)
+
+
 def model(
     records: list[tuple[int, int, int, int, dict[str, Any] | None]], filtered: bool = True
 ) -> dict[int, tuple]:
@@ -159,9 +164,8 @@ def random_history(seed: int, keys: int, size: int) -> list[tuple[int, int, int,
 
 
 def test_the_same_records_in_different_run_splits_give_the_same_table(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, topic: Accounts
 ) -> None:
-    topic = Accounts(kafka_broker, schema_registry)
     config = {**UPSERT, "metadata_columns": [], "transforms": FILTER}
     # A first part, applied by every table; then the rest, which the tables split apart.
     history = random_history(seed=27, keys=40, size=240)
@@ -218,13 +222,12 @@ def test_the_same_records_in_different_run_splits_give_the_same_table(
 
 
 def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, topic: Accounts
 ) -> None:
     """Without transforms a small batch is merged on the driver (pipeline/upsert_rows.py):
     position delete files and a data file in one snapshot. Split into runs differently,
     the tables equal the model and a table sorted by its key (which takes Spark's MERGE);
     `maintain` compacts the driver's files, and late records still land as the model says."""
-    topic = Accounts(kafka_broker, schema_registry)
     topic.produce(random_history(seed=41, keys=40, size=240))
     config = {**UPSERT, "metadata_columns": []}
     maintenance = {"every": "1h", "compact": {"min_input_files": 2}}
@@ -259,18 +262,13 @@ def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
 
 
 def test_batches_too_large_to_broadcast_give_the_same_table(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch, topic: Accounts
 ) -> None:
     # Every batch into the non-empty table takes the shuffled MERGE (a backfill's way; the
     # first load only appends since issue 45); the test above takes
     # the broadcast one (append of new keys, then a WHEN MATCHED-only MERGE). Both end on
     # the model's table, run after run, deletes remembered.
     monkeypatch.setattr(write_upsert, "BROADCAST_RECORDS", 0)
-    topic = Accounts(kafka_broker, schema_registry)
     topic.produce(random_history(seed=31, keys=30, size=150))
     env = make_env(topic.name, **UPSERT, metadata_columns=[], transforms=FILTER,
                    max_records_per_run=40)  # fmt: skip
@@ -279,11 +277,7 @@ def test_batches_too_large_to_broadcast_give_the_same_table(
 
 
 def test_a_first_load_split_across_runs_gives_the_same_table(
-    spark: Any,
-    make_env: Any,
-    kafka_broker: KafkaBroker,
-    schema_registry: SchemaRegistryServer,
-    monkeypatch: pytest.MonkeyPatch,
+    spark: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch, topic: Accounts
 ) -> None:
     """A batch into an empty table (a first load) is reduced to each key's latest record
     and appended, no MERGE: on the driver when the run creates the table, on Spark (a
@@ -302,7 +296,6 @@ def test_a_first_load_split_across_runs_gives_the_same_table(
         run_merge(*args, **kwargs)
 
     monkeypatch.setattr(write_upsert, "_run_merge", counted)
-    topic = Accounts(kafka_broker, schema_registry)
     topic.register_value_schema()  # the first records are tombstones: values come later
     config = {**UPSERT, "metadata_columns": []}
     # Deletes of keys 0-4, later than every record of the history below.
@@ -343,9 +336,8 @@ def test_a_first_load_split_across_runs_gives_the_same_table(
 
 
 def test_a_filtered_latest_record_retracts_its_key(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, topic: Accounts
 ) -> None:
-    topic = Accounts(kafka_broker, schema_registry)
     env = make_env(topic.name, **UPSERT, metadata_columns=[], transforms=FILTER)
     t = NOW
     topic.produce([
@@ -367,9 +359,8 @@ def test_a_filtered_latest_record_retracts_its_key(
 
 
 def test_value_key_fields_that_differ_from_the_kafka_key_are_bad_records(
-    spark: Any, make_env: Any, kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer
+    spark: Any, make_env: Any, topic: Accounts
 ) -> None:
-    topic = Accounts(kafka_broker, schema_registry)
     t = NOW
     topic.produce([
         (1, 0, t, {"id": 1, "name": "a", "status": "OPEN"}),
