@@ -19,19 +19,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.config.loader import load_project
 from tableflow_core.deadletter.accounting import ACCOUNTING_KEY, RunAccounting
-from tableflow_core.deadletter.headers import (
-    SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
-    STAGE,
-    decode_error_headers,
-)
 from tableflow_core.deadletter.suspension import SUSPENDED_PROPERTY
 from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.runner.results import TableResult
@@ -42,6 +35,7 @@ from tableflow_core.tasks.plan import PlanTask
 from tableflow_core.tasks.run import RunTask
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
 from tests.fixtures.catalog import start_catalog_server, unique_namespace
+from tests.fixtures.dead_letters import read_dead_letters
 from tests.fixtures.lake import LAKES, Lake
 from tests.fixtures.poison import framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
@@ -222,23 +216,13 @@ def test_dlq_kafka_topic_every_offset_once(
         poison.topic, metadata_columns=[], on_error="dlq", dlq={"type": "kafka", "topic": dlq_topic}
     )
     result = apply(spark, env)
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
-    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
-    messages = []
-    while len(messages) < len(BAD) + 1:
-        batch = consumer.consume(50, timeout=5)
-        if not batch:
-            break
-        messages.extend(m for m in batch if m.error() is None)
-    consumer.close()
-    assert len(messages) == len(BAD)
+    letters = read_dead_letters(kafka_broker, dlq_topic, len(BAD))
+    assert len(letters) == len(BAD)
     dead = set()
-    for message in messages:
-        headers = decode_error_headers(message.headers())
-        where = (int(headers[SOURCE_PARTITION]), int(headers[SOURCE_OFFSET]))
-        assert message.value() == poison.values[where]
-        assert headers[STAGE] == "decode" and headers[SOURCE_TOPIC] == poison.topic
-        dead.add(where)
+    for letter in letters:
+        assert letter.value == poison.values[letter.source]
+        assert letter.stage == "decode" and letter.source_topic == poison.topic
+        dead.add(letter.source)
     written = {(i // 100, i % 100) for i in table_ids(env)}
     assert dead == BAD and written == GOOD
     assert_accounting(env, result, "dead_lettered")

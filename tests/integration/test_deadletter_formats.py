@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
@@ -28,14 +28,6 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from rich.console import Console
 
 from tableflow_core.deadletter.accounting import RunAccounting
-from tableflow_core.deadletter.headers import (
-    ERROR_MESSAGE,
-    SOURCE_OFFSET,
-    SOURCE_PARTITION,
-    SOURCE_TOPIC,
-    STAGE,
-    decode_error_headers,
-)
 from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.plan.render_human import render_human
 from tableflow_core.readers.duckdb_reader import duckdb_connection
@@ -44,6 +36,7 @@ from tableflow_core.state.offsets import OFFSETS_KEY
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.apply_env import Env, apply
 from tests.fixtures.catalog import unique_namespace
+from tests.fixtures.dead_letters import read_dead_letters
 from tests.fixtures.poison import FRAMING_POISON, framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
 
@@ -286,31 +279,7 @@ def dlq_table_rows(env: Env, identifier: str) -> list[dict[str, Any]]:
 
 def dlq_topic_rows(broker: KafkaBroker, topic: str, expected: int) -> list[dict[str, Any]]:
     """The dead-letter topic's records as dicts shaped like the Iceberg DLQ rows."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique_name("g")})
-    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in metadata.partitions])
-    messages: list[Any] = []
-    while True:
-        batch = consumer.consume(100, timeout=3 if len(messages) >= expected else 10)
-        if not batch:
-            break
-        messages.extend(m for m in batch if m.error() is None)
-    consumer.close()
-    rows = []
-    for message in messages:
-        headers = decode_error_headers(message.headers())
-        rows.append(
-            {
-                "source_topic": headers[SOURCE_TOPIC],
-                "source_partition": int(headers[SOURCE_PARTITION]),
-                "source_offset": int(headers[SOURCE_OFFSET]),
-                "stage": headers[STAGE],
-                "error_message": headers[ERROR_MESSAGE],
-                "key": message.key(),
-                "value": message.value(),
-            }
-        )
-    return sorted(rows, key=lambda r: (r["source_partition"], r["source_offset"]))
+    return [asdict(letter) for letter in read_dead_letters(broker, topic, expected)]
 
 
 def assert_written_rows(env: Env, poison: Poison) -> None:

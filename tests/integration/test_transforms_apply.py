@@ -20,6 +20,7 @@ from tableflow_core.state.offsets import OFFSETS_KEY
 from tableflow_core.tasks.plan import PlanTask
 from tests.avro_records import avro_record, nullable
 from tests.fixtures.apply_env import Env, apply
+from tests.fixtures.dead_letters import read_dead_letters
 from tests.fixtures.stack import KafkaBroker, unique_name
 
 pytestmark = pytest.mark.slow
@@ -289,14 +290,6 @@ def test_a_derived_value_that_does_not_fit_fails_the_run_under_on_error_fail(
 def test_a_nested_cast_that_fails_is_dead_lettered_never_written_as_null(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, orders: Orders
 ) -> None:
-    from confluent_kafka import Consumer, TopicPartition
-
-    from tableflow_core.deadletter.headers import (
-        ERROR_MESSAGE,
-        SOURCE_OFFSET,
-        STAGE,
-        decode_error_headers,
-    )
 
     dlq_topic = kafka_broker.create_topic(unique_name("dlq-tf"), 1)
     transforms = [
@@ -325,14 +318,9 @@ def test_a_nested_cast_that_fails_is_dead_lettered_never_written_as_null(
         "o1": ("PAID-42", 21),
         "o3": ("PAID-10", 5),
     }
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
-    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
-    messages = [m for m in consumer.consume(10, timeout=10) if m.error() is None]
-    consumer.close()
-    (dead,) = messages
-    headers = decode_error_headers(dead.headers())
-    assert headers[STAGE] == "transform" and headers[SOURCE_OFFSET] == "1"
-    assert "CAST(card AS INT) failed on value n/a" in headers[ERROR_MESSAGE]
+    (dead,) = read_dead_letters(kafka_broker, dlq_topic, 1)
+    assert dead.stage == "transform" and dead.source_offset == 1
+    assert "CAST(card AS INT) failed on value n/a" in dead.error_message
 
 
 ORDER_SCHEMA_V2 = {

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.fixtures.apply_env import apply, apply_ddl_only, run_cli_apply
+from tests.fixtures.dead_letters import read_dead_letters
 from tests.fixtures.stack import KafkaBroker, unique_name
 from tests.unit.test_engine_helpers import avro_schema, frame, register
 
@@ -301,19 +302,9 @@ def test_upsert_key_that_does_not_fit_the_key_column_is_a_bad_record(
     reads as a number fills the column (tombstones find their row by it); one that does
     not is a bad record routed by on_error, named by topic/partition/offset, never a
     failed Spark task."""
-    from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tableflow_core.deadletter.headers import (
-        ERROR_MESSAGE,
-        SOURCE_OFFSET,
-        SOURCE_PARTITION,
-        SOURCE_TOPIC,
-        STAGE,
-        decode_error_headers,
-    )
 
     name = kafka_broker.create_topic(unique_name(f"upsert-keyfit-{key_format}"), 1)
     client = SchemaRegistryClient({"url": schema_registry.url})
@@ -359,15 +350,11 @@ def test_upsert_key_that_does_not_fit_the_key_column_is_a_bad_record(
     assert result.records_read == 6 and result.offsets_after == {0: 6}
     landed = {r["id"]: r["name"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
     assert landed == {1: "a", 3: "c"}
-    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": unique_name("g")})
-    consumer.assign([TopicPartition(dlq_topic, 0, 0)])
-    dead = [m for m in consumer.consume(10, timeout=10) if m.error() is None]
-    consumer.close()
-    headers = [decode_error_headers(m.headers()) for m in dead]
-    assert sorted(h[SOURCE_OFFSET] for h in headers) == ["2", "3"]
-    for h in headers:
-        assert h[SOURCE_TOPIC] == name and h[SOURCE_PARTITION] == "0" and h[STAGE] == "decode"
-        assert "does not fit key column 'id' (int64)" in h[ERROR_MESSAGE]
+    dead = read_dead_letters(kafka_broker, dlq_topic, 2)
+    assert [d.source for d in dead] == [(0, 2), (0, 3)]
+    for d in dead:
+        assert d.source_topic == name and d.stage == "decode"
+        assert "does not fit key column 'id' (int64)" in d.error_message
 
 
 def test_a_saved_plan_goes_stale_when_the_key_subject_gets_a_new_version(
