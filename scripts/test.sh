@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: lint, format check, type check, then the whole pytest suite: tests/unit
 # (no process at all, seconds), then tests/integration against real components (broker,
-# registry, catalog, Spark). Extra args go to pytest.
+# registry, catalog, Spark). The suite runs in TABLEFLOW_TEST_WORKERS processes (default 2,
+# pytest-xdist, a test file per process at a time: each process starts its own servers on
+# free ports; many tests wait on servers and intervals with a core idle). Extra args go to
+# pytest (`TABLEFLOW_TEST_WORKERS=0`: one process, as pytest alone).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/bootstrap.sh" test
@@ -10,4 +13,4 @@ cd "$repo"
 echo "== ruff check";   .venv/bin/ruff check .
 echo "== ruff format";  .venv/bin/ruff format --check .
 echo "== mypy";         .venv/bin/mypy
-echo "== pytest";       .venv/bin/python -m pytest "$@"
+echo "== pytest";       .venv/bin/python -m pytest -n "${TABLEFLOW_TEST_WORKERS:-2}" --dist loadfile "$@"
