@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from tableflow_core.errors import TableflowError
@@ -45,6 +46,7 @@ class ConfigError(TableflowError):
         return f"invalid project:\n{self.render()}"
 
 
+@lru_cache(maxsize=256)  # a project's problems name few files; resolve() is a syscall each
 def _relative(file: Path, root: Path) -> Path:
     """`file` relative to `root` if it is inside (as written, or once links are resolved)."""
     base = root.resolve()

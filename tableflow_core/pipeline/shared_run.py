@@ -85,6 +85,7 @@ from tableflow_core.pipeline.upsert_rows import (
     MergedBatch,
     merge_batch,
 )
+from tableflow_core.pipeline.vended_credentials import CredentialRefresh, refresh_table_io
 from tableflow_core.schemas.decoding import build_decoder
 from tableflow_core.sql_text import sql_string
 from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets
@@ -276,6 +277,7 @@ def _run_job(
             chunk_size=run.member.spec.decode_chunk_size,
             metadata=slim_metadata(run.table.metadata),
             io_properties=file_io_properties(run.table.io.properties),
+            credentials=CredentialRefresh.of(run.table),
             key=key_spec(run.member.spec),
             max_upsert_bytes=UPSERT_DRIVER_MAX_BYTES // max(1, _tasks_of(i, groups)),
         )
@@ -394,6 +396,7 @@ def _publish(
     spec = run.member.spec
     run.timings["shared_job"] = job_s
     try:
+        refresh_table_io(run.table, CredentialRefresh.of(run.table))
         merged = _Merged.of(reports)
         accounting = _accounting(run, merged)
         delta = _merge_upsert(run, reports, catalog) if spec.mode == "upsert" else None

@@ -38,6 +38,7 @@ from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import RangeReader
 from tableflow_core.pipeline.data_files import write_data_files
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
+from tableflow_core.pipeline.vended_credentials import CredentialRefresh
 
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
 REPORT_SCHEMA = "member int, report binary"
@@ -64,6 +65,7 @@ class TableWork:
     chunk_size: int
     metadata: Any  # pyiceberg TableMetadata, slim (data_files.slim_metadata)
     io_properties: Mapping[str, str]
+    credentials: CredentialRefresh | None = None  # vended ones that expire: fetched anew
     key: KeySpec | None = None  # an upsert table: its rows go to the driver, not to files
     # An upsert table: the Arrow bytes of rows this task may send to the driver; past it
     # the task sends none and says so (`TableReport.too_large`): the run goes to Spark.
@@ -112,6 +114,7 @@ class _TableRun:
 
     def __init__(self, work: TableWork, decoder_factory: Callable[[Any], Any]) -> None:
         self.work = work
+        self._io_properties = work.io_properties
         self.report = TableReport(work.member)
         self._chunks = ChunkDecoder(
             decoder_factory(work.decoder), work.decoder.target_schema, work.key, work.run_id
@@ -186,8 +189,10 @@ class _TableRun:
             rows = pa.Table.from_batches(self._good)
             self._good = []
             self._buffered = 0
+            if self.work.credentials is not None:
+                self._io_properties = self.work.credentials.current(self._io_properties)
             self.report.data_files.extend(
-                write_data_files(self.work.metadata, self.work.io_properties, rows)
+                write_data_files(self.work.metadata, self._io_properties, rows)
             )
 
 

@@ -22,6 +22,12 @@ from botocore.exceptions import ClientError
 from pyiceberg.catalog.rest import RestCatalog
 
 from tableflow_core.dev.producer import produce_sample
+from tableflow_core.pipeline.data_files import file_io_properties, slim_metadata, write_data_files
+from tableflow_core.pipeline.vended_credentials import (
+    CredentialRefresh,
+    expiring,
+    refresh_table_io,
+)
 from tableflow_core.readers.duckdb_reader import attach_rest_catalog, duckdb_connection
 from tests.fixtures.apply_env import run_cli
 from tests.fixtures.catalog import client_credentials_grant, unique_namespace
@@ -190,6 +196,48 @@ def test_spark_writes_and_refreshes_vended_temporary_credentials(
     assert refreshes, "S3FileIO never asked the catalog's refresh endpoint"
     table = sts_catalog.pyiceberg_catalog().load_table((namespace, "events"))
     assert sorted(table.scan().to_arrow()["id"].to_pylist()) == ids
+
+
+def test_pyiceberg_writers_fetch_credentials_again_before_they_expire(
+    sts_catalog: S3CatalogServer, sts_gateway: StsGateway
+) -> None:
+    """pyiceberg's FileIO does not refresh vended credentials: a shared job's tasks and the
+    driver's publish ask the catalog's refresh endpoint for them again (with the catalog
+    client's token) when they are about to expire, and write with the new ones."""
+    namespace = unique_namespace("sts_refresh")
+    catalog = sts_catalog.pyiceberg_catalog()
+    catalog.create_namespace(namespace)
+    catalog.create_table((namespace, "events"), pa.schema([("id", pa.int64())]))
+    table = catalog.load_table((namespace, "events"))
+    refresh = CredentialRefresh.of(table)
+    assert refresh is not None and "Bearer" not in repr(refresh)
+    loaded = file_io_properties(table.io.properties)
+    assert expiring(loaded)  # the stack's credentials live 20 s, under the margin
+    refusals_before = len(sts_gateway.refusals)
+    time.sleep(LIFETIME + 1)
+    # The credentials of the load are expired: a write with them is refused ...
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    with pytest.raises(OSError, match=r"(?i)expired"):
+        write_data_files(slim_metadata(table.metadata), loaded, rows)
+    # ... a task's writer with the refresh asks the catalog again and writes.
+    current = refresh.current(loaded)
+    assert int(current["s3.session-token-expires-at-ms"]) > time.time() * 1000
+    files = write_data_files(slim_metadata(table.metadata), current, rows)
+    # The driver's table gets a new FileIO the same way, and commits the files with it.
+    refresh_table_io(table, refresh)
+    with table.transaction() as transaction, transaction.update_snapshot().fast_append() as add:
+        for data_file in files:
+            add.append_data_file(data_file)
+    assert sorted(
+        catalog.load_table((namespace, "events")).scan().to_arrow()["id"].to_pylist()
+    ) == [1, 2, 3]
+    refreshes = [
+        line
+        for line in sts_catalog.process.log_file.read_text().splitlines()
+        if f"GET /v1/namespaces/{namespace}/tables/events/credentials" in line
+    ]
+    assert len(refreshes) >= 2, refreshes
+    assert len(sts_gateway.refusals) == refusals_before + 1  # the one expired write
 
 
 @pytest.fixture
