@@ -91,7 +91,9 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("TABLEFLOW_CDC_SEED", "44"))
 SNAPSHOT_CUSTOMERS = int(os.environ.get("TABLEFLOW_CDC_CUSTOMERS", "2000"))  # ~20k rows
-CAPTURE_TIMEOUT = 180.0
+# Waits grow with the snapshot (100,000 customers: ~1M rows, captured twice).
+CAPTURE_TIMEOUT = 180.0 + SNAPSHOT_CUSTOMERS * 0.03
+APPLY_TIMEOUT = 600.0 + SNAPSHOT_CUSTOMERS * 0.05
 
 
 def source_mirror(cluster: PostgresCluster, table: str) -> dict[Key, Row]:
@@ -140,7 +142,9 @@ def project_tables(captures: tuple[Capture, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def tableflow(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def tableflow(
+    root: Path, *args: str, timeout: float = APPLY_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args],
         cwd=REPO,
@@ -275,7 +279,7 @@ def assert_all_tables_equal_source(
 # One run of the whole path for both formats (the two separate cases took 530-600 s each
 # under load average 6-24 on the shared 2-core machine): above the suite's default 600 s,
 # so its own bound.
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(1500 + SNAPSHOT_CUSTOMERS // 5)
 def test_postgres_tables_through_debezium_land_value_by_value(
     tmp_path: Path,
     kafka_broker: ApacheKafka,
