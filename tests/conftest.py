@@ -21,4 +21,5 @@ pytest_plugins = [
     "tests.fixtures.apply_env",
     "tests.fixtures.postgres",
     "tests.fixtures.prometheus",
+    "tests.fixtures.slow_first",
 ]
