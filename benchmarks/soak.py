@@ -18,6 +18,14 @@ project on the embedded catalog (file warehouse, Spark local[2]) and starts
   trickle of records (`--rate`, default 20/s): tiny batches as fast as `run` commits,
   until `--commits` commits or `--seconds`, standing for weeks of history.
 
+`--metrics-ab ROUNDS` (issue 43: the metrics cost nothing measurable) runs the soak
+2 x ROUNDS times on the same broker and registry, without and with `--metrics-port 0`,
+alternating (the order swapped every other round; each run its own topics and
+warehouse), and prints each run's figures after its warm-up window, then per figure the
+medians of both sides, their ratio and the spread of the side without:
+
+    .venv/bin/python benchmarks/soak.py --tables 3 --rate 50 --seconds 120 --window 60 --metrics-ab 3
+
 Every `--window` seconds it prints, per window: the time between a table's consecutive
 commits, p50/p95 over every table (`commit every`: a cycle's length as each table lives
 it, maintenance included, whichever cycles run beside it), produce-to-commit freshness
@@ -355,13 +363,21 @@ def print_window(w: Window, load: float) -> None:
         )
 
 
-def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
+def soak(
+    args: argparse.Namespace,
+    work: Path,
+    bootstrap: str,
+    url: str,
+    metrics_port: bool = False,
+    topic_prefix: str = "soak",
+) -> tuple[int, list[Window]]:
+    """One soak; its exit code (0: every record once) and its windows."""
     if args.accelerated:
-        tables = [SoakTable("accelerated", "soak_accelerated", "append")]
+        tables = [SoakTable("accelerated", f"{topic_prefix}_accelerated", "append")]
         interval = "100ms"
     else:
         tables = [
-            SoakTable(f"t{i}_{KINDS[i % len(KINDS)]}", f"soak_{i}", KINDS[i % len(KINDS)])
+            SoakTable(f"t{i}_{KINDS[i % len(KINDS)]}", f"{topic_prefix}_{i}", KINDS[i % len(KINDS)])
             for i in range(args.tables)
         ]
         interval = args.interval
@@ -371,7 +387,7 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
     duck = duckdb_connection()
     producer = SteadyProducer(bootstrap, url, tables, args.rate, args.keys)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    metrics = ("--metrics-port", "0") if args.metrics else ()
+    metrics = ("--metrics-port", "0") if metrics_port else ()
     run = RunProcess(root, work / "run.log", *metrics, env=env)
     database = root / "warehouse" / "catalog.db"
     deadline = time.monotonic() + 300
@@ -443,7 +459,7 @@ def soak(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
         f" ({sum(p for _, _, p in breakdown) / 2**20:.0f} MB)")  # fmt: skip
     ok = finished and exactly_once(catalog, tables, producer.produced)
     summary(windows, tables)
-    return 0 if ok else 1
+    return (0 if ok else 1), windows
 
 
 def rss_breakdown(root: int) -> list[tuple[str, int, int]]:
@@ -616,6 +632,62 @@ def summary(windows: list[Window], tables: list[SoakTable]) -> None:
     print(f"rss last/first window: {ratio(last.rss_median, first.rss_median):.2f}x")
 
 
+@dataclass(frozen=True)
+class SideFigures:
+    """One soak's figures after its warm-up window, for the A/B of `--metrics-ab`."""
+
+    cores: float
+    commit_p50_s: float
+    freshness_p95_s: float
+    rss_mb: float
+    load: float
+
+    @classmethod
+    def of(cls, windows: list[Window]) -> SideFigures:
+        measured = [w for w in windows[1:] if w.seconds > 0] or windows
+        cycles = [c for w in measured for c in w.cycles]
+        fresh = [f for w in measured for f in w.fresh]
+        return cls(
+            cores=sum(w.cpu_s for w in measured) / max(sum(w.seconds for w in measured), 1e-9),
+            commit_p50_s=float(np.percentile(cycles, 50)) if cycles else float("nan"),
+            freshness_p95_s=float(np.percentile(fresh, 95)) if fresh else float("nan"),
+            rss_mb=statistics.median(w.rss_median for w in measured) / 2**20,
+            load=os.getloadavg()[0],
+        )
+
+
+def metrics_ab(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -> int:
+    """`--metrics-ab N`: N soaks a side without and with `--metrics-port`, alternating (the
+    order swapped every other round), on the same broker and registry; the medians."""
+    sides: dict[bool, list[SideFigures]] = {False: [], True: []}
+    code = 0
+    for round_number in range(args.metrics_ab):
+        order = (False, True) if round_number % 2 == 0 else (True, False)
+        for with_metrics in order:
+            label = f"r{round_number}_{'with' if with_metrics else 'without'}"
+            run_work = work / label
+            run_work.mkdir()
+            status, windows = soak(args, run_work, bootstrap, url, with_metrics, f"soak_{label}")
+            code = code or status
+            figures = SideFigures.of(windows)
+            sides[with_metrics].append(figures)
+            print(f"metrics A/B {label}: {figures}", flush=True)
+    for name, pick in (
+        ("CPU cores", lambda f: f.cores),
+        ("commit every p50 s", lambda f: f.commit_p50_s),
+        ("freshness p95 s", lambda f: f.freshness_p95_s),
+        ("run tree RSS MB", lambda f: f.rss_mb),
+    ):
+        without = statistics.median(pick(f) for f in sides[False])
+        with_ = statistics.median(pick(f) for f in sides[True])
+        spread = max(pick(f) for f in sides[False]) - min(pick(f) for f in sides[False])
+        print(
+            f"metrics A/B median {name}: without {without:.3f}, with {with_:.3f}, "
+            f"with/without {ratio(with_, without):.3f}x (without's spread {spread:.3f})"
+        )
+    return code
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tables", type=int, default=3)
@@ -637,6 +709,13 @@ def main() -> None:
     parser.add_argument(
         "--metrics", action="store_true", help="run with --metrics-port 0 (issue 43's A/B)"
     )
+    parser.add_argument(
+        "--metrics-ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="ROUNDS soaks without and ROUNDS with --metrics-port 0, alternating, same servers",
+    )
     parser.add_argument("--keep", type=Path, default=None, help="work directory to keep")
     args = parser.parse_args()
     if args.rate is None:
@@ -649,7 +728,10 @@ def main() -> None:
         work_context = tempfile.TemporaryDirectory(prefix="tableflow-soak-")
     # Without `stack`'s class-archive priming: a soak's first window is its warm-up anyway.
     with work_context as name, servers(Path(name)) as (bootstrap, url):
-        code = soak(args, Path(name), bootstrap, url)
+        if args.metrics_ab:
+            code = metrics_ab(args, Path(name), bootstrap, url)
+        else:
+            code, _ = soak(args, Path(name), bootstrap, url, args.metrics)
     raise SystemExit(code)
 
 
