@@ -22,10 +22,9 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
 from tableflow_core.dev.s3_server import S3ServerSettings, start_s3_server
 from tests.fixtures.kafka_connect import start_iceberg_sink
-from tests.fixtures.kafka_server import ApacheKafka
+from tests.fixtures.kafka_server import ApacheKafka, start_apache_kafka
 from tests.fixtures.s3_catalog import start_s3_catalog_server
 
 
@@ -126,7 +125,7 @@ def main() -> None:
         base = Path(args.work_dir or work)
         s3 = start_s3_server(S3ServerSettings(data_dir=base / "s3"))
         catalog = start_s3_catalog_server(base, s3)
-        kafka = ApacheKafka(start_kafka(KafkaServerSettings(data_dir=base / "kafka")))
+        kafka = start_apache_kafka(base)
         try:
             for interval in (int(i) for i in args.intervals.split(",")):
                 print(
@@ -134,7 +133,7 @@ def main() -> None:
                     flush=True,
                 )
         finally:
-            kafka.server.stop()
+            kafka.stop()
             catalog.process.stop()
             s3.stop()
 

@@ -66,7 +66,7 @@ def test_wrong_password_and_plaintext_are_refused(apache_kafka_sasl: ApacheKafka
 def test_secrets_stay_out_of_logs_reprs_and_readable_files(
     apache_kafka_sasl: ApacheKafka,
 ) -> None:
-    server = apache_kafka_sasl.server
+    server = apache_kafka_sasl
     assert server.credentials is not None
     password = server.credentials.password
     assert password not in repr(server)

@@ -142,7 +142,7 @@ def test_prometheus_scrapes_a_run_over_a_soak_and_sees_the_broker_stop(
         assert endpoint(port, "/readyz") == (200, {"ready": True, "not_ready": {}})
         assert endpoint(port, "/healthz")[0] == 200
 
-        broker.server.stop()  # a stopped broker: failed cycles, named; not ready
+        broker.stop()  # a stopped broker: failed cycles, named; not ready
         failures = f'sum(tableflow_cycle_failures_total{{{labels},cause="kafka"}})'
         found = prometheus.wait_for(failures, lambda v: v is not None and v >= 2, 120)
         assert found is not None and found >= 2
@@ -158,7 +158,7 @@ def test_prometheus_scrapes_a_run_over_a_soak_and_sees_the_broker_stop(
     finally:
         if run is not None:
             stop_run(run)
-        broker.server.stop()
+        broker.stop()
 
     # The run's log: one JSON object per line, the console's figures, no secret.
     text = log.read_text()
