@@ -21,24 +21,21 @@ from tableflow_core.tasks.apply import ApplyTask
 from tableflow_core.tasks.plan import PlanTask
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import unique_name
+from tests.json_schemas import json_object
 
 pytestmark = pytest.mark.slow
 
-PAYMENT_SCHEMA = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Payment",
-    "type": "object",
-    "properties": {
-        "payment_id": {"type": "string"},
-        "amount_cents": {"type": "integer"},
-        "paid_at": {"type": "string", "format": "date-time"},
-        "card": {
-            "type": "object",
-            "properties": {"brand": {"type": "string"}, "last4": {"type": "string"}},
-        },
+PAYMENT_SCHEMA = json_object(
+    "Payment",
+    payment_id="string",
+    amount_cents="integer",
+    paid_at={"type": "string", "format": "date-time"},
+    card={
+        "type": "object",
+        "properties": {"brand": {"type": "string"}, "last4": {"type": "string"}},
     },
-    "required": ["payment_id", "amount_cents"],
-}
+    required=["payment_id", "amount_cents"],
+)
 COUNT = 40
 
 

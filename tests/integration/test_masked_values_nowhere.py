@@ -38,21 +38,18 @@ from tableflow_core.ingest.bad_records import MASKED_PAYLOAD, PAYLOAD_HEADER
 from tests.fixtures.apply_env import CRASH_ENV, REPO, Env, apply, run_cli
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
+from tests.json_schemas import json_object
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Customer",
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "email": {"type": "string"},
-        "phone": {"type": "integer"},
-        "card": {"type": "string"},
-    },
-    "required": ["id", "email", "phone", "card"],
-}
+SCHEMA = json_object(
+    "Customer",
+    id="integer",
+    email="string",
+    phone="integer",
+    card="string",
+    required=["id", "email", "phone", "card"],
+)
 RECORDS = [
     {"id": 1, "email": "ada@example.com", "phone": 15550100, "card": "4111111111111111"},
     {"id": 2, "email": "bob@example.com", "phone": "+1-555-0100-77", "card": "5500000000000004"},

@@ -32,6 +32,7 @@ from tableflow_core.tasks.plan import PlanTask
 from tests.avro_records import avro_record, nullable, with_default
 from tests.fixtures.catalog import unique_namespace
 from tests.fixtures.stack import unique_name
+from tests.json_schemas import json_object
 from tests.unit.test_schemas_protobuf import build_file, full_order
 from tests.unit.test_schemas_protobuf_messages import an_order, serialize, shop_messages
 
@@ -116,32 +117,25 @@ def avro_cases() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return cases
 
 
-JSON_SCHEMA = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Everything",
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "n": {"type": "number"},
-        "dec": {"type": "number", "connect.type": "bytes", "precision": 9, "scale": 2},
-        "flag": {"type": "boolean"},
-        "s": {"type": "string"},
-        "color": {"type": "string", "enum": ["RED", "GREEN"]},
-        "at": {"type": "string", "format": "date-time"},
-        "day": {"type": "string", "format": "date"},
-        "u": {"type": "string", "format": "uuid"},
-        "nums": {"type": "array", "items": {"type": "integer"}},
-        "obj": {
-            "type": "object",
-            "properties": {"x": {"type": "integer"}, "y": {"type": "string"}},
-        },
-        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "free": {"type": "object"},
-        "maybe": {"type": ["string", "null"]},
-        "either": {"type": ["string", "integer"]},
-    },
-    "required": ["id"],
-}
+JSON_SCHEMA = json_object(
+    "Everything",
+    id="integer",
+    n="number",
+    dec={"type": "number", "connect.type": "bytes", "precision": 9, "scale": 2},
+    flag="boolean",
+    s="string",
+    color={"type": "string", "enum": ["RED", "GREEN"]},
+    at={"type": "string", "format": "date-time"},
+    day={"type": "string", "format": "date"},
+    u={"type": "string", "format": "uuid"},
+    nums={"type": "array", "items": {"type": "integer"}},
+    obj={"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "string"}}},
+    counts={"type": "object", "additionalProperties": {"type": "integer"}},
+    free="object",
+    maybe={"type": ["string", "null"]},
+    either={"type": ["string", "integer"]},
+    required=["id"],
+)
 
 
 def json_schema_cases() -> list[tuple[dict[str, Any], dict[str, Any]]]:
