@@ -48,10 +48,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
 
 from tableflow_core.kafka.messages import KafkaMessage
-from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import METADATA_COLUMNS, FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
+from tests.decoders import resolved_decoder
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,20 +107,7 @@ def in_memory(records: int, batch: int, repeat: int) -> None:
         return len(payloads)
 
     metadata = ("partition", "offset", "timestamp")
-    decoder = build_decoder(
-        DecoderSpec(
-            topic,
-            FormatSpec(format="avro"),
-            None,
-            metadata,
-            registry,
-            serialize_schema(
-                resolve_schema(
-                    topic, FormatSpec(format="avro"), None, metadata, registry
-                ).arrow_schema
-            ),
-        )
-    )
+    decoder, _ = resolved_decoder(topic, FormatSpec(format="avro"), None, metadata, registry)
 
     def ours() -> int:
         rows_out = 0

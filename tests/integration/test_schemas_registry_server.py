@@ -23,6 +23,7 @@ from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serializ
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
 from tableflow_core.schemas.resolve import resolve_schema
+from tests.decoders import resolved_decoder
 from tests.unit.test_schemas_protobuf import build_file
 
 UTC = dt.UTC
@@ -32,10 +33,7 @@ def decode_all(
     registry: RegistrySettings, topic: str, fmt: str, payloads: list[bytes]
 ) -> tuple[pa.Schema, Any]:
     spec = FormatSpec(format=fmt)  # type: ignore[arg-type]
-    target = resolve_schema(topic, spec, None, ("offset",), registry).arrow_schema
-    decoder = build_decoder(
-        DecoderSpec(topic, spec, None, ("offset",), registry, serialize_schema(target))
-    )
+    decoder, target = resolved_decoder(topic, spec, None, ("offset",), registry)
     messages = [KafkaMessage(topic, 0, i, None, None, p) for i, p in enumerate(payloads)]
     return target, decoder.decode(messages)
 

@@ -20,7 +20,7 @@ from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serializ
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.json_schema_types import map_json_schema
 from tableflow_core.schemas.registry import RegistrySettings
-from tableflow_core.schemas.resolve import resolve_schema
+from tests.decoders import resolved_decoder
 
 UTC = dt.UTC
 
@@ -109,18 +109,8 @@ def test_decode_keeps_types_and_timezone_meaning() -> None:
         "amount": 12.34,
     }
     data = json_bytes(registry, topic, value)
-    target = resolve_schema(
+    decoder, target = resolved_decoder(
         topic, FormatSpec(format="json_schema"), None, ("offset",), registry
-    ).arrow_schema
-    decoder = build_decoder(
-        DecoderSpec(
-            topic,
-            FormatSpec(format="json_schema"),
-            None,
-            ("offset",),
-            registry,
-            serialize_schema(target),
-        )
     )
     older = json_bytes(
         registry,

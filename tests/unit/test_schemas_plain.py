@@ -10,9 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from tableflow_core.kafka.messages import KafkaMessage
-from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec, JsonColumn
-from tableflow_core.schemas.resolve import resolve_schema
+from tests.decoders import resolved_decoder
 
 UTC = dt.UTC
 
@@ -23,12 +22,9 @@ def run(
     metadata: tuple[str, ...],
     payloads: list[tuple[bytes | None, bytes | None]],
 ):  # type: ignore[no-untyped-def]
-    resolved = resolve_schema("t", value, key, metadata, None)
-    decoder = build_decoder(
-        DecoderSpec("t", value, key, metadata, None, serialize_schema(resolved.arrow_schema))
-    )
+    decoder, target = resolved_decoder("t", value, key, metadata)
     messages = [KafkaMessage("t", 0, i, 1000, k, v) for i, (k, v) in enumerate(payloads)]
-    return resolved.arrow_schema, decoder.decode(messages)
+    return target, decoder.decode(messages)
 
 
 def test_plain_json_without_columns_is_one_value_column() -> None:

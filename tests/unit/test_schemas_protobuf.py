@@ -26,11 +26,10 @@ from google.protobuf.descriptor_pool import DescriptorPool
 
 from tableflow_core.kafka.messages import KafkaMessage
 from tableflow_core.schemas.arrow_values import SchemaMappingError
-from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.protobuf_types import map_message
 from tableflow_core.schemas.registry import RegistrySettings
-from tableflow_core.schemas.resolve import resolve_schema
+from tests.decoders import resolved_decoder
 
 F = descriptor_pb2.FieldDescriptorProto
 UTC = dt.UTC
@@ -179,13 +178,8 @@ def test_decode_through_the_registry() -> None:
     order_cls = build_file(f"p{uuid.uuid4().hex[:8]}")
     full = proto_bytes(registry, topic, full_order(order_cls))
     empty = proto_bytes(registry, topic, order_cls(id=2, cash=5))
-    target = resolve_schema(topic, FormatSpec(format="protobuf"), None, (), registry).arrow_schema
+    decoder, target = resolved_decoder(topic, FormatSpec(format="protobuf"), registry=registry)
     assert {f.name: f.type for f in target} == EXPECTED
-    decoder = build_decoder(
-        DecoderSpec(
-            topic, FormatSpec(format="protobuf"), None, (), registry, serialize_schema(target)
-        )
-    )
     result = decoder.decode(
         [
             KafkaMessage(topic, 0, 0, None, None, full),
