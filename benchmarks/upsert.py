@@ -85,6 +85,16 @@ PARTITIONS = 4
 Change = tuple[int, dict[str, Any] | None]  # (id, value or None for a tombstone)
 
 
+def add_workload_arguments(
+    parser: argparse.ArgumentParser, batches: int, batches_help: str | None = None
+) -> None:
+    """The workload's sizes, the same flags in every upsert benchmark: `--rows` (table
+    sizes, comma-separated), `--batch` (changes per batch, `batch_changes`), `--batches`."""
+    parser.add_argument("--rows", default="1000000,10000000", help="table sizes, comma-separated")
+    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=batches, help=batches_help)
+
+
 def batch_changes(rows: int, size: int, seed: int) -> list[Change]:
     """Updates of existing ids (some ids several times), 10% tombstones."""
     rng = random.Random(seed)
@@ -825,9 +835,7 @@ def short(rows: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows", default="1000000,10000000", help="table sizes, comma-separated")
-    parser.add_argument("--batch", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=10, help="batches before the scans")
+    add_workload_arguments(parser, batches=10, batches_help="batches before the scans")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument(
         "--pyiceberg-timeout", type=float, default=600, help="seconds pyiceberg's upsert may take"

@@ -50,6 +50,8 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from upsert import add_workload_arguments  # benchmarks/ is on sys.path when a script runs
+
 from tableflow_core.engine.run_branch import publish_run
 from tableflow_core.ingest.bad_records import (
     SOURCE_OFFSET_COLUMN,
@@ -344,9 +346,7 @@ def measure(rows: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="1000000,10000000")
-    parser.add_argument("--batch", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=5)
+    add_workload_arguments(parser, batches=5)
     parser.add_argument("--file-rows", type=int, default=2_000_000)
     parser.add_argument("--full-scan-max", type=int, default=20_000_000)
     parser.add_argument("--pyiceberg-max", type=int, default=0, help="sizes to run pyiceberg on")

@@ -73,7 +73,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from upsert import Change, batch_changes, final_rows, initial_rows  # benchmarks/ on sys.path
+from upsert import (  # benchmarks/ on sys.path
+    Change,
+    add_workload_arguments,
+    batch_changes,
+    final_rows,
+    initial_rows,
+)
 
 from tableflow_core.engine.row_delta import RowDelta
 from tableflow_core.ingest.upsert_order import (
@@ -576,9 +582,7 @@ def _measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default="1000000,10000000")
-    parser.add_argument("--batch", type=int, default=100_000)
-    parser.add_argument("--batches", type=int, default=3)
+    add_workload_arguments(parser, batches=3)
     parser.add_argument("--file-rows", type=int, default=1_250_000)
     parser.add_argument(
         "--spark",
