@@ -11,7 +11,7 @@ import datetime as dt
 import decimal
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from tableflow_core.checks.compile import CompiledCheck
@@ -64,20 +64,11 @@ class CheckResult:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.kind,
-            "key": self.key,
-            "severity": self.severity,
-            "on_failure": self.on_failure,
-            "rows_evaluated": self.rows_evaluated,
-            "failing": self.failing,
-            "outcome": self.outcome,
-            "action": self.action,
-            "observed": self.observed,
-            "samples": [json_safe(s) for s in self.samples],
-            "detail": self.detail,
+        """Every field in order, `kind` named `type` (the config's word), samples JSON-safe."""
+        found = {
+            "type" if f.name == "kind" else f.name: getattr(self, f.name) for f in fields(self)
         }
+        return {**found, "samples": [json_safe(s) for s in self.samples]}
 
     def line(self) -> str:
         if self.failing is None:
