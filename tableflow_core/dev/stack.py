@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
@@ -49,6 +49,7 @@ from tableflow_core.config.dev_stack import (
 )
 from tableflow_core.dev.apicurio_server import ApicurioSettings, start_apicurio
 from tableflow_core.dev.kafka_server import KafkaServerSettings, scram_credentials, start_kafka
+from tableflow_core.dev.launcher import ServerSettings
 from tableflow_core.dev.processes import (
     free_port,
     pid_is_alive,
@@ -249,6 +250,9 @@ class Started:
     arguments: tuple[str, ...]  # see Recorded.arguments
 
 
+S = TypeVar("S", bound=ServerSettings)
+
+
 class Component(ABC):
     """One kind of server of the stack."""
 
@@ -300,6 +304,11 @@ class Component(ABC):
         )
         return process.pid
 
+    def server_settings(self, kind: type[S], ports: Mapping[str, int], **own: Any) -> S:
+        """A launcher server's settings: the component's folder, host and first port, and
+        `own`, the server's own settings."""
+        return kind(data_dir=self.directory, host=self.settings.host, port=ports["port"], **own)
+
 
 COMPONENTS: dict[tuple[str, str], type[Component]] = {}
 
@@ -341,16 +350,11 @@ class Kafka(Component):
         return {"kafka_sasl_password": client.password}
 
     def start(self, ports: Mapping[str, int], log_file: Path, record: StackRecord) -> Started:
+        settings = self.server_settings(
+            KafkaServerSettings, ports, controller_port=ports["controller"], sasl_ssl=self.secured
+        )
         server = start_kafka(
-            KafkaServerSettings(
-                data_dir=self.directory,
-                host=self.settings.host,
-                port=ports["port"],
-                controller_port=ports["controller"],
-                sasl_ssl=self.secured,
-            ),
-            log_file=log_file,
-            timeout=self.settings.start_timeout_seconds,
+            settings, log_file=log_file, timeout=self.settings.start_timeout_seconds
         )
         return Started(server.process.pid, (str(server.data_dir / "server.properties"),))
 
@@ -400,16 +404,14 @@ class Apicurio(Component):
         return {"schema_registry_url": self.address(ports)}
 
     def start(self, ports: Mapping[str, int], log_file: Path, record: StackRecord) -> Started:
+        settings = self.server_settings(
+            ApicurioSettings,
+            ports,
+            management_port=ports["management"],
+            database=self.directory / "registry",  # H2 file: survives down/up
+        )
         server = start_apicurio(
-            ApicurioSettings(
-                data_dir=self.directory,
-                host=self.settings.host,
-                port=ports["port"],
-                management_port=ports["management"],
-                database=self.directory / "registry",  # H2 file: survives down/up
-            ),
-            log_file=log_file,
-            timeout=self.settings.start_timeout_seconds,
+            settings, log_file=log_file, timeout=self.settings.start_timeout_seconds
         )
         return Started(server.process.pid, (f"-Dquarkus.http.port={ports['port']}",))
 
@@ -481,16 +483,14 @@ class ObjectStore(Component):
         credentials = S3Credentials(
             record.secrets["s3_access_key_id"], SecretStr(record.secrets["s3_secret_access_key"])
         )
-        server = start_s3_server(
-            S3ServerSettings(
-                data_dir=self.directory,
-                host=self.settings.host,
-                port=ports["port"],
-                bucket=self.settings.s3_bucket,
-                credentials=credentials,
-                start_timeout=self.settings.start_timeout_seconds,
-            )
+        settings = self.server_settings(
+            S3ServerSettings,
+            ports,
+            bucket=self.settings.s3_bucket,
+            credentials=credentials,
+            start_timeout=self.settings.start_timeout_seconds,
         )
+        server = start_s3_server(settings)
         return Started(server.process.pid, (str(self.directory / "s3proxy.properties"),))
 
 
