@@ -43,9 +43,10 @@ from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SC
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
+from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
-from tests.decoders import resolved_decoder
+from tableflow_core.schemas.resolve import resolve_schema
 from tests.fixtures.catalog import CatalogServer, unique_namespace
 from tests.fixtures.poison import framing_poison
 from tests.fixtures.stack import KafkaBroker, SchemaRegistryServer, unique_name
@@ -129,7 +130,17 @@ def poison(kafka_broker: KafkaBroker, schema_registry: SchemaRegistryServer) -> 
 
     # Decode with the real decoder, as the pipeline's decode stage does in its tasks.
     metadata = ("partition", "offset")
-    decoder, _ = resolved_decoder(topic, FormatSpec(format="avro"), None, metadata, registry)
+    resolved = resolve_schema(topic, FormatSpec(format="avro"), None, metadata, registry)
+    decoder = build_decoder(
+        DecoderSpec(
+            topic,
+            FormatSpec(format="avro"),
+            None,
+            metadata,
+            registry,
+            serialize_schema(resolved.arrow_schema),
+        )
+    )
     rejected: list[dict[str, Any]] = []
     written: dict[tuple[int, int], int] = {}
     for partition, (_low, high) in get_watermarks(conf, topic).items():
