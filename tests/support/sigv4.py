@@ -58,6 +58,18 @@ class Authorization:
         return f"{self.date}/{self.region}/{self.service}/aws4_request"
 
 
+@dataclass(frozen=True)
+class Request:
+    """What a signature covers of a request: `headers` with lower-case names, the path
+    and query as sent (still percent-encoded), the payload's hash as the client gave it."""
+
+    method: str
+    raw_path: str
+    raw_query: str
+    headers: Mapping[str, str]
+    payload_hash: str
+
+
 def parse_authorization(value: str | None) -> Authorization | None:
     """The header's parts, or None when it is not a SigV4 header."""
     match = _AUTHORIZATION.match((value or "").strip())
@@ -90,28 +102,21 @@ def canonical_query(raw_query: str) -> str:
     return "&".join(f"{name}={value}" for name, value in sorted(pairs))
 
 
-def canonical_request(
-    method: str,
-    raw_path: str,
-    raw_query: str,
-    headers: Mapping[str, str],
-    signed_headers: tuple[str, ...],
-    payload_hash: str,
-) -> str:
-    """`headers` with lower-case names; every signed header must be present."""
+def canonical_request(request: Request, signed_headers: tuple[str, ...]) -> str:
+    """Every signed header must be present."""
     lines = []
     for name in signed_headers:
-        if name not in headers:
+        if name not in request.headers:
             raise SignatureError(f"signed header {name!r} is missing from the request")
-        lines.append(f"{name}:{_SPACES.sub(' ', headers[name].strip())}\n")
+        lines.append(f"{name}:{_SPACES.sub(' ', request.headers[name].strip())}\n")
     return "\n".join(
         [
-            method,
-            canonical_uri(raw_path),
-            canonical_query(raw_query),
+            request.method,
+            canonical_uri(request.raw_path),
+            canonical_query(request.raw_query),
             "".join(lines),
             ";".join(signed_headers),
-            payload_hash,
+            request.payload_hash,
         ]
     )
 
@@ -134,22 +139,12 @@ def request_signature(secret: str, auth: Authorization, amz_date: str, canonical
     return _sign(signing_key(secret, auth.date, auth.region, auth.service), string_to_sign)
 
 
-def verify(
-    secret: str,
-    auth: Authorization,
-    method: str,
-    raw_path: str,
-    raw_query: str,
-    headers: Mapping[str, str],
-    payload_hash: str,
-) -> None:
+def verify(secret: str, auth: Authorization, request: Request) -> None:
     """Raise SignatureError unless `auth.signature` is this request's signature."""
-    amz_date = headers.get("x-amz-date", "")
+    amz_date = request.headers.get("x-amz-date", "")
     if not amz_date.startswith(auth.date):
         raise SignatureError("x-amz-date does not match the credential scope's date")
-    canonical = canonical_request(
-        method, raw_path, raw_query, headers, auth.signed_headers, payload_hash
-    )
+    canonical = canonical_request(request, auth.signed_headers)
     expected = request_signature(secret, auth, amz_date, canonical)
     if not hmac.compare_digest(expected, auth.signature):
         raise SignatureError("the request signature does not match")
@@ -161,18 +156,12 @@ def sign(
     region: str,
     service: str,
     amz_date: str,
-    method: str,
-    raw_path: str,
-    raw_query: str,
-    headers: Mapping[str, str],
+    request: Request,
     signed_headers: tuple[str, ...],
-    payload_hash: str,
 ) -> str:
-    """The `Authorization` header value for a request with these (lower-case) headers."""
+    """The `Authorization` header value for `request` signing `signed_headers`."""
     auth = Authorization(access_key_id, amz_date[:8], region, service, signed_headers, "")
-    canonical = canonical_request(
-        method, raw_path, raw_query, headers, signed_headers, payload_hash
-    )
+    canonical = canonical_request(request, signed_headers)
     signature = request_signature(secret, auth, amz_date, canonical)
     return (
         f"{ALGORITHM} Credential={access_key_id}/{auth.scope}, "

@@ -297,9 +297,8 @@ class _Handler(RelayHandler):
         if time.time() >= minted.expires_at:
             raise GatewayRefusal(400, "ExpiredToken", "the session token has expired")
         payload_hash = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
-        sigv4.verify(
-            minted.secret_access_key, auth, self.command, path, query, headers, payload_hash
-        )
+        request = sigv4.Request(self.command, path, query, headers, payload_hash)
+        sigv4.verify(minted.secret_access_key, auth, request)
         if payload_hash.startswith("STREAMING-"):
             amz_date = headers.get("x-amz-date", "")
             body = sigv4.decode_aws_chunked(
@@ -336,12 +335,8 @@ class _Handler(RelayHandler):
             auth.region,
             "s3",
             kept["x-amz-date"],
-            self.command,
-            path,
-            query,
-            kept,
+            sigv4.Request(self.command, path, query, kept, kept["x-amz-content-sha256"]),
             signed,
-            kept["x-amz-content-sha256"],
         )
         return list(kept.items())
 
@@ -353,7 +348,7 @@ class _Handler(RelayHandler):
             raise GatewayRefusal(403, "AccessDenied", "only the store's own identity may assume")
         payload_hash = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
         secret = state.credentials.secret_access_key.get_secret_value()
-        sigv4.verify(secret, auth, self.command, path, query, headers, payload_hash)
+        sigv4.verify(secret, auth, sigv4.Request(self.command, path, query, headers, payload_hash))
         form = {k: v[0] for k, v in parse_qs(body.decode(), keep_blank_values=True).items()}
         form.update({k: v[0] for k, v in parse_qs(query).items()})
         if form.get("Action") != "AssumeRole":

@@ -45,7 +45,7 @@ def verify_request(request: AWSRequest, secret: str = SECRET) -> None:
     payload = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
     auth = sigv4.parse_authorization(headers["authorization"])
     assert auth is not None and auth.access_key_id == KEY
-    sigv4.verify(secret, auth, request.method, path, query, headers, payload)
+    sigv4.verify(secret, auth, sigv4.Request(request.method, path, query, headers, payload))
 
 
 @pytest.mark.parametrize(
@@ -85,10 +85,12 @@ def test_sign_agrees_with_botocore() -> None:
     headers["host"] = "127.0.0.1:9000"
     auth = sigv4.parse_authorization(headers["authorization"])
     assert auth is not None
+    signed = sigv4.Request(
+        "GET", "/warehouse/a%20b/c", "versionId=3&acl", headers, headers["x-amz-content-sha256"]
+    )
     ours = sigv4.sign(
-        KEY, SECRET, "us-east-1", "s3", headers["x-amz-date"], "GET", "/warehouse/a%20b/c",
-        "versionId=3&acl", headers, auth.signed_headers, headers["x-amz-content-sha256"],
-    )  # fmt: skip
+        KEY, SECRET, "us-east-1", "s3", headers["x-amz-date"], signed, auth.signed_headers
+    )
     assert ours == headers["authorization"]
 
 
