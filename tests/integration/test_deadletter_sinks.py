@@ -35,6 +35,7 @@ from tableflow_core.deadletter.headers import decode_error_headers
 from tableflow_core.deadletter.originals import fetch_originals
 from tableflow_core.deadletter.replay import replay_records
 from tableflow_core.deadletter.sinks import SinkContext, kafka_topic, route_bad_records
+from tableflow_core.deadletter.sinks.iceberg_driver_append import DRIVER_WRITER, WRITER_PROPERTY
 from tableflow_core.deadletter.sinks.iceberg_table import create_dlq_table
 from tableflow_core.deadletter.suspension import Suspension
 from tableflow_core.dev.processes import free_port
@@ -43,6 +44,7 @@ from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, REJECTED_ROW_SC
 from tableflow_core.kafka.admin import get_watermarks
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import read_range
+from tableflow_core.pipeline.runners.dead_letter import CatalogTables
 from tableflow_core.schemas.decoding import DecoderSpec, build_decoder, serialize_schema
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.registry import RegistrySettings
@@ -339,12 +341,56 @@ def test_iceberg_dlq_written_twice_holds_no_duplicates(
     assert all(m.headers()[-1][0] == "tableflow.replayed.from" for m in replayed)
 
 
+def test_iceberg_dlq_driver_append_and_spark_merge_keep_each_record_once(
+    spark: Any, spark_catalog: str, catalog_server: CatalogServer, poison: Poison
+) -> None:
+    """A batch small enough for the driver's pyiceberg append, then the same records again
+    through Spark's MERGE (a batch over the budget) and the driver: each record once."""
+    identifier = f"{unique_namespace('dlq')}.bad_records"
+    create_dlq_table(spark, spark_catalog, identifier)
+    target = IcebergDeadLetter(type="iceberg", table=identifier)
+    tables = CatalogTables(catalog_server.pyiceberg_catalog())
+    rejected = poison.rejected_frame(spark)
+
+    def route(run_id: str, driver: bool) -> None:
+        bad = fetch_originals(spark, rejected, poison.topic, poison.kafka_conf, run_id)
+        context = SinkContext(
+            table="payments",
+            run_id=run_id,
+            spark_catalog=spark_catalog,
+            iceberg_tables=tables if driver else None,
+        )
+        assert route_bad_records(bad, "dlq", target, context).per_partition == {0: 3, 1: 3}
+
+    route("run-1", driver=True)
+    table = catalog_server.pyiceberg_catalog().load_table(identifier)
+    first = table.current_snapshot()
+    assert first is not None and first.summary[WRITER_PROPERTY] == DRIVER_WRITER
+    route("run-2", driver=False)
+    route("run-3", driver=True)
+    table = catalog_server.pyiceberg_catalog().load_table(identifier)
+    count, distinct, runs = duckdb_connection().sql(
+        "SELECT count(*), count(DISTINCT (source_partition, source_offset, stage)), "
+        f"string_agg(DISTINCT run_id) FROM iceberg_scan('{table.metadata_location}')"
+    ).fetchone() or (None, None, None)
+    assert (count, distinct, runs) == (6, 6, "run-1")
+    # Spark reads the driver's files as its own.
+    assert spark.table(f"{spark_catalog}.{identifier}").count() == 6
+    # The driver's re-run (run-3) found every key and committed nothing.
+    driven = [s for s in table.metadata.snapshots if s.summary and WRITER_PROPERTY in s.summary]
+    assert [s.snapshot_id for s in driven] == [first.snapshot_id]
+
+
+@pytest.mark.parametrize("driver", [False, True], ids=["spark", "driver"])
 def test_iceberg_sink_refuses_a_missing_table(
-    spark: Any, spark_catalog: str, poison: Poison
+    spark: Any, spark_catalog: str, catalog_server: CatalogServer, poison: Poison, driver: bool
 ) -> None:
     target = IcebergDeadLetter(type="iceberg", table=f"{unique_namespace('nope')}.missing")
     bad = fetch_originals(spark, poison.rejected_frame(spark), poison.topic, poison.kafka_conf, "r")
-    context = SinkContext(table="payments", run_id="r", spark_catalog=spark_catalog)
+    tables = CatalogTables(catalog_server.pyiceberg_catalog()) if driver else None
+    context = SinkContext(
+        table="payments", run_id="r", spark_catalog=spark_catalog, iceberg_tables=tables
+    )
     with pytest.raises(
         DeadLetterTableError, match=r"missing in catalog 'tf_deadletter' does not exist"
     ):

@@ -22,16 +22,15 @@ commit and the source table's publish finds its rows at step 1 and adds nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import reduce
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.expressions import (
-    AlwaysFalse,
     And,
     BooleanExpression,
     EqualTo,
@@ -79,20 +78,20 @@ def driver_max_rows(environ: Mapping[str, str] | None = None) -> int:
 
 def key_filter(rows: pa.Table) -> BooleanExpression:
     """The rows of a dead-letter table that may share a key with `rows`: per source topic
-    and partition, the offsets between the batch's first and last."""
+    and partition, the offsets between the batch's first and last (`rows` is not empty)."""
     spans = rows.group_by(["source_topic", "source_partition"]).aggregate(
         [("source_offset", "min"), ("source_offset", "max")]
     )
     ranges: list[BooleanExpression] = [
         And(
-            EqualTo("source_topic", span["source_topic"]),
-            EqualTo("source_partition", span["source_partition"]),
-            GreaterThanOrEqual("source_offset", span["source_offset_min"]),
-            LessThanOrEqual("source_offset", span["source_offset_max"]),
+            EqualTo(term="source_topic", value=span["source_topic"]),
+            EqualTo(term="source_partition", value=span["source_partition"]),
+            GreaterThanOrEqual(term="source_offset", value=span["source_offset_min"]),
+            LessThanOrEqual(term="source_offset", value=span["source_offset_max"]),
         )
         for span in spans.to_pylist()
     ]
-    return reduce(Or, ranges, AlwaysFalse())
+    return ranges[0] if len(ranges) == 1 else Or(*ranges)
 
 
 def not_in_table(table: Any, rows: pa.Table, where: BooleanExpression) -> pa.Table:
@@ -113,7 +112,11 @@ class _KeysUnchangedAppend(_MergeAppendFiles):
     in between may hold a row matching `conflict_filter`."""
 
     def __init__(
-        self, transaction: Any, io: Any, conflict_filter: BooleanExpression, properties: dict[str, str]
+        self,
+        transaction: Any,
+        io: Any,
+        conflict_filter: BooleanExpression,
+        properties: dict[str, str],
     ) -> None:
         super().__init__(
             operation=Operation.APPEND,
@@ -181,7 +184,5 @@ def append_new_rows(
 def _delete_quietly(io: Any, paths: list[str]) -> None:
     """Data files of a refused append (referenced by nothing); a leftover is an orphan."""
     for path in paths:
-        try:
+        with contextlib.suppress(Exception):  # best effort: an orphan file is harmless
             io.delete(path)
-        except Exception:  # noqa: BLE001 - best effort, orphan files are harmless
-            pass

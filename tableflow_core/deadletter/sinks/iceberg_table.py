@@ -1,6 +1,11 @@
-"""Dead-lettering to an Iceberg table, written by Spark with the Iceberg runtime.
+"""Dead-lettering to an Iceberg table: a small batch appended by the driver, a large one
+merged by Spark with the Iceberg runtime.
 
-The write is idempotent: one MERGE INTO ... ON (source_topic, source_partition,
+Up to `driver_max_rows()` rows (50,000 unless TABLEFLOW_DLQ_DRIVER_MAX_ROWS says) and when
+the run gives the sink pyiceberg access to its catalog (`SinkContext.iceberg_tables`), the
+driver collects the batch and appends the rows the table does not hold yet
+(sinks/iceberg_driver_append.py): a scan and a commit, no Spark job beyond the collect.
+Otherwise the write is Spark's: one MERGE INTO ... ON (source_topic, source_partition,
 source_offset, stage) WHEN NOT MATCHED THEN INSERT *. A re-run after a crash between
 this write and the table's publish routes the same records again and the MERGE adds
 nothing for them. MERGE rather than an anti-join followed by an append: the check and
@@ -15,12 +20,19 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterTableError
 from tableflow_core.deadletter.frames import count_by_partition, spark_error_summary, spark_schema
-from tableflow_core.deadletter.sinks.base import SinkContext, SinkResult
+from tableflow_core.deadletter.sinks.base import IcebergTables, SinkContext, SinkResult
+from tableflow_core.deadletter.sinks.iceberg_driver_append import (
+    APPEND_ATTEMPTS,
+    append_new_rows,
+    driver_max_rows,
+)
 from tableflow_core.ingest.bad_records import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
 from tableflow_core.sql_text import quote_ident
 
@@ -28,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MERGE_ATTEMPTS = 4
+RUN_ID_PROPERTY = "tableflow.dead-letter.run-id"  # in the summary of the driver's append
 # Commit conflicts with a concurrent writer: safe to retry, the MERGE is idempotent.
 _RETRYABLE = ("CommitFailedException", "ValidationException", "conflicting files")
 
@@ -101,6 +114,10 @@ class IcebergTableSink:
         result = SinkResult("dead_lettered", f"iceberg table {self.target.table}", per_partition)
         if not per_partition:
             return result
+        tables = self.context.iceberg_tables
+        if tables is not None and result.total <= driver_max_rows():
+            self._append_on_driver(tables, bad)
+            return result
         spark = bad.sparkSession
         self._check_table(spark)
         view = f"tableflow_dlq_{uuid.uuid4().hex}"
@@ -110,6 +127,53 @@ class IcebergTableSink:
         finally:
             spark.catalog.dropTempView(view)
         return result
+
+    def _append_on_driver(self, tables: IcebergTables, bad: DataFrame) -> None:
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+        first = [self._load(tables)]  # checked before the collect; later attempts reload
+        rows = pa.Table.from_batches(bad._collect_as_arrow())
+        try:
+            append_new_rows(
+                lambda: first.pop() if first else self._load(tables),
+                tables.write_data_files,
+                rows,
+                {RUN_ID_PROPERTY: self.context.run_id},
+            )
+        except DeadLetterTableError:
+            raise
+        except (CommitFailedException, ValidationException) as exc:
+            raise DeadLetterTableError(
+                f"table {self.context.table}: dead-letter table {self.target.table} "
+                f"({self.catalog}) took other writers' rows for the same source offsets "
+                f"{APPEND_ATTEMPTS} times while this run appended its {rows.num_rows} bad "
+                f"record(s); nothing was published, run again: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise DeadLetterTableError(
+                f"table {self.context.table}: writing bad records to dead-letter table "
+                f"{self.target.table} ({self.catalog}) failed: "
+                f"{type(exc).__name__}: {str(exc)[:400]}"
+            ) from exc
+
+    def _load(self, tables: IcebergTables) -> Any:
+        """The dead-letter table through pyiceberg, checked as `_check_table` does."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = tables.load(self.target.table)
+        except NoSuchTableError as exc:
+            raise DeadLetterTableError(
+                f"table {self.context.table}: dead-letter table {self.target.table} in "
+                f"{self.catalog} does not exist (created by `tableflow apply`)"
+            ) from exc
+        except Exception as exc:
+            raise DeadLetterTableError(
+                f"table {self.context.table}: dead-letter table {self.target.table} in "
+                f"{self.catalog} cannot be read: {type(exc).__name__}: {str(exc)[:400]}"
+            ) from exc
+        self._check_columns([f.name for f in table.schema().fields])
+        return table
 
     def _check_table(self, spark: SparkSession) -> None:
         try:
@@ -123,6 +187,9 @@ class IcebergTableSink:
                 f"table {self.context.table}: dead-letter table {self.target.table} in "
                 f"{self.catalog}{hint}: {spark_error_summary(exc)}"
             ) from exc
+        self._check_columns(columns)
+
+    def _check_columns(self, columns: list[str]) -> None:
         wanted = dlq_table_schema().names
         if columns != wanted:
             raise DeadLetterTableError(

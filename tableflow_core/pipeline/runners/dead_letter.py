@@ -15,14 +15,17 @@ after the write, before publish:
    offsets), so data, offsets and accounting become visible together.
 
 The dead-letter writes happen before publish: a crash in between re-runs the same
-offsets, and the Iceberg sink's MERGE adds no duplicates (a Kafka sink sends again).
+offsets, and the Iceberg sink adds no duplicates (its driver append skips the keys the
+table holds, its MERGE matches them; a Kafka sink sends again). Their seconds are
+`timings.dead_letter` in run_results.json.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.deadletter.originals import fetch_originals, without_payload
@@ -39,20 +42,42 @@ from tableflow_core.ingest.bad_records import SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import RETRACTION_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.pipeline.batch import Audit, Batch, Outcome, RejectedRows, StageContext
+from tableflow_core.pipeline.data_files import file_io_properties, write_data_files
+from tableflow_core.pipeline.vended_credentials import CredentialRefresh, refresh_table_io
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, Observation
+
+
+@dataclass(frozen=True)
+class CatalogTables:
+    """The run's catalog through pyiceberg, for the Iceberg dead-letter sink's driver
+    append (deadletter/sinks/base.IcebergTables): tables loaded with current credentials,
+    data files written as the main tables' small batches are."""
+
+    catalog: Any  # pyiceberg Catalog
+
+    def load(self, identifier: str) -> Any:
+        table = self.catalog.load_table(identifier)
+        refresh_table_io(table, CredentialRefresh.of(table))
+        return table
+
+    def write_data_files(self, table: Any, rows: pa.Table) -> list[Any]:
+        return write_data_files(table.metadata, file_io_properties(table.io.properties), rows)
 
 
 def sink_context(context: StageContext) -> SinkContext:
     handle = context.catalog
+    catalog = getattr(handle, "catalog", None)
     return SinkContext(
         table=context.spec.table_name,
         run_id=context.run_id,
         kafka_conf=dict(context.kafka_conf),
         spark_catalog=context.spec.catalog,
         catalog_address=str(getattr(handle, "address", "") or ""),
+        iceberg_tables=CatalogTables(catalog) if catalog is not None else None,
     )
 
 
@@ -159,6 +184,7 @@ class RouteAndAccount(Audit):
     def run(self, context: StageContext, batch: Batch) -> None:
         assert batch.decode is not None, "route_bad_records needs the decode stage before it"
         sinks = sink_context(context)
+        started = time.perf_counter()
         results: list[SinkResult] = []
         if self.route_decode and batch.bad is not None and batch.bad_records:
             rows = _dead_letter_rows(context, batch.bad)
@@ -166,6 +192,7 @@ class RouteAndAccount(Audit):
                 route_bad_records(rows, self.spec.on_error, context.spec.dead_letter, sinks)
             )
         rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
+        context.timings["dead_letter"] = time.perf_counter() - started
         written = self.written.per_partition("written")
         if batch.decode.upsert:  # deletes: counted where they reach the write
             tombstones = self.written.per_partition("tombstones")
