@@ -25,6 +25,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.config.loader import load_project
 from tableflow_core.deadletter.accounting import ACCOUNTING_KEY, RunAccounting
+from tableflow_core.deadletter.sinks.iceberg_driver_append import DRIVER_WRITER, WRITER_PROPERTY
 from tableflow_core.deadletter.suspension import SUSPENDED_PROPERTY
 from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA
 from tableflow_core.runner.results import TableResult
@@ -161,6 +162,13 @@ def dlq_rows(env: Env, identifier: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["source_partition"], r["source_offset"]))
 
 
+def dlq_snapshots(env: Env, identifier: str) -> list[dict[str, str]]:
+    """The summaries of the dead-letter table's snapshots that added rows."""
+    table = env.catalog.pyiceberg_catalog().load_table(identifier)
+    summaries = [s.summary.additional_properties for s in table.metadata.snapshots if s.summary]
+    return [s for s in summaries if int(s.get("added-records", 0))]
+
+
 @LAKES
 def test_dlq_iceberg_table_every_offset_once_and_kill_9_before_publish(
     spark: Any, make_env: Any, poison: Poison, lake: Lake
@@ -176,16 +184,20 @@ def test_dlq_iceberg_table_every_offset_once_and_kill_9_before_publish(
     assert planned.returncode == 0, planned.stderr
     assert f"+ dead-letter table {identifier}" in planned.stdout
 
-    # kill -9 after the dead-letter MERGE, before the table's publish.
+    # kill -9 after the dead-letter write (the driver's append: 4 rows), before the
+    # table's publish.
     run_cli_apply(env, crash_at="after_dead_letter")
     first = dlq_rows(env, identifier)
     assert {(r["source_partition"], r["source_offset"]) for r in first} == BAD
     assert table_ids(env) == []  # nothing published
     assert env.pyiceberg_table().scan().to_arrow().num_rows == 0
+    written_by = dlq_snapshots(env, identifier)
+    assert [s.get(WRITER_PROPERTY) for s in written_by] == [DRIVER_WRITER]
 
     result = apply(spark, env)  # the re-run routes the same records again
     rows = dlq_rows(env, identifier)
-    assert len(rows) == len(BAD)  # the MERGE added nothing for them
+    assert len(rows) == len(BAD)  # the driver's append added nothing for them
+    assert dlq_snapshots(env, identifier) == written_by  # nor committed anything
     assert {r["run_id"] for r in rows} == {r["run_id"] for r in first}  # first run's rows kept
     dead = {(r["source_partition"], r["source_offset"]) for r in rows}
     written = {(i // 100, i % 100) for i in table_ids(env)}
