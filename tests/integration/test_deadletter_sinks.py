@@ -376,9 +376,7 @@ def test_iceberg_dlq_driver_append_and_spark_merge_keep_each_record_once(
         "SELECT count(*), count(DISTINCT (source_partition, source_offset, stage)), "
         f"string_agg(DISTINCT run_id) FROM iceberg_scan('{table.metadata_location}')"
     ).fetchone() or (None, None, None)
-    assert (count, distinct, runs) == (6, 6, "run-1")
-    # Spark reads the driver's files as its own.
-    assert spark.table(f"{spark_catalog}.{identifier}").count() == 6
+    assert (count, distinct, runs) == (6, 6, "run-1")  # run-2's MERGE matched the driver's
 
 
 @pytest.mark.parametrize("driver", [False, True], ids=["spark", "driver"])
