@@ -47,6 +47,7 @@ class SinkResult:
     outcome: Outcome
     destination: str  # e.g. "kafka topic orders-dlq", "iceberg table ops.dlq", "skipped"
     per_partition: dict[int, int]
+    write_s: float = 0.0  # seconds writing the destination (an Iceberg table's commit)
 
     @property
     def total(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,7 +33,12 @@ from tableflow_core.deadletter.sinks.iceberg_driver_append import (
     append_new_rows,
     driver_max_rows,
 )
-from tableflow_core.ingest.bad_records import DLQ_KEY_COLUMNS, dlq_properties, dlq_table_schema
+from tableflow_core.ingest.bad_records import (
+    BAD_RECORD_SCHEMA,
+    DLQ_KEY_COLUMNS,
+    dlq_properties,
+    dlq_table_schema,
+)
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
@@ -86,6 +91,18 @@ def create_dlq_table(
         spark.sql(statement)
 
 
+def _collect_at_most(bad: DataFrame, rows: int) -> pa.Table | None:
+    """`bad` on the driver as Arrow (BAD_RECORD_SCHEMA), or None when it has more than
+    `rows` rows (Spark's MERGE writes it then)."""
+    batches = bad.limit(rows + 1)._collect_as_arrow()
+    collected = (
+        pa.Table.from_batches(batches)
+        if batches
+        else pa.Table.from_pylist([], schema=BAD_RECORD_SCHEMA)
+    )
+    return collected.cast(BAD_RECORD_SCHEMA) if collected.num_rows <= rows else None
+
+
 def merge_sql(target: str, source_view: str) -> str:
     on = " AND ".join(f"t.{quote_ident(c)} = s.{quote_ident(c)}" for c in DLQ_KEY_COLUMNS)
     return (
@@ -110,14 +127,17 @@ class IcebergTableSink:
         return spark_identifier(self.context.spark_catalog, self.target.table)
 
     def write(self, bad: DataFrame) -> SinkResult:
+        tables = self.context.iceberg_tables
+        budget = driver_max_rows()
+        if tables is not None and budget > 0:
+            rows = _collect_at_most(bad, budget)  # one Spark job: the rows or "too many"
+            if rows is not None:
+                return self._append_on_driver(tables, rows)
         per_partition = count_by_partition(bad)
-        result = SinkResult("dead_lettered", f"iceberg table {self.target.table}", per_partition)
+        result = SinkResult("dead_lettered", self.destination, per_partition)
         if not per_partition:
             return result
-        tables = self.context.iceberg_tables
-        if tables is not None and result.total <= driver_max_rows():
-            self._append_on_driver(tables, bad)
-            return result
+        started = time.perf_counter()
         spark = bad.sparkSession
         self._check_table(spark)
         view = f"tableflow_dlq_{uuid.uuid4().hex}"
@@ -126,13 +146,28 @@ class IcebergTableSink:
             self._merge(spark, merge_sql(self.spark_target, view))
         finally:
             spark.catalog.dropTempView(view)
-        return result
+        return replace(result, write_s=time.perf_counter() - started)
 
-    def _append_on_driver(self, tables: IcebergTables, bad: DataFrame) -> None:
+    @property
+    def destination(self) -> str:
+        return f"iceberg table {self.target.table}"
+
+    def _append_on_driver(self, tables: IcebergTables, rows: pa.Table) -> SinkResult:
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-        first = [self._load(tables)]  # checked before the collect; later attempts reload
-        rows = pa.Table.from_batches(bad._collect_as_arrow())
+        counted = rows.group_by("source_partition").aggregate([("source_partition", "count")])
+        per_partition = dict(
+            zip(
+                counted["source_partition"].to_pylist(),
+                counted["source_partition_count"].to_pylist(),
+                strict=True,
+            )
+        )
+        result = SinkResult("dead_lettered", self.destination, per_partition)
+        if not per_partition:
+            return result
+        started = time.perf_counter()
+        first = [self._load(tables)]  # later attempts load the table again
         try:
             append_new_rows(
                 lambda: first.pop() if first else self._load(tables),
@@ -155,6 +190,7 @@ class IcebergTableSink:
                 f"{self.target.table} ({self.catalog}) failed: "
                 f"{type(exc).__name__}: {str(exc)[:400]}"
             ) from exc
+        return replace(result, write_s=time.perf_counter() - started)
 
     def _load(self, tables: IcebergTables) -> Any:
         """The dead-letter table through pyiceberg, checked as `_check_table` does."""

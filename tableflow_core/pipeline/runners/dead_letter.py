@@ -17,7 +17,8 @@ after the write, before publish:
 The dead-letter writes happen before publish: a crash in between re-runs the same
 offsets, and the Iceberg sink adds no duplicates (its driver append skips the keys the
 table holds, its MERGE matches them; a Kafka sink sends again). Their seconds are
-`timings.dead_letter` in run_results.json.
+`timings.dead_letter` in run_results.json (reading the records, counting them, writing),
+of which `timings.dead_letter_write` the Iceberg table's write.
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ class RouteAndAccount(Audit):
             )
         rejected = [_route_rejected(context, r, sinks) for r in batch.rejected]
         context.timings["dead_letter"] = time.perf_counter() - started
+        context.timings["dead_letter_write"] = sum(r.write_s for r in (*results, *rejected))
         written = self.written.per_partition("written")
         if batch.decode.upsert:  # deletes: counted where they reach the write
             tombstones = self.written.per_partition("tombstones")
