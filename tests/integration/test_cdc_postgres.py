@@ -13,8 +13,8 @@ One project holds both sets of tables (`avro` and `connect_json` formats, a name
 so every `tableflow apply`, the kill -9 and `tableflow run` cover both formats together.
 
 A seeded workload over customers / orders / order_items (foreign keys that cascade):
-a Debezium initial snapshot of existing rows (~20k here; the >= 1M-row snapshot is
-`benchmarks/cdc.py`'s), then inserts, updates, deletes, primary-key updates (a customer's
+a Debezium initial snapshot of existing rows (~20k here; TABLEFLOW_CDC_CUSTOMERS=101000
+gives 1,007,918: docs/cdc.md), then inserts, updates, deletes, primary-key updates (a customer's
 cascades to its orders, an order's moves its items' two-column keys), multi-statement
 transactions and rollbacks, `ALTER TABLE orders ADD COLUMN` mid-stream, a PostgreSQL
 restart. `tableflow apply` between phases, kill -9 of tableflow mid-apply, `tableflow run`
