@@ -61,11 +61,6 @@ from tableflow_core.dev.apicurio_server import (  # noqa: E402
     ApicurioSettings,
     start_apicurio,
 )
-from tableflow_core.dev.kafka_connect import (  # noqa: E402
-    APICURIO_CONVERTER_LOCK,
-    DEBEZIUM_POSTGRES_LOCK,
-    apicurio_avro_converters,
-)
 from tests.cdc_model import AvroEnvelopes, first_difference, read_topic  # noqa: E402
 from tests.cdc_workload import (  # noqa: E402
     KEYS,
@@ -81,6 +76,11 @@ from tests.fixtures.postgres import (  # noqa: E402
     remove_cluster,
     start_debezium,
     start_postgres_cluster,
+)
+from tests.support.kafka_connect import (  # noqa: E402
+    APICURIO_CONVERTER_LOCK,
+    DEBEZIUM_POSTGRES_LOCK,
+    apicurio_avro_converters,
 )
 from tests.support.postgres import PostgresServer  # noqa: E402
 

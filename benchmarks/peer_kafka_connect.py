@@ -14,7 +14,7 @@ use exactly these: the same broker, topic contents, catalog and store.
   catalog as a `rest` target asking for vended credentials), run as users run it:
   `tableflow apply --auto-approve` and `tableflow run` in their own processes.
 - **sink**: Kafka Connect 4.3.1 standalone with the Iceberg 1.12.0 sink
-  (`dev/kafka_connect.py`), JSON without schemas, the table auto-created, one task per
+  (`tests/support/kafka_connect.py`), JSON without schemas, the table auto-created, one task per
   topic partition; its commit interval at the shortest that runs stably here (1,000 ms,
   docs/interop.md) and at its default (300,000 ms).
 
@@ -66,16 +66,16 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from tableflow_core.catalog.clients import pyiceberg_catalog_properties
 from tableflow_core.config.models.base import parse_duration_seconds
-from tableflow_core.dev.kafka_connect import (
+from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
+from tableflow_core.dev.s3_server import S3ServerSettings, start_s3_server
+from tests.fixtures.s3_catalog import start_s3_catalog_server
+from tests.plan_project import write_project_files
+from tests.support.kafka_connect import (
     IcebergSinkCatalog,
     KafkaConnectSettings,
     iceberg_sink,
     start_kafka_connect,
 )
-from tableflow_core.dev.kafka_server import KafkaServerSettings, start_kafka
-from tableflow_core.dev.s3_server import S3ServerSettings, start_s3_server
-from tests.fixtures.s3_catalog import start_s3_catalog_server
-from tests.plan_project import write_project_files
 
 HOST = "127.0.0.1"
 PARTITIONS = 4

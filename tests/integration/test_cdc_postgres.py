@@ -43,13 +43,6 @@ import yaml
 from pydantic import SecretStr
 
 from tableflow_core.dev.apicurio_server import CCOMPAT_PATH
-from tableflow_core.dev.kafka_connect import (
-    APICURIO_CONVERTER_LOCK,
-    DEBEZIUM_POSTGRES_LOCK,
-    ConnectorFile,
-    KafkaConnectWorker,
-    apicurio_avro_converters,
-)
 from tests.cdc_model import (
     AvroEnvelopes,
     Envelopes,
@@ -84,6 +77,13 @@ from tests.fixtures.projects import project_writer
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.fixtures.stack import unique_name
 from tests.fixtures.trino import trino_rows
+from tests.support.kafka_connect import (
+    APICURIO_CONVERTER_LOCK,
+    DEBEZIUM_POSTGRES_LOCK,
+    ConnectorFile,
+    KafkaConnectWorker,
+    apicurio_avro_converters,
+)
 from tests.support.trino_server import TrinoServer
 
 pytestmark = pytest.mark.slow

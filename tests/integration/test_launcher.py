@@ -20,13 +20,13 @@ from confluent_kafka.admin import AdminClient
 from pydantic import SecretStr
 
 from tableflow_core.dev.apicurio_server import ApicurioSettings, start_apicurio
-from tableflow_core.dev.kafka_connect import KafkaConnectSettings, start_kafka_connect
-from tableflow_core.dev.kafka_connect import secrets_file as connect_secrets
 from tableflow_core.dev.kafka_server import KafkaServer, KafkaServerSettings, start_kafka
 from tableflow_core.dev.launcher import JvmServer, Launch, LaunchError, launch
 from tableflow_core.dev.processes import BackgroundProcess, pid_is_alive, port_is_open
 from tableflow_core.dev.s3_server import RunningS3Server, S3ServerSettings, start_s3_server
 from tableflow_core.jvm.class_data_sharing import cache_directory
+from tests.support.kafka_connect import KafkaConnectSettings, start_kafka_connect
+from tests.support.kafka_connect import secrets_file as connect_secrets
 from tests.support.nessie_server import NessieS3, NessieSettings, start_nessie
 from tests.support.nessie_server import secrets_file as nessie_secrets
 from tests.support.trino_server import TrinoSettings, start_trino

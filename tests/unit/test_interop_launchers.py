@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from tableflow_core.dev.kafka_connect import (
+from tableflow_core.jvm.artifacts import load_lock
+from tests.support.kafka_connect import (
     DEBEZIUM_POSTGRES_LOCK,
     PLUGIN_LEAVES_OUT,
     IcebergSinkCatalog,
@@ -17,7 +18,6 @@ from tableflow_core.dev.kafka_connect import (
     iceberg_sink,
     worker_properties,
 )
-from tableflow_core.jvm.artifacts import load_lock
 from tests.support.nessie_server import NessieS3, NessieSettings, nessie_properties
 from tests.support.trino_server import TrinoIcebergCatalog, server_properties
 
