@@ -396,7 +396,7 @@ def _publish(
     spec = run.member.spec
     run.timings["shared_job"] = job_s
     try:
-        refresh_table_io(run.table, CredentialRefresh.of(run.table))
+        refresh_table_io(run.table)
         merged = _Merged.of(reports)
         accounting = _accounting(run, merged)
         delta = _merge_upsert(run, reports, catalog) if spec.mode == "upsert" else None

@@ -25,6 +25,7 @@ from urllib.parse import urljoin
 import requests
 
 from tableflow_core.errors import IngestError
+from tableflow_core.pipeline.data_files import file_io_properties
 
 EXPIRES_AT_MS = "s3.session-token-expires-at-ms"
 REFRESH_ENDPOINT = "client.refresh-credentials-endpoint"
@@ -111,11 +112,13 @@ def _covering(credentials: list[dict[str, Any]], location: str) -> dict[str, str
     return {str(k): str(v) for k, v in (best.get("config") or {}).items()}
 
 
-def refresh_table_io(table: Any, refresh: CredentialRefresh | None) -> None:
+def refresh_table_io(table: Any) -> None:
     """Give `table` (pyiceberg) a FileIO with current credentials if its own expire soon."""
     from pyiceberg.io import load_file_io
 
-    properties = {k: v for k, v in table.io.properties.items() if isinstance(v, str)}
-    if refresh is None or not expiring(properties):
+    properties = file_io_properties(table.io.properties)
+    if not expiring(properties):
         return
-    table.io = load_file_io(refresh.current(properties), table.metadata_location)
+    refresh = CredentialRefresh.of(table)
+    if refresh is not None:
+        table.io = load_file_io({**properties, **refresh.load()}, table.metadata_location)

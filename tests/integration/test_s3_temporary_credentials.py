@@ -224,7 +224,7 @@ def test_pyiceberg_writers_fetch_credentials_again_before_they_expire(
     assert int(current["s3.session-token-expires-at-ms"]) > time.time() * 1000
     files = write_data_files(slim_metadata(table.metadata), current, rows)
     # The driver's table gets a new FileIO the same way, and commits the files with it.
-    refresh_table_io(table, refresh)
+    refresh_table_io(table)
     with table.transaction() as transaction, transaction.update_snapshot().fast_append() as add:
         for data_file in files:
             add.append_data_file(data_file)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, ValidationException
 
 from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.deadletter.errors import DeadLetterTableError
@@ -153,8 +154,6 @@ class IcebergTableSink:
         return f"iceberg table {self.target.table}"
 
     def _append_on_driver(self, tables: IcebergTables, rows: pa.Table) -> SinkResult:
-        from pyiceberg.exceptions import CommitFailedException, ValidationException
-
         counted = rows.group_by("source_partition").aggregate([("source_partition", "count")])
         per_partition = dict(
             zip(
@@ -167,10 +166,9 @@ class IcebergTableSink:
         if not per_partition:
             return result
         started = time.perf_counter()
-        first = [self._load(tables)]  # later attempts load the table again
         try:
             append_new_rows(
-                lambda: first.pop() if first else self._load(tables),
+                lambda: self._load(tables),  # each attempt loads the table anew
                 tables.write_data_files,
                 rows,
                 {RUN_ID_PROPERTY: self.context.run_id},
@@ -194,8 +192,6 @@ class IcebergTableSink:
 
     def _load(self, tables: IcebergTables) -> Any:
         """The dead-letter table through pyiceberg, checked as `_check_table` does."""
-        from pyiceberg.exceptions import NoSuchTableError
-
         try:
             table = tables.load(self.target.table)
         except NoSuchTableError as exc:

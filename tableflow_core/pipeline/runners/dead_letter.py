@@ -44,7 +44,7 @@ from tableflow_core.ingest.columns import RETRACTION_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.pipeline.batch import Audit, Batch, Outcome, RejectedRows, StageContext
 from tableflow_core.pipeline.data_files import file_io_properties, write_data_files
-from tableflow_core.pipeline.vended_credentials import CredentialRefresh, refresh_table_io
+from tableflow_core.pipeline.vended_credentials import refresh_table_io
 from tableflow_core.sql_text import quote_ident
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class CatalogTables:
 
     def load(self, identifier: str) -> Any:
         table = self.catalog.load_table(identifier)
-        refresh_table_io(table, CredentialRefresh.of(table))
+        refresh_table_io(table)
         return table
 
     def write_data_files(self, table: Any, rows: pa.Table) -> list[Any]:
