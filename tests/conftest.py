@@ -6,6 +6,14 @@ and one Spark JVM serve the whole run. Each test isolates itself with unique
 topic, namespace and table names.
 """
 
+from hypothesis import settings
+
+# No per-example deadline: the suite shares two cores with its servers, and a property
+# is about what a function returns, not how fast one example ran (a 200-ms deadline
+# failed `test_distinct_is_numpys_unique` at load 11).
+settings.register_profile("tableflow", deadline=None)
+settings.load_profile("tableflow")
+
 pytest_plugins = [
     "tests.fixtures.kafka_server",
     "tests.fixtures.stack",

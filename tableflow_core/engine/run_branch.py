@@ -198,6 +198,13 @@ def publish_run(
     return published
 
 
+def committed_at_ms(table: Any, snapshot_id: int) -> int | None:
+    """When `snapshot_id` was committed (Unix ms), from `table` as its own commit left it
+    (pyiceberg updates a table's metadata in place when its transaction commits)."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    return snapshot.timestamp_ms if snapshot is not None else None
+
+
 def drop_branches(catalog: Any, identifier: tuple[str, ...], names: Iterable[str]) -> None:
     """Best effort, one commit: remove the named branches (a run that did not publish)."""
     with contextlib.suppress(Exception):

@@ -47,6 +47,7 @@ class TableCommit:
     snapshot_id: int
     offsets_before: Mapping[int, int]
     offsets_after: Mapping[int, int]
+    committed_at_ms: int | None = None  # the snapshot's commit time, when the run said it
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,11 @@ class RunMetrics:
             self.commit_duration.labels(*labels).observe(commit_s)
         assert result.snapshot_id is not None
         return TableCommit(
-            result.table, result.snapshot_id, result.offsets_before, result.offsets_after
+            result.table,
+            result.snapshot_id,
+            result.offsets_before,
+            result.offsets_after,
+            result.committed_at_ms,
         )
 
     def _observe_maintenance(self, done: TableMaintenance) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from tableflow_core.config.project import Table
 from tableflow_core.observability.health import Health
-from tableflow_core.observability.metrics import RunMetrics, TableCommit
-from tableflow_core.observability.readers import TableReader, TableReading
+from tableflow_core.observability.metrics import RunMetrics
+from tableflow_core.observability.readers import CycleFacts, TableReader, TableReading
 from tableflow_core.targets.catalog import CatalogHandle
 from tableflow_core.tasks.run import CycleReport
 
@@ -38,8 +38,8 @@ class RunObservation:
         self.wall_clock = wall_clock
         self._started = clock()
         self._wake = threading.Condition()
-        # Tables to read next, with their commit of the cycle (None: no commit).
-        self._pending: dict[str, TableCommit | None] = {}
+        # Tables to read next, with what their cycle told of them.
+        self._pending: dict[str, CycleFacts] = {}
         self._catalog: Any = None
         self._closed = False
         self._busy = False
@@ -61,11 +61,13 @@ class RunObservation:
         if handle is None:
             return
         committed = {c.table: c for c in commits}
+        offsets = _offsets_told(report)
         with self._wake:
             self._catalog = handle.catalog
             for name in report.tables:
                 # A commit waiting to be read is kept until a newer one replaces it.
-                self._pending[name] = committed.get(name) or self._pending.get(name)
+                told = CycleFacts(committed.get(name), offsets.get(name))
+                self._pending[name] = told.newer(self._pending.get(name))
             self._wake.notify()
 
     def waiting(self, seconds: float) -> None:
@@ -104,8 +106,7 @@ class RunObservation:
                 self._busy = True
             try:
                 tables = [self.tables[name] for name in pending if name in self.tables]
-                commits = {name: c for name, c in pending.items() if c is not None}
-                self._apply(self.reader.read(catalog, tables, commits))
+                self._apply(self.reader.read(catalog, tables, pending))
             except Exception:  # a reading that fails leaves the last values
                 pass
             finally:
@@ -123,3 +124,14 @@ class RunObservation:
                 m.last_commit.labels(*labels).set(reading.last_commit_s)
             if reading.freshness_s is not None:
                 m.freshness.labels(*labels).set(reading.freshness_s)
+
+
+def _offsets_told(report: CycleReport) -> dict[str, dict[int, int]]:
+    """The committed offsets of each table the cycle ran to its end (its result says
+    them: what it committed, or what it found committed when there was nothing to do)."""
+    results = report.results.tables if report.results is not None else ()
+    return {
+        r.table: dict(r.offsets_after)
+        for r in results
+        if r.status in ("success", "no_changes") and r.offsets_after
+    }

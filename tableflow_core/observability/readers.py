@@ -1,5 +1,12 @@
-"""What the metrics read from outside after a cycle: each table's lag (the code of
-`tableflow status`) and the newest Kafka timestamp a commit took in (its freshness).
+"""What the metrics read after a cycle: each table's lag (the code of `tableflow
+status`) and the newest Kafka timestamp a commit took in (its freshness).
+
+A table the cycle ran to its end told its committed offsets and its commit's time in its
+result (`CycleFacts`): its reading needs the topic's watermarks (and, for a commit, the
+tail of what it took in), not the table. A table the cycle did not tell (it failed, or
+was not run), and every table once, is loaded from the catalog as `status` loads it: with
+a refresh of one second, loading each table again would double the catalog's loads and
+parse every metadata.json twice a cycle.
 
 They run in the observer's own thread (`observer.py`), never in the scheduler's.
 """
@@ -31,6 +38,22 @@ TAIL_RECORDS = 16
 
 
 @dataclass(frozen=True)
+class CycleFacts:
+    """What a cycle's result told of a table: its commit (None: none) and the offsets it
+    has committed, as the cycle left them (None: not known, the table is loaded)."""
+
+    commit: TableCommit | None = None
+    offsets: Mapping[int, int] | None = None
+
+    def newer(self, other: CycleFacts | None) -> CycleFacts:
+        """These facts, keeping `other`'s commit (an older one not yet read) if these
+        have none."""
+        if self.commit is not None or other is None:
+            return self
+        return CycleFacts(other.commit, self.offsets)
+
+
+@dataclass(frozen=True)
 class TableReading:
     table: str
     lag: int | None = None  # None: Kafka or the table could not be read
@@ -51,6 +74,8 @@ class TableReader:
         # Kept across cycles: a client per table per cycle cost more CPU than its reads.
         self._watermarks = KeptWatermarks(self._kafka_conf)
         self._tails = TailTimestamps(self._kafka_conf)
+        self._loaded: set[str] = set()  # tables read from the catalog once
+        self.catalog_loads = 0
 
     def close(self) -> None:
         """Close the kept Kafka clients (from the thread that reads)."""
@@ -63,16 +88,38 @@ class TableReader:
         return self._watermarks.of(topic)
 
     def read(
-        self, catalog: Any, tables: Iterable[Table], commits: Mapping[str, TableCommit]
+        self, catalog: Any, tables: Iterable[Table], facts: Mapping[str, CycleFacts]
     ) -> list[TableReading]:
         """A reading per table (a table that cannot be read gives what could be)."""
         watermarks: dict[str, Any] = {}
         readings = []
         for table in tables:
-            readings.append(self._one(catalog, table, commits.get(table.name), watermarks))
+            told = facts.get(table.name, CycleFacts())
+            if self._told_enough(table, told):
+                readings.append(self._from_cycle(table, told, watermarks))
+            else:
+                readings.append(self._loaded_table(catalog, table, told.commit, watermarks))
         return readings
 
-    def _one(
+    def _told_enough(self, table: Table, told: CycleFacts) -> bool:
+        commit = told.commit
+        return (
+            table.name in self._loaded
+            and told.offsets is not None
+            and (commit is None or commit.committed_at_ms is not None)
+        )
+
+    def _from_cycle(
+        self, table: Table, told: CycleFacts, watermarks: dict[str, Any]
+    ) -> TableReading:
+        lag = self._lag(table, told.offsets, watermarks)
+        commit = told.commit
+        if commit is None or commit.committed_at_ms is None:
+            return TableReading(table.name, lag)  # the last commit's time is unchanged
+        freshness = self._freshness(table, commit, commit.committed_at_ms)
+        return TableReading(table.name, lag, commit.committed_at_ms / 1000, freshness)
+
+    def _loaded_table(
         self,
         catalog: Any,
         table: Table,
@@ -81,6 +128,7 @@ class TableReader:
     ) -> TableReading:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+        self.catalog_loads += 1
         try:
             iceberg = catalog.load_table((*table.namespace, table.table))
         except (NoSuchTableError, NoSuchNamespaceError):
@@ -88,30 +136,37 @@ class TableReader:
         except Exception:
             return TableReading(table.name)
         committed = committed_offsets(iceberg, table) if iceberg is not None else None
-        lag = None
+        lag = self._lag(table, committed, watermarks)
+        last_commit_s = None
+        found = read_committed_offsets(iceberg) if iceberg is not None else None
+        if found is not None and found.snapshot_id is not None:  # the last data commit's
+            snapshot = iceberg.snapshot_by_id(found.snapshot_id)
+            last_commit_s = snapshot.timestamp_ms / 1000 if snapshot is not None else None
+        if iceberg is not None:
+            self._loaded.add(table.name)
+        freshness = None
+        if commit is not None and iceberg is not None:
+            snapshot = iceberg.snapshot_by_id(commit.snapshot_id)
+            if snapshot is not None:
+                freshness = self._freshness(table, commit, snapshot.timestamp_ms)
+        return TableReading(table.name, lag, last_commit_s, freshness)
+
+    def _lag(
+        self, table: Table, committed: Mapping[int, int] | None, watermarks: dict[str, Any]
+    ) -> int | None:
         try:
             if table.topic not in watermarks:
                 watermarks[table.topic] = self._topic_watermarks(table.topic)
             partitions = table_lag(
                 table, committed, watermarks[table.topic], self._io, self._kafka_conf
             )
-            lag = sum(p.lag for p in partitions)
         except Exception:
             watermarks.pop(table.topic, None)
-        last_commit_s = None
-        found = read_committed_offsets(iceberg) if iceberg is not None else None
-        if found is not None and found.snapshot_id is not None:  # the last data commit's
-            snapshot = iceberg.snapshot_by_id(found.snapshot_id)
-            last_commit_s = snapshot.timestamp_ms / 1000 if snapshot is not None else None
-        freshness = None
-        if commit is not None and iceberg is not None:
-            freshness = self._freshness(iceberg, table, commit)
-        return TableReading(table.name, lag, last_commit_s, freshness)
-
-    def _freshness(self, iceberg: Any, table: Table, commit: TableCommit) -> float | None:
-        snapshot = iceberg.snapshot_by_id(commit.snapshot_id)
-        if snapshot is None:
             return None
+        return sum(p.lag for p in partitions)
+
+    def _freshness(self, table: Table, commit: TableCommit, committed_ms: int) -> float | None:
+        """Seconds from the newest Kafka timestamp the commit took in to its commit."""
         ranges = {
             partition: (max(commit.offsets_before.get(partition, 0), end - TAIL_RECORDS), end)
             for partition, end in commit.offsets_after.items()
@@ -126,7 +181,7 @@ class TableReader:
             return None
         if newest is None:
             return None
-        return max(0.0, (snapshot.timestamp_ms - newest) / 1000)
+        return max(0.0, (committed_ms - newest) / 1000)
 
 
 class KeptWatermarks:

@@ -225,6 +225,7 @@ class Batch:
     audits: tuple[Audit, ...] = ()
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
     snapshot_id: int | None = None  # main's snapshot after the publish (None: unpublished)
+    committed_at_ms: int | None = None  # that snapshot's commit time (Unix ms)
     key_reports: KeyReports | None = None
 
     def evolve(self, **changes: Any) -> Batch:

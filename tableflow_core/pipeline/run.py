@@ -27,6 +27,7 @@ from tableflow_core.checks.report import empty_batch_report
 from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
+    committed_at_ms,
     drop_branches,
     publish_run,
     rows_at,
@@ -81,6 +82,7 @@ class IngestOutcome:
     snapshot_id: int | None
     duration_s: float
     warnings: tuple[str, ...] = field(default=())
+    committed_at_ms: int | None = None  # `snapshot_id`'s commit time, when this run made it
     tombstones: int = 0
     accounting: dict[str, Any] | None = None  # RunAccounting.to_json(), when routed
     rows_skipped: int = 0  # taken out by transforms (on_error skip) and skip checks
@@ -336,6 +338,7 @@ def _ingest_once(
             empty,
             offsets_after=after,
             snapshot_id=snapshot,
+            committed_at_ms=committed_at_ms(loaded_again, snapshot),
             duration_s=time.monotonic() - began,
             lost=lost,
         )
@@ -391,6 +394,7 @@ def _ingest_once(
         offsets_before=before,
         offsets_after=after,
         snapshot_id=batch.snapshot_id,
+        committed_at_ms=batch.committed_at_ms,
         duration_s=time.monotonic() - began,
         tombstones=batch.tombstones,
         accounting=accounting.to_json() if accounting is not None else None,

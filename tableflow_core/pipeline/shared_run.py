@@ -45,6 +45,7 @@ from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
     begin_run,
+    committed_at_ms,
     drop_branches,
     publish_run,
     rows_at,
@@ -446,6 +447,7 @@ def _publish(
         offsets_before=run.before,
         offsets_after=run.after,
         snapshot_id=snapshot_id,
+        committed_at_ms=committed_at_ms(run.table, snapshot_id),
         duration_s=time.monotonic() - run.began,
         warnings=warnings,
         accounting=accounting.to_json(),

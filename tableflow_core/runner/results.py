@@ -35,6 +35,9 @@ class TableResult(BaseModel):
     offsets_before: dict[int, int] = Field(default_factory=dict)
     offsets_after: dict[int, int] = Field(default_factory=dict)
     snapshot_id: int | None = None
+    committed_at_ms: int | None = Field(
+        None, description="When this run's commit made `snapshot_id` (Unix ms; None: no commit)"
+    )
     duration_s: float = 0.0
     error: str | None = None
     warnings: tuple[str, ...] = ()

@@ -277,6 +277,7 @@ def _results(
                 "offsets_before": dict(ingest.offsets_before),
                 "offsets_after": dict(ingest.offsets_after),
                 "snapshot_id": ingest.snapshot_id,
+                "committed_at_ms": getattr(ingest, "committed_at_ms", None),
                 "warnings": tuple(ingest.warnings),
                 "transforms": ingest.transforms,
                 "checks": ingest.checks,

@@ -5,21 +5,28 @@ Prometheus server: tests/integration/test_metrics_prometheus.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tableflow_core.cli.events import EventLog, emit_results
+from tableflow_core.config.loader import load_project
 from tableflow_core.maintenance.report import MaintenanceReport, OperationResult
 from tableflow_core.observability.causes import CAUSES, failure_cause
 from tableflow_core.observability.health import Health
-from tableflow_core.observability.metrics import RunMetrics
+from tableflow_core.observability.metrics import RunMetrics, TableCommit
+from tableflow_core.observability.readers import CycleFacts, TableReader
 from tableflow_core.observability.server import metrics_app
+from tableflow_core.plan.world import Readers
 from tableflow_core.runner.results import RunResults, TableResult
+from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets
 from tableflow_core.tasks.maintain import TableMaintenance
 from tableflow_core.tasks.run import CycleReport
+from tests.plan_project import write_project_files
 
 TABLES: Any = (
     SimpleNamespace(name="orders", topic="shop.orders", refresh_interval_s=60.0),
@@ -275,3 +282,76 @@ def test_the_targets_metrics_endpoint_binds_loopback_by_default() -> None:
         Target.model_validate({"kafka": {"bootstrap_servers": "k"}, "metrics": {"port": 70000}})
     with pytest.raises(ValidationError, match="prot"):  # unknown keys are refused
         Target.model_validate({"kafka": {"bootstrap_servers": "k"}, "metrics": {"prot": 1}})
+
+
+# ------------------------------------------------------------------ the readings
+
+
+def reader_project(root: Path) -> Any:
+    write_project_files(
+        root,
+        name="shop",
+        target=("t", {"kafka": {"bootstrap_servers": "127.0.0.1:9"},
+                      "catalog": {"type": "embedded", "warehouse": str(root / "wh")}}),
+        defaults={"namespace": "ns"},
+        tables=[{"name": "orders", "topic": "shop.orders", "value": {"format": "json"}}],
+    )  # fmt: skip
+    return load_project(root)
+
+
+class CountingCatalog:
+    """A real pyiceberg catalog that counts the reader's loads."""
+
+    def __init__(self, catalog: Any) -> None:
+        self.catalog = catalog
+        self.loads = 0
+
+    def load_table(self, identifier: Any) -> Any:
+        self.loads += 1
+        return self.catalog.load_table(identifier)
+
+
+def test_a_table_the_cycle_told_about_is_read_without_loading_it(
+    tmp_path: Path, catalog: Any
+) -> None:
+    """The first reading loads the table (its last commit as the catalog has it); later
+    ones take the committed offsets and the commit time from the cycle's result; a table
+    the cycle did not tell about (it failed) is loaded again."""
+    table = catalog.create_table("ns.orders", pa.schema([("id", pa.int64())]))
+    table.append(
+        pa.table({"id": [1, 2]}),
+        snapshot_properties={OFFSETS_KEY: encode_offsets("shop.orders", {0: 2, 1: 0})},
+    )
+    project = reader_project(tmp_path / "project")
+    io = Readers(
+        resolve_schema=None,  # type: ignore[arg-type]
+        get_watermarks=lambda _conf, _topic, _timeout: {0: (0, 10), 1: (0, 4)},
+        offsets_for_timestamp=lambda *_a: {},
+    )
+    reader = TableReader(project, io, newest_timestamp_ms=lambda _topic, _ranges: 1_000_000)
+    counting = CountingCatalog(catalog)
+    orders = project.tables
+
+    first = reader.read(counting, orders, {})[0]
+    committed_ms = table.current_snapshot().timestamp_ms
+    assert (counting.loads, first.lag, first.last_commit_s) == (1, 12, committed_ms / 1000)
+
+    commit = TableCommit("orders", 7, {0: 2, 1: 0}, {0: 9, 1: 4}, committed_at_ms=1_002_500)
+    told = CycleFacts(commit, {0: 9, 1: 4})
+    second = reader.read(counting, orders, {"orders": told})[0]
+    assert counting.loads == 1
+    assert (second.lag, second.last_commit_s, second.freshness_s) == (1, 1_002.5, 2.5)
+
+    nothing_new = reader.read(counting, orders, {"orders": CycleFacts(None, {0: 10, 1: 4})})[0]
+    assert (counting.loads, nothing_new.lag, nothing_new.last_commit_s) == (1, 0, None)
+
+    failed = reader.read(counting, orders, {"orders": CycleFacts()})[0]
+    assert (counting.loads, failed.lag) == (2, 12)
+
+
+def test_a_commit_not_yet_read_is_kept_until_a_newer_one() -> None:
+    older = TableCommit("orders", 1, {0: 0}, {0: 5}, committed_at_ms=1)
+    newer = TableCommit("orders", 2, {0: 5}, {0: 8}, committed_at_ms=2)
+    assert CycleFacts(None, {0: 5}).newer(CycleFacts(older, {0: 5})) == CycleFacts(older, {0: 5})
+    assert CycleFacts(newer, {0: 8}).newer(CycleFacts(older, {0: 5})).commit == newer
+    assert CycleFacts(None, {0: 9}).newer(CycleFacts(older, {0: 5})).offsets == {0: 9}
