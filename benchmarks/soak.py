@@ -679,6 +679,10 @@ class SideFigures:
     """One soak's figures after its warm-up window, for the A/B of `--metrics-ab`."""
 
     cores: float
+    # The run tree's CPU seconds per table commit: what the A/B compares first, as the
+    # load of other processes on the machine stretches wall times far more than it does
+    # the CPU a commit takes.
+    cpu_per_commit_s: float
     commit_p50_s: float
     freshness_p95_s: float
     rss_mb: float
@@ -691,6 +695,8 @@ class SideFigures:
         fresh = [f for w in measured for f in w.fresh]
         return cls(
             cores=sum(w.cpu_s for w in measured) / max(sum(w.seconds for w in measured), 1e-9),
+            cpu_per_commit_s=sum(w.cpu_s for w in measured)
+            / max(sum(w.commits for w in measured), 1),
             commit_p50_s=float(np.percentile(cycles, 50)) if cycles else float("nan"),
             freshness_p95_s=float(np.percentile(fresh, 95)) if fresh else float("nan"),
             rss_mb=statistics.median(w.rss_median for w in measured) / 2**20,
@@ -715,6 +721,7 @@ def metrics_ab(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -
             sides[with_metrics].append(figures)
             print(f"metrics A/B {label}: {figures}", flush=True)
     for name, pick in (
+        ("CPU s a commit", lambda f: f.cpu_per_commit_s),
         ("CPU cores", lambda f: f.cores),
         ("commit every p50 s", lambda f: f.commit_p50_s),
         ("freshness p95 s", lambda f: f.freshness_p95_s),
