@@ -53,7 +53,7 @@ def best_scans(root: Path, repeats: int) -> tuple[float, float, int, int]:
             started = time.perf_counter()
             duck_rows = (
                 con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')")
-                .fetch_arrow_table()
+                .to_arrow_table()
                 .num_rows
             )
             duck_s = min(duck_s, time.perf_counter() - started)
