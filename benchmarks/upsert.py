@@ -571,11 +571,14 @@ def pyiceberg_upsert_boxed(work: Path, changes: list[Change], timeout: float) ->
 
 
 def compact(project_root: Path, spark: Any) -> None:
-    """Rewrite every data file with its deletes applied (the embedded catalog runs meanwhile)."""
+    """Rewrite every data file with its deletes applied (the embedded catalog runs meanwhile;
+    Spark's catalog is pointed at it: another project's run may have registered its own)."""
     from tableflow_core.config.loader import load_project
+    from tableflow_core.engine.spark_session import register_catalog
     from tableflow_core.targets.catalog import open_catalog
 
-    with open_catalog(load_project(project_root)):
+    with open_catalog(load_project(project_root)) as handle:
+        register_catalog(spark, handle.spark_name, handle.spark_properties)
         spark.sql(
             "CALL tableflow.system.rewrite_data_files(table => 'tableflow.bench.events', "
             "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true'))"
