@@ -571,16 +571,20 @@ def pyiceberg_upsert_boxed(work: Path, changes: list[Change], timeout: float) ->
 
 
 def compact(project_root: Path, spark: Any) -> None:
-    """Rewrite every data file with its deletes applied (the embedded catalog runs meanwhile;
-    Spark's catalog is pointed at it: another project's run may have registered its own)."""
+    """Rewrite every data file with its deletes applied (the embedded catalog runs
+    meanwhile). Spark keeps a catalog it loaded under its name, so the project's catalog is
+    registered under a name of this project's own: another project's run in the same
+    session may have loaded its catalog as `tableflow`."""
     from tableflow_core.config.loader import load_project
     from tableflow_core.engine.spark_session import register_catalog
     from tableflow_core.targets.catalog import open_catalog
 
-    with open_catalog(load_project(project_root)) as handle:
-        register_catalog(spark, handle.spark_name, handle.spark_properties)
+    project = load_project(project_root)
+    with open_catalog(project) as handle:
+        name = f"compact_{project.target.catalog.port}"
+        register_catalog(spark, name, handle.spark_properties)
         spark.sql(
-            "CALL tableflow.system.rewrite_data_files(table => 'tableflow.bench.events', "
+            f"CALL {name}.system.rewrite_data_files(table => 'bench.events', "
             "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true'))"
         )
 
