@@ -8,9 +8,10 @@ CDC's pipeline, which compacts after N commits or an hour). Compaction is never 
 a table with fewer data files than it could merge (`min_input_files`, at least 2): a
 one-file table is left alone. Each due operation says which trigger made it due.
 
-An upsert table is also compacted when its delete files cost its readers too much
-(`delete_load.py`), with or without a `maintenance:` block: that compaction rewrites
-every data file with a delete file, one file or many.
+An upsert table's delete files are also kept in check (`delete_load.py`), with or
+without a `maintenance:` block: merged when they pile up (`rewrite_deletes`), the table
+compacted when they delete a share of its rows (every data file with a delete file is
+rewritten, one file or many).
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ from tableflow_core.config.models.maintenance import (
     ExpireSnapshotsSettings,
     Maintenance,
     MaintenanceOperation,
+    RewriteDeletesSettings,
 )
 from tableflow_core.config.project import Table
 from tableflow_core.maintenance.activity import TableActivity
-from tableflow_core.maintenance.delete_load import DeletesCompaction, delete_load_triggers
+from tableflow_core.maintenance.delete_load import (
+    MERGE_MIN_DELETE_FILES,
+    DeletesCompaction,
+    delete_file_triggers,
+    deleted_rows_triggers,
+)
 from tableflow_core.maintenance.history import History, table_history
 from tableflow_core.maintenance.last_run import last_runs
 
@@ -75,8 +82,8 @@ class DueOperation:
     # snapshots go by count (None: the count keeps them all, or is not known).
     history: History | None = None
     count_cutoff: datetime | None = None
-    # compact: due (also) by the table's delete files: every data file with a delete file
-    # is rewritten (`delete_load.py`).
+    # Due (also) by the table's delete files (`delete_load.py`): a compaction rewrites
+    # every data file with a delete file; a rewrite_deletes merges them.
     for_deletes: bool = False
 
     @property
@@ -211,12 +218,10 @@ def maintenance_due(
         return []
     properties = table_state if isinstance(table_state, Mapping) else table_state.properties
     previous = last_runs(properties)
-    deletes = _deletes_compaction(table, activity, previous.get("compact"), only)
+    for_deletes = _due_for_deletes(table, activity, previous, only)
     if block is None:
-        return [deletes] if deletes is not None else []
-    due: list[DueOperation] = []
-    if deletes is not None and block.compact is None:
-        due.append(deletes)
+        return [for_deletes[op] for op in RUN_ORDER if op in for_deletes]
+    due = [d for op, d in for_deletes.items() if getattr(block, op) is None]
     for op, settings in configured_operations(block).items():
         if only is not None and op not in only:
             continue
@@ -245,8 +250,8 @@ def maintenance_due(
             is_due = (is_due or bool(triggers)) and (
                 activity.data_files >= compaction_floor(settings)
             )
-        if op == "compact" and deletes is not None:
-            triggers = (*triggers, *deletes.triggers)
+        if op in for_deletes:
+            triggers = (*triggers, *for_deletes[op].triggers)
             is_due = True
         if force or is_due:
             due.append(
@@ -260,37 +265,45 @@ def maintenance_due(
                     triggers,
                     history=history,
                     count_cutoff=count_cutoff,
-                    for_deletes=op == "compact" and deletes is not None,
+                    for_deletes=op in for_deletes,
                 )
             )
-    return due
+    return sorted(due, key=lambda d: RUN_ORDER.index(d.operation))
 
 
-def _deletes_compaction(
+def _due_for_deletes(
     table: Table,
     activity: TableActivity | None,
-    last_run: datetime | None,
+    previous: Mapping[str, datetime],
     only: frozenset[str] | None,
-) -> DueOperation | None:
-    """An upsert table's compaction due by its delete files (`delete_load.py`), with the
-    table's `compact` settings or the defaults; None when not due."""
-    if table.mode != "upsert" or (only is not None and "compact" not in only):
-        return None
-    triggers = delete_load_triggers(activity)
-    if not triggers:
-        return None
+) -> dict[str, DueOperation]:
+    """An upsert table's operations due by its delete files (`delete_load.py`): the
+    compaction when they delete a share of its rows, else the merge of delete files when
+    they pile up; with the block's settings of the operation, or the defaults."""
+    if table.mode != "upsert":
+        return {}
     block = table.maintenance
-    settings = block.compact if block is not None and block.compact is not None else None
-    every = (settings.every if settings else None) or (block.every if block else "1h")
-    return DueOperation(
-        table.name,
-        "compact",
-        settings or CompactSettings(),
-        parse_duration_seconds(every),
-        last_run,
-        triggers=triggers,
-        for_deletes=True,
-    )
+    compact = deleted_rows_triggers(activity)
+    merge = () if compact else delete_file_triggers(activity)
+    due: dict[str, DueOperation] = {}
+    for op, triggers, default in (
+        ("compact", compact, CompactSettings()),
+        ("rewrite_deletes", merge, RewriteDeletesSettings(min_delete_files=MERGE_MIN_DELETE_FILES)),
+    ):
+        if not triggers or (only is not None and op not in only):
+            continue
+        configured = getattr(block, op) if block is not None else None
+        every = (configured.every if configured else None) or (block.every if block else "1h")
+        due[op] = DueOperation(
+            table.name,
+            op,
+            configured or default,
+            parse_duration_seconds(every),
+            previous.get(op),
+            triggers=triggers,
+            for_deletes=True,
+        )
+    return due
 
 
 def not_due_reason(table: Table, activity: TableActivity | None) -> str | None:

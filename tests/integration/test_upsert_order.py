@@ -261,6 +261,34 @@ def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
         assert table_rows(env) == expected
 
 
+def test_piled_up_delete_files_are_merged_and_the_rows_stay_the_model_s(
+    spark: Any, make_env: Any, topic: Accounts
+) -> None:
+    """Small batches that each touch every data file pile up delete files (4 per data
+    file) long before they delete 20% of the rows: what is due is the merge of the delete
+    files (maintenance/delete_load.py), not a compaction; after it readers apply fewer
+    delete files and still read the model's rows (pyiceberg and DuckDB)."""
+    base = NOW - 100_000
+    topic.produce([(k, k % PARTITIONS, base, {"id": k, "name": "first", "status": "OPEN"})
+                   for k in range(1000)])  # fmt: skip
+    env = make_env(topic.name, **UPSERT, metadata_columns=[])
+    apply(spark, env)
+    for batch in range(1, 9):
+        # Ten original keys, and one key still in each earlier batch's data file.
+        keys = [100 * batch + i for i in range(10)]
+        keys += [100 * earlier + (batch - earlier - 1) for earlier in range(1, batch)]
+        topic.produce([(k, k % PARTITIONS, base + batch * 1000,
+                        {"id": k, "name": f"b{batch}", "status": "OPEN"}) for k in keys])  # fmt: skip
+        assert apply(spark, env).records_read == len(keys)
+    expected = model(topic.records, filtered=False)
+    piled = delete_files(env)
+    (done,) = MaintainTask(env.project, env.project.tables, spark=spark).run()
+    assert done.ok, done
+    assert [(d.operation, d.for_deletes) for d in done.due] == [("rewrite_deletes", True)]
+    assert delete_files(env) < piled
+    assert table_rows(env) == expected
+
+
 def test_batches_too_large_to_broadcast_give_the_same_table(
     spark: Any, make_env: Any, monkeypatch: pytest.MonkeyPatch, topic: Accounts
 ) -> None:
