@@ -365,8 +365,8 @@ class KeySet:
     null-safe join did); for an integer key `has_null` says whether some row's key is NULL.
     Exactness: an integer key is exact. Two different hashed keys share a hash with
     probability ~n*m/2^128 (a batch of m keys against n); a shared hash that can be seen
-    (two rows of the table, or two different keys of a batch, with one hash) is
-    KeyCollision: the caller anti-joins the table instead."""
+    (two rows of the table, at a build or added since, or two different keys of a
+    batch, with one hash) is KeyCollision: the caller anti-joins the table instead."""
 
     codec: KeyCodec
     snapshot_id: int
@@ -439,6 +439,8 @@ class KeySet:
         if null is not None and null.any():
             self.has_null = True
         new = (find(self.delta, keys) < 0) & (find(self.base, keys) < 0)
+        if not self.codec.integer and not new.all():  # as `build`: the caller rebuilds
+            raise KeyCollision("a hashed key added to the table is in it already")
         if not new.any():
             return
         merged = tuple(np.concatenate([d, k[new]]) for d, k in zip(self.delta, keys, strict=True))
@@ -446,6 +448,8 @@ class KeySet:
         merged = _take(merged, order)
         repeated = _duplicates(merged)
         if len(repeated):  # a key twice among the added rows: once in the set
+            if not self.codec.integer:
+                raise KeyCollision("a hashed key repeats among the rows added to the table")
             merged = _take(merged, np.setdiff1d(np.arange(len(merged[0])), repeated))
         self.delta = merged
         if len(self.delta[0]) > max(len(self.base[0]) // 8, self.delta_min):

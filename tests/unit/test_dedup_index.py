@@ -151,3 +151,12 @@ def test_a_table_whose_hashed_keys_collide_gets_no_set(catalog: Any, monkeypatch
     monkeypatch.setattr(dedup_index, "HASHER", weak_hash)
     assert key_set_at(table, snapshot, ["code"], indexes=IndexCache()) is None
     assert np.array_equal(weak_hash([pa.array(["ab"])])[1], [2])
+
+
+def test_a_hashed_key_added_twice_is_a_collision() -> None:
+    key_set = KeySet.build(TEXT, 1, [[chunked(["x"], pa.string())]])
+    key_set.add([pa.array(["y"])])
+    with pytest.raises(KeyCollision, match="in it already"):
+        key_set.add([pa.array(["z", "x"])])
+    with pytest.raises(KeyCollision, match="repeats"):
+        KeySet.build(TEXT, 1, [[chunked(["x"], pa.string())]]).add([pa.array(["q", "q"])])
