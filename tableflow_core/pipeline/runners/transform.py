@@ -8,8 +8,11 @@ left out (the plan shows them under the decode stage): masks of text columns, an
 append table's dedup when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`;
 the duplicates they flagged are counted by the decode stage and added to the chain's
 counts).
-Append tables with a `dedup` then drop rows whose key is already in the table (the
-run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
+Append tables with a `dedup` then drop rows whose key is already in the table (main's
+snapshot the run's branch starts at): replaying a batch writes nothing twice. The
+batch's keys are looked up in the table's key set (`pipeline/dedup_index.py`, kept
+warm between a `tableflow run`'s batches), or, where there is none, the batch is
+anti-joined with the table's key column.
 
 The transformed rows are then aligned to the table (`align_to_table`): a column the table
 keeps for a field the topic's schema no longer has is filled with NULL.
