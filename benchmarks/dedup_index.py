@@ -2,7 +2,7 @@
 anti-join with the table's key column, as the table grows, in the same run.
 
     .venv/bin/python benchmarks/dedup_index.py [--rows 1000000,10000000] [--batch 100000]
-        [--batches 4] [--file-rows 2000000] [--cores 2]
+        [--batches 4] [--file-rows 2000000] [--cores 2] [--anti-join-max ROWS]
 
 For each size in `--rows`, a table of that many rows (`id` 0..rows-1, `name`, `amount`;
 data files of `--file-rows` rows) is written by Spark itself into an Iceberg Hadoop
@@ -15,7 +15,8 @@ decode stage would hand it over, go through both designs, each followed by a `no
 write of its output (the whole batch computed, as the table's write would). A `--warmup` table goes through
 the same first, unmeasured (the JVM's JIT):
 
-- `anti-join`: `dedup_against_table` (the design before: every row's key read, joined);
+- `anti-join`: `dedup_against_table` (the design before: every row's key read, joined;
+  only on tables up to `--anti-join-max` rows);
 - `key set`: the table's key set at the batch's snapshot (`key_set_at`: built at batch 1,
   as `tableflow apply`, a new process, does each batch: printed as `cold`; advanced by
   the appended file at batches 2.., as the batches of `tableflow run` do: `warm`), then
@@ -165,6 +166,8 @@ def measure(spark: Any, rows: int, args: argparse.Namespace, work: Path) -> dict
         order = [("anti", anti_join), ("set", by_key_set)]
         if number % 2:
             order.reverse()
+        if rows > args.anti_join_max:
+            order = [("set", by_key_set)]
         for design, run in order:
             driver, tree, wall, out = measured(run)
             check(out, new, design)
@@ -180,9 +183,10 @@ def measure(spark: Any, rows: int, args: argparse.Namespace, work: Path) -> dict
     for kind, values in figures.items():
         if values:
             summary[kind] = tuple(sum(v[i] for v in values) / len(values) for i in range(3))
-    anti, cold, warm = summary["anti"], summary["cold"], summary.get("warm")
+    anti, cold, warm = summary.get("anti"), summary["cold"], summary.get("warm")
     print(f"mean per batch at {short(rows)} (driver / batch CPU s, wall s): anti-join "
-          f"{anti[0]:.2f} / {anti[1]:.2f}, {anti[2]:.2f}; key set cold {cold[0]:.2f} / "
+          + (f"{anti[0]:.2f} / {anti[1]:.2f}, {anti[2]:.2f}" if anti else "not run")
+          + f"; key set cold {cold[0]:.2f} / "
           f"{cold[1]:.2f}, {cold[2]:.2f}" + (f"; warm {warm[0]:.2f} / {warm[1]:.2f}, "
           f"{warm[2]:.2f}" if warm else "") + f"; load average {os.getloadavg()[0]:.2f}",
           flush=True)  # fmt: skip
@@ -197,6 +201,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--file-rows", type=int, default=2_000_000)
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--anti-join-max", type=int, default=10**12,
+                        help="sizes up to which the anti-join runs too")  # fmt: skip
     parser.add_argument("--warmup", type=int, default=200_000, help="rows of a warm-up table")
     args = parser.parse_args()
     from tableflow_core.engine.spark_session import build_spark_session
@@ -221,10 +227,12 @@ def main() -> None:
     small, large = summaries[0], summaries[-1]
     label = f"{short(large['rows'])}/{short(small['rows'])}"
     for kind, what in (("anti", "anti-join"), ("cold", "key set cold")):
+        if kind not in large:
+            continue
         print(f"{what} {label} batch cost: {large[kind][1] / small[kind][1]:.2f}x (batch CPU), "
               f"driver {large[kind][0] / small[kind][0]:.2f}x")  # fmt: skip
     for summary in summaries:
-        if "warm" in summary:
+        if "warm" in summary and "anti" in summary:
             print(f"at {short(summary['rows'])}: anti-join / warm key set batch CPU "
                   f"{summary['anti'][1] / summary['warm'][1]:.2f}x")  # fmt: skip
     warm_small, warm_large = small.get("warm"), large.get("warm")

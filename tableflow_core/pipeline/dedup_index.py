@@ -18,8 +18,8 @@ membership set (`key_index.KeySet`: the key itself for one integer column, else 
 - **None (the anti-join runs instead)** when the key's types are not ones the set holds
   exactly (`indexable`), the table is too large for the memory budget the upsert key
   indexes share (`TABLEFLOW_KEY_INDEX_MAX_BYTES`: a build holds about twice the set), it
-  has equality delete files, or a hashed key repeats in it (a key held twice, or a
-  shared hash: `KeyCollision`);
+  has equality delete files, a data file cannot be read, or a hashed key repeats in it
+  (a key held twice, or a shared hash: `KeyCollision`);
 - **kept** in the process's `INDEXES` (warm across `tableflow run`'s batches), least
   recently used dropped first. Nothing is written anywhere: a kill -9 loses only the
   warm set, which the next process builds again.
@@ -118,8 +118,8 @@ def key_set_at(
     started = time.perf_counter()
     try:
         built = _build(table, snapshot_id, keys, codec)
-    except (KeyCollision, KeySetUnavailable):
-        return None
+    except (KeyCollision, KeySetUnavailable, OSError, pa.ArrowException):
+        return None  # an unreadable file: the anti-join reads it, and says why it cannot
     timings["dedup_index_build"] = time.perf_counter() - started
     return built
 
