@@ -1,8 +1,8 @@
 """An append table's dedup against the table by its key set (pipeline/dedup_index.py), end
 to end: real broker, registry, catalog server and Spark, through plan + apply; the table
 read back by pyiceberg and DuckDB and compared with a model (each key's first record
-lands, wherever the runs split the records). The applies share this process, as the
-batches of `tableflow run` do: the set stays warm between them; emptying the process's
+lands, wherever the runs split the records). `tableflow run`'s cycles (RunTask) and the
+applies share this process: the set stays warm between them; emptying the process's
 cache is a restart; a kill -9 is a CLI apply in a process of its own."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from tableflow_core.pipeline import dedup_index
 from tableflow_core.pipeline.key_index import INDEXES
 from tableflow_core.runner.results import TableResult
+from tableflow_core.tasks.run import CycleReport, RunTask
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
 from tests.fixtures.stack import KafkaBroker, unique_name
 from tests.unit.test_key_index import weak_hash
@@ -86,11 +87,6 @@ def landed(env: Env) -> set[tuple[int, str]]:
     return set(by_pyiceberg)
 
 
-def apply_runs(spark: Any, env: Env, runs: int) -> list[TableResult]:
-    """`runs` applies (each reads at most the table's max_records_per_run)."""
-    return [apply(spark, env) for _ in range(runs)]
-
-
 def ways(results: Sequence[TableResult]) -> list[str]:
     """How each run looked its batch up in the table: "build" (the set built), "warm"
     (the set kept since the last run), "no set" (the anti-join, or an empty table: none)."""
@@ -104,29 +100,35 @@ def ways(results: Sequence[TableResult]) -> list[str]:
     return found
 
 
-def test_the_key_set_stays_warm_across_runs_is_rebuilt_after_a_restart_and_runs_split_anywhere(
+def test_the_key_set_stays_warm_across_run_cycles_is_rebuilt_after_a_restart_and_runs_split(
     spark: Any, make_env: Any, events: Events
 ) -> None:
     env = make_env(events.name, metadata_columns=[], max_records_per_run=3,
+                   refresh_interval="1s",
                    transforms=[{"type": "dedup", "keys": ["id"], "keep": "first"}])  # fmt: skip
     # a key's records fall in several runs (3 records each): the first one lands
     events.produce((1, "a"), (2, "b"), (1, "c"), (3, "d"), (2, "e"), (1, "f"), (4, "g"))
-    first = apply_runs(spark, env, 3)
-    assert ways(first) == ["no set", "build", "warm"]
-    assert landed(env) == set(events.first_of_each(0).values())
-    assert [r.records_written for r in first] == [2, 1, 1]
-    assert first[1].transforms is not None and first[1].transforms["already_in_table"] == 2
+    seen: list[TableResult] = []
 
-    events.produce((5, "h"), (4, "i"), (5, "k"))
-    warm = apply_runs(spark, env, 1)
-    assert ways(warm) == ["warm"] and warm[0].records_written == 1
+    def after_cycle(report: CycleReport) -> None:
+        assert report.results is not None, report
+        seen.extend(report.results.tables)
+        if len(seen) == 3:
+            events.produce((5, "h"), (4, "i"), (5, "k"))
+
+    project = env.project
+    cycles = RunTask(project, project.tables, spark_factory=lambda: spark, max_cycles=4,
+                     on_cycle=after_cycle).run()  # fmt: skip
+    assert all(c.ok for c in cycles), cycles
+    assert ways(seen) == ["no set", "build", "warm", "warm"]  # `tableflow run`'s cycles
+    assert [r.records_written for r in seen] == [2, 1, 1, 1]
+    assert seen[1].transforms is not None and seen[1].transforms["already_in_table"] == 2
     assert landed(env) == set(events.first_of_each(0).values())
 
     INDEXES.clear()  # a restart: the next run builds the set from the table
     events.produce((5, "m"), (8, "n"), (1, "o"))
-    restarted = apply_runs(spark, env, 1)
-    assert ways(restarted) == ["build"]
-    assert restarted[0].records_written == 1
+    restarted = apply(spark, env)
+    assert ways([restarted]) == ["build"] and restarted.records_written == 1
     assert landed(env) == set(events.first_of_each(0).values())
 
 
