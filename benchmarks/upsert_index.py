@@ -27,8 +27,8 @@ pyiceberg (`to_arrow` of id, amount) and DuckDB (`iceberg_scan`, position delete
 count, sum of amounts and, for the ids the batches touched, each row.
 
 Last lines: `100M/1M batch cost: X.XXx` (the largest size's mean warm batch CPU over the
-smallest's; the label says the sizes), `dedup 100M/1M batch cost: n/a` (dedup against the
-table does not use the index yet) and the hook `first load vs append: X.XXx` (measured
+smallest's; the label says the sizes), `dedup 100M/1M batch cost: n/a` (measured by
+benchmarks/dedup_index.py, not here) and the hook `first load vs append: X.XXx` (measured
 by benchmarks/upsert.py's first-load part, not here: printed as n/a).
 """
 
@@ -365,7 +365,8 @@ def main() -> None:
         if summary["pyiceberg_cpu"] is not None:
             print(f"vs pyiceberg at {short(summary['rows'])}: "
                   f"{summary['pyiceberg_cpu'] / summary['warm_cpu']:.1f}x (CPU)")  # fmt: skip
-    print(f"dedup {short(large['rows'])}/{short(small['rows'])} batch cost: n/a")
+    print(f"dedup {short(large['rows'])}/{short(small['rows'])} batch cost: n/a "
+          "(benchmarks/dedup_index.py)")  # fmt: skip
     print("first load vs append: n/a")
 
 

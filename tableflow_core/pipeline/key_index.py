@@ -350,21 +350,156 @@ def unchanged_rows(table: Any, since: int, to: int) -> bool:
     return snapshot is not None
 
 
+def _row_values(columns: Sequence[pa.Array | pa.ChunkedArray], rows: np.ndarray) -> list[tuple]:
+    taken = [c.take(pa.array(rows, pa.int64())).to_pylist() for c in columns]
+    return list(zip(*taken, strict=True))
+
+
+@dataclass
+class KeySet:
+    """The keys a table's rows hold at `snapshot_id`, membership only: what an append
+    table's `dedup` against the table asks (pipeline/dedup_index.py). 8 bytes a key for an
+    integer key, 16 for a hashed one; the same sorted base + delta as KeyIndex.
+
+    NULL keys: a hashed key hashes NULL like any value (a NULL matches a NULL, as Spark's
+    null-safe join did); for an integer key `has_null` says whether some row's key is NULL.
+    Exactness: an integer key is exact. Two different hashed keys share a hash with
+    probability ~n*m/2^128 (a batch of m keys against n); a shared hash that can be seen
+    (two rows of the table, at a build or added since, or two different keys of a
+    batch, with one hash) is KeyCollision: the caller anti-joins the table instead."""
+
+    codec: KeyCodec
+    snapshot_id: int
+    base: Keys = ()
+    delta: Keys = ()
+    has_null: bool = False
+    delta_min: int = 1 << 17
+
+    @classmethod
+    def build(
+        cls, codec: KeyCodec, snapshot_id: int, parts: Iterable[Sequence[pa.ChunkedArray]]
+    ) -> KeySet:
+        """The set of the key columns' rows (`parts`: each data file's live rows).
+        KeyCollision when two rows share a hash (a hashed key: the table holds a key twice,
+        or two keys share a hash; an integer key may repeat)."""
+        keys: list[Keys] = []
+        has_null = False
+        for columns in parts:
+            encoded, nulls = _encode_with_nulls(codec, columns)
+            has_null = has_null or nulls
+            keys.append(encoded)
+        width = 1 if codec.integer else 2
+        dtype = np.int64 if codec.integer else np.uint64
+        joined = tuple(
+            np.concatenate([k[i] for k in keys]) if keys else np.empty(0, dtype)
+            for i in range(width)
+        )
+        keys.clear()
+        ordered = _take(joined, _order(joined))
+        del joined
+        repeated = _duplicates(ordered)
+        if len(repeated):
+            if not codec.integer:
+                raise KeyCollision(
+                    f"{len(repeated)} hashed key(s) of the table repeat (a key held twice, "
+                    "or two keys sharing a hash)"
+                )
+            ordered = _take(ordered, np.setdiff1d(np.arange(len(ordered[0])), repeated))
+        empty = tuple(np.empty(0, k.dtype) for k in ordered)
+        return cls(codec, snapshot_id, ordered, empty, has_null)
+
+    def __len__(self) -> int:
+        return len(self.base[0]) + len(self.delta[0]) if self.base else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes for k in (*self.base, *self.delta))
+
+    def contains(self, columns: Sequence[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+        """Whether the set holds each row's key (the key columns of a batch's rows).
+        KeyCollision when two different keys of the rows share a hash."""
+        keys, null = self._encode_rows(columns)
+        if not self.codec.integer:
+            order = _order(keys)
+            repeated = _duplicates(_take(keys, order))
+            if len(repeated):
+                first, second = order[repeated - 1], order[repeated]
+                if _row_values(columns, first) != _row_values(columns, second):
+                    raise KeyCollision("two keys of the batch share a hash")
+        held = (find(self.delta, keys) >= 0) | (find(self.base, keys) >= 0)
+        if null is None:
+            return held
+        found = np.full(len(null), self.has_null, dtype=bool)
+        found[~null] = held
+        return found
+
+    def add(self, columns: Sequence[pa.Array | pa.ChunkedArray]) -> None:
+        """Rows of these keys were added to the table (an append's data file)."""
+        keys, null = self._encode_rows(columns)
+        if null is not None and null.any():
+            self.has_null = True
+        new = (find(self.delta, keys) < 0) & (find(self.base, keys) < 0)
+        if not self.codec.integer and not new.all():  # as `build`: the caller rebuilds
+            raise KeyCollision("a hashed key added to the table is in it already")
+        if not new.any():
+            return
+        merged = tuple(np.concatenate([d, k[new]]) for d, k in zip(self.delta, keys, strict=True))
+        order = _order(merged)
+        merged = _take(merged, order)
+        repeated = _duplicates(merged)
+        if len(repeated):  # a key twice among the added rows: once in the set
+            if not self.codec.integer:
+                raise KeyCollision("a hashed key repeats among the rows added to the table")
+            merged = _take(merged, np.setdiff1d(np.arange(len(merged[0])), repeated))
+        self.delta = merged
+        if len(self.delta[0]) > max(len(self.base[0]) // 8, self.delta_min):
+            joined = tuple(np.concatenate(p) for p in zip(self.base, self.delta, strict=True))
+            self.base = _take(joined, _order(joined))
+            self.delta = tuple(np.empty(0, k.dtype) for k in self.base)
+
+    def _encode_rows(
+        self, columns: Sequence[pa.Array | pa.ChunkedArray]
+    ) -> tuple[Keys, np.ndarray | None]:
+        """Keys of the rows; for an integer key, the keys of the non-NULL rows and which
+        rows are NULL (None for a hashed key: NULL is hashed)."""
+        if not self.codec.integer:
+            return self.codec.encode(columns), None
+        (column,) = columns
+        null = column.is_null().to_numpy(zero_copy_only=False)
+        if isinstance(null, np.ndarray) and null.any():
+            valid = column.filter(pa.array(~null))
+            return self.codec.encode([valid]), null
+        return self.codec.encode([column]), null
+
+
+def _encode_with_nulls(
+    codec: KeyCodec, columns: Sequence[pa.Array | pa.ChunkedArray]
+) -> tuple[Keys, bool]:
+    """A build's keys of `columns`: an integer key's NULL rows left out (and said)."""
+    if not codec.integer:
+        return codec.encode(columns), False
+    (column,) = columns
+    if column.null_count:
+        return codec.encode([pc.drop_null(column)]), True
+    return codec.encode([column]), False
+
+
 class IndexCache:
-    """The process's key indexes (warm across a `tableflow run`'s batches), by table uuid
-    and key columns, within `max_bytes()`: the least recently used go first."""
+    """The process's key indexes and key sets (warm across a `tableflow run`'s batches), by
+    table uuid and key columns, within `max_bytes()`: the least recently used go first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._indexes: OrderedDict[tuple[str, tuple[str, ...]], KeyIndex] = OrderedDict()
+        self._indexes: OrderedDict[tuple[str, tuple[str, ...]], KeyIndex | KeySet] = OrderedDict()
 
-    def take(self, name: tuple[str, tuple[str, ...]]) -> KeyIndex | None:
-        """The table's index, removed from the cache while a batch uses it (put back by
-        `keep` once the batch is published)."""
+    def take(self, name: tuple[str, tuple[str, ...]]) -> Any:
+        """The table's index (a KeyIndex, or a KeySet by the name its user gives), removed
+        from the cache while a batch uses it (put back by `keep` once the batch is
+        published)."""
         with self._lock:
             return self._indexes.pop(name, None)
 
-    def keep(self, name: tuple[str, tuple[str, ...]], index: KeyIndex) -> None:
+    def keep(self, name: tuple[str, tuple[str, ...]], index: KeyIndex | KeySet) -> None:
         with self._lock:
             self._indexes[name] = index
             budget = max_bytes()

@@ -8,8 +8,11 @@ left out (the plan shows them under the decode stage): masks of text columns, an
 append table's dedup when it runs in the read tasks (`pipeline/transforms/read_task_dedup.py`;
 the duplicates they flagged are counted by the decode stage and added to the chain's
 counts).
-Append tables with a `dedup` then drop rows whose key is already in the table (the
-run's branch, which starts at main's snapshot): replaying a batch writes nothing twice.
+Append tables with a `dedup` then drop rows whose key is already in the table (main's
+snapshot the run's branch starts at): replaying a batch writes nothing twice. The
+batch's keys are looked up in the table's key set (`pipeline/dedup_index.py`, kept
+warm between a `tableflow run`'s batches), or, where there is none, the batch is
+anti-joined with the table's key column.
 
 The transformed rows are then aligned to the table (`align_to_table`): a column the table
 keeps for a field the topic's schema no longer has is filled with NULL.
@@ -20,6 +23,7 @@ run before publish; `skip` and `dlq` reach route_bad_records as `batch.rejected`
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,12 +38,15 @@ from tableflow_core.pipeline.batch import (
     StageContext,
     TransformCounting,
 )
+from tableflow_core.pipeline.dedup_index import keep_key_set, key_set_at
+from tableflow_core.pipeline.key_index import KeyCollision
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.pipeline.transforms.spark import (
     TransformResult,
     align_to_table,
     apply_transforms,
     dedup_against_table,
+    drop_rows_held,
 )
 
 if TYPE_CHECKING:
@@ -123,16 +130,7 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
     # the rows leaving the stage are the chain's (no second count of every row).
     after: Observation | None = None
     if context.spec.mode == "append" and chain.dedup_keys and context.base_rows != 0:
-        # The table as the run's branch was cut (main's snapshot then): the same rows
-        # whenever the frame is read, before the write or after it.
-        good = dedup_against_table(
-            good,
-            context.spark,
-            context.spec.identifier,
-            chain.dedup_keys,
-            snapshot_id=context.base_snapshot_id,
-        )
-        good, after = _rows_after(good)
+        good, after = _rows_after(_without_keys_in_table(context, good, chain.dedup_keys))
 
     assert batch.decode is not None, "transform needs the decode stage before it"
     on_error = table_on_error(context)
@@ -148,6 +146,44 @@ def transform(context: StageContext, spec: Transform, batch: Batch) -> Batch:
         transforms=TransformCounting(batch.decode, result, after, on_error),
         audits=audits,
         rejected=rejected,
+    )
+
+
+def _without_keys_in_table(
+    context: StageContext, good: DataFrame, keys: tuple[str, ...]
+) -> DataFrame:
+    """The batch less its rows whose dedup key the table holds: looked up in the table's
+    key set (pipeline/dedup_index.py: the batch's keys only) when there is one, else the
+    anti-join with the table's key column."""
+    table, key_set = None, None
+    if context.catalog is not None and context.base_snapshot_id is not None:
+        spec = context.spec
+        table = context.catalog.catalog.load_table((*spec.namespace, spec.table))
+        key_set = key_set_at(table, context.base_snapshot_id, keys, timings=context.timings)
+    if table is None or key_set is None:
+        return _anti_join(context, good, keys)
+    try:
+        started = time.perf_counter()
+        found = drop_rows_held(
+            good,
+            context.spark,
+            keys,
+            lambda rows: key_set.contains([rows.column(k) for k in keys]),
+            context.cleanups,
+        )
+        context.timings["dedup_index_lookup"] = time.perf_counter() - started
+        return found
+    except KeyCollision:  # two keys of the batch share a hash: the exact way
+        return _anti_join(context, good, keys)
+    finally:
+        keep_key_set(table, keys, key_set)
+
+
+def _anti_join(context: StageContext, good: DataFrame, keys: tuple[str, ...]) -> DataFrame:
+    # The table as the run's branch was cut (main's snapshot then): the same rows
+    # whenever the frame is read, before the write or after it.
+    return dedup_against_table(
+        good, context.spark, context.spec.identifier, keys, snapshot_id=context.base_snapshot_id
     )
 
 

@@ -53,6 +53,8 @@ from tableflow_core.transforms.compile import (
 from tableflow_core.transforms.sql import CastCheck, parse_expression, referenced_columns
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -529,6 +531,40 @@ def dedup_against_table(
         term = _col(key).eqNullSafe(_col(f"__tf_existing_{i}"))
         condition = term if condition is None else condition & term
     return df.join(aliased, on=condition, how="left_anti")
+
+
+def drop_rows_held(
+    df: DataFrame,
+    spark: SparkSession,
+    keys: tuple[str, ...],
+    held: Callable[[pa.Table], np.ndarray],
+    cleanups: list[Callable[[], None]],
+) -> DataFrame:
+    """Insert-if-absent answered on the driver: `df` is cached (unpersisted by
+    `cleanups`), its rows' key columns and source positions collected (the batch's only,
+    whatever the table's size), `held(rows)` says which rows' keys the table holds
+    (pipeline/dedup_index.py), and those rows, named by their (partition, offset), are
+    anti-joined away with a broadcast of just them. Nothing held: `df` as it is."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    cached = df.persist()
+
+    def release() -> None:
+        cached.unpersist()
+
+    cleanups.append(release)
+    positions = [SOURCE_PARTITION_COLUMN, SOURCE_OFFSET_COLUMN]
+    batches = cached.select(*[_col(c) for c in (*keys, *positions)])._collect_as_arrow()
+    if not batches:
+        return cached
+    rows = pa.Table.from_batches(batches)
+    in_table = held(rows)
+    if not in_table.any():
+        return cached
+    dropped = rows.filter(pa.array(in_table)).select(positions).to_pandas()
+    known = spark.createDataFrame(dropped)
+    return cached.join(F.broadcast(known), on=positions, how="left_anti")
 
 
 def _absent_from_table(df: DataFrame, table: DataFrame, key: str) -> DataFrame:
