@@ -50,6 +50,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -530,18 +531,29 @@ class WarmCycle:
 
 
 def warm_run(
-    work: Path, bootstrap: str, url: str, records: int, args: argparse.Namespace, interval: int
+    work: Path,
+    bootstrap: str,
+    url: str,
+    records: int,
+    args: argparse.Namespace,
+    interval: int,
+    name: str = "run",
+    spark_conf: dict[str, str] | None = None,
 ) -> WarmCycle:
     """`tableflow run` on a new topic: a first cycle creates the table and ingests
     `--warmup` records (JVM, Python workers and catalog warm), then `records` are produced
-    before the next cycle is due; that cycle is the one measured."""
-    topic = "bench_run"
+    before the next cycle is due; that cycle is the one measured. `name`: the topic's and
+    project's suffix (one per run of an A/B); `spark_conf`: the target's Spark settings."""
+    topic = f"bench_{name}"
     broker.create_topics(bootstrap, {topic: args.partitions})
     produce(bootstrap, url, topic, args.warmup, args.partitions)
-    root = write_project(
-        work / "run_project", bootstrap, url, topic, args.cores,
-        metadata_columns=list(METADATA_COLUMNS), refresh_interval=f"{interval}s",
-    )  # fmt: skip
+    table = {
+        "name": "events", "topic": topic, "metadata_columns": list(METADATA_COLUMNS),
+        "refresh_interval": f"{interval}s",
+    }  # fmt: skip
+    root = write_tables_project(
+        work / f"{name}_project", bootstrap, url, args.cores, [table], spark_conf=spark_conf
+    )
     run = RunProcess(root, work / "run.log")
     try:
         run.wait_cycles(1, timeout=900)
@@ -567,6 +579,41 @@ def warm_run(
         raise SystemExit(f"the measured cycle wrote {table['records_written']}, not {records}")
     finished = dt.datetime.fromisoformat(results["finished_at"]).timestamp()
     return WarmCycle(finished - started, results["duration_s"], table["duration_s"], interval)
+
+
+def run_ab(
+    work: Path, bootstrap: str, url: str, args: argparse.Namespace, interval: int, base_s: float
+) -> None:
+    """`--run-ab ROUNDS`: the warm cycle of `records` with the defaults and with
+    `--spark-conf`, ROUNDS each, alternating (the order swapped every other round), each
+    its own `tableflow run` on its own topic; prints every cycle and the ratio of the
+    medians (with/without: below 1 is faster with `--spark-conf`)."""
+    sides: dict[str, list[WarmCycle]] = {"defaults": [], "with --spark-conf": []}
+    conf = dict(args.spark_conf)
+    for i in range(args.run_ab):
+        order = ["defaults", "with --spark-conf"]
+        for side in order if i % 2 == 0 else order[::-1]:
+            name = f"run{i}_{'a' if side == 'defaults' else 'b'}"
+            cycle = warm_run(
+                work, bootstrap, url, args.records, args, interval, name,
+                conf if side != "defaults" else None,
+            )  # fmt: skip
+            sides[side].append(cycle)
+            print(f"round {i} {side}: warm cycle {cycle.seconds:.2f} s, the table "
+                  f"{cycle.engine_s:.2f} s (baseline {base_s:.2f} s), load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    medians = {
+        side: (
+            statistics.median(c.seconds for c in cycles),
+            statistics.median(c.engine_s for c in cycles),
+        )
+        for side, cycles in sides.items()
+    }
+    (a_cycle, a_table), (b_cycle, b_table) = medians.values()
+    print(f"--spark-conf {conf}")
+    print(f"warm cycle of {args.records:,} records, medians: defaults {a_cycle:.2f} s (table "
+          f"{a_table:.2f} s), with --spark-conf {b_cycle:.2f} s (table {b_table:.2f} s); "
+          f"with/without {b_cycle / a_cycle:.2f}x (table {b_table / a_table:.2f}x)")  # fmt: skip
 
 
 S3_KEY_ID_ENV, S3_SECRET_ENV = "BENCH_S3_ACCESS_KEY_ID", "BENCH_S3_SECRET_ACCESS_KEY"
@@ -704,6 +751,15 @@ def main() -> None:
     parser.add_argument("--skip-apply", action="store_true", help="only the warm run")
     parser.add_argument("--skip-run", action="store_true", help="only the applies")
     parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+        type=lambda text: tuple(text.split("=", 1)),
+        help="with --run-ab: a Spark conf entry of the B side's target; repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--run-ab", type=int, default=0, metavar="ROUNDS",
+        help="the warm run cycle ROUNDS times with the defaults and with --spark-conf",
+    )  # fmt: skip
+    parser.add_argument(
         "--warehouse", choices=("file", "s3"), default="file",
         help="s3: apply on S3 against the file:// baseline and S3 requests per commit",
     )  # fmt: skip
@@ -739,6 +795,9 @@ def main() -> None:
             # Fixed rate: the warm-up cycle (JVM start, table creation) and producing the
             # records must both fit in one interval.
             interval = args.run_interval or max(10, int(produce_s * 1.5) + 40)
+            if args.run_ab:
+                run_ab(work, bootstrap, url, args, interval, base_s)
+                return
             cycle = warm_run(work, bootstrap, url, args.records, args, interval)
 
         line = functools.partial(

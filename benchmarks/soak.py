@@ -96,6 +96,7 @@ GARBAGE_EVERY = 200  # one undecodable record in this many, on checked tables
 # With `--metrics-port`, the soak scrapes /metrics and /readyz this often, as a Prometheus
 # server would (its default is 1 minute; 5 s makes the scrapes' cost easier to see).
 SCRAPE_EVERY_S = 5.0
+PSS_EVERY = 5  # polls (2 s apart) between PSS samples: smaps_rollup walks every mapping
 # The project template's block (project_template/tableflow_project.yml).
 TEMPLATE_MAINTENANCE = {
     "every": "1h",
@@ -330,6 +331,8 @@ class Window:
     fresh: list[float] = field(default_factory=list)
     fresh_by_table: dict[str, list[float]] = field(default_factory=dict)
     rss: list[int] = field(default_factory=list)
+    # PSS by process kind (rss_breakdown), sampled every PSS_EVERY polls
+    pss: dict[str, list[int]] = field(default_factory=dict)
     cpu_s: float = 0.0
     seconds: float = 0.0
     tables: dict[str, TableFigures] = field(default_factory=dict)
@@ -346,6 +349,15 @@ class Window:
     def rss_median(self) -> float:
         return statistics.median(self.rss) if self.rss else float("nan")
 
+    def add_pss(self, breakdown: list[tuple[str, int, int]]) -> None:
+        self.pss.setdefault("tree", []).append(sum(pss for _, _, pss in breakdown))
+        for kind, _, pss in breakdown:
+            self.pss.setdefault(kind, []).append(pss)
+
+    def pss_median(self, kind: str = "tree") -> float:
+        values = self.pss.get(kind)
+        return statistics.median(values) if values else float("nan")
+
 
 def print_window(w: Window, load: float) -> None:
     print(
@@ -354,6 +366,13 @@ def print_window(w: Window, load: float) -> None:
         f"freshness p95 {w.p(w.fresh, 95):.2f} s, run tree RSS {w.rss_median / 2**20:.0f} MB "
         f"(max {max(w.rss, default=0) / 2**20:.0f}), CPU {w.cpu_s / max(w.seconds, 1e-9):.2f} "
         f"cores, load {load:.1f}",
+        flush=True,
+    )
+    kinds = [k for k in w.pss if k != "tree"]
+    print(
+        f"  run tree PSS median {w.pss_median() / 2**20:.0f} MB "
+        f"(max {max(w.pss.get('tree', [0])) / 2**20:.0f}): "
+        + ", ".join(f"{k} {w.pss_median(k) / 2**20:.0f} MB" for k in kinds),
         flush=True,
     )
     for name, f in w.tables.items():
@@ -440,6 +459,7 @@ def soak(
     cpu_seen: dict[int, float] = {}
     started_mono, started_ms = time.monotonic(), time.time() * 1000
     producer.start()
+    polls = 0
     try:
         window = Window(0)
         window_began, cpu_before = time.monotonic(), 0.0
@@ -451,6 +471,9 @@ def soak(
                 )
             poll_tables(catalog, tables, commits)
             window.rss.append(tree_rss_bytes(run.proc.pid))
+            polls += 1
+            if polls % PSS_EVERY == 0:
+                window.add_pss(rss_breakdown(run.proc.pid))
             total_commits = sum(len(c) for c in commits.values())
             done = now - started_mono >= args.seconds or (
                 args.accelerated and total_commits >= args.commits
@@ -672,6 +695,7 @@ def summary(windows: list[Window], tables: list[SoakTable]) -> None:
     print(f"scan plan last/first window: {ratio(last.plan_s, first.plan_s):.2f}x")
     print(f"metadata.json bytes at the end: {max(ends, default=0)}")
     print(f"rss last/first window: {ratio(last.rss_median, first.rss_median):.2f}x")
+    print(f"pss last/first window: {ratio(last.pss_median(), first.pss_median()):.2f}x")
 
 
 @dataclass(frozen=True)

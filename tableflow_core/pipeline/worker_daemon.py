@@ -17,6 +17,7 @@ installed one instead and forgets those archives (`drop_zipped_spark_python`).
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import zipfile
@@ -93,4 +94,9 @@ if __name__ == "__main__":
     # pyarrow imports pandas on its first `pa.array` (to recognise pandas objects): do it
     # once here rather than in every forked worker (~0.7 s of CPU each).
     pyarrow.array([0])
+    # The imported modules' objects out of the collector's reach: a forked worker's
+    # collections would otherwise write to every one of them (their GC headers), copying
+    # the daemon's pages into each worker.
+    gc.collect()
+    gc.freeze()
     manager()

@@ -67,10 +67,20 @@ def test_driver_java_options_keep_ours_and_the_users() -> None:
     # The user's flags come last, so a user's own JIT choice wins over ours.
     assert parts[1] == "-XX:TieredStopAtLevel=1"
     assert parts[-2:] == ["-Xss4m", "-XX:TieredStopAtLevel=4"]
-    # `run`'s long-lived JVM keeps tiered compilation, and both return free heap.
+    # `run`'s long-lived JVM keeps tiered compilation and returns free heap down to a
+    # small initial heap (serial collector); the one-shot JVM's parallel collector too.
     long_lived = driver_java_options(None, short_lived=False).split(" ")[1:]
-    assert long_lived == ["-XX:+UseParallelGC", "-XX:MinHeapFreeRatio=5", "-XX:MaxHeapFreeRatio=20"]
+    assert long_lived == [
+        "-XX:+UseSerialGC",
+        "-Xms64m",
+        "-XX:MinHeapFreeRatio=5",
+        "-XX:MaxHeapFreeRatio=20",
+    ]
     assert "-XX:+UseParallelGC" in parts
+    assert "-XX:+UseSerialGC" not in parts
+    # A user's own initial heap comes after ours: the JVM takes the last.
+    assert driver_java_options("-Xms512m", short_lived=False).endswith("-Xms64m "
+        "-XX:MinHeapFreeRatio=5 -XX:MaxHeapFreeRatio=20 -Xms512m")  # fmt: skip
 
 
 def test_a_users_collector_replaces_ours() -> None:
@@ -80,9 +90,12 @@ def test_a_users_collector_replaces_ours() -> None:
     for short_lived in (True, False):
         options = driver_java_options("-XX:+UseG1GC -Xss4m", short_lived=short_lived)
         assert "-XX:+UseParallelGC" not in options
+        assert "-XX:+UseSerialGC" not in options
+        assert "-Xms64m" not in options
         assert "-XX:MaxHeapFreeRatio=20" not in options
         assert options.endswith("-XX:+UseG1GC -Xss4m")
-    assert "-XX:+UseParallelGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", False)
+    assert "-XX:+UseSerialGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", False)
+    assert "-XX:+UseParallelGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", True)
 
 
 def test_the_cached_iceberg_jars_are_on_the_drivers_own_class_path() -> None:
