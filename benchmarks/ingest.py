@@ -3,6 +3,7 @@ run) vs a single-process baseline, measured in the same run.
 
     .venv/bin/python benchmarks/ingest.py [--records 1000000] [--partitions 4] [--cores 2]
     .venv/bin/python benchmarks/ingest.py --warehouse s3 [--records 1000000]
+    .venv/bin/python benchmarks/ingest.py --skip-apply --run-ab 2 --spark-conf KEY=VALUE
 
 Starts its own Apache Kafka broker and dev schema registry (127.0.0.1, free ports), produces
 N Confluent-framed Avro records of 10 fields, then measures in the same run:
@@ -25,6 +26,11 @@ N Confluent-framed Avro records of 10 fields, then measures in the same run:
   output line, i.e. the cycle's plan (catalog, registry, watermarks) and apply.
   `run_results.json` of that cycle gives the apply and table times inside it. Target
   (issue 13): a warm refresh >= 1.2x the baseline (both cores at work).
+
+`--skip-apply --run-ab ROUNDS --spark-conf KEY=VALUE` (A/B of session settings): the
+warm cycle ROUNDS times with the defaults and ROUNDS times with the `--spark-conf` entries
+in the target's Spark settings, alternating, each its own `tableflow run` on its own
+topic; prints each cycle and the ratio of the medians.
 
 `--warehouse s3` (issue 28): the same project with its warehouse on S3 (s3proxy on local
 disk, started here, with a request-counting proxy in front; the embedded catalog on

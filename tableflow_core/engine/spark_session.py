@@ -90,20 +90,33 @@ HEAP_RETURNING_JVM_OPTIONS = (
 )
 COLLECTOR_CHOICE = re.compile(r"-XX:\+Use\w+GC\b")
 
-# `tableflow run`'s JVM instead: the serial collector, starting from a 64 MB heap, and the
-# same free-heap ratios. With the parallel collector the heap never shrank below its
-# initial size (1/64 of the machine's memory: 384 MB on 24 GB), although ~90 MB of it
-# was live after a full collection, and the collector's own structures, sized for the
-# 2 GB maximum, took 80 MB (NMT, a 10-table soak at 1 s: heap 386 MB, GC 81 MB committed;
-# serial from 64 MB: heap 194 MB, GC 0.7 MB). `spark.driver.memory` (-Xmx) is unchanged,
-# so a large batch still has the same heap to grow into. Left out like the options above
-# when the user's options pick a collector; a user's -Xms comes after ours and wins.
-LONG_LIVED_JVM_OPTIONS = (
+# A service's JVM (`tableflow run`, weeks) instead: the serial collector, starting from a
+# 64 MB heap, and the same free-heap ratios. With the parallel collector the heap never
+# shrank below its initial size (1/64 of the machine's memory: 384 MB on 24 GB), although
+# ~90 MB of it was live after a full collection, and the collector's own structures, sized
+# for the 2 GB maximum, took 80 MB (NMT, a 10-table soak at 1 s: heap 386 MB, GC 81 MB
+# committed; serial from 64 MB: heap 194 MB, GC 0.7 MB; the JVM's PSS 826 -> 687 MB).
+# `spark.driver.memory` (-Xmx) is unchanged: a large batch has the same heap to grow into.
+# Left out like the options above when the user's options pick a collector; a user's
+# -Xms comes after ours and wins.
+SERVICE_HEAP_JVM_OPTIONS = (
     "-XX:+UseSerialGC",
     "-Xms64m",
     "-XX:MinHeapFreeRatio=5",
     "-XX:MaxHeapFreeRatio=20",
 )
+
+# A service's JIT: C1 only, as a one-shot command's (below). C2's compiled code and its
+# compiler's arenas took ~70 MB of the JVM's PSS in the soak (687 -> 613 MB); a cycle's
+# JVM work is Iceberg commits and planning, small batches' writes.
+SERVICE_JIT_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+
+# A service's Python workers (Spark's `executorEnv`; a target's own entry wins): Arrow's
+# buffers from the C library's allocator instead of mimalloc, which kept freed pages
+# (the soak's workers 249 -> 225 MB PSS with the system pool; the driver's pool is set by
+# `use_system_arrow_pool`).
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+SERVICE_SPARK_CONF: dict[str, str] = {f"spark.executorEnv.{ARROW_POOL_ENV}": "system"}
 
 # A one-shot command's JVM (apply) lives seconds to minutes: the C2 compiler spends more
 # CPU than its faster code saves (1M records: the JVM used ~30 s of CPU with tiered JIT,
@@ -209,10 +222,14 @@ def build_spark_session(
     share_classes: bool = False,
     iceberg: IcebergJarSource = "cache",
     java_options: Sequence[str] = (),
+    service: bool = False,
 ) -> SparkSession:
     """Create (or reuse) the SparkSession with the Iceberg runtime and extensions.
 
     `short_lived`: the application ends with the command (apply): C1-only JIT.
+    `service`: the application serves `tableflow run` for as long as it runs: sized for
+    a small resident set (serial collector from a small heap, C1, the system allocator
+    for the workers' Arrow buffers).
     `share_classes`: the driver JVM maps its classes from a class-data sharing archive
     (written by the first such JVM to exit; `jvm/class_data_sharing.py`).
     `java_options`: system properties for the driver and executor JVMs (the object
@@ -228,13 +245,18 @@ def build_spark_session(
 
     user_packages = list(packages or [])
     jars = IcebergJars() if _brings_own_iceberg(user_packages) else iceberg_jars(iceberg)
-    merged = session_conf(conf, user_packages, catalogs, short_lived, jars, java_options)
+    merged = session_conf(
+        conf, user_packages, catalogs, short_lived, jars, java_options, service=service
+    )
     if share_classes:
         sharing = class_data_sharing(merged)
         if sharing is not None:
             user_options = (conf or {}).get(JAVA_OPTIONS_KEY)
             merged[JAVA_OPTIONS_KEY] = driver_java_options(
-                user_options, short_lived, (*java_options, *sharing.java_options())
+                user_options,
+                short_lived,
+                (*java_options, *sharing.java_options()),
+                service=service,
             )
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in merged.items():
@@ -251,6 +273,8 @@ def session_conf(
     short_lived: bool = False,
     iceberg: IcebergJars | None = None,
     java_options: Sequence[str] = (),
+    *,
+    service: bool = False,
 ) -> dict[str, str]:
     """The Spark conf `build_spark_session` starts the application with (before the class
     archive's options): our defaults, the Iceberg jars (`iceberg`, see `iceberg_jars`),
@@ -258,6 +282,8 @@ def session_conf(
     merged: dict[str, str] = dict(SMALL_MACHINE_DEFAULTS)
     if short_lived:
         merged.update(SHORT_LIVED_SPARK_CONF)
+    if service:
+        merged.update(SERVICE_SPARK_CONF)
     merged["spark.python.daemon.module"] = WORKER_DAEMON_MODULE
     if "SETUPTOOLS_USE_DISTUTILS" not in os.environ:
         merged[WORKER_DISTUTILS_KEY] = "stdlib"
@@ -274,7 +300,7 @@ def session_conf(
     merged.update(user_conf)
     merged[REDACTION_KEY] = redaction_regex(user_conf.get(REDACTION_KEY))
     merged[JAVA_OPTIONS_KEY] = driver_java_options(
-        user_conf.get(JAVA_OPTIONS_KEY), short_lived, java_options
+        user_conf.get(JAVA_OPTIONS_KEY), short_lived, java_options, service=service
     )
     if java_options:
         executor_options = (*java_options, *filter(None, [user_conf.get(EXECUTOR_OPTIONS_KEY)]))
@@ -298,21 +324,40 @@ def _brings_own_iceberg(packages: Sequence[str]) -> bool:
 
 
 def driver_java_options(
-    user_options: str | None, short_lived: bool, ours: Sequence[str] = ()
+    user_options: str | None,
+    short_lived: bool,
+    ours: Sequence[str] = (),
+    *,
+    service: bool = False,
 ) -> str:
-    """Our log4j configuration, the JIT choice, the heap-returning collector (one-shot:
-    parallel; long-lived: serial from a small heap; neither when the user's options pick a
+    """Our log4j configuration, the JIT choice, the heap-returning collector (a service's:
+    serial from a small heap; else parallel; neither when the user's options pick a
     collector), `ours` (system properties, the class-data sharing archive), then the
     user's own options, which win where they set the same flag (the JVM takes the last)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()}"]
     if short_lived:
         options.extend(SHORT_LIVED_JVM_OPTIONS)
+    elif service:
+        options.extend(SERVICE_JIT_JVM_OPTIONS)
     if not COLLECTOR_CHOICE.search(user_options or ""):
-        options.extend(HEAP_RETURNING_JVM_OPTIONS if short_lived else LONG_LIVED_JVM_OPTIONS)
+        options.extend(SERVICE_HEAP_JVM_OPTIONS if service else HEAP_RETURNING_JVM_OPTIONS)
     options.extend(ours)
     if user_options:
         options.append(user_options)
     return " ".join(options)
+
+
+def use_system_arrow_pool(environ: Mapping[str, str] = os.environ) -> bool:
+    """A service's driver allocates Arrow buffers (upsert merges, pyiceberg's writes) with
+    the C library's allocator, as its workers do (`SERVICE_SPARK_CONF`): the soak's driver
+    held ~35 MB less PSS. Left alone when the user chose a pool
+    (`ARROW_DEFAULT_MEMORY_POOL`); True if set."""
+    if ARROW_POOL_ENV in environ:
+        return False
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    return True
 
 
 def prepare_arrow_conversion() -> None:

@@ -158,9 +158,11 @@ def project_spark_session(
     catalogs: dict[str, dict[str, str]] | None = None,
     *,
     short_lived: bool = False,
+    service: bool = False,
 ) -> SparkSession:
     """The Spark application the target's `spark` settings describe (FAIR scheduling:
-    each table's jobs run in their own pool). `short_lived`: it ends with the command."""
+    each table's jobs run in their own pool). `short_lived`: it ends with the command;
+    `service`: it serves `tableflow run` (engine/spark_session.py)."""
 
     settings = project.target.spark
     conf = {"spark.scheduler.mode": "FAIR", **{k: str(v) for k, v in settings.conf.items()}}
@@ -174,6 +176,7 @@ def project_spark_session(
         share_classes=settings.class_data_sharing,
         iceberg=settings.iceberg_jars,
         java_options=object_store_java_options(project.target.catalog),
+        service=service,
     )
 
 

@@ -67,34 +67,37 @@ def test_driver_java_options_keep_ours_and_the_users() -> None:
     # The user's flags come last, so a user's own JIT choice wins over ours.
     assert parts[1] == "-XX:TieredStopAtLevel=1"
     assert parts[-2:] == ["-Xss4m", "-XX:TieredStopAtLevel=4"]
-    # `run`'s long-lived JVM keeps tiered compilation and returns free heap down to a
-    # small initial heap (serial collector); the one-shot JVM's parallel collector too.
-    long_lived = driver_java_options(None, short_lived=False).split(" ")[1:]
-    assert long_lived == [
+    # Neither one-shot nor a service (maintain, notebooks): tiered JIT, parallel collector.
+    plain = driver_java_options(None, short_lived=False).split(" ")[1:]
+    assert plain == ["-XX:+UseParallelGC", "-XX:MinHeapFreeRatio=5", "-XX:MaxHeapFreeRatio=20"]
+    assert "-XX:+UseParallelGC" in parts
+    assert "-XX:+UseSerialGC" not in parts
+    # `run`'s JVM (a service): C1, serial collector returning free heap down to 64 MB.
+    service = driver_java_options(None, short_lived=False, service=True).split(" ")[1:]
+    assert service == [
+        "-XX:TieredStopAtLevel=1",
         "-XX:+UseSerialGC",
         "-Xms64m",
         "-XX:MinHeapFreeRatio=5",
         "-XX:MaxHeapFreeRatio=20",
     ]
-    assert "-XX:+UseParallelGC" in parts
-    assert "-XX:+UseSerialGC" not in parts
-    # A user's own initial heap comes after ours: the JVM takes the last.
-    assert driver_java_options("-Xms512m", short_lived=False).endswith("-Xms64m "
-        "-XX:MinHeapFreeRatio=5 -XX:MaxHeapFreeRatio=20 -Xms512m")  # fmt: skip
+    # A user's own initial heap and JIT come after ours: the JVM takes the last.
+    users = driver_java_options("-Xms512m -XX:TieredStopAtLevel=4", False, service=True)
+    assert users.endswith("-XX:MaxHeapFreeRatio=20 -Xms512m -XX:TieredStopAtLevel=4")
 
 
 def test_a_users_collector_replaces_ours() -> None:
     """Two collectors on one command line: the JVM refuses to start."""
     from tableflow_core.engine.spark_session import driver_java_options
 
-    for short_lived in (True, False):
-        options = driver_java_options("-XX:+UseG1GC -Xss4m", short_lived=short_lived)
+    for short_lived, service in ((True, False), (False, False), (False, True)):
+        options = driver_java_options("-XX:+UseG1GC -Xss4m", short_lived, service=service)
         assert "-XX:+UseParallelGC" not in options
         assert "-XX:+UseSerialGC" not in options
         assert "-Xms64m" not in options
         assert "-XX:MaxHeapFreeRatio=20" not in options
         assert options.endswith("-XX:+UseG1GC -Xss4m")
-    assert "-XX:+UseSerialGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", False)
+    assert "-XX:+UseSerialGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", False, service=True)
     assert "-XX:+UseParallelGC" in driver_java_options("-XX:MaxHeapFreeRatio=40", True)
 
 
@@ -171,6 +174,33 @@ def test_a_one_shot_application_sorts_off_the_heap_unless_the_user_says_otherwis
     assert "spark.memory.offHeap.enabled" not in session_conf(short_lived=False)
     mine = session_conf({"spark.memory.offHeap.enabled": "false"}, short_lived=True)
     assert mine["spark.memory.offHeap.enabled"] == "false"
+
+
+def test_a_services_workers_use_the_system_arrow_pool_unless_the_target_says() -> None:
+    from tableflow_core.engine.spark_session import session_conf
+
+    key = "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"
+    assert session_conf(service=True)[key] == "system"
+    assert key not in session_conf()
+    assert key not in session_conf(short_lived=True)
+    assert session_conf({key: "mimalloc"}, service=True)[key] == "mimalloc"
+    options = session_conf(service=True)["spark.driver.extraJavaOptions"]
+    assert "-XX:+UseSerialGC" in options and "-XX:TieredStopAtLevel=1" in options
+
+
+def test_a_services_driver_uses_the_system_arrow_pool_unless_the_user_chose() -> None:
+    import pyarrow as pa
+
+    from tableflow_core.engine.spark_session import use_system_arrow_pool
+
+    before = pa.default_memory_pool()
+    try:
+        assert not use_system_arrow_pool({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"})
+        assert pa.default_memory_pool().backend_name == before.backend_name
+        assert use_system_arrow_pool({})
+        assert pa.default_memory_pool().backend_name == "system"
+    finally:
+        pa.set_memory_pool(before)
 
 
 def test_the_thread_that_built_the_session_then_prepares_arrow_conversion(

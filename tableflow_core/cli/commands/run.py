@@ -55,7 +55,7 @@ def command(
     """
     from rich.markup import escape
 
-    from tableflow_core.engine.spark_session import SessionStarter
+    from tableflow_core.engine.spark_session import SessionStarter, use_system_arrow_pool
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.tasks.apply import project_spark_session
     from tableflow_core.tasks.run import RunTask
@@ -117,8 +117,9 @@ def command(
             if done.published is not None:
                 ctx.console.print(f"published {done.published.summary_line()}", highlight=False)
 
+    use_system_arrow_pool()
     # The JVM starts while the first cycle plans.
-    spark_starter = SessionStarter(lambda: project_spark_session(project))
+    spark_starter = SessionStarter(lambda: project_spark_session(project, service=True))
     prepare_checks_engine(tables)  # great-expectations' import overlaps the JVM start
     endpoint = _metrics_endpoint(ctx, project, tables, metrics_port, metrics_host)
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
