@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import inspect
 import io
 import json
 import multiprocessing
@@ -642,14 +643,27 @@ WORKER_START = (
 )
 
 
+def bench_session(cores: int, short_lived: bool) -> Any:
+    """The Spark application of `tableflow apply` (`short_lived`) or of `tableflow run` (a
+    service, with its driver's Arrow pool; a tree from before services existed: its
+    long-lived application), in this process."""
+    from tableflow_core.engine import spark_session
+
+    options: dict[str, bool] = {"short_lived": short_lived}
+    service = "service" in inspect.signature(spark_session.build_spark_session).parameters
+    if service and not short_lived:
+        options["service"] = True
+        spark_session.use_system_arrow_pool()
+    return spark_session.build_spark_session(f"local[{cores}]", "tableflow-bench", **options)
+
+
 def worker(root: Path, cores: int, short_lived: bool) -> None:
     """`--worker ROOT`: one tree's side of the A/B mode, its own Spark application; applies
     the project at ROOT for each `apply` line on stdin and answers one line (MARK + JSON)."""
     import tableflow_core
-    from tableflow_core.engine.spark_session import build_spark_session
 
     print(MARK + json.dumps({"tree": tableflow_core.__file__}), flush=True)
-    spark = build_spark_session(f"local[{cores}]", "tableflow-bench", short_lived=short_lived)
+    spark = bench_session(cores, short_lived)
     for line in sys.stdin:
         if line.strip() != "apply":
             break
@@ -748,11 +762,7 @@ def measure_size(
     catalog of a name it loads): initial load, batch 1 against pyiceberg, batches 2.., the
     scans. The figures the comparison lines use: tableflow's mean batch (CPU and wall s)
     and batch 1 of both (wall s; pyiceberg None when time-boxed)."""
-    from tableflow_core.engine.spark_session import build_spark_session
-
-    spark = build_spark_session(
-        f"local[{args.cores}]", "tableflow-bench", short_lived=args.short_lived
-    )
+    spark = bench_session(args.cores, args.short_lived)
     try:
         return _measure_size(args, rows, work, bootstrap, url, spark)
     finally:
