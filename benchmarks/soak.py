@@ -710,6 +710,7 @@ class SideFigures:
     commit_p50_s: float
     freshness_p95_s: float
     rss_mb: float
+    pss_mb: float
     load: float
 
     @classmethod
@@ -724,6 +725,7 @@ class SideFigures:
             commit_p50_s=float(np.percentile(cycles, 50)) if cycles else float("nan"),
             freshness_p95_s=float(np.percentile(fresh, 95)) if fresh else float("nan"),
             rss_mb=statistics.median(w.rss_median for w in measured) / 2**20,
+            pss_mb=statistics.median(w.pss_median() for w in measured) / 2**20,
             load=os.getloadavg()[0],
         )
 
@@ -750,6 +752,7 @@ def metrics_ab(args: argparse.Namespace, work: Path, bootstrap: str, url: str) -
         ("commit every p50 s", lambda f: f.commit_p50_s),
         ("freshness p95 s", lambda f: f.freshness_p95_s),
         ("run tree RSS MB", lambda f: f.rss_mb),
+        ("run tree PSS MB", lambda f: f.pss_mb),
     ):
         without = statistics.median(pick(f) for f in sides[False])
         with_ = statistics.median(pick(f) for f in sides[True])
