@@ -217,11 +217,22 @@ class TailTimestamps:
         self._consumer: Any = None
 
     def newest_ms(self, topic: str, ranges: Mapping[int, tuple[int, int]]) -> int | None:
-        from confluent_kafka import KafkaError, TopicPartition
+        from confluent_kafka import TopicPartition
 
         consumer = self._consumer or self._new_consumer()
         left = {p: r for p, r in ranges.items() if r[0] < r[1]}
         consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in left.items()])
+        try:
+            return self._newest_in(consumer, topic, left)
+        finally:
+            # Left assigned at the end of the log, the consumer would fetch every
+            # `fetch.wait.max.ms` (10 ms) until the next cycle, and take in every new
+            # record of the topic: the kept consumer's whole cost between reads.
+            consumer.unassign()
+
+    def _newest_in(self, consumer: Any, topic: str, left: dict[int, tuple[int, int]]) -> int | None:
+        from confluent_kafka import KafkaError, TopicPartition
+
         newest: int | None = None
         last_progress = time.monotonic()
         while left:
