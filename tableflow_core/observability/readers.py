@@ -75,7 +75,6 @@ class TableReader:
         self._watermarks = KeptWatermarks(self._kafka_conf)
         self._tails = TailTimestamps(self._kafka_conf)
         self._loaded: set[str] = set()  # tables read from the catalog once
-        self.catalog_loads = 0
 
     def close(self) -> None:
         """Close the kept Kafka clients (from the thread that reads)."""
@@ -128,7 +127,6 @@ class TableReader:
     ) -> TableReading:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        self.catalog_loads += 1
         try:
             iceberg = catalog.load_table((*table.namespace, table.table))
         except (NoSuchTableError, NoSuchNamespaceError):
