@@ -61,3 +61,13 @@ def write_data_files(metadata: Any, io_properties: Mapping[str, str], rows: pa.T
         _COMPATIBLE.add(checked)
     io = load_file_io(dict(io_properties), location=metadata.location)
     return list(_dataframe_to_data_files(metadata, rows, io, write_uuid=uuid.uuid4()))
+
+
+def columns_by_field_id(schema: pa.Schema) -> dict[int, str]:
+    """A data file's column names by their Iceberg field id (`PARQUET:field_id`; a
+    renamed column keeps its id)."""
+    return {
+        int(f.metadata[b"PARQUET:field_id"]): f.name
+        for f in schema
+        if f.metadata and b"PARQUET:field_id" in f.metadata
+    }

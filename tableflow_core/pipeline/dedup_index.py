@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tableflow_core.errors import IngestError
+from tableflow_core.pipeline.data_files import columns_by_field_id
 from tableflow_core.pipeline.key_index import (
     INDEXES,
     IndexCache,
@@ -166,11 +167,7 @@ class _Reader:
     def read(self, path: str) -> list[pa.ChunkedArray]:
         with self.table.io.new_input(path).open() as stream:
             parquet = pq.ParquetFile(stream)
-            in_file = {
-                int(f.metadata[b"PARQUET:field_id"]): f.name
-                for f in parquet.schema_arrow
-                if f.metadata and b"PARQUET:field_id" in f.metadata
-            }
+            in_file = columns_by_field_id(parquet.schema_arrow)
             missing = [
                 k for k, i in zip(self.keys, self.field_ids, strict=True) if i not in in_file
             ]

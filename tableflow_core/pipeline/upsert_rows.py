@@ -63,7 +63,7 @@ from tableflow_core.ingest.upsert_order import (
     TIMESTAMP_COLUMN,
     order_columns,
 )
-from tableflow_core.pipeline.data_files import write_data_files
+from tableflow_core.pipeline.data_files import columns_by_field_id, write_data_files
 from tableflow_core.pipeline.key_index import (
     INDEXES,
     IndexCache,
@@ -330,11 +330,7 @@ class _Scan:
         is NULL."""
         with self.table.io.new_input(path).open() as stream:
             parquet = pq.ParquetFile(stream)
-            in_file = {
-                int(f.metadata[b"PARQUET:field_id"]): f.name
-                for f in parquet.schema_arrow
-                if f.metadata and b"PARQUET:field_id" in f.metadata
-            }
+            in_file = columns_by_field_id(parquet.schema_arrow)
             wanted = [in_file[self.field_ids[n]] for n in names if self.field_ids[n] in in_file]
             read = parquet.read(columns=wanted, use_threads=False)
         columns = []
