@@ -14,9 +14,10 @@ thousands of snapshots), so shipping it to the tasks stays small.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -71,3 +72,31 @@ def columns_by_field_id(schema: pa.Schema) -> dict[int, str]:
         for f in schema
         if f.metadata and b"PARQUET:field_id" in f.metadata
     }
+
+
+class PositionDeletes:
+    """The rows of a scan task's data file its position delete files removed, each delete
+    file read once (one may name many data files). `unsupported(reason)`: the error an
+    equality delete file raises (the caller's way of saying it cannot read such a table)."""
+
+    def __init__(self, io: Any, unsupported: Callable[[str], Exception]) -> None:
+        self._io = io
+        self._unsupported = unsupported
+        self._read: dict[str, dict[str, pa.ChunkedArray]] = {}
+
+    def of(self, task: Any) -> np.ndarray:
+        from pyiceberg.io.pyarrow import _read_deletes
+        from pyiceberg.manifest import DataFileContent
+
+        found = []
+        for delete_file in task.delete_files:
+            if delete_file.content != DataFileContent.POSITION_DELETES:
+                raise self._unsupported(f"equality delete file {delete_file.file_path}")
+            by_file = self._read.get(delete_file.file_path)
+            if by_file is None:
+                by_file = _read_deletes(self._io, delete_file)
+                self._read[delete_file.file_path] = by_file
+            positions = by_file.get(task.file.file_path)
+            if positions is not None:
+                found.append(positions.to_numpy())
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)

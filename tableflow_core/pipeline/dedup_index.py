@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tableflow_core.errors import IngestError
-from tableflow_core.pipeline.data_files import columns_by_field_id
+from tableflow_core.pipeline.data_files import PositionDeletes, columns_by_field_id
 from tableflow_core.pipeline.key_index import (
     INDEXES,
     IndexCache,
@@ -48,6 +48,7 @@ from tableflow_core.pipeline.key_index import (
     KeySet,
     hash128,
     max_bytes,
+    snapshots_since,
 )
 
 SCAN_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -179,33 +180,19 @@ class _Reader:
 
 
 def _build(table: Any, snapshot_id: int, keys: Sequence[str], codec: KeyCodec) -> KeySet:
-    from pyiceberg.io.pyarrow import _read_deletes
-    from pyiceberg.manifest import DataFileContent
-
     reader = _Reader(table, keys, codec.types)
     try:
         tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
     except (ValueError, NotImplementedError) as exc:  # equality deletes
         raise KeySetUnavailable(str(exc)) from exc
-    deletes: dict[str, dict[str, pa.ChunkedArray]] = {}
+    deletes = PositionDeletes(table.io, KeySetUnavailable)
 
     def live_keys(task: Any) -> list[pa.ChunkedArray]:
         columns = reader.read(task.file.file_path)
-        removed = []
-        for delete_file in task.delete_files:
-            if delete_file.content != DataFileContent.POSITION_DELETES:
-                raise KeySetUnavailable(f"equality delete file {delete_file.file_path}")
-            by_file = deletes.get(delete_file.file_path)
-            if by_file is None:
-                by_file = _read_deletes(table.io, delete_file)
-                deletes[delete_file.file_path] = by_file
-            positions = by_file.get(task.file.file_path)
-            if positions is not None:
-                removed.append(positions.to_numpy())
-        if not removed:
+        gone = deletes.of(task)
+        if not len(gone):
             return columns
         live = np.ones(len(columns[0]), dtype=bool)
-        gone = np.concatenate(removed)
         live[gone[gone < len(live)]] = False
         mask = pa.array(live)
         return [c.filter(mask) for c in columns]
@@ -222,7 +209,7 @@ def _advance(
     back to it): the caller builds the set again."""
     if key_set.snapshot_id == snapshot_id:
         return True
-    between = _snapshots_since(table, key_set.snapshot_id, snapshot_id)
+    between = snapshots_since(table, key_set.snapshot_id, snapshot_id)
     if between is None:
         return False
     added: list[Any] = []
@@ -237,18 +224,6 @@ def _advance(
         key_set.add(reader.read(data_file.file_path))
     key_set.snapshot_id = snapshot_id
     return True
-
-
-def _snapshots_since(table: Any, since: int, to: int) -> list[Any] | None:
-    """The snapshots after `since` up to `to` on `to`'s lineage, oldest first; None when
-    `since` is not an ancestor of `to`."""
-    found = []
-    snapshot = table.metadata.snapshot_by_id(to)
-    while snapshot is not None and snapshot.snapshot_id != since:
-        found.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    return None if snapshot is None else found[::-1]
 
 
 def _kind(snapshot: Any) -> str | None:

@@ -334,20 +334,31 @@ def position_of(locations: np.ndarray) -> np.ndarray:
     return locations & _POSITION_MASK
 
 
+def snapshots_since(table: Any, since: int, to: int) -> list[Any] | None:
+    """The snapshots after `since` up to `to` on `to`'s lineage, oldest first; None when
+    `since` is not an ancestor of `to`."""
+    found = []
+    snapshot = table.metadata.snapshot_by_id(to)
+    while snapshot is not None and snapshot.snapshot_id != since:
+        found.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
+    return None if snapshot is None else found[::-1]
+
+
 def unchanged_rows(table: Any, since: int, to: int) -> bool:
     """`to` descends from `since` by snapshots that only rewrote delete files (operation
     `replace`, no data file added or removed): the same rows at the same positions."""
-    snapshot = table.metadata.snapshot_by_id(to)
-    while snapshot is not None and snapshot.snapshot_id != since:
-        summary = snapshot.summary
-        if summary is None or summary.operation.value != "replace":
-            return False
-        for name in ("added-data-files", "deleted-data-files", "added-records"):
-            if int(summary.get(name) or 0):
-                return False
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    return snapshot is not None
+    between = snapshots_since(table, since, to)
+    return between is not None and all(_rewrote_deletes_only(s) for s in between)
+
+
+def _rewrote_deletes_only(snapshot: Any) -> bool:
+    summary = snapshot.summary
+    if summary is None or summary.operation.value != "replace":
+        return False
+    names = ("added-data-files", "deleted-data-files", "added-records")
+    return not any(int(summary.get(name) or 0) for name in names)
 
 
 def _row_values(columns: Sequence[pa.Array | pa.ChunkedArray], rows: np.ndarray) -> list[tuple]:

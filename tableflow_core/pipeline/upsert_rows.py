@@ -63,7 +63,11 @@ from tableflow_core.ingest.upsert_order import (
     TIMESTAMP_COLUMN,
     order_columns,
 )
-from tableflow_core.pipeline.data_files import columns_by_field_id, write_data_files
+from tableflow_core.pipeline.data_files import (
+    PositionDeletes,
+    columns_by_field_id,
+    write_data_files,
+)
 from tableflow_core.pipeline.key_index import (
     INDEXES,
     IndexCache,
@@ -280,7 +284,7 @@ class _Scan:
         self.field_ids = {
             name: schema.find_field(name).field_id for name in (*keys, *self.positions)
         }
-        self._deletes: dict[str, dict[str, pa.ChunkedArray]] = {}
+        self._deletes = PositionDeletes(table.io, DriverMergeUnsupported)
         # A change stream's order is the source's: a later Kafka timestamp says nothing.
         self._earliest = None if cdc else earliest_timestamp(latest)
 
@@ -292,21 +296,7 @@ class _Scan:
 
     def deleted_positions(self, task: Any) -> np.ndarray:
         """Rows of the task's data file its delete files removed."""
-        from pyiceberg.io.pyarrow import _read_deletes
-        from pyiceberg.manifest import DataFileContent
-
-        found = []
-        for delete_file in task.delete_files:
-            if delete_file.content != DataFileContent.POSITION_DELETES:
-                raise DriverMergeUnsupported(f"equality delete file {delete_file.file_path}")
-            by_file = self._deletes.get(delete_file.file_path)
-            if by_file is None:  # a delete file may name many data files: read it once
-                by_file = _read_deletes(self.table.io, delete_file)
-                self._deletes[delete_file.file_path] = by_file
-            positions = by_file.get(task.file.file_path)
-            if positions is not None:
-                found.append(positions.to_numpy())
-        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+        return self._deletes.of(task)
 
     def timestamp_upper(self, data_file: Any) -> int | None:
         """`data_file`'s `_kafka_timestamp` upper bound (epoch micros), if it has one."""
