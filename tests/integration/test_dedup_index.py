@@ -7,49 +7,31 @@ cache is a restart; a kill -9 is a CLI apply in a process of its own."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.pipeline import dedup_index
 from tableflow_core.pipeline.key_index import INDEXES
 from tableflow_core.runner.results import TableResult
 from tableflow_core.tasks.run import CycleReport, RunTask
+from tests.dedup_events import EventTopic
 from tests.fixtures.apply_env import Env, apply, run_cli_apply
-from tests.fixtures.stack import KafkaBroker, unique_name
+from tests.fixtures.stack import KafkaBroker
 from tests.unit.test_key_index import weak_hash
 
 pytestmark = pytest.mark.slow
 
-EVENT = {
-    "type": "record",
-    "name": "Event",
-    "namespace": "tableflow.test",
-    "fields": [{"name": "id", "type": "long"}, {"name": "v", "type": "string"}],
-}
 
-
-class Events:
+class Events(EventTopic):
     def __init__(self, broker: KafkaBroker, registry_url: str) -> None:
-        self.name = broker.create_topic(unique_name("dedup-index"), 1)
-        self.bootstrap = broker.bootstrap
-        self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}),
-                                         json.dumps(EVENT))  # fmt: skip
+        super().__init__(broker, registry_url, "dedup-index", 1)
         self.produced: list[tuple[int, str]] = []
 
     def produce(self, *events: tuple[int, str]) -> None:
         """(id, v) each, in this order."""
-        producer = Producer({"bootstrap.servers": self.bootstrap})
-        context = SerializationContext(self.name, MessageField.VALUE)
-        for key, value in events:
-            producer.produce(self.name, self.serializer({"id": key, "v": value}, context))
-        producer.flush(30)
+        self.send((None, key, value) for key, value in events)
         self.produced.extend(events)
 
     def first_of_each(self, key: int) -> dict[Any, tuple[int, str]]:

@@ -9,10 +9,6 @@ import json
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.pipeline.runners import read_ranges
@@ -20,34 +16,20 @@ from tableflow_core.pipeline.transforms.read_task_dedup import (
     DEDUP_RAN_IN_PROPERTY,
     KEYS_ACROSS_TASKS_PROPERTY,
 )
+from tests.dedup_events import EventTopic
 from tests.fixtures.apply_env import Env, apply
-from tests.fixtures.stack import KafkaBroker, unique_name
+from tests.fixtures.stack import KafkaBroker
 
 pytestmark = pytest.mark.slow
 
-EVENT = {
-    "type": "record",
-    "name": "Event",
-    "namespace": "tableflow.test",
-    "fields": [{"name": "id", "type": "long"}, {"name": "v", "type": "string"}],
-}
 
-
-class Events:
+class Events(EventTopic):
     def __init__(self, broker: KafkaBroker, registry_url: str) -> None:
-        self.name = broker.create_topic(unique_name("dedup-tasks"), 2)
-        self.bootstrap = broker.bootstrap
-        self.serializer = AvroSerializer(SchemaRegistryClient({"url": registry_url}),
-                                         json.dumps(EVENT))  # fmt: skip
+        super().__init__(broker, registry_url, "dedup-tasks", 2)
 
     def produce(self, *events: tuple[int, int, str]) -> None:
         """(partition, id, v) each."""
-        producer = Producer({"bootstrap.servers": self.bootstrap})
-        context = SerializationContext(self.name, MessageField.VALUE)
-        for partition, key, value in events:
-            payload = self.serializer({"id": key, "v": value}, context)
-            producer.produce(self.name, payload, partition=partition)
-        producer.flush(30)
+        self.send(events)
 
 
 @pytest.fixture
