@@ -56,10 +56,12 @@ import argparse
 import datetime as dt
 import inspect
 import io
+import itertools
 import json
 import multiprocessing
 import os
 import random
+import resource
 import struct
 import subprocess
 import sys
@@ -69,13 +71,14 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import large_table
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from event_schema import SCHEMA  # benchmarks/ is on sys.path when a script runs
-from ingest import record, servers, write_project
+from ingest import record, servers, write_project, write_tables_project
 from many_tables import checkout
 
 from tableflow_core.dev import broker
@@ -96,13 +99,19 @@ def add_workload_arguments(
     parser.add_argument("--batches", type=int, default=batches, help=batches_help)
 
 
-def batch_changes(rows: int, size: int, seed: int) -> list[Change]:
-    """Updates of existing ids (some ids several times), 10% tombstones."""
+def batch_changes(rows: int, size: int, seed: int, new_share: float = 0.0) -> list[Change]:
+    """Updates of existing ids (some ids several times), 10% tombstones; with
+    `new_share`, that share of the records are of ids new to the table (each batch its
+    own: ids from `rows + seed * size`)."""
     rng = random.Random(seed)
     hot = [rng.randrange(rows) for _ in range(max(1, size // 50))]
     changes: list[Change] = []
+    fresh = itertools.count(rows + seed * size)
     for _ in range(size):
-        key = rng.choice(hot) if rng.random() < 0.1 else rng.randrange(rows)
+        if new_share and rng.random() < new_share:
+            key = next(fresh)
+        else:
+            key = rng.choice(hot) if rng.random() < 0.1 else rng.randrange(rows)
         if rng.random() < 0.1:
             changes.append((key, None))
         else:
@@ -204,10 +213,11 @@ def tableflow_apply(root: Path, spark: Any) -> float:
     return measured_apply(root, spark)["wall"]
 
 
-def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
-    """Plan + apply as `tableflow apply` does, with what it cost: wall seconds (plan, apply),
-    CPU seconds of this process tree (driver, JVM, Python workers), the run's phase timings
-    from run_results (`timings`, when the tree reports them) and the Spark stages it ran."""
+def measured_apply(root: Path, spark: Any, table_name: str | None = None) -> dict[str, Any]:
+    """Plan + apply as `tableflow apply` does (`--select table_name`: that table only), with
+    what it cost: wall seconds (plan, apply), CPU seconds of this process tree (driver,
+    JVM, Python workers), the run's phase timings from run_results (`timings`, when the
+    tree reports them) and the Spark stages it ran."""
     from tableflow_core.config.loader import load_project
     from tableflow_core.tasks.apply import ApplyTask
     from tableflow_core.tasks.plan import PlanTask
@@ -217,7 +227,11 @@ def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
     threads_before = jvm_thread_cpu(os.getpid())
     started = time.perf_counter()
     project = load_project(root)
-    plan = PlanTask(project, project.tables).run()
+    if table_name is None:
+        plan = PlanTask(project, project.tables).run()
+    else:
+        tables = tuple(t for t in project.tables if t.name == table_name)
+        plan = PlanTask(project, tables, selectors=(table_name,)).run()
     planned = time.perf_counter()
     results = ApplyTask(project, plan, spark=spark).run()
     ended = time.perf_counter()
@@ -229,6 +243,7 @@ def measured_apply(root: Path, spark: Any) -> dict[str, Any]:
         "apply": ended - planned,
         "cpu": {k: v - cpu_before[k] for k, v in tree_cpu(os.getpid()).items()},
         "jvm_threads": {k: v - threads_before[k] for k, v in jvm_thread_cpu(os.getpid()).items()},
+        "records_read": table.records_read,
         "timings": dict(getattr(table, "timings", None) or {}),
         "stages": stages.since(),
         "query": stages.longest_query(),
@@ -495,7 +510,12 @@ def final_rows(changes: list[Change]) -> tuple[pa.Table, list[int]]:
 def initial_rows(rows: int) -> pa.Table:
     """`record(i)` for i in 0..rows-1 as one Arrow table, built by column (a list of 10M
     dicts would take minutes and gigabytes); the types `Table.from_pylist` infers."""
-    i = np.arange(rows, dtype=np.int64)
+    return initial_rows_range(0, rows)
+
+
+def initial_rows_range(start_id: int, stop_id: int) -> pa.Table:
+    """`record(i)` for i in start_id..stop_id-1 (`initial_rows`)."""
+    i = np.arange(start_id, stop_id, dtype=np.int64)
     users = pa.array([f"user-{k}" for k in range(5000)])
     cities = pa.array([f"city-{k}" for k in range(300)])
     city = pc.take(cities, pa.array(i % 300))
@@ -512,7 +532,9 @@ def initial_rows(rows: int) -> pa.Table:
         "kind": pc.take(pa.array(["A", "B", "C"]), pa.array(i % 3)),
         "day": pa.array((dt.date(2026, 1, 1) - dt.date(1970, 1, 1)).days + (i % 365), pa.int32()).cast(pa.date32()),
     })  # fmt: skip
-    sample = pa.Table.from_pylist([record(k) for k in range(min(rows, 2000))])
+    sample = pa.Table.from_pylist(
+        [record(k) for k in range(start_id, min(stop_id, start_id + 2000))]
+    )
     assert table.slice(0, sample.num_rows).equals(sample), "initial_rows differs from record()"
     return table
 
@@ -769,81 +791,209 @@ def measure_size(
         spark.stop()
 
 
+UPSERT_TABLE, DEDUP_TABLE = "events", "events_dedup"
+
+
+def bench_tables(topic: str) -> list[dict[str, Any]]:
+    """The two tables of a size's project, both on its topic: an upsert table on id, and
+    an append table whose `dedup` on id looks at what the table holds."""
+    dedup = {"type": "dedup", "keys": ["id"], "keep": "first"}
+    return [
+        {"name": UPSERT_TABLE, "topic": topic, "mode": "upsert", "key_columns": ["id"],
+         "key": {"format": "avro"}},
+        {"name": DEDUP_TABLE, "topic": topic, "transforms": [dedup]},
+    ]  # fmt: skip
+
+
+def build_directly(root: Path, topic: Topic, rows: int, spark: Any) -> None:
+    """The tables of `rows` rows built directly (benchmarks/large_table.py): tableflow
+    creates them on the empty topic, then the placeholders and the data files."""
+    from tableflow_core.config.loader import load_project
+    from tableflow_core.targets.catalog import open_catalog
+
+    for table in (UPSERT_TABLE, DEDUP_TABLE):
+        created = measured_apply(root, spark, table)
+        assert created["records_read"] == 0, created
+    created_ms = int(time.time() * 1000)
+    produce_s = large_table.produce_placeholders(
+        topic.bootstrap, topic.name, PARTITIONS, rows, topic.key_header
+    )
+    with open_catalog(load_project(root)) as handle:
+        identifiers = [f"bench.{UPSERT_TABLE}", f"bench.{DEDUP_TABLE}"]
+        build_s = large_table.build_tables(
+            handle.catalog, identifiers, topic.name, PARTITIONS, rows, created_ms,
+            initial_rows_range,
+        )  # fmt: skip
+        files = len(handle.catalog.load_table(identifiers[0]).inspect.data_files())
+    print(f"built directly: {rows:,} placeholder records produced in {produce_s:.1f} s; both "
+          f"tables' data files written and committed in {build_s:.1f} s ({files} data files "
+          f"each); load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+
+
+def _pyiceberg_figures_child(metadata_location: str, answer: Any) -> None:
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(metadata_location)
+    started = time.perf_counter()
+    figures = large_table.pyiceberg_figures_of(table)
+    answer.put((figures, time.perf_counter() - started))
+
+
+def pyiceberg_figures_boxed(
+    metadata_location: str, timeout: float
+) -> tuple[tuple[int, float], float] | None:
+    """pyiceberg's (rows, sum of amounts) of one snapshot and its seconds, in a child
+    process; None when it had not finished after `timeout` seconds."""
+    context = multiprocessing.get_context("spawn")
+    answer = context.Queue()
+    child = context.Process(target=_pyiceberg_figures_child, args=(metadata_location, answer))
+    child.start()
+    child.join(timeout)
+    if child.is_alive():
+        child.terminate()
+        child.join(30)
+        return None
+    assert child.exitcode == 0, f"pyiceberg's read failed (exit {child.exitcode})"
+    result: tuple[tuple[int, float], float] = answer.get(timeout=10)
+    return result
+
+
+def check_readers(
+    root: Path, spark: Any, label: str, models: dict[str, tuple[int, float]], timeout: float
+) -> None:
+    """Every reader's (rows, sum of amounts) of each table in `models` against its model,
+    each reader timed: pyiceberg (a child process, stopped after `timeout` s), DuckDB,
+    Spark (the project's catalog registered under a name of this project's own), Trino (a
+    server started for the check, on the project's catalog)."""
+    from tableflow_core.config.loader import load_project
+    from tableflow_core.engine.spark_session import register_catalog
+    from tableflow_core.targets.catalog import open_catalog
+
+    project = load_project(root)
+    with open_catalog(project) as handle, large_table.trino_reader(handle, root) as trino:
+        spark_catalog = f"readers_{project.target.catalog.port}"
+        register_catalog(spark, spark_catalog, handle.spark_properties)
+        for table, model in models.items():
+            identifier = f"bench.{table}"
+            loaded = handle.catalog.load_table(identifier)
+            deletes = sum(1 for task in loaded.scan().plan_files() for _ in task.delete_files)
+            seconds: dict[str, float] = {}
+            figures: dict[str, tuple[int, float]] = {}
+            boxed = pyiceberg_figures_boxed(loaded.metadata_location, timeout)
+            if boxed is not None:
+                figures["pyiceberg"], seconds["pyiceberg"] = boxed
+            for reader in ("DuckDB", "Spark", "Trino"):
+                started = time.perf_counter()
+                figures[reader] = large_table.engine_figures(
+                    reader, loaded.metadata_location, spark, f"{spark_catalog}.{identifier}", trino
+                )
+                seconds[reader] = time.perf_counter() - started
+            print("  " + large_table.agree(f"{table} {label}", figures, model), flush=True)
+            timed = ", ".join(f"{r} {s:.2f} s" for r, s in seconds.items())
+            missing = "" if boxed else f"; pyiceberg not done after {timeout:.0f} s (stopped)"
+            print(f"    read in: {timed} ({deletes} delete files){missing}", flush=True)
+
+
 def _measure_size(
     args: argparse.Namespace, rows: int, work: Path, bootstrap: str, url: str, spark: Any
 ) -> dict[str, float | None]:
     name = f"bench_upsert_{rows}"
     broker.create_topics(bootstrap, {name: PARTITIONS})
     topic = Topic(bootstrap, url, name)
-    produce_s = topic.produce_initial(rows)
-    root = write_project(
-        work / f"project_{rows}", bootstrap, url, topic.name, args.cores,
-        mode="upsert", key_columns=["id"], key={"format": "avro"},
-    )  # fmt: skip
-    print(f"\n== rows {rows:,}, batch {args.batch:,} records (10% tombstones), {PARTITIONS} "
-          f"partitions, local[{args.cores}]; produced the {rows:,} records in {produce_s:.1f} s; "
-          f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
-    load = measured_apply(root, spark)
-    load_cpu = sum(v for k, v in load["cpu"].items() if k != "stack")
-    py_work = work / f"pyiceberg_{rows}"
-    py_work.mkdir()
-    py_load_s, py_table = pyiceberg_load(py_work, rows)
-    print(f"initial load  tableflow apply {load['wall']:8.2f} s (CPU {load_cpu:.1f} s, "
-          f"{rows / load['wall']:,.0f} records/s)   pyiceberg append {py_load_s:8.2f} s; "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-    del py_table
-
-    changes = batch_changes(rows, args.batch, seed=1)
-    topic.produce(changes)
-    first = measured_apply(root, spark)
-    batch_s = first["wall"]
-    py_upsert_s = pyiceberg_upsert_boxed(py_work, changes, args.pyiceberg_timeout)
-    if py_upsert_s is None:
-        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
-              f"> {args.pyiceberg_timeout:.0f} s (time-boxed, stopped)   speed-up > "
-              f"{args.pyiceberg_timeout / batch_s:5.1f}x", flush=True)  # fmt: skip
+    root = write_tables_project(work / f"project_{rows}", bootstrap, url, args.cores,
+                                bench_tables(topic.name))  # fmt: skip
+    direct = rows > args.direct_above
+    print(f"\n== rows {rows:,}, batch {args.batch:,} records ({args.new_share:.0%} new ids, 10% "
+          f"tombstones), {PARTITIONS} partitions, local[{args.cores}]; the table "
+          + ("built directly" if direct else "loaded through Kafka")
+          + f"; load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)  # fmt: skip
+    if direct:
+        build_directly(root, topic, rows, spark)
     else:
-        print(f"one batch     tableflow apply {batch_s:8.2f} s   pyiceberg upsert+delete "
-              f"{py_upsert_s:8.2f} s   speed-up {py_upsert_s / batch_s:5.1f}x", flush=True)  # fmt: skip
-    print(f"  breakdown s: {breakdown_line(breakdown(first))}", flush=True)
-    ours = table_summary(root)
-    if py_upsert_s is not None:
-        py_arrow = pyiceberg_catalog(py_work).load_table("bench.events").scan().to_arrow()
-        theirs = (py_arrow.num_rows, round(pc.sum(py_arrow["amount"]).as_py(), 2))
-        del py_arrow
-        assert ours == theirs, (ours, theirs)
-        print(f"  same rows as pyiceberg: {ours[0]:,} rows, sum of amounts {ours[1]}")
+        produce_s = topic.produce_initial(rows)
+        print(f"produced the {rows:,} records in {produce_s:.1f} s", flush=True)
+        for table in (UPSERT_TABLE, DEDUP_TABLE):
+            load = measured_apply(root, spark, table)
+            load_cpu = sum(v for k, v in load["cpu"].items() if k != "stack")
+            print(f"initial load  {table:<12} tableflow apply {load['wall']:8.2f} s (CPU "
+                  f"{load_cpu:.1f} s, {rows / load['wall']:,.0f} records/s); load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+    upsert_model, dedup_model = large_table.UpsertModel(rows), large_table.DedupModel(rows)
+    py_work = work / f"pyiceberg_{rows}"
+    pyiceberg = rows <= args.pyiceberg_max
+    if pyiceberg:
+        py_work.mkdir()
+        py_load_s, py_table = pyiceberg_load(py_work, rows)
+        print(f"pyiceberg append of the same rows {py_load_s:8.2f} s", flush=True)
+        del py_table
 
-    batch_times, batch_cpu, parts = [], [], []
+    changes = batch_changes(rows, args.batch, seed=1, new_share=args.new_share)
+    topic.produce(changes)
+    upsert_model.apply(changes)
+    dedup_model.apply(changes)
+    first = measured_apply(root, spark, UPSERT_TABLE)
+    first_dedup = measured_apply(root, spark, DEDUP_TABLE)
+    batch_s = first["wall"]
+    print(f"batch 1 (cold: the key index and key set built): upsert {batch_s:.2f} s, CPU "
+          f"{breakdown(first)['CPU']:.2f} s; dedup {first_dedup['wall']:.2f} s, CPU "
+          f"{breakdown(first_dedup)['CPU']:.2f} s", flush=True)  # fmt: skip
+    print(f"  breakdown s: {breakdown_line(breakdown(first))}", flush=True)
+    py_upsert_s = None
+    if pyiceberg:
+        py_upsert_s = pyiceberg_upsert_boxed(py_work, changes, args.pyiceberg_timeout)
+        if py_upsert_s is None:
+            print(f"pyiceberg upsert+delete of batch 1 > {args.pyiceberg_timeout:.0f} s "
+                  f"(time-boxed, stopped)   speed-up > {args.pyiceberg_timeout / batch_s:5.1f}x",
+                  flush=True)  # fmt: skip
+        else:
+            print(f"pyiceberg upsert+delete of batch 1 {py_upsert_s:8.2f} s   speed-up "
+                  f"{py_upsert_s / batch_s:5.1f}x", flush=True)  # fmt: skip
+            ours = table_summary(root)
+            py_arrow = pyiceberg_catalog(py_work).load_table("bench.events").scan().to_arrow()
+            theirs = (py_arrow.num_rows, round(pc.sum(py_arrow["amount"]).as_py(), 2))
+            del py_arrow
+            assert ours == theirs, (ours, theirs)
+            print(f"  same rows as pyiceberg: {ours[0]:,} rows, sum of amounts {ours[1]}")
+    else:
+        print(f"pyiceberg's upsert not run at {short(rows)} rows (--pyiceberg-max "
+              f"{args.pyiceberg_max:,}: it reads the whole table for the batch's keys)")  # fmt: skip
+
+    cpu: dict[str, list[float]] = {UPSERT_TABLE: [], DEDUP_TABLE: []}
+    batch_times, parts = [], []
     commits_before = catalog_commits(root)
     for seed in range(2, args.batches + 1):
-        topic.produce(batch_changes(rows, args.batch, seed=seed))
-        measured = measured_apply(root, spark)
+        changes = batch_changes(rows, args.batch, seed=seed, new_share=args.new_share)
+        topic.produce(changes)
+        upsert_model.apply(changes)
+        dedup_model.apply(changes)
+        measured = measured_apply(root, spark, UPSERT_TABLE)
         batch_times.append(measured["wall"])
         parts.append(breakdown(measured))
-        batch_cpu.append(parts[-1]["CPU"])
-    mean_s = mean_cpu = None
+        cpu[UPSERT_TABLE].append(parts[-1]["CPU"])
+        cpu[DEDUP_TABLE].append(breakdown(measured_apply(root, spark, DEDUP_TABLE))["CPU"])
+    mean_s = mean_cpu = mean_dedup = None
     if batch_times:
         mean_s = sum(batch_times) / len(batch_times)
-        mean_cpu = sum(batch_cpu) / len(batch_cpu)
+        mean_cpu = sum(cpu[UPSERT_TABLE]) / len(batch_times)
+        mean_dedup = sum(cpu[DEDUP_TABLE]) / len(batch_times)
         per_batch = (catalog_commits(root) - commits_before) / len(batch_times)
-        print(f"batches 2..{args.batches}: mean {mean_s:.2f} s, CPU {mean_cpu:.2f} s, "
-              f"{per_batch:.1f} catalog commits per batch; load average "
-              f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-        print(f"  breakdown s (mean): {breakdown_line(mean_parts(parts))}", flush=True)
-    deletes = scan_seconds(root)
-    print(f"scan after {args.batches} batches (delete files): pyiceberg {deletes[0]:.2f} s, "
-          f"DuckDB {deletes[1]:.2f} s ({deletes[2]:,} rows, {deletes[3]} delete files)",
-          flush=True)  # fmt: skip
+        print(f"batches 2..{args.batches} (warm): upsert mean {mean_s:.2f} s, CPU {mean_cpu:.2f} "
+              f"s, {per_batch:.1f} catalog commits per batch; dedup CPU {mean_dedup:.2f} s; "
+              f"load average {os.getloadavg()[0]:.2f}; this process's peak RSS "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB",
+              flush=True)  # fmt: skip
+        print(f"  upsert breakdown s (mean): {breakdown_line(mean_parts(parts))}", flush=True)
+    models = {UPSERT_TABLE: upsert_model.figures(), DEDUP_TABLE: dedup_model.figures()}
+    check_readers(root, spark, f"after {args.batches} batches", models, args.reader_timeout)
     started = time.perf_counter()
     compact(root, spark)
     compact_s = time.perf_counter() - started
-    compacted = scan_seconds(root)
-    assert deletes[2] == compacted[2]
-    print(f"scan after compaction ({compact_s:.1f} s): pyiceberg {compacted[0]:.2f} s, "
-          f"DuckDB {compacted[1]:.2f} s ({compacted[3]} delete files); load average "
+    print(f"compaction of {UPSERT_TABLE}: {compact_s:.1f} s; load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-    return {"batch_s": batch_s, "py_upsert_s": py_upsert_s, "mean_s": mean_s, "mean_cpu": mean_cpu}
+    check_readers(root, spark, "after compaction", {UPSERT_TABLE: models[UPSERT_TABLE]},
+                  args.reader_timeout)  # fmt: skip
+    return {"batch_s": batch_s, "py_upsert_s": py_upsert_s, "mean_s": mean_s,
+            "mean_cpu": mean_cpu, "mean_dedup": mean_dedup}  # fmt: skip
 
 
 def short(rows: int) -> str:
@@ -856,6 +1006,36 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument(
         "--pyiceberg-timeout", type=float, default=600, help="seconds pyiceberg's upsert may take"
+    )
+    parser.add_argument(
+        "--direct-above",
+        type=int,
+        default=20_000_000,
+        help="sizes above it are built directly (benchmarks/large_table.py)",
+    )
+    parser.add_argument(
+        "--new-share",
+        type=float,
+        default=0.1,
+        help="share of a batch's records whose ids are new to the tables",
+    )
+    parser.add_argument(
+        "--pyiceberg-max",
+        type=int,
+        default=10_000_000,
+        help="the largest size pyiceberg's upsert is run on",
+    )
+    parser.add_argument(
+        "--reader-timeout",
+        type=float,
+        default=900,
+        help="seconds pyiceberg's read of a table may take",
+    )
+    parser.add_argument(
+        "--first-load-records",
+        type=int,
+        default=500_000,
+        help="ids of the first-load comparison (0: not run)",
     )
     parser.add_argument("--against", help="A/B mode: a git revision to compare with")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -879,22 +1059,45 @@ def main() -> None:
             return ab_mode(args, work, topic, bootstrap, url)
         print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
         figures = {rows: measure_size(args, rows, work, bootstrap, url) for rows in sizes}
+        first_load = None
+        if args.first_load_records:
+            # imported here: upsert_first_load imports this module
+            from upsert_first_load import first_load_vs_append
+
+            first_load = first_load_vs_append(
+                bootstrap, url, work, args.first_load_records, args.cores, rounds=1
+            )
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
-        if len(sizes) < 2:
-            return
-        small, large = figures[min(sizes)], figures[max(sizes)]
-        if small["mean_cpu"] and large["mean_cpu"] and small["mean_s"] and large["mean_s"]:
-            print(f"{short(max(sizes))}/{short(min(sizes))} batch wall: "
-                  f"{large['mean_s'] / small['mean_s']:.2f}x (shared machine: CPU is the measure)")  # fmt: skip
-            print(f"{short(max(sizes))}/{short(min(sizes))} batch cost: "
-                  f"{large['mean_cpu'] / small['mean_cpu']:.2f}x")  # fmt: skip
-        py_s, ours_s = large["py_upsert_s"], large["batch_s"]
-        assert ours_s is not None
-        if py_s is None:
-            print(f"vs pyiceberg at {short(max(sizes))}: >{args.pyiceberg_timeout / ours_s:.1f}x "
-                  f"(lower bound: pyiceberg stopped after {args.pyiceberg_timeout:.0f} s)")  # fmt: skip
-        else:
-            print(f"vs pyiceberg at {short(max(sizes))}: {py_s / ours_s:.1f}x")
+    summary_lines(args, sizes, figures, first_load)
+
+
+def summary_lines(
+    args: argparse.Namespace,
+    sizes: list[int],
+    figures: dict[int, dict[str, float | None]],
+    first_load: float | None,
+) -> None:
+    """The comparisons, the issue's three last."""
+    small, large = figures[min(sizes)], figures[max(sizes)]
+    label = f"{short(max(sizes))}/{short(min(sizes))}"
+    if len(sizes) > 1 and small["mean_s"] and large["mean_s"]:
+        print(f"{label} batch wall: {large['mean_s'] / small['mean_s']:.2f}x "
+              "(shared machine: CPU is the measure)")  # fmt: skip
+    py_s, ours_s = large["py_upsert_s"], large["batch_s"]
+    assert ours_s is not None
+    if max(sizes) > args.pyiceberg_max:
+        print(f"vs pyiceberg at {short(max(sizes))}: not run (--pyiceberg-max)")
+    elif py_s is None:
+        print(f"vs pyiceberg at {short(max(sizes))}: >{args.pyiceberg_timeout / ours_s:.1f}x "
+              f"(lower bound: pyiceberg stopped after {args.pyiceberg_timeout:.0f} s)")  # fmt: skip
+    else:
+        print(f"vs pyiceberg at {short(max(sizes))}: {py_s / ours_s:.1f}x")
+    if len(sizes) > 1 and small["mean_cpu"] and large["mean_cpu"]:
+        print(f"{label} batch cost: {large['mean_cpu'] / small['mean_cpu']:.2f}x")
+    if first_load is not None:
+        print(f"first load vs append: {first_load:.2f}x")
+    if len(sizes) > 1 and small["mean_dedup"] and large["mean_dedup"]:
+        print(f"dedup {label} batch cost: {large['mean_dedup'] / small['mean_dedup']:.2f}x")
 
 
 if __name__ == "__main__":
