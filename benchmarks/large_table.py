@@ -30,7 +30,7 @@ import contextlib
 import multiprocessing
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,22 +58,15 @@ def rows_in_partition(rows: int, partition: int, partitions: int) -> int:
 def _produce_placeholders(
     bootstrap: str, topic: str, partition: int, partitions: int, rows: int, key_header: bytes
 ) -> None:
-    from upsert import _zigzag  # benchmarks/ is on sys.path in the spawned process too
+    # imported here: upsert imports this module (benchmarks/ is on the child's sys.path)
+    from upsert import _zigzag, produce_messages
 
     producer = Producer(broker.producer_config(bootstrap, **{"linger.ms": 100}))
     ids = range(partition, rows, partitions)
     for start in range(0, len(ids), PRODUCE_CHUNK):
-        pending = [
-            {"key": key_header + _zigzag(i), "value": b""}
-            for i in ids[start : start + PRODUCE_CHUNK]
-        ]
-        while pending:
-            queued = producer.produce_batch(topic, pending, partition=partition)
-            failed = [m for m in pending if m.get("_error")]
-            if queued < len(pending) and not failed:
-                failed = pending[queued:]
-            pending = [{"key": m["key"], "value": m["value"]} for m in failed]
-            producer.poll(0.05 if pending else 0)
+        chunk = ids[start : start + PRODUCE_CHUNK]
+        messages = [{"key": key_header + _zigzag(i), "value": b""} for i in chunk]
+        produce_messages(producer, topic, partition, messages)
     remaining = producer.flush(600)
     assert remaining == 0, f"{remaining} placeholder records not delivered"
 
@@ -119,7 +112,7 @@ def build_tables(
     partitions: int,
     rows: int,
     created_ms: int,
-    chunk_rows: Iterable[Any],
+    chunk_rows: Callable[[int, int], pa.Table],
 ) -> float:
     """Write ids 0..rows-1 (`chunk_rows(start, stop)` gives their Arrow rows) into each of
     `identifiers` (tables tableflow created) and commit each in one fast append carrying
@@ -127,10 +120,9 @@ def build_tables(
     started = time.perf_counter()
     tables = [catalog.load_table(i) for i in identifiers]
     files: list[list[Any]] = [[] for _ in tables]
-    make = chunk_rows
     for start in range(0, rows, CHUNK_ROWS):
         stop = min(rows, start + CHUNK_ROWS)
-        chunk = make(start, stop)  # type: ignore[operator]
+        chunk = chunk_rows(start, stop)
         ids = np.arange(start, stop, dtype=np.int64)
         for n, table in enumerate(tables):
             schema = table.schema().as_arrow()

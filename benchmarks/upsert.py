@@ -1,28 +1,46 @@
-"""Upsert: tableflow's upsert (merge-on-read) vs pyiceberg's `Table.upsert`, same data, same run.
+"""Upsert: tableflow's upsert (merge-on-read) vs pyiceberg's `Table.upsert`, same data, same run;
+and an append table's dedup against the table beside it.
 
     .venv/bin/python benchmarks/upsert.py [--rows 1000000,10000000] [--batch 100000] [--batches 10]
+    .venv/bin/python benchmarks/upsert.py --rows 1000000,100000000 --batch 100000 --batches 5
     .venv/bin/python benchmarks/upsert.py --rows 1000000 --batch 100000 --batches 6 --against REV
 
-Starts its own Apache Kafka and dev registry; for each table size in `--rows`, produces that
-many Avro records keyed by an Avro key {id} (one per id) to its own 4-partition topic
-(`produce_batch` calls of 20k records, one producer process per partition), then measures:
-- tableflow: the code `tableflow apply` runs (PlanTask + ApplyTask, one Spark application,
-  embedded catalog): the initial load of the table, then a batch of `--batch` records
-  (updates of existing keys, keys repeated within the batch, 10% tombstones);
-- pyiceberg: the same table loaded with `append`, then the same batch applied with its
-  own `Table.upsert` (last record per key, as tableflow does) and `Table.delete` for the
-  tombstones. Both tables must end with the same rows (count and sum of amounts);
-- scans: `--batches` more batches through tableflow (each merged on the driver,
-  pipeline/upsert_rows.py, as every batch of at most 250k records is: position delete
-  files accumulate), then a full scan (pyiceberg `to_arrow`, DuckDB `iceberg_scan`) with
-  the delete files, and again after compaction (`rewrite_data_files`, deletes applied).
+Starts its own Apache Kafka and dev registry; for each table size in `--rows`, a project of
+two tables on one 4-partition topic of Avro records keyed by an Avro key {id}: `events`
+(`mode: upsert`, key id) and `events_dedup` (an append table whose `dedup` on id, keep
+first, drops a record whose id the table holds). Each table is applied on its own
+(`tableflow apply --select`'s code: PlanTask + ApplyTask, one Spark application per size,
+embedded catalog), so each has its own figures.
+- The initial rows, ids 0..rows-1 (one record each): sizes up to `--direct-above`
+  (20M) are produced to the topic (`produce_batch` calls of 20k records, one producer
+  process per partition) and loaded by `tableflow apply`; larger ones are built directly
+  (benchmarks/large_table.py: one placeholder record per row at the row's offset,
+  tableflow's writer, the committed offsets in the commit), as issue 45 allows.
+- pyiceberg (sizes up to `--pyiceberg-max`): the same initial rows loaded with `append`,
+  then batch 1 applied with its own `Table.upsert` (last record per key, as tableflow
+  does) and `Table.delete` for the tombstones. Both tables must end with the same rows
+  (count and sum of amounts).
+- Batches of `--batch` records (`batch_changes`: updates of existing ids, some several
+  times, `--new-share` of new ids, 10% tombstones), each applied to both tables. Batch 1
+  is cold (the upsert table's key index and the dedup table's key set are built from the
+  table, as a new `tableflow apply` process does each time); batches 2.. are warm, as in
+  `tableflow run` (this process keeps them). An upsert batch of at most 250k records is
+  merged on the driver (pipeline/upsert_rows.py): position delete files accumulate.
+- Then every reader (pyiceberg in a child process stopped after `--reader-timeout` s,
+  DuckDB, Spark, Trino started for the check) counts and sums both tables against an
+  independent model (`large_table.UpsertModel`, `DedupModel`: the initial rows, then
+  each record in produce order), and again after compaction of the upsert table
+  (`rewrite_data_files`, deletes applied), each reader timed.
+- `--first-load-records`: the first load of an upsert topic against an append table's
+  apply of the same records (benchmarks/upsert_first_load.py, one round), same broker.
 
-With several sizes, the last two lines compare them: `10M/1M batch cost: X.XXx` (the mean
-CPU seconds of tableflow's batches 2.. into the largest table over those into the smallest;
-CPU, as the machine is shared: wall seconds are printed beside) and `vs pyiceberg at 10M:
-X.Xx` (pyiceberg's upsert+delete of batch 1 over tableflow's apply of it, wall seconds).
+Last lines: `{large}/{small} batch cost: X.XXx` (the mean CPU seconds of the upsert
+table's warm batches into the largest table over those into the smallest; CPU, as the
+machine is shared: wall seconds are printed above), `vs pyiceberg at {large}: X.Xx`
+(pyiceberg's upsert+delete of batch 1 over tableflow's apply of it, wall seconds;
 pyiceberg runs in a child process stopped after `--pyiceberg-timeout` seconds: then the
-ratio is a lower bound, labelled so.
+ratio is a lower bound, labelled so), `first load vs append: X.XXx` and `dedup
+{large}/{small} batch cost: X.XXx` (the dedup table's warm batches, CPU).
 
 Every tableflow batch prints its breakdown (seconds). A batch merged on the driver:
 `plan`, `apply frame` (ApplyTask outside the table's run), `load+branch`, `read+decode
@@ -162,14 +180,8 @@ class Topic:
     def produce_partition(self, partition: int, changes: list[Change]) -> None:
         producer = Producer(broker.producer_config(self.bootstrap))
         for start in range(0, len(changes), PRODUCE_CHUNK):
-            pending = self.messages(changes[start : start + PRODUCE_CHUNK])
-            while pending:
-                queued = producer.produce_batch(self.name, pending, partition=partition)
-                failed = [m for m in pending if m.get("_error")]
-                if queued < len(pending) and not failed:
-                    failed = pending[queued:]
-                pending = [{"key": m["key"], "value": m["value"]} for m in failed]
-                producer.poll(0.05 if pending else 0)
+            messages = self.messages(changes[start : start + PRODUCE_CHUNK])
+            produce_messages(producer, self.name, partition, messages)
         remaining = producer.flush(300)
         assert remaining == 0, f"{remaining} records not delivered"
 
@@ -182,6 +194,21 @@ class Topic:
         with context.Pool(min(PARTITIONS, os.cpu_count() or 1)) as pool:
             pool.starmap(_produce_initial_partition, args)
         return time.perf_counter() - started
+
+
+def produce_messages(
+    producer: Producer, topic: str, partition: int, messages: list[dict[str, Any]]
+) -> None:
+    """`messages` ({key, value}) to `partition` by `produce_batch`; those the local queue
+    refused are sent again once it drained a little."""
+    pending = messages
+    while pending:
+        queued = producer.produce_batch(topic, pending, partition=partition)
+        failed = [m for m in pending if m.get("_error")]
+        if queued < len(pending) and not failed:
+            failed = pending[queued:]
+        pending = [{"key": m["key"], "value": m["value"]} for m in failed]
+        producer.poll(0.05 if pending else 0)
 
 
 PRODUCE_CHUNK = 20_000
@@ -1058,7 +1085,6 @@ def main() -> None:
             topic.produce_initial(args.rows)
             return ab_mode(args, work, topic, bootstrap, url)
         print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)", flush=True)
-        figures = {rows: measure_size(args, rows, work, bootstrap, url) for rows in sizes}
         first_load = None
         if args.first_load_records:
             # imported here: upsert_first_load imports this module
@@ -1067,6 +1093,7 @@ def main() -> None:
             first_load = first_load_vs_append(
                 bootstrap, url, work, args.first_load_records, args.cores, rounds=1
             )
+        figures = {rows: measure_size(args, rows, work, bootstrap, url) for rows in sizes}
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     summary_lines(args, sizes, figures, first_load)
 
