@@ -4,6 +4,7 @@ stand-ins that record what ran when)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -162,7 +163,7 @@ def test_maintenance_runs_in_its_lane_between_two_refreshes_of_its_table() -> No
     for m0, m1 in maintained:
         assert not any(t0 < m1 and t1 > m0 for t0, t1 in kept)
     events = sorted([(t0, "cycle") for t0, _ in kept] + [(t0, "maintain") for t0, _ in maintained])
-    assert all(a[1] != b[1] for a, b in zip(events, events[1:], strict=False))
+    assert all(a[1] != b[1] for a, b in itertools.pairwise(events))
     # The other table of its lane went on meanwhile.
     assert overlaps(task.spans("cycle", "other"), maintained[0]) >= 4
     maintenance_reports = [r for r in reports if not r.refreshed]
