@@ -12,14 +12,16 @@ join the shared Spark job refresh together in one lane; each table with a pipeli
 its own (checks, dead letters, ...) has a lane of its own. A table waits only for the
 tables of its own lane: a slow checked table no longer holds back every other one.
 
-**Maintenance** has a lane of its own too. After each cycle, the cycle's tables that get
-maintenance are handed to it; it runs what is due on each table (`MaintainTask`: under
-the table's lock, so never racing the table's ingest; it publishes and syncs the Delta
-log after maintenance commits) and reports it apart (a report with no refreshed tables
-and its `maintenance`). A table handed to maintenance sits out its lane's cycles until
-its maintenance is done and reported, so it is maintained between two of its refreshes,
-and its next cycle plans afresh from the maintained table; the other tables of its lane
-go on. Locks are waited for, never failed on (`LOCK_WAIT_S`): a maintenance waits for an
+**Maintenance** has a lane of its own too. After each cycle, its lane reads what
+maintenance is due on the cycle's tables (pyiceberg, no Spark: a table with nothing due
+has that note in the cycle's report) and hands the tables with something due to the
+maintenance lane, one by one. It runs what is due on each (`MaintainTask`: under the
+table's lock, so never racing the table's ingest; it publishes and syncs the Delta log
+after maintenance commits) and reports it apart (a report with no refreshed tables, its
+`maintenance` and the table in `maintenance_due`). A table handed to maintenance sits out
+its lane's cycles until its maintenance is done and reported, so it is maintained
+between two of its refreshes, and its next cycle plans afresh from the maintained
+table; the other tables of its lane go on. Locks are waited for, never failed on (`LOCK_WAIT_S`): a maintenance waits for an
 ingest of its table from another process, and an apply for a maintenance.
 
 Each table is in one cycle at a time. The lanes' events (a cycle started, ended; a lane
@@ -78,8 +80,9 @@ class CycleReport:
     # apply of the table succeeds.
     suspended: dict[str, str] = field(default_factory=dict)
     lane: str = ""  # the lane that ran it (`runner/lanes.py`; MAINTENANCE_LANE)
-    # The maintenance lane's report: the tables of the cycle it maintained after.
-    maintained_tables: tuple[str, ...] = ()
+    # Tables of a refresh cycle with maintenance due, handed to the maintenance lane; in
+    # the maintenance lane's report, the table it maintained.
+    maintenance_due: tuple[str, ...] = ()
     duration_s: float = 0.0  # wall time from the cycle's start to its end
 
     @property
@@ -196,7 +199,7 @@ class RunTask:
         state = _Lanes(wake={lane.name: threading.Event() for lane in lanes})
         lanes_of = {name: lane.name for lane in lanes for name in lane.tables}
         events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
-        to_maintain: queue.SimpleQueue[CycleReport | None] = queue.SimpleQueue()
+        to_maintain: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         threads = [
             threading.Thread(
                 target=self._lane,
@@ -233,19 +236,15 @@ class RunTask:
                         observer.waiting(value)
                 elif isinstance(value, CycleReport):
                     self._deliver(value, reports)
-                    maintained = tuple(t.name for t in self._maintained(value))
                     if kind == "maintained":
                         pending -= 1
-                        maintained = value.maintained_tables
-                    elif maintained:
-                        pending += 1
-                        to_maintain.put(value)  # released once its maintenance is reported
-                    state.release(
-                        tuple(n for n in value.tables if n not in maintained)
-                        if kind == "finished"
-                        else maintained,
-                        lanes_of,
-                    )
+                        state.release(value.maintenance_due, lanes_of)
+                    else:
+                        for name in value.maintenance_due:  # released once maintained
+                            pending += 1
+                            to_maintain.put(name)
+                        due = set(value.maintenance_due)
+                        state.release(tuple(n for n in value.tables if n not in due), lanes_of)
                 if self.stop.is_set():  # lanes asleep until their next table see it
                     for event in state.wake.values():
                         event.set()
@@ -288,7 +287,7 @@ class RunTask:
             if due:
                 events.put(("started", due))
                 try:
-                    report = self._cycle(due, self._spark_session())
+                    report = self._maintenance_due(self._cycle(due, self._spark_session()))
                 except Exception as exc:  # e.g. Spark did not start: retried next interval
                     error = self.project.redact(f"{type(exc).__name__}: {exc}")
                     report = CycleReport(due, error=error)
@@ -309,16 +308,16 @@ class RunTask:
 
     def _maintenance_lane(
         self,
-        to_maintain: queue.SimpleQueue[CycleReport | None],
+        to_maintain: queue.SimpleQueue[str | None],
         events: queue.SimpleQueue[tuple[str, object]],
     ) -> None:
-        """Runs the maintenance due on each cycle's tables, in the order the cycles
-        ended, and reports it (until the run's end: None)."""
+        """Maintains each table handed to it, in the order they came, and reports it
+        (until the run's end: None)."""
         while True:
-            report = to_maintain.get()
-            if report is None:
+            name = to_maintain.get()
+            if name is None:
                 return
-            events.put(("maintained", self._maintain(report)))
+            events.put(("maintained", self._maintain(name)))
 
     def _maintained(self, report: CycleReport) -> tuple[Table, ...]:
         """The cycle's tables that get maintenance after it: not blocked, with a
@@ -334,16 +333,35 @@ class RunTask:
             and (t.maintenance is not None or t.mode == "upsert")
         )
 
-    def _maintain(self, cycle: CycleReport) -> CycleReport:
-        """The maintenance lane's report of what it did after `cycle`."""
-        tables = self._maintained(cycle)
-        names = tuple(t.name for t in tables)
+    def _maintenance_due(self, report: CycleReport) -> CycleReport:
+        """The cycle's report with what its tables have due (pyiceberg reads, no Spark):
+        a table with nothing due has its note in `maintenance`, one with something due is
+        in `maintenance_due`, for the maintenance lane."""
+        tables = self._maintained(report)
+        if not tables:
+            return report
+        try:
+            found = MaintainTask(
+                self.project, tables, dry_run=True, console=self.console, handle=self._catalog()
+            ).run()
+        except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
+            error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
+            return replace(report, error=error)
+        return replace(
+            report,
+            maintenance=tuple(m for m in found if not m.due),
+            maintenance_due=tuple(m.table for m in found if m.due),
+        )
+
+    def _maintain(self, name: str) -> CycleReport:
+        """The maintenance lane's report of what it did on table `name` (what is due is
+        read again under the table's lock)."""
         began = self.clock()
-        report = CycleReport((), lane=MAINTENANCE_LANE, maintained_tables=names)
+        report = CycleReport((), lane=MAINTENANCE_LANE, maintenance_due=(name,))
         try:
             done = MaintainTask(
                 self.project,
-                tables,
+                (self.project.table(name),),
                 spark=self._spark_session(),
                 console=self.console,
                 handle=self._catalog(),

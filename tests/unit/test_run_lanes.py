@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -94,12 +94,14 @@ class Timed(RunTask):
         self._record("cycle", due, began)
         return CycleReport(due)
 
-    def _maintain(self, cycle: CycleReport) -> CycleReport:
+    def _maintenance_due(self, report: CycleReport) -> CycleReport:
+        return replace(report, maintenance_due=tuple(t.name for t in self._maintained(report)))
+
+    def _maintain(self, name: str) -> CycleReport:
         began = time.monotonic()
-        names = tuple(t.name for t in self._maintained(cycle))
-        time.sleep(max(self.maintenance_s.get(name, 0.01) for name in names))
-        self._record("maintain", names, began)
-        return CycleReport((), lane=MAINTENANCE_LANE, maintained_tables=names)
+        time.sleep(self.maintenance_s.get(name, 0.01))
+        self._record("maintain", (name,), began)
+        return CycleReport((), lane=MAINTENANCE_LANE, maintenance_due=(name,))
 
     def _record(self, kind: str, names: tuple[str, ...], began: float) -> None:
         with self._ran_lock:
@@ -168,7 +170,7 @@ def test_maintenance_runs_in_its_lane_between_two_refreshes_of_its_table() -> No
     assert overlaps(task.spans("cycle", "other"), maintained[0]) >= 4
     maintenance_reports = [r for r in reports if not r.refreshed]
     assert maintenance_reports and all(
-        r.lane == MAINTENANCE_LANE and r.maintained_tables == ("kept",) for r in maintenance_reports
+        r.lane == MAINTENANCE_LANE and r.maintenance_due == ("kept",) for r in maintenance_reports
     )
 
 
@@ -184,7 +186,7 @@ def test_once_refreshes_each_table_once_per_lane_and_waits_for_its_maintenance()
     assert time.monotonic() - began < 5  # not the 60 s interval
     refreshed = sorted(r.tables for r in reports if r.refreshed)
     assert refreshed == [("a", "b"), ("c",)]
-    assert [r.maintained_tables for r in reports if not r.refreshed] == [("a",)]
+    assert [r.maintenance_due for r in reports if not r.refreshed] == [("a",)]
 
 
 def test_max_cycles_counts_each_lanes_cycles() -> None:
