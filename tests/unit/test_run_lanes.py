@@ -5,15 +5,19 @@ stand-ins that record what ran when)."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from tableflow_core.runner.lanes import SHARED_LANE, Lane, assign_lanes, own_pipeline
+from tableflow_core.runner.results import RunResults, TableResult, merge_run_results
 from tableflow_core.runner.schedule import Schedule
 from tableflow_core.tasks.run import MAINTENANCE_LANE, CycleReport, RunTask
+from tableflow_core.tasks.status import last_runs
 
 
 def table(name: str, interval: float = 1.0, **config: Any) -> Any:
@@ -210,3 +214,58 @@ def test_a_failing_lane_never_stops_the_others_and_stop_ends_every_lane() -> Non
     assert len(broken) >= 3 and all(r.error and "broken lane" in r.error for r in broken)
     assert sum(1 for r in reports if r.tables == ("good",) and r.ok) >= 5
     assert sum(1 for r in reports if r.tables == ("sleepy",)) == 1
+
+
+# --------------------------------------------------------------------- run_results.json
+
+
+def lane_results(finished_at: str, *tables: tuple[str, str]) -> RunResults:
+    return RunResults(
+        project="p", target="t", started_at=finished_at, finished_at=finished_at,
+        duration_s=1.0, status="success", plan_summary="",
+        tables=tuple(
+            TableResult(table=name, identifier=f"ns.{name}", status=status,  # type: ignore[arg-type]
+                        finished_at=finished_at)
+            for name, status in tables
+        ),
+    )  # fmt: skip
+
+
+def test_each_lane_keeps_the_other_lanes_tables_in_run_results(tmp_path: Path) -> None:
+    path = tmp_path / "target" / "run_results.json"
+    merge_run_results(lane_results("t1", ("a", "success"), ("b", "success")), path, tmp_path)
+    merge_run_results(lane_results("t2", ("c", "error")), path, tmp_path)
+    merge_run_results(lane_results("t3", ("a", "no_changes")), path, tmp_path)
+    runs, problem = last_runs(path)
+    assert problem is None
+    assert {name: (r.status, r.finished_at) for name, r in runs.items()} == {
+        "a": ("no_changes", "t3"),
+        "b": ("success", "t1"),
+        "c": ("error", "t2"),
+    }
+    # A file from before `finished_at` per table: its tables get the file's.
+    old = json.loads(path.read_text())
+    for entry in old["tables"]:
+        entry.pop("finished_at")
+    path.write_text(json.dumps(old))
+    merge_run_results(lane_results("t4", ("c", "success")), path, tmp_path)
+    runs, _ = last_runs(path)
+    assert {name: r.finished_at for name, r in runs.items()} == {"a": "t3", "b": "t3", "c": "t4"}
+
+
+def test_lanes_writing_at_once_lose_no_table(tmp_path: Path) -> None:
+    path = tmp_path / "run_results.json"
+    threads = [
+        threading.Thread(
+            target=lambda i=i: [
+                merge_run_results(lane_results(f"r{n}", (f"t{i}", "success")), path, tmp_path)
+                for n in range(20)
+            ]
+        )
+        for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(last_runs(path)[0]) == ["t0", "t1", "t2", "t3"]
