@@ -18,10 +18,12 @@ has that note in the cycle's report) and hands the tables with something due to 
 maintenance lane, one by one. It runs what is due on each (`MaintainTask`: under the
 table's lock, so never racing the table's ingest; it publishes and syncs the Delta log
 after maintenance commits) and reports it apart (a report with no refreshed tables, its
-`maintenance` and the table in `maintenance_due`). A table handed to maintenance sits out
-its lane's cycles until its maintenance is done and reported, so it is maintained
-between two of its refreshes, and its next cycle plans afresh from the maintained
-table; the other tables of its lane go on. Locks are waited for, never failed on (`LOCK_WAIT_S`): a maintenance waits for an
+`maintenance` and the table in `maintenance_due`). A table sits out its lane's cycles
+while it is maintained: from its hand-over when the maintenance lane is idle (so it is
+maintained between two of its refreshes and its next cycle plans afresh from the
+maintained table), else from when the maintenance lane comes to it (after its cycle in
+flight): a queue of compactions on a busy machine does not stop the refreshes of the
+tables waiting in it. The other tables of its lane go on. Locks are waited for, never failed on (`LOCK_WAIT_S`): a maintenance waits for an
 ingest of its table from another process, and an apply for a maintenance.
 
 Each table is in one cycle at a time. The lanes' events (a cycle started, ended; a lane
@@ -119,19 +121,23 @@ class RunObserver(Protocol):
 
 @dataclass
 class _Lanes:
-    """What the lanes share: the tables in a cycle or its maintenance (`busy`), the
-    refresh cycles started per lane, and each lane's wake-up."""
+    """What the lanes share: the tables in a cycle (`busy`), the tables handed to the
+    maintenance lane (`queued`) and those it holds out of their lanes' cycles (`held`),
+    the refresh cycles started per lane, and each lane's wake-up."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lanes_of: dict[str, str]
+    changed: threading.Condition = field(default_factory=threading.Condition)
     busy: set[str] = field(default_factory=set)
+    queued: set[str] = field(default_factory=set)
+    held: set[str] = field(default_factory=set)
     started: dict[str, int] = field(default_factory=dict)
     wake: dict[str, threading.Event] = field(default_factory=dict)
 
     def claim(self, lane: str, due: tuple[str, ...], limit: int | None) -> tuple[str, ...]:
-        """The due tables that are not busy, now busy; () when none, or when the lane
-        ran `limit` cycles."""
-        with self.lock:
-            free = tuple(name for name in due if name not in self.busy)
+        """The due tables neither in a cycle nor held, now busy; () when none, or when
+        the lane ran `limit` cycles."""
+        with self.changed:
+            free = tuple(n for n in due if n not in self.busy and n not in self.held)
             if not free or (limit is not None and self.started.get(lane, 0) >= limit):
                 return ()
             self.busy.update(free)
@@ -140,18 +146,49 @@ class _Lanes:
 
     def ran(self, lane: str, limit: int | None) -> bool:
         """The lane ran its `limit` cycles."""
-        with self.lock:
+        with self.changed:
             return limit is not None and self.started.get(lane, 0) >= limit
 
-    def busy_now(self) -> frozenset[str]:
-        with self.lock:
-            return frozenset(self.busy)
+    def unavailable(self) -> frozenset[str]:
+        with self.changed:
+            return frozenset(self.busy | self.held)
 
-    def release(self, tables: tuple[str, ...], lanes_of: dict[str, str]) -> None:
-        with self.lock:
+    def hand_over(self, name: str) -> bool:
+        """`name` goes to the maintenance lane (False: it is queued there already). When
+        the lane is idle the table is held at once, so it is maintained before its next
+        refresh; else it keeps refreshing until the lane comes to it (`hold`): a queue of
+        compactions on a busy machine does not stop refreshes."""
+        with self.changed:
+            if name in self.queued:
+                return False
+            if not self.queued:
+                self.held.add(name)
+            self.queued.add(name)
+            return True
+
+    def hold(self, name: str) -> None:
+        """Keep `name` out of new cycles, and wait for its cycle in flight to end."""
+        with self.changed:
+            self.held.add(name)
+            while name in self.busy:
+                self.changed.wait()
+
+    def release(self, tables: tuple[str, ...]) -> None:
+        """The cycle of `tables` ended (reported)."""
+        with self.changed:
             self.busy.difference_update(tables)
+            self.changed.notify_all()
+        self._wake(tables)
+
+    def maintained(self, name: str) -> None:
+        with self.changed:
+            self.held.discard(name)
+            self.queued.discard(name)
+        self._wake((name,))
+
+    def _wake(self, tables: tuple[str, ...]) -> None:
         for name in tables:
-            self.wake[lanes_of[name]].set()
+            self.wake[self.lanes_of[name]].set()
 
 
 @dataclass
@@ -196,8 +233,10 @@ class RunTask:
     # ------------------------------------------------------------------ the lanes
 
     def _run_lanes(self, lanes: tuple[Lane, ...]) -> list[CycleReport]:
-        state = _Lanes(wake={lane.name: threading.Event() for lane in lanes})
-        lanes_of = {name: lane.name for lane in lanes for name in lane.tables}
+        state = _Lanes(
+            {name: lane.name for lane in lanes for name in lane.tables},
+            wake={lane.name: threading.Event() for lane in lanes},
+        )
         events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         to_maintain: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         threads = [
@@ -211,7 +250,7 @@ class RunTask:
         ]
         maintainer = threading.Thread(
             target=self._maintenance_lane,
-            args=(to_maintain, events),
+            args=(to_maintain, state, events),
             name=f"tableflow-lane-{MAINTENANCE_LANE}",
             daemon=True,
         )
@@ -238,13 +277,14 @@ class RunTask:
                     self._deliver(value, reports)
                     if kind == "maintained":
                         pending -= 1
-                        state.release(value.maintenance_due, lanes_of)
+                        for name in value.maintenance_due:
+                            state.maintained(name)
                     else:
-                        for name in value.maintenance_due:  # released once maintained
-                            pending += 1
-                            to_maintain.put(name)
-                        due = set(value.maintenance_due)
-                        state.release(tuple(n for n in value.tables if n not in due), lanes_of)
+                        for name in value.maintenance_due:
+                            if state.hand_over(name):
+                                pending += 1
+                                to_maintain.put(name)
+                        state.release(value.tables)
                 if self.stop.is_set():  # lanes asleep until their next table see it
                     for event in state.wake.values():
                         event.set()
@@ -297,9 +337,9 @@ class RunTask:
                 continue
             if state.ran(lane.name, limit):
                 return
-            # Tables due but still in their maintenance: woken when they are released.
+            # Tables due but in a cycle or held for maintenance: woken when released.
             wait = min(
-                schedule.seconds_until_next(self.clock(), excluding=state.busy_now()),
+                schedule.seconds_until_next(self.clock(), excluding=state.unavailable()),
                 LOCK_WAIT_S,
             )
             events.put(("waiting", float(wait)))
@@ -309,14 +349,16 @@ class RunTask:
     def _maintenance_lane(
         self,
         to_maintain: queue.SimpleQueue[str | None],
+        state: _Lanes,
         events: queue.SimpleQueue[tuple[str, object]],
     ) -> None:
-        """Maintains each table handed to it, in the order they came, and reports it
-        (until the run's end: None)."""
+        """Maintains each table handed to it, in the order they came, out of its lane's
+        cycles, and reports it (until the run's end: None)."""
         while True:
             name = to_maintain.get()
             if name is None:
                 return
+            state.hold(name)
             events.put(("maintained", self._maintain(name)))
 
     def _maintained(self, report: CycleReport) -> tuple[Table, ...]:

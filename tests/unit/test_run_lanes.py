@@ -178,6 +178,27 @@ def test_maintenance_runs_in_its_lane_between_two_refreshes_of_its_table() -> No
     )
 
 
+def test_tables_queued_behind_a_busy_maintenance_lane_keep_refreshing() -> None:
+    """Every table's maintenance takes 0.4 s and is due after every cycle: the
+    maintenance lane is never idle. A table waiting in its queue refreshes meanwhile; it
+    sits out only while it is maintained, and each table is queued once at a time."""
+    tables = tuple(table(name, 0.02, maintenance={"every": "1h"}) for name in "abc")
+    task = Timed(
+        project(), tables, spark_factory=lambda: None,
+        maintenance_s={"a": 0.4, "b": 0.4, "c": 0.4},
+    )  # fmt: skip
+    run_for(task, 2.0)
+    for name in "abc":
+        maintained = task.spans("maintain", name)
+        cycles = task.spans("cycle", name)
+        assert 1 <= len(maintained) <= 3
+        assert len(cycles) >= 3 * len(maintained), (name, len(cycles), len(maintained))
+        for m0, m1 in maintained:
+            assert not any(t0 < m1 and t1 > m0 for t0, t1 in cycles)
+    starts = sorted(t0 for kind, _, t0, _ in task.ran if kind == "maintain")
+    assert all(b - a >= 0.39 for a, b in itertools.pairwise(starts))  # one at a time
+
+
 def test_once_refreshes_each_table_once_per_lane_and_waits_for_its_maintenance() -> None:
     tables = (
         table("a", 60.0, maintenance={"every": "1h"}),
