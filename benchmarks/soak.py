@@ -31,8 +31,9 @@ commits, p50/p95 over every table (`commit every`: a cycle's length as each tabl
 it, maintenance included, whichever cycles run beside it), produce-to-commit freshness
 p95 (each record's Kafka CreateTime to the moment `main` moved to the first snapshot
 whose offsets cover it, from the snapshot log, polled every 2 s so expiry cannot hide a
-commit), and per table its freshness p95 and at the window's end: metadata.json bytes,
-metadata files,
+commit), its p95 per table kind (append and upsert tables refresh in `run`'s shared
+lane, each checked table in a lane of its own), and per table its freshness p95 and at
+the window's end: metadata.json bytes, metadata files,
 manifests in the current snapshot, data and delete files, scan planning time of pyiceberg
 (`scan().plan_files()`) and DuckDB (`EXPLAIN` over `iceberg_scan`: reads the metadata and
 manifests), the median of 3 each; and the run tree's RSS (median of its samples) and CPU
@@ -368,6 +369,15 @@ def print_window(w: Window, load: float) -> None:
         f"cores, load {load:.1f}",
         flush=True,
     )
+    by_kind: dict[str, list[float]] = {}
+    for name, fresh in w.fresh_by_table.items():
+        by_kind.setdefault(name.rsplit("_", 1)[-1], []).extend(fresh)
+    if by_kind:
+        print(
+            "  freshness p95 by table kind: "
+            + ", ".join(f"{kind} {w.p(v, 95):.2f} s" for kind, v in sorted(by_kind.items())),
+            flush=True,
+        )
     kinds = [k for k in w.pss if k != "tree"]
     print(
         f"  run tree PSS median {w.pss_median() / 2**20:.0f} MB "

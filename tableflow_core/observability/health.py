@@ -1,9 +1,10 @@
 """`/healthz` and `/readyz` of `tableflow run` (pure state; the HTTP server reads it).
 
-- healthy: the scheduler ticks. It ticks when a cycle starts, when one ends, and before
-  it sleeps until the next due table. It is late when it sleeps past its own wake-up by
-  `slack_s`, or when one cycle runs longer than `stall_after_s` (a hung call): then
-  `/healthz` answers 503 and a supervisor (Kubernetes' liveness probe) restarts it.
+- healthy: the scheduler ticks. Each of its lanes ticks when a cycle starts, when one
+  ends, and before it sleeps until its next due table. It is late when no lane ticked
+  past the latest wake-up they announced by `slack_s`, or when a cycle runs longer than
+  `stall_after_s` (a hung call): then `/healthz` answers 503 and a supervisor
+  (Kubernetes' liveness probe) restarts it.
 - ready: the last cycle of every table reached the components the table needs (Kafka,
   the schema registry, the catalog, the object store, Spark). A table that failed on its
   data (bad records, a suspended table, a failed check) or is blocked by its plan reached
@@ -35,7 +36,8 @@ class Health:
     clock: Callable[[], float] = time.monotonic
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _deadline: float = field(default=0.0, init=False)
-    _in_cycle: bool = field(default=False, init=False)
+    # The cycles in flight (their tables: each table is in one at a time) and their start.
+    _cycles: dict[frozenset[str], float] = field(default_factory=dict, init=False)
     # Per table: None when its last cycle reached its components, else the cause.
     _not_ready: dict[str, str | None] = field(default_factory=dict, init=False)
 
@@ -44,28 +46,34 @@ class Health:
         self._deadline = self.clock() + self.stall_after_s
         self._not_ready = {name: "no cycle yet" for name in self.tables}
 
-    def cycle_started(self) -> None:
+    def cycle_started(self, tables: Iterable[str] = ()) -> None:
         with self._lock:
-            self._in_cycle = True
-            self._deadline = self.clock() + self.stall_after_s
+            now = self.clock()
+            self._cycles[frozenset(tables)] = now
+            self._deadline = max(self._deadline, now + self.slack_s)
 
     def cycle_finished(self, causes: Mapping[str, str | None]) -> None:
-        """`causes`: per table of the cycle, the component it did not reach, or None."""
+        """`causes`: per table of the cycle (every one), the component it did not reach,
+        or None."""
         with self._lock:
-            self._in_cycle = False
-            self._deadline = self.clock() + self.slack_s
+            self._cycles.pop(frozenset(causes), None)
+            self._deadline = max(self._deadline, self.clock() + self.slack_s)
             self._not_ready.update(causes)
 
     def waiting(self, seconds: float) -> None:
         with self._lock:
-            self._deadline = self.clock() + seconds + self.slack_s
+            self._deadline = max(self._deadline, self.clock() + seconds + self.slack_s)
 
     def healthz(self) -> tuple[bool, dict[str, Any]]:
         with self._lock:
-            late_s = self.clock() - self._deadline
+            now = self.clock()
+            late_s = max(
+                [now - self._deadline]
+                + [now - began - self.stall_after_s for began in self._cycles.values()]
+            )
             body = {
                 "healthy": late_s <= 0,
-                "in_cycle": self._in_cycle,
+                "in_cycle": bool(self._cycles),
                 "late_s": round(max(0.0, late_s), 1),
             }
         return late_s <= 0, body

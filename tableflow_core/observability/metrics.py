@@ -167,10 +167,12 @@ class RunMetrics:
         self, report: CycleReport, duration_s: float, now: float
     ) -> tuple[dict[str, str | None], list[TableCommit]]:
         """Count the cycle. Returns, per table of the cycle, the component it did not
-        reach (None: reached), and the data commits it made (for the freshness reader)."""
-        self.cycles.inc()
-        self.cycle_duration.observe(duration_s)
-        self.last_cycle.set(now)
+        reach (None: reached), and the data commits it made (for the freshness reader).
+        The maintenance lane's report (no table refreshed) counts its maintenance only."""
+        if report.refreshed:
+            self.cycles.inc()
+            self.cycle_duration.observe(duration_s)
+            self.last_cycle.set(now)
         causes: dict[str, str | None] = dict.fromkeys(report.tables)
         commits: list[TableCommit] = []
         if report.error is not None:

@@ -36,7 +36,6 @@ class RunObservation:
         self.reader = reader
         self.clock = clock
         self.wall_clock = wall_clock
-        self._started = clock()
         self._wake = threading.Condition()
         # Tables to read next, with what their cycle told of them.
         self._pending: dict[str, CycleFacts] = {}
@@ -51,12 +50,12 @@ class RunObservation:
     # --------------------------------------------------------------- RunObserver
 
     def cycle_started(self, tables: tuple[str, ...]) -> None:
-        self._started = self.clock()
-        self.health.cycle_started()
+        self.health.cycle_started(tables)
 
     def cycle_finished(self, report: CycleReport, handle: CatalogHandle | None) -> None:
-        duration = self.clock() - self._started
-        causes, commits = self.metrics.observe_cycle(report, duration, self.wall_clock())
+        causes, commits = self.metrics.observe_cycle(report, report.duration_s, self.wall_clock())
+        if not report.refreshed:  # the maintenance lane's report: no table refreshed
+            return
         self.health.cycle_finished(causes)
         if handle is None:
             return

@@ -53,6 +53,9 @@ from tableflow_core.sql_text import quote_ident
 from tableflow_core.targets.kafka import kafka_consumer_config
 from tableflow_core.targets.storage import ObjectStoreError, describe_store, object_store_failure
 
+# Namespace creation of every apply in the process (`ApplyContext.ensure_namespace`).
+_NAMESPACES = threading.Lock()
+
 
 @dataclass
 class ApplyContext:
@@ -72,7 +75,7 @@ class ApplyContext:
     # Namespaces this apply made sure exist: one CREATE NAMESPACE per namespace, not one
     # per table created (1,000 new tables were 2,000 Spark statements).
     _namespaces: set[tuple[str, ...]] = field(default_factory=set, repr=False)
-    _namespaces_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _namespaces_lock: threading.Lock = field(default_factory=lambda: _NAMESPACES, repr=False)
     # The DAG task each thread runs, whose job group its Spark jobs get (`spark`).
     _running: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -109,7 +112,10 @@ class ApplyContext:
 
     def ensure_namespace(self, namespace: tuple[str, ...]) -> None:
         """CREATE NAMESPACE IF NOT EXISTS, once per apply (tables of the namespace created
-        concurrently wait for the first); through the REST catalog when it can be."""
+        concurrently wait for the first), one at a time in the process (`tableflow run`'s
+        lanes apply at once: two creating a namespace together made the embedded catalog
+        answer 500, a UNIQUE constraint of its SQL store); through the REST catalog when
+        it can be."""
         with self._namespaces_lock:
             if namespace not in self._namespaces:
                 if self.creates_without_spark:

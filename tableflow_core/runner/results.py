@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +49,11 @@ class TableResult(BaseModel):
         "(a failed one makes the table's status error; its commits stand)",
     )
     delta_version: int | None = Field(None, description="The Delta log's version after the sync")
+    finished_at: str | None = Field(
+        None,
+        description="When the apply that ran the table ended (`tableflow run` keeps each "
+        "table's last entry, whichever of its lanes wrote the file last)",
+    )
     accounting: dict[str, Any] | None = Field(
         None,
         description="Where every record read went, per partition and in total "
@@ -103,3 +110,29 @@ def write_run_results(results: RunResults, path: Path, base: Path | None = None)
     """Write atomically; no symbolic link from `base` (e.g. the project root) down to
     the file is followed (`output_files`)."""
     write_text(path, results.model_dump_json(indent=2) + "\n", base=base)
+
+
+# `tableflow run`'s lanes apply at once in one process: each read-merge-write of the file
+# holds this, so no lane's entries are lost to another's write.
+_MERGE_LOCK = threading.Lock()
+
+
+def merge_run_results(results: RunResults, path: Path, base: Path | None = None) -> None:
+    """Write `results` keeping the file's entries of the tables it does not name (their
+    last apply's, each with its `finished_at`): `tableflow run` applies its lanes apart,
+    and `tableflow status` reads every table's last run from the one file."""
+    with _MERGE_LOCK:
+        kept: list[TableResult] = []
+        named = {t.table for t in results.tables}
+        try:
+            if path.is_symlink():  # never read through a link (written afresh, refused)
+                raise OSError(path)
+            before = json.loads(path.read_text())
+            for entry in before.get("tables", []):
+                if entry.get("table") not in named:
+                    entry.setdefault("finished_at", before.get("finished_at"))
+                    kept.append(TableResult.model_validate(entry))
+        except (OSError, ValueError, TypeError, AttributeError):
+            kept = []  # no file yet, or not one of ours: written afresh
+        tables = tuple(sorted((*results.tables, *kept), key=lambda t: t.table))
+        write_run_results(results.model_copy(update={"tables": tables}), path, base)

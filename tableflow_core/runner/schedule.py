@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 
@@ -32,5 +34,11 @@ class Schedule:
             updated[name] = started + intervals[name]
         return Schedule(updated)
 
-    def seconds_until_next(self, now: float) -> float:
-        return max(0.0, min(self.next_due.values(), default=now) - now)
+    def seconds_until_next(self, now: float, excluding: AbstractSet[str] = frozenset()) -> float:
+        """Until the next table is due, leaving out `excluding` (tables in a cycle or
+        their maintenance: the lane is woken when they come back); inf when every table
+        is left out."""
+        times = [at for name, at in self.next_due.items() if name not in excluding]
+        if not times:
+            return 0.0 if not self.next_due else math.inf
+        return max(0.0, min(times) - now)

@@ -29,7 +29,12 @@ from tableflow_core.runner.actions import ApplyContext, run_task
 from tableflow_core.runner.executor import TaskOutcome, execute_dag
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.runner.progress import ApplyProgress
-from tableflow_core.runner.results import RunResults, TableResult, write_run_results
+from tableflow_core.runner.results import (
+    RunResults,
+    TableResult,
+    merge_run_results,
+    write_run_results,
+)
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 from tableflow_core.targets.storage import object_store_java_options
 
@@ -64,6 +69,9 @@ class ApplyTask:
     decoder_factory: Callable[[Any], Any] | None = None
     # `tableflow run`: a table stopped by bad records (on_error fail) is suspended.
     suspend_on_bad_records: bool = False
+    # `tableflow run`'s lanes: the results file keeps the entries of the tables this
+    # apply does not run (`runner/results.py` merge_run_results).
+    merge_results: bool = False
 
     def run(self) -> RunResults:
         plan = self.plan
@@ -102,7 +110,8 @@ class ApplyTask:
         )
         path = self.results_path or self.project.root / "target" / "run_results.json"
         inside = path.absolute().is_relative_to(self.project.root)
-        write_run_results(results, path, base=self.project.root if inside else None)
+        write = merge_run_results if self.merge_results else write_run_results
+        write(results, path, base=self.project.root if inside else None)
         return results
 
     def _refuse_if_stale(
@@ -237,6 +246,7 @@ def _results(
     duration_s: float,
 ) -> RunResults:
     table_results = []
+    finished_at = datetime.now(UTC).isoformat()
     tasks_of: dict[str, list[Any]] = {}
     for task in plan.dag.tasks:
         if task.table is not None:
@@ -314,6 +324,7 @@ def _results(
                 ddl=ddl,
                 duration_s=round(sum(o.duration_s for o in mine), 3),
                 error="; ".join(errors) or None,
+                finished_at=finished_at,
                 **values,
             )
         )
@@ -325,7 +336,7 @@ def _results(
         project=project.name,
         target=project.target_name,
         started_at=started_at.isoformat(),
-        finished_at=datetime.now(UTC).isoformat(),
+        finished_at=finished_at,
         duration_s=round(duration_s, 3),
         status="error" if failed else "success",
         plan_summary=plan.summary_line(),

@@ -37,9 +37,11 @@ from tableflow_core.maintenance import (
 from tableflow_core.maintenance.activity import TableActivity, table_activity
 from tableflow_core.maintenance.delete_load import delete_upkeep
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
+from tableflow_core.maintenance.run import StateReader
 from tableflow_core.maintenance.schedule import not_due_reason
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
+from tableflow_core.state.table_state import TableState, table_state_of
 from tableflow_core.targets.catalog import CatalogHandle, use_catalog
 from tableflow_core.targets.storage import object_store_java_options
 
@@ -195,7 +197,12 @@ class MaintainTask:
                 spark = self._spark(handle)
                 identifier = ".".join((handle.spark_name, *table.namespace, table.table))
                 report = run_maintenance(
-                    spark, identifier, due, now=self.now, redact=self.project.redact
+                    spark,
+                    identifier,
+                    due,
+                    now=self.now,
+                    redact=self.project.redact,
+                    read_state=_state_reader(handle, (*table.namespace, table.table)),
                 )
                 deletes = self._maintain_deletes(handle, table, spark, identifier, due)
                 dead_letters = self._maintain_dead_letters(handle, table, spark, due)
@@ -239,9 +246,10 @@ class MaintainTask:
         if table.mode != "upsert":
             return None
         name = deletes_table(identifier)
-        if not handle.catalog.table_exists((*table.namespace, deletes_table(table.table))):
+        parts = (*table.namespace, deletes_table(table.table))
+        if not handle.catalog.table_exists(parts):
             return None
-        return self._maintain_companion(spark, name, due)
+        return self._maintain_companion(spark, name, due, _state_reader(handle, parts))
 
     def _maintain_dead_letters(
         self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
@@ -258,16 +266,18 @@ class MaintainTask:
         wanted = [d for d in due if d.operation in DEAD_LETTER_OPERATIONS]
         if not wanted:
             return None
-        return self._maintain_companion(spark, name, wanted)
+        return self._maintain_companion(spark, name, wanted, _state_reader(handle, parts))
 
     def _maintain_companion(
-        self, spark: Any, name: str, due: list[DueOperation]
+        self, spark: Any, name: str, due: list[DueOperation], read_state: StateReader
     ) -> MaintenanceReport:
         """Run `due` on a table that goes with the project's table (its deletes table, its
         dead-letter table); a failure is the report's one operation, not raised."""
         began = time.monotonic()
         try:
-            return run_maintenance(spark, name, due, now=self.now, redact=self.project.redact)
+            return run_maintenance(
+                spark, name, due, now=self.now, redact=self.project.redact, read_state=read_state
+            )
         except Exception as exc:
             error = self.project.redact(f"{type(exc).__name__}: {exc}")
             failed = OperationResult(
@@ -292,6 +302,17 @@ class MaintainTask:
         else:
             register_catalog(self.spark, handle.spark_name, handle.spark_properties)
         return self.spark
+
+
+def _state_reader(handle: CatalogHandle, parts: tuple[str, ...]) -> StateReader:
+    """The table's state and metadata file as the catalog has them (pyiceberg: no Spark
+    job, where Spark's metadata tables cost seven jobs a maintenance)."""
+
+    def read() -> tuple[TableState, str | None]:
+        loaded = handle.catalog.load_table(parts)
+        return table_state_of(loaded.metadata), loaded.metadata_location
+
+    return read
 
 
 def keeps(table: Table, properties: dict[str, str]) -> str:

@@ -193,7 +193,7 @@ def last_runs(path: Path) -> tuple[dict[str, LastRun], str | None]:
         runs = {
             str(entry["table"]): LastRun(
                 status=str(entry.get("status", "unknown")),
-                finished_at=finished,
+                finished_at=entry.get("finished_at") or finished,
                 records_written=int(entry.get("records_written", 0)),
                 records_dead_lettered=int(entry.get("records_dead_lettered", 0)),
                 snapshot_id=entry.get("snapshot_id"),

@@ -38,10 +38,14 @@ def test_cycles_ingest_new_records_and_report_blocked_tables(
         return catalog.load_table(f"{namespace}.orders").scan().to_arrow().num_rows
 
     first = RunTask(project, project.tables, spark_factory=lambda: spark, once=True).run()
-    assert len(first) == 1
-    assert first[0].blocked == ("latest",)
-    assert first[0].results is not None and first[0].results.status == "success"
-    assert not first[0].ok  # a blocked table makes `run --once` exit 1
+    # Two lanes (tasks/run.py): the plain table's (the shared job's) and the Delta table's.
+    by_lane = {r.lane: r for r in first}
+    assert sorted(by_lane) == ["own:latest", "shared"] and len(first) == 2, first
+    blocked, ran = by_lane["own:latest"], by_lane["shared"]
+    assert blocked.blocked == ("latest",) and blocked.results is None
+    assert not blocked.ok  # a blocked table makes `run --once` exit 1
+    assert ran.tables == ("orders",) and ran.ok
+    assert ran.results is not None and ran.results.status == "success"
     assert rows() == 120
 
     sample_orders.produce(topic, 30, partitions=2, seed=1)

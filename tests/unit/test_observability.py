@@ -192,7 +192,7 @@ def test_healthz_while_the_scheduler_ticks_and_when_it_is_late() -> None:
     clock = Clock()
     health = Health(("orders",), stall_after_s=100, slack_s=10, clock=clock)
     assert health.healthz()[0]  # starting: as long as a cycle may take
-    health.cycle_started()
+    health.cycle_started(("orders",))
     clock.now += 99
     assert health.healthz()[0]
     clock.now += 2  # a cycle running longer than stall_after_s: hung

@@ -51,7 +51,8 @@ def command(
 
     Destructive changes are never applied here (run `tableflow apply` for those); a
     table that is blocked or fails is reported and retried at its next interval.
-    Stops on Ctrl-C or SIGTERM after the current cycle.
+    Tables refresh in lanes (docs/production.md): a slow table waits for no other.
+    Stops on Ctrl-C or SIGTERM after the current cycles.
     """
     from rich.markup import escape
 
@@ -81,9 +82,8 @@ def command(
             return
         names = ", ".join(report.tables)
         if report.error:
-            ctx.console.print(
-                f"[bold red]cycle failed[/] ({names}): {report.error}", highlight=False
-            )
+            failed = f"cycle failed[/] ({names})" if report.refreshed else "maintenance failed[/]"
+            ctx.console.print(f"[bold red]{failed}: {report.error}", highlight=False)
         for name in report.blocked:
             ctx.console.print(
                 f"[yellow]blocked[/] {name}: run `tableflow plan --select {name}` for why"
@@ -101,7 +101,7 @@ def command(
                     ctx.console.print(f"warnings of {table.table}:", highlight=False)
                     ctx.warn(table.warnings, indent=2)
             ctx.console.print(report.results.summary_line(), highlight=False)
-        elif not report.error and not report.blocked and not report.suspended:
+        elif report.refreshed and not report.error and not report.blocked and not report.suspended:
             ctx.console.print(f"up to date: {names}", highlight=False)
         for done in report.maintenance:
             if done.error or done.delta_error:
@@ -181,7 +181,9 @@ def log_cycle(events: EventLog, report: CycleReport) -> None:
     from tableflow_core.cli.events import emit_results
     from tableflow_core.observability.causes import failure_cause
 
-    if report.error:
+    if report.error and not report.refreshed:
+        events.emit("maintenance_failed", level="error", error=report.error)
+    elif report.error:
         events.emit(
             "cycle_failed",
             level="error",
@@ -200,7 +202,7 @@ def log_cycle(events: EventLog, report: CycleReport) -> None:
         events.emit("table_suspended", level="warning", table=name, reason=why)
     if report.results is not None:
         emit_results(events, report.results)
-    elif not report.error and not report.blocked and not report.suspended:
+    elif report.refreshed and not report.error and not report.blocked and not report.suspended:
         events.emit("up_to_date", tables=list(report.tables))
     for done in report.maintenance:
         log_maintenance(events, done)
