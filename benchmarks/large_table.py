@@ -140,6 +140,28 @@ def build_tables(
     return time.perf_counter() - started
 
 
+# What every reader computes of a table, and the models: (rows, sum of amounts in
+# quarters, sum over rows of (id % 97 + 1) * amount in quarters). Amounts are multiples
+# of 0.25, so every figure is an exact integer, whatever order a reader adds in; the
+# third tells apart tables whose rows hold the same amounts under other ids.
+Figures = tuple[int, int, int]
+FINGERPRINT_MOD = 97
+
+
+def _row_print(key: int, amount: float) -> tuple[int, int]:
+    quarters = round(amount * 4)
+    return quarters, (key % FINGERPRINT_MOD + 1) * quarters
+
+
+def _initial_figures(rows: int) -> Figures:
+    """The figures of ids 0..rows-1 with amount id * 0.25 (quarters: id)."""
+    printed = 0
+    for start in range(0, rows, CHUNK_ROWS):
+        ids = np.arange(start, min(rows, start + CHUNK_ROWS), dtype=np.int64)
+        printed += int(((ids % FINGERPRINT_MOD + 1) * ids).sum())
+    return rows, rows * (rows - 1) // 2, printed
+
+
 class UpsertModel:
     """What an upsert table on id holds: ids 0..rows-1 with `amount` id * 0.25, then each
     change in produce order (the last record of a key wins; a tombstone deletes)."""
@@ -152,17 +174,16 @@ class UpsertModel:
         for key, value in changes:
             self.changed[key] = None if value is None else float(value["amount"])
 
-    def figures(self) -> tuple[int, float]:
-        count = self.rows
-        total = 0.25 * self.rows * (self.rows - 1) / 2
+    def figures(self) -> Figures:
+        count, quarters, printed = _initial_figures(self.rows)
         for key, amount in self.changed.items():
             if key < self.rows:
-                count -= 1
-                total -= key * 0.25
+                old = _row_print(key, key * 0.25)
+                count, quarters, printed = count - 1, quarters - old[0], printed - old[1]
             if amount is not None:
-                count += 1
-                total += amount
-        return count, round(total, 2)
+                new = _row_print(key, amount)
+                count, quarters, printed = count + 1, quarters + new[0], printed + new[1]
+        return count, quarters, printed
 
 
 class DedupModel:
@@ -178,17 +199,20 @@ class DedupModel:
             if value is not None and key >= self.rows and key not in self.added:
                 self.added[key] = float(value["amount"])
 
-    def figures(self) -> tuple[int, float]:
-        total = 0.25 * self.rows * (self.rows - 1) / 2 + sum(self.added.values())
-        return self.rows + len(self.added), round(total, 2)
+    def figures(self) -> Figures:
+        count, quarters, printed = _initial_figures(self.rows)
+        for key, amount in self.added.items():
+            new = _row_print(key, amount)
+            count, quarters, printed = count + 1, quarters + new[0], printed + new[1]
+        return count, quarters, printed
 
 
-def pyiceberg_figures_of(table: Any) -> tuple[int, float]:
-    """(rows, sum of amounts) of the table's current snapshot, read by pyiceberg."""
-    import pyarrow.compute as pc
-
-    arrow = table.scan(selected_fields=("amount",)).to_arrow()
-    return arrow.num_rows, round(pc.sum(arrow["amount"]).as_py() or 0.0, 2)
+def pyiceberg_figures_of(table: Any) -> Figures:
+    """The figures of the table's current snapshot, read by pyiceberg."""
+    arrow = table.scan(selected_fields=("id", "amount")).to_arrow()
+    ids = arrow["id"].to_numpy()
+    quarters = np.rint(arrow["amount"].to_numpy() * 4).astype(np.int64)
+    return arrow.num_rows, int(quarters.sum()), int(((ids % FINGERPRINT_MOD + 1) * quarters).sum())
 
 
 @contextlib.contextmanager
@@ -207,47 +231,39 @@ def trino_reader(handle: Any, work: Path) -> Iterator[Any]:
         server.stop()
 
 
+SQL_FIGURES = (
+    "SELECT count(*), sum(CAST(amount * 4 AS BIGINT)), "
+    f"sum((id % {FINGERPRINT_MOD} + 1) * CAST(amount * 4 AS BIGINT)) FROM {{table}}"
+)
+
+
 def engine_figures(
     reader: str, metadata_location: str, spark: Any, spark_table: str, trino: Any
-) -> tuple[int, float]:
-    """(rows, sum of amounts) of the table read by `reader`: DuckDB (the snapshot of
-    `metadata_location`), Spark (`spark_table`, refreshed) or Trino (catalog `tf`): the
+) -> Figures:
+    """The figures of the table read by `reader`, with the same SQL: DuckDB (the snapshot
+    of `metadata_location`), Spark (`spark_table`, refreshed) or Trino (catalog `tf`): the
     catalog's current snapshot, the same one while nothing commits."""
     from tableflow_core.readers.duckdb_reader import duckdb_connection
 
     if reader == "Trino":
         identifier = spark_table.split(".", 1)[1]
-        ((count, total),) = trino.query(
-            f"SELECT count(*), sum(amount) FROM tf.{identifier}", timeout=1800
-        )
-        return int(count), round(float(total or 0.0), 2)
-    if reader == "DuckDB":
-        count, total = (
-            duckdb_connection()
-            .execute(f"SELECT count(*), sum(amount) FROM iceberg_scan('{metadata_location}')")
-            .fetchone()
-        )  # type: ignore[misc]
-        return int(count), round(float(total or 0.0), 2)
-    spark.sql(f"REFRESH TABLE {spark_table}")
-    row = spark.sql(f"SELECT count(*) AS n, sum(amount) AS s FROM {spark_table}").collect()[0]
-    return int(row["n"]), round(float(row["s"] or 0.0), 2)
+        (row,) = trino.query(SQL_FIGURES.format(table=f"tf.{identifier}"), timeout=1800)
+    elif reader == "DuckDB":
+        source = f"iceberg_scan('{metadata_location}')"
+        row = duckdb_connection().execute(SQL_FIGURES.format(table=source)).fetchone()
+    else:
+        spark.sql(f"REFRESH TABLE {spark_table}")
+        row = spark.sql(SQL_FIGURES.format(table=spark_table)).collect()[0]
+    count, quarters, printed = row
+    return int(count), int(quarters or 0), int(printed or 0)
 
 
-def agree(
-    label: str,
-    figures: dict[str, tuple[int, float]],
-    model: tuple[int, float],
-    path: Path | None = None,
-) -> str:
-    """One line: every reader's (rows, sum) against the model's; raises if any differs
-    (sums compared to a cent per million rows: float sums differ in the last digits by
-    the order they add in)."""
-    tolerance = max(0.01, model[0] / 1_000_000 * 0.01)
-    wrong = {
-        reader: got
-        for reader, got in figures.items()
-        if got[0] != model[0] or abs(got[1] - model[1]) > tolerance
-    }
-    assert not wrong, f"{label}: readers differ from the model {model}: {wrong} ({path})"
-    readers = ", ".join(figures)
-    return f"{label}: {readers} = model ({model[0]:,} rows, sum of amounts {model[1]:,.2f})"
+def agree(label: str, figures: dict[str, Figures], model: Figures) -> str:
+    """One line: every reader's figures equal to the model's (exact integers); raises
+    naming the readers that differ."""
+    wrong = {reader: got for reader, got in figures.items() if got != model}
+    assert not wrong, f"{label}: readers differ from the model {model}: {wrong}"
+    return (
+        f"{label}: {', '.join(figures)} = model ({model[0]:,} rows, sum of amounts "
+        f"{model[1] / 4:,.2f}, row print {model[2]:,})"
+    )

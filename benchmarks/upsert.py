@@ -27,7 +27,8 @@ embedded catalog), so each has its own figures.
   `tableflow run` (this process keeps them). An upsert batch of at most 250k records is
   merged on the driver (pipeline/upsert_rows.py): position delete files accumulate.
 - Then every reader (pyiceberg in a child process stopped after `--reader-timeout` s,
-  DuckDB, Spark, Trino started for the check) counts and sums both tables against an
+  DuckDB, Spark, Trino started for the check) reads both tables' count, sum of amounts
+  and a print of every row (`large_table.Figures`: exact integers) against an
   independent model (`large_table.UpsertModel`, `DedupModel`: the initial rows, then
   each record in produce order), and again after compaction of the upsert table
   (`rewrite_data_files`, deletes applied), each reader timed.
@@ -868,8 +869,8 @@ def _pyiceberg_figures_child(metadata_location: str, answer: Any) -> None:
 
 def pyiceberg_figures_boxed(
     metadata_location: str, timeout: float
-) -> tuple[tuple[int, float], float] | None:
-    """pyiceberg's (rows, sum of amounts) of one snapshot and its seconds, in a child
+) -> tuple[large_table.Figures, float] | None:
+    """pyiceberg's figures of one snapshot and its seconds, in a child
     process; None when it had not finished after `timeout` seconds."""
     context = multiprocessing.get_context("spawn")
     answer = context.Queue()
@@ -881,14 +882,14 @@ def pyiceberg_figures_boxed(
         child.join(30)
         return None
     assert child.exitcode == 0, f"pyiceberg's read failed (exit {child.exitcode})"
-    result: tuple[tuple[int, float], float] = answer.get(timeout=10)
+    result: tuple[large_table.Figures, float] = answer.get(timeout=10)
     return result
 
 
 def check_readers(
-    root: Path, spark: Any, label: str, models: dict[str, tuple[int, float]], timeout: float
+    root: Path, spark: Any, label: str, models: dict[str, large_table.Figures], timeout: float
 ) -> None:
-    """Every reader's (rows, sum of amounts) of each table in `models` against its model,
+    """Every reader's figures (`large_table.Figures`) of each table in `models` against its model,
     each reader timed: pyiceberg (a child process, stopped after `timeout` s), DuckDB,
     Spark (the project's catalog registered under a name of this project's own), Trino (a
     server started for the check, on the project's catalog)."""
@@ -905,7 +906,7 @@ def check_readers(
             loaded = handle.catalog.load_table(identifier)
             deletes = sum(1 for task in loaded.scan().plan_files() for _ in task.delete_files)
             seconds: dict[str, float] = {}
-            figures: dict[str, tuple[int, float]] = {}
+            figures: dict[str, large_table.Figures] = {}
             boxed = pyiceberg_figures_boxed(loaded.metadata_location, timeout)
             if boxed is not None:
                 figures["pyiceberg"], seconds["pyiceberg"] = boxed
