@@ -80,7 +80,7 @@ def current_snapshot(root: Path) -> tuple[int, int]:
     with open_catalog(load_project(root)) as handle:
         table = handle.catalog.load_table("bench.events")
         summary = table.current_snapshot().summary
-        return table.current_snapshot().snapshot_id, int(summary.get("total-delete-files", 0))
+        return table.current_snapshot().snapshot_id, int(summary.get("total-delete-files") or 0)
 
 
 def rewritten_rows(root: Path, since: int) -> int:
@@ -94,7 +94,7 @@ def rewritten_rows(root: Path, since: int) -> int:
         while snapshot is not None and snapshot.snapshot_id != since:
             summary = snapshot.summary
             if summary.operation.value == "replace":
-                rows += int(summary.get("deleted-records", 0))
+                rows += int(summary.get("deleted-records") or 0)
             snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
         return rows
 
@@ -221,7 +221,7 @@ def main() -> None:
         print(f"readers after a batch / compacted: worst pyiceberg {max(worst['with batch py']):.2f}x, "
               f"DuckDB {max(worst['with batch duck']):.2f}x")  # fmt: skip
         print(f"maintenance per batch: {maintenance_s:.1f} s, {rewritten:,.0f} rows rewritten "
-              f"({rate:,.0f} rows/s while compacting); the batch's apply {apply_s:.1f} s")  # fmt: skip
+              f"({rate:,.0f} rows per second of the maintenance that compacted); the batch's apply {apply_s:.1f} s")  # fmt: skip
         print(f"readers after maintenance / compacted: pyiceberg {max(worst['with maintenance py']):.2f}x, "
               f"DuckDB {max(worst['with maintenance duck']):.2f}x")  # fmt: skip
     print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -79,9 +79,13 @@ def _operation(summary: Any) -> str:
 
 def rows_with_deletes(table: Any) -> int | None:
     """The rows of the data files a reader applies delete files to, from the current
-    snapshot's manifests (what pyiceberg's scan plans; None: they cannot be read)."""
+    snapshot's manifests (what pyiceberg's scan plans, planned here without its catalog:
+    plan's embedded reader is not one; None: they cannot be read)."""
+    from pyiceberg.table import DataScan  # here: the pure schedule imports this module
+
     try:
-        return sum(t.file.record_count for t in table.scan().plan_files() if t.delete_files)
+        tasks = DataScan(table_metadata=table.metadata, io=table.io).plan_files()
+        return sum(t.file.record_count for t in tasks if t.delete_files)
     except OSError:
         return None
 
