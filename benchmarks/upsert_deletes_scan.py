@@ -204,13 +204,13 @@ def main() -> None:
                     before = ratios(table, b.after_batch, reference, args.repeats, con)
                     after = ratios(table, b.after_maintenance, reference, args.repeats, con)
                     for key, value in (("batch", before), ("maintenance", after)):
-                        worst.setdefault(f"{label} {key} py", []).append(value[0])
-                        worst.setdefault(f"{label} {key} duck", []).append(value[2])
+                        for reader, at in (("py", 0), ("py cpu", 1), ("duck", 2), ("duck cpu", 3)):
+                            worst.setdefault(f"{label} {key} {reader}", []).append(value[at])
                     print(f"{i:>5} {before[0]:>6.2f}x ({before[1]:.2f}) {before[2]:>6.2f}x ({before[3]:.2f}) "
                           f"{after[0]:>9.2f}x ({after[1]:.2f}) {after[2]:>6.2f}x ({after[3]:.2f})", flush=True)  # fmt: skip
         if "without" in roots:
-            print(f"never maintained / compacted: worst pyiceberg {max(worst['without batch py']):.2f}x, "
-                  f"DuckDB {max(worst['without batch duck']):.2f}x")  # fmt: skip
+            print(f"never maintained / compacted: worst pyiceberg {max(worst['without batch py']):.2f}x (CPU {max(worst['without batch py cpu']):.2f}x), "
+                  f"DuckDB {max(worst['without batch duck']):.2f}x (CPU {max(worst['without batch duck cpu']):.2f}x)")  # fmt: skip
         done = batches["with"]
         maintenance_s = sum(b.maintenance_s for b in done) / len(done)
         apply_s = sum(b.apply_s for b in done) / len(done)
@@ -218,12 +218,12 @@ def main() -> None:
         rate = sum(b.rewritten for b in done) / max(
             1e-9, sum(b.maintenance_s for b in done if b.rewritten)
         )
-        print(f"readers after a batch / compacted: worst pyiceberg {max(worst['with batch py']):.2f}x, "
-              f"DuckDB {max(worst['with batch duck']):.2f}x")  # fmt: skip
+        print(f"readers after a batch / compacted: worst pyiceberg {max(worst['with batch py']):.2f}x (CPU {max(worst['with batch py cpu']):.2f}x), "
+              f"DuckDB {max(worst['with batch duck']):.2f}x (CPU {max(worst['with batch duck cpu']):.2f}x)")  # fmt: skip
         print(f"maintenance per batch: {maintenance_s:.1f} s, {rewritten:,.0f} rows rewritten "
               f"({rate:,.0f} rows per second of the maintenance that compacted); the batch's apply {apply_s:.1f} s")  # fmt: skip
-        print(f"readers after maintenance / compacted: pyiceberg {max(worst['with maintenance py']):.2f}x, "
-              f"DuckDB {max(worst['with maintenance duck']):.2f}x")  # fmt: skip
+        print(f"readers after maintenance / compacted: pyiceberg {max(worst['with maintenance py']):.2f}x (CPU {max(worst['with maintenance py cpu']):.2f}x), "
+              f"DuckDB {max(worst['with maintenance duck']):.2f}x (CPU {max(worst['with maintenance duck cpu']):.2f}x)")  # fmt: skip
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
