@@ -2,8 +2,10 @@
 is due besides the clock (`schedule.py`).
 
 Read from the snapshot summaries of `main`'s ancestry (and the current snapshot's totals:
-the delete files readers apply, `delete_load.py`) (no manifest is opened: plan and
-`maintain --dry-run` stay one catalog request per table). Per commit that added files:
+the delete files readers apply, `delete_load.py`). No manifest is opened (plan and
+`maintain --dry-run` stay one catalog request per table), except on a table that has
+delete files: its manifests are listed for the rows of the data files that carry them
+(what readers pay for and a compaction would rewrite; no data or delete file is read). Per commit that added files:
 when, how many data and delete files, how many bytes. Rewrites (`replace` snapshots:
 compaction, delete and manifest rewrites) add no new work and are not counted; the walk
 stops at the last rewrite that removed data files (a compaction, by tableflow or anyone).
@@ -49,6 +51,8 @@ class TableActivity:
     delete_files: int = 0
     deleted_rows: int = 0
     records: int = 0
+    # The rows of the data files that carry at least one delete file (None: not read).
+    rows_with_deletes: int | None = None
     # When each snapshot the metadata holds was committed, newest first (expiry's count).
     snapshot_times: tuple[datetime, ...] = ()
 
@@ -73,8 +77,22 @@ def _operation(summary: Any) -> str:
     return str(getattr(operation, "value", operation) or "")
 
 
+def rows_with_deletes(table: Any) -> int | None:
+    """The rows of the data files a reader applies delete files to, from the current
+    snapshot's manifests (what pyiceberg's scan plans, planned here without its catalog:
+    plan's embedded reader is not one; None: they cannot be read)."""
+    from pyiceberg.table import DataScan  # here: the pure schedule imports this module
+
+    try:
+        tasks = DataScan(table_metadata=table.metadata, io=table.io).plan_files()
+        return sum(t.file.record_count for t in tasks if t.delete_files)
+    except OSError:
+        return None
+
+
 def table_activity(table: Any) -> TableActivity:
-    """A pyiceberg table's activity (its already loaded metadata; no I/O)."""
+    """A pyiceberg table's activity (its loaded metadata; its manifests too when it has
+    delete files, `rows_with_deletes`)."""
     metadata = table.metadata
     by_id = {s.snapshot_id: s for s in metadata.snapshots}
     current = by_id.get(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
@@ -106,11 +124,13 @@ def table_activity(table: Any) -> TableActivity:
         reverse=True,
     )
     summary = current.summary if current else None
+    delete_files = _summary_int(summary, "total-delete-files")
     return TableActivity(
         data_files=data_files,
         commits=tuple(commits),
         snapshot_times=tuple(times),
-        delete_files=_summary_int(summary, "total-delete-files"),
+        delete_files=delete_files,
         deleted_rows=_summary_int(summary, "total-position-deletes"),
         records=_summary_int(summary, "total-records"),
+        rows_with_deletes=rows_with_deletes(table) if delete_files else None,
     )

@@ -1,31 +1,34 @@
 """When an upsert table's delete files cost too much: maintenance due by the delete files,
 not by the clock (docs/maintenance.md, "Delete files in check").
 
-Every upsert batch leaves a position delete file per data file it touched (a batch's keys
-are spread over the whole table, so that is every data file), and every reader applies
-them all on every scan. Two costs grow, and each has its own remedy, due with or without
-a `maintenance:` block once the current snapshot's totals (the summary: no manifest or
-data file is read) say:
+Every upsert batch leaves a position delete file per data file it touched (random keys:
+every data file), and every reader applies them on every scan. What it costs them
+(benchmarks/deletes_reader_cost.py) follows two things, each with its remedy, due with or
+without a `maintenance:` block:
 
-- `DELETE_FILES_PER_DATA_FILE` delete files per data file on average: readers open that
-  many files per data file. The delete files are **merged** (`rewrite_deletes`,
-  `rewrite_position_delete_files`): it reads the deletes only, so its cost follows the
-  batches that wrote them, not the table;
-- position deletes for `DELETED_ROWS_SHARE` of the rows the data files hold: readers read
-  and drop that many rows. The table is **compacted**: every data file with a delete file
-  is rewritten, whatever its size (`delete-file-threshold` 1), and the delete files left
-  dangling are dropped. Its cost is the table's size, but it comes once per
-  `DELETED_ROWS_SHARE` of the table deleted: rows rewritten per row deleted stay at
-  1 / `DELETED_ROWS_SHARE`, whatever the table's size.
+- the rows of the data files that carry deletes: pyiceberg scans such a file at ~3x its
+  cost without (its position-delete path builds a position array in Python per batch and
+  copies every batch), however few rows are deleted. Over `READERS_SHARE` of the table's
+  rows in such files, pyiceberg pays more than 1.5x a compacted scan. The data files with
+  deletes are then **compacted** (rewritten with their deletes applied, whatever their
+  size: `delete-file-threshold` 1; the dangling delete files dropped), as soon as the
+  rewrite costs at most `REWRITE_PER_DELETED_ROW` rows per row the delete files delete:
+  the amortized rewrite follows the rows the batches changed, never the table's size.
+  A table whose batches change a twentieth of it is back at 1.0x after every batch; a
+  larger one waits until its batches have changed a twentieth of the rows to rewrite.
+- the delete files per data file: DuckDB and pyiceberg open each. Past
+  `DELETE_FILES_PER_DATA_FILE` per data file they are **merged** (`rewrite_deletes`,
+  `rewrite_position_delete_files`): it reads the deletes only.
 
 A compaction due drops the delete files too, so the merge is due only without it.
-Compacting for the count of delete files instead (the first design) rewrote a table of
-100M rows in 20 data files every 4 batches: a batch's cost then followed the table.
+Compacting the whole table by the count of delete files (the first design) rewrote a
+table of 100M rows every 4 batches: a batch's cost then followed the table.
 `tableflow run` runs them after the table's refresh, `tableflow maintain` when due; `plan`
-and `maintain --dry-run` show them like any due operation. What readers pay between them:
-benchmarks/upsert_deletes_scan.py (docs/maintenance.md).
+and `maintain --dry-run` show them like any due operation, and `maintain --dry-run` why a
+compaction readers need still waits.
 
-Pure: the table's activity (`activity.TableActivity`, its loaded metadata) decides.
+Pure: the table's activity (`activity.TableActivity`: its snapshot's totals, and the rows
+of the data files with deletes read from its manifests) decides.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ from tableflow_core.config.models.maintenance import CompactSettings
 from tableflow_core.maintenance.activity import TableActivity
 
 DELETE_FILES_PER_DATA_FILE = 4
-DELETED_ROWS_SHARE = 0.2
+# Readers stay under 1.5x a compacted scan while at most this share of the rows is in data
+# files with deletes (pyiceberg: ~3x on those rows, 1 + 0.25 * 2 = 1.5).
+READERS_SHARE = 0.25
+# The compaction for readers rewrites at most this many rows per row the delete files
+# delete (a table of 100M rows whose batches touch every data file: every 5M rows deleted).
+REWRITE_PER_DELETED_ROW = 20
 # A data file with at least this many delete files is rewritten by the compaction.
 DELETE_FILE_THRESHOLD = 1
 # The merge of delete files due by their count rewrites a partition's from two files on
@@ -66,19 +74,50 @@ def delete_file_triggers(activity: TableActivity | None) -> tuple[str, ...]:
     )
 
 
-def deleted_rows_triggers(activity: TableActivity | None) -> tuple[str, ...]:
-    """Why the rows its delete files delete make a compaction due now (empty: they do not)."""
+def _rows_to_rewrite(activity: TableActivity) -> int:
+    """The rows of the data files with deletes (all of the table's, if not read)."""
+    if activity.rows_with_deletes is None:
+        return activity.records
+    return activity.rows_with_deletes
+
+
+def readers_triggers(activity: TableActivity | None) -> tuple[str, ...]:
+    """Why the data files with deletes are due to be compacted for readers now (empty: they
+    are not: few rows carry deletes, or the rewrite waits for its budget)."""
     if activity is None or activity.delete_files == 0 or not activity.records:
         return ()
-    if activity.deleted_rows < DELETED_ROWS_SHARE * activity.records:
+    rows = _rows_to_rewrite(activity)
+    if rows <= READERS_SHARE * activity.records:
         return ()
-    share = activity.deleted_rows / activity.records
-    return (f"{share:.0%} of the rows deleted by delete files (due at {DELETED_ROWS_SHARE:.0%})",)
+    if rows > REWRITE_PER_DELETED_ROW * activity.deleted_rows:
+        return ()
+    return (
+        f"{rows / activity.records:.0%} of the rows in data files with deletes (due above "
+        f"{READERS_SHARE:.0%}); {rows:,} rows rewritten for {activity.deleted_rows:,} deleted "
+        f"(at most {REWRITE_PER_DELETED_ROW} per row deleted)",
+    )
+
+
+def readers_waiting(activity: TableActivity | None) -> str | None:
+    """Why readers pay over the bound and the compaction still waits (None: they do not),
+    for `maintain --dry-run`."""
+    if activity is None or activity.delete_files == 0 or not activity.records:
+        return None
+    rows = _rows_to_rewrite(activity)
+    if rows <= READERS_SHARE * activity.records or readers_triggers(activity):
+        return None
+    deleted_at = -(-rows // REWRITE_PER_DELETED_ROW)
+    return (
+        f"compact for readers waits: {rows / activity.records:.0%} of the rows in data files "
+        f"with deletes, their {rows:,} rows rewritten once {deleted_at:,} are deleted "
+        f"({activity.deleted_rows:,} now; at most {REWRITE_PER_DELETED_ROW} per row deleted)"
+    )
 
 
 def delete_upkeep() -> str:
     """The rule, as plan and `maintain --dry-run` show it for an upsert table."""
     return (
-        f"delete files merged at {DELETE_FILES_PER_DATA_FILE} per data file, compacted at "
-        f"{DELETED_ROWS_SHARE:.0%} of rows deleted"
+        f"delete files merged at {DELETE_FILES_PER_DATA_FILE} per data file, data files with "
+        f"deletes compacted above {READERS_SHARE:.0%} of rows (at most "
+        f"{REWRITE_PER_DELETED_ROW} rows rewritten per row deleted)"
     )

@@ -9,9 +9,9 @@ a table with fewer data files than it could merge (`min_input_files`, at least 2
 one-file table is left alone. Each due operation says which trigger made it due.
 
 An upsert table's delete files are also kept in check (`delete_load.py`), with or
-without a `maintenance:` block: merged when they pile up (`rewrite_deletes`), the table
-compacted when they delete a share of its rows (every data file with a delete file is
-rewritten, one file or many).
+without a `maintenance:` block: merged when they pile up (`rewrite_deletes`), the data
+files that carry them compacted when they hold a share of the rows that makes readers pay
+and the rewrite fits its budget per row deleted (one file or many).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tableflow_core.maintenance.delete_load import (
     MERGE_MIN_DELETE_FILES,
     DeletesCompaction,
     delete_file_triggers,
-    deleted_rows_triggers,
+    readers_triggers,
 )
 from tableflow_core.maintenance.history import History, table_history
 from tableflow_core.maintenance.last_run import last_runs
@@ -283,7 +283,7 @@ def _due_for_deletes(
     if table.mode != "upsert":
         return {}
     block = table.maintenance
-    compact = deleted_rows_triggers(activity)
+    compact = readers_triggers(activity)
     merge = () if compact else delete_file_triggers(activity)
     due: dict[str, DueOperation] = {}
     for op, triggers, default in (

@@ -35,7 +35,7 @@ from tableflow_core.maintenance import (
     run_maintenance,
 )
 from tableflow_core.maintenance.activity import TableActivity, table_activity
-from tableflow_core.maintenance.delete_load import delete_upkeep
+from tableflow_core.maintenance.delete_load import delete_upkeep, readers_waiting
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
 from tableflow_core.maintenance.run import StateReader
 from tableflow_core.maintenance.schedule import not_due_reason
@@ -328,5 +328,8 @@ def keeps(table: Table, properties: dict[str, str]) -> str:
 
 
 def _nothing_due(table: Table, activity: TableActivity | None) -> str:
-    reason = not_due_reason(table, activity)
-    return f"nothing due ({reason})" if reason else "nothing due"
+    reasons = [not_due_reason(table, activity)]
+    if table.mode == "upsert":
+        reasons.append(readers_waiting(activity))
+    said = "; ".join(r for r in reasons if r)
+    return f"nothing due ({said})" if said else "nothing due"

@@ -1,6 +1,6 @@
 """Pure tests: an upsert table's maintenance due by its delete files
 (maintenance/delete_load.py): their merge when they pile up, a compaction when they
-delete a share of the rows."""
+hold enough of the rows to make readers pay, within the rewrite's budget."""
 
 from __future__ import annotations
 
@@ -13,35 +13,61 @@ from tableflow_core.maintenance import maintenance_due
 from tableflow_core.maintenance.activity import TableActivity
 from tableflow_core.maintenance.delete_load import (
     DELETE_FILES_PER_DATA_FILE,
-    DELETED_ROWS_SHARE,
     MERGE_MIN_DELETE_FILES,
+    READERS_SHARE,
+    REWRITE_PER_DELETED_ROW,
     DeletesCompaction,
     delete_file_triggers,
-    deleted_rows_triggers,
+    readers_triggers,
+    readers_waiting,
 )
 from tableflow_core.maintenance.last_run import last_run_properties
 from tests.unit.test_maintenance_schedule import NOW, table_with
 
 
 def activity(
-    data_files: int, delete_files: int, deleted: int = 0, records: int = 1000
+    data_files: int,
+    delete_files: int,
+    deleted: int = 0,
+    records: int = 1000,
+    with_deletes: int | None = None,
 ) -> TableActivity:
     return TableActivity(
-        data_files=data_files, delete_files=delete_files, deleted_rows=deleted, records=records
+        data_files=data_files,
+        delete_files=delete_files,
+        deleted_rows=deleted,
+        records=records,
+        rows_with_deletes=with_deletes,
     )
 
 
-def test_delete_files_per_data_file_or_deleted_rows_make_it_due() -> None:
+def test_delete_files_per_data_file_make_their_merge_due() -> None:
     files = DELETE_FILES_PER_DATA_FILE * 3
     assert delete_file_triggers(activity(3, files - 1)) == ()
     (why,) = delete_file_triggers(activity(3, files))
     assert f"{files} delete files on 3 data files" in why
-    deleted = int(DELETED_ROWS_SHARE * 1000)
-    assert deleted_rows_triggers(activity(3, 1, deleted - 1)) == ()
-    (why,) = deleted_rows_triggers(activity(3, 1, deleted))
-    assert f"{DELETED_ROWS_SHARE:.0%} of the rows deleted" in why
-    for triggers in (delete_file_triggers, deleted_rows_triggers):
+    for triggers in (delete_file_triggers, readers_triggers):
         assert triggers(activity(0, 0)) == triggers(None) == ()
+
+
+def test_readers_compaction_waits_for_a_share_of_rows_with_deletes_and_its_budget() -> None:
+    """Due once the data files with deletes hold over READERS_SHARE of the rows (readers
+    pay over 1.5x) and rewriting them costs at most REWRITE_PER_DELETED_ROW rows per row
+    deleted: a 1M-row table after a 100k batch at once, a 100M-row one after 5M deletes."""
+    share = int(READERS_SHARE * 1_000_000)
+    few = activity(8, 2, deleted=100_000, records=1_000_000, with_deletes=share)
+    assert readers_triggers(few) == () and readers_waiting(few) is None
+    small = activity(8, 8, deleted=95_000, records=1_000_000, with_deletes=1_000_000)
+    (why,) = readers_triggers(small)
+    assert "100% of the rows in data files with deletes" in why
+    assert "1,000,000 rows rewritten for 95,000 deleted" in why
+    assert readers_waiting(small) is None
+    deleted_at = 100_000_000 // REWRITE_PER_DELETED_ROW
+    large = activity(100, 100, deleted=deleted_at - 1, records=100_000_000)  # rows not read
+    assert readers_triggers(large) == ()
+    waits = readers_waiting(large)
+    assert waits is not None and f"once {deleted_at:,} are deleted" in waits
+    assert readers_triggers(activity(100, 100, deleted_at, 100_000_000)) != ()
 
 
 def test_piled_up_delete_files_are_merged_not_the_table_rewritten() -> None:
@@ -49,6 +75,7 @@ def test_piled_up_delete_files_are_merged_not_the_table_rewritten() -> None:
     files are merged (reading the deletes only); rewriting its data files for them would
     cost the whole table every 4 batches."""
     piled = activity(20, DELETE_FILES_PER_DATA_FILE * 20, deleted=50, records=100_000_000)
+    assert readers_waiting(piled) is not None
     assert maintenance_due(table_with(None), {}, NOW, activity=piled) == []  # append
     upsert = table_with(None, mode="upsert")
     assert maintenance_due(upsert, {}, NOW, activity=activity(20, 1)) == []
@@ -58,13 +85,14 @@ def test_piled_up_delete_files_are_merged_not_the_table_rewritten() -> None:
     assert "80 delete files on 20 data files" in due.describe(NOW)
 
 
-def test_a_share_of_rows_deleted_compacts_the_table_and_no_merge_runs_before() -> None:
+def test_readers_compaction_runs_and_no_merge_before_it() -> None:
     upsert = table_with(None, mode="upsert")
-    both = activity(2, DELETE_FILES_PER_DATA_FILE * 2, deleted=int(DELETED_ROWS_SHARE * 1000))
+    deleted = 1000 // REWRITE_PER_DELETED_ROW
+    both = activity(2, DELETE_FILES_PER_DATA_FILE * 2, deleted=deleted, with_deletes=1000)
     (due,) = maintenance_due(upsert, {}, NOW, activity=both)
     assert due.operation == "compact" and due.for_deletes
     assert due.arguments == DeletesCompaction(CompactSettings())
-    assert "of the rows deleted" in due.describe(NOW)
+    assert "of the rows in data files with deletes" in due.describe(NOW)
     assert (
         maintenance_due(upsert, {}, NOW, activity=both, only=frozenset({"expire_snapshots"})) == []
     )

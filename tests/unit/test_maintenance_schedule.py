@@ -289,6 +289,34 @@ def test_activity_is_read_from_the_snapshot_summaries(tmp_path: Path) -> None:
     assert found.since(times[1]) == found.commits[:1]
 
 
+def test_activity_counts_the_rows_of_the_data_files_with_deletes(tmp_path: Path) -> None:
+    """On a table with delete files, the rows of the data files a reader applies them to
+    (read from its manifests: what a compaction for readers rewrites)."""
+    import numpy as np
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tableflow_core.engine.row_delta import RowDelta
+    from tableflow_core.maintenance.activity import table_activity
+    from tableflow_core.pipeline.upsert_rows import write_position_deletes
+
+    catalog = SqlCatalog(
+        "local", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=(tmp_path / "wh").as_uri()
+    )
+    catalog.create_namespace("shop")
+    table = catalog.create_table(("shop", "orders"), pa.schema([("id", pa.int64())]))
+    for size in (5, 7, 11):
+        table.append(pa.table({"id": pa.array(range(size), pa.int64())}))
+    assert table_activity(table).rows_with_deletes is None
+    seven = next(t.file for t in table.scan().plan_files() if t.file.record_count == 7)
+    deletes = write_position_deletes(table.io, table.location(), seven.file_path, np.array([2, 4]))
+    with table.transaction() as tx, RowDelta(tx, table.io, [deletes], {}, "main"):
+        pass
+    found = table_activity(table.refresh())
+    assert (found.delete_files, found.deleted_rows, found.records) == (1, 2, 23)
+    assert found.rows_with_deletes == 7
+
+
 def test_the_walk_stops_at_the_last_compaction_not_at_other_rewrites() -> None:
     from types import SimpleNamespace
 
