@@ -607,18 +607,26 @@ def pyiceberg_upsert_boxed(work: Path, changes: list[Change], timeout: float) ->
     """pyiceberg's upsert+delete in a child process (`pyiceberg_upsert`); its seconds, or
     None when it had not finished after `timeout` seconds (then it is stopped: the table
     keeps what it committed so far)."""
+    seconds: float | None = in_child(
+        _pyiceberg_upsert_child, (work, changes), timeout, "pyiceberg's upsert"
+    )
+    return seconds
+
+
+def in_child(target: Any, args: tuple[Any, ...], timeout: float, what: str) -> Any:
+    """`target(*args, answer)` in a spawned process: what it put on `answer`, or None when
+    it had not finished after `timeout` seconds (then it is stopped)."""
     context = multiprocessing.get_context("spawn")
     answer = context.Queue()
-    child = context.Process(target=_pyiceberg_upsert_child, args=(work, changes, answer))
+    child = context.Process(target=target, args=(*args, answer))
     child.start()
     child.join(timeout)
     if child.is_alive():
         child.terminate()
         child.join(30)
         return None
-    assert child.exitcode == 0, f"pyiceberg's upsert failed (exit {child.exitcode})"
-    seconds: float = answer.get(timeout=10)
-    return seconds
+    assert child.exitcode == 0, f"{what} failed (exit {child.exitcode})"
+    return answer.get(timeout=10)
 
 
 def compact(project_root: Path, spark: Any) -> None:
@@ -870,19 +878,11 @@ def _pyiceberg_figures_child(metadata_location: str, answer: Any) -> None:
 def pyiceberg_figures_boxed(
     metadata_location: str, timeout: float
 ) -> tuple[large_table.Figures, float] | None:
-    """pyiceberg's figures of one snapshot and its seconds, in a child
-    process; None when it had not finished after `timeout` seconds."""
-    context = multiprocessing.get_context("spawn")
-    answer = context.Queue()
-    child = context.Process(target=_pyiceberg_figures_child, args=(metadata_location, answer))
-    child.start()
-    child.join(timeout)
-    if child.is_alive():
-        child.terminate()
-        child.join(30)
-        return None
-    assert child.exitcode == 0, f"pyiceberg's read failed (exit {child.exitcode})"
-    result: tuple[large_table.Figures, float] = answer.get(timeout=10)
+    """pyiceberg's figures of one snapshot and its seconds, in a child process; None when
+    it had not finished after `timeout` seconds."""
+    result: tuple[large_table.Figures, float] | None = in_child(
+        _pyiceberg_figures_child, (metadata_location,), timeout, "pyiceberg's read"
+    )
     return result
 
 
