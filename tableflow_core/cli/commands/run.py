@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 @click.command("run")
 @click.option("--once", is_flag=True, help="Refresh every selected table once, then exit.")
 @click.option(
-    "--max-cycles", type=click.IntRange(min=1), help="Stop after this many refresh cycles."
+    "--max-cycles",
+    type=click.IntRange(min=1),
+    help="Stop after this many refresh cycles of each lane.",
 )
 @click.option(
     "--metrics-port",
