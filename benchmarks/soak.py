@@ -26,7 +26,8 @@ medians of both sides, their ratio and the spread of the side without:
 
     .venv/bin/python benchmarks/soak.py --tables 3 --rate 50 --seconds 120 --window 60 --metrics-ab 3
 
-Every `--window` seconds it prints, per window: the time between a table's consecutive
+It measures each `--window` seconds and prints at the end, per window (its load average
+at the window's end): the time between a table's consecutive
 commits, p50/p95 over every table (`commit every`: a cycle's length as each table lives
 it, maintenance included, whichever cycles run beside it), produce-to-commit freshness
 p95 (each record's Kafka CreateTime to the moment `main` moved to the first snapshot
@@ -336,6 +337,7 @@ class Window:
     pss: dict[str, list[int]] = field(default_factory=dict)
     cpu_s: float = 0.0
     seconds: float = 0.0
+    load: float = float("nan")  # the machine's 1-minute load average at the window's end
     tables: dict[str, TableFigures] = field(default_factory=dict)
     commits: int = 0
 
@@ -360,13 +362,13 @@ class Window:
         return statistics.median(values) if values else float("nan")
 
 
-def print_window(w: Window, load: float) -> None:
+def print_window(w: Window) -> None:
     print(
         f"window {w.index}{' (warm-up)' if w.index == 0 else ''}: {w.commits} commits, "
         f"commit every p50 {w.p(w.cycles, 50):.2f} s p95 {w.p(w.cycles, 95):.2f} s, "
         f"freshness p95 {w.p(w.fresh, 95):.2f} s, run tree RSS {w.rss_median / 2**20:.0f} MB "
         f"(max {max(w.rss, default=0) / 2**20:.0f}), CPU {w.cpu_s / max(w.seconds, 1e-9):.2f} "
-        f"cores, load {load:.1f}",
+        f"cores, load {w.load:.1f}",
         flush=True,
     )
     by_kind: dict[str, list[float]] = {}
@@ -493,6 +495,7 @@ def soak(
                 cpu_now = sum(cpu_seen.values())
                 window.cpu_s, cpu_before = cpu_now - cpu_before, cpu_now
                 window.seconds = now - window_began
+                window.load = os.getloadavg()[0]
                 names = [t.name for t in tables]
                 if any(t.kind == "checked" for t in tables):
                     names.append(DLQ_TABLE)  # a commit per cycle that dead-letters
@@ -518,9 +521,8 @@ def soak(
     if metrics_port:
         print(f"metrics scrapes answered: {scraper.scrapes}, not answered: {scraper.failures}")
     fill_windows(windows, producer.produced, tables, commits, started_ms, args.window)
-    load = os.getloadavg()[0]
     for w in windows:
-        print_window(w, load)
+        print_window(w)
     failed = sum(1 for _, line in run.cycles() if line.startswith(("Apply FAILED", "cycle failed")))
     with run._changed:
         lines = [line for _, line in run.lines]
