@@ -236,11 +236,6 @@ def _produce_initial_partition(
         topic.produce_partition(partition, [(i, record(i)) for i in chunk])
 
 
-def tableflow_apply(root: Path, spark: Any) -> float:
-    """Plan + apply, as `tableflow apply` does (on one Spark application)."""
-    return measured_apply(root, spark)["wall"]
-
-
 def measured_apply(root: Path, spark: Any, table_name: str | None = None) -> dict[str, Any]:
     """Plan + apply as `tableflow apply` does (`--select table_name`: that table only), with
     what it cost: wall seconds (plan, apply), CPU seconds of this process tree (driver,
@@ -646,28 +641,6 @@ def compact(project_root: Path, spark: Any) -> None:
             f"CALL {name}.system.rewrite_data_files(table => 'bench.events', "
             "options => map('rewrite-all', 'true', 'remove-dangling-deletes', 'true'))"
         )
-
-
-def scan_seconds(project_root: Path) -> tuple[float, float, int, int]:
-    """(pyiceberg full scan s, DuckDB iceberg_scan s, rows, delete files)."""
-    from tableflow_core.config.loader import load_project
-    from tableflow_core.readers.duckdb_reader import duckdb_connection
-    from tableflow_core.targets.catalog import open_catalog
-
-    with open_catalog(load_project(project_root)) as handle:
-        table = handle.catalog.load_table("bench.events")
-        started = time.perf_counter()
-        rows = table.scan().to_arrow().num_rows
-        pyiceberg_s = time.perf_counter() - started
-        con = duckdb_connection()
-        started = time.perf_counter()
-        (duck_rows,) = con.execute(
-            f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}')"
-        ).fetchone()  # type: ignore[misc]
-        duck_s = time.perf_counter() - started
-        assert duck_rows == rows, (duck_rows, rows)
-        delete_files = sum(1 for task in table.scan().plan_files() for _ in task.delete_files)
-    return pyiceberg_s, duck_s, rows, delete_files
 
 
 def catalog_commits(project_root: Path) -> int:

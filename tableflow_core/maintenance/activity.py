@@ -5,8 +5,8 @@ Read from the snapshot summaries of `main`'s ancestry (and the current snapshot'
 the delete files readers apply, `delete_load.py`). No manifest is opened (plan and
 `maintain --dry-run` stay one catalog request per table), except on a table that has
 delete files: its manifests are listed for the rows of the data files that carry them
-(what readers pay for and a compaction would rewrite; no data or delete file is read). Per commit that added files:
-when, how many data and delete files, how many bytes. Rewrites (`replace` snapshots:
+(what readers pay for and a compaction would rewrite; no data or delete file is read).
+Per commit that added files: when, how many data and delete files, how many bytes. Rewrites (`replace` snapshots:
 compaction, delete and manifest rewrites) add no new work and are not counted; the walk
 stops at the last rewrite that removed data files (a compaction, by tableflow or anyone).
 """

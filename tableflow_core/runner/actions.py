@@ -75,7 +75,6 @@ class ApplyContext:
     # Namespaces this apply made sure exist: one CREATE NAMESPACE per namespace, not one
     # per table created (1,000 new tables were 2,000 Spark statements).
     _namespaces: set[tuple[str, ...]] = field(default_factory=set, repr=False)
-    _namespaces_lock: threading.Lock = field(default_factory=lambda: _NAMESPACES, repr=False)
     # The DAG task each thread runs, whose job group its Spark jobs get (`spark`).
     _running: threading.local = field(default_factory=threading.local, repr=False)
 
@@ -116,7 +115,7 @@ class ApplyContext:
         lanes apply at once: two creating a namespace together made the embedded catalog
         answer 500, a UNIQUE constraint of its SQL store); through the REST catalog when
         it can be."""
-        with self._namespaces_lock:
+        with _NAMESPACES:
             if namespace not in self._namespaces:
                 if self.creates_without_spark:
                     create_namespace_as_spark_does(self.handle.catalog, namespace)

@@ -23,8 +23,9 @@ while it is maintained: from its hand-over when the maintenance lane is idle (so
 maintained between two of its refreshes and its next cycle plans afresh from the
 maintained table), else from when the maintenance lane comes to it (after its cycle in
 flight): a queue of compactions on a busy machine does not stop the refreshes of the
-tables waiting in it. The other tables of its lane go on. Locks are waited for, never failed on (`LOCK_WAIT_S`): a maintenance waits for an
-ingest of its table from another process, and an apply for a maintenance.
+tables waiting in it. The other tables of its lane go on. Locks are waited for, never
+failed on (`LOCK_WAIT_S`): a maintenance waits for an ingest of its table from another
+process, and an apply for a maintenance.
 
 Each table is in one cycle at a time. The lanes' events (a cycle started, ended; a lane
 waits) go through a queue to the thread that called `run()`, which calls the observers
@@ -224,6 +225,10 @@ class RunTask:
                 self._handle = self._open.enter_context(open_catalog(self.project))
             return self._handle
 
+    def _error(self, what: str, exc: Exception) -> str:
+        """A report's error: the exception's type and message, secrets redacted."""
+        return self.project.redact(f"{what}{type(exc).__name__}: {exc}")
+
     def _spark_session(self) -> SparkSession:
         with self._spark_lock:
             if self._spark is None:
@@ -329,7 +334,7 @@ class RunTask:
                 try:
                     report = self._maintenance_due(self._cycle(due, self._spark_session()))
                 except Exception as exc:  # e.g. Spark did not start: retried next interval
-                    error = self.project.redact(f"{type(exc).__name__}: {exc}")
+                    error = self._error("", exc)
                     report = CycleReport(due, error=error)
                 duration = self.clock() - started
                 events.put(("finished", replace(report, lane=lane.name, duration_s=duration)))
@@ -387,7 +392,7 @@ class RunTask:
                 self.project, tables, dry_run=True, console=self.console, handle=self._catalog()
             ).run()
         except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
-            error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
+            error = self._error("maintenance: ", exc)
             return replace(report, error=error)
         return replace(
             report,
@@ -410,7 +415,7 @@ class RunTask:
                 lock_timeout_s=LOCK_WAIT_S,
             ).run()
         except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
-            error = self.project.redact(f"maintenance: {type(exc).__name__}: {exc}")
+            error = self._error("maintenance: ", exc)
             return replace(report, error=error, duration_s=self.clock() - began)
         return replace(report, maintenance=tuple(done), duration_s=self.clock() - began)
 
@@ -449,7 +454,7 @@ class RunTask:
                     suspended[table.table] = table.error
             return CycleReport(due, blocked, results, suspended=suspended)
         except Exception as exc:  # keep the lane alive; the table retries next interval
-            return CycleReport(due, error=self.project.redact(f"{type(exc).__name__}: {exc}"))
+            return CycleReport(due, error=self._error("", exc))
 
     def _plan(self, tables: tuple[Table, ...]) -> tuple[Plan, WorldState | None]:
         """The plan of `tables`, and the world it was made from (the apply uses it)."""
