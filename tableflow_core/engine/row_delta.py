@@ -10,7 +10,7 @@ deletes; its summary counts the delete files (`added-delete-files`,
 `added-position-deletes`).
 
 It leans on pyiceberg's private `_MergeAppendFiles` and `ManifestWriterV2`;
-tests/unit/test_row_delta.py writes a snapshot with it and reads it back, so a pyiceberg
+tests/unit/test_upsert_rows.py writes a snapshot with it and reads it back, so a pyiceberg
 upgrade that changes them fails there first. Like a fast append it validates nothing
 against concurrent commits: the caller's transaction must assert where `main` is
 (`engine/run_branch.publish_run` does), since position deletes are only right against

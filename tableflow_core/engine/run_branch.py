@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tableflow_core.catalog.transactions import transaction as transaction_of
 from tableflow_core.engine.row_delta import RowDelta
 from tableflow_core.errors import MainMovedError
 from tableflow_core.state.table_state import TableState
@@ -69,7 +70,7 @@ def start_run(table: Any, branch: str, stale: Sequence[str]) -> int:
 def begin_run(table: Any, branch: str, stale: Sequence[str]) -> tuple[int, Any]:
     """`start_run`, also returning the table as that commit left it (the next commit of a
     run that writes no snapshot in between, `publish_run`, needs no new load)."""
-    transaction = table.transaction()
+    transaction = transaction_of(table)
     main = table.metadata.refs.get(MAIN)
     if main is None:
         # Staged first: its requirement (main does not exist yet) is the transaction's.
@@ -159,7 +160,7 @@ def publish_run(
         "max_snapshot_age_ms": main.max_snapshot_age_ms,
         "min_snapshots_to_keep": main.min_snapshots_to_keep,
     }
-    transaction = table.transaction()
+    transaction = transaction_of(table)
     # main where it is: no change, but its assert-ref-snapshot-id(main, base) is the one
     # requirement of this kind the transaction keeps (see the module docstring).
     with _manage(transaction) as keep:

@@ -42,6 +42,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _MergeAppendFiles
 from pyiceberg.table.update.validate import _validate_added_data_files
 
+from tableflow_core.catalog.transactions import transaction as transaction_of
 from tableflow_core.deadletter.errors import DeadLetterTableError
 from tableflow_core.ingest.bad_records import BAD_RECORD_SCHEMA, DLQ_KEY_COLUMNS
 
@@ -166,7 +167,7 @@ def append_new_rows(
         data_files = write_data_files(table, ordered)
         if before_commit is not None:
             before_commit()
-        transaction = table.transaction()
+        transaction = transaction_of(table)
         with _KeysUnchangedAppend(transaction, table.io, where, summary) as append:
             for data_file in data_files:
                 append.append_data_file(data_file)
