@@ -62,6 +62,7 @@ from tableflow_core.catalog.placement import (
     table_places,
 )
 from tableflow_core.catalog.purge import purge_files
+from tableflow_core.catalog.transactions import stage_table
 from tableflow_core.catalog.updates import (
     check_result,
     check_schema,
@@ -554,8 +555,8 @@ class CatalogService:
         base = current.metadata if current else self.catalog._empty_table_metadata()
         updates = checked_updates(base, change.updates, self.locations)
         try:
-            staged = self.catalog._update_and_stage_table(
-                current, change.identifier, change.requirements, updates
+            staged = stage_table(
+                self.catalog, current, change.identifier, change.requirements, updates
             )
         except StopIteration:
             # pyiceberg's metadata.spec()/sort_order() when the default id names nothing.

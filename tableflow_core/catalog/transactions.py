@@ -23,12 +23,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pyiceberg.table import Transaction
+from pyiceberg.table import StagedTable, Transaction
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
     TableUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,
+    _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
 
@@ -48,18 +50,50 @@ class StagedTransaction(Transaction):
         return staged[2]
 
 
-def staged_metadata(base: TableMetadata, updates: tuple[TableUpdate, ...]) -> TableMetadata:
-    """`update_table_metadata(base, updates)` without its final deep copy."""
+def staged_metadata(
+    base: TableMetadata, updates: tuple[TableUpdate, ...], metadata_location: str | None = None
+) -> TableMetadata:
+    """`update_table_metadata(base, updates, metadata_location=...)` without its final deep
+    copy (`metadata_location`: the table's current file, logged in the metadata log)."""
     context = _TableMetadataUpdateContext()
     metadata = base
     for update in updates:
         metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes() and metadata_location:
+        metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
     if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
         now = datetime_to_millis(datetime.now().astimezone())
         metadata = metadata.model_copy(update={"last_updated_ms": now})
     metadata.spec().check_compatible(metadata.schema())
     metadata.sort_order().check_compatible(metadata.schema())
     return metadata
+
+
+def stage_table(
+    catalog: Any,
+    current: Any,
+    identifier: tuple[str, ...],
+    requirements: tuple[Any, ...],
+    updates: tuple[TableUpdate, ...],
+) -> StagedTable:
+    """pyiceberg's `MetastoreCatalog._update_and_stage_table` for a catalog's commit to an
+    existing table, the new metadata staged without the deep copy (a new table, validated
+    whole, goes through pyiceberg's own)."""
+    if current is None:
+        return catalog._update_and_stage_table(current, identifier, requirements, updates)
+    for requirement in requirements:
+        requirement.validate(current.metadata)
+    metadata = staged_metadata(current.metadata, updates, current.metadata_location)
+    version = catalog._parse_metadata_version(current.metadata_location) + 1
+    provider = load_location_provider(metadata.location, metadata.properties)
+    location = provider.new_table_metadata_file_location(version)
+    return StagedTable(
+        identifier=identifier,
+        metadata=metadata,
+        metadata_location=location,
+        io=catalog._load_file_io(properties=metadata.properties, location=location),
+        catalog=catalog,
+    )
 
 
 def transaction(table: Any) -> Transaction:

@@ -8,7 +8,12 @@ import pyarrow as pa
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.table.update.snapshot import ManageSnapshots
 
-from tableflow_core.catalog.transactions import StagedTransaction, staged_metadata, transaction
+from tableflow_core.catalog.transactions import (
+    StagedTransaction,
+    stage_table,
+    staged_metadata,
+    transaction,
+)
 from tableflow_core.engine import run_branch
 
 
@@ -63,3 +68,17 @@ def test_a_run_published_through_it_moves_main(catalog: Any) -> None:
     snapshot = reloaded.metadata.snapshot_by_id(published)
     assert snapshot is not None and snapshot.parent_snapshot_id == base
     assert snapshot.summary is not None and snapshot.summary["tableflow.k"] == "1"
+
+
+def test_a_catalogs_staged_commit_is_pyicebergs(catalog: Any) -> None:
+    table = _table(catalog, 3)
+    staged = transaction(table)
+    _staged_changes(staged, table)
+    current = catalog.load_table(("ns", "t"))
+    args = (current, ("ns", "t"), staged._requirements, staged._updates)
+    expected = catalog._update_and_stage_table(*args)
+    got = stage_table(catalog, *args)
+    ignore = {"last_updated_ms"}
+    assert got.metadata.model_dump(exclude=ignore) == expected.metadata.model_dump(exclude=ignore)
+    assert got.metadata_location.split("/")[-1][:5] == expected.metadata_location.split("/")[-1][:5]
+    assert got.metadata.metadata_log[-1].metadata_file == current.metadata_location
