@@ -199,6 +199,38 @@ def publish_run(
     return published
 
 
+def snapshots_since(table: Any, since: int, to: int) -> list[Any] | None:
+    """The snapshots after `since` up to `to` on `to`'s lineage, oldest first; None when
+    `since` is not an ancestor of `to`."""
+    found = []
+    snapshot = table.metadata.snapshot_by_id(to)
+    while snapshot is not None and snapshot.snapshot_id != since:
+        found.append(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
+    return None if snapshot is None else found[::-1]
+
+
+def rebase_point(table: Any, base_snapshot_id: int) -> int | None:
+    """Where main is in `table` (pyiceberg, loaded after a refused publish), when it moved
+    from `base_snapshot_id` by `replace` snapshots only (a compaction, a rewrite of
+    manifests or of delete files: the same rows, the same committed offsets); None
+    otherwise. An append's data files are as right on top of it as on the base, so its
+    publish may go on from there instead of running again."""
+    main = table.metadata.refs.get(MAIN)
+    if main is None or main.snapshot_id == base_snapshot_id:
+        return None
+    between = snapshots_since(table, base_snapshot_id, main.snapshot_id)
+    if not between or not all(_replaces(s) for s in between):
+        return None
+    return int(main.snapshot_id)
+
+
+def _replaces(snapshot: Any) -> bool:
+    summary = snapshot.summary
+    return summary is not None and summary.operation.value == "replace"
+
+
 def committed_at_ms(table: Any, snapshot_id: int) -> int | None:
     """When `snapshot_id` was committed (Unix ms), from `table` as its own commit left it
     (pyiceberg updates a table's metadata in place when its transaction commits)."""

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tableflow_core.engine.run_branch import snapshots_since
 from tableflow_core.errors import IngestError
 
 POSITION_BITS = 40  # rows of a data file: < 2^40; data files of a table: < 2^23
@@ -332,18 +333,6 @@ def file_of(locations: np.ndarray) -> np.ndarray:
 def position_of(locations: np.ndarray) -> np.ndarray:
     """Row position (in its data file) of each location."""
     return locations & _POSITION_MASK
-
-
-def snapshots_since(table: Any, since: int, to: int) -> list[Any] | None:
-    """The snapshots after `since` up to `to` on `to`'s lineage, oldest first; None when
-    `since` is not an ancestor of `to`."""
-    found = []
-    snapshot = table.metadata.snapshot_by_id(to)
-    while snapshot is not None and snapshot.snapshot_id != since:
-        found.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
-    return None if snapshot is None else found[::-1]
 
 
 def unchanged_rows(table: Any, since: int, to: int) -> bool:

@@ -48,6 +48,7 @@ from tableflow_core.engine.run_branch import (
     committed_at_ms,
     drop_branches,
     publish_run,
+    rebase_point,
     rows_at,
     stale_branches,
 )
@@ -406,17 +407,12 @@ def _publish(
             OFFSETS_KEY: encode_offsets(spec.topic, run.after),
             **accounting.snapshot_summary(),
         }
-        snapshot_id = publish_run(
-            run.table,
-            run.base,
-            run.branch,
+        snapshot_id = _publish_commit(
+            run,
             properties,
-            run.other_branches,
-            before_commit=lambda: crash_point("before_commit"),
-            data_files=delta.data_files if delta is not None else merged.data_files,
-            delete_files=delta.delete_files if delta is not None else (),
-            new_branch=run.new_branch,
-            stale=run.stale,
+            delta.data_files if delta is not None else merged.data_files,
+            delta.delete_files if delta is not None else (),
+            catalog,
         )
         run.timings["publish_commit"] = time.monotonic() - started
     except MainMovedError as exc:
@@ -453,6 +449,49 @@ def _publish(
         accounting=accounting.to_json(),
         timings={name: round(seconds, 3) for name, seconds in run.timings.items()},
     )
+
+
+def _publish_commit(
+    run: _Started,
+    properties: Mapping[str, str],
+    data_files: Sequence[Any],
+    delete_files: Sequence[Any],
+    catalog: Any,
+) -> int:
+    """The run's publish commit. An append refused because maintenance moved main by
+    `replace` snapshots meanwhile (`tableflow run` compacts such tables beside their
+    ingest) is published on top of them, once: its data files and offsets are as right
+    there (`run_branch.rebase_point`). Anything else is refused as before."""
+
+    def publish() -> int:
+        return publish_run(
+            run.table,
+            run.base,
+            run.branch,
+            properties,
+            run.other_branches,
+            before_commit=lambda: crash_point("before_commit"),
+            data_files=data_files,
+            delete_files=delete_files,
+            new_branch=run.new_branch,
+            stale=run.stale,
+        )
+
+    try:
+        return publish()
+    except MainMovedError:
+        if delete_files or not run.new_branch:
+            raise
+        started = time.monotonic()
+        spec = run.member.spec
+        table = catalog.catalog.load_table((*spec.namespace, spec.table))
+        onto = rebase_point(table, run.base)
+        if onto is None:
+            raise
+        run.table, run.base = table, onto
+        published = publish()
+        run.timings["publish_rebased"] = time.monotonic() - started
+        return published
 
 
 def _ingest_alone(

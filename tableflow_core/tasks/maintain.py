@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from tableflow_core.maintenance import (
     run_maintenance,
 )
 from tableflow_core.maintenance.activity import TableActivity, table_activity
+from tableflow_core.maintenance.beside_ingest import maintained_beside_ingest
 from tableflow_core.maintenance.delete_load import delete_upkeep, readers_waiting
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
 from tableflow_core.maintenance.run import StateReader
@@ -142,6 +144,9 @@ class MaintainTask:
     force: bool = False
     only: frozenset[str] | None = None
     lock_timeout_s: float = 0.0
+    # `tableflow run`: tables whose ingest survives a maintenance commit are maintained
+    # without their lock (maintenance/beside_ingest.py).
+    beside_ingest: bool = False
     spark: SparkSession | None = None  # reuse a session (tests); else one is built if needed
     handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
     console: Console = field(default_factory=lambda: Console(stderr=True))
@@ -182,15 +187,8 @@ class MaintainTask:
                 note=None if due else _nothing_due(table, activity),
                 keeps=keeps(table, properties),
             )
-        lock_dir = self.project.root / "target" / "locks"
         try:
-            with table_locks(
-                lock_dir,
-                [table.name],
-                self.lock_timeout_s,
-                command=LOCK_COMMAND,
-                base=self.project.root,
-            ):
+            with self._lock(table):
                 _, due, activity = self.due(handle, table)  # another host may have done it
                 if not due:
                     return TableMaintenance(table.name, note=_nothing_due(table, activity))
@@ -232,6 +230,18 @@ class MaintainTask:
             return TableMaintenance(
                 table.name, tuple(due), error=self.project.redact(f"{type(exc).__name__}: {exc}")
             )
+
+    def _lock(self, table: Table) -> AbstractContextManager[object]:
+        """The table's lock, or none for a table `run` maintains beside its ingest."""
+        if self.beside_ingest and maintained_beside_ingest(table):
+            return nullcontext()
+        return table_locks(
+            self.project.root / "target" / "locks",
+            [table.name],
+            self.lock_timeout_s,
+            command=LOCK_COMMAND,
+            base=self.project.root,
+        )
 
     def _maintain_deletes(
         self,

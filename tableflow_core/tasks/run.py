@@ -413,6 +413,7 @@ class RunTask:
                 console=self.console,
                 handle=self._catalog(),
                 lock_timeout_s=LOCK_WAIT_S,
+                beside_ingest=True,
             ).run()
         except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
             error = self._error("maintenance: ", exc)
