@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Protocol
 from rich.console import Console
 
 from tableflow_core.config.project import Project, Table
+from tableflow_core.maintenance.beside_ingest import maintained_beside_ingest
 from tableflow_core.plan.plan import Plan, PlanOptions
 from tableflow_core.plan.world_state import WorldState
 from tableflow_core.runner.actions import SUSPENDED_MARK
@@ -124,7 +125,8 @@ class RunObserver(Protocol):
 class _Lanes:
     """What the lanes share: the tables in a cycle (`busy`), the tables handed to the
     maintenance lane (`queued`) and those it holds out of their lanes' cycles (`held`),
-    the refresh cycles started per lane, and each lane's wake-up."""
+    the refresh cycles started per lane, and each lane's wake-up. The tables maintained
+    beside their ingest (`beside`, maintenance/beside_ingest.py) are never held."""
 
     lanes_of: dict[str, str]
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -133,6 +135,7 @@ class _Lanes:
     held: set[str] = field(default_factory=set)
     started: dict[str, int] = field(default_factory=dict)
     wake: dict[str, threading.Event] = field(default_factory=dict)
+    beside: frozenset[str] = frozenset()
 
     def claim(self, lane: str, due: tuple[str, ...], limit: int | None) -> tuple[str, ...]:
         """The due tables neither in a cycle nor held, now busy; () when none, or when
@@ -162,13 +165,16 @@ class _Lanes:
         with self.changed:
             if name in self.queued:
                 return False
-            if not self.queued:
+            if not self.queued and name not in self.beside:
                 self.held.add(name)
             self.queued.add(name)
             return True
 
     def hold(self, name: str) -> None:
-        """Keep `name` out of new cycles, and wait for its cycle in flight to end."""
+        """Keep `name` out of new cycles, and wait for its cycle in flight to end (a table
+        maintained beside its ingest goes on refreshing)."""
+        if name in self.beside:
+            return
         with self.changed:
             self.held.add(name)
             while name in self.busy:
@@ -241,6 +247,7 @@ class RunTask:
         state = _Lanes(
             {name: lane.name for lane in lanes for name in lane.tables},
             wake={lane.name: threading.Event() for lane in lanes},
+            beside=frozenset(t.name for t in self.tables if maintained_beside_ingest(t)),
         )
         events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         to_maintain: queue.SimpleQueue[str | None] = queue.SimpleQueue()

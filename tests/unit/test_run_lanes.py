@@ -24,7 +24,7 @@ def table(name: str, interval: float = 1.0, **config: Any) -> Any:
     values: dict[str, Any] = {
         "checks": (), "transforms": (), "on_error": "fail", "publish_to": (),
         "formats": ("iceberg",), "partition_by": (), "sort_by": (), "maintenance": None,
-        "mode": "append",
+        "mode": "append", "dlq": None,
     }  # fmt: skip
     return SimpleNamespace(name=name, refresh_interval_s=interval, **{**values, **config})
 
@@ -156,7 +156,7 @@ def test_a_fast_lane_refreshes_on_its_interval_while_a_slow_lane_is_in_its_cycle
 
 def test_maintenance_runs_in_its_lane_between_two_refreshes_of_its_table() -> None:
     tables = (
-        table("kept", 0.05, maintenance={"every": "1h"}),
+        table("kept", 0.05, maintenance={"every": "1h"}, mode="upsert"),
         table("other", 0.05),
     )
     task = Timed(project(), tables, spark_factory=lambda: None, maintenance_s={"kept": 0.5})
@@ -178,11 +178,20 @@ def test_maintenance_runs_in_its_lane_between_two_refreshes_of_its_table() -> No
     )
 
 
+def test_an_append_table_refreshes_while_it_is_maintained_beside_its_ingest() -> None:
+    tables = (table("plain", 0.05, maintenance={"every": "1h"}),)
+    task = Timed(project(), tables, spark_factory=lambda: None, maintenance_s={"plain": 0.5})
+    run_for(task, 1.5)
+    maintained = task.spans("maintain", "plain")
+    assert maintained
+    assert overlaps(task.spans("cycle", "plain"), maintained[0]) >= 4
+
+
 def test_tables_queued_behind_a_busy_maintenance_lane_keep_refreshing() -> None:
     """Every table's maintenance takes 0.4 s and is due after every cycle: the
     maintenance lane is never idle. A table waiting in its queue refreshes meanwhile; it
     sits out only while it is maintained, and each table is queued once at a time."""
-    tables = tuple(table(name, 0.02, maintenance={"every": "1h"}) for name in "abc")
+    tables = tuple(table(name, 0.02, maintenance={"every": "1h"}, mode="upsert") for name in "abc")
     task = Timed(
         project(), tables, spark_factory=lambda: None,
         maintenance_s={"a": 0.4, "b": 0.4, "c": 0.4},
