@@ -18,8 +18,10 @@ batch, not the table (docs/architecture.md, "The key index").
 - An index is at one snapshot of its table. `advance` moves it to the snapshot the
   caller's own commit made (the batch's deleted keys, the keys of the data files it
   added); a snapshot that only rewrote delete files (`replace`, no data file added or
-  removed: rows and positions unchanged) moves it too; any other change (another writer,
-  a compaction) makes the caller build it again from the table (`index_for`).
+  removed: rows and positions unchanged) moves it too; the driver's rewrite of the data
+  files with deletes (pipeline/apply_deletes.py) remaps it onto the new files
+  (`rewritten`); any other change (another writer, Spark's compaction) makes the caller
+  build it again from the table (`index_for`).
 """
 
 from __future__ import annotations
@@ -324,6 +326,43 @@ class KeyIndex:
             self.set(keys, (np.int64(ordinal) << POSITION_BITS) | rows)
         self.snapshot_id = snapshot_id
 
+    def rewritten(
+        self, snapshot_id: int, files: Iterable[tuple[str, str | None, np.ndarray]]
+    ) -> None:
+        """The index moved to `snapshot_id`, a commit on top of its snapshot that replaced
+        data files by copies without their deleted rows (old path, new path or None when
+        no row was left, the old file's deleted positions sorted): each live row's
+        location moved to the new file, at its position less the deleted rows before it
+        (pipeline/apply_deletes.py)."""
+        new_ordinal = np.arange(len(self.files), dtype=np.int64)
+        removed: list[np.ndarray] = []
+        for old, new, deleted in files:
+            ordinal = self._ordinals.get(old)
+            if ordinal is None or new is None:
+                continue  # not indexed, or no live row left in it
+            new_ordinal[ordinal] = self._ordinal(new, self.timestamp_upper[ordinal])
+            removed.append((np.int64(ordinal) << POSITION_BITS) | deleted.astype(np.int64))
+        # Every deleted row of every rewritten file, as locations, sorted: a live row's
+        # shift is how many of its own file's are before it.
+        gone = np.sort(np.concatenate(removed)) if removed else np.empty(0, np.int64)
+        for locations in (self.base_locations, self.delta_locations):
+            for start in range(0, len(locations), _REMAP_CHUNK):
+                part = locations[start : start + _REMAP_CHUNK]
+                live = np.flatnonzero(part != DELETED)
+                at = part[live]
+                ordinals = file_of(at)
+                before = np.searchsorted(gone, at) - np.searchsorted(
+                    gone, ordinals << POSITION_BITS
+                )
+                part[live] = (new_ordinal[ordinals] << POSITION_BITS) | (
+                    position_of(at) - before
+                )
+        self.snapshot_id = snapshot_id
+
+
+# Locations remapped at a time by `KeyIndex.rewritten` (bounds its temporary arrays).
+_REMAP_CHUNK = 1 << 22
+
 
 def file_of(locations: np.ndarray) -> np.ndarray:
     """Data file ordinal of each location."""
@@ -505,6 +544,12 @@ class IndexCache:
             budget = max_bytes()
             while self._indexes and sum(i.nbytes for i in self._indexes.values()) > budget:
                 self._indexes.popitem(last=False)
+
+    def take_table(self, table_uuid: str) -> list[tuple[tuple[str, tuple[str, ...]], Any]]:
+        """Every index of the table (by its uuid), removed from the cache as `take` does."""
+        with self._lock:
+            names = [name for name in self._indexes if name[0] == table_uuid]
+            return [(name, self._indexes.pop(name)) for name in names]
 
     def clear(self) -> None:
         with self._lock:

@@ -1,0 +1,296 @@
+"""An upsert table's position deletes applied on the driver: each data file with deletes
+rewritten without its deleted rows, in one `replace` commit (docs/maintenance.md,
+"Delete files in check").
+
+What Spark's `rewrite_data_files` (delete-file-threshold 1, dangling deletes removed) does
+for an upsert table's readers, at a fraction of its cost (benchmarks/apply_deletes_cost.py):
+
+1. the data files of the table's current snapshot that carry position delete files
+   (pyiceberg's scan planning pairs them), and each one's deleted positions;
+2. each such file streamed (batches of `BATCH_ROWS`, through the table's FileIO: any
+   storage), its deleted rows dropped, written as a new data file: the old file's columns,
+   Arrow schema and field ids, its partition and spec, the table's Parquet settings
+   (compression, row group and page sizes), row groups of the table's row-group limit,
+   Iceberg column metrics as pyiceberg's writer computes them. One file at a time: memory
+   holds a row group, never the table. A file whose rows are all deleted is only removed;
+3. one commit (`engine/rewrite_files.RewriteFiles`): the old data files and every delete
+   file paired with them removed (each names only rewritten files: a delete file that
+   names a data file is paired with it), the new files added with the new snapshot's
+   sequence number. The commit asserts the branch is still where the rewrite started;
+   if anything committed meanwhile, the new files are deleted and nothing is committed
+   (a later maintenance tries again): the rewrite never drops a delete file it has not
+   applied.
+
+Maintenance holds the table's lock while it runs (maintenance/run.py), so an ingest of
+the table from this project waits for it rather than making it give up.
+
+Rows move (new file, new positions): the process's key index of the table
+(`key_index.INDEXES`), when it is at the snapshot the rewrite started from, is remapped
+onto the new files (`KeyIndex.rewritten`) instead of being rebuilt by the next batch. A
+dedup key set stays as it is (`replace`: the same keys).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tableflow_core.errors import TableflowError
+from tableflow_core.pipeline.data_files import PositionDeletes
+from tableflow_core.pipeline.key_index import INDEXES, IndexCache, KeyIndex
+
+BATCH_ROWS = 65_536  # rows read at a time from the old file
+
+
+class ApplyDeletesError(TableflowError, RuntimeError):
+    """The table cannot have its deletes applied on the driver (equality deletes, a data
+    file that is not Parquet), or the rewrite could not be committed."""
+
+
+@dataclass(frozen=True)
+class RewrittenFile:
+    """A data file rewritten without its deleted rows."""
+
+    old: Any  # pyiceberg DataFile
+    deleted: np.ndarray  # its rows removed, sorted, unique
+    new: Any | None  # the new DataFile; None: every row was deleted
+
+    def new_positions(self, positions: np.ndarray) -> np.ndarray:
+        """Where live rows of the old file are in the new one."""
+        return positions - np.searchsorted(self.deleted, positions)
+
+
+@dataclass
+class ApplyDeletesResult:
+    base_snapshot_id: int | None
+    snapshot_id: int | None = None  # the replace snapshot (None: nothing to commit)
+    files: list[RewrittenFile] = field(default_factory=list)
+    delete_files: int = 0
+    seconds: float = 0.0
+    index_remapped: bool = False
+
+    def metrics(self) -> dict[str, Any]:
+        """What `maintain` reports for the operation."""
+        return {
+            "rewritten_data_files_count": len(self.files),
+            "added_data_files_count": sum(f.new is not None for f in self.files),
+            "removed_delete_files_count": self.delete_files,
+            "rows_dropped": int(sum(len(f.deleted) for f in self.files)),
+            "rows_rewritten": int(sum(f.new.record_count for f in self.files if f.new)),
+            "index_remapped": self.index_remapped,
+        }
+
+
+def files_with_deletes(table: Any, snapshot_id: int) -> list[Any]:
+    """The scan tasks of `snapshot_id` whose data file has position delete files."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.table import DataScan
+
+    try:
+        tasks = DataScan(table_metadata=table.metadata, io=table.io, snapshot_id=snapshot_id)
+        found = [t for t in tasks.plan_files() if t.delete_files]
+    except (ValueError, NotImplementedError) as exc:  # equality deletes
+        raise ApplyDeletesError(str(exc)) from exc
+    for task in found:
+        if task.file.file_format != FileFormat.PARQUET:
+            raise ApplyDeletesError(f"data file {task.file.file_path} is not Parquet")
+        for delete_file in task.delete_files:
+            if delete_file.content != DataFileContent.POSITION_DELETES:
+                raise ApplyDeletesError(f"equality delete file {delete_file.file_path}")
+    return found
+
+
+def _kept_batches(
+    parquet: pq.ParquetFile, deleted: np.ndarray, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """The file's rows in order, the `deleted` positions left out."""
+    start = 0
+    for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
+        end = start + batch.num_rows
+        lo, hi = np.searchsorted(deleted, [start, end])
+        if hi > lo:
+            keep = np.ones(batch.num_rows, dtype=bool)
+            keep[deleted[lo:hi] - start] = False
+            batch = batch.filter(pa.array(keep))
+        start = end
+        if batch.num_rows:
+            yield batch
+
+
+def _row_groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """`batches` gathered into tables of `rows` rows (the last one smaller): one row group
+    each, as the table's writer would cut them."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        while count >= rows:
+            gathered = pa.Table.from_batches(held)
+            yield gathered.slice(0, rows)
+            rest = gathered.slice(rows)
+            held, count = rest.to_batches(), rest.num_rows
+    if count:
+        yield pa.Table.from_batches(held)
+
+
+def rewrite_data_file(
+    table: Any, data_file: Any, deleted: np.ndarray, batch_rows: int = BATCH_ROWS
+) -> Any | None:
+    """`data_file` of `table` written again without the rows at `deleted` (sorted, unique);
+    its new DataFile, or None when no row is left (nothing written)."""
+    from pyiceberg.io.pyarrow import ParquetFormatModel, pyarrow_to_schema
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.properties import property_as_int
+
+    metadata = table.metadata
+    if len(deleted) >= data_file.record_count:
+        return None
+    properties = metadata.properties
+    group_rows = property_as_int(
+        properties,
+        TableProperties.PARQUET_ROW_GROUP_LIMIT,
+        TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+    )
+    name = f"00000-0-{uuid.uuid4()}.parquet"
+    path = table.location_provider().new_data_location(name)
+    output = table.io.new_output(path)
+    with table.io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        arrow_schema = parquet.schema_arrow
+        # The file's own columns and field ids (a file written before a schema change
+        # keeps its columns; readers project by field id).
+        writer = ParquetFormatModel().create_writer(
+            output, pyarrow_to_schema(arrow_schema), properties
+        )
+        with writer:
+            for group in _row_groups(_kept_batches(parquet, deleted, batch_rows), group_rows):
+                writer.write(group.cast(arrow_schema))
+    statistics = writer.result()
+    new = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=data_file.partition,
+        file_size_in_bytes=len(table.io.new_input(path)),
+        sort_order_id=data_file.sort_order_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+    new.spec_id = data_file.spec_id  # not a field of the struct: set apart
+    return new
+
+
+def _unique_sorted(positions: np.ndarray) -> np.ndarray:
+    return np.unique(positions.astype(np.int64, copy=False))
+
+
+def apply_deletes(
+    table: Any,
+    *,
+    indexes: IndexCache | None = INDEXES,
+    before_commit: Callable[[], None] | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> ApplyDeletesResult:
+    """Apply the position deletes of `table` (pyiceberg, loaded) to its data files (module
+    docstring); `before_commit` runs right before the commit (the test crash point).
+
+    Raises ApplyDeletesError when the table's deletes cannot be applied here or the
+    branch moved during the rewrite (nothing committed, the new files deleted)."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    from tableflow_core.engine.rewrite_files import RewriteFiles
+
+    began = time.perf_counter()
+    snapshot = table.metadata.current_snapshot()
+    result = ApplyDeletesResult(snapshot.snapshot_id if snapshot is not None else None)
+    if snapshot is None:
+        return result
+    tasks = files_with_deletes(table, snapshot.snapshot_id)
+    if not tasks:
+        return result
+    deletes = PositionDeletes(table.io, ApplyDeletesError)
+    delete_files: dict[str, Any] = {}
+    try:
+        for task in tasks:
+            deleted = _unique_sorted(deletes.of(task))
+            new = rewrite_data_file(table, task.file, deleted, batch_rows)
+            result.files.append(RewrittenFile(task.file, deleted, new))
+            delete_files.update((d.file_path, d) for d in task.delete_files)
+        result.delete_files = len(delete_files)
+        removed = [*(f.old for f in result.files), *delete_files.values()]
+        added = [f.new for f in result.files if f.new is not None]
+        transaction = table.transaction()
+        with RewriteFiles(transaction, table.io, removed, added) as rewrite:
+            pass
+        if before_commit is not None:
+            before_commit()
+        transaction.commit_transaction()
+    except (CommitFailedException, ValidationException) as exc:
+        _delete_quietly(table.io, [f.new.file_path for f in result.files if f.new is not None])
+        raise ApplyDeletesError(
+            f"deletes not applied: the table changed during the rewrite ({exc})"
+        ) from exc
+    except BaseException:
+        _delete_quietly(table.io, [f.new.file_path for f in result.files if f.new is not None])
+        raise
+    result.snapshot_id = rewrite.snapshot_id
+    if indexes is not None:
+        result.index_remapped = remap_indexes(
+            indexes, str(table.metadata.table_uuid), snapshot.snapshot_id, result
+        )
+    result.seconds = time.perf_counter() - began
+    return result
+
+
+def remap_indexes(
+    indexes: IndexCache, table_uuid: str, base_snapshot_id: int, result: ApplyDeletesResult
+) -> bool:
+    """The table's key indexes kept by this process, moved onto the rewritten files when
+    they are at the snapshot the rewrite started from (others are left: the next batch
+    builds them). Whether one was remapped."""
+    assert result.snapshot_id is not None
+    moved = False
+    for name, index in indexes.take_table(table_uuid):
+        if isinstance(index, KeyIndex) and index.snapshot_id == base_snapshot_id:
+            index.rewritten(
+                result.snapshot_id,
+                [
+                    (f.old.file_path, f.new.file_path if f.new else None, f.deleted)
+                    for f in result.files
+                ],
+            )
+            moved = True
+        indexes.keep(name, index)
+    return moved
+
+
+def _delete_quietly(io: Any, paths: Sequence[str]) -> None:
+    for path in paths:
+        try:
+            io.delete(path)
+        except OSError:
+            pass  # an orphan: remove_orphans takes it
+
+
+def driver_operation(
+    catalog: Any, identifier: tuple[str, ...]
+) -> Callable[[Any, Any, Any, datetime], dict[str, Any]]:
+    """`apply_deletes` as a maintenance operation (maintenance/operations.Operation) on
+    the catalog's table `identifier`: Spark is not used."""
+
+    def run(spark: Any, target: Any, settings: Any, now: datetime) -> dict[str, Any]:
+        return apply_deletes(catalog.load_table(identifier)).metrics()
+
+    return run
+
