@@ -62,9 +62,7 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         added: Sequence[Any],
         branch: str = "main",
     ) -> None:
-        super().__init__(
-            operation=Operation.REPLACE, transaction=transaction, io=io, branch=branch
-        )
+        super().__init__(operation=Operation.REPLACE, transaction=transaction, io=io, branch=branch)
         for data_file in added:
             if data_file.content != DataFileContent.DATA:
                 raise ValueError(f"not a data file: {data_file.file_path}")

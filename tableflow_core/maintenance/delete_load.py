@@ -38,6 +38,10 @@ from dataclasses import dataclass
 from tableflow_core.config.models.maintenance import CompactSettings
 from tableflow_core.maintenance.activity import TableActivity
 
+# The operation that rewrites the data files with deletes without their deleted rows
+# (`maintain` runs pipeline/apply_deletes.py on the driver; without a catalog client,
+# Spark's `rewrite_data_files`: `operations.OPERATIONS`).
+APPLY_DELETES = "apply_deletes"
 DELETE_FILES_PER_DATA_FILE = 4
 # Readers stay under 1.5x a compacted scan while at most this share of the rows is in data
 # files with deletes (pyiceberg: ~3x on those rows, 1 + 0.25 * 2 = 1.5).

@@ -1,6 +1,7 @@
 """One function per maintenance operation, each one Iceberg Spark procedure call.
 
-Dispatched by `OPERATIONS[name]`. Each returns the procedure's output row as a dict
+Dispatched by `OPERATIONS[name]` (a caller may put its own function under a name:
+`tableflow maintain` runs `apply_deletes` on the driver). Each returns the procedure's output row as a dict
 (files rewritten, bytes, snapshots expired...).
 """
 
@@ -20,7 +21,7 @@ from tableflow_core.config.models.maintenance import (
     RewriteDeletesSettings,
 )
 from tableflow_core.errors import TableflowError
-from tableflow_core.maintenance.delete_load import DeletesCompaction
+from tableflow_core.maintenance.delete_load import APPLY_DELETES, DeletesCompaction
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.schedule import ExpiryRun
 from tableflow_core.maintenance.target import SparkTable
@@ -203,6 +204,10 @@ def _missing_directory(exc: Exception) -> bool:
 
 
 OPERATIONS: dict[str, Operation] = {
+    # Spark's way to apply an upsert table's deletes: `compact` with every data file with
+    # a delete file rewritten. `tableflow maintain` replaces it by the driver's rewrite
+    # (pipeline/apply_deletes.py, ~6x less CPU: docs/architecture.md).
+    APPLY_DELETES: compact,
     "compact": compact,
     "rewrite_deletes": rewrite_deletes,
     "rewrite_manifests": rewrite_manifests,

@@ -9,9 +9,10 @@ a table with fewer data files than it could merge (`min_input_files`, at least 2
 one-file table is left alone. Each due operation says which trigger made it due.
 
 An upsert table's delete files are also kept in check (`delete_load.py`), with or
-without a `maintenance:` block: merged when they pile up (`rewrite_deletes`), the data
-files that carry them compacted when they hold a share of the rows that makes readers pay
-and the rewrite fits its budget per row deleted (one file or many).
+without a `maintenance:` block: merged when they pile up (`rewrite_deletes`), applied to
+the data files that carry them (`apply_deletes`: those files rewritten without their
+deleted rows) when they hold a share of the rows that makes readers pay and the rewrite
+fits its budget per row deleted (one file or many).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tableflow_core.config.models.maintenance import (
 from tableflow_core.config.project import Table
 from tableflow_core.maintenance.activity import TableActivity
 from tableflow_core.maintenance.delete_load import (
+    APPLY_DELETES,
     MERGE_MIN_DELETE_FILES,
     DeletesCompaction,
     delete_file_triggers,
@@ -41,16 +43,18 @@ from tableflow_core.maintenance.delete_load import (
 from tableflow_core.maintenance.history import History, table_history
 from tableflow_core.maintenance.last_run import last_runs
 
-# The order operations run in: compaction first (expiry then frees the files it
-# replaced), orphan removal last.
+# The order operations run in: rewrites first (expiry then frees the files they
+# replaced), orphan removal last. `apply_deletes` is no block's key: due by an upsert
+# table's delete files alone (`delete_load.py`).
 RUN_ORDER = (
+    APPLY_DELETES,
     "compact",
     "rewrite_deletes",
     "rewrite_manifests",
     "expire_snapshots",
     "remove_orphans",
 )
-assert set(RUN_ORDER) == set(MAINTENANCE_OPERATIONS)
+assert set(RUN_ORDER) == {*MAINTENANCE_OPERATIONS, APPLY_DELETES}
 
 # Operations that only make sense for some tables.
 APPLIES: Mapping[str, Callable[[Table], bool]] = {
@@ -171,7 +175,11 @@ def _human(seconds: float) -> str:
 
 
 def configured_operations(block: Maintenance) -> dict[str, MaintenanceOperation]:
-    return {op: settings for op in RUN_ORDER if (settings := getattr(block, op)) is not None}
+    return {
+        op: settings
+        for op in RUN_ORDER
+        if op in MAINTENANCE_OPERATIONS and (settings := getattr(block, op)) is not None
+    }
 
 
 def compaction_floor(settings: CompactSettings) -> int:
@@ -221,8 +229,9 @@ def maintenance_due(
     for_deletes = _due_for_deletes(table, activity, previous, only)
     if block is None:
         return [for_deletes[op] for op in RUN_ORDER if op in for_deletes]
-    due = [d for op, d in for_deletes.items() if getattr(block, op) is None]
-    for op, settings in configured_operations(block).items():
+    configured = configured_operations(block)
+    due = [d for op, d in for_deletes.items() if op not in configured]
+    for op, settings in configured.items():
         if only is not None and op not in only:
             continue
         if op in APPLIES and not APPLIES[op](table):
@@ -278,21 +287,28 @@ def _due_for_deletes(
     only: frozenset[str] | None,
 ) -> dict[str, DueOperation]:
     """An upsert table's operations due by its delete files (`delete_load.py`): the
-    compaction when they delete a share of its rows, else the merge of delete files when
-    they pile up; with the block's settings of the operation, or the defaults."""
+    deletes applied to the data files that carry them when those hold a share of its
+    rows that readers pay for, else the merge of delete files when they pile up; with the
+    block's settings of the operation (`compact`'s for `apply_deletes`, which `--only
+    compact` selects too), or the defaults."""
     if table.mode != "upsert":
         return {}
     block = table.maintenance
-    compact = readers_triggers(activity)
-    merge = () if compact else delete_file_triggers(activity)
+    rewrite = readers_triggers(activity)
+    merge = () if rewrite else delete_file_triggers(activity)
     due: dict[str, DueOperation] = {}
-    for op, triggers, default in (
-        ("compact", compact, CompactSettings()),
-        ("rewrite_deletes", merge, RewriteDeletesSettings(min_delete_files=MERGE_MIN_DELETE_FILES)),
+    for op, block_key, triggers, default in (
+        (APPLY_DELETES, "compact", rewrite, CompactSettings()),
+        (
+            "rewrite_deletes",
+            "rewrite_deletes",
+            merge,
+            RewriteDeletesSettings(min_delete_files=MERGE_MIN_DELETE_FILES),
+        ),
     ):
-        if not triggers or (only is not None and op not in only):
+        if not triggers or (only is not None and not {op, block_key} & only):
             continue
-        configured = getattr(block, op) if block is not None else None
+        configured = getattr(block, block_key) if block is not None else None
         every = (configured.every if configured else None) or (block.every if block else "1h")
         due[op] = DueOperation(
             table.name,

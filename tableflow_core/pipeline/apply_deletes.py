@@ -32,6 +32,7 @@ dedup key set stays as it is (`replace`: the same keys).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tableflow_core.engine.rewrite_files import RewriteFiles
 from tableflow_core.errors import TableflowError
 from tableflow_core.pipeline.data_files import PositionDeletes
 from tableflow_core.pipeline.key_index import INDEXES, IndexCache, KeyIndex
@@ -156,10 +158,13 @@ def rewrite_data_file(
     if len(deleted) >= data_file.record_count:
         return None
     properties = metadata.properties
-    group_rows = property_as_int(
-        properties,
-        TableProperties.PARQUET_ROW_GROUP_LIMIT,
-        TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+    group_rows = (
+        property_as_int(
+            properties,
+            TableProperties.PARQUET_ROW_GROUP_LIMIT,
+            TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+        )
+        or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
     )
     name = f"00000-0-{uuid.uuid4()}.parquet"
     path = table.location_provider().new_data_location(name)
@@ -208,8 +213,6 @@ def apply_deletes(
     Raises ApplyDeletesError when the table's deletes cannot be applied here or the
     branch moved during the rewrite (nothing committed, the new files deleted)."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
-
-    from tableflow_core.engine.rewrite_files import RewriteFiles
 
     began = time.perf_counter()
     snapshot = table.metadata.current_snapshot()
@@ -277,10 +280,8 @@ def remap_indexes(
 
 def _delete_quietly(io: Any, paths: Sequence[str]) -> None:
     for path in paths:
-        try:
+        with contextlib.suppress(OSError):  # else an orphan: remove_orphans takes it
             io.delete(path)
-        except OSError:
-            pass  # an orphan: remove_orphans takes it
 
 
 def driver_operation(
@@ -293,4 +294,3 @@ def driver_operation(
         return apply_deletes(catalog.load_table(identifier)).metrics()
 
     return run
-

@@ -354,9 +354,7 @@ class KeyIndex:
                 before = np.searchsorted(gone, at) - np.searchsorted(
                     gone, ordinals << POSITION_BITS
                 )
-                part[live] = (new_ordinal[ordinals] << POSITION_BITS) | (
-                    position_of(at) - before
-                )
+                part[live] = (new_ordinal[ordinals] << POSITION_BITS) | (position_of(at) - before)
         self.snapshot_id = snapshot_id
 
 

@@ -8,8 +8,9 @@ maintenance commits, its new metadata pointer is published to the catalogs in it
 `publish_to`, and the Delta log of a `formats: [.., delta]` table is synced (compaction
 changes its files). An upsert table's deletes table (`ingest/upsert_order.py`) gets the
 same operations right after its table. `tableflow run` calls this between refreshes of a
-table. An upsert table without a block still gets the compaction its delete files make due
-(`maintenance/delete_load.py`).
+table. An upsert table without a block still gets the rewrite its delete files make due
+(`maintenance/delete_load.py`): `apply_deletes`, run on the driver with pyiceberg and
+pyarrow (`pipeline/apply_deletes.py`), under the lock like the rest.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ from tableflow_core.maintenance import (
 )
 from tableflow_core.maintenance.activity import TableActivity, table_activity
 from tableflow_core.maintenance.beside_ingest import maintained_beside_ingest
-from tableflow_core.maintenance.delete_load import delete_upkeep, readers_waiting
+from tableflow_core.maintenance.delete_load import APPLY_DELETES, delete_upkeep, readers_waiting
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
+from tableflow_core.maintenance.operations import OPERATIONS
 from tableflow_core.maintenance.run import StateReader
 from tableflow_core.maintenance.schedule import not_due_reason
+from tableflow_core.pipeline.apply_deletes import driver_operation
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
 from tableflow_core.state.table_state import TableState, table_state_of
@@ -194,13 +197,18 @@ class MaintainTask:
                     return TableMaintenance(table.name, note=_nothing_due(table, activity))
                 spark = self._spark(handle)
                 identifier = ".".join((handle.spark_name, *table.namespace, table.table))
+                parts = (*table.namespace, table.table)
                 report = run_maintenance(
                     spark,
                     identifier,
                     due,
                     now=self.now,
                     redact=self.project.redact,
-                    read_state=_state_reader(handle, (*table.namespace, table.table)),
+                    read_state=_state_reader(handle, parts),
+                    functions={
+                        **OPERATIONS,
+                        APPLY_DELETES: driver_operation(handle.catalog, parts),
+                    },
                 )
                 deletes = self._maintain_deletes(handle, table, spark, identifier, due)
                 dead_letters = self._maintain_dead_letters(handle, table, spark, due)

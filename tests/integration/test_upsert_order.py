@@ -246,7 +246,7 @@ def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
     # its delete files make due (maintenance/delete_load.py); readers then apply none.
     assert delete_files(by_spark) > 0
     (done,) = MaintainTask(by_spark.project, by_spark.project.tables, spark=spark).run()
-    assert done.ok and [(d.operation, d.for_deletes) for d in done.due] == [("compact", True)]
+    assert done.ok and [(d.operation, d.for_deletes) for d in done.due] == [("apply_deletes", True)]
     assert delete_files(by_spark) == 0
     assert table_rows(by_spark) == expected
 

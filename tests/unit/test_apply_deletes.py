@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tests.unit.test_upsert_rows import TABLE_SCHEMA, Record, Upserts, model
 
 from tableflow_core.pipeline.apply_deletes import (
     ApplyDeletesError,
@@ -24,6 +23,7 @@ from tableflow_core.pipeline.apply_deletes import (
     rewrite_data_file,
 )
 from tableflow_core.pipeline.key_index import INDEXES, IndexCache
+from tests.unit.test_upsert_rows import TABLE_SCHEMA, Record, Upserts, model
 
 
 def history(seed: int, n: int, keys: int) -> list[Record]:
@@ -42,9 +42,11 @@ def duckdb_rows(table: Any) -> dict[int, str]:
     """The table read by DuckDB's Iceberg reader (its own position-delete code)."""
     from tableflow_core.readers.duckdb_reader import duckdb_connection
 
-    found = duckdb_connection().execute(
-        f"SELECT id, name FROM iceberg_scan('{table.metadata_location}')"
-    ).fetchall()
+    found = (
+        duckdb_connection()
+        .execute(f"SELECT id, name FROM iceberg_scan('{table.metadata_location}')")
+        .fetchall()
+    )
     rows = dict(found)
     assert len(rows) == len(found), "one row per key"
     return rows
@@ -82,7 +84,13 @@ def test_deletes_applied_leave_the_rows_in_new_files_without_delete_files(catalo
     # The new file keeps the old one's columns, field ids and order columns.
     new = pq.ParquetFile(next(iter(new_paths)).removeprefix("file://"))
     assert new.schema_arrow.names == TABLE_SCHEMA.names
-    assert [f.metadata[b"PARQUET:field_id"] for f in new.schema_arrow] == [b"1", b"2", b"3", b"4", b"5"]
+    assert [f.metadata[b"PARQUET:field_id"] for f in new.schema_arrow] == [
+        b"1",
+        b"2",
+        b"3",
+        b"4",
+        b"5",
+    ]
     # Batches go on from the rewritten table (and a second rewrite of it).
     batch, records = records[:300], records[300:]
     upserts.apply(batch)
@@ -143,7 +151,9 @@ def test_a_commit_during_the_rewrite_makes_it_give_up_with_nothing_lost(catalog:
     assert upserts.table().metadata.current_snapshot().summary.operation.value != "replace"
     # The rewrite's new files were deleted; only the concurrent batch's files are new.
     added = set(data_dir.iterdir()) - files_before
-    live = {Path(e.data_file.file_path.removeprefix("file://")) for e in _live_entries(upserts.table())}
+    live = {
+        Path(e.data_file.file_path.removeprefix("file://")) for e in _live_entries(upserts.table())
+    }
     assert added <= live
 
 

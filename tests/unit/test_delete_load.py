@@ -90,12 +90,17 @@ def test_readers_compaction_runs_and_no_merge_before_it() -> None:
     deleted = 1000 // REWRITE_PER_DELETED_ROW
     both = activity(2, DELETE_FILES_PER_DATA_FILE * 2, deleted=deleted, with_deletes=1000)
     (due,) = maintenance_due(upsert, {}, NOW, activity=both)
-    assert due.operation == "compact" and due.for_deletes
+    assert due.operation == "apply_deletes" and due.for_deletes
+    # Its arguments are the ones Spark's fallback (`OPERATIONS["apply_deletes"]`) runs with.
     assert due.arguments == DeletesCompaction(CompactSettings())
+    assert "apply_deletes on orders" in due.describe(NOW)
     assert "of the rows in data files with deletes" in due.describe(NOW)
     assert (
         maintenance_due(upsert, {}, NOW, activity=both, only=frozenset({"expire_snapshots"})) == []
     )
+    for only in ({"compact"}, {"apply_deletes"}):  # `--only compact` selects it too
+        (due,) = maintenance_due(upsert, {}, NOW, activity=both, only=frozenset(only))
+        assert due.operation == "apply_deletes"
 
 
 def test_a_block_s_settings_serve_the_operations_due_for_delete_files() -> None:
@@ -115,7 +120,7 @@ def test_a_block_s_settings_serve_the_operations_due_for_delete_files() -> None:
         data_files=1, delete_files=1, deleted_rows=500, records=1000, snapshot_times=(NOW,)
     )
     (compact,) = [d for d in maintenance_due(upsert, last, NOW, activity=deleting)]
-    assert compact.operation == "compact" and compact.for_deletes
+    assert compact.operation == "apply_deletes" and compact.for_deletes
     assert compact.arguments.settings.min_input_files == 7
     piled = TableActivity(
         data_files=1, delete_files=DELETE_FILES_PER_DATA_FILE, records=1000, snapshot_times=(NOW,)
