@@ -45,11 +45,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tableflow_core.engine.rewrite_files import RewriteFiles
+from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.errors import TableflowError
 from tableflow_core.pipeline.data_files import PositionDeletes
 from tableflow_core.pipeline.key_index import INDEXES, IndexCache, KeyIndex
 
 BATCH_ROWS = 65_536  # rows read at a time from the old file
+# Test crash points (engine/test_hooks.py) around the commit.
+CRASH_BEFORE_COMMIT = "apply_deletes_before_commit"
+CRASH_AFTER_COMMIT = "apply_deletes_after_commit"
 
 
 class ApplyDeletesError(TableflowError, RuntimeError):
@@ -291,6 +295,9 @@ def driver_operation(
     the catalog's table `identifier`: Spark is not used."""
 
     def run(spark: Any, target: Any, settings: Any, now: datetime) -> dict[str, Any]:
-        return apply_deletes(catalog.load_table(identifier)).metrics()
+        table = catalog.load_table(identifier)
+        done = apply_deletes(table, before_commit=lambda: crash_point(CRASH_BEFORE_COMMIT))
+        crash_point(CRASH_AFTER_COMMIT)
+        return done.metrics()
 
     return run

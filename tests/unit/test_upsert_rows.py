@@ -67,13 +67,14 @@ class Upserts:
     """An upsert table and its deletes table, batches merged and published as apply's
     shared path does."""
 
-    def __init__(self, catalog: Any) -> None:
+    def __init__(self, catalog: Any, namespace: str = "ns") -> None:
         self.catalog = catalog
-        catalog.create_table("ns.t", TABLE_SCHEMA, properties={"format-version": "2"})
-        self.deletes = DeletesTable(catalog, ("ns", "t__tableflow_deletes"), ("id",))
+        self.name = f"{namespace}.t"
+        catalog.create_table(self.name, TABLE_SCHEMA, properties={"format-version": "2"})
+        self.deletes = DeletesTable(catalog, (namespace, "t__tableflow_deletes"), ("id",))
 
     def table(self) -> Any:
-        return self.catalog.load_table("ns.t")
+        return self.catalog.load_table(self.name)
 
     def apply(self, records: list[Record]) -> Any:
         table = self.table()
