@@ -247,3 +247,44 @@ def test_only_a_delete_file_rewrite_since_the_index_keeps_it() -> None:
     assert not unchanged_rows(table(base, compact), 1, 3)
     assert not unchanged_rows(table(base, rewrite, foreign), 1, 4)
     assert not unchanged_rows(table(rewrite), 9, 2), "not a descendant"
+
+
+def test_a_rewrite_of_files_without_their_deleted_rows_remaps_every_live_key() -> None:
+    """`rewritten` against a model: of four files, one copied without its deleted rows,
+    one (a delta's) too, one with every row deleted dropped, one left; each live key then
+    where the copy holds it: its position less the deleted rows before it."""
+    rng = random.Random(3)
+    sizes = {"f0": 500, "f1": 300, "f2": 200}
+    keys = rng.sample(range(10**6), sum(sizes.values()))
+    files, live, start = [], {}, 0
+    for path, size in sizes.items():
+        part = keys[start : start + size]
+        start += size
+        gone = set(rng.sample(range(size), size // 5))
+        deleted = np.array(sorted(gone), dtype=np.int64)
+        files.append((path, 7, [chunked(part)], deleted))
+        live[path] = [(i, k) for i, k in enumerate(part) if i not in gone]
+    index = KeyIndex.build(INT, 1, files)
+    index.advance(2, (np.empty(0, np.int64),), [("f3", None, [chunked([-1, -2, -3])])])
+    f1_keys = np.array([k for _, k in live["f1"]], dtype=np.int64)
+    index.advance(3, (np.array([-1, *f1_keys], dtype=np.int64),), [])  # f3's row 0, all of f1
+    index.rewritten(
+        4,
+        [("f0", "g0", files[0][3]), ("f3", "g3", np.array([0], dtype=np.int64)),
+         ("f1", None, np.arange(300, dtype=np.int64)), ("gone", "x", np.empty(0, np.int64))],
+    )  # fmt: skip
+    model = {k: ("g0", n) for n, (_, k) in enumerate(live["f0"])}
+    model.update({k: ("f2", i) for i, k in live["f2"]})
+    model.update({-2: ("g3", 0), -3: ("g3", 1)})
+    probe = np.array([*sorted(model), -1, *f1_keys], dtype=np.int64)
+    found = index.lookup((probe,))
+    got = {
+        int(k): (
+            index.files[int(file_of(found[i : i + 1])[0])],
+            int(position_of(found[i : i + 1])[0]),
+        )
+        for i, k in enumerate(probe[: len(model)])
+    }
+    assert got == model and index.snapshot_id == 4
+    assert (found[len(model) :] == DELETED).all() and len(index) == len(model)
+    assert index.timestamp_upper[index.files.index("g0")] == 7
