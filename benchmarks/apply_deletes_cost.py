@@ -81,10 +81,14 @@ def delete_batches(catalog: Any, share: float, batches: int, seed: int) -> int:
         written = []
         for data_file in files:
             live = left[data_file.file_path]
-            take = rng.choice(len(live), int(data_file.record_count * share / batches), replace=False)
+            take = rng.choice(
+                len(live), int(data_file.record_count * share / batches), replace=False
+            )
             positions = live[take]
             left[data_file.file_path] = np.delete(live, take)
-            written.append(write_position_deletes(table.io, table.location(), data_file.file_path, positions))
+            written.append(
+                write_position_deletes(table.io, table.location(), data_file.file_path, positions)
+            )
             deleted += len(positions)
         with table.transaction() as tx, RowDelta(tx, table.io, written, {}, "main"):
             pass

@@ -68,10 +68,11 @@ class RewrittenFile:
     old: Any  # pyiceberg DataFile
     deleted: np.ndarray  # its rows removed, sorted, unique
     new: Any | None  # the new DataFile; None: every row was deleted
+    offset: int = 0  # the row of `new` the old file's first kept row is at
 
     def new_positions(self, positions: np.ndarray) -> np.ndarray:
         """Where live rows of the old file are in the new one."""
-        return positions - np.searchsorted(self.deleted, positions)
+        return self.offset + positions - np.searchsorted(self.deleted, positions)
 
 
 @dataclass
@@ -87,10 +88,10 @@ class ApplyDeletesResult:
         """What `maintain` reports for the operation."""
         return {
             "rewritten_data_files_count": len(self.files),
-            "added_data_files_count": sum(f.new is not None for f in self.files),
+            "added_data_files_count": len(_new_paths(self)),
             "removed_delete_files_count": self.delete_files,
             "rows_dropped": int(sum(len(f.deleted) for f in self.files)),
-            "rows_rewritten": int(sum(f.new.record_count for f in self.files if f.new)),
+            "rows_rewritten": int(sum(f.old.record_count - len(f.deleted) for f in self.files)),
             "index_remapped": self.index_remapped,
         }
 
@@ -131,21 +132,83 @@ def _kept_batches(
             yield batch
 
 
-def _row_groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
-    """`batches` gathered into tables of `rows` rows (the last one smaller): one row group
-    each, as the table's writer would cut them."""
-    held: list[pa.RecordBatch] = []
-    count = 0
-    for batch in batches:
-        held.append(batch)
-        count += batch.num_rows
-        while count >= rows:
-            gathered = pa.Table.from_batches(held)
-            yield gathered.slice(0, rows)
-            rest = gathered.slice(rows)
-            held, count = rest.to_batches(), rest.num_rows
-    if count:
-        yield pa.Table.from_batches(held)
+class NewDataFile:
+    """A data file being written from the kept rows of old data files of one partition and
+    one Arrow schema, in order, streamed: row groups of the table's row-group limit, the
+    table's Parquet settings, Iceberg column metrics as pyiceberg's writer computes them."""
+
+    def __init__(self, table: Any, first: Any, schema: pa.Schema, batch_rows: int) -> None:
+        from pyiceberg.io.pyarrow import ParquetFormatModel, pyarrow_to_schema
+        from pyiceberg.table import TableProperties
+        from pyiceberg.utils.properties import property_as_int
+
+        properties = table.metadata.properties
+        self.group_rows = (
+            property_as_int(
+                properties,
+                TableProperties.PARQUET_ROW_GROUP_LIMIT,
+                TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+            )
+            or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+        )
+        self.table, self.first, self.schema, self.batch_rows = table, first, schema, batch_rows
+        name = f"00000-0-{uuid.uuid4()}.parquet"
+        self.path: str = table.location_provider().new_data_location(name)
+        # The old files' own columns and field ids (a file written before a schema change
+        # keeps its columns; readers project by field id).
+        self._writer = ParquetFormatModel().create_writer(
+            table.io.new_output(self.path), pyarrow_to_schema(schema), properties
+        )
+        self.rows = 0  # rows added so far
+        self.sources = 0  # old files added
+        self.bytes_estimate = 0  # the old files' bytes, less their deleted rows' share
+        self._held: list[pa.RecordBatch] = []
+        self._held_rows = 0
+
+    def add(self, parquet: pq.ParquetFile, data_file: Any, deleted: np.ndarray) -> int:
+        """The kept rows of `data_file` (open as `parquet`) appended; the row of this file
+        its first kept row lands at."""
+        offset = self.rows
+        for batch in _kept_batches(parquet, deleted, self.batch_rows):
+            self._held.append(batch)
+            self._held_rows += batch.num_rows
+            self.rows += batch.num_rows
+            while self._held_rows >= self.group_rows:
+                self._flush(self.group_rows)
+        kept = 1 - len(deleted) / max(1, data_file.record_count)
+        self.bytes_estimate += int(data_file.file_size_in_bytes * kept)
+        self.sources += 1
+        return offset
+
+    def _flush(self, rows: int) -> None:
+        gathered = pa.Table.from_batches(self._held, schema=self.schema)
+        self._writer.write(gathered.slice(0, rows))
+        rest = gathered.slice(rows)
+        self._held, self._held_rows = rest.to_batches(), rest.num_rows
+
+    def close(self) -> Any:
+        """The file closed; its DataFile (in the first old file's partition and spec)."""
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+        if self._held_rows:
+            self._flush(self._held_rows)
+        with self._writer:
+            pass
+        statistics = self._writer.result()
+        new = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=self.path,
+            file_format=FileFormat.PARQUET,
+            partition=self.first.partition,
+            file_size_in_bytes=len(self.table.io.new_input(self.path)),
+            # One old file's rows keep its order; several, one after the other, do not.
+            sort_order_id=self.first.sort_order_id if self.sources == 1 else None,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
+        new.spec_id = self.first.spec_id  # not a field of the struct: set apart
+        return new
 
 
 def rewrite_data_file(
@@ -153,51 +216,70 @@ def rewrite_data_file(
 ) -> Any | None:
     """`data_file` of `table` written again without the rows at `deleted` (sorted, unique);
     its new DataFile, or None when no row is left (nothing written)."""
-    from pyiceberg.io.pyarrow import ParquetFormatModel, pyarrow_to_schema
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    if len(deleted) >= data_file.record_count:
+        return None
+    with table.io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        new = NewDataFile(table, data_file, parquet.schema_arrow, batch_rows)
+        new.add(parquet, data_file, deleted)
+    return new.close()
+
+
+def target_file_bytes(table: Any) -> int:
     from pyiceberg.table import TableProperties
     from pyiceberg.utils.properties import property_as_int
 
-    metadata = table.metadata
-    if len(deleted) >= data_file.record_count:
-        return None
-    properties = metadata.properties
-    group_rows = (
+    return (
         property_as_int(
-            properties,
-            TableProperties.PARQUET_ROW_GROUP_LIMIT,
-            TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+            table.metadata.properties,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
         )
-        or TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+        or TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT
     )
-    name = f"00000-0-{uuid.uuid4()}.parquet"
-    path = table.location_provider().new_data_location(name)
-    output = table.io.new_output(path)
-    with table.io.new_input(data_file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        arrow_schema = parquet.schema_arrow
-        # The file's own columns and field ids (a file written before a schema change
-        # keeps its columns; readers project by field id).
-        writer = ParquetFormatModel().create_writer(
-            output, pyarrow_to_schema(arrow_schema), properties
-        )
-        with writer:
-            for group in _row_groups(_kept_batches(parquet, deleted, batch_rows), group_rows):
-                writer.write(group.cast(arrow_schema))
-    statistics = writer.result()
-    new = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=data_file.partition,
-        file_size_in_bytes=len(table.io.new_input(path)),
-        sort_order_id=data_file.sort_order_id,
-        equality_ids=None,
-        key_metadata=None,
-        **statistics.to_serialized_dict(),
-    )
-    new.spec_id = data_file.spec_id  # not a field of the struct: set apart
-    return new
+
+
+def rewrite_files(
+    table: Any, tasks: Sequence[Any], deletes: PositionDeletes, batch_rows: int = BATCH_ROWS
+) -> list[RewrittenFile]:
+    """The data files of `tasks` written again without their deleted rows, one at a time;
+    the kept rows of the files of one partition (and one Arrow schema) gathered into new
+    files of up to the table's target file size, in order (each old file's rows together),
+    so the small files each batch adds do not pile up."""
+    done: list[RewrittenFile] = []
+    target = target_file_bytes(table)
+    groups: dict[tuple[int, str], list[Any]] = {}
+    for task in tasks:
+        groups.setdefault((task.file.spec_id, repr(task.file.partition)), []).append(task)
+    for group in groups.values():
+        current: NewDataFile | None = None
+        pending: list[tuple[Any, np.ndarray, int]] = []  # old file, deleted, offset
+
+        def close() -> None:
+            nonlocal current, pending
+            if current is not None:
+                new = current.close()
+                done.extend(RewrittenFile(old, gone, new, at) for old, gone, at in pending)
+            current, pending = None, []
+
+        for task in group:
+            deleted = _unique_sorted(deletes.of(task))
+            if len(deleted) >= task.file.record_count:
+                done.append(RewrittenFile(task.file, deleted, None))
+                continue
+            with table.io.new_input(task.file.file_path).open() as stream:
+                parquet = pq.ParquetFile(stream)
+                schema = parquet.schema_arrow
+                if current is not None and (
+                    current.bytes_estimate >= target or not current.schema.equals(schema)
+                ):
+                    close()
+                if current is None:
+                    current = NewDataFile(table, task.file, schema, batch_rows)
+                offset = current.add(parquet, task.file, deleted)
+            pending.append((task.file, deleted, offset))
+        close()
+    return done
 
 
 def _unique_sorted(positions: np.ndarray) -> np.ndarray:
@@ -227,16 +309,12 @@ def apply_deletes(
     if not tasks:
         return result
     deletes = PositionDeletes(table.io, ApplyDeletesError)
-    delete_files: dict[str, Any] = {}
+    delete_files = {d.file_path: d for task in tasks for d in task.delete_files}
     try:
-        for task in tasks:
-            deleted = _unique_sorted(deletes.of(task))
-            new = rewrite_data_file(table, task.file, deleted, batch_rows)
-            result.files.append(RewrittenFile(task.file, deleted, new))
-            delete_files.update((d.file_path, d) for d in task.delete_files)
+        result.files = rewrite_files(table, tasks, deletes, batch_rows)
         result.delete_files = len(delete_files)
         removed = [*(f.old for f in result.files), *delete_files.values()]
-        added = [f.new for f in result.files if f.new is not None]
+        added = list({f.new.file_path: f.new for f in result.files if f.new is not None}.values())
         transaction = table.transaction()
         with RewriteFiles(transaction, table.io, removed, added) as rewrite:
             pass
@@ -244,12 +322,12 @@ def apply_deletes(
             before_commit()
         transaction.commit_transaction()
     except (CommitFailedException, ValidationException) as exc:
-        _delete_quietly(table.io, [f.new.file_path for f in result.files if f.new is not None])
+        _delete_quietly(table.io, _new_paths(result))
         raise ApplyDeletesError(
             f"deletes not applied: the table changed during the rewrite ({exc})"
         ) from exc
     except BaseException:
-        _delete_quietly(table.io, [f.new.file_path for f in result.files if f.new is not None])
+        _delete_quietly(table.io, _new_paths(result))
         raise
     result.snapshot_id = rewrite.snapshot_id
     if indexes is not None:
@@ -273,13 +351,17 @@ def remap_indexes(
             index.rewritten(
                 result.snapshot_id,
                 [
-                    (f.old.file_path, f.new.file_path if f.new else None, f.deleted)
+                    (f.old.file_path, f.new.file_path if f.new else None, f.offset, f.deleted)
                     for f in result.files
                 ],
             )
             moved = True
         indexes.keep(name, index)
     return moved
+
+
+def _new_paths(result: ApplyDeletesResult) -> list[str]:
+    return sorted({f.new.file_path for f in result.files if f.new is not None})
 
 
 def _delete_quietly(io: Any, paths: Sequence[str]) -> None:

@@ -327,21 +327,32 @@ class KeyIndex:
         self.snapshot_id = snapshot_id
 
     def rewritten(
-        self, snapshot_id: int, files: Iterable[tuple[str, str | None, np.ndarray]]
+        self, snapshot_id: int, files: Iterable[tuple[str, str | None, int, np.ndarray]]
     ) -> None:
         """The index moved to `snapshot_id`, a commit on top of its snapshot that replaced
-        data files by copies without their deleted rows (old path, new path or None when
-        no row was left, the old file's deleted positions sorted): each live row's
-        location moved to the new file, at its position less the deleted rows before it
-        (pipeline/apply_deletes.py)."""
-        new_ordinal = np.arange(len(self.files), dtype=np.int64)
-        removed: list[np.ndarray] = []
-        for old, new, deleted in files:
-            ordinal = self._ordinals.get(old)
-            if ordinal is None or new is None:
+        data files by new ones holding their rows less the deleted ones (old path; new
+        path, None when no row was left; the row of the new file the old one's first kept
+        row is at; the old file's deleted positions, sorted): each live row's location
+        moved to its new file, at that row plus its position less the deleted rows before
+        it (pipeline/apply_deletes.py). A new file's timestamp upper bound is the largest
+        of its old files' (unknown if one is)."""
+        moves: list[tuple[int, str, int, np.ndarray]] = []
+        uppers: dict[str, list[int | None]] = {}
+        for old_path, new_path, offset, deleted in files:
+            ordinal = self._ordinals.get(old_path)
+            if ordinal is None or new_path is None:
                 continue  # not indexed, or no live row left in it
-            new_ordinal[ordinal] = self._ordinal(new, self.timestamp_upper[ordinal])
-            removed.append((np.int64(ordinal) << POSITION_BITS) | deleted.astype(np.int64))
+            moves.append((ordinal, new_path, offset, deleted))
+            uppers.setdefault(new_path, []).append(self.timestamp_upper[ordinal])
+        new_ordinal = np.arange(len(self.files), dtype=np.int64)
+        offsets = np.zeros(len(self.files), dtype=np.int64)
+        removed: list[np.ndarray] = []
+        for old, new, offset, deleted in moves:
+            found = uppers[new]
+            upper = None if None in found else max(u for u in found if u is not None)
+            new_ordinal[old] = self._ordinal(new, upper)
+            offsets[old] = offset
+            removed.append((np.int64(old) << POSITION_BITS) | deleted.astype(np.int64))
         # Every deleted row of every rewritten file, as locations, sorted: a live row's
         # shift is how many of its own file's are before it.
         gone = np.sort(np.concatenate(removed)) if removed else np.empty(0, np.int64)
@@ -354,7 +365,9 @@ class KeyIndex:
                 before = np.searchsorted(gone, at) - np.searchsorted(
                     gone, ordinals << POSITION_BITS
                 )
-                part[live] = (new_ordinal[ordinals] << POSITION_BITS) | (position_of(at) - before)
+                part[live] = (new_ordinal[ordinals] << POSITION_BITS) | (
+                    offsets[ordinals] + position_of(at) - before
+                )
         self.snapshot_id = snapshot_id
 
 

@@ -65,7 +65,11 @@ def test_deletes_applied_leave_the_rows_in_new_files_without_delete_files(catalo
     assert int(before.summary["total-delete-files"]) > 0
     with_deletes = files_with_deletes(table, before.snapshot_id)
     result = apply_deletes(table, indexes=None)
-    assert result.snapshot_id is not None and len(result.files) == len(with_deletes)
+    assert result.snapshot_id is not None and len(result.files) == len(with_deletes) >= 3
+    # The small files of one partition are gathered into one new file, each in turn.
+    assert len({f.new.file_path for f in result.files if f.new is not None}) == 1
+    offsets = sorted(f.offset for f in result.files if f.new is not None)
+    assert offsets[0] == 0 and len(set(offsets)) == len(offsets)
     table = upserts.table()
     after = table.metadata.current_snapshot()
     summary = after.summary
@@ -112,13 +116,14 @@ def test_the_warm_key_index_is_remapped_onto_the_new_files(catalog: Any) -> None
     INDEXES.clear()
     upserts = Upserts(catalog)
     done: list[Record] = []
-    records = history(11, 900, 200)
-    for size in (300, 300):
+    records = history(11, 1_200, 200)  # 900 in three batches, then 300
+    for size in (300, 300, 300):  # two files with deletes, gathered into one
         batch, records = records[:size], records[size:]
         upserts.apply(batch)
         done += batch
     result = apply_deletes(upserts.table())
-    assert result.index_remapped
+    assert result.index_remapped and len(result.files) >= 2
+    assert len({f.new.file_path for f in result.files if f.new is not None}) == 1
     # The next batch finds the index at the replace snapshot: looked up, not built.
     batch = records[:300]
     delta = upserts.apply(batch)
@@ -220,6 +225,7 @@ def test_a_partitioned_table_keeps_each_files_partition(catalog: Any) -> None:
     table = catalog.load_table(("ns", "parts"))
     assert sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == expected
     partitions = {f.new.partition[0] for f in result.files if f.new is not None}
-    assert partitions == {"eu", "us"}
+    assert partitions == {"eu", "us"}  # one new file per partition, never mixed
+    assert len({f.new.file_path for f in result.files if f.new is not None}) == 2
     eu = table.scan(row_filter="region = 'eu'").plan_files()  # pruned by partition
     assert {t.file.partition[0] for t in eu} == {"eu"}
