@@ -9,23 +9,26 @@ without a `maintenance:` block:
 - the rows of the data files that carry deletes: pyiceberg scans such a file at ~3x its
   cost without (its position-delete path builds a position array in Python per batch and
   copies every batch), however few rows are deleted. Over `READERS_SHARE` of the table's
-  rows in such files, pyiceberg pays more than 1.5x a compacted scan. The data files with
-  deletes are then **compacted** (rewritten with their deletes applied, whatever their
-  size: `delete-file-threshold` 1; the dangling delete files dropped), as soon as the
-  rewrite costs at most `REWRITE_PER_DELETED_ROW` rows per row the delete files delete:
-  the amortized rewrite follows the rows the batches changed, never the table's size.
-  A table whose batches change a twentieth of it is back at 1.0x after every batch; a
-  larger one waits until its batches have changed a twentieth of the rows to rewrite.
+  rows in such files, pyiceberg pays more than 1.5x a compacted scan. The deletes are
+  then **applied** (`apply_deletes`: every data file with a delete file rewritten without
+  its deleted rows, whatever its size, the delete files dropped; on the driver,
+  pipeline/apply_deletes.py), as soon as the rewrite costs at most
+  `REWRITE_PER_DELETED_ROW` rows per row the delete files delete. That budget is one of
+  CPU: the rewrite may cost `MAINTENANCE_CPU_SHARE` of the ingest CPU of the batches
+  whose deletes it applies (each measured per row), so maintenance follows the rows the
+  batches changed, never the table's size. A table whose batches change a
+  `REWRITE_PER_DELETED_ROW`th of it is back at 1.0x after every batch; a larger one waits
+  until they have.
 - the delete files per data file: DuckDB and pyiceberg open each. Past
   `DELETE_FILES_PER_DATA_FILE` per data file they are **merged** (`rewrite_deletes`,
   `rewrite_position_delete_files`): it reads the deletes only.
 
-A compaction due drops the delete files too, so the merge is due only without it.
+Applying the deletes drops the delete files too, so the merge is due only without it.
 Compacting the whole table by the count of delete files (the first design) rewrote a
 table of 100M rows every 4 batches: a batch's cost then followed the table.
 `tableflow run` runs them after the table's refresh, `tableflow maintain` when due; `plan`
-and `maintain --dry-run` show them like any due operation, and `maintain --dry-run` why a
-compaction readers need still waits.
+and `maintain --dry-run` show them like any due operation, and `maintain --dry-run` why
+the rewrite readers need still waits.
 
 Pure: the table's activity (`activity.TableActivity`: its snapshot's totals, and the rows
 of the data files with deletes read from its manifests) decides.
@@ -46,10 +49,24 @@ DELETE_FILES_PER_DATA_FILE = 4
 # Readers stay under 1.5x a compacted scan while at most this share of the rows is in data
 # files with deletes (pyiceberg: ~3x on those rows, 1 + 0.25 * 2 = 1.5).
 READERS_SHARE = 0.25
-# The compaction for readers rewrites at most this many rows per row the delete files
-# delete (a table of 100M rows whose batches touch every data file: every 5M rows deleted).
-REWRITE_PER_DELETED_ROW = 20
-# A data file with at least this many delete files is rewritten by the compaction.
+# The rewrite for readers costs at most this share of the ingest CPU of the batches whose
+# deletes it applies. Measured on 2 cores (docs/maintenance.md, "Delete files in check"):
+# the driver's rewrite costs REWRITE_CPU_US_PER_ROW per row of the files it rewrites
+# (benchmarks/apply_deletes_cost.py: 12.4 CPU s for 10M rows; Spark's rewrite_data_files
+# 66), an upsert batch INGEST_CPU_US_PER_DELETED_ROW of its process tree per row it
+# deletes (benchmarks/upsert.py: a 100k-record batch, ~95k rows deleted, 4.5 CPU s at 1M
+# and 100M rows alike). At 1.0, maintenance for readers at most doubles an upsert table's
+# CPU (Spark's rewrite at the budget before, 20 rows per row deleted: ~2.8x).
+MAINTENANCE_CPU_SHARE = 1.0
+REWRITE_CPU_US_PER_ROW = 1.25
+INGEST_CPU_US_PER_DELETED_ROW = 47.0
+# So it rewrites at most this many rows per row the delete files delete (a table of 100M
+# rows whose batches touch every data file: every ~2.7M rows deleted, ~29 batches).
+REWRITE_PER_DELETED_ROW = int(
+    MAINTENANCE_CPU_SHARE * INGEST_CPU_US_PER_DELETED_ROW / REWRITE_CPU_US_PER_ROW
+)
+# Spark's fallback (`operations.OPERATIONS[APPLY_DELETES]`): a data file with at least
+# this many delete files is rewritten.
 DELETE_FILE_THRESHOLD = 1
 # The merge of delete files due by their count rewrites a partition's from two files on
 # (a table's `rewrite_deletes` block keeps its own `min_delete_files`).
@@ -86,8 +103,8 @@ def _rows_to_rewrite(activity: TableActivity) -> int:
 
 
 def readers_triggers(activity: TableActivity | None) -> tuple[str, ...]:
-    """Why the data files with deletes are due to be compacted for readers now (empty: they
-    are not: few rows carry deletes, or the rewrite waits for its budget)."""
+    """Why the deletes are due to be applied for readers now (empty: they are not: few
+    rows carry deletes, or the rewrite waits for its budget)."""
     if activity is None or activity.delete_files == 0 or not activity.records:
         return ()
     rows = _rows_to_rewrite(activity)
@@ -98,13 +115,14 @@ def readers_triggers(activity: TableActivity | None) -> tuple[str, ...]:
     return (
         f"{rows / activity.records:.0%} of the rows in data files with deletes (due above "
         f"{READERS_SHARE:.0%}); {rows:,} rows rewritten for {activity.deleted_rows:,} deleted "
-        f"(at most {REWRITE_PER_DELETED_ROW} per row deleted)",
+        f"(at most {REWRITE_PER_DELETED_ROW} per row deleted: its CPU at most "
+        f"{MAINTENANCE_CPU_SHARE:g}x the batches')",
     )
 
 
 def readers_waiting(activity: TableActivity | None) -> str | None:
-    """Why readers pay over the bound and the compaction still waits (None: they do not),
-    for `maintain --dry-run`."""
+    """Why readers pay over the bound and the rewrite still waits (None: they do not), for
+    `maintain --dry-run`."""
     if activity is None or activity.delete_files == 0 or not activity.records:
         return None
     rows = _rows_to_rewrite(activity)
@@ -112,7 +130,7 @@ def readers_waiting(activity: TableActivity | None) -> str | None:
         return None
     deleted_at = -(-rows // REWRITE_PER_DELETED_ROW)
     return (
-        f"compact for readers waits: {rows / activity.records:.0%} of the rows in data files "
+        f"apply_deletes for readers waits: {rows / activity.records:.0%} of the rows in data files "
         f"with deletes, their {rows:,} rows rewritten once {deleted_at:,} are deleted "
         f"({activity.deleted_rows:,} now; at most {REWRITE_PER_DELETED_ROW} per row deleted)"
     )
@@ -121,7 +139,7 @@ def readers_waiting(activity: TableActivity | None) -> str | None:
 def delete_upkeep() -> str:
     """The rule, as plan and `maintain --dry-run` show it for an upsert table."""
     return (
-        f"delete files merged at {DELETE_FILES_PER_DATA_FILE} per data file, data files with "
-        f"deletes compacted above {READERS_SHARE:.0%} of rows (at most "
+        f"delete files merged at {DELETE_FILES_PER_DATA_FILE} per data file, deletes applied "
+        f"to the data files with deletes above {READERS_SHARE:.0%} of rows (at most "
         f"{REWRITE_PER_DELETED_ROW} rows rewritten per row deleted)"
     )

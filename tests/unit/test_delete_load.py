@@ -50,10 +50,11 @@ def test_delete_files_per_data_file_make_their_merge_due() -> None:
         assert triggers(activity(0, 0)) == triggers(None) == ()
 
 
-def test_readers_compaction_waits_for_a_share_of_rows_with_deletes_and_its_budget() -> None:
+def test_applying_deletes_waits_for_a_share_of_rows_with_deletes_and_its_budget() -> None:
     """Due once the data files with deletes hold over READERS_SHARE of the rows (readers
     pay over 1.5x) and rewriting them costs at most REWRITE_PER_DELETED_ROW rows per row
-    deleted: a 1M-row table after a 100k batch at once, a 100M-row one after 5M deletes."""
+    deleted: a 1M-row table after a 100k batch at once, a 100M-row one after ~2.7M
+    deletes (REWRITE_PER_DELETED_ROW: the batches' CPU, each measured per row)."""
     share = int(READERS_SHARE * 1_000_000)
     few = activity(8, 2, deleted=100_000, records=1_000_000, with_deletes=share)
     assert readers_triggers(few) == () and readers_waiting(few) is None
@@ -62,7 +63,7 @@ def test_readers_compaction_waits_for_a_share_of_rows_with_deletes_and_its_budge
     assert "100% of the rows in data files with deletes" in why
     assert "1,000,000 rows rewritten for 95,000 deleted" in why
     assert readers_waiting(small) is None
-    deleted_at = 100_000_000 // REWRITE_PER_DELETED_ROW
+    deleted_at = -(-100_000_000 // REWRITE_PER_DELETED_ROW)
     large = activity(100, 100, deleted=deleted_at - 1, records=100_000_000)  # rows not read
     assert readers_triggers(large) == ()
     waits = readers_waiting(large)
@@ -85,9 +86,9 @@ def test_piled_up_delete_files_are_merged_not_the_table_rewritten() -> None:
     assert "80 delete files on 20 data files" in due.describe(NOW)
 
 
-def test_readers_compaction_runs_and_no_merge_before_it() -> None:
+def test_applying_deletes_runs_and_no_merge_before_it() -> None:
     upsert = table_with(None, mode="upsert")
-    deleted = 1000 // REWRITE_PER_DELETED_ROW
+    deleted = -(-1000 // REWRITE_PER_DELETED_ROW)
     both = activity(2, DELETE_FILES_PER_DATA_FILE * 2, deleted=deleted, with_deletes=1000)
     (due,) = maintenance_due(upsert, {}, NOW, activity=both)
     assert due.operation == "apply_deletes" and due.for_deletes
