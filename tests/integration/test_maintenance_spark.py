@@ -205,3 +205,49 @@ def test_upsert_table_deletes_are_rewritten_and_compacted_away(
     assert contents().count(1) == 0  # deletes applied by compaction, dangling ones dropped
     assert read_rows(catalog, name) == expected
     assert sorted(catalog.load_table(name).scan().to_arrow()["name"].to_pylist()) == names
+
+
+def test_deletes_spark_wrote_are_applied_on_the_driver(
+    spark: Any, catalog_server: CatalogServer, namespace: str
+) -> None:
+    """`apply_deletes` (pipeline/apply_deletes.py) on what Spark writes: a partitioned
+    merge-on-read table whose MERGE batches left position delete files (several per data
+    file, a delete file naming several data files after their merge): every row equal by
+    pyiceberg, DuckDB and Spark (reading the replace snapshot the driver committed), no
+    delete file left, each new file in its old files' partition."""
+    from tableflow_core.pipeline.apply_deletes import apply_deletes
+
+    name = f"{namespace}.driver_upserts"
+    identifier = f"{CATALOG}.{name}"
+    spark.sql(
+        f"CREATE TABLE {identifier} (id BIGINT, part INT, name STRING) USING iceberg "
+        "PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '2', "
+        "'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read')"
+    )
+    rows = [(i, i % 2, f"n{i}") for i in range(100)]
+    spark.createDataFrame(rows, "id long, part int, name string").repartition(3).writeTo(
+        identifier
+    ).append()
+    for batch in range(3):
+        updates = [(i, i % 2, f"v{batch}") for i in range(batch, 100, 7)]
+        spark.createDataFrame(updates, "id long, part int, name string").createOrReplaceTempView(
+            "driver_updates"
+        )
+        spark.sql(
+            f"MERGE INTO {identifier} t USING driver_updates u ON t.id = u.id "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+    spark.sql(f"CALL {CATALOG}.system.rewrite_position_delete_files(table => '{name}')")
+    catalog = catalog_server.pyiceberg_catalog()
+    expected = read_rows(catalog, name)
+    by_spark = sorted(map(tuple, spark.table(identifier).collect()))
+    result = apply_deletes(catalog.load_table(name), indexes=None)
+    assert result.delete_files >= 2 and result.snapshot_id is not None
+    table = catalog.load_table(name)
+    assert table.inspect.files()["content"].to_pylist().count(1) == 0
+    assert read_rows(catalog, name) == expected
+    spark.sql(f"REFRESH TABLE {identifier}")
+    assert sorted(map(tuple, spark.table(identifier).collect())) == by_spark
+    for rewritten in result.files:
+        if rewritten.new is not None:
+            assert rewritten.new.partition == rewritten.old.partition

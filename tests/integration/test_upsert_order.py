@@ -242,9 +242,14 @@ def test_driver_merges_equal_spark_merges_in_any_run_split_and_after_maintain(
     expected = model(topic.records, filtered=False)
     assert table_rows(whole) == table_rows(small) == table_rows(by_spark) == expected
 
-    # No `maintenance:` block: what `tableflow run` runs after a refresh is the compaction
-    # its delete files make due (maintenance/delete_load.py); readers then apply none.
+    # No `maintenance:` block: what `tableflow run` runs after a refresh is the rewrite its
+    # delete files make due (maintenance/delete_load.py), on the driver
+    # (pipeline/apply_deletes.py); readers then apply none.
     assert delete_files(by_spark) > 0
+    # `maintain --dry-run` (and plan) show it as any due operation, with its rule.
+    (dry,) = MaintainTask(by_spark.project, by_spark.project.tables, dry_run=True).run()
+    (shown,) = [d.describe() for d in dry.due]
+    assert shown.startswith("apply_deletes on ") and "rows in data files with deletes" in shown
     (done,) = MaintainTask(by_spark.project, by_spark.project.tables, spark=spark).run()
     assert done.ok and [(d.operation, d.for_deletes) for d in done.due] == [("apply_deletes", True)]
     assert delete_files(by_spark) == 0
