@@ -47,6 +47,8 @@ import pyarrow.parquet as pq
 from tableflow_core.engine.rewrite_files import RewriteFiles
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.errors import TableflowError
+from tableflow_core.maintenance.delete_load import APPLY_DELETES
+from tableflow_core.maintenance.operations import OPERATIONS, Operation
 from tableflow_core.pipeline.data_files import PositionDeletes
 from tableflow_core.pipeline.key_index import INDEXES, IndexCache, KeyIndex
 
@@ -57,8 +59,13 @@ CRASH_AFTER_COMMIT = "apply_deletes_after_commit"
 
 
 class ApplyDeletesError(TableflowError, RuntimeError):
-    """The table cannot have its deletes applied on the driver (equality deletes, a data
-    file that is not Parquet), or the rewrite could not be committed."""
+    """The rewrite could not be committed (the table changed meanwhile), or the table is
+    not one the driver rewrites (`ApplyDeletesUnsupported`)."""
+
+
+class ApplyDeletesUnsupported(ApplyDeletesError):
+    """Equality delete files, a data file that is not Parquet, a format version other than
+    2 (deletion vectors, row lineage): `maintain` runs Spark's rewrite instead."""
 
 
 @dataclass(frozen=True)
@@ -105,13 +112,13 @@ def files_with_deletes(table: Any, snapshot_id: int) -> list[Any]:
         tasks = DataScan(table_metadata=table.metadata, io=table.io, snapshot_id=snapshot_id)
         found = [t for t in tasks.plan_files() if t.delete_files]
     except (ValueError, NotImplementedError) as exc:  # equality deletes
-        raise ApplyDeletesError(str(exc)) from exc
+        raise ApplyDeletesUnsupported(str(exc)) from exc
     for task in found:
         if task.file.file_format != FileFormat.PARQUET:
-            raise ApplyDeletesError(f"data file {task.file.file_path} is not Parquet")
+            raise ApplyDeletesUnsupported(f"data file {task.file.file_path} is not Parquet")
         for delete_file in task.delete_files:
             if delete_file.content != DataFileContent.POSITION_DELETES:
-                raise ApplyDeletesError(f"equality delete file {delete_file.file_path}")
+                raise ApplyDeletesUnsupported(f"equality delete file {delete_file.file_path}")
     return found
 
 
@@ -301,6 +308,8 @@ def apply_deletes(
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     began = time.perf_counter()
+    if table.metadata.format_version != 2:
+        raise ApplyDeletesUnsupported(f"format version {table.metadata.format_version}")
     snapshot = table.metadata.current_snapshot()
     result = ApplyDeletesResult(snapshot.snapshot_id if snapshot is not None else None)
     if snapshot is None:
@@ -370,15 +379,19 @@ def _delete_quietly(io: Any, paths: Sequence[str]) -> None:
             io.delete(path)
 
 
-def driver_operation(
-    catalog: Any, identifier: tuple[str, ...]
-) -> Callable[[Any, Any, Any, datetime], dict[str, Any]]:
+def driver_operation(catalog: Any, identifier: tuple[str, ...]) -> Operation:
     """`apply_deletes` as a maintenance operation (maintenance/operations.Operation) on
-    the catalog's table `identifier`: Spark is not used."""
+    the catalog's table `identifier`: Spark is not used, but for a table the driver does
+    not rewrite (`ApplyDeletesUnsupported`: Spark's `rewrite_data_files` then, the
+    operation's fallback)."""
 
     def run(spark: Any, target: Any, settings: Any, now: datetime) -> dict[str, Any]:
         table = catalog.load_table(identifier)
-        done = apply_deletes(table, before_commit=lambda: crash_point(CRASH_BEFORE_COMMIT))
+        try:
+            done = apply_deletes(table, before_commit=lambda: crash_point(CRASH_BEFORE_COMMIT))
+        except ApplyDeletesUnsupported as exc:
+            metrics = OPERATIONS[APPLY_DELETES](spark, target, settings, now)
+            return {**metrics, "by": "spark", "why": str(exc)[:200]}
         crash_point(CRASH_AFTER_COMMIT)
         return done.metrics()
 

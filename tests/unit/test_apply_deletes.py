@@ -229,3 +229,23 @@ def test_a_partitioned_table_keeps_each_files_partition(catalog: Any) -> None:
     assert len({f.new.file_path for f in result.files if f.new is not None}) == 2
     eu = table.scan(row_filter="region = 'eu'").plan_files()  # pruned by partition
     assert {t.file.partition[0] for t in eu} == {"eu"}
+
+
+def test_a_table_the_driver_does_not_rewrite_goes_to_spark_s_rewrite(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A format version 1 table (no position deletes of the driver's kind; v3's deletion
+    vectors likewise): `maintain`'s operation hands it to the registry's Spark function."""
+    from tableflow_core.maintenance import operations
+    from tableflow_core.pipeline.apply_deletes import ApplyDeletesUnsupported, driver_operation
+
+    catalog.create_table("ns.v1", TABLE_SCHEMA, properties={"format-version": "1"})
+    with pytest.raises(ApplyDeletesUnsupported, match="format version 1"):
+        apply_deletes(catalog.load_table("ns.v1"))
+    called: list[Any] = []
+    monkeypatch.setitem(
+        operations.OPERATIONS, "apply_deletes", lambda *args: called.append(args) or {"n": 1}
+    )
+    metrics = driver_operation(catalog, ("ns", "v1"))("spark", "target", "settings", None)
+    assert called == [("spark", "target", "settings", None)]
+    assert metrics["by"] == "spark" and "format version 1" in metrics["why"]
