@@ -270,13 +270,13 @@ def test_piled_up_delete_files_are_merged_and_the_rows_stay_the_model_s(
     spark: Any, make_env: Any, topic: Accounts
 ) -> None:
     """Small batches that each touch every data file pile up delete files (4 per data
-    file) long before rewriting the data files they hit fits its budget (20 rows per row
-    deleted: 3000 rows, ~110 deleted): what is due is the merge of the delete files
-    (maintenance/delete_load.py), not a compaction; after it readers apply fewer delete
+    file) long before rewriting the data files they hit fits its budget (37 rows per row
+    deleted: 6000 rows, ~110 deleted): what is due is the merge of the delete files
+    (maintenance/delete_load.py), not the rewrite; after it readers apply fewer delete
     files and still read the model's rows (pyiceberg and DuckDB)."""
     base = NOW - 100_000
     topic.produce([(k, k % PARTITIONS, base, {"id": k, "name": "first", "status": "OPEN"})
-                   for k in range(3000)])  # fmt: skip
+                   for k in range(6000)])  # fmt: skip
     env = make_env(topic.name, **UPSERT, metadata_columns=[])
     apply(spark, env)
     for batch in range(1, 9):
