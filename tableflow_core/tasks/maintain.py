@@ -176,7 +176,7 @@ class MaintainTask:
         return results
 
     def _one(self, handle: CatalogHandle, table: Table) -> TableMaintenance:
-        # An upsert table without a block still gets its delete files compacted.
+        # An upsert table without a block still gets its deletes applied.
         if table.maintenance is None and table.mode != "upsert" and not self.force:
             where = table.source.relative_to(self.project.root)
             return TableMaintenance(table.name, note=f"{NO_BLOCK} ({where})")
