@@ -425,3 +425,51 @@ def test_plan_says_when_the_key_schema_lets_a_key_field_be_null(
     (warning,) = plan.warnings
     assert f"subject {topic.name}-key" in warning.message
     assert "key field(s) id be null" in warning.message and "bad record" in warning.message
+
+
+def test_run_applies_deletes_after_a_batch_and_the_next_batch_finds_its_index_warm(
+    spark: Any, make_env: Any, topic: Accounts
+) -> None:
+    """`tableflow run` on an upsert table: a batch of updates leaves delete files on every
+    data file; the maintenance lane applies them on the driver (`apply_deletes`, under the
+    table's lock) and remaps the key index the ingest lane keeps warm, so the next batch
+    looks its keys up without building it. The table is the model's after each cycle
+    (pyiceberg and DuckDB)."""
+    from tableflow_core.pipeline.key_index import INDEXES
+    from tableflow_core.tasks.run import CycleReport, RunTask
+    from tests.integration.test_run_maintenance import after_maintenance
+
+    INDEXES.clear()
+    topic.produce([(k, k % PARTITIONS, NOW - 100_000, {"id": k, "name": "first", "status": "OPEN"})
+                   for k in range(60)])  # fmt: skip
+    env = make_env(topic.name, **UPSERT, metadata_columns=[], refresh_interval="1s")
+    seen: list[tuple[CycleReport, dict[int, tuple], int]] = []
+
+    def after(report: CycleReport) -> None:
+        seen.append((report, table_rows(env), delete_files(env)))
+        assert seen[-1][1] == model(topic.records, filtered=False)
+        if len(seen) < 3:  # the next batch: updates and tombstones of the table's keys
+            topic.produce(random_history(seed=60 + len(seen), keys=60, size=50))
+
+    reports = RunTask(
+        env.project,
+        env.project.tables,
+        spark_factory=lambda: spark,
+        max_cycles=3,
+        on_cycle=after_maintenance(after),
+    ).run()
+    assert all(r.ok for r in reports), reports
+    first, second, third = seen
+    assert first[0].results.tables[0].records_written == 60
+    assert third[2] == 0  # the third batch's deletes applied too
+    # Built at the first batch, kept warm by the second, remapped by the rewrite: the
+    # third batch (after a replace snapshot that moved every row) builds nothing.
+    timings = [s[0].results.tables[0].timings or {} for s in seen]
+    assert "index_build" in timings[0], timings
+    assert all("index_build" not in t and "index_lookup" in t for t in timings[1:]), timings
+    (maintained,) = second[0].maintenance
+    assert maintained.report is not None and maintained.ok, maintained
+    assert [r.operation for r in maintained.report.results] == ["apply_deletes"]
+    assert maintained.report.results[0].metrics["index_remapped"] is True
+    assert second[2] == 0  # no delete file left after the maintenance
+    INDEXES.clear()
