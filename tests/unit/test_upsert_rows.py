@@ -16,7 +16,7 @@ from tableflow_core.engine.run_branch import publish_run
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN
 from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN
-from tableflow_core.pipeline.data_files import write_data_files
+from tableflow_core.pipeline.data_files import file_io_properties, write_data_files
 from tableflow_core.pipeline.upsert_rows import (
     DeletesTable,
     after_remembered,
@@ -79,7 +79,8 @@ class Upserts:
     def apply(self, records: list[Record]) -> Any:
         table = self.table()
         base = table.metadata.current_snapshot_id
-        delta = merge_batch(table, base, decoded(records), ("id",), self.deletes.read, {})
+        io = file_io_properties(table.io.properties)  # an object store needs its endpoint
+        delta = merge_batch(table, base, decoded(records), ("id",), self.deletes.read, io)
         if delta.remembered is not None:
             self.deletes.remember(delta.remembered)
         if base is None:  # a new table's first snapshot, as begin_run gives it
