@@ -319,6 +319,10 @@ def apply_deletes(
         return result
     deletes = PositionDeletes(table.io, ApplyDeletesError)
     delete_files = {d.file_path: d for task in tasks for d in task.delete_files}
+    # Until the catalog is asked, a failure leaves the new files unreferenced: deleted. An
+    # error from the commit itself deletes them only when the commit is known not to have
+    # landed (refused, or refused on retry): any other outcome may reference them.
+    asked = False
     try:
         result.files = rewrite_files(table, tasks, deletes, batch_rows)
         result.delete_files = len(delete_files)
@@ -329,6 +333,7 @@ def apply_deletes(
             pass
         if before_commit is not None:
             before_commit()
+        asked = True
         transaction.commit_transaction()
     except (CommitFailedException, ValidationException) as exc:
         _delete_quietly(table.io, _new_paths(result))
@@ -336,7 +341,8 @@ def apply_deletes(
             f"deletes not applied: the table changed during the rewrite ({exc})"
         ) from exc
     except BaseException:
-        _delete_quietly(table.io, _new_paths(result))
+        if not asked:
+            _delete_quietly(table.io, _new_paths(result))
         raise
     result.snapshot_id = rewrite.snapshot_id
     if indexes is not None:

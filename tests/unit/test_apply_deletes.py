@@ -249,3 +249,32 @@ def test_a_table_the_driver_does_not_rewrite_goes_to_spark_s_rewrite(
     metrics = driver_operation(catalog, ("ns", "v1"))("spark", "target", "settings", None)
     assert called == [("spark", "target", "settings", None)]
     assert metrics["by"] == "spark" and "format version 1" in metrics["why"]
+
+
+def test_a_commit_of_unknown_outcome_keeps_the_new_files(
+    catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The catalog took the commit but the answer was lost (an error that is not a
+    refusal): the new files may be the table's now, so they are not deleted."""
+    from pyiceberg.table import Transaction
+
+    upserts = Upserts(catalog)
+    done: list[Record] = []
+    records = history(13, 600, 100)
+    for size in (300, 300):
+        batch, records = records[:size], records[size:]
+        upserts.apply(batch)
+        done += batch
+    committed = Transaction.commit_transaction
+
+    def lost_answer(self: Any) -> Any:
+        committed(self)
+        raise ConnectionError("the catalog's answer was lost")
+
+    monkeypatch.setattr(Transaction, "commit_transaction", lost_answer)
+    with pytest.raises(ConnectionError):
+        apply_deletes(upserts.table(), indexes=None)
+    monkeypatch.undo()
+    table = upserts.table()
+    assert table.metadata.current_snapshot().summary.operation.value == "replace"
+    assert upserts.rows() == model(done) == duckdb_rows(table)
