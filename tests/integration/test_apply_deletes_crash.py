@@ -1,6 +1,7 @@
 """A kill -9 of the driver's rewrite of an upsert table's deletes (pipeline/apply_deletes.py)
 right before and right after its commit, on the session's catalog server: the table is
-exact either way (pyiceberg and DuckDB equal the model), and the next rewrite finishes."""
+exact either way (pyiceberg and DuckDB equal the model), and the next rewrite finishes.
+And the same rewrite on an S3 warehouse (the table's FileIO, vended credentials)."""
 
 from __future__ import annotations
 
