@@ -207,6 +207,10 @@ class RunTask:
     # Cycles each lane runs at most (with one lane, as every table shares one: the run's
     # cycles); then the run ends once every cycle's maintenance was done.
     max_cycles: int | None = None
+    # Tables whose ingest survives a maintenance commit are maintained beside it, without
+    # their lock, and go on refreshing meanwhile (maintenance/beside_ingest.py); False
+    # holds every table out of its cycles while it is maintained.
+    beside_ingest: bool = True
     stop: threading.Event = field(default_factory=threading.Event)
     console: Console = field(default_factory=lambda: Console(stderr=True))
     on_cycle: Callable[[CycleReport], None] | None = None
@@ -247,7 +251,9 @@ class RunTask:
         state = _Lanes(
             {name: lane.name for lane in lanes for name in lane.tables},
             wake={lane.name: threading.Event() for lane in lanes},
-            beside=frozenset(t.name for t in self.tables if maintained_beside_ingest(t)),
+            beside=frozenset(
+                t.name for t in self.tables if self.beside_ingest and maintained_beside_ingest(t)
+            ),
         )
         events: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         to_maintain: queue.SimpleQueue[str | None] = queue.SimpleQueue()
@@ -420,7 +426,7 @@ class RunTask:
                 console=self.console,
                 handle=self._catalog(),
                 lock_timeout_s=LOCK_WAIT_S,
-                beside_ingest=True,
+                beside_ingest=self.beside_ingest,
             ).run()
         except Exception as exc:  # e.g. the catalog is down: reported, retried next cycle
             error = self._error("maintenance: ", exc)

@@ -159,6 +159,7 @@ def run_cycles_of_five_payments(
         spark_factory=lambda: spark,
         max_cycles=cycles,
         on_cycle=after_maintenance(after_cycle),
+        beside_ingest=False,  # each cycle's maintenance before the next cycle
     ).run()
     assert all(r.ok for r in reports) and len(refreshes(reports)) == cycles, reports
     return refreshes(reports)
