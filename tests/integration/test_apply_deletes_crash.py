@@ -22,7 +22,7 @@ from tableflow_core.pipeline.apply_deletes import (
 from tests.fixtures.catalog import CatalogServer, new_namespace
 from tests.fixtures.s3_catalog import S3CatalogServer
 from tests.unit.test_apply_deletes import duckdb_rows, history
-from tests.unit.test_upsert_rows import Record, Upserts, model
+from tests.unit.test_upsert_rows import Upserts, model
 
 pytestmark = pytest.mark.slow  # needs the catalog server
 
@@ -56,12 +56,7 @@ def test_a_kill_at_the_rewrite_s_commit_leaves_the_table_exact(
     catalog = catalog_server.pyiceberg_catalog()
     namespace = new_namespace(catalog, "ad")
     upserts = Upserts(catalog, namespace)
-    done: list[Record] = []
-    records = history(3, 900, 150)
-    for size in (300, 300):
-        batch, records = records[:size], records[size:]
-        upserts.apply(batch)
-        done += batch
+    done, records = upserts.apply_in_batches(history(3, 900, 150), (300, 300))
     before = upserts.table().metadata.current_snapshot()
     crashed_rewrite(catalog_server, namespace, point)
     table: Any = upserts.table()
@@ -89,12 +84,7 @@ def test_deletes_are_applied_on_object_storage(s3_catalog: S3CatalogServer) -> N
     catalog = s3_catalog.pyiceberg_catalog()
     namespace = new_namespace(catalog, "ads3")
     upserts = Upserts(catalog, namespace)
-    done: list[Record] = []
-    records = history(9, 600, 100)
-    for size in (300, 300):
-        batch, records = records[:size], records[size:]
-        upserts.apply(batch)
-        done += batch
+    done, _ = upserts.apply_in_batches(history(9, 600, 100), (300, 300))
     result = apply_deletes(upserts.table(), indexes=None)
     assert result.files and all(
         f.new.file_path.startswith("s3://") for f in result.files if f.new is not None

@@ -54,12 +54,7 @@ def duckdb_rows(table: Any) -> dict[int, str]:
 
 def test_deletes_applied_leave_the_rows_in_new_files_without_delete_files(catalog: Any) -> None:
     upserts = Upserts(catalog)
-    done: list[Record] = []
-    records = history(7, 1_200, 300)
-    for size in (400, 200, 300, 300):
-        batch, records = records[:size], records[size:]
-        upserts.apply(batch)
-        done += batch
+    done, records = upserts.apply_in_batches(history(7, 1_200, 300), (400, 200, 300, 300))
     table = upserts.table()
     before = table.metadata.current_snapshot()
     assert int(before.summary["total-delete-files"]) > 0
@@ -115,12 +110,8 @@ def _live_entries(table: Any) -> list[Any]:
 def test_the_warm_key_index_is_remapped_onto_the_new_files(catalog: Any) -> None:
     INDEXES.clear()
     upserts = Upserts(catalog)
-    done: list[Record] = []
-    records = history(11, 1_200, 200)  # 900 in three batches, then 300
-    for size in (300, 300, 300):  # two files with deletes, gathered into one
-        batch, records = records[:size], records[size:]
-        upserts.apply(batch)
-        done += batch
+    # 900 in three batches (two files with deletes, gathered into one), then 300
+    done, records = upserts.apply_in_batches(history(11, 1_200, 200), (300, 300, 300))
     result = apply_deletes(upserts.table())
     assert result.index_remapped and len(result.files) >= 2
     assert len({f.new.file_path for f in result.files if f.new is not None}) == 1
@@ -135,12 +126,7 @@ def test_the_warm_key_index_is_remapped_onto_the_new_files(catalog: Any) -> None
 
 def test_a_commit_during_the_rewrite_makes_it_give_up_with_nothing_lost(catalog: Any) -> None:
     upserts = Upserts(catalog)
-    done: list[Record] = []
-    records = history(5, 600, 100)
-    for size in (300, 200):
-        batch, records = records[:size], records[size:]
-        upserts.apply(batch)
-        done += batch
+    done, records = upserts.apply_in_batches(history(5, 600, 100), (300, 200))
     table = upserts.table()
     last = records[:100]
 
@@ -259,12 +245,7 @@ def test_a_commit_of_unknown_outcome_keeps_the_new_files(
     from pyiceberg.table import Transaction
 
     upserts = Upserts(catalog)
-    done: list[Record] = []
-    records = history(13, 600, 100)
-    for size in (300, 300):
-        batch, records = records[:size], records[size:]
-        upserts.apply(batch)
-        done += batch
+    done, _ = upserts.apply_in_batches(history(13, 600, 100), (300, 300))
     committed = Transaction.commit_transaction
 
     def lost_answer(self: Any) -> Any:

@@ -96,6 +96,17 @@ class Upserts:
             delta.advance_index(snapshot)
         return delta
 
+    def apply_in_batches(
+        self, records: list[Record], sizes: tuple[int, ...]
+    ) -> tuple[list[Record], list[Record]]:
+        """`records` applied in batches of `sizes`: (the records applied, the rest)."""
+        done: list[Record] = []
+        for size in sizes:
+            batch, records = records[:size], records[size:]
+            self.apply(batch)
+            done += batch
+        return done, records
+
     def rows(self) -> dict[int, str]:
         read = self.table().scan().to_arrow()
         rows = {r["id"]: r["name"] for r in read.to_pylist()}
