@@ -47,7 +47,7 @@ from pyiceberg.table.snapshots import (
 )
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 
-from tableflow_core.engine.row_delta import _DeleteManifestWriter
+from tableflow_core.engine.row_delta import _DeleteManifestWriter, added_entry
 
 
 class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
@@ -134,15 +134,7 @@ class RewriteFiles(_SnapshotProducer["RewriteFiles"]):
         for spec_id, files in by_spec.items():
             with self.new_manifest_writer(metadata.specs()[spec_id]) as writer:
                 for data_file in files:
-                    writer.add(
-                        ManifestEntry.from_args(
-                            status=ManifestEntryStatus.ADDED,
-                            snapshot_id=self._snapshot_id,
-                            sequence_number=None,
-                            file_sequence_number=None,
-                            data_file=data_file,
-                        )
-                    )
+                    writer.add(added_entry(self._snapshot_id, data_file))
             manifests.append(writer.to_manifest_file())
         found: set[str] = set()
         for manifest in parent.manifests(self._io):

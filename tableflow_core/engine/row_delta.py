@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyiceberg.manifest import (
+    DataFile,
     DataFileContent,
     ManifestContent,
     ManifestEntry,
@@ -48,6 +49,18 @@ class _DeleteManifestWriter(ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+
+def added_entry(snapshot_id: int, data_file: DataFile) -> ManifestEntry:
+    """A manifest entry for a file `snapshot_id` adds (its sequence numbers inherited from
+    the snapshot when the manifest list is written)."""
+    return ManifestEntry.from_args(
+        status=ManifestEntryStatus.ADDED,
+        snapshot_id=snapshot_id,
+        sequence_number=None,
+        file_sequence_number=None,
+        data_file=data_file,
+    )
 
 
 class RowDelta(_MergeAppendFiles):
@@ -93,15 +106,7 @@ class RowDelta(_MergeAppendFiles):
         )
         with writer:
             for delete_file in self._delete_files:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=self._snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
+                writer.add(added_entry(self._snapshot_id, delete_file))
         return [writer.to_manifest_file(), *manifests]
 
     def _summary(self, snapshot_properties: dict[str, str] | None = None) -> Summary:
