@@ -163,11 +163,9 @@ def test_remove_orphans_keeps_delta_log_and_young_files(
     assert read_rows(catalog, name) == rows_before
 
 
-def test_upsert_table_deletes_are_rewritten_and_compacted_away(
-    spark: Any, catalog_server: CatalogServer, namespace: str
-) -> None:
-    name = f"{namespace}.upserts"
-    identifier = f"{CATALOG}.{name}"
+def merged_on_read(spark: Any, identifier: str, batches: int) -> None:
+    """A partitioned merge-on-read table of 100 rows in 3 files, then `batches` MERGE
+    batches: updates land as position deletes + new rows."""
     spark.sql(
         f"CREATE TABLE {identifier} (id BIGINT, part INT, name STRING) USING iceberg "
         "PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '2', "
@@ -177,15 +175,23 @@ def test_upsert_table_deletes_are_rewritten_and_compacted_away(
     spark.createDataFrame(rows, "id long, part int, name string").repartition(3).writeTo(
         identifier
     ).append()
-    for batch in range(4):  # MERGE batches: updates land as position deletes + new rows
+    for batch in range(batches):
         updates = [(i, i % 2, f"v{batch}") for i in range(batch, 100, 7)]
         spark.createDataFrame(updates, "id long, part int, name string").createOrReplaceTempView(
-            "maint_updates"
+            "merge_updates"
         )
         spark.sql(
-            f"MERGE INTO {identifier} t USING maint_updates u ON t.id = u.id "
+            f"MERGE INTO {identifier} t USING merge_updates u ON t.id = u.id "
             "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
+
+
+def test_upsert_table_deletes_are_rewritten_and_compacted_away(
+    spark: Any, catalog_server: CatalogServer, namespace: str
+) -> None:
+    name = f"{namespace}.upserts"
+    identifier = f"{CATALOG}.{name}"
+    merged_on_read(spark, identifier, batches=4)
     catalog = catalog_server.pyiceberg_catalog()
 
     def contents() -> list[int]:
@@ -219,24 +225,7 @@ def test_deletes_spark_wrote_are_applied_on_the_driver(
 
     name = f"{namespace}.driver_upserts"
     identifier = f"{CATALOG}.{name}"
-    spark.sql(
-        f"CREATE TABLE {identifier} (id BIGINT, part INT, name STRING) USING iceberg "
-        "PARTITIONED BY (part) TBLPROPERTIES ('format-version' = '2', "
-        "'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read')"
-    )
-    rows = [(i, i % 2, f"n{i}") for i in range(100)]
-    spark.createDataFrame(rows, "id long, part int, name string").repartition(3).writeTo(
-        identifier
-    ).append()
-    for batch in range(3):
-        updates = [(i, i % 2, f"v{batch}") for i in range(batch, 100, 7)]
-        spark.createDataFrame(updates, "id long, part int, name string").createOrReplaceTempView(
-            "driver_updates"
-        )
-        spark.sql(
-            f"MERGE INTO {identifier} t USING driver_updates u ON t.id = u.id "
-            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-        )
+    merged_on_read(spark, identifier, batches=3)
     spark.sql(f"CALL {CATALOG}.system.rewrite_position_delete_files(table => '{name}')")
     catalog = catalog_server.pyiceberg_catalog()
     expected = read_rows(catalog, name)
