@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,11 @@ LOCK_COMMAND = "tableflow maintain"
 # What a dead-letter table gets of its tables' maintenance: history and files, not
 # orphan removal (its tables' runs write there too) nor delete rewrites (it has none).
 DEAD_LETTER_OPERATIONS = frozenset({"compact", "rewrite_manifests", "expire_snapshots"})
+# What an upsert table's deletes table gets: all but the operations on delete files (it
+# is only ever appended to, so it has none).
+DELETES_TABLE_OPERATIONS = frozenset(
+    {"compact", "rewrite_manifests", "expire_snapshots", "remove_orphans"}
+)
 NO_BLOCK = "no maintenance block"
 
 
@@ -267,7 +272,10 @@ class MaintainTask:
         parts = (*table.namespace, deletes_table(table.table))
         if not handle.catalog.table_exists(parts):
             return None
-        return self._maintain_companion(spark, name, due, _state_reader(handle, parts))
+        wanted = _companion_operations(due, DELETES_TABLE_OPERATIONS)
+        if not wanted:
+            return None
+        return self._maintain_companion(spark, name, wanted, _state_reader(handle, parts))
 
     def _maintain_dead_letters(
         self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
@@ -281,7 +289,7 @@ class MaintainTask:
         if not handle.catalog.table_exists(parts):
             return None
         name = ".".join((handle.spark_name, *parts))
-        wanted = [d for d in due if d.operation in DEAD_LETTER_OPERATIONS]
+        wanted = _companion_operations(due, DEAD_LETTER_OPERATIONS)
         if not wanted:
             return None
         return self._maintain_companion(spark, name, wanted, _state_reader(handle, parts))
@@ -320,6 +328,13 @@ class MaintainTask:
         else:
             register_catalog(self.spark, handle.spark_name, handle.spark_properties)
         return self.spark
+
+
+def _companion_operations(due: list[DueOperation], allowed: frozenset[str]) -> list[DueOperation]:
+    """The table's due operations that a companion table (its deletes or dead-letter
+    table, append-only) runs: those in `allowed`, a compaction due for the table's delete
+    files made a plain one (the companion has none)."""
+    return [replace(d, for_deletes=False) for d in due if d.operation in allowed]
 
 
 def _state_reader(handle: CatalogHandle, parts: tuple[str, ...]) -> StateReader:

@@ -399,15 +399,15 @@ def apply_with_a_compaction_first(
     return env, apply(spark, env), compactions
 
 
-def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once(
+def test_a_compaction_before_a_read_task_runs_publish_is_published_on_top_of_it_once(
     spark: Any,
     make_env: Any,
     payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A plain append run (its read tasks write, one commit) whose publish finds that a real
-    compaction moved main is refused by the catalog, never half-published, and runs again
-    on its own: every record once, the offsets found after it."""
+    compaction moved main (replace snapshots only: no row, no offset changed) is published
+    on top of it, once, never half-published: every record once, the offsets after it."""
     import tableflow_core.pipeline.shared_run as shared_run_module
 
     env, outcome, compactions = apply_with_a_compaction_first(
@@ -416,7 +416,48 @@ def test_a_compaction_before_a_read_task_runs_publish_runs_it_again_exactly_once
     )  # fmt: skip
     assert compactions == ["done"]
     assert outcome.offsets_after == {0: 8}
+    assert "publish_rebased" in (outcome.timings or {}), outcome.timings
+    assert not any("ran again on its own" in w for w in outcome.warnings), outcome.warnings
+    table = env.pyiceberg_table()
+    main = table.current_snapshot()
+    parent = table.snapshot_by_id(main.parent_snapshot_id)
+    ops = [s.summary.operation.value for s in (parent, main)]
+    assert ops == ["replace", "append"], ops  # the publish is the compaction's child
+    rows, id_sum, _, distinct = read_back(env)
+    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
+    monkeypatch.undo()
+    assert apply(spark, env).records_written == 0
+    assert run_branches(env) == []
+
+
+def test_another_commit_before_a_read_task_runs_publish_runs_it_again_exactly_once(
+    spark: Any,
+    make_env: Any,
+    payment_topics: PaymentTopics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same run whose publish finds main moved by an append (a commit that is no
+    compaction: it is not published on top of it) is refused by the catalog and runs again
+    on its own: every record once, the offsets found after it."""
+    import tableflow_core.pipeline.shared_run as shared_run_module
+
+    topic = payment_topics.create("appended1", [payment(i) for i in range(8)], 1)
+    env = make_env(topic, max_records_per_run=4)
+    apply(spark, env)  # 4 rows, offsets {0: 4}
+    moves: list[int] = []
+
+    def an_append_lands_first(name: str) -> None:
+        if name == "before_commit" and not moves:
+            table = env.pyiceberg_table()
+            table.append(table.schema().as_arrow().empty_table())
+            moves.append(table.metadata.current_snapshot_id)
+
+    monkeypatch.setattr(shared_run_module, "crash_point", an_append_lands_first)
+    outcome = apply(spark, env)
+    assert len(moves) == 1
+    assert outcome.offsets_after == {0: 8}
     assert any("ran again on its own" in w for w in outcome.warnings), outcome.warnings
+    assert "publish_rebased" not in (outcome.timings or {})
     rows, id_sum, _, distinct = read_back(env)
     assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
     monkeypatch.undo()
