@@ -136,6 +136,8 @@ class _Lanes:
     started: dict[str, int] = field(default_factory=dict)
     wake: dict[str, threading.Event] = field(default_factory=dict)
     beside: frozenset[str] = frozenset()
+    # The run is ending: nobody releases a busy table any more (`close`).
+    closed: bool = False
 
     def claim(self, lane: str, due: tuple[str, ...], limit: int | None) -> tuple[str, ...]:
         """The due tables neither in a cycle nor held, now busy; () when none, or when
@@ -170,15 +172,23 @@ class _Lanes:
             self.queued.add(name)
             return True
 
-    def hold(self, name: str) -> None:
+    def hold(self, name: str) -> bool:
         """Keep `name` out of new cycles, and wait for its cycle in flight to end (a table
-        maintained beside its ingest goes on refreshing)."""
+        maintained beside its ingest goes on refreshing). False: the run is ending."""
         if name in self.beside:
-            return
+            return not self.closed
         with self.changed:
             self.held.add(name)
-            while name in self.busy:
+            while name in self.busy and not self.closed:
                 self.changed.wait()
+            return not self.closed
+
+    def close(self) -> None:
+        """The run ends: a lane waiting in `hold` stops waiting (the report that would
+        have released its table is never read)."""
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
 
     def release(self, tables: tuple[str, ...]) -> None:
         """The cycle of `tables` ended (reported)."""
@@ -312,6 +322,7 @@ class RunTask:
         finally:
             if not ended:  # on_cycle or an observer raised: the lanes end too
                 self.stop.set()
+            state.close()
             to_maintain.put(None)
             for event in state.wake.values():
                 event.set()
@@ -374,9 +385,8 @@ class RunTask:
         cycles, and reports it (until the run's end: None)."""
         while True:
             name = to_maintain.get()
-            if name is None:
+            if name is None or not state.hold(name):
                 return
-            state.hold(name)
             events.put(("maintained", self._maintain(name)))
 
     def _maintained(self, report: CycleReport) -> tuple[Table, ...]:

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from tableflow_core.runner.lanes import SHARED_LANE, Lane, assign_lanes, own_pipeline
 from tableflow_core.runner.results import RunResults, TableResult, merge_run_results
 from tableflow_core.runner.schedule import Schedule
@@ -244,6 +246,35 @@ def test_a_failing_lane_never_stops_the_others_and_stop_ends_every_lane() -> Non
     assert len(broken) >= 3 and all(r.error and "broken lane" in r.error for r in broken)
     assert sum(1 for r in reports if r.tables == ("good",) and r.ok) >= 5
     assert sum(1 for r in reports if r.tables == ("sleepy",)) == 1
+
+
+def test_a_run_whose_reporting_fails_ends_at_once_with_maintenance_waiting_on_a_cycle() -> None:
+    """The run's reporting raises (e.g. stdout's reader is gone: a broken pipe) while the
+    maintenance lane waits for a table's cycle in flight to end: the report that would
+    release the table is never read, and the run still ends at once, the error raised
+    (it waited for the join's timeout, 600 s per lane, before)."""
+    tables = tuple(
+        table(name, 0.01, maintenance={"every": "1h"}, mode="upsert") for name in ("a", "b")
+    )
+    task = Timed(
+        project(), tables, spark_factory=lambda: None,
+        seconds={"a": 0.5, "b": 0.5}, maintenance_s={"a": 0.05},
+    )  # fmt: skip
+    refreshed: list[CycleReport] = []
+
+    def on_cycle(report: CycleReport) -> None:
+        if report.refreshed:
+            refreshed.append(report)
+        if len(refreshed) == 2:  # b's second cycle, while the lane waits to maintain it
+            raise BrokenPipeError(32, "Broken pipe")
+
+    task.on_cycle = on_cycle
+    began = time.monotonic()
+    with pytest.raises(BrokenPipeError):
+        task.run()
+    assert time.monotonic() - began < 5
+    assert refreshed[1].tables == ("b",)
+    assert [name for kind, name, *_ in task.ran if kind == "maintain"] == ["a"]
 
 
 # --------------------------------------------------------------------- run_results.json
