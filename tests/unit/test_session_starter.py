@@ -203,6 +203,19 @@ def test_a_services_driver_uses_the_system_arrow_pool_unless_the_user_chose() ->
         pa.set_memory_pool(before)
 
 
+def test_a_services_processes_use_two_malloc_arenas_unless_the_user_chose() -> None:
+    from tableflow_core.engine.spark_session import limit_malloc_arenas, session_conf
+
+    chosen = {"MALLOC_ARENA_MAX": "4"}
+    assert not limit_malloc_arenas(chosen)
+    assert chosen == {"MALLOC_ARENA_MAX": "4"}
+    environ: dict[str, str] = {}
+    assert limit_malloc_arenas(environ)  # and this process's own limit (glibc's mallopt)
+    assert environ == {"MALLOC_ARENA_MAX": "2"}
+    assert session_conf(service=True)["spark.executorEnv.MALLOC_ARENA_MAX"] == "2"
+    assert "spark.executorEnv.MALLOC_ARENA_MAX" not in session_conf(short_lived=True)
+
+
 def test_the_thread_that_built_the_session_then_prepares_arrow_conversion(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -58,7 +58,11 @@ def command(
     """
     from rich.markup import escape
 
-    from tableflow_core.engine.spark_session import SessionStarter, use_system_arrow_pool
+    from tableflow_core.engine.spark_session import (
+        SessionStarter,
+        limit_malloc_arenas,
+        use_system_arrow_pool,
+    )
     from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.tasks.apply import project_spark_session
     from tableflow_core.tasks.run import RunTask
@@ -120,6 +124,7 @@ def command(
                 ctx.console.print(f"published {done.published.summary_line()}", highlight=False)
 
     use_system_arrow_pool()
+    limit_malloc_arenas()  # before the JVM and its Python workers start
     # The JVM starts while the first cycle plans.
     spark_starter = SessionStarter(lambda: project_spark_session(project, service=True))
     prepare_checks_engine(tables)  # great-expectations' import overlaps the JVM start
