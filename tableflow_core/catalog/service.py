@@ -19,6 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables, SqlCatalog
 from pyiceberg.exceptions import (
     CommitFailedException,
+    NamespaceAlreadyExistsError,
     NoSuchNamespaceError,
     NoSuchTableError,
     TableAlreadyExistsError,
@@ -227,7 +228,12 @@ class CatalogService:
     def create_namespace(self, namespace: Identifier, properties: dict[str, str]) -> dict[str, str]:
         validate_namespace(namespace)
         self._check_namespace_properties(properties)
-        self.catalog.create_namespace(namespace, {**properties, **NAMESPACE_MARKER})
+        try:
+            self.catalog.create_namespace(namespace, {**properties, **NAMESPACE_MARKER})
+        except IntegrityError as exc:  # another process created it since pyiceberg's check
+            raise NamespaceAlreadyExistsError(
+                f"Namespace already exists: {'.'.join(namespace)}"
+            ) from exc
         return self.load_namespace(namespace)
 
     def namespace_exists(self, namespace: Identifier) -> bool:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
@@ -204,3 +204,20 @@ def test_cache_size_is_configurable(tmp_path: Path) -> None:
         service.catalog.create_table(("n", f"t{i}"), SCHEMA)
     service.load_tables([("n", f"t{i}") for i in range(5)])
     assert len(service._metadata) == 3
+
+
+def test_a_namespace_two_servers_create_at_once_exists_for_the_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes creating the same namespace at once (two `tableflow run`s starting
+    on one embedded catalog): the second's insert loses to the first's after its
+    existence check passed. It gets AlreadyExists (409, which `apply` accepts), not the
+    database's IntegrityError (500)."""
+    first, second = _services(tmp_path)
+    first.create_namespace(("raced",), {})
+    # The second's check ran before the first's insert committed.
+    monkeypatch.setattr(second.catalog, "namespace_exists", lambda _namespace: False)
+    with pytest.raises(NamespaceAlreadyExistsError, match="raced"):
+        second.create_namespace(("raced",), {})
+    monkeypatch.undo()
+    assert second.namespace_exists(("raced",))
