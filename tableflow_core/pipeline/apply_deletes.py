@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tableflow_core.catalog.transactions import transaction as transaction_of
 from tableflow_core.engine.rewrite_files import RewriteFiles
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.errors import TableflowError
@@ -328,7 +329,7 @@ def apply_deletes(
         result.delete_files = len(delete_files)
         removed = [*(f.old for f in result.files), *delete_files.values()]
         added = list({f.new.file_path: f.new for f in result.files if f.new is not None}.values())
-        transaction = table.transaction()
+        transaction = transaction_of(table)
         with RewriteFiles(transaction, table.io, removed, added) as rewrite:
             pass
         if before_commit is not None:

@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tableflow_core.catalog.transactions import transaction as transaction_of
 from tableflow_core.errors import IngestError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
@@ -628,4 +629,5 @@ class DeletesTable:
                     self._identifier, schema=schema, properties=DELETES_TABLE_PROPERTIES
                 )
         table = self._catalog.load_table(self._identifier)
-        table.append(rows.cast(schema))
+        with transaction_of(table) as transaction:
+            transaction.append(rows.cast(schema))
