@@ -10,8 +10,8 @@ history grew to its default bound (benchmarks/soak.py; docs/production.md). Ever
 commit `run` makes goes through here: the run's (engine/run_branch.py), the dead-letter
 table's driver append, `apply_deletes`' rewrite and an upsert table's deletes-table
 append (py-spy on the 10-table soak: pyiceberg's copy was ~30% of `apply_deletes`' CPU;
-the deletes-table append, a table load included, 310-344 -> 61-63 ms of CPU at ~420
-snapshots).
+the deletes-table append, a table load included, 300-349 -> 57-63 ms of CPU at ~420
+snapshots: benchmarks/staged_append.py).
 
 The metadata models are frozen (pydantic `frozen=True`) and every update handler builds
 new containers (`model_copy(update=...)`), so the deep copy only guards against a
