@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tableflow_core.catalog.transactions import transaction as transaction_of
 from tableflow_core.deadletter.errors import BadRecordsFailure, SuspensionError
 
 SUSPENDED_PROPERTY = "tableflow.suspended"
@@ -108,7 +109,7 @@ def suspend(
     """Record the suspension on the table (a pyiceberg catalog; no snapshot is added)."""
     table = _load(catalog, identifier, address)
     try:
-        with table.transaction() as transaction:
+        with transaction_of(table) as transaction:
             transaction.set_properties({SUSPENDED_PROPERTY: suspension.encode()})
     except Exception as exc:
         raise SuspensionError(
@@ -123,7 +124,7 @@ def clear_suspension(catalog: Any, identifier: str, address: str | None = None) 
     if SUSPENDED_PROPERTY not in table.properties:
         return False
     try:
-        with table.transaction() as transaction:
+        with transaction_of(table) as transaction:
             transaction.remove_properties(SUSPENDED_PROPERTY)
     except Exception as exc:
         raise SuspensionError(
