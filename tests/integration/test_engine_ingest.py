@@ -361,42 +361,63 @@ def test_main_moving_at_every_publish_is_refused_and_nothing_is_published(
     assert run_branches(env) == []
 
 
-def compaction_before_first_commit(
-    spark: Any, spec: Any, compactions: list[str]
-) -> Callable[[str], None]:
-    """A crash_point stand-in: at the first `before_commit`, a real compaction of the table
-    (`rewrite_data_files`, every file) moves main; `compactions` records that it ran."""
+def a_compaction(spark: Any) -> Callable[[Any], None]:
+    """Moves main the way maintenance does: a real compaction of the env's table
+    (`rewrite_data_files`, every file; a replace snapshot, no row or offset changed)."""
 
-    def compaction_lands_first(name: str) -> None:
-        if name == "before_commit" and not compactions:
-            table_arg = spec.identifier.replace("'", "\\'")
-            spark.sql(
-                f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
-                "options => map('rewrite-all', 'true'))"
-            )
-            compactions.append("done")
+    def compact(env: Any) -> None:
+        spec = env.spec()
+        table_arg = spec.identifier.replace("'", "\\'")
+        spark.sql(
+            f"CALL {spec.catalog}.system.rewrite_data_files(table => '{table_arg}', "
+            "options => map('rewrite-all', 'true'))"
+        )
 
-    return compaction_lands_first
+    return compact
 
 
-def apply_with_a_compaction_first(
+def an_empty_append(env: Any) -> None:
+    """Moves main by a commit that is no compaction: an append of no rows (no offsets)."""
+    table = env.pyiceberg_table()
+    table.append(table.schema().as_arrow().empty_table())
+
+
+def apply_with_main_moved_first(
     spark: Any,
     make_env: Any,
     payment_topics: PaymentTopics,
     monkeypatch: pytest.MonkeyPatch,
     patched_module: Any,
     name: str,
-) -> tuple[Any, Any, list[str]]:
-    """8 records, a first apply of 4, then a second apply whose first commit finds that a
-    real compaction moved main (`compaction_before_first_commit`, put in place of
-    `patched_module.crash_point`): (env, the second apply's outcome, the compactions)."""
+    move_main: Callable[[Any], None],
+) -> tuple[Any, Any, int]:
+    """8 records, a first apply of 4, then a second apply whose first commit finds that
+    `move_main(env)` moved main (run in place of `patched_module.crash_point` at the
+    first `before_commit`): (env, the second apply's outcome, how often main was moved)."""
     topic = payment_topics.create(name, [payment(i) for i in range(8)], 1)
     env = make_env(topic, max_records_per_run=4)
     apply(spark, env)  # 4 rows, offsets {0: 4}
-    compactions: list[str] = []
-    compaction_lands_first = compaction_before_first_commit(spark, env.spec(), compactions)
-    monkeypatch.setattr(patched_module, "crash_point", compaction_lands_first)
-    return env, apply(spark, env), compactions
+    moves: list[str] = []
+
+    def main_moves_first(point: str) -> None:
+        if point == "before_commit" and not moves:
+            move_main(env)
+            moves.append(point)
+
+    monkeypatch.setattr(patched_module, "crash_point", main_moves_first)
+    return env, apply(spark, env), len(moves)
+
+
+def assert_every_record_once_and_nothing_left(
+    spark: Any, env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 8 records in the table once each; a further apply, main no longer moved, finds
+    the offsets after them (writes nothing), and no run branch is left."""
+    rows, id_sum, _, distinct = read_back(env)
+    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
+    monkeypatch.undo()
+    assert apply(spark, env).records_written == 0
+    assert run_branches(env) == []
 
 
 def test_a_compaction_before_a_read_task_runs_publish_is_published_on_top_of_it_once(
@@ -410,11 +431,11 @@ def test_a_compaction_before_a_read_task_runs_publish_is_published_on_top_of_it_
     on top of it, once, never half-published: every record once, the offsets after it."""
     import tableflow_core.pipeline.shared_run as shared_run_module
 
-    env, outcome, compactions = apply_with_a_compaction_first(
+    env, outcome, moves = apply_with_main_moved_first(
         spark, make_env, payment_topics, monkeypatch, shared_run_module,
-        "compacted1",
+        "compacted1", a_compaction(spark),
     )  # fmt: skip
-    assert compactions == ["done"]
+    assert moves == 1
     assert outcome.offsets_after == {0: 8}
     assert "publish_rebased" in (outcome.timings or {}), outcome.timings
     assert not any("ran again on its own" in w for w in outcome.warnings), outcome.warnings
@@ -423,11 +444,7 @@ def test_a_compaction_before_a_read_task_runs_publish_is_published_on_top_of_it_
     parent = table.snapshot_by_id(main.parent_snapshot_id)
     ops = [s.summary.operation.value for s in (parent, main)]
     assert ops == ["replace", "append"], ops  # the publish is the compaction's child
-    rows, id_sum, _, distinct = read_back(env)
-    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
-    monkeypatch.undo()
-    assert apply(spark, env).records_written == 0
-    assert run_branches(env) == []
+    assert_every_record_once_and_nothing_left(spark, env, monkeypatch)
 
 
 def test_another_commit_before_a_read_task_runs_publish_runs_it_again_exactly_once(
@@ -441,28 +458,15 @@ def test_another_commit_before_a_read_task_runs_publish_runs_it_again_exactly_on
     on its own: every record once, the offsets found after it."""
     import tableflow_core.pipeline.shared_run as shared_run_module
 
-    topic = payment_topics.create("appended1", [payment(i) for i in range(8)], 1)
-    env = make_env(topic, max_records_per_run=4)
-    apply(spark, env)  # 4 rows, offsets {0: 4}
-    moves: list[int] = []
-
-    def an_append_lands_first(name: str) -> None:
-        if name == "before_commit" and not moves:
-            table = env.pyiceberg_table()
-            table.append(table.schema().as_arrow().empty_table())
-            moves.append(table.metadata.current_snapshot_id)
-
-    monkeypatch.setattr(shared_run_module, "crash_point", an_append_lands_first)
-    outcome = apply(spark, env)
-    assert len(moves) == 1
+    env, outcome, moves = apply_with_main_moved_first(
+        spark, make_env, payment_topics, monkeypatch, shared_run_module,
+        "appended1", an_empty_append,
+    )  # fmt: skip
+    assert moves == 1
     assert outcome.offsets_after == {0: 8}
     assert any("ran again on its own" in w for w in outcome.warnings), outcome.warnings
     assert "publish_rebased" not in (outcome.timings or {})
-    rows, id_sum, _, distinct = read_back(env)
-    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
-    monkeypatch.undo()
-    assert apply(spark, env).records_written == 0
-    assert run_branches(env) == []
+    assert_every_record_once_and_nothing_left(spark, env, monkeypatch)
 
 
 def test_a_compaction_during_the_write_is_retried_exactly_once(
@@ -479,14 +483,12 @@ def test_a_compaction_during_the_write_is_retried_exactly_once(
     # The first publish finds that a real compaction moved main after the branch was cut
     # and after its own check (a replace snapshot: data and committed offsets unchanged):
     # the catalog refuses the commit, the run retries.
-    env, outcome, compactions = apply_with_a_compaction_first(
-        spark, make_env, payment_topics, monkeypatch, publish_module, "compacted"
-    )
-    assert compactions == ["done"]
+    env, outcome, moves = apply_with_main_moved_first(
+        spark, make_env, payment_topics, monkeypatch, publish_module, "compacted",
+        a_compaction(spark),
+    )  # fmt: skip
+    assert moves == 1
     assert outcome.offsets_after == {0: 8}
     assert any("commit retried 1 time(s)" in w for w in outcome.warnings)
-    rows, id_sum, _, distinct = read_back(env)
-    assert (rows, distinct, id_sum) == (8, 8, sum(payment(i)["id"] for i in range(8)))
-    monkeypatch.undo()
-    assert apply(spark, env).records_written == 0  # offsets were found after the retry
-    assert run_branches(env) == []
+    # The offsets were found after the retry: a further apply writes nothing.
+    assert_every_record_once_and_nothing_left(spark, env, monkeypatch)
