@@ -42,7 +42,7 @@ from tableflow_core.maintenance.delete_load import APPLY_DELETES, delete_upkeep,
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
 from tableflow_core.maintenance.operations import OPERATIONS
 from tableflow_core.maintenance.run import StateReader
-from tableflow_core.maintenance.schedule import not_due_reason
+from tableflow_core.maintenance.schedule import RUN_ORDER, not_due_reason
 from tableflow_core.pipeline.apply_deletes import driver_operation
 from tableflow_core.publish import PublishResult, publish_table
 from tableflow_core.runner.lock import table_locks
@@ -59,9 +59,7 @@ LOCK_COMMAND = "tableflow maintain"
 DEAD_LETTER_OPERATIONS = frozenset({"compact", "rewrite_manifests", "expire_snapshots"})
 # What an upsert table's deletes table gets: all but the operations on delete files (it
 # is only ever appended to, so it has none).
-DELETES_TABLE_OPERATIONS = frozenset(
-    {"compact", "rewrite_manifests", "expire_snapshots", "remove_orphans"}
-)
+DELETES_TABLE_OPERATIONS = frozenset(RUN_ORDER) - {APPLY_DELETES, "rewrite_deletes"}
 NO_BLOCK = "no maintenance block"
 
 
