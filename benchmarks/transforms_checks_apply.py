@@ -6,7 +6,7 @@ Produces N of the ingest benchmark's Avro events (benchmarks/ingest.py) and, in 
 run, applies three one-table projects reading that topic into new tables (each its own
 CLI process, as `tableflow apply --auto-approve` runs): no transforms or checks; 3 masks
 (hash `user`, partial `city`, redact `kind`) + dedup on `id` (last by offset); 5 checks
-(not_null, unique, accepted_values, range, expression; great-expectations on Spark).
+(not_null, unique, accepted_values, range, expression; one Spark aggregate).
 Each scenario is applied `--rounds` times (3 by default), interleaved round by round so
 that a slow spell of the machine hits every scenario, and the best of each is printed:
 the command's wall time, the table's run time (run_results.json), the CPU seconds

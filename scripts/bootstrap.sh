@@ -2,7 +2,7 @@
 # Create .venv and install tableflow; a no-op when up to date. Sourced by scripts/demo.sh
 # and scripts/test.sh, each with what it needs:
 #   demo  tableflow and what it runs (no test tools, no great-expectations, no browser)
-#   test  (the default) also the test tools and great-expectations (`.[checks,dev]`),
+#   test  (the default) also the test tools (`.[dev]`, great-expectations among them),
 #         Debian's chromium for the docs-site test, and Debian's prometheus (the server and
 #         promtool) for the metrics and alert-rule tests
 # TABLEFLOW_BOOTSTRAP_DRY_RUN=1: print what a fresh machine would get installed, and exit.
@@ -13,7 +13,7 @@ cd "$repo"
 install_profile="${1:-test}"
 case "$install_profile" in
   demo) pip_target="."; want_browser=no ;;
-  test) pip_target=".[checks,dev]"; want_browser=yes ;;
+  test) pip_target=".[dev]"; want_browser=yes ;;
   *) echo "scripts/bootstrap.sh: unknown profile '$install_profile' (demo or test)" >&2; exit 2 ;;
 esac
 

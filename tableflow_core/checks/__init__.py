@@ -1,7 +1,7 @@
-"""Data-quality checks: compiled without Spark (plan), run with great-expectations (apply).
+"""Data-quality checks: compiled without Spark (plan), run on Spark (apply).
 
-Importing this package imports neither pyspark nor great_expectations; `run_checks`
-lives in `tableflow_core.pipeline.checks.run` and imports them when a table has checks.
+Importing this package does not import pyspark; `run_checks` lives in
+`tableflow_core.pipeline.checks.run`.
 """
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks, compile_checks

@@ -5,7 +5,7 @@ expressions parse and read known columns, bounds make sense, `on_failure` fits t
 check) and becomes one or more `CompiledCheck`s: a `not_null` over three columns is
 three checks, so each column gets its own result. A row-level check also carries the
 Spark SQL predicate that selects its failing rows (used for samples and to split
-rows off for `on_failure: skip|dlq`); great-expectations decides the outcome.
+rows off for `on_failure: skip|dlq`) and its 0/1 flag, whose sum is its failing count.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class CheckReport:
     rows_skipped: int = 0
     rows_dead_lettered: int = 0
     duration_s: float = 0.0
-    engine: str = field(default="great_expectations")
+    engine: str = field(default="spark")
 
     @property
     def outcome(self) -> Outcome:

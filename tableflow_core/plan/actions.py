@@ -285,7 +285,7 @@ DDL_KINDS = frozenset(
 )
 
 
-BlockerKind = Literal["not_supported", "destructive", "invalid", "missing_extra"]
+BlockerKind = Literal["not_supported", "destructive", "invalid"]
 
 
 class Blocker(Frozen):

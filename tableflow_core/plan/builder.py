@@ -97,7 +97,7 @@ def build_plan(
     suspended: dict[str, str] = {}
 
     for table in sorted(tables, key=lambda t: t.name):
-        blockers.extend(capabilities.table_blockers(table, world.missing_extras))
+        blockers.extend(capabilities.table_blockers(table))
         if table.topic in world.missing_topics:
             blockers.append(missing_topic_blocker(project, table, world.broker_topics))
         for problem in world.problems.get(table.name, ()):

@@ -1,14 +1,12 @@
-"""Plan blockers for configured features that are not built yet, or whose optional
-extra is not installed.
+"""Plan blockers for configured features that are not built yet.
 
-Which they are is said once, in `config/capabilities.py` and `config/extras.py`; here they
-become blockers with the key's file:line.
+Which they are is said once, in `config/capabilities.py`; here they become blockers
+with the key's file:line.
 """
 
 from __future__ import annotations
 
 from tableflow_core.config.capabilities import TABLE_GATES, UNSUPPORTED_SPARK_CATALOGS
-from tableflow_core.config.extras import EXTRAS
 from tableflow_core.config.project import Project, Table
 from tableflow_core.delta import delta_refusal
 from tableflow_core.plan.actions import Blocker
@@ -16,11 +14,8 @@ from tableflow_core.plan.actions import Blocker
 __all__ = ["TABLE_GATES", "UNSUPPORTED_SPARK_CATALOGS", "table_blockers", "target_blockers"]
 
 
-def table_blockers(table: Table, missing_extras: frozenset[str] = frozenset()) -> list[Blocker]:
+def table_blockers(table: Table) -> list[Blocker]:
     blockers = []
-    for extra in EXTRAS:
-        if extra.name in missing_extras and extra.used_by(table):
-            blockers.append(Blocker.at(table, extra.key, "missing_extra", extra.missing_message()))
     for gate in TABLE_GATES:
         if gate.applies(table):
             blockers.append(

@@ -258,7 +258,7 @@ def _print_lines(console: Console, lines: list[Text]) -> None:
 
 def _ordered_blockers(blockers: tuple[Blocker, ...]) -> list[Blocker]:
     """Not-supported first: it wins over destructive (see docs/plan-and-apply.md)."""
-    rank = {"not_supported": 0, "missing_extra": 0, "invalid": 1, "destructive": 2}
+    rank = {"not_supported": 0, "invalid": 1, "destructive": 2}
     return sorted(blockers, key=lambda b: rank[b.kind])
 
 

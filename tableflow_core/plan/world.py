@@ -15,7 +15,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tableflow_core.config.extras import missing_extras
 from tableflow_core.config.project import Project, Table
 from tableflow_core.deadletter.topics import topic_partitions
 from tableflow_core.errors import TableflowError
@@ -364,7 +363,6 @@ def read_world(
         publish_errors=publish_errors,
         dlq_tables=dlq_tables,
         dlq_topics=dlq_topics,
-        missing_extras=missing_extras(),
         missing_topics=frozenset(missing_topics),
         broker_topics=broker_topics,
     )

@@ -66,9 +66,6 @@ class WorldState:
     dlq_topics: Mapping[str, int | None] = field(default_factory=dict)
     # Per-table problems found while reading (subject missing, topic missing, ...).
     problems: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Optional extras of the package not installed where the plan was made
-    # (`config/extras.py`): the tables that need one are refused.
-    missing_extras: frozenset[str] = frozenset()
     # Source topics the broker does not have, and (only when some are missing) the topics
     # it has, to suggest a close name.
     missing_topics: frozenset[str] = frozenset()

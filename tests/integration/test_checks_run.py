@@ -1,4 +1,5 @@
-"""Checks run by great-expectations on real Spark batches: outcomes, counts, samples, splits."""
+"""Checks run on real Spark batches: outcomes, counts, samples, splits; their counts held
+to great-expectations' native expectations (the independent model of each check)."""
 
 from __future__ import annotations
 
@@ -218,7 +219,7 @@ def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSe
         "row_count": ("fail", None, 0),
     }
     assert "observed 0 rows (expected at least 1)" in run.report.failure_message()
-    # row_count alone: no failing-row flags, great-expectations still counts the batch.
+    # row_count alone: no failing-row flags, the aggregate still counts the batch.
     alone = checks_for([{"type": "row_count", "max": 2}])
     three = batch(spark, sample_rows("orders", 3))
     for frame_, expected in ((df, ("pass", 0)), (three, ("fail", 3))):
@@ -229,8 +230,8 @@ def test_an_empty_batch_passes_row_checks_and_row_count_judges_it(spark: SparkSe
 
 
 def native_counts(df: DataFrame, checks: Any) -> dict[str, int]:
-    """Failing counts from great-expectations' own column expectations (what `run_checks`
-    used to map each check onto), as an independent judge of the compiled predicates."""
+    """Failing counts from great-expectations' own expectations, as an independent judge
+    of the compiled predicates (`run_checks` sums them in one Spark aggregate)."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
@@ -247,6 +248,9 @@ def native_counts(df: DataFrame, checks: Any) -> dict[str, int]:
         "range": lambda c: gxe.ExpectColumnValuesToBeBetween(
             column=c.columns[0], min_value=c.min, max_value=c.max
         ),
+        "expression": lambda c: gxe.UnexpectedRowsExpectation(
+            unexpected_rows_query=f"SELECT * FROM {{batch}} WHERE NOT coalesce(({c.expression}), false)"
+        ),
     }
     context = gx.get_context(mode="ephemeral")
     definition = (
@@ -259,7 +263,9 @@ def native_counts(df: DataFrame, checks: Any) -> dict[str, int]:
     for check in checks.checks:
         if check.kind in builders:
             result = batch.validate(builders[check.kind](check))
-            counts[check.name] = int(result.result["unexpected_count"])
+            counts[check.name] = int(
+                result.result.get("unexpected_count", result.result.get("observed_value"))
+            )
     return counts
 
 
@@ -280,21 +286,22 @@ def test_predicates_count_like_great_expectations_native_expectations(
             {"type": "accepted_values", "column": "status", "severity": "warn",
              "values": ["PLACED", "PAID", "SHIPPED", "DELIVERED"]},
             {"type": "range", "column": "quantity", "min": 1, "max": 10, "severity": "warn"},
+            {"type": "expression", "name": "cheap", "severity": "warn",
+             "expression": "quantity * 2 < 15 OR status = 'PAID'"},
         ],
     )  # fmt: skip
     df = batch(spark, rows)
     run = run_checks(df, compiled, spark, table="shop.orders")
     native = native_counts(df, compiled)
-    assert len(native) == 7 and all(native.values())  # every check finds failing rows
+    assert len(native) == 8 and all(native.values())  # every check finds failing rows
     assert {r.name: r.failing for r in run.report.results} == native
     df.unpersist()
 
 
-def test_great_expectations_reads_the_batch_once_whatever_the_checks(spark: SparkSession) -> None:
-    """Five checks, one validation, one pass over the batch: great-expectations computes
-    the row count (the rows evaluated, no count of the batch apart) in the same aggregate
-    as the flags' sums (its native column sums waited for the row count: 2 reads), and
-    caches nothing (its default cached the flag frame and never released it)."""
+def test_the_checks_read_the_batch_once_whatever_the_checks(spark: SparkSession) -> None:
+    """Five checks, one aggregate, one pass over the batch: the row count (the rows
+    evaluated, no count of the batch apart) is computed with the flags' sums, and nothing
+    is cached."""
     rows = sample_rows("orders", 300, seed=3)
     assert len({r["order_id"] for r in rows}) == len(rows)
     compiled = checks_for(
@@ -322,6 +329,41 @@ def test_great_expectations_reads_the_batch_once_whatever_the_checks(spark: Spar
     assert scanned.value == len(rows)
     # Every check passed: the batch is passed on as it is (no window planned for samples).
     assert run.passing_df is df and run.rejected_count == 0
+
+
+def test_a_check_whose_expression_raises_fails_alone_and_names_the_error(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    """An expression that raises on some row fails its own check ("could not run", with
+    Spark's message); the other checks are still judged on the whole batch."""
+    rows = [dict(r) for r in orders]
+    rows[5]["quantity"] = 0
+    compiled = checks_for(
+        [
+            {"type": "range", "column": "quantity", "min": 1},
+            {"type": "expression", "name": "raises", "severity": "warn",
+             "expression": "assert_true(quantity < 1000000000, 'quantity check') IS NULL"},
+            {"type": "expression", "name": "boom", "severity": "warn",
+             "expression": "CASE WHEN quantity = 0 THEN raise_error('zero quantity') ELSE true END"},
+            {"type": "row_count", "min": 1},
+        ],
+    )  # fmt: skip
+    df = batch(spark, rows)
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    results = {r.name: r for r in run.report.results}
+    below = sum(1 for r in rows if r["quantity"] is not None and r["quantity"] < 1)
+    assert below >= 1
+    assert (results["range(quantity)"].outcome, results["range(quantity)"].failing) == (
+        "fail",
+        below,
+    )
+    assert (results["raises"].outcome, results["raises"].failing) == ("pass", 0)
+    boom = results["boom"]
+    assert boom.outcome == "warn" and boom.detail is not None
+    assert boom.detail.startswith("the check could not run: ") and "zero quantity" in boom.detail
+    assert "\n" not in boom.detail  # the first line, not the JVM's stack trace
+    assert results["row_count"].observed == len(rows) == run.report.rows_evaluated
+    df.unpersist()
 
 
 def test_flags_packed_across_int_columns_before_the_window_count_each_check(

@@ -1,7 +1,7 @@
 """What the README's two set-up commands install (issue 32): the demo gets tableflow and
-what it runs, the test command also the test tools, great-expectations and chromium; and
-tableflow without great-expectations runs every command, refusing only tables with checks
-(naming the extra to install)."""
+what it runs, the test command also the test tools (great-expectations, the checks' test
+model, among them) and chromium; and tableflow never needs great-expectations, checks
+included (they run on Spark since round 4)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_the_demo_installs_only_what_it_runs(sandbox: Path) -> None:
 def test_the_test_command_installs_the_rest(sandbox: Path) -> None:
     tests = dry_run("test.sh", sandbox)
     assert tests.returncode == 0, tests.stderr
-    assert "pip install -e '.[checks,dev]'" in tests.stdout
+    assert "pip install -e '.[dev]'" in tests.stdout
     assert "apt-get install chromium" in tests.stdout
     assert "apt-get install prometheus" in tests.stdout  # the metrics and alert-rule tests
     assert "== ruff" not in tests.stdout
@@ -87,13 +87,12 @@ def without_gx(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_every_module_but_the_checks_engine_imports_without_great_expectations() -> None:
+def test_every_module_imports_without_great_expectations_and_none_imports_it() -> None:
     code = """
 import importlib, pkgutil
 import tableflow_core
-engine = "tableflow_core.pipeline.checks.gx_flags"  # great-expectations' own extension
 for module in pkgutil.walk_packages(tableflow_core.__path__, "tableflow_core."):
-    if module.name != engine and not module.name.endswith("__main__"):
+    if not module.name.endswith("__main__"):
         importlib.import_module(module.name)
 assert "great_expectations" not in sys.modules
 print("imported")
@@ -101,10 +100,13 @@ print("imported")
     result = without_gx(code, REPO)
     assert result.returncode == 0, result.stderr
     assert "imported" in result.stdout
+    # Nor later, inside a function: only the tests import it (the checks' model).
+    sources = (REPO / "tableflow_core").rglob("*.py")
+    assert not [p for p in sources if "import great_expectations" in p.read_text()]
 
 
 @pytest.mark.slow
-def test_plan_without_great_expectations_refuses_only_the_table_with_checks(
+def test_plan_without_great_expectations_plans_the_table_with_checks(
     stack_project, kafka_broker, schema_registry
 ) -> None:
     from tableflow_core.dev.producer import produce_sample
@@ -125,7 +127,6 @@ def test_plan_without_great_expectations_refuses_only_the_table_with_checks(
     code = "from tableflow_core.cli.main import main\nsys.argv = ['tableflow', 'plan']\nmain()\n"
     result = without_gx(code, root)
     output = result.stdout + result.stderr
-    assert result.returncode == 1, output
-    assert "pip install 'tableflow[checks]'" in output
-    assert "tables/tables.yml:" in output
-    assert output.count("tableflow[checks]") == 1, output  # the table without checks plans
+    assert result.returncode == 0, output
+    assert "check not_null(order_id)" in output, output  # the Check stage's line
+    assert "blocked" not in output.lower(), output

@@ -90,7 +90,6 @@ def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
 def command(ctx: CliContext, log_format: str, **flags: Any) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
 
-    from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.targets.catalog import open_catalog
 
     asked = ApplyFlags(**flags)
@@ -100,9 +99,6 @@ def command(ctx: CliContext, log_format: str, **flags: Any) -> None:
     if selected:
         fail_fast_if_kafka_is_down(ctx)
     spark_starter = _spark_starter(project, len(selected))
-    # With checks to run, great-expectations' import overlaps the JVM start and the plan
-    # (a saved plan may hold any table of the project).
-    prepare_checks_engine(project.tables if asked.plan_file is not None else selected)
     # One catalog for the plan and the apply (an embedded one is started once).
     with open_catalog(project) as handle:
         results = _plan_and_apply(ctx, project, handle, spark_starter, asked)

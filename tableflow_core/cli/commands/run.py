@@ -63,7 +63,6 @@ def command(
         limit_malloc_arenas,
         use_system_arrow_pool,
     )
-    from tableflow_core.pipeline.checks.warmup import prepare_checks_engine
     from tableflow_core.tasks.apply import project_spark_session
     from tableflow_core.tasks.run import RunTask
 
@@ -127,7 +126,6 @@ def command(
     limit_malloc_arenas()  # before the JVM and its Python workers start
     # The JVM starts while the first cycle plans.
     spark_starter = SessionStarter(lambda: project_spark_session(project, service=True))
-    prepare_checks_engine(tables)  # great-expectations' import overlaps the JVM start
     endpoint = _metrics_endpoint(ctx, project, tables, metrics_port, metrics_host)
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
     if events is not None:

@@ -1,2 +1,2 @@
-"""Checks on the run's data: great-expectations on Spark (`run.py`, `gx_flags.py`, started
-early by `warmup.py`) and the `unique` proof from the read tasks (`read_task_unique.py`)."""
+"""Checks on the run's data: one Spark aggregate per batch (`run.py`) and the `unique`
+proof from the read tasks (`read_task_unique.py`)."""

@@ -1,44 +1,31 @@
-"""Running compiled checks on a batch with great-expectations (Spark), before publishing.
+"""Running compiled checks on a batch on Spark, before publishing.
 
-great-expectations is imported here with its analytics switched off first: `plan`,
-`--help` and tables without checks never pay its import (~4 s of CPU). `apply` and
-`run` start it on a background thread (`prepare_great_expectations`, through
-`checks.warmup`) as soon as they know a selected table has checks, so it overlaps the
-JVM start; a check stage starts it otherwise (a no-op once started).
-
-One validation judges every check of the table in one bundled aggregate. Each
-row-level check compiles to a Spark SQL predicate selecting its failing rows
-(`compile.py`, plus a window count for `unique`); the batch gets one 0/1 flag column
-per check, and great-expectations validates that flag frame with one
-`ExpectFlagColumnSumToBeZero` per check (`gx_flags.py`: the sum is the exact failing
-count) and `ExpectTableRowCountToBeBetween` for `row_count`. Its Spark engine computes
-all the sums and the row count as one `df.agg(...)`: one pass over the batch, whatever
-the number of checks. The number of rows evaluated is that row count (an
-`ExpectTableRowCountToBeBetween(min_value=0)` every validation carries reads it back), so
-the batch is not counted apart. great-expectations' own `ExpectColumnSumToBeBetween`
-depends on the row count, which cost a pass of its own before the sums (5 checks on 1M
-written rows: a check stage of 2.03-2.15 s then, 1.89-1.97 s now). Mapping each check
-straight onto a native expectation (ExpectColumnValuesToNotBeNull, ...ToBeUnique,
-...ToBeInSet, ...ToBeBetween, UnexpectedRowsExpectation) cost one or more Spark jobs per
-expectation (10 jobs for five checks); `tests/integration/test_checks_run.py` holds the predicates to
-those native expectations' counts. A hash aggregate for `unique` (group by the key,
-count above 1) and count vs count(distinct) were measured against the window and
-dropped: both cost more CPU over 1M keys than the window's shuffle and sort; so were
-lag/lead over hash buckets sorted by key and comparing neighbours in a Python task
-(mapInArrow). The other flags cross the window's shuffle packed as bits of int columns
-(`_flag_frame`).
+Every check of the table is judged by one Spark aggregate. Each row-level check
+compiles to a Spark SQL predicate selecting its failing rows (`compile.py`, plus a
+window count for `unique`); the batch gets one 0/1 flag column per check, and one
+`df.agg(count(1), sum(flag), ...)` gives the row count (`row_count`, and the rows
+evaluated) and each check's exact failing count: one pass over the batch, whatever the
+number of checks. `tests/integration/test_checks_run.py` holds those counts to
+great-expectations' native expectations (ExpectColumnValuesToNotBeNull, ...ToBeUnique,
+...ToBeInSet, ...ToBeBetween, UnexpectedRowsExpectation, ExpectTableRowCountToBeBetween),
+the independent model of what each check means. great-expectations ran this aggregate
+until round 4 (through an expectation of ours over the flag columns): it added ~155 MB
+to the driver of every process that ran checks, ~3 s of CPU to import and ~0.03 s of
+driver CPU per validation, and decided nothing the sums do not (docs/architecture.md,
+"Checks"). A hash aggregate for `unique` (group by the key, count above 1) and count vs
+count(distinct) were measured against the window and dropped: both cost more CPU over
+1M keys than the window's shuffle and sort; so were lag/lead over hash buckets sorted
+by key and comparing neighbours in a Python task (mapInArrow). The other flags cross the
+window's shuffle packed as bits of int columns (`_flag_frame`).
 
 Sample failing rows and the rows taken out for `on_failure: skip|dlq` are selected in
 Spark with the same predicates, only when a check failed. The caller should persist
-the input when it is expensive to compute (a batch read from Kafka): great-expectations
-reads it once, and the rows taken out for skip/dlq are selected from it again.
+the input when it is expensive to compute (a batch read from Kafka): the aggregate reads
+it once, and the rows taken out for skip/dlq are selected from it again.
 """
 
 from __future__ import annotations
 
-import gc
-import os
-import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -46,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
-from tableflow_core.config.extras import CHECKS, MissingExtraError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN
 from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN
@@ -61,12 +47,6 @@ CHECK_ERROR_CLASS = "CheckFailed"
 _REASON = "__tf_check_reason"
 _DLQ = "dlq"
 _SKIP = "skip"
-# great-expectations keeps process-wide state (expectation registry, config providers)
-# that is not documented as thread-safe; tables validating at once take turns (each
-# validation is two short passes over a persisted batch).
-_GX_LOCK = threading.Lock()
-# The description of the row count expectation every validation carries (rows evaluated).
-_ROWS = "tableflow: rows evaluated"
 
 
 @dataclass(frozen=True)
@@ -82,77 +62,15 @@ class CheckRun:
     skipped_df: DataFrame | None = None
 
 
-_GX_IMPORT: threading.Thread | None = None
-_GX_IMPORT_LOCK = threading.Lock()
-
-
-def _import_gx() -> None:
-    """Import great-expectations with Python's cyclic collector paused, then freeze what
-    the import allocated (`gc.freeze`). The import allocates ~330,000 objects: the
-    collector's passes over them during the import were ~0.6 s of its ~3.4 s of CPU,
-    and each full collection after it ~0.1-0.2 s (during the validation, or the
-    table's write); frozen objects are never scanned again. The pause is process-wide,
-    for the ~3 s of the import. The price: garbage cycles made in those seconds are
-    frozen too and never freed (~5,000 objects, once per process)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        import great_expectations.expectations  # noqa: F401
-    finally:
-        gc.freeze()
-        if collecting:
-            gc.enable()
-
-
-def prepare_great_expectations() -> None:
-    """Start importing great-expectations on a daemon thread (once per process), so the
-    import overlaps the Spark work that comes before the validation. `_gx()` waits
-    for it; an import that fails there fails again, with its error, in `_gx()`."""
-    global _GX_IMPORT
-    os.environ["GX_ANALYTICS_ENABLED"] = "false"
-    with _GX_IMPORT_LOCK:
-        if _GX_IMPORT is None:
-            _GX_IMPORT = threading.Thread(
-                target=_import_gx, name="tableflow-gx-import", daemon=True
-            )
-            _GX_IMPORT.start()
-
-
-def _gx() -> Any:
-    """great-expectations; MissingExtraError naming `tableflow[checks]` when it is absent."""
-    os.environ["GX_ANALYTICS_ENABLED"] = "false"
-    try:
-        import great_expectations as gx
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and exc.name.split(".")[0] == CHECKS.module:
-            raise MissingExtraError(CHECKS) from exc
-        raise
-    return gx
-
-
 def _flag(index: int) -> str:
     return f"__tf_failing_{index}"
 
 
-def _expectation(check: CompiledCheck, index: int) -> Any:
-    """The expectation judging `check` over the flag frame (see the module docstring)."""
-    import great_expectations.expectations as gxe
-
-    from tableflow_core.pipeline.checks.gx_flags import ExpectFlagColumnSumToBeZero
-
-    if check.kind == "row_count":
-        return gxe.ExpectTableRowCountToBeBetween(
-            min_value=_int_or_none(check.min), max_value=_int_or_none(check.max)
-        )
-    return ExpectFlagColumnSumToBeZero(column=_flag(index), description=check.name)
-
-
-def _int_or_none(value: float | None) -> int | None:
-    return int(value) if value is not None else None
-
-
 @dataclass(frozen=True)
-class _GxOutcome:
+class _Judged:
+    """One check's verdict from the aggregate: its failing rows (row-level checks) or the
+    rows it saw (`row_count`), or the error that kept its figure from being computed."""
+
     success: bool
     failing: int | None
     observed: int | None
@@ -167,7 +85,7 @@ def _flag_frame(
     df: DataFrame, checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
 ) -> DataFrame:
     """One 0/1 column per row-level check (1: the row fails it); a constant column when
-    there is none (row_count alone), so great-expectations never gets a column-less frame.
+    there is none (row_count alone), so the aggregate always has a frame with a column.
 
     A `unique` check needs a window (a shuffle and a sort of the batch). The other flags
     are computed before it and packed as bits into int columns, so the shuffle and the
@@ -211,70 +129,83 @@ def _zero_one(predicate: str) -> str:
 
 @dataclass(frozen=True)
 class _Validation:
-    """great-expectations' verdict on each check, and the rows it counted in the batch."""
+    """The verdict on each check, and the rows counted in the batch."""
 
-    outcomes: list[_GxOutcome]
+    outcomes: list[_Judged]
     rows: int
 
 
 def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validation:
-    """great-expectations' verdict on every check, from the flag frame of the batch.
-
-    The batch's row count is great-expectations' own `table.row_count`, computed in the
-    same aggregate as the flags' sums and read back through `_ROWS`, so the batch is never
-    counted apart. An empty batch has no rows to fail: its flags sum to 0."""
-    gx = _gx()
-    import great_expectations.expectations as gxe
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    batch = (
-        # persist=False: by default great-expectations caches the frame it validates and
-        # never releases it; its one pass would then also write the cache.
-        context.data_sources.add_spark(name="tableflow", persist=False)
-        .add_dataframe_asset(name="batch")
-        .add_batch_definition_whole_dataframe("whole")
-    )
-    suite = context.suites.add(gx.ExpectationSuite(name="checks"))
-    rows_id = suite.add_expectation(
-        gxe.ExpectTableRowCountToBeBetween(min_value=0, description=_ROWS)
-    ).id
-    ids = {
-        suite.add_expectation(_expectation(check, index)).id: index
-        for index, check in enumerate(checks)
-    }
-    definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name="tableflow", data=batch, suite=suite)
-    )
-    with _GX_LOCK:
-        run = definition.run(
-            batch_parameters={"dataframe": flags}, result_format={"result_format": "BASIC"}
-        )
-    outcomes: dict[int, _GxOutcome] = {}
-    rows: _GxOutcome | None = None
-    for result in run.results:
-        if result.expectation_config.id == rows_id:
-            rows = _outcome(result)
-        else:
-            outcomes[ids[result.expectation_config.id]] = _outcome(result)
-    assert rows is not None, "great-expectations returned no row count"
-    return _Validation([outcomes[index] for index in range(len(checks))], rows.observed or 0)
+    """The verdict on every check, from the flag frame of the batch: the row count and
+    every flag's sum (its exact failing count) in one Spark aggregate, one pass over the
+    batch whatever the number of checks. An empty batch has no rows to fail: its flags
+    sum to 0. When the aggregate fails (an expression that raises on some row), each
+    figure is computed alone, so the error is the failing check's own."""
+    sums = {index: _flag(index) for index, c in enumerate(checks) if c.kind != "row_count"}
+    try:
+        # SQL text: one call into the JVM, not one per column expression.
+        row = flags.selectExpr("count(1)", *map(_sum, sums.values())).collect()[0]
+    except _spark_errors() as error:
+        return _validate_one_by_one(flags, checks, sums, error)
+    figures = {index: int(row[position + 1] or 0) for position, index in enumerate(sums)}
+    rows = int(row[0])
+    return _Validation([_judge(c, figures.get(i), rows) for i, c in enumerate(checks)], rows)
 
 
-def _outcome(result: Any) -> _GxOutcome:
-    info = result.exception_info or {}
-    raised = info.get("raised_exception") if isinstance(info, dict) else False
-    error = info.get("exception_message") if raised else None
-    observed = (result.result or {}).get("observed_value")
-    count = int(observed) if isinstance(observed, int) and not raised else None
-    row_count = result.expectation_config.type == "expect_table_row_count_to_be_between"
-    return _GxOutcome(
-        success=bool(result.success) and not raised,
-        failing=None if row_count else count,
-        observed=count if row_count else None,
-        error=str(error) if error else None,
-    )
+def _validate_one_by_one(
+    flags: DataFrame, checks: tuple[CompiledCheck, ...], sums: dict[int, str], error: Exception
+) -> _Validation:
+    """`_validate` after its aggregate raised `error`: the row count alone (a batch that
+    cannot be counted is the run's error, not a check's), then each flag's sum alone."""
+    try:
+        rows = flags.count()
+    except _spark_errors():
+        raise error from None
+    judged = []
+    for index, check in enumerate(checks):
+        if index not in sums:
+            judged.append(_judge(check, None, rows))
+            continue
+        try:
+            failing = int(flags.selectExpr(_sum(sums[index])).collect()[0][0] or 0)
+        except _spark_errors() as failed:
+            judged.append(_Judged(False, None, None, _first_line(failed)))
+            continue
+        judged.append(_judge(check, failing, rows))
+    return _Validation(judged, rows)
+
+
+def _sum(flag: str) -> str:
+    return f"sum({quote_ident(flag)})"
+
+
+def _judge(check: CompiledCheck, failing: int | None, rows: int) -> _Judged:
+    if check.kind != "row_count":
+        return _Judged(failing == 0, failing, None, None)
+    within = (check.min is None or rows >= check.min) and (check.max is None or rows <= check.max)
+    return _Judged(within, None, rows, None)
+
+
+def _spark_errors() -> tuple[type[Exception], ...]:
+    """What a Spark action raises when the data makes an expression fail."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JJavaError)
+
+
+def _first_line(error: Exception) -> str:
+    """What went wrong, in one line: a JVM error's root cause (its outer layers say only
+    that a job was aborted), without Spark's stack trace."""
+    cause = getattr(error, "java_exception", None)
+    if cause is not None:
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        text = str(cause.getMessage() or cause.toString())
+    else:
+        text = str(error)
+    text = text.strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _col(name: str) -> Column:
@@ -316,7 +247,8 @@ def _unique_predicates(
     checks: tuple[CompiledCheck, ...], proven: frozenset[int] = frozenset()
 ) -> dict[int, str]:
     """Each unique check's failing predicate (SQL) over its window count, by index. Like
-    great-expectations, rows whose keys are all NULL are not judged."""
+    great-expectations' ExpectCompoundColumnsToBeUnique, rows whose keys are all NULL are
+    not judged."""
     return {
         index: f"({' OR '.join(f'{quote_ident(c)} IS NOT NULL' for c in check.columns)}) "
         f"AND {quote_ident(_unique_column(index))} > 1"
@@ -376,12 +308,12 @@ def _positions(df: DataFrame) -> dict[str, Column]:
     }
 
 
-def _verdict(check: CompiledCheck, gx_result: _GxOutcome) -> tuple[Outcome, Action]:
-    if gx_result.success:
+def _verdict(check: CompiledCheck, judged: _Judged) -> tuple[Outcome, Action]:
+    if judged.success:
         return "pass", "none"
     if check.severity == "warn":
         return "warn", "none"
-    if gx_result.error is None and check.splits_rows:
+    if judged.error is None and check.splits_rows:
         return "warn", "dead_lettered" if check.on_failure == "dlq" else "skipped"
     return "fail", "none"
 
@@ -389,9 +321,9 @@ def _verdict(check: CompiledCheck, gx_result: _GxOutcome) -> tuple[Outcome, Acti
 _PROVEN = "no key repeats in the rows read (the read tasks' key digests): judged without a window"
 
 
-def _detail(check: CompiledCheck, gx_result: _GxOutcome) -> str | None:
-    if gx_result.error:
-        return f"the check could not run: {gx_result.error}"
+def _detail(check: CompiledCheck, judged: _Judged) -> str | None:
+    if judged.error:
+        return f"the check could not run: {judged.error}"
     if check.kind == "row_count":
         bounds = [
             f"at least {check.min:g}" if check.min is not None else "",
@@ -427,7 +359,6 @@ def run_checks(
         )
         report = CheckReport(table=table, results=(), rows_evaluated=0)
         return CheckRun(report, df, empty, 0, 0, empty)
-    prepare_great_expectations()  # no-op if the check stage started it already
     proven = frozenset(
         i for i, c in enumerate(checks) if c.kind == "unique" and c.columns in distinct_keys
     )
@@ -439,21 +370,21 @@ def run_checks(
     if failed and samples_from is not None:
         sampled, sampling = _with_failing_flags(samples_from, checks, proven)
     results = []
-    for index, (check, gx_result) in enumerate(zip(checks, validation.outcomes, strict=True)):
-        outcome, action = _verdict(check, gx_result)
+    for index, (check, judged) in enumerate(zip(checks, validation.outcomes, strict=True)):
+        outcome, action = _verdict(check, judged)
         samples: tuple[dict[str, Any], ...] = ()
-        if outcome != "pass" and check.name in sampling:
+        if outcome != "pass" and judged.error is None and check.name in sampling:
             samples = _samples(sampled, sampling[check.name], sample_size)
         results.append(
             CheckResult.of(
                 check,
                 outcome,
                 rows_evaluated=total,
-                failing=None if check.kind == "row_count" else (gx_result.failing or 0),
+                failing=None if check.kind == "row_count" else (judged.failing or 0),
                 action=action,
-                observed=gx_result.observed if check.kind == "row_count" else None,
+                observed=judged.observed if check.kind == "row_count" else None,
                 samples=samples,
-                detail=_PROVEN if index in proven else _detail(check, gx_result),
+                detail=_PROVEN if index in proven else _detail(check, judged),
             )
         )
     splitting = [

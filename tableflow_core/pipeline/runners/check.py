@@ -1,8 +1,8 @@
 """check: the table's data-quality checks (issue #10), run as one validation.
 
 The plan's one Check stage lists every check (one line each in `plan`); they run as one
-great-expectations validation (`pipeline.checks.run.run_checks`: one aggregate pass of
-the row count and every check's failing count). What is validated:
+Spark aggregate (`pipeline.checks.run.run_checks`: one pass of the row count and every
+check's failing count). What is validated:
 
 - on an append table whose checks take no rows out (severity warn, or on_failure fail),
   the rows the write appended to the run's branch, as an audit before publish
@@ -43,7 +43,7 @@ from tableflow_core.pipeline.batch import (
     RejectedRows,
     StageContext,
 )
-from tableflow_core.pipeline.checks.run import prepare_great_expectations, run_checks
+from tableflow_core.pipeline.checks.run import run_checks
 from tableflow_core.pipeline.registry import stage_runner
 from tableflow_core.schemas.formats import METADATA_PREFIX
 from tableflow_core.sql_text import quote_ident
@@ -78,8 +78,6 @@ def judge(context: StageContext, report: CheckReport) -> None:
 def check(context: StageContext, spec: Check, batch: Batch) -> Batch:
     compiled = context.compiled("checks")
     assert batch.good is not None, "check needs the decode stage before it"
-    # A no-op when apply/run started the import already (pipeline/checks/warmup.py).
-    prepare_great_expectations()
     if _audits_written_rows(context, compiled.checks.checks):
         counting = CheckCounting()  # its report is set by the audit (none if it never ran)
         audit = ChecksOnWrittenRows(compiled.checks, counting.report)
@@ -146,7 +144,7 @@ class ChecksOnWrittenRows(Audit):
     report: Outcome[dict[str, Any]]
 
     def run(self, context: StageContext, batch: Batch) -> None:
-        # Not cached: great-expectations' pass reads only the columns the checks need
+        # Not cached: the checks' pass reads only the columns the checks need
         # from this run's Parquet files, cheaper than caching every column (1M rows:
         # ~1 s against ~8 s).
         written = _appended_rows(context)
