@@ -331,6 +331,46 @@ def test_the_checks_read_the_batch_once_whatever_the_checks(spark: SparkSession)
     assert run.passing_df is df and run.rejected_count == 0
 
 
+def test_failing_checks_read_the_batch_twice_to_judge_count_and_sample(
+    spark: SparkSession, orders: list[dict[str, Any]]
+) -> None:
+    """With checks failing and rows taken out, `run_checks` reads its input twice: once
+    for the verdicts and the rows each policy takes out (one aggregate), once for every
+    failing check's samples (few failing rows: collected together)."""
+    compiled = checks_for(
+        [
+            {"type": "range", "column": "quantity", "min": 1, "max": 10, "on_failure": "dlq"},
+            {"type": "expression", "name": "small_quantity", "expression": "quantity < 50",
+             "on_failure": "skip"},
+            {"type": "not_null", "columns": ["coupon"], "severity": "warn"},
+        ],
+        dead_letter_configured=True,
+    )  # fmt: skip
+    scanned = spark.sparkContext.accumulator(0)
+    source = frame(spark, with_position([dict(r) for r in orders], ORDERS))
+
+    def counting(batches: Any) -> Any:
+        for arrow_batch in batches:
+            scanned.add(arrow_batch.num_rows)
+            yield arrow_batch
+
+    df = source.mapInArrow(counting, source.schema)  # not cached: every pass re-reads it
+    run = run_checks(df, compiled, spark, table="shop.orders")
+    assert scanned.value == 2 * len(orders)
+    results = {r.name: r for r in run.report.results}
+    coupons = sum(1 for r in orders if r["coupon"] is None)
+    assert results["not_null(coupon)"].failing == coupons > 3
+    assert len(results["not_null(coupon)"].samples) == 3
+    assert all(s["coupon"] is None for s in results["not_null(coupon)"].samples)
+    (sample,) = results["small_quantity"].samples
+    assert sample["quantity"] >= 50 and (sample["kafka_partition"], sample["kafka_offset"]) in {
+        position(i)
+        for i, r in enumerate(orders)
+        if r["quantity"] is not None and r["quantity"] >= 50
+    }
+    assert run.rejected_count == 2 and run.skipped_count == 0  # 99 is dead-lettered
+
+
 def test_a_check_whose_expression_raises_fails_alone_and_names_the_error(
     spark: SparkSession, orders: list[dict[str, Any]]
 ) -> None:

@@ -12,22 +12,27 @@ the independent model of what each check means. great-expectations ran this aggr
 until round 4 (through an expectation of ours over the flag columns): it added ~155 MB
 to the driver of every process that ran checks, ~3 s of CPU to import and ~0.03 s of
 driver CPU per validation, and decided nothing the sums do not (docs/architecture.md,
-"Checks"). A hash aggregate for `unique` (group by the key, count above 1) and count vs
+"Decisions"). A hash aggregate for `unique` (group by the key, count above 1) and count vs
 count(distinct) were measured against the window and dropped: both cost more CPU over
 1M keys than the window's shuffle and sort; so were lag/lead over hash buckets sorted
 by key and comparing neighbours in a Python task (mapInArrow). The other flags cross the
 window's shuffle packed as bits of int columns (`_flag_frame`).
 
-Sample failing rows and the rows taken out for `on_failure: skip|dlq` are selected in
-Spark with the same predicates, only when a check failed. The caller should persist
-the input when it is expensive to compute (a batch read from Kafka): the aggregate reads
-it once, and the rows taken out for skip/dlq are selected from it again.
+The same aggregate counts the rows `on_failure: skip|dlq` checks would take out (dlq
+first), so splitting the batch costs no count of its own. Sample failing rows and the
+rows taken out are selected in Spark with the same predicates, only when a check failed:
+every failing check's samples in one more pass when they fail on at most
+SAMPLE_ALL_FAILING_MAX rows together (a job per check otherwise). With failing checks
+the input is read twice (`tests/integration/test_checks_run.py`; four times before), so
+the caller should persist it when it is expensive to compute (a batch read from Kafka);
+the rows taken out for skip/dlq are selected from it again when they are routed.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -129,10 +134,12 @@ def _zero_one(predicate: str) -> str:
 
 @dataclass(frozen=True)
 class _Validation:
-    """The verdict on each check, and the rows counted in the batch."""
+    """The verdict on each check, the rows counted in the batch, and the rows its failing
+    skip/dlq checks take out by policy (None: not counted, when the aggregate raised)."""
 
     outcomes: list[_Judged]
     rows: int
+    taken_out: dict[str, int] | None = None
 
 
 def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validation:
@@ -142,14 +149,40 @@ def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validatio
     sum to 0. When the aggregate fails (an expression that raises on some row), each
     figure is computed alone, so the error is the failing check's own."""
     sums = {index: _flag(index) for index, c in enumerate(checks) if c.kind != "row_count"}
+    taken_out = _taken_out_sums(checks)
     try:
         # SQL text: one call into the JVM, not one per column expression.
-        row = flags.selectExpr("count(1)", *map(_sum, sums.values())).collect()[0]
+        row = flags.selectExpr(
+            "count(1)", *map(_sum, sums.values()), *taken_out.values()
+        ).collect()[0]
     except _spark_errors() as error:
         return _validate_one_by_one(flags, checks, sums, error)
     figures = {index: int(row[position + 1] or 0) for position, index in enumerate(sums)}
     rows = int(row[0])
-    return _Validation([_judge(c, figures.get(i), rows) for i, c in enumerate(checks)], rows)
+    counted = {
+        policy: int(row[1 + len(sums) + position] or 0) for position, policy in enumerate(taken_out)
+    }
+    judged = [_judge(c, figures.get(i), rows) for i, c in enumerate(checks)]
+    return _Validation(judged, rows, counted)
+
+
+def _taken_out_sums(checks: tuple[CompiledCheck, ...]) -> dict[str, str]:
+    """The rows each policy would take out, as aggregates over the flag frame, counted in
+    the validation's pass instead of a job of their own: the rows failing a `dlq` check,
+    and those failing a `skip` check and no `dlq` one (dead-lettering wins). A check
+    that passes fails no row, so these are the counts of `_split` whichever checks fail."""
+    flags = {
+        policy: [_flag(i) for i, c in enumerate(checks) if c.splits_rows and c.on_failure == policy]
+        for policy in (_DLQ, _SKIP)
+    }
+
+    def any_of(names: list[str]) -> str:
+        return " OR ".join(f"{quote_ident(name)} = 1" for name in names) or "false"
+
+    return {
+        _DLQ: f"count(CASE WHEN {any_of(flags[_DLQ])} THEN 1 END)",
+        _SKIP: f"count(CASE WHEN ({any_of(flags[_SKIP])}) AND NOT ({any_of(flags[_DLQ])}) THEN 1 END)",
+    }
 
 
 def _validate_one_by_one(
@@ -270,17 +303,49 @@ def _with_failing_flags(
     return flagged, {checks[i].name: F.expr(sql) for i, sql in predicates.items()}
 
 
-def _samples(df: DataFrame, predicate: Column, size: int) -> tuple[dict[str, Any], ...]:
+# Failing rows (over the checks sampled) up to which every one of them is collected in
+# one job and each check's samples are taken on the driver; above, a job per check
+# selects its first rows (`limit`, which Spark may run as several jobs).
+SAMPLE_ALL_FAILING_MAX = 1_000
+_SAMPLE_OF = "__tf_sample_of_{}"
+
+
+def _samples(
+    df: DataFrame, predicates: Mapping[str, Column], failing: Mapping[str, int], size: int
+) -> dict[str, tuple[dict[str, Any], ...]]:
+    """Up to `size` failing rows of each check in `predicates` (by name), visible columns
+    and the Kafka position. `failing`: each check's failing count, from the validation."""
+
     visible = [c for c in df.columns if not c.startswith("__tf_") or c in _POSITION]
     positions = _positions(df)
-    rows = (
-        df.filter(predicate)
-        .select(*[positions.get(c, _col(c)).alias(c) for c in visible])
-        .limit(size)
-        .collect()
-    )
+    columns = [positions.get(c, _col(c)).alias(c) for c in visible]
+    if not predicates:
+        return {}
+    if sum(failing.get(name, 0) for name in predicates) > SAMPLE_ALL_FAILING_MAX:
+        return {
+            name: _as_samples(df.filter(predicate).select(*columns).limit(size).collect())
+            for name, predicate in predicates.items()
+        }
+    names = list(predicates)
+    marks = [
+        predicates[name].alias(_SAMPLE_OF.format(position)) for position, name in enumerate(names)
+    ]
+    any_failing = functools.reduce(lambda a, b: a | b, predicates.values())
+    rows = df.filter(any_failing).select(*marks, *columns).collect()
+    return {
+        name: _as_samples([r for r in rows if r[position]][:size])
+        for position, name in enumerate(names)
+    }
+
+
+def _as_samples(rows: list[Any]) -> tuple[dict[str, Any], ...]:
     return tuple(
-        {_POSITION.get(k, k): v for k, v in row.asDict(recursive=True).items()} for row in rows
+        {
+            _POSITION.get(k, k): v
+            for k, v in row.asDict(recursive=True).items()
+            if not k.startswith("__tf_sample_of_")
+        }
+        for row in rows
     )
 
 
@@ -369,12 +434,22 @@ def run_checks(
     sampled, sampling = flagged, predicates
     if failed and samples_from is not None:
         sampled, sampling = _with_failing_flags(samples_from, checks, proven)
+    verdicts = [_verdict(c, j) for c, j in zip(checks, validation.outcomes, strict=True)]
+    sampled_checks = {
+        check.name: (sampling[check.name], judged.failing or 0)
+        for check, judged, (outcome, _) in zip(checks, validation.outcomes, verdicts, strict=True)
+        if outcome != "pass" and judged.error is None and check.name in sampling
+    }
+    samples_of = _samples(
+        sampled,
+        {name: predicate for name, (predicate, _) in sampled_checks.items()},
+        {name: failing for name, (_, failing) in sampled_checks.items()},
+        sample_size,
+    )
     results = []
     for index, (check, judged) in enumerate(zip(checks, validation.outcomes, strict=True)):
-        outcome, action = _verdict(check, judged)
-        samples: tuple[dict[str, Any], ...] = ()
-        if outcome != "pass" and judged.error is None and check.name in sampling:
-            samples = _samples(sampled, sampling[check.name], sample_size)
+        outcome, action = verdicts[index]
+        samples = samples_of.get(check.name, ())
         results.append(
             CheckResult.of(
                 check,
@@ -393,7 +468,7 @@ def run_checks(
         if result.action != "none"
     ]
     passing, rejected, skipped, rejected_count, skipped_count = _split(
-        flagged, df.columns, splitting, predicates
+        flagged, df.columns, splitting, predicates, validation.taken_out
     )
     report = CheckReport(
         table=table,
@@ -411,8 +486,11 @@ def _split(
     columns: list[str],
     splitting: list[tuple[CompiledCheck, CheckResult]],
     predicates: dict[str, Column],
+    counted: Mapping[str, int] | None = None,
 ) -> tuple[DataFrame, DataFrame, DataFrame, int, int]:
     """Take failing rows of skip/dlq checks out; dead-lettering wins over skipping.
+    `counted`: the rows each policy takes out, as the validation counted them (None:
+    counted here, a job of its own).
 
     Returns (passing, dead-lettered, skipped, dead-lettered count, skipped count)."""
     from pyspark.sql import functions as F
@@ -434,10 +512,14 @@ def _split(
         )
     assert reason is not None
     tagged = flagged.withColumn(_REASON, reason)
-    counts = {
-        row[0]: row[1]
-        for row in tagged.groupBy(F.split(_col(_REASON), ":").getItem(0)).count().collect()
-    }
+    counts = (
+        dict(counted)
+        if counted is not None
+        else {
+            row[0]: row[1]
+            for row in tagged.groupBy(F.split(_col(_REASON), ":").getItem(0)).count().collect()
+        }
+    )
     passing = tagged.filter(_col(_REASON).isNull()).select(*[_col(c) for c in columns])
 
     def taken_out(policy: str) -> DataFrame:
