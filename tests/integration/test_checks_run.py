@@ -162,18 +162,25 @@ def test_an_error_check_blocks_publishing_and_names_table_check_count_and_sample
     source.unpersist()
 
 
+# A range check dead-lettering and an expression check skipping: quantity 99 fails both.
+RANGE_TO_DLQ = {"type": "range", "column": "quantity", "min": 1, "max": 10, "on_failure": "dlq"}
+SMALL_QUANTITY_SKIPPED = {
+    "type": "expression",
+    "name": "small_quantity",
+    "expression": "quantity < 50",
+    "on_failure": "skip",
+}
+
+
+def splitting_checks(third: dict[str, Any]) -> Any:
+    """RANGE_TO_DLQ, SMALL_QUANTITY_SKIPPED and `third`, compiled with a dead-letter target."""
+    return checks_for([RANGE_TO_DLQ, SMALL_QUANTITY_SKIPPED, third], dead_letter_configured=True)
+
+
 def test_skip_and_dlq_take_failing_rows_out_dlq_first(
     spark: SparkSession, orders: list[dict[str, Any]]
 ) -> None:
-    compiled = checks_for(
-        [
-            {"type": "range", "column": "quantity", "min": 1, "max": 10, "on_failure": "dlq"},
-            {"type": "expression", "name": "small_quantity", "expression": "quantity < 50",
-             "on_failure": "skip"},
-            {"type": "unique", "columns": ["order_id"], "on_failure": "skip"},
-        ],
-        dead_letter_configured=True,
-    )  # fmt: skip
+    compiled = splitting_checks({"type": "unique", "columns": ["order_id"], "on_failure": "skip"})
     df = batch(spark, orders)
     run = run_checks(df, compiled, spark, table="shop.orders")
     assert not run.report.blocks_publish
@@ -298,6 +305,20 @@ def test_predicates_count_like_great_expectations_native_expectations(
     df.unpersist()
 
 
+def counted_reads(spark: SparkSession, rows: list[dict[str, Any]]) -> tuple[DataFrame, Any]:
+    """`rows` as a frame that is not cached (every pass reads it again), and the Spark
+    accumulator of the rows its passes read."""
+    scanned = spark.sparkContext.accumulator(0)
+    source = frame(spark, with_position([dict(r) for r in rows], ORDERS))
+
+    def counting(batches: Any) -> Any:
+        for arrow_batch in batches:
+            scanned.add(arrow_batch.num_rows)
+            yield arrow_batch
+
+    return source.mapInArrow(counting, source.schema), scanned
+
+
 def test_the_checks_read_the_batch_once_whatever_the_checks(spark: SparkSession) -> None:
     """Five checks, one aggregate, one pass over the batch: the row count (the rows
     evaluated, no count of the batch apart) is computed with the flags' sums, and nothing
@@ -313,15 +334,7 @@ def test_the_checks_read_the_batch_once_whatever_the_checks(spark: SparkSession)
             {"type": "row_count", "min": 1},
         ],
     )
-    scanned = spark.sparkContext.accumulator(0)
-    source = frame(spark, with_position([dict(r) for r in rows], ORDERS))
-
-    def counting(batches: Any) -> Any:
-        for arrow_batch in batches:
-            scanned.add(arrow_batch.num_rows)
-            yield arrow_batch
-
-    df = source.mapInArrow(counting, source.schema)  # not cached: every pass re-reads it
+    df, scanned = counted_reads(spark, rows)
     run = run_checks(df, compiled, spark, table="shop.orders")
     assert [r.outcome for r in run.report.results] == ["pass"] * 5
     assert run.report.rows_evaluated == len(rows)
@@ -337,24 +350,8 @@ def test_failing_checks_read_the_batch_twice_to_judge_count_and_sample(
     """With checks failing and rows taken out, `run_checks` reads its input twice: once
     for the verdicts and the rows each policy takes out (one aggregate), once for every
     failing check's samples (few failing rows: collected together)."""
-    compiled = checks_for(
-        [
-            {"type": "range", "column": "quantity", "min": 1, "max": 10, "on_failure": "dlq"},
-            {"type": "expression", "name": "small_quantity", "expression": "quantity < 50",
-             "on_failure": "skip"},
-            {"type": "not_null", "columns": ["coupon"], "severity": "warn"},
-        ],
-        dead_letter_configured=True,
-    )  # fmt: skip
-    scanned = spark.sparkContext.accumulator(0)
-    source = frame(spark, with_position([dict(r) for r in orders], ORDERS))
-
-    def counting(batches: Any) -> Any:
-        for arrow_batch in batches:
-            scanned.add(arrow_batch.num_rows)
-            yield arrow_batch
-
-    df = source.mapInArrow(counting, source.schema)  # not cached: every pass re-reads it
+    compiled = splitting_checks({"type": "not_null", "columns": ["coupon"], "severity": "warn"})
+    df, scanned = counted_reads(spark, orders)
     run = run_checks(df, compiled, spark, table="shop.orders")
     assert scanned.value == 2 * len(orders)
     results = {r.name: r for r in run.report.results}
