@@ -68,17 +68,27 @@ def batch(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
     return frame(spark, with_position([dict(r) for r in rows], ORDERS)).cache()
 
 
+# Warn-only checks of four kinds over the sample orders: both keys, a status, a quantity.
+WARN_ON_KEYS_VALUES_AND_RANGE: list[dict[str, Any]] = [
+    {"type": "unique", "columns": ["order_id"], "severity": "warn"},
+    {"type": "unique", "columns": ["customer_id", "currency"], "severity": "warn"},
+    {
+        "type": "accepted_values",
+        "column": "status",
+        "severity": "warn",
+        "values": ["PLACED", "PAID", "SHIPPED", "DELIVERED"],
+    },
+    {"type": "range", "column": "quantity", "min": 1, "max": 10, "severity": "warn"},
+]
+
+
 def test_every_check_kind_counts_like_the_data(
     spark: SparkSession, orders: list[dict[str, Any]]
 ) -> None:
     compiled = checks_for(
         [
             {"type": "not_null", "columns": ["coupon", "order_id"], "severity": "warn"},
-            {"type": "unique", "columns": ["order_id"], "severity": "warn"},
-            {"type": "unique", "columns": ["customer_id", "currency"], "severity": "warn"},
-            {"type": "accepted_values", "column": "status", "severity": "warn",
-             "values": ["PLACED", "PAID", "SHIPPED", "DELIVERED"]},
-            {"type": "range", "column": "quantity", "min": 1, "max": 10, "severity": "warn"},
+            *WARN_ON_KEYS_VALUES_AND_RANGE,
             {"type": "expression", "name": "positive_amount", "severity": "warn",
              "expression": "amount > 0 AND currency <> 'CHF'"},
             {"type": "row_count", "min": 1, "max": 100, "severity": "warn"},
@@ -288,11 +298,7 @@ def test_predicates_count_like_great_expectations_native_expectations(
     compiled = checks_for(
         [
             {"type": "not_null", "columns": ["coupon", "order_id", "status"], "severity": "warn"},
-            {"type": "unique", "columns": ["order_id"], "severity": "warn"},
-            {"type": "unique", "columns": ["customer_id", "currency"], "severity": "warn"},
-            {"type": "accepted_values", "column": "status", "severity": "warn",
-             "values": ["PLACED", "PAID", "SHIPPED", "DELIVERED"]},
-            {"type": "range", "column": "quantity", "min": 1, "max": 10, "severity": "warn"},
+            *WARN_ON_KEYS_VALUES_AND_RANGE,
             {"type": "expression", "name": "cheap", "severity": "warn",
              "expression": "quantity * 2 < 15 OR status = 'PAID'"},
         ],
