@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
 from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
+from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN
 from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN
@@ -202,7 +203,7 @@ def _validate_one_by_one(
         try:
             failing = int(flags.selectExpr(_sum(sums[index])).collect()[0][0] or 0)
         except _spark_errors() as failed:
-            judged.append(_Judged(False, None, None, _first_line(failed)))
+            judged.append(_Judged(False, None, None, spark_error_summary(failed)))
             continue
         judged.append(_judge(check, failing, rows))
     return _Validation(judged, rows)
@@ -225,20 +226,6 @@ def _spark_errors() -> tuple[type[Exception], ...]:
     from pyspark.errors import PySparkException
 
     return (PySparkException, Py4JJavaError)
-
-
-def _first_line(error: Exception) -> str:
-    """What went wrong, in one line: a JVM error's root cause (its outer layers say only
-    that a job was aborted), without Spark's stack trace."""
-    cause = getattr(error, "java_exception", None)
-    if cause is not None:
-        while cause.getCause() is not None:
-            cause = cause.getCause()
-        text = str(cause.getMessage() or cause.toString())
-    else:
-        text = str(error)
-    text = text.strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _col(name: str) -> Column:
