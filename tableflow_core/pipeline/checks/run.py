@@ -298,17 +298,17 @@ _SAMPLE_OF = "__tf_sample_of_{}"
 
 
 def _samples(
-    df: DataFrame, predicates: Mapping[str, Column], failing: Mapping[str, int], size: int
+    df: DataFrame, predicates: Mapping[str, Column], failing: int, size: int
 ) -> dict[str, tuple[dict[str, Any], ...]]:
     """Up to `size` failing rows of each check in `predicates` (by name), visible columns
-    and the Kafka position. `failing`: each check's failing count, from the validation."""
-
+    and the Kafka position. `failing`: those checks' failing rows added up, from the
+    validation."""
+    if not predicates:  # nothing failed: no column is built, nothing is read
+        return {}
     visible = [c for c in df.columns if not c.startswith("__tf_") or c in _POSITION]
     positions = _positions(df)
     columns = [positions.get(c, _col(c)).alias(c) for c in visible]
-    if not predicates:
-        return {}
-    if sum(failing.get(name, 0) for name in predicates) > SAMPLE_ALL_FAILING_MAX:
+    if failing > SAMPLE_ALL_FAILING_MAX:
         return {
             name: _as_samples(df.filter(predicate).select(*columns).limit(size).collect())
             for name, predicate in predicates.items()
@@ -422,15 +422,15 @@ def run_checks(
     if failed and samples_from is not None:
         sampled, sampling = _with_failing_flags(samples_from, checks, proven)
     verdicts = [_verdict(c, j) for c, j in zip(checks, validation.outcomes, strict=True)]
-    sampled_checks = {
-        check.name: (sampling[check.name], judged.failing or 0)
+    to_sample = [
+        (check.name, judged.failing or 0)
         for check, judged, (outcome, _) in zip(checks, validation.outcomes, verdicts, strict=True)
         if outcome != "pass" and judged.error is None and check.name in sampling
-    }
+    ]
     samples_of = _samples(
         sampled,
-        {name: predicate for name, (predicate, _) in sampled_checks.items()},
-        {name: failing for name, (_, failing) in sampled_checks.items()},
+        {name: sampling[name] for name, _ in to_sample},
+        sum(failing for _, failing in to_sample),
         sample_size,
     )
     results = []
