@@ -37,8 +37,11 @@ lane, each checked table in a lane of its own), and per table its freshness p95 
 the window's end: metadata.json bytes, metadata files,
 manifests in the current snapshot, data and delete files, scan planning time of pyiceberg
 (`scan().plan_files()`) and DuckDB (`EXPLAIN` over `iceberg_scan`: reads the metadata and
-manifests), the median of 3 each; and the run tree's RSS (median of its samples) and CPU
-share. The first window is the warm-up (the JVM starts, tables are created): ratios
+manifests), the median of 3 each; pyiceberg's planning sampled every `PLAN_EVERY_S` too
+(its median over the window is what `scan plan last/first` compares: the files a reader
+plans over rise and fall between compactions, so one sample at the window's end says
+where that moment fell more than how planning costs); and the run tree's RSS (median of
+its samples) and CPU share. The first window is the warm-up (the JVM starts, tables are created): ratios
 compare the last window with the second.
 
 At the end the producer stops, the benchmark waits until every table committed every
@@ -98,6 +101,7 @@ GARBAGE_EVERY = 200  # one undecodable record in this many, on checked tables
 # With `--metrics-port`, the soak scrapes /metrics and /readyz this often, as a Prometheus
 # server would (its default is 1 minute; 5 s makes the scrapes' cost easier to see).
 SCRAPE_EVERY_S = 5.0
+PLAN_EVERY_S = 60.0  # between samples of pyiceberg's scan planning of each table
 PSS_EVERY = 5  # polls (2 s apart) between PSS samples: smaps_rollup walks every mapping
 # The project template's block (project_template/tableflow_project.yml).
 TEMPLATE_MAINTENANCE = {
@@ -317,7 +321,7 @@ def table_figures(table: Any, duck: Any) -> TableFigures:
         delete_files=int(summary.get("total-delete-files", 0)),
         snapshots=len(metadata.snapshots),
     )
-    figures.plan_pyiceberg_s = median_time(lambda: list(table.scan().plan_files()))
+    figures.plan_pyiceberg_s = median_time(planning(table))
     query = f"EXPLAIN SELECT count(*) FROM iceberg_scan('{location}')"
     figures.plan_duckdb_s = median_time(lambda: duck.execute(query).fetchall())
     return figures
@@ -339,6 +343,8 @@ class Window:
     seconds: float = 0.0
     load: float = float("nan")  # the machine's 1-minute load average at the window's end
     tables: dict[str, TableFigures] = field(default_factory=dict)
+    # pyiceberg's scan planning of each table, sampled every PLAN_EVERY_S
+    plans: dict[str, list[float]] = field(default_factory=dict)
     commits: int = 0
 
     def p(self, values: list[float], q: float) -> float:
@@ -346,7 +352,11 @@ class Window:
 
     @property
     def plan_s(self) -> float:
-        return sum(f.plan_pyiceberg_s for f in self.tables.values())
+        """Each table's median planning over the window (its end's when not sampled), summed."""
+        return sum(
+            statistics.median(self.plans[name]) if self.plans.get(name) else f.plan_pyiceberg_s
+            for name, f in self.tables.items()
+        )
 
     @property
     def rss_median(self) -> float:
@@ -393,9 +403,19 @@ def print_window(w: Window) -> None:
             f"  {name}: freshness p95 {w.p(fresh, 95):.2f} s, metadata.json {f.metadata_bytes:,} B, {f.metadata_files} metadata "
             f"files, {f.snapshots} snapshots, {f.manifests} manifests, {f.data_files} data "
             f"files, {f.delete_files} delete files, plan pyiceberg {f.plan_pyiceberg_s * 1000:.0f}"
-            f" ms duckdb {f.plan_duckdb_s * 1000:.0f} ms",
+            f" ms duckdb {f.plan_duckdb_s * 1000:.0f} ms at the end"
+            + _plan_samples(w.plans.get(name, [])),
             flush=True,
         )
+
+
+def _plan_samples(samples: list[float]) -> str:
+    if not samples:
+        return ""
+    return (
+        f"; pyiceberg over the window p50 {statistics.median(samples) * 1000:.0f} ms, max "
+        f"{max(samples) * 1000:.0f} ms ({len(samples)} samples)"
+    )
 
 
 class Scraper(threading.Thread):
@@ -472,6 +492,7 @@ def soak(
     started_mono, started_ms = time.monotonic(), time.time() * 1000
     producer.start()
     polls = 0
+    planned = time.monotonic()
     try:
         window = Window(0)
         window_began, cpu_before = time.monotonic(), 0.0
@@ -486,6 +507,9 @@ def soak(
             polls += 1
             if polls % PSS_EVERY == 0:
                 window.add_pss(rss_breakdown(run.proc.pid))
+            if now - planned >= PLAN_EVERY_S:
+                planned = now
+                sample_planning(catalog, tables, window)
             total_commits = sum(len(c) for c in commits.values())
             done = now - started_mono >= args.seconds or (
                 args.accelerated and total_commits >= args.commits
@@ -584,6 +608,20 @@ def _pss_bytes(pid: int) -> int:
         (int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")),
         0,
     )
+
+
+def planning(table: Any) -> Callable[[], object]:
+    """pyiceberg planning a scan of the whole table."""
+    return lambda: list(table.scan().plan_files())
+
+
+def sample_planning(catalog: Any, tables: list[SoakTable], window: Window) -> None:
+    for t in tables:
+        try:
+            loaded = catalog.load_table((NAMESPACE, t.name))
+        except Exception:  # not created yet, or SQLite busy: next sample
+            continue
+        window.plans.setdefault(t.name, []).append(median_time(planning(loaded)))
 
 
 def poll_tables(

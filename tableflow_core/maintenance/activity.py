@@ -90,6 +90,24 @@ def rows_with_deletes(table: Any) -> int | None:
         return None
 
 
+def data_file_sizes(table: Any) -> list[list[int]]:
+    """Each partition's data file sizes in a pyiceberg table's current snapshot, from its
+    data manifests (what compaction's tiers are chosen by, `tiers.py`)."""
+    from pyiceberg.manifest import ManifestContent  # here: the pure schedule imports this module
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    sizes: dict[tuple[int, tuple[Any, ...]], list[int]] = {}
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            key = (manifest.partition_spec_id, tuple(entry.data_file.partition))
+            sizes.setdefault(key, []).append(entry.data_file.file_size_in_bytes)
+    return list(sizes.values())
+
+
 def table_activity(table: Any) -> TableActivity:
     """A pyiceberg table's activity (its loaded metadata; its manifests too when it has
     delete files, `rows_with_deletes`)."""

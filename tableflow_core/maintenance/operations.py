@@ -7,7 +7,7 @@ Dispatched by `OPERATIONS[name]` (a caller may put its own function under a name
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from tableflow_core.maintenance.delete_load import APPLY_DELETES, DeletesCompact
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.schedule import ExpiryRun
 from tableflow_core.maintenance.target import SparkTable
+from tableflow_core.maintenance.tiers import compaction_threshold
 from tableflow_core.sql_text import sql_string
 from tableflow_core.state.table_state import read_table_state
 
@@ -45,6 +46,8 @@ class MaintenanceError(TableflowError, RuntimeError):
 
 
 Operation = Callable[["SparkSession", SparkTable, Any, datetime], dict[str, Any]]
+# Each partition's data file sizes (`tiers.compaction_threshold`).
+FileSizes = Callable[[], Iterable[Iterable[int]]]
 
 
 def _call(spark: SparkSession, table: SparkTable, procedure: str, *args: str) -> dict[str, Any]:
@@ -72,9 +75,36 @@ def compact(
     settings: CompactSettings | DeletesCompaction,
     now: datetime,
 ) -> dict[str, Any]:
-    """Bin-pack small data files; the replace snapshot carries no offsets (readers walk past).
-    Due by delete files (`DeletesCompaction`, an upsert table): every data file with a
-    delete file is rewritten too, whatever its size.
+    """Compact by size tiers (`tiers.py`), the data files' sizes read with Spark's
+    `data_files` metadata table (`tiered_compaction`: read by the caller)."""
+    return _compact(spark, table, settings, lambda: spark_file_sizes(spark, table))
+
+
+def tiered_compaction(read_sizes: FileSizes) -> Operation:
+    """`compact` with each partition's data file sizes read by `read_sizes` (`tableflow
+    maintain`: pyiceberg on the driver, no Spark job)."""
+
+    def run(
+        spark: SparkSession,
+        table: SparkTable,
+        settings: CompactSettings | DeletesCompaction,
+        now: datetime,
+    ) -> dict[str, Any]:
+        return _compact(spark, table, settings, read_sizes)
+
+    return run
+
+
+def _compact(
+    spark: SparkSession,
+    table: SparkTable,
+    settings: CompactSettings | DeletesCompaction,
+    read_sizes: FileSizes,
+) -> dict[str, Any]:
+    """Bin-pack the small files of the tiers due; the replace snapshot carries no offsets
+    (readers walk past). Due by delete files (`DeletesCompaction`, an upsert table):
+    every data file with a delete file is rewritten too, whatever its size, and every
+    small file (Iceberg's selection: no tiers, the rewrite is for the deletes).
 
     Rewritten files have their position deletes applied; on format v2+ tables the delete
     files left pointing at no live data file are dropped in the same commit. That needs
@@ -82,19 +112,34 @@ def compact(
     Iceberg's default, which only matters for equality deletes: tableflow writes none),
     or the last batch's delete files would still count as applicable.
     """
-    threshold = None
+    values: dict[str, object] = {}
     if isinstance(settings, DeletesCompaction):
-        threshold, settings = settings.delete_file_threshold, settings.settings
-    values: dict[str, object] = {
-        "min_input_files": settings.min_input_files,
-        "target_file_size_bytes": settings.target_file_size_bytes,
-    }
-    if threshold is not None:
-        values["delete_file_threshold"] = threshold
+        values["delete_file_threshold"] = settings.delete_file_threshold
+        settings = settings.settings
+    else:
+        values["min_file_size_bytes"] = compaction_threshold(
+            read_sizes(), settings.small_file_bytes
+        )
+    values["min_input_files"] = settings.min_input_files
+    values["target_file_size_bytes"] = settings.target_file_size_bytes
     if format_version(spark, table) >= 2:
         values["remove_dangling_deletes"] = "true"
         values["use_starting_sequence_number"] = "false"
-    return _call(spark, table, "rewrite_data_files", _options(**values))
+    result = _call(spark, table, "rewrite_data_files", _options(**values))
+    if "min_file_size_bytes" in values:
+        result["files_under_bytes"] = values["min_file_size_bytes"]
+    return result
+
+
+def spark_file_sizes(spark: SparkSession, table: SparkTable) -> list[list[int]]:
+    """Each partition's data file sizes, from Spark's `data_files` metadata table (an
+    unpartitioned table's has no `partition` column)."""
+    files = spark.sql(f"SELECT * FROM {table.sql}.data_files")
+    partition = "to_json(partition)" if "partition" in files.columns else "''"
+    sizes: dict[tuple[int, str], list[int]] = {}
+    for row in files.selectExpr("spec_id", f"{partition} AS p", "file_size_in_bytes").collect():
+        sizes.setdefault((row.spec_id, row.p), []).append(int(row.file_size_in_bytes))
+    return list(sizes.values())
 
 
 def format_version(spark: SparkSession, table: SparkTable) -> int:

@@ -36,11 +36,11 @@ from tableflow_core.maintenance import (
     maintenance_due,
     run_maintenance,
 )
-from tableflow_core.maintenance.activity import TableActivity, table_activity
+from tableflow_core.maintenance.activity import TableActivity, data_file_sizes, table_activity
 from tableflow_core.maintenance.beside_ingest import maintained_beside_ingest
 from tableflow_core.maintenance.delete_load import APPLY_DELETES, delete_upkeep, readers_waiting
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
-from tableflow_core.maintenance.operations import OPERATIONS
+from tableflow_core.maintenance.operations import OPERATIONS, Operation, tiered_compaction
 from tableflow_core.maintenance.run import StateReader
 from tableflow_core.maintenance.schedule import RUN_ORDER, not_due_reason
 from tableflow_core.pipeline.apply_deletes import driver_operation
@@ -209,7 +209,7 @@ class MaintainTask:
                     redact=self.project.redact,
                     read_state=_state_reader(handle, parts),
                     functions={
-                        **OPERATIONS,
+                        **_driver_reads(handle, parts),
                         APPLY_DELETES: driver_operation(handle.catalog, parts),
                     },
                 )
@@ -273,7 +273,7 @@ class MaintainTask:
         wanted = _companion_operations(due, DELETES_TABLE_OPERATIONS)
         if not wanted:
             return None
-        return self._maintain_companion(spark, name, wanted, _state_reader(handle, parts))
+        return self._maintain_companion(spark, name, wanted, handle, parts)
 
     def _maintain_dead_letters(
         self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
@@ -290,17 +290,28 @@ class MaintainTask:
         wanted = _companion_operations(due, DEAD_LETTER_OPERATIONS)
         if not wanted:
             return None
-        return self._maintain_companion(spark, name, wanted, _state_reader(handle, parts))
+        return self._maintain_companion(spark, name, wanted, handle, parts)
 
     def _maintain_companion(
-        self, spark: Any, name: str, due: list[DueOperation], read_state: StateReader
+        self,
+        spark: Any,
+        name: str,
+        due: list[DueOperation],
+        handle: CatalogHandle,
+        parts: tuple[str, ...],
     ) -> MaintenanceReport:
         """Run `due` on a table that goes with the project's table (its deletes table, its
         dead-letter table); a failure is the report's one operation, not raised."""
         began = time.monotonic()
         try:
             return run_maintenance(
-                spark, name, due, now=self.now, redact=self.project.redact, read_state=read_state
+                spark,
+                name,
+                due,
+                now=self.now,
+                redact=self.project.redact,
+                read_state=_state_reader(handle, parts),
+                functions=_driver_reads(handle, parts),
             )
         except Exception as exc:
             error = self.project.redact(f"{type(exc).__name__}: {exc}")
@@ -344,6 +355,16 @@ def _state_reader(handle: CatalogHandle, parts: tuple[str, ...]) -> StateReader:
         return table_state_of(loaded.metadata), loaded.metadata_location
 
     return read
+
+
+def _driver_reads(handle: CatalogHandle, parts: tuple[str, ...]) -> dict[str, Operation]:
+    """The operations, compaction choosing its tiers from the data file sizes pyiceberg
+    reads on the driver (Spark's `data_files` table would be one more Spark job)."""
+
+    def sizes() -> list[list[int]]:
+        return data_file_sizes(handle.catalog.load_table(parts))
+
+    return {**OPERATIONS, "compact": tiered_compaction(sizes)}
 
 
 def keeps(table: Table, properties: dict[str, str]) -> str:
