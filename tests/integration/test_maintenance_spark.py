@@ -7,6 +7,7 @@ plan's JVM-free reader.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from datetime import UTC, datetime, timedelta
@@ -15,10 +16,14 @@ from typing import Any
 
 import pytest
 
-from tableflow_core.config.models.maintenance import Maintenance
+from tableflow_core.config.models.maintenance import CompactSettings, Maintenance
 from tableflow_core.engine.spark_session import register_catalog
 from tableflow_core.maintenance import maintenance_due, run_maintenance
+from tableflow_core.maintenance.activity import data_file_sizes
 from tableflow_core.maintenance.last_run import last_runs
+from tableflow_core.maintenance.operations import OPERATIONS, spark_file_sizes, tiered_compaction
+from tableflow_core.maintenance.target import SparkTable
+from tableflow_core.maintenance.tiers import TIER_RATIO, tier_bounds, tier_of
 from tableflow_core.readers.duckdb_reader import create_s3_secret
 from tableflow_core.state.offsets import OFFSETS_KEY, encode_offsets, read_committed_offsets
 from tests.fixtures.catalog import CatalogServer, unique_namespace
@@ -130,6 +135,64 @@ def test_compaction_and_expiry_keep_rows_and_offsets(
     assert set(last_runs(loaded.properties)) == {"compact", "rewrite_manifests", "expire_snapshots"}
     assert maintenance_due(table, loaded.properties, now + timedelta(days=2, minutes=1)) == []
     assert len(maintenance_due(table, loaded.properties, now + timedelta(days=2, hours=2))) == 3
+
+
+def append_file(spark: Any, identifier: str, first_id: int, rows: int, part: int) -> None:
+    """One data file of `rows` rows in partition `part`, its names random (incompressible:
+    the file's size follows `rows`)."""
+    data = [(first_id + i, part, base64.b64encode(os.urandom(36)).decode()) for i in range(rows)]
+    spark.createDataFrame(data, "id long, part int, name string").coalesce(1).writeTo(
+        identifier
+    ).append()
+
+
+def sizes_by_partition(sizes: list[list[int]]) -> list[list[int]]:
+    return sorted(sorted(partition) for partition in sizes)
+
+
+def test_compaction_merges_a_tier_once_it_holds_the_ratio(
+    spark: Any, catalog_server: CatalogServer, namespace: str
+) -> None:
+    """Small files are compacted every time; files of a higher tier only once
+    `TIER_RATIO` of them are there, with everything smaller. The sizes read by Spark's
+    `data_files` table (`compact`) and by pyiceberg on the driver (`maintain`) agree."""
+    name = f"{namespace}.tiered"
+    identifier = f"{CATALOG}.{name}"
+    small_commits(spark, identifier, 6, rows_per_commit=2)  # 6 tiny files a partition
+    for i in range(TIER_RATIO - 1):
+        append_file(spark, identifier, 1000 * (i + 1), 1000, part=0)
+    catalog = catalog_server.pyiceberg_catalog()
+    bounds = tier_bounds(CompactSettings().small_file_bytes)
+    driver_sizes = data_file_sizes(catalog.load_table(name))
+    spark_sizes = spark_file_sizes(spark, SparkTable.parse(identifier))
+    assert sizes_by_partition(driver_sizes) == sizes_by_partition(spark_sizes)
+    tiers = sorted(tier_of(size, bounds) for sizes in driver_sizes for size in sizes)
+    assert tiers == [0] * 12 + [1] * (TIER_RATIO - 1), driver_sizes
+    rows = read_rows(catalog, name)
+    table = table_with(Maintenance.model_validate({"compact": {"min_input_files": 2}}))
+    due = maintenance_due(table, catalog.load_table(name).properties, datetime.now(UTC))
+
+    report = run_maintenance(spark, identifier, due)  # sizes by Spark
+    assert report.ok, report.summary_line()
+    assert report.results[0].metrics["files_under_bytes"] == bounds[0]
+    after = data_file_sizes(catalog.load_table(name))
+    # Each partition's tiny files became one; the files of tier 1 were left as they were.
+    assert sorted(tier_of(size, bounds) for sizes in after for size in sizes) == [0, 0] + [1] * (
+        TIER_RATIO - 1
+    ), after
+    assert read_rows(catalog, name) == rows
+
+    append_file(spark, identifier, 9000, 1000, part=0)  # tier 1 holds TIER_RATIO files
+    rows = read_rows(catalog, name)
+    by_driver = tiered_compaction(lambda: data_file_sizes(catalog.load_table(name)))
+    report = run_maintenance(spark, identifier, due, functions={**OPERATIONS, "compact": by_driver})
+    assert report.ok, report.summary_line()
+    assert report.results[0].metrics["files_under_bytes"] == bounds[1]
+    after = data_file_sizes(catalog.load_table(name))
+    # Partition 0: everything under tier 1's bound in one file of tier 2; partition 1's
+    # one file had nothing to merge with.
+    assert sorted(tier_of(size, bounds) for sizes in after for size in sizes) == [0, 2], after
+    assert read_rows(catalog, name) == rows
 
 
 def test_remove_orphans_keeps_delta_log_and_young_files(

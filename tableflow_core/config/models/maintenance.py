@@ -29,7 +29,7 @@ class MaintenanceOperation(ConfigModel):
 
 
 class CompactSettings(MaintenanceOperation):
-    """Compaction: bin-pack small data files (`rewrite_data_files`)."""
+    """Compaction: bin-pack small data files by size tiers (`rewrite_data_files`)."""
 
     target_file_size: str = Field(
         "128MB", description="Size of the files compaction writes, e.g. `128MB`."
