@@ -199,21 +199,8 @@ class MaintainTask:
                 if not due:
                     return TableMaintenance(table.name, note=_nothing_due(table, activity))
                 spark = self._spark(handle)
-                identifier = ".".join((handle.spark_name, *table.namespace, table.table))
-                parts = (*table.namespace, table.table)
-                report = run_maintenance(
-                    spark,
-                    identifier,
-                    due,
-                    now=self.now,
-                    redact=self.project.redact,
-                    read_state=_state_reader(handle, parts),
-                    functions={
-                        **_driver_reads(handle, parts),
-                        APPLY_DELETES: driver_operation(handle.catalog, parts),
-                    },
-                )
-                deletes = self._maintain_deletes(handle, table, spark, identifier, due)
+                report = self._run(spark, due, handle, (*table.namespace, table.table))
+                deletes = self._maintain_deletes(handle, table, spark, due)
                 dead_letters = self._maintain_dead_letters(handle, table, spark, due)
                 published = None
                 if table.publish_to and report.metadata_location:
@@ -259,21 +246,19 @@ class MaintainTask:
         handle: CatalogHandle,
         table: Table,
         spark: Any,
-        identifier: str,
         due: list[DueOperation],
     ) -> MaintenanceReport | None:
         """The same operations on an upsert table's deletes table, when it has one (it
         gets a commit per run that deletes keys). A failure is reported, not raised."""
         if table.mode != "upsert":
             return None
-        name = deletes_table(identifier)
         parts = (*table.namespace, deletes_table(table.table))
         if not handle.catalog.table_exists(parts):
             return None
         wanted = _companion_operations(due, DELETES_TABLE_OPERATIONS)
         if not wanted:
             return None
-        return self._maintain_companion(spark, name, wanted, handle, parts)
+        return self._maintain_companion(spark, wanted, handle, parts)
 
     def _maintain_dead_letters(
         self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
@@ -286,39 +271,40 @@ class MaintainTask:
         parts = tuple(table.dlq.table.split("."))
         if not handle.catalog.table_exists(parts):
             return None
-        name = ".".join((handle.spark_name, *parts))
         wanted = _companion_operations(due, DEAD_LETTER_OPERATIONS)
         if not wanted:
             return None
-        return self._maintain_companion(spark, name, wanted, handle, parts)
+        return self._maintain_companion(spark, wanted, handle, parts)
 
     def _maintain_companion(
-        self,
-        spark: Any,
-        name: str,
-        due: list[DueOperation],
-        handle: CatalogHandle,
-        parts: tuple[str, ...],
+        self, spark: Any, due: list[DueOperation], handle: CatalogHandle, parts: tuple[str, ...]
     ) -> MaintenanceReport:
         """Run `due` on a table that goes with the project's table (its deletes table, its
         dead-letter table); a failure is the report's one operation, not raised."""
         began = time.monotonic()
         try:
-            return run_maintenance(
-                spark,
-                name,
-                due,
-                now=self.now,
-                redact=self.project.redact,
-                read_state=_state_reader(handle, parts),
-                functions=_driver_reads(handle, parts),
-            )
+            return self._run(spark, due, handle, parts)
         except Exception as exc:
             error = self.project.redact(f"{type(exc).__name__}: {exc}")
             failed = OperationResult(
                 "maintenance", "error", round(time.monotonic() - began, 3), error=error
             )
-            return MaintenanceReport(name, (failed,), None, None)
+            return MaintenanceReport(_spark_name(handle, parts), (failed,), None, None)
+
+    def _run(
+        self, spark: Any, due: list[DueOperation], handle: CatalogHandle, parts: tuple[str, ...]
+    ) -> MaintenanceReport:
+        """`due` on the catalog's table `parts` through Spark, reading on the driver with
+        pyiceberg what Spark would read with jobs of its own (`_driver_reads`)."""
+        return run_maintenance(
+            spark,
+            _spark_name(handle, parts),
+            due,
+            now=self.now,
+            redact=self.project.redact,
+            read_state=_state_reader(handle, parts),
+            functions=_driver_reads(handle, parts),
+        )
 
     def _sync_delta(self, handle: CatalogHandle, table: Table) -> tuple[Any, str | None]:
         """The Delta log mirrors the maintained snapshot; an error is reported, not raised
@@ -357,14 +343,23 @@ def _state_reader(handle: CatalogHandle, parts: tuple[str, ...]) -> StateReader:
     return read
 
 
+def _spark_name(handle: CatalogHandle, parts: tuple[str, ...]) -> str:
+    return ".".join((handle.spark_name, *parts))
+
+
 def _driver_reads(handle: CatalogHandle, parts: tuple[str, ...]) -> dict[str, Operation]:
     """The operations, compaction choosing its tiers from the data file sizes pyiceberg
-    reads on the driver (Spark's `data_files` table would be one more Spark job)."""
+    reads on the driver (Spark's `data_files` table would be one more Spark job), and an
+    upsert table's deletes applied by the driver (`pipeline/apply_deletes.py`)."""
 
     def sizes() -> list[list[int]]:
         return data_file_sizes(handle.catalog.load_table(parts))
 
-    return {**OPERATIONS, "compact": tiered_compaction(sizes)}
+    return {
+        **OPERATIONS,
+        "compact": tiered_compaction(sizes),
+        APPLY_DELETES: driver_operation(handle.catalog, parts),
+    }
 
 
 def keeps(table: Table, properties: dict[str, str]) -> str:
