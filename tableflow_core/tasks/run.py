@@ -236,6 +236,9 @@ class RunTask:
     _spark_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def run(self) -> list[CycleReport]:
+        """Every cycle's report, in the order they ended, when the run is bounded (`once`,
+        `max_cycles`). A run until stopped keeps none: it may run for weeks of cycles, and
+        the observers and `on_cycle` get each report as it comes."""
         with self._open:
             return self._run_lanes(assign_lanes(self.tables, self.max_own_lanes))
 
@@ -284,7 +287,7 @@ class RunTask:
         )
         for thread in (*threads, maintainer):
             thread.start()
-        reports: list[CycleReport] = []
+        reports: list[CycleReport] | None = [] if self.once or self.max_cycles is not None else None
         pending = 0  # cycles handed to the maintenance lane, not reported back yet
         ended = False
         try:
@@ -328,10 +331,11 @@ class RunTask:
                 event.set()
             for thread in (*threads, maintainer):
                 thread.join(timeout=LOCK_WAIT_S)
-        return reports
+        return reports or []
 
-    def _deliver(self, report: CycleReport, reports: list[CycleReport]) -> None:
-        reports.append(report)
+    def _deliver(self, report: CycleReport, reports: list[CycleReport] | None) -> None:
+        if reports is not None:
+            reports.append(report)
         for observer in self.observers:
             observer.cycle_finished(report, self._handle)
         if self.on_cycle is not None:
