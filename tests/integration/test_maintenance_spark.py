@@ -128,6 +128,14 @@ def test_compaction_and_expiry_keep_rows_and_offsets(
     assert data_files(catalog, name) == 2  # one per partition
     assert read_rows(catalog, name) == rows_before
     assert len(loaded.metadata.snapshots) == 1
+    # Expiry deleted the files only the expired snapshots had: the 44 compacted away, and
+    # every manifest list but the current one.
+    location = Path(loaded.location().removeprefix("file:"))
+    on_disk = {str(f) for f in (location / "data").rglob("*.parquet")}
+    assert on_disk == {
+        f.removeprefix("file:") for f in loaded.inspect.files()["file_path"].to_pylist()
+    }
+    assert len(list((location / "metadata").glob("snap-*.avro"))) == 1
     found = read_committed_offsets(loaded, TOPIC)
     assert found is not None and found.offsets == {0: 110, 1: 110} and found.source == "property"
     assert report.metadata_location == loaded.metadata_location
