@@ -61,10 +61,6 @@ def read_range(
 
 METADATA_TIMEOUT_S = 30.0
 FETCH_WAIT_MAX_MS = 10
-# A planned range refused as out of range is asked for again this many times (after
-# 0.2 s, 0.4 s, ...) before the read fails: a loaded broker refused a fetch of offsets it
-# had just acknowledged and reported in its high watermark (the suite, load ~10).
-OUT_OF_RANGE_RETRIES = 3
 
 
 def range_consumer_conf(kafka_conf: Mapping[str, Any], errors: Any) -> dict[str, Any]:
@@ -151,7 +147,6 @@ class RangeReader:
         columns = _Columns()
         last_progress = time.monotonic()
         next_offset = offset_range.start  # the consumer's position is -1001 until a fetch lands
-        refused = 0  # fetches refused as out of range
         done = False
         while not done:
             # consume() returns when it has `num_messages` or after `timeout`: asking for
@@ -174,21 +169,10 @@ class RangeReader:
                             done = True
                             break
                         continue
-                    if error.code() == KafkaError._AUTO_OFFSET_RESET and (
-                        refused < OUT_OF_RANGE_RETRIES
-                    ):
-                        refused += 1
-                        time.sleep(0.2 * refused)
-                        # From the next offset the read needs: what this batch holds past
-                        # the refusal is fetched again, in order.
-                        consumer.assign([TopicPartition(topic, partition, next_offset)])
-                        break
                     raise KafkaReadError(f"{where}: {error}{broker_errors.suffix()}")
                 if msg.topic() != topic or msg.partition() != partition:
                     continue  # fetched for a range read before this one, still queued
                 offset = msg.offset()
-                if offset < next_offset:
-                    continue  # fetched before a refusal, read already
                 if offset >= end:
                     done = True
                     break
