@@ -13,7 +13,7 @@ Files are sorted into tiers by size, each `TIER_RATIO` times the one below, from
 `SMALLEST_TIER_BYTES` up to the small-file size (`CompactSettings.small_file_bytes`).
 A compaction rewrites the files of the lowest tier, and those of every tier up to the
 highest one that holds `TIER_RATIO` files: those add up to at least the next tier's
-size, so the file written moves up. A byte is rewritten about once per tier (8 from
+size, so the file written moves up. A byte is rewritten about once per tier (7 from
 16 KB to 96 MB), and a partition keeps fewer than `TIER_RATIO` files per tier besides
 the files of its commits since the last compaction (what readers plan over).
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 
 # Each tier's files are up to this many times larger than the one below; a tier holding
 # this many files is merged into the next. 4: at most 3 files a tier between
-# compactions, a byte rewritten ~8 times between 16 KB and 96 MB.
+# compactions, a byte rewritten ~7 times between 16 KB and 96 MB.
 TIER_RATIO = 4
 # Files under this are the lowest tier, merged by every compaction (a commit of a few
 # records writes a file of a few KB).
