@@ -113,21 +113,21 @@ def _compact(
     or the last batch's delete files would still count as applicable.
     """
     values: dict[str, object] = {}
+    threshold = None  # the tiers' `min-file-size-bytes`; Iceberg's own for deletes
     if isinstance(settings, DeletesCompaction):
         values["delete_file_threshold"] = settings.delete_file_threshold
         settings = settings.settings
     else:
-        values["min_file_size_bytes"] = compaction_threshold(
-            read_sizes(), settings.small_file_bytes
-        )
+        threshold = compaction_threshold(read_sizes(), settings.small_file_bytes)
+        values["min_file_size_bytes"] = threshold
     values["min_input_files"] = settings.min_input_files
     values["target_file_size_bytes"] = settings.target_file_size_bytes
     if format_version(spark, table) >= 2:
         values["remove_dangling_deletes"] = "true"
         values["use_starting_sequence_number"] = "false"
     result = _call(spark, table, "rewrite_data_files", _options(**values))
-    if "min_file_size_bytes" in values:
-        result["files_under_bytes"] = values["min_file_size_bytes"]
+    if threshold is not None:
+        result["files_under_bytes"] = threshold
     return result
 
 
