@@ -25,6 +25,14 @@ that creates its table) is one too up to FIRST_LOAD_DRIVER_MAX_RECORDS records: 
 is new, so the driver reduces the batch to each key's latest record and appends it. A
 larger run (a backfill) runs Spark's MERGE; a larger first load, Spark's window and an
 append.
+
+A checked append table is such a run too when its read tasks can judge its checks
+(row-local ones, checks/arrow_checks.py) and its bad records go nowhere or to an Iceberg
+dead-letter table with their raw bytes: the tasks count each check's failing rows and
+build the dead-letter rows from the records they read; the driver judges the checks and
+appends the dead letters before the publish. Its own Spark pipeline cost ~3.4-4.6 s a
+refresh for a few hundred records (checks 1.2-1.8 s, dead letters 1.4-1.7 s: Spark jobs
+and the records read again from Kafka; docs/production.md).
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tableflow_core.checks.arrow_checks import read_task_refusal
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.ingest.spec import IngestSpec
-from tableflow_core.ingest.stages import Decode, Publish, ReadRanges, RouteBadRecords, Write
+from tableflow_core.ingest.stages import Check, Decode, Publish, ReadRanges, RouteBadRecords, Write
 
 # A run of more records has a job of its own (its data files still written by its tasks).
 MAX_SHARED_TABLE_RECORDS = 100_000
@@ -41,6 +51,7 @@ MAX_SHARED_TABLE_RECORDS = 100_000
 # tables' runs, and the next job's Spark work overlaps this one's publishes.
 MAX_JOB_TABLES = 250
 MAX_JOB_RECORDS = 1_000_000
+# Policies of undecodable records a shared job applies without a dead-letter target.
 SHARED_POLICIES = frozenset({"fail", "skip"})
 # An upsert run of more records runs Spark's MERGE: the driver holds the run's records.
 UPSERT_DRIVER_MAX_RECORDS = 250_000
@@ -51,33 +62,55 @@ UPSERT_DRIVER_MAX_RECORDS = 250_000
 FIRST_LOAD_DRIVER_MAX_RECORDS = 2_000_000
 
 
-def _stages_of_a_plain_append(spec: IngestSpec) -> bool:
-    kinds = [type(stage) for stage in spec.run_stages()]
-    if kinds != [ReadRanges, Decode, RouteBadRecords, Write, Publish]:
-        return False
-    decode = next(s for s in spec.run_stages() if isinstance(s, Decode))
-    return not decode.fused
+_PLAIN = [ReadRanges, Decode, RouteBadRecords, Write, Publish]
+_CHECKED = [ReadRanges, Decode, Check, RouteBadRecords, Write, Publish]
+_ON_SPARK = "transforms or checks run on Spark"
 
 
-# (why a run needs Spark's writer, when it applies), in the order they are reported.
-_SPARK_WRITER_NEEDED: tuple[tuple[str, Callable[[IngestSpec], bool]], ...] = (
-    (
-        "transforms or checks run on Spark",
-        lambda spec: spec.compiled is not None or not _stages_of_a_plain_append(spec),
-    ),
-    (
-        "bad records go to a dead-letter target",
-        lambda spec: (
-            spec.dead_letter is not None
-            or any(
-                isinstance(s, RouteBadRecords) and s.on_error not in SHARED_POLICIES
-                for s in spec.run_stages()
-            )
-        ),
-    ),
-    (
-        "partitioned or sorted: Spark's Iceberg writer lays out its files",
-        lambda spec: bool(spec.partition_by or spec.sort_by),
+def _pipeline_on_spark(spec: IngestSpec) -> str | None:
+    """Why the table's transforms or checks need Spark (None: it has none, or only
+    checks its read tasks judge: an append table's row-local ones, checks/arrow_checks.py)."""
+    stages = spec.run_stages()
+    kinds = [type(stage) for stage in stages]
+    if kinds not in (_PLAIN, _CHECKED):
+        return _ON_SPARK
+    if any(isinstance(s, Decode) and s.fused for s in stages):
+        return _ON_SPARK
+    compiled = spec.compiled
+    if compiled is None:
+        return None if kinds == _PLAIN else _ON_SPARK
+    if compiled.transforms.steps:
+        return _ON_SPARK
+    if compiled.checks.checks and spec.mode != "append":
+        return "an upsert table's checks run on Spark"
+    return read_task_refusal(compiled.checks.checks, spec.decoded_schema)
+
+
+def _dead_letters_on_spark(spec: IngestSpec) -> str | None:
+    """Why the table's bad records need Spark to reach their target (None: none has one,
+    or an append table's go to an Iceberg table with their raw bytes, which the driver
+    appends)."""
+    routes = [s for s in spec.run_stages() if isinstance(s, RouteBadRecords)]
+    target = spec.dead_letter
+    if target is None and all(r.on_error in SHARED_POLICIES for r in routes):
+        return None
+    if (
+        isinstance(target, IcebergDeadLetter)
+        and spec.dead_letter_payload == "raw"
+        and spec.mode == "append"
+    ):
+        return None
+    return "bad records go to a dead-letter target"
+
+
+# Why a run needs Spark's writer, in the order they are reported (None: it does not).
+_SPARK_WRITER_NEEDED: tuple[Callable[[IngestSpec], str | None], ...] = (
+    _pipeline_on_spark,
+    _dead_letters_on_spark,
+    lambda spec: (
+        "partitioned or sorted: Spark's Iceberg writer lays out its files"
+        if spec.partition_by or spec.sort_by
+        else None
     ),
 )
 
@@ -85,8 +118,8 @@ _SPARK_WRITER_NEEDED: tuple[tuple[str, Callable[[IngestSpec], bool]], ...] = (
 def needs_spark_writer(spec: IngestSpec) -> str | None:
     """Why a run of this table needs a Spark job of its own with Spark's Iceberg writer;
     None when its read tasks can write its data files."""
-    for reason, applies in _SPARK_WRITER_NEEDED:
-        if applies(spec):
+    for why in _SPARK_WRITER_NEEDED:
+        if (reason := why(spec)) is not None:
             return reason
     return None
 

@@ -12,7 +12,10 @@ which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"
    decodes each table's records with its own decoder and writes its good rows as the
    table's data files, then reports them with its counts (`pipeline/shared_tasks.py`);
 3. per table, on the driver, concurrently: its bad-record policy (`fail` stops the table's
-   run, naming the records), its accounting, then one catalog commit
+   run, naming the records), its accounting, its checks judged from the tasks' counts (a
+   checked table: `ChecksFailed` stops its run), its dead letters appended to its Iceberg
+   dead-letter table (idempotent by source offset; tables sharing that table take
+   turns), then one catalog commit
    (`engine/run_branch.publish_run`): a snapshot on the run's branch holding the data
    files, the offsets and the accounting, main moved to it and the branch removed,
    accepted only while main is still where the run branched. An existing table's run is
@@ -34,6 +37,7 @@ an upsert table too large for the driver's merge, or holding deletes it does not
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +45,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from tableflow_core.checks.arrow_checks import ENGINE as ARROW_ENGINE
+from tableflow_core.checks.arrow_checks import CheckTally
+from tableflow_core.checks.compile import CompiledCheck
+from tableflow_core.checks.report import CheckReport
+from tableflow_core.checks.verdict import check_results, judge
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.deadletter.accounting import RunAccounting
+from tableflow_core.deadletter.sinks.base import SinkContext
+from tableflow_core.deadletter.sinks.iceberg_driver_append import driver_max_rows
+from tableflow_core.deadletter.sinks.iceberg_table import IcebergTableSink
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
     begin_run,
@@ -69,14 +84,17 @@ from tableflow_core.pipeline.run import (
     failure_cause,
     ingest,
 )
-from tableflow_core.pipeline.runners.dead_letter import null_values_warning
+from tableflow_core.pipeline.runners.check import ChecksFailed
+from tableflow_core.pipeline.runners.dead_letter import CatalogTables, null_values_warning
 from tableflow_core.pipeline.runners.decode import key_spec
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK, task_groups
 from tableflow_core.pipeline.shared_tasks import (
+    CHECK_SAMPLES,
     MAX_REPORTED_FAILURES,
     REPORT_SCHEMA,
     TableReport,
     TableWork,
+    read_dead_letters,
     read_upsert_rows,
     table_reports,
 )
@@ -193,9 +211,16 @@ def ingest_shared(
             return results
         job_s = time.monotonic() - job_began
         crash_point("shared_before_publish")
+        # Tables dead-lettering to the same table append one after the other (pyiceberg
+        # retries a refused append only a few times).
+        dead_letter_locks = {
+            target.table: threading.Lock()
+            for run in started
+            if isinstance(target := run.member.spec.dead_letter, IcebergDeadLetter)
+        }
         published = [
             (run, pool.submit(_publish, spark, run, reports.get(i, []), kafka_conf, catalog,
-                              decoder_factory, job_s))
+                              decoder_factory, job_s, dead_letter_locks))
             for i, run in enumerate(started)
         ]  # fmt: skip
         for run, publishing in published:
@@ -282,6 +307,8 @@ def _run_job(
             credentials=CredentialRefresh.of(run.table),
             key=key_spec(run.member.spec),
             max_upsert_bytes=UPSERT_DRIVER_MAX_BYTES // max(1, _tasks_of(i, groups)),
+            checks=_checks_of(run.member.spec),
+            dead_letter_bad=_on_error(run.member.spec) == "dlq",
         )
         for i, run in enumerate(started)
     }
@@ -357,6 +384,10 @@ class _Merged:
     failures: list[FailedRecord] = field(default_factory=list)
     data_files: list[Any] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # A checked table: its checks' tally, and the rows its skip and dlq checks took out.
+    checks: CheckTally | None = None
+    skipped: dict[int, int] = field(default_factory=dict)
+    dead_lettered: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, reports: Sequence[TableReport]) -> _Merged:
@@ -367,6 +398,8 @@ class _Merged:
                 (merged.bad, report.bad),
                 (merged.written, report.written),
                 (merged.tombstones, report.tombstones),
+                (merged.skipped, report.skipped),
+                (merged.dead_lettered, report.dead_lettered),
             ):
                 for partition, count in theirs.items():
                     mine[partition] = mine.get(partition, 0) + count
@@ -374,6 +407,9 @@ class _Merged:
             merged.data_files.extend(report.data_files)
             if report.error:
                 merged.errors.append(report.error)
+            if report.checks is not None:
+                merged.checks = merged.checks or CheckTally()
+                merged.checks.add(report.checks, CHECK_SAMPLES)
         merged.failures.sort(key=lambda f: (f.partition, f.offset))
         del merged.failures[MAX_REPORTED_FAILURES:]
         return merged
@@ -392,20 +428,25 @@ def _publish(
     catalog: Any,
     decoder_factory: DecoderFactory | None,
     job_s: float,
+    dead_letter_locks: Mapping[str, threading.Lock],
 ) -> IngestOutcome:
-    """The table's policy and accounting, then its publish commit; on a main that moved,
-    the table's run again on its own."""
+    """The table's policy, accounting and checks, its dead letters, then its publish
+    commit; on a main that moved, the table's run again on its own."""
     spec = run.member.spec
     run.timings["shared_job"] = job_s
     try:
         refresh_table_io(run.table)
         merged = _Merged.of(reports)
         accounting = _accounting(run, merged)
+        checks = _checks_report(run, merged)
+        _write_dead_letters(run, read_dead_letters(reports), catalog, dead_letter_locks)
+        crash_point("after_dead_letter")
         delta = _merge_upsert(run, reports, catalog) if spec.mode == "upsert" else None
         started = time.monotonic()
         properties = {
             OFFSETS_KEY: encode_offsets(spec.topic, run.after),
             **accounting.snapshot_summary(),
+            **(checks.summary_properties() if checks is not None else {}),
         }
         snapshot_id = _publish_commit(
             run,
@@ -423,6 +464,9 @@ def _publish(
         _drop_branch(run, catalog)
         why = f"upsert: the driver's merge does not read this table ({exc}); Spark's MERGE ran"
         return _ingest_alone(spark, run.member, kafka_conf, catalog, decoder_factory, why)
+    except _DeadLettersOnSpark as exc:
+        _drop_branch(run, catalog)
+        return _ingest_alone(spark, run.member, kafka_conf, catalog, decoder_factory, str(exc))
     except BaseException:
         _drop_branch(run, catalog)
         raise
@@ -435,11 +479,17 @@ def _publish(
     totals = accounting.totals
     # An upsert table's tombstones are its deletes, not null values an append table drops.
     null_values = None if delta is not None else null_values_warning(spec.topic, merged.tombstones)
-    warnings = (*run.member.warnings, *([null_values] if null_values else []))
+    warnings = (
+        *run.member.warnings,
+        *([null_values] if null_values else []),
+        *(checks.warnings() if checks is not None else ()),
+    )
     return IngestOutcome(
         records_read=totals["read"],
         records_written=totals["written"],
         failures=sum(merged.bad.values()),
+        rows_skipped=sum(merged.skipped.values()),
+        checks=checks.as_dict() if checks is not None else None,
         offsets_before=run.before,
         offsets_after=run.after,
         snapshot_id=snapshot_id,
@@ -550,6 +600,90 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
     return delta
 
 
+def _checks_of(spec: IngestSpec) -> tuple[CompiledCheck, ...]:
+    """The checks a shared job's read tasks judge: an append table's, all row-local
+    (ingest/sharing.py lets no other checked table share a job)."""
+    if spec.compiled is None or spec.mode != "append":
+        return ()
+    return spec.compiled.checks.checks
+
+
+def _checks_report(run: _Started, merged: _Merged) -> CheckReport | None:
+    """The checks judged from the read tasks' tally (checks/verdict.py, as Spark's
+    aggregate is judged); ChecksFailed when one stops the publish."""
+    checks = _checks_of(run.member.spec)
+    if not checks:
+        return None
+    spec = run.member.spec
+    tally = merged.checks or CheckTally()
+    judged = [judge(c, tally.failing.get(i, 0), tally.rows) for i, c in enumerate(checks)]
+    samples = {checks[i].name: tuple(rows) for i, rows in tally.samples.items()}
+    report = CheckReport(
+        table=f"{spec.table_name} ({spec.identifier})",
+        results=check_results(checks, judged, tally.rows, samples),
+        rows_evaluated=tally.rows,
+        rows_skipped=sum(merged.skipped.values()),
+        rows_dead_lettered=sum(merged.dead_lettered.values()),
+        duration_s=tally.seconds,
+        engine=ARROW_ENGINE,
+    )
+    if report.blocks_publish:
+        error = ChecksFailed(report.failure_message(), report.as_dict())
+        error.outcome = IngestOutcome(
+            records_read=0,
+            records_written=0,
+            failures=0,
+            offsets_before=run.before,
+            offsets_after=dict(run.before),
+            snapshot_id=None,
+            duration_s=time.monotonic() - run.began,
+            warnings=(*run.member.warnings, *report.warnings()),
+            checks=report.as_dict(),
+            timings={name: round(seconds, 3) for name, seconds in run.timings.items()},
+        )
+        raise error
+    return report
+
+
+class _DeadLettersOnSpark(TableflowError):
+    """More dead letters than the driver appends (`TABLEFLOW_DLQ_DRIVER_MAX_ROWS`): the
+    table's run goes again on its own, where Spark's MERGE writes them."""
+
+
+def _write_dead_letters(
+    run: _Started,
+    rows: pa.Table | None,
+    catalog: Any,
+    locks: Mapping[str, threading.Lock],
+) -> None:
+    """The run's dead-letter rows appended to its Iceberg dead-letter table by the driver
+    (idempotent by source offset: a re-run after a crash adds none twice), before the
+    publish, as the table's own pipeline does (pipeline/runners/dead_letter.py)."""
+    if rows is None or rows.num_rows == 0:
+        return
+    spec = run.member.spec
+    target = spec.dead_letter
+    if not isinstance(target, IcebergDeadLetter):  # ingest/sharing.py shares no other
+        raise IngestError(f"table {spec.table_name}: dead letters without an Iceberg table")
+    budget = driver_max_rows()
+    if rows.num_rows > budget:
+        raise _DeadLettersOnSpark(
+            f"{rows.num_rows:,} dead letters, more than the driver appends ({budget:,}): "
+            "the table ran again on its own, Spark's MERGE wrote them"
+        )
+    context = SinkContext(
+        table=spec.table_name,
+        run_id=run.run_id,
+        spark_catalog=spec.catalog,
+        catalog_address=str(getattr(catalog, "address", "") or ""),
+        iceberg_tables=CatalogTables(catalog.catalog),
+    )
+    started = time.monotonic()
+    with locks[target.table]:
+        IcebergTableSink(target, context).append_rows(rows)
+    run.timings["dead_letter_write"] = time.monotonic() - started
+
+
 def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
     """The table's bad records by its policy (`fail`: IngestError naming them), then the
     run's accounting, checked."""
@@ -571,8 +705,16 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
             merged.failures,
             run_id=run.run_id,
         )
+    # Undecodable records go by the table's policy; rows the checks took out, by theirs.
+    skipped = _added(merged.skipped, merged.bad if policy == "skip" else {})
+    dead_lettered = _added(merged.dead_lettered, merged.bad if policy == "dlq" else {})
     filtered = {
-        p: read - merged.bad.get(p, 0) - merged.written.get(p, 0) - merged.tombstones.get(p, 0)
+        p: read
+        - merged.bad.get(p, 0)
+        - merged.written.get(p, 0)
+        - merged.tombstones.get(p, 0)
+        - merged.skipped.get(p, 0)
+        - merged.dead_lettered.get(p, 0)
         for p, read in merged.read.items()
     }
     return RunAccounting.from_counts(
@@ -583,8 +725,17 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
         written=merged.written,
         tombstones=merged.tombstones,
         filtered=filtered,
-        skipped=dict(merged.bad) if policy == "skip" else {},
+        skipped=skipped,
+        dead_lettered=dead_lettered,
     ).check()
+
+
+def _added(*counts: Mapping[int, int]) -> dict[int, int]:
+    total: dict[int, int] = {}
+    for by_partition in counts:
+        for partition, count in by_partition.items():
+            total[partition] = total.get(partition, 0) + count
+    return total
 
 
 def _drop_branch(run: _Started, catalog: Any) -> None:

@@ -9,6 +9,13 @@ yields one report per table: its data files, what it read per partition, its bad
 that cannot be read fails its table, not the task: the other tables still get their
 files.
 
+A checked append table's tasks judge its row-local checks on each decoded batch
+(`checks/arrow_checks.py`): they count each check's failing rows, keep a few samples, and
+take out the rows of failing skip/dlq checks. Rows dead-lettered (those and, with
+`on_error: dlq`, the undecodable records) are reported as the dead-letter table's rows,
+built from the records the task read (no second read of Kafka); the driver judges the
+checks and appends them before the table's publish (pipeline/shared_run.py).
+
 An upsert table's task writes no file: its report carries the decoded good rows and
 tombstones with their Kafka positions (Arrow IPC), which the driver merges into the
 table (`pipeline/upsert_rows.py`); its runs are small (ingest/sharing.py).
@@ -17,7 +24,8 @@ table (`pipeline/upsert_rows.py`); its runs are small (ingest/sharing.py).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -25,15 +33,24 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tableflow_core.checks.arrow_checks import CheckTally, judge_batch
+from tableflow_core.checks.compile import CompiledCheck
+from tableflow_core.checks.verdict import CHECK_ERROR_CLASS, CHECK_STAGE, failed_message
+from tableflow_core.deadletter.originals import bad_record_row
 from tableflow_core.engine.test_hooks import crash_session_point
 from tableflow_core.errors import FailedRecord, TableflowError
-from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.bad_records import (
+    BAD_RECORD_SCHEMA,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+)
 from tableflow_core.ingest.columns import (
     BAD_RECORD_COLUMN,
     SOURCE_TIMESTAMP_COLUMN,
     TOMBSTONE_COLUMN,
     is_hidden,
 )
+from tableflow_core.kafka.messages import MessageChunk
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import RangeReader
 from tableflow_core.pipeline.data_files import write_data_files
@@ -43,6 +60,7 @@ from tableflow_core.pipeline.vended_credentials import CredentialRefresh
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
 REPORT_SCHEMA = "member int, report binary"
 MAX_REPORTED_FAILURES = 20  # bad records named per table (route_bad_records' figure)
+CHECK_SAMPLES = 3  # failing rows a check's result shows (run_checks' sample size)
 # A table's good rows a task holds before it writes them as a data file: a large run's
 # task writes a file per this many bytes of Arrow instead of holding all its rows.
 WRITE_BUFFER_BYTES = 128 * 1024 * 1024
@@ -70,6 +88,10 @@ class TableWork:
     # An upsert table: the Arrow bytes of rows this task may send to the driver; past it
     # the task sends none and says so (`TableReport.too_large`): the run goes to Spark.
     max_upsert_bytes: int | None = None
+    # A checked append table: its row-local checks (checks/arrow_checks.py), judged here.
+    checks: tuple[CompiledCheck, ...] = ()
+    # `on_error: dlq`: undecodable records become dead-letter rows instead of failures.
+    dead_letter_bad: bool = False
 
 
 @dataclass
@@ -90,6 +112,13 @@ class TableReport:
     # The upsert rows outgrew `TableWork.max_upsert_bytes`: none are sent.
     too_large: bool = False
     error: str | None = None  # the table's ranges could not all be read or written
+    # A checked table: its checks' tally, and the rows its skip and dlq checks took out.
+    checks: CheckTally | None = None
+    skipped: dict[int, int] = field(default_factory=dict)
+    dead_lettered: dict[int, int] = field(default_factory=dict)
+    # Dead-letter rows (BAD_RECORD_SCHEMA, Arrow IPC): the rows dlq checks took out and,
+    # with `on_error: dlq`, the undecodable records.
+    dead_letters: bytes | None = None
 
     def encode(self) -> bytes:
         return pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
@@ -122,8 +151,12 @@ class _TableRun:
         self._upsert = work.key is not None
         self._good: list[pa.RecordBatch] = []
         self._buffered = 0  # bytes in _good
+        self._dead_letters: list[pa.Table] = []  # BAD_RECORD_SCHEMA
+        if work.checks:
+            self.report.checks = CheckTally()
 
-    def add(self, decoded: pa.RecordBatch) -> None:
+    def add(self, decoded: pa.RecordBatch, messages: Sequence[Any] = ()) -> None:
+        """One decoded batch of `messages` (the records it was decoded from)."""
         partitions = decoded.column(SOURCE_PARTITION_COLUMN)
         _add(self.report.read, partitions)
         bad_rows = decoded.column(BAD_RECORD_COLUMN).is_valid()
@@ -131,6 +164,9 @@ class _TableRun:
             bad = decoded.filter(bad_rows)
             _add(self.report.bad, bad.column(SOURCE_PARTITION_COLUMN))
             self._keep_failures(bad.column(BAD_RECORD_COLUMN).to_pylist())
+            if self.work.dead_letter_bad:
+                records = pa.Table.from_struct_array(bad.column(BAD_RECORD_COLUMN))
+                self._dead_letters.append(records.cast(BAD_RECORD_SCHEMA))
             decoded = decoded.filter(pc.invert(bad_rows))
         # Null values: rows of NULLs the decoder marks; counted as tombstones, not written.
         # An upsert table's tombstones (its key columns filled) go on to the merge.
@@ -141,6 +177,8 @@ class _TableRun:
             )
             if not self._upsert:
                 decoded = decoded.filter(pc.invert(null_values))
+        if self.work.checks and not self._upsert and decoded.num_rows:
+            decoded = self._judge(decoded, messages)
         if decoded.num_rows:
             good = decoded.filter(pc.invert(null_values)) if self._upsert else decoded
             _add(self.report.written, good.column(SOURCE_PARTITION_COLUMN))
@@ -161,6 +199,27 @@ class _TableRun:
                 self.report.too_large = True  # counted on, sent to nobody
                 self._good, self._buffered = [], 0
 
+    def _judge(self, good: pa.RecordBatch, messages: Sequence[Any]) -> pa.RecordBatch:
+        """The good rows the checks leave in the batch; the tally and the rows taken out
+        go to the report (checks/arrow_checks.py)."""
+        started = time.perf_counter()
+        verdict = judge_batch(self.work.checks, good, _samples, CHECK_SAMPLES)
+        verdict.tally.seconds = time.perf_counter() - started
+        assert self.report.checks is not None
+        self.report.checks.add(verdict.tally, CHECK_SAMPLES)
+        taken = pc.or_(verdict.dead_lettered, verdict.skipped)
+        if not pc.any(taken).as_py():
+            return good
+        _add(self.report.skipped, good.filter(verdict.skipped).column(SOURCE_PARTITION_COLUMN))
+        dead = good.filter(verdict.dead_lettered)
+        if dead.num_rows:
+            _add(self.report.dead_lettered, dead.column(SOURCE_PARTITION_COLUMN))
+            reasons = verdict.reasons.filter(verdict.dead_lettered)
+            self._dead_letters.append(
+                _check_dead_letters(dead, reasons, MessageChunk.of(messages), self.work.run_id)
+            )
+        return good.filter(pc.invert(taken))
+
     def _keep_failures(self, records: list[dict[str, Any]]) -> None:
         found = self.report.failures + [
             FailedRecord(
@@ -175,11 +234,16 @@ class _TableRun:
     def read(self, reader: RangeReader, offset_range: OffsetRange) -> None:
         for messages in reader.read(offset_range, self.work.chunk_size):
             for decoded in self._chunks.decode(messages):
-                self.add(decoded)
+                self.add(decoded, messages)
 
     def write(self) -> None:
         """The rows held so far as data files of the table (none published yet); an
-        upsert table's, as the report's `upsert_rows`."""
+        upsert table's, as the report's `upsert_rows`. The dead-letter rows, as the
+        report's `dead_letters`."""
+        if self._dead_letters:
+            rows = pa.concat_tables(self._dead_letters)
+            self.report.dead_letters = _ipc(rows.to_batches(), BAD_RECORD_SCHEMA)
+            self._dead_letters = []
         if self._upsert:
             if not self.report.too_large:
                 self.report.upsert_rows = _ipc(self._good, self._chunks.output_schema)
@@ -194,6 +258,49 @@ class _TableRun:
             self.report.data_files.extend(
                 write_data_files(self.work.metadata, self._io_properties, rows)
             )
+
+
+def _samples(rows: pa.RecordBatch) -> list[dict[str, Any]]:
+    """Failing rows as a check's result shows them: the table's columns and the record's
+    Kafka partition and offset (pipeline/checks/run.py's samples)."""
+    visible = [n for n in rows.schema.names if not is_hidden(n)]
+    positions = {SOURCE_PARTITION_COLUMN: "kafka_partition", SOURCE_OFFSET_COLUMN: "kafka_offset"}
+    samples = rows.select([*visible, *positions]).to_pylist()
+    return [{positions.get(k, k): v for k, v in sample.items()} for sample in samples]
+
+
+def _check_dead_letters(
+    rows: pa.RecordBatch, reasons: pa.Array, chunk: MessageChunk, run_id: str
+) -> pa.Table:
+    """The dead-letter rows of `rows` taken out by the checks named in `reasons`: each
+    with its original record, found in `chunk` (the records the batch was decoded from)."""
+    at = {(p, o): i for i, (p, o) in enumerate(zip(chunk.partitions, chunk.offsets, strict=True))}
+    failed_at_us = int(time.time() * 1_000_000)
+    out = []
+    for partition, offset, name in zip(
+        rows.column(SOURCE_PARTITION_COLUMN).to_pylist(),
+        rows.column(SOURCE_OFFSET_COLUMN).to_pylist(),
+        reasons.to_pylist(),
+        strict=True,
+    ):
+        index = at.get((partition, offset))
+        if index is None:
+            raise ValueError(
+                f"partition {partition} offset {offset}: a row taken out by check {name} is "
+                "not among the records its batch was decoded from"
+            )
+        rejected = {
+            "stage": CHECK_STAGE,
+            "error_class": CHECK_ERROR_CLASS,
+            "error_message": failed_message(name),
+        }
+        out.append(bad_record_row(chunk.message(index), rejected, run_id, failed_at_us))
+    return pa.Table.from_pylist(out, schema=BAD_RECORD_SCHEMA)
+
+
+def read_dead_letters(reports: Iterable[TableReport]) -> pa.Table | None:
+    """The dead-letter rows of a table's reports as one table (None: none had any)."""
+    return _concat_streams(r.dead_letters for r in reports)
 
 
 def _ipc(batches: list[pa.RecordBatch], decoded: pa.Schema) -> bytes:
@@ -214,9 +321,11 @@ def _kept(decoded: pa.Schema) -> pa.Schema:
 
 def read_upsert_rows(reports: Iterable[TableReport]) -> pa.Table | None:
     """The upsert rows of a table's reports as one table (None: no report held any)."""
-    tables = [
-        pa.ipc.open_stream(r.upsert_rows).read_all() for r in reports if r.upsert_rows is not None
-    ]
+    return _concat_streams(r.upsert_rows for r in reports)
+
+
+def _concat_streams(streams: Iterable[bytes | None]) -> pa.Table | None:
+    tables = [pa.ipc.open_stream(s).read_all() for s in streams if s is not None]
     if not tables:
         return None
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -271,6 +271,8 @@ def _can_share(ingest: Any, config: Any, first_load: bool = False) -> bool:
         return False
     if getattr(ingest, "lost", ()):
         return False
+    if ingest.records == 0:  # only a `row_count` check's verdict on its empty batch
+        return False
     if needs_spark_merge(ingest.spec, ingest.records, first_load) is not None:
         return False
     return needs_spark_writer(ingest.spec) is None

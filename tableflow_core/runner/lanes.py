@@ -5,7 +5,8 @@ the other tables of its lane, never for a slower table of another lane nor for a
 maintenance run (maintenance has a lane of its own, `tasks/run.py`).
 
 - **The shared lane**: every table whose refresh can join the shared Spark job (a plain
-  append or a driver-merged upsert: `ingest/sharing.py`). Their runs are one Spark job
+  append, a driver-merged upsert, an append table with row-local checks and an Iceberg
+  dead-letter table: `ingest/sharing.py`). Their runs are one Spark job
   per cycle: splitting them over lanes would run that job's fixed cost once per lane.
 - **A lane of its own** for each table whose refresh runs a pipeline of its own (checks
   or transforms on Spark, a dead-letter target, publish_to catalogs, a Delta mirror,
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tableflow_core.checks.arrow_checks import READ_TASK_KINDS
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.config.project import Table
 
 SHARED_LANE = "shared"
@@ -38,14 +41,35 @@ def own_pipeline(table: Table) -> str | None:
     shared job). Read from the config alone, as `ingest/sharing.py` decides per run
     from the plan (a backfill of a plain table still gets a job of its own, in its lane)."""
     reasons = (
-        ("checks", bool(table.checks)),
+        ("checks", bool(table.checks) and not _checks_in_read_tasks(table)),
         ("transforms", bool(table.transforms)),
-        ("a dead-letter target", table.on_error == "dlq"),
+        ("a dead-letter target", _dead_letters_on_spark(table)),
         ("publish_to catalogs", bool(table.publish_to)),
         ("a Delta mirror", "delta" in table.formats),
         ("a partitioned or sorted layout", bool(table.partition_by or table.sort_by)),
     )
     return next((reason for reason, applies in reasons if applies), None)
+
+
+def _checks_in_read_tasks(table: Table) -> bool:
+    """The table's checks are of the kinds a shared job's read tasks judge (their column
+    types are known only to the plan: a type they do not compare runs the table's job
+    of its own in this lane's cycle, as a backfill does)."""
+    return table.mode == "append" and all(c.type in READ_TASK_KINDS for c in table.checks)
+
+
+def _dead_letters_on_spark(table: Table) -> bool:
+    """Bad records or checks' rows go to a dead-letter target the shared job does not
+    write: all but an append table's Iceberg table with raw payloads."""
+    routes = table.on_error == "dlq" or any(c.on_failure == "dlq" for c in table.checks)
+    if not routes:
+        return False
+    return not (
+        table.mode == "append"
+        and isinstance(table.dlq, IcebergDeadLetter)
+        and table.dlq.payload != "masked"
+        and not table.transforms
+    )
 
 
 def assign_lanes(tables: Iterable[Table], max_own_lanes: int = MAX_OWN_LANES) -> tuple[Lane, ...]:

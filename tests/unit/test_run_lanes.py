@@ -15,11 +15,16 @@ from typing import Any
 
 import pytest
 
+from tableflow_core.config.models.dead_letter import IcebergDeadLetter, KafkaDeadLetter
 from tableflow_core.runner.lanes import SHARED_LANE, Lane, assign_lanes, own_pipeline
 from tableflow_core.runner.results import RunResults, TableResult, merge_run_results
 from tableflow_core.runner.schedule import Schedule
 from tableflow_core.tasks.run import MAINTENANCE_LANE, CycleReport, RunTask
 from tableflow_core.tasks.status import last_runs
+
+# A check only Spark judges (checks/arrow_checks.py: not row-local).
+SPARK_CHECK = SimpleNamespace(type="unique", on_failure=None)
+ROW_CHECK = SimpleNamespace(type="range", on_failure="dlq")
 
 
 def table(name: str, interval: float = 1.0, **config: Any) -> Any:
@@ -38,7 +43,7 @@ def test_tables_of_the_shared_job_share_a_lane_and_each_own_pipeline_has_its_own
     tables = [
         table("d_dlq", on_error="dlq"),
         table("a_plain"),
-        table("c_checked", checks=("range",)),
+        table("c_checked", checks=(SPARK_CHECK,)),
         table("b_upsert", mode="upsert"),
         table("e_delta", formats=("iceberg", "delta")),
         table("f_masked", transforms=("mask",)),
@@ -59,8 +64,23 @@ def test_tables_of_the_shared_job_share_a_lane_and_each_own_pipeline_has_its_own
     assert own_pipeline(tables[1]) is None
 
 
+def test_an_append_table_with_row_local_checks_and_an_iceberg_dead_letter_table_shares() -> None:
+    iceberg = IcebergDeadLetter(type="iceberg", table="ops.bad_records")
+    kafka = KafkaDeadLetter(type="kafka", topic="bad-records")
+    shares = table("a_checked", checks=(ROW_CHECK,), on_error="dlq", dlq=iceberg)
+    assert own_pipeline(shares) is None
+    assert own_pipeline(table("b", checks=(ROW_CHECK,), dlq=kafka)) == "a dead-letter target"
+    masked = IcebergDeadLetter(type="iceberg", table="ops.bad_records", payload="masked")
+    assert own_pipeline(table("c", checks=(ROW_CHECK,), dlq=masked)) == "a dead-letter target"
+    upsert = table("d", mode="upsert", checks=(ROW_CHECK,), dlq=iceberg)
+    assert own_pipeline(upsert) == "checks"
+    mixed = table("e", checks=(ROW_CHECK, SPARK_CHECK), dlq=iceberg)
+    assert own_pipeline(mixed) == "checks"
+    assert assign_lanes([shares, table("z")]) == (Lane(SHARED_LANE, ("a_checked", "z")),)
+
+
 def test_past_the_lane_limit_tables_with_own_pipelines_share_lanes_round_robin() -> None:
-    tables = [table(f"t{i}", checks=("x",)) for i in range(5)]
+    tables = [table(f"t{i}", checks=(SPARK_CHECK,)) for i in range(5)]
     assert assign_lanes(tables, max_own_lanes=2) == (
         Lane("own:t0+t2+t4", ("t0", "t2", "t4")),
         Lane("own:t1+t3", ("t1", "t3")),
@@ -150,7 +170,7 @@ def overlaps(spans: list[tuple[float, float]], within: tuple[float, float]) -> i
 
 
 def test_a_fast_lane_refreshes_on_its_interval_while_a_slow_lane_is_in_its_cycle() -> None:
-    tables = (table("fast", 0.05), table("slow", 0.05, checks=("x",)))
+    tables = (table("fast", 0.05), table("slow", 0.05, checks=(SPARK_CHECK,)))
     task = Timed(project(), tables, spark_factory=lambda: None, seconds={"slow": 0.6})
     reports = run_for(task, 1.5)
     slow = task.spans("cycle", "slow")
@@ -231,7 +251,7 @@ def test_once_refreshes_each_table_once_per_lane_and_waits_for_its_maintenance()
 
 
 def test_max_cycles_counts_each_lanes_cycles() -> None:
-    tables = (table("a", 0.01), table("c", 0.01, checks=("x",)))
+    tables = (table("a", 0.01), table("c", 0.01, checks=(SPARK_CHECK,)))
     task = Timed(project(), tables, spark_factory=lambda: None, max_cycles=3)
     reports = task.run()
     assert sorted(r.tables for r in reports) == [("a",)] * 3 + [("c",)] * 3
@@ -240,7 +260,7 @@ def test_max_cycles_counts_each_lanes_cycles() -> None:
 def test_a_failing_lane_never_stops_the_others_and_stop_ends_every_lane() -> None:
     tables = (
         table("good", 0.05),
-        table("broken", 0.05, checks=("x",)),
+        table("broken", 0.05, checks=(SPARK_CHECK,)),
         table("sleepy", 3600.0, on_error="dlq"),  # asleep for an hour when stop comes
     )
     task = Timed(project(), tables, spark_factory=lambda: None, failing=frozenset({"broken"}))

@@ -133,7 +133,7 @@ class IcebergTableSink:
         if tables is not None and budget > 0:
             rows = _collect_at_most(bad, budget)  # one Spark job: the rows or "too many"
             if rows is not None:
-                return self._append_on_driver(tables, rows)
+                return self.append_rows(rows)
         per_partition = count_by_partition(bad)
         result = SinkResult("dead_lettered", self.destination, per_partition)
         if not per_partition:
@@ -153,7 +153,14 @@ class IcebergTableSink:
     def destination(self) -> str:
         return f"iceberg table {self.target.table}"
 
-    def _append_on_driver(self, tables: IcebergTables, rows: pa.Table) -> SinkResult:
+    def append_rows(self, rows: pa.Table) -> SinkResult:
+        """`rows` (BAD_RECORD_SCHEMA, at most `driver_max_rows()`) appended by the driver,
+        idempotently (sinks/iceberg_driver_append.py)."""
+        tables = self.context.iceberg_tables
+        if tables is None:
+            raise DeadLetterTableError(
+                f"table {self.context.table}: no catalog client to append dead letters with"
+            )
         counted = rows.group_by("source_partition").aggregate([("source_partition", "count")])
         per_partition = dict(
             zip(

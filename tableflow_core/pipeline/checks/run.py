@@ -37,7 +37,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
-from tableflow_core.checks.report import Action, CheckReport, CheckResult, Outcome
+from tableflow_core.checks.report import CheckReport, CheckResult
+from tableflow_core.checks.verdict import (
+    CHECK_ERROR_CLASS,
+    CHECK_STAGE,
+    Judged,
+    check_results,
+    judge,
+    verdict,
+)
 from tableflow_core.deadletter.frames import spark_error_summary
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN
@@ -48,8 +56,6 @@ from tableflow_core.sql_text import quote_ident
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-CHECK_STAGE = "check"
-CHECK_ERROR_CLASS = "CheckFailed"
 _REASON = "__tf_check_reason"
 _DLQ = "dlq"
 _SKIP = "skip"
@@ -70,17 +76,6 @@ class CheckRun:
 
 def _flag(index: int) -> str:
     return f"__tf_failing_{index}"
-
-
-@dataclass(frozen=True)
-class _Judged:
-    """One check's verdict from the aggregate: its failing rows (row-level checks) or the
-    rows it saw (`row_count`), or the error that kept its figure from being computed."""
-
-    success: bool
-    failing: int | None
-    observed: int | None
-    error: str | None
 
 
 # Flags packed per int column before the unique checks' windows (bit 31 stays clear).
@@ -138,7 +133,7 @@ class _Validation:
     """The verdict on each check, the rows counted in the batch, and the rows its failing
     skip/dlq checks take out by policy (None: not counted, when the aggregate raised)."""
 
-    outcomes: list[_Judged]
+    outcomes: list[Judged]
     rows: int
     taken_out: dict[str, int] | None = None
 
@@ -163,7 +158,7 @@ def _validate(flags: DataFrame, checks: tuple[CompiledCheck, ...]) -> _Validatio
     counted = {
         policy: int(row[1 + len(sums) + position] or 0) for position, policy in enumerate(taken_out)
     }
-    judged = [_judge(c, figures.get(i), rows) for i, c in enumerate(checks)]
+    judged = [judge(c, figures.get(i), rows) for i, c in enumerate(checks)]
     return _Validation(judged, rows, counted)
 
 
@@ -198,26 +193,19 @@ def _validate_one_by_one(
     judged = []
     for index, check in enumerate(checks):
         if index not in sums:
-            judged.append(_judge(check, None, rows))
+            judged.append(judge(check, None, rows))
             continue
         try:
             failing = int(flags.selectExpr(_sum(sums[index])).collect()[0][0] or 0)
         except _spark_errors() as failed:
-            judged.append(_Judged(False, None, None, spark_error_summary(failed)))
+            judged.append(Judged(False, None, None, spark_error_summary(failed)))
             continue
-        judged.append(_judge(check, failing, rows))
+        judged.append(judge(check, failing, rows))
     return _Validation(judged, rows)
 
 
 def _sum(flag: str) -> str:
     return f"sum({quote_ident(flag)})"
-
-
-def _judge(check: CompiledCheck, failing: int | None, rows: int) -> _Judged:
-    if check.kind != "row_count":
-        return _Judged(failing == 0, failing, None, None)
-    within = (check.min is None or rows >= check.min) and (check.max is None or rows <= check.max)
-    return _Judged(within, None, rows, None)
 
 
 def _spark_errors() -> tuple[type[Exception], ...]:
@@ -360,29 +348,7 @@ def _positions(df: DataFrame) -> dict[str, Column]:
     }
 
 
-def _verdict(check: CompiledCheck, judged: _Judged) -> tuple[Outcome, Action]:
-    if judged.success:
-        return "pass", "none"
-    if check.severity == "warn":
-        return "warn", "none"
-    if judged.error is None and check.splits_rows:
-        return "warn", "dead_lettered" if check.on_failure == "dlq" else "skipped"
-    return "fail", "none"
-
-
 _PROVEN = "no key repeats in the rows read (the read tasks' key digests): judged without a window"
-
-
-def _detail(check: CompiledCheck, judged: _Judged) -> str | None:
-    if judged.error:
-        return f"the check could not run: {judged.error}"
-    if check.kind == "row_count":
-        bounds = [
-            f"at least {check.min:g}" if check.min is not None else "",
-            f"at most {check.max:g}" if check.max is not None else "",
-        ]
-        return "expected " + " and ".join(b for b in bounds if b)
-    return None
 
 
 def run_checks(
@@ -421,7 +387,7 @@ def run_checks(
     sampled, sampling = flagged, predicates
     if failed and samples_from is not None:
         sampled, sampling = _with_failing_flags(samples_from, checks, proven)
-    verdicts = [_verdict(c, j) for c, j in zip(checks, validation.outcomes, strict=True)]
+    verdicts = [verdict(c, j) for c, j in zip(checks, validation.outcomes, strict=True)]
     to_sample = [
         (check.name, judged.failing or 0)
         for check, judged, (outcome, _) in zip(checks, validation.outcomes, verdicts, strict=True)
@@ -433,22 +399,13 @@ def run_checks(
         sum(failing for _, failing in to_sample),
         sample_size,
     )
-    results = []
-    for index, (check, judged) in enumerate(zip(checks, validation.outcomes, strict=True)):
-        outcome, action = verdicts[index]
-        samples = samples_of.get(check.name, ())
-        results.append(
-            CheckResult.of(
-                check,
-                outcome,
-                rows_evaluated=total,
-                failing=None if check.kind == "row_count" else (judged.failing or 0),
-                action=action,
-                observed=judged.observed if check.kind == "row_count" else None,
-                samples=samples,
-                detail=_PROVEN if index in proven else _detail(check, judged),
-            )
-        )
+    results = check_results(
+        checks,
+        validation.outcomes,
+        total,
+        samples_of,
+        details=dict.fromkeys(proven, _PROVEN),
+    )
     splitting = [
         (check, result)
         for check, result in zip(checks, results, strict=True)
@@ -459,7 +416,7 @@ def run_checks(
     )
     report = CheckReport(
         table=table,
-        results=tuple(results),
+        results=results,
         rows_evaluated=total,
         rows_skipped=skipped_count,
         rows_dead_lettered=rejected_count,
