@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.text import Text
 
+from tableflow_core.ingest.sharing import needs_spark_writer
 from tableflow_core.maintenance.delete_load import delete_upkeep
 from tableflow_core.maintenance.history import metadata_upkeep
 from tableflow_core.plan.actions import (
@@ -210,6 +211,8 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
             out.extend(action_lines(table_action))
             if isinstance(table_action, Ingest) and table in jobs:
                 out.append(Text(f"      {jobs[table]}", style=SYMBOLS["read"][1]))
+            elif isinstance(table_action, Ingest) and (why := _checks_on_spark(table_action)):
+                out.append(Text(f"      own Spark pipeline: {why}", style=SYMBOLS["read"][1]))
     for name, why in sorted(plan.suspended.items()):
         out.append(Text())
         out.append(Text(f"! {name}: {why}", style="bold yellow"))
@@ -228,6 +231,15 @@ def render_human(plan: Plan, console: Console, show_dag: bool = False) -> None:
     style = "bold red" if plan.blockers else "bold"
     out.append(Text(plan.summary_line(), style=style))
     _print_lines(console, out)
+
+
+def _checks_on_spark(ingest: Ingest) -> str | None:
+    """Why a checked table's run is not judged in a shared job's read tasks (its own
+    Spark pipeline runs its checks), when it has checks."""
+    compiled = ingest.spec.compiled
+    if compiled is None or not compiled.checks.checks:
+        return None
+    return needs_spark_writer(ingest.spec)
 
 
 def shared_jobs_of(plan: Plan, compact: bool = False) -> dict[str, str]:
