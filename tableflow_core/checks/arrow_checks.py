@@ -47,8 +47,8 @@ def _value_kind(data_type: pa.DataType) -> str | None:
         return "string"
     if pa.types.is_boolean(data_type):
         return "boolean"
-    if pa.types.is_integer(data_type):
-        return "integer"
+    if pa.types.is_integer(data_type) and not pa.types.is_uint64(data_type):
+        return "integer"  # compared as int64 (a uint64 may not fit)
     if pa.types.is_floating(data_type):
         return "floating"
     return None
@@ -61,7 +61,9 @@ def _is_number(value: Any) -> bool:
 _VALUES_FIT: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "boolean": lambda v: isinstance(v, bool),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "integer": lambda v: (
+        isinstance(v, int) and not isinstance(v, bool) and _INT64_MIN <= v <= _INT64_MAX
+    ),
     "floating": lambda v: _is_number(v) and math.isfinite(v),
 }
 

@@ -13,9 +13,9 @@ which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"
    table's data files, then reports them with its counts (`pipeline/shared_tasks.py`);
 3. per table, on the driver, concurrently: its bad-record policy (`fail` stops the table's
    run, naming the records), its accounting, its checks judged from the tasks' counts (a
-   checked table: `ChecksFailed` stops its run), its dead letters appended to its Iceberg
-   dead-letter table (idempotent by source offset; tables sharing that table take
-   turns), then one catalog commit
+   checked table: `ChecksFailed` stops its run); then the dead letters of every table
+   appended to their Iceberg dead-letter tables, one append per dead-letter table
+   (idempotent by source offset); then per table one catalog commit
    (`engine/run_branch.publish_run`): a snapshot on the run's branch holding the data
    files, the offsets and the accounting, main moved to it and the branch removed,
    accepted only while main is still where the run branched. An existing table's run is
@@ -37,7 +37,6 @@ an upsert table too large for the driver's merge, or holding deletes it does not
 from __future__ import annotations
 
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -211,17 +210,16 @@ def ingest_shared(
             return results
         job_s = time.monotonic() - job_began
         crash_point("shared_before_publish")
-        # Tables dead-lettering to the same table append one after the other (pyiceberg
-        # retries a refused append only a few times).
-        dead_letter_locks = {
-            target.table: threading.Lock()
-            for run in started
-            if isinstance(target := run.member.spec.dead_letter, IcebergDeadLetter)
-        }
+        for run in started:
+            run.timings["shared_job"] = job_s
+        ready = _prepare_all(pool, started, reports, catalog, results)
+        on_spark = _append_dead_letters(pool, ready, catalog, results)
+        crash_point("after_dead_letter")
         published = [
-            (run, pool.submit(_publish, spark, run, reports.get(i, []), kafka_conf, catalog,
-                              decoder_factory, job_s, dead_letter_locks))
-            for i, run in enumerate(started)
+            (prep.run, pool.submit(_publish, spark, prep, kafka_conf, catalog, decoder_factory,
+                                   on_spark.get(id(prep))))
+            for prep in ready
+            if prep.run.member.spec.table_name not in results
         ]  # fmt: skip
         for run, publishing in published:
             try:
@@ -229,6 +227,111 @@ def ingest_shared(
             except Exception as exc:
                 results[run.member.spec.table_name] = _failed(run.member.spec, catalog, exc)
     return results
+
+
+@dataclass
+class _Prepared:
+    """A table whose tasks' reports passed its policy, accounting and checks: what its
+    dead-letter append and its publish need."""
+
+    run: _Started
+    reports: Sequence[TableReport]
+    merged: _Merged
+    accounting: RunAccounting
+    checks: CheckReport | None
+    dead_letters: pa.Table | None
+
+
+def _prepare_all(
+    pool: ThreadPoolExecutor,
+    started: Sequence[_Started],
+    reports: Mapping[int, list[TableReport]],
+    catalog: Any,
+    results: dict[str, Result],
+) -> list[_Prepared]:
+    """Each table's reports judged (concurrently); a table that fails here has its branch
+    dropped and its error in `results`."""
+    futures = [
+        (run, pool.submit(_prepare, run, reports.get(i, []))) for i, run in enumerate(started)
+    ]
+    ready = []
+    for run, future in futures:
+        try:
+            ready.append(future.result())
+        except Exception as exc:
+            _drop_branch(run, catalog)
+            results[run.member.spec.table_name] = _failed(run.member.spec, catalog, exc)
+    return ready
+
+
+def _prepare(run: _Started, reports: Sequence[TableReport]) -> _Prepared:
+    """The table's bad-record policy, accounting and checks, from its tasks' reports."""
+    refresh_table_io(run.table)
+    merged = _Merged.of(reports)
+    accounting = _accounting(run, merged)
+    checks = _checks_report(run, merged)
+    return _Prepared(run, reports, merged, accounting, checks, read_dead_letters(reports))
+
+
+def _append_dead_letters(
+    pool: ThreadPoolExecutor,
+    ready: Sequence[_Prepared],
+    catalog: Any,
+    results: dict[str, Result],
+) -> dict[int, str]:
+    """Every table's dead letters appended to its Iceberg dead-letter table before any
+    publish: one driver append per dead-letter table for all the tables of the job that
+    write to it (idempotent by source offset: a re-run after a crash adds none twice).
+    A failed append fails its tables (branches dropped, errors in `results`). Returns the
+    tables (by `id()` of their _Prepared) whose dead letters are more than the driver
+    appends, with why: they run again on their own, where Spark's MERGE writes them."""
+    by_target: dict[str, list[_Prepared]] = {}
+    for prep in ready:
+        if prep.dead_letters is not None and prep.dead_letters.num_rows:
+            target = prep.run.member.spec.dead_letter
+            assert isinstance(target, IcebergDeadLetter)  # ingest/sharing.py shares no other
+            by_target.setdefault(target.table, []).append(prep)
+    on_spark: dict[int, str] = {}
+    budget = driver_max_rows()
+    futures = []
+    for table, group in by_target.items():
+        rows = sum(p.dead_letters.num_rows for p in group if p.dead_letters is not None)
+        if rows > budget:
+            why = (
+                f"{rows:,} dead letters for {table}, more than the driver appends ({budget:,}): "
+                "the table ran again on its own, Spark's MERGE wrote them"
+            )
+            on_spark.update({id(p): why for p in group})
+            continue
+        futures.append((group, pool.submit(_append_to, group, catalog)))
+    for group, future in futures:
+        try:
+            future.result()
+        except Exception as exc:
+            for prep in group:
+                _drop_branch(prep.run, catalog)
+                spec = prep.run.member.spec
+                results[spec.table_name] = _failed(spec, catalog, exc)
+    return on_spark
+
+
+def _append_to(group: Sequence[_Prepared], catalog: Any) -> None:
+    """The dead letters of `group` (tables sharing a dead-letter table) in one append."""
+    first = group[0].run.member.spec
+    target = first.dead_letter
+    assert isinstance(target, IcebergDeadLetter)
+    context = SinkContext(
+        table=", ".join(p.run.member.spec.table_name for p in group),
+        run_id=",".join(p.run.run_id for p in group),
+        spark_catalog=first.catalog,
+        catalog_address=str(getattr(catalog, "address", "") or ""),
+        iceberg_tables=CatalogTables(catalog.catalog),
+    )
+    rows = pa.concat_tables([p.dead_letters for p in group if p.dead_letters is not None])
+    started = time.monotonic()
+    IcebergTableSink(target, context).append_rows(rows)
+    for prep in group:
+        prep.run.timings["dead_letter_write"] = time.monotonic() - started
 
 
 def _failed(spec: IngestSpec, catalog: Any, exc: Exception) -> BaseException:
@@ -422,26 +525,23 @@ def _on_error(spec: IngestSpec) -> str:
 
 def _publish(
     spark: Callable[[], SparkSession],
-    run: _Started,
-    reports: Sequence[TableReport],
+    prep: _Prepared,
     kafka_conf: Mapping[str, str],
     catalog: Any,
     decoder_factory: DecoderFactory | None,
-    job_s: float,
-    dead_letter_locks: Mapping[str, threading.Lock],
+    dead_letters_on_spark: str | None = None,
 ) -> IngestOutcome:
-    """The table's policy, accounting and checks, its dead letters, then its publish
-    commit; on a main that moved, the table's run again on its own."""
+    """The table's publish commit (an upsert table's batch merged first); on a main that
+    moved, or dead letters the driver does not append, the table's run again on its own."""
+    run, merged, accounting, checks = prep.run, prep.merged, prep.accounting, prep.checks
     spec = run.member.spec
-    run.timings["shared_job"] = job_s
+    if dead_letters_on_spark is not None:
+        _drop_branch(run, catalog)
+        return _ingest_alone(
+            spark, run.member, kafka_conf, catalog, decoder_factory, dead_letters_on_spark
+        )
     try:
-        refresh_table_io(run.table)
-        merged = _Merged.of(reports)
-        accounting = _accounting(run, merged)
-        checks = _checks_report(run, merged)
-        _write_dead_letters(run, read_dead_letters(reports), catalog, dead_letter_locks)
-        crash_point("after_dead_letter")
-        delta = _merge_upsert(run, reports, catalog) if spec.mode == "upsert" else None
+        delta = _merge_upsert(run, prep.reports, catalog) if spec.mode == "upsert" else None
         started = time.monotonic()
         properties = {
             OFFSETS_KEY: encode_offsets(spec.topic, run.after),
@@ -464,9 +564,6 @@ def _publish(
         _drop_branch(run, catalog)
         why = f"upsert: the driver's merge does not read this table ({exc}); Spark's MERGE ran"
         return _ingest_alone(spark, run.member, kafka_conf, catalog, decoder_factory, why)
-    except _DeadLettersOnSpark as exc:
-        _drop_branch(run, catalog)
-        return _ingest_alone(spark, run.member, kafka_conf, catalog, decoder_factory, str(exc))
     except BaseException:
         _drop_branch(run, catalog)
         raise
@@ -645,45 +742,6 @@ def _checks_report(run: _Started, merged: _Merged) -> CheckReport | None:
     return report
 
 
-class _DeadLettersOnSpark(TableflowError):
-    """More dead letters than the driver appends (`TABLEFLOW_DLQ_DRIVER_MAX_ROWS`): the
-    table's run goes again on its own, where Spark's MERGE writes them."""
-
-
-def _write_dead_letters(
-    run: _Started,
-    rows: pa.Table | None,
-    catalog: Any,
-    locks: Mapping[str, threading.Lock],
-) -> None:
-    """The run's dead-letter rows appended to its Iceberg dead-letter table by the driver
-    (idempotent by source offset: a re-run after a crash adds none twice), before the
-    publish, as the table's own pipeline does (pipeline/runners/dead_letter.py)."""
-    if rows is None or rows.num_rows == 0:
-        return
-    spec = run.member.spec
-    target = spec.dead_letter
-    if not isinstance(target, IcebergDeadLetter):  # ingest/sharing.py shares no other
-        raise IngestError(f"table {spec.table_name}: dead letters without an Iceberg table")
-    budget = driver_max_rows()
-    if rows.num_rows > budget:
-        raise _DeadLettersOnSpark(
-            f"{rows.num_rows:,} dead letters, more than the driver appends ({budget:,}): "
-            "the table ran again on its own, Spark's MERGE wrote them"
-        )
-    context = SinkContext(
-        table=spec.table_name,
-        run_id=run.run_id,
-        spark_catalog=spec.catalog,
-        catalog_address=str(getattr(catalog, "address", "") or ""),
-        iceberg_tables=CatalogTables(catalog.catalog),
-    )
-    started = time.monotonic()
-    with locks[target.table]:
-        IcebergTableSink(target, context).append_rows(rows)
-    run.timings["dead_letter_write"] = time.monotonic() - started
-
-
 def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
     """The table's bad records by its policy (`fail`: IngestError naming them), then the
     run's accounting, checked."""
@@ -706,17 +764,8 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
             run_id=run.run_id,
         )
     # Undecodable records go by the table's policy; rows the checks took out, by theirs.
-    skipped = _added(merged.skipped, merged.bad if policy == "skip" else {})
-    dead_lettered = _added(merged.dead_lettered, merged.bad if policy == "dlq" else {})
-    filtered = {
-        p: read
-        - merged.bad.get(p, 0)
-        - merged.written.get(p, 0)
-        - merged.tombstones.get(p, 0)
-        - merged.skipped.get(p, 0)
-        - merged.dead_lettered.get(p, 0)
-        for p, read in merged.read.items()
-    }
+    # A shared run filters nothing (no transforms): every record read is counted where it
+    # went, so a partition that does not add up fails the check, none is called filtered.
     return RunAccounting.from_counts(
         spec.table_name,
         spec.topic,
@@ -724,9 +773,8 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
         read=merged.read,
         written=merged.written,
         tombstones=merged.tombstones,
-        filtered=filtered,
-        skipped=skipped,
-        dead_lettered=dead_lettered,
+        skipped=_added(merged.skipped, merged.bad if policy == "skip" else {}),
+        dead_lettered=_added(merged.dead_lettered, merged.bad if policy == "dlq" else {}),
     ).check()
 
 

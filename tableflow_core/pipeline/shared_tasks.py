@@ -236,14 +236,18 @@ class _TableRun:
             for decoded in self._chunks.decode(messages):
                 self.add(decoded, messages)
 
-    def write(self) -> None:
-        """The rows held so far as data files of the table (none published yet); an
-        upsert table's, as the report's `upsert_rows`. The dead-letter rows, as the
+    def finish(self) -> None:
+        """Every row read reported: the good rows written, the dead-letter rows as the
         report's `dead_letters`."""
+        self.write()
         if self._dead_letters:
             rows = pa.concat_tables(self._dead_letters)
             self.report.dead_letters = _ipc(rows.to_batches(), BAD_RECORD_SCHEMA)
             self._dead_letters = []
+
+    def write(self) -> None:
+        """The rows held so far as data files of the table (none published yet); an
+        upsert table's, as the report's `upsert_rows`."""
         if self._upsert:
             if not self.report.too_large:
                 self.report.upsert_rows = _ipc(self._good, self._chunks.output_schema)
@@ -350,7 +354,7 @@ def table_reports(
                     for r in ranges:
                         offset_range = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
                         table.read(reader, offset_range)
-                    table.write()
+                    table.finish()
                     crash_session_point("shared_mid_write")  # tests: files written, none published
                 except (TableflowError, ValueError, OSError, pa.ArrowException) as exc:
                     table.report = TableReport(member, error=f"{type(exc).__name__}: {exc}")

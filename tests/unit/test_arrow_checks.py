@@ -115,6 +115,8 @@ def test_accepted_values_compare_like_types_and_never_judge_null() -> None:
         (check("accepted_values", values=(True,)), pa.int64(), "other types"),
         (check("accepted_values", values=(1.5,)), pa.int64(), "other types"),
         (check("accepted_values", values=("2024-01-01",)), pa.date32(), "compared by Spark"),
+        (check("range", max=1.0), pa.uint64(), "compared by Spark"),
+        (check("accepted_values", values=(2**64,)), pa.int64(), "other types"),
     ],
 )
 def test_what_the_read_tasks_leave_to_spark(
