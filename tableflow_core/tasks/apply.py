@@ -207,8 +207,8 @@ def _member_outcomes(
     project: Project, plan: Plan, outcomes: dict[str, TaskOutcome]
 ) -> dict[str, TaskOutcome]:
     """Each shared job member's run as the outcome of a task `ingest:<table>` of its own:
-    success with its IngestOutcome, error with what stopped it, skipped when the job did
-    not run it (its DDL failed)."""
+    success with its IngestOutcome, error with what stopped it (and what the run knew,
+    e.g. its checks' report), skipped when the job did not run it (its DDL failed)."""
     found: dict[str, TaskOutcome] = {}
     for task in plan.dag.tasks:
         if not task.members:
@@ -225,7 +225,8 @@ def _member_outcomes(
                 found[member.table] = TaskOutcome(task_id, "skipped", error=why)
             elif isinstance(result, BaseException):
                 error = _describe(project, result)
-                found[member.table] = TaskOutcome(task_id, "error", error=error)
+                partial = getattr(result, "outcome", None)  # what the failed run knew
+                found[member.table] = TaskOutcome(task_id, "error", partial, error=error)
             else:
                 found[member.table] = TaskOutcome(
                     task_id, "success", result, duration_s=result.duration_s
