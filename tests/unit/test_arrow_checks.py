@@ -33,8 +33,8 @@ from tableflow_core.ingest.stages import (
     StepLine,
     Write,
 )
-from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.transforms.compile import CompiledTransforms
+from tests.unit.test_shared_jobs_plan import spec
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -196,11 +196,6 @@ ICEBERG = IcebergDeadLetter(type="iceberg", table="ops.bad_records")
 
 def checked_spec(*checks: CompiledCheck, **overrides: Any) -> IngestSpec:
     fields: dict[str, Any] = {
-        "table_name": "orders",
-        "namespace": ("shop",),
-        "table": "orders",
-        "topic": "orders",
-        "value": FormatSpec(format="avro"),
         "decoded_schema": SCHEMA,
         "stages": (
             ReadRanges(),
@@ -216,7 +211,7 @@ def checked_spec(*checks: CompiledCheck, **overrides: Any) -> IngestSpec:
             checks=CompiledChecks(checks=checks),
         ),
     }
-    return IngestSpec(**{**fields, **overrides})
+    return spec(**{**fields, **overrides})
 
 
 def test_an_append_table_with_row_local_checks_and_an_iceberg_dead_letter_table_shares() -> None:
