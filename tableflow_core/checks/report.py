@@ -21,6 +21,8 @@ Outcome = Literal["pass", "warn", "fail"]
 Action = Literal["none", "skipped", "dead_lettered"]
 
 SUMMARY_PREFIX = "tableflow.checks"
+# Failing rows a check's result shows, whichever engine judged it.
+SAMPLES_PER_CHECK = 3
 # Snapshot summary values are strings kept in table metadata: stay short.
 SUMMARY_MAX_CHARS = 500
 

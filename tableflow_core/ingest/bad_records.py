@@ -66,6 +66,11 @@ ROW_JSON_COLUMN = "row_json"
 # dedup and upsert, and the way back to the source record); the write stage drops them.
 SOURCE_PARTITION_COLUMN = "__tf_partition"
 SOURCE_OFFSET_COLUMN = "__tf_offset"
+# How a check's sample rows name those positions (run_results.json, errors).
+SAMPLE_POSITIONS = {
+    SOURCE_PARTITION_COLUMN: "kafka_partition",
+    SOURCE_OFFSET_COLUMN: "kafka_offset",
+}
 
 # The Iceberg dead-letter table: the bad records' columns, marked with the tables writing to
 # it; idempotent writes match on the key columns (deadletter/sinks/iceberg_table.py).

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -275,8 +275,12 @@ def _empty_run(
     return replace(outcome, duration_s=time.monotonic() - began)
 
 
-def _failed_outcome(
-    context: StageContext, before: dict[int, int], error: IngestError, duration_s: float
+def failed_outcome(
+    before: Mapping[int, int],
+    error: IngestError,
+    duration_s: float,
+    warnings: Iterable[str],
+    timings: Mapping[str, float],
 ) -> IngestOutcome:
     """What a run that failed knew (run_results.json reports it like a passing one):
     nothing was committed, the offsets stay where they were; the checks' report when
@@ -286,13 +290,13 @@ def _failed_outcome(
         records_read=0,
         records_written=0,
         failures=0,  # nothing was skipped: the bad records are named in the error
-        offsets_before=before,
+        offsets_before=dict(before),
         offsets_after=dict(before),
         snapshot_id=None,
         duration_s=duration_s,
-        warnings=tuple(context.warnings),
+        warnings=tuple(warnings),
         checks=checks,
-        timings={name: round(seconds, 3) for name, seconds in context.timings.items()},
+        timings={name: round(seconds, 3) for name, seconds in timings.items()},
     )
 
 
@@ -378,7 +382,9 @@ def _ingest_once(
                 f"nothing was committed: {failure_cause(exc)}"
             ) from exc
     except IngestError as exc:
-        exc.outcome = _failed_outcome(context, before, exc, time.monotonic() - began)
+        exc.outcome = failed_outcome(
+            before, exc, time.monotonic() - began, context.warnings, context.timings
+        )
         raise
     finally:
         for cleanup in context.cleanups:

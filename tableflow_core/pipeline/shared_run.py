@@ -49,7 +49,7 @@ import pyarrow as pa
 from tableflow_core.checks.arrow_checks import ENGINE as ARROW_ENGINE
 from tableflow_core.checks.arrow_checks import CheckTally
 from tableflow_core.checks.compile import CompiledCheck
-from tableflow_core.checks.report import CheckReport
+from tableflow_core.checks.report import SAMPLES_PER_CHECK, CheckReport
 from tableflow_core.checks.verdict import check_results, judge
 from tableflow_core.config.models.dead_letter import IcebergDeadLetter
 from tableflow_core.deadletter.accounting import RunAccounting
@@ -80,6 +80,7 @@ from tableflow_core.pipeline.run import (
     _catalog_named,
     _check_expected,
     _load,
+    failed_outcome,
     failure_cause,
     ingest,
 )
@@ -88,7 +89,6 @@ from tableflow_core.pipeline.runners.dead_letter import CatalogTables, null_valu
 from tableflow_core.pipeline.runners.decode import key_spec
 from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK, task_groups
 from tableflow_core.pipeline.shared_tasks import (
-    CHECK_SAMPLES,
     MAX_REPORTED_FAILURES,
     REPORT_SCHEMA,
     TableReport,
@@ -259,9 +259,14 @@ def _prepare_all(
         try:
             ready.append(future.result())
         except Exception as exc:
-            _drop_branch(run, catalog)
-            results[run.member.spec.table_name] = _failed(run.member.spec, catalog, exc)
+            _stop(run, exc, catalog, results)
     return ready
+
+
+def _stop(run: _Started, exc: Exception, catalog: Any, results: dict[str, Result]) -> None:
+    """A table whose run stops after its start: its branch dropped, its error kept."""
+    _drop_branch(run, catalog)
+    results[run.member.spec.table_name] = _failed(run.member.spec, catalog, exc)
 
 
 def _prepare(run: _Started, reports: Sequence[TableReport]) -> _Prepared:
@@ -309,9 +314,7 @@ def _append_dead_letters(
             future.result()
         except Exception as exc:
             for prep in group:
-                _drop_branch(prep.run, catalog)
-                spec = prep.run.member.spec
-                results[spec.table_name] = _failed(spec, catalog, exc)
+                _stop(prep.run, exc, catalog, results)
     return on_spark
 
 
@@ -504,15 +507,14 @@ class _Merged:
                 (merged.skipped, report.skipped),
                 (merged.dead_lettered, report.dead_lettered),
             ):
-                for partition, count in theirs.items():
-                    mine[partition] = mine.get(partition, 0) + count
+                _count_into(mine, theirs)
             merged.failures.extend(report.failures)
             merged.data_files.extend(report.data_files)
             if report.error:
                 merged.errors.append(report.error)
             if report.checks is not None:
                 merged.checks = merged.checks or CheckTally()
-                merged.checks.add(report.checks, CHECK_SAMPLES)
+                merged.checks.add(report.checks, SAMPLES_PER_CHECK)
         merged.failures.sort(key=lambda f: (f.partition, f.offset))
         del merged.failures[MAX_REPORTED_FAILURES:]
         return merged
@@ -726,17 +728,9 @@ def _checks_report(run: _Started, merged: _Merged) -> CheckReport | None:
     )
     if report.blocks_publish:
         error = ChecksFailed(report.failure_message(), report.as_dict())
-        error.outcome = IngestOutcome(
-            records_read=0,
-            records_written=0,
-            failures=0,
-            offsets_before=run.before,
-            offsets_after=dict(run.before),
-            snapshot_id=None,
-            duration_s=time.monotonic() - run.began,
-            warnings=(*run.member.warnings, *report.warnings()),
-            checks=report.as_dict(),
-            timings={name: round(seconds, 3) for name, seconds in run.timings.items()},
+        warnings = (*run.member.warnings, *report.warnings())
+        error.outcome = failed_outcome(
+            run.before, error, time.monotonic() - run.began, warnings, run.timings
         )
         raise error
     return report
@@ -778,11 +772,16 @@ def _accounting(run: _Started, merged: _Merged) -> RunAccounting:
     ).check()
 
 
+def _count_into(total: dict[int, int], counts: Mapping[int, int]) -> None:
+    """Add per-partition `counts` to `total`."""
+    for partition, count in counts.items():
+        total[partition] = total.get(partition, 0) + count
+
+
 def _added(*counts: Mapping[int, int]) -> dict[int, int]:
     total: dict[int, int] = {}
     for by_partition in counts:
-        for partition, count in by_partition.items():
-            total[partition] = total.get(partition, 0) + count
+        _count_into(total, by_partition)
     return total
 
 

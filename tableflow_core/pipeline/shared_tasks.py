@@ -35,12 +35,14 @@ import pyarrow.compute as pc
 
 from tableflow_core.checks.arrow_checks import CheckTally, judge_batch
 from tableflow_core.checks.compile import CompiledCheck
+from tableflow_core.checks.report import SAMPLES_PER_CHECK
 from tableflow_core.checks.verdict import CHECK_ERROR_CLASS, CHECK_STAGE, failed_message
 from tableflow_core.deadletter.originals import bad_record_row
 from tableflow_core.engine.test_hooks import crash_session_point
 from tableflow_core.errors import FailedRecord, TableflowError
 from tableflow_core.ingest.bad_records import (
     BAD_RECORD_SCHEMA,
+    SAMPLE_POSITIONS,
     SOURCE_OFFSET_COLUMN,
     SOURCE_PARTITION_COLUMN,
 )
@@ -60,7 +62,6 @@ from tableflow_core.pipeline.vended_credentials import CredentialRefresh
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
 REPORT_SCHEMA = "member int, report binary"
 MAX_REPORTED_FAILURES = 20  # bad records named per table (route_bad_records' figure)
-CHECK_SAMPLES = 3  # failing rows a check's result shows (run_checks' sample size)
 # A table's good rows a task holds before it writes them as a data file: a large run's
 # task writes a file per this many bytes of Arrow instead of holding all its rows.
 WRITE_BUFFER_BYTES = 128 * 1024 * 1024
@@ -203,10 +204,10 @@ class _TableRun:
         """The good rows the checks leave in the batch; the tally and the rows taken out
         go to the report (checks/arrow_checks.py)."""
         started = time.perf_counter()
-        verdict = judge_batch(self.work.checks, good, _samples, CHECK_SAMPLES)
+        verdict = judge_batch(self.work.checks, good, _samples, SAMPLES_PER_CHECK)
         verdict.tally.seconds = time.perf_counter() - started
         assert self.report.checks is not None
-        self.report.checks.add(verdict.tally, CHECK_SAMPLES)
+        self.report.checks.add(verdict.tally, SAMPLES_PER_CHECK)
         taken = pc.or_(verdict.dead_lettered, verdict.skipped)
         if not pc.any(taken).as_py():
             return good
@@ -268,9 +269,8 @@ def _samples(rows: pa.RecordBatch) -> list[dict[str, Any]]:
     """Failing rows as a check's result shows them: the table's columns and the record's
     Kafka partition and offset (pipeline/checks/run.py's samples)."""
     visible = [n for n in rows.schema.names if not is_hidden(n)]
-    positions = {SOURCE_PARTITION_COLUMN: "kafka_partition", SOURCE_OFFSET_COLUMN: "kafka_offset"}
-    samples = rows.select([*visible, *positions]).to_pylist()
-    return [{positions.get(k, k): v for k, v in sample.items()} for sample in samples]
+    samples = rows.select([*visible, *SAMPLE_POSITIONS]).to_pylist()
+    return [{SAMPLE_POSITIONS.get(k, k): v for k, v in sample.items()} for sample in samples]
 
 
 def _check_dead_letters(

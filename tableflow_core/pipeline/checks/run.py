@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.checks.compile import CompiledCheck, CompiledChecks
-from tableflow_core.checks.report import CheckReport, CheckResult
+from tableflow_core.checks.report import SAMPLES_PER_CHECK, CheckReport, CheckResult
 from tableflow_core.checks.verdict import (
     CHECK_ERROR_CLASS,
     CHECK_STAGE,
@@ -47,7 +47,11 @@ from tableflow_core.checks.verdict import (
     verdict,
 )
 from tableflow_core.deadletter.frames import spark_error_summary
-from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
+from tableflow_core.ingest.bad_records import (
+    SAMPLE_POSITIONS,
+    SOURCE_OFFSET_COLUMN,
+    SOURCE_PARTITION_COLUMN,
+)
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN
 from tableflow_core.ingest.upsert_order import OFFSET_COLUMN, PARTITION_COLUMN, TIMESTAMP_COLUMN
 from tableflow_core.pipeline.transforms.spark import rejected_rows, row_json
@@ -293,7 +297,7 @@ def _samples(
     validation."""
     if not predicates:  # nothing failed: no column is built, nothing is read
         return {}
-    visible = [c for c in df.columns if not c.startswith("__tf_") or c in _POSITION]
+    visible = [c for c in df.columns if not c.startswith("__tf_") or c in SAMPLE_POSITIONS]
     positions = _positions(df)
     columns = [positions.get(c, _col(c)).alias(c) for c in visible]
     if failing > SAMPLE_ALL_FAILING_MAX:
@@ -316,15 +320,12 @@ def _samples(
 def _as_samples(rows: list[Any]) -> tuple[dict[str, Any], ...]:
     return tuple(
         {
-            _POSITION.get(k, k): v
+            SAMPLE_POSITIONS.get(k, k): v
             for k, v in row.asDict(recursive=True).items()
             if not k.startswith("__tf_sample_of_")
         }
         for row in rows
     )
-
-
-_POSITION = {SOURCE_PARTITION_COLUMN: "kafka_partition", SOURCE_OFFSET_COLUMN: "kafka_offset"}
 
 
 def _positions(df: DataFrame) -> dict[str, Column]:
@@ -357,7 +358,7 @@ def run_checks(
     spark: SparkSession,
     *,
     table: str,
-    sample_size: int = 3,
+    sample_size: int = SAMPLES_PER_CHECK,
     distinct_keys: Collection[tuple[str, ...]] = (),
     samples_from: DataFrame | None = None,
 ) -> CheckRun:
