@@ -6,9 +6,15 @@ and every reader writes or reads whole. A table refreshed every second that kept
 usual 7 days of snapshots would hold ~600,000 of them. So by default a table keeps its
 last `HISTORY_REFRESHES` refreshes: snapshots younger than that many refresh intervals
 (at most `HISTORY_MAX_AGE`), and never more than that many snapshots, however fast it
-committed (a catch-up after an outage commits faster than its interval). An explicit
-`older_than` keeps what it says, by age only (`plan` warns when that is a long history
-for the table's interval).
+committed (a catch-up after an outage commits faster than its interval). A table
+refreshed more often than every `HISTORY_REFRESHES / SNAPSHOTS_PER_INTERVAL_SECOND`
+seconds keeps fewer: `SNAPSHOTS_PER_INTERVAL_SECOND` per second of its interval (1s:
+100, 2s: 200), at least `MIN_HISTORY_REFRESHES`. Its metadata is written most often, and
+the whole history with it: in the 10-table soak at 1 s, tables keeping 500 snapshots
+committed every 1.2-1.35 s (p50) and kept records 2.0-2.3 s from their readers (p95),
+tables keeping 100 every 1.09 s and 1.6-1.9 s (benchmarks/soak.py, docs/production.md).
+An explicit `older_than` keeps what it says, by age only (`plan` warns when that is a
+long history for the table's interval).
 
 Pure: the snapshots' commit times come from the table's loaded metadata
 (`activity.TableActivity.snapshot_times`).
@@ -27,6 +33,10 @@ from tableflow_core.config.project import Table
 # Snapshots a table keeps by default: its last 500 refreshes. At ~1 KB a snapshot the
 # metadata.json stays well under 1 MB (benchmarks/soak.py measures it).
 HISTORY_REFRESHES = 500
+# ... and a fast table fewer: this many per second of its refresh interval, at least
+# MIN_HISTORY_REFRESHES (1s: 100 refreshes, 2s: 200, 5s and slower: 500).
+SNAPSHOTS_PER_INTERVAL_SECOND = 100
+MIN_HISTORY_REFRESHES = 100
 HISTORY_MAX_AGE_S = 7 * 86400.0
 # The default history is due for expiry once this share of it is expirable (or when
 # the block's `every` passed): 500 kept, expired at 600.
@@ -55,13 +65,13 @@ class History:
     derived: bool  # the age comes from the refresh interval (not written in the config)
 
     def describe(self) -> str:
-        """`keeps 8m20s, at most 500 snapshots (500 refreshes of 1s)`."""
+        """`keeps 1m40s, at most 100 snapshots, at least 3 (100 refreshes of 1s)`."""
         parts = [f"keeps {human_duration(self.max_age_s)}"]
         if self.max_snapshots is not None:
             parts.append(f"at most {self.max_snapshots} snapshots")
         parts.append(f"at least {self.retain_last}")
         why = (
-            f"{HISTORY_REFRESHES} refreshes of {human_duration(self.refresh_interval_s)}"
+            f"{self.max_snapshots} refreshes of {human_duration(self.refresh_interval_s)}"
             if self.derived
             else "older_than as configured"
         )
@@ -115,13 +125,20 @@ def table_history(table: Table) -> History:
             refresh_interval_s=interval,
             derived=False,
         )
+    refreshes = default_refreshes(interval)
     return History(
-        max_age_s=min(HISTORY_REFRESHES * interval, HISTORY_MAX_AGE_S),
-        max_snapshots=HISTORY_REFRESHES,
+        max_age_s=min(refreshes * interval, HISTORY_MAX_AGE_S),
+        max_snapshots=refreshes,
         retain_last=settings.retain_last,
         refresh_interval_s=interval,
         derived=True,
     )
+
+
+def default_refreshes(interval_s: float) -> int:
+    """How many refreshes a table refreshed every `interval_s` keeps by default."""
+    by_interval = int(SNAPSHOTS_PER_INTERVAL_SECOND * interval_s)
+    return min(HISTORY_REFRESHES, max(MIN_HISTORY_REFRESHES, by_interval))
 
 
 def long_history_warning(table: Table) -> str | None:
@@ -140,8 +157,8 @@ def long_history_warning(table: Table) -> str | None:
         f"expire_snapshots.older_than {human_duration(history.max_age_s)} at a refresh "
         f"interval of {human_duration(history.refresh_interval_s)} keeps ~{snapshots:,} "
         f"snapshots (~{snapshots // 1000:,} MB of metadata.json written by every commit and "
-        f"read by every reader); leave older_than out to keep the last {HISTORY_REFRESHES} "
-        "refreshes (docs/maintenance.md)"
+        f"read by every reader); leave older_than out to keep the last "
+        f"{default_refreshes(history.refresh_interval_s)} refreshes (docs/maintenance.md)"
     )
 
 

@@ -78,7 +78,7 @@ def how_to_add_maintenance(project: Project, tables: tuple[Table, ...]) -> str:
         "  maintenance:\n"
         "    every: 1h\n"
         "    compact: {every_commits: 10, every_small_files: 20}\n"
-        "    expire_snapshots: true   # keeps each table's last 500 refreshes\n"
+        "    expire_snapshots: true   # keeps each table's last 500 refreshes (1s: 100)\n"
         "Every key: docs/reference.md (`maintenance`); how it runs: docs/maintenance.md."
     )
 

@@ -14,6 +14,7 @@ from tableflow_core.maintenance.history import (
     HISTORY_MAX_AGE_S,
     HISTORY_REFRESHES,
     MAX_AGE_PROPERTY,
+    default_refreshes,
     human_duration,
     long_history_warning,
     metadata_upkeep,
@@ -33,13 +34,22 @@ def expiring(interval_s: float, expire: object = True):  # type: ignore[no-untyp
 
 
 def test_default_history_is_the_last_500_refreshes_capped_at_7_days() -> None:
-    second = table_history(expiring(1))
-    assert (second.max_age_s, second.max_snapshots, second.derived) == (500, 500, True)
-    assert (
-        second.describe() == "keeps 8m20s, at most 500 snapshots, at least 3 (500 refreshes of 1s)"
-    )
+    five = table_history(expiring(5))
+    assert (five.max_age_s, five.max_snapshots, five.derived) == (2500, 500, True)
+    assert five.describe() == "keeps 41m40s, at most 500 snapshots, at least 3 (500 refreshes of 5s)"
     assert table_history(expiring(300)).max_age_s == 500 * 300  # ~42 hours
     assert table_history(expiring(3600)).max_age_s == HISTORY_MAX_AGE_S
+
+
+def test_a_table_refreshed_faster_than_every_5_seconds_keeps_fewer_refreshes() -> None:
+    """Its metadata, the whole history with it, is written at every refresh."""
+    second = table_history(expiring(1))
+    assert (second.max_age_s, second.max_snapshots) == (100, 100)
+    assert (
+        second.describe() == "keeps 1m40s, at most 100 snapshots, at least 3 (100 refreshes of 1s)"
+    )
+    assert [default_refreshes(s) for s in (1, 2, 4.99, 5, 60)] == [100, 200, 499, 500, 500]
+    assert table_history(expiring(0.1)).max_snapshots == 100  # intervals count from 1 s
 
 
 def test_an_explicit_older_than_keeps_by_age_only_and_warns_when_long() -> None:
@@ -53,21 +63,21 @@ def test_an_explicit_older_than_keeps_by_age_only_and_warns_when_long() -> None:
 
 
 def test_cutoff_keeps_the_newest_500_whatever_the_commit_rate() -> None:
-    history = table_history(expiring(1))
+    history = table_history(expiring(5))
     # 2,000 commits in the last 200 s (a catch-up: 10 a second), newest first.
     times = [NOW - timedelta(seconds=i / 10) for i in range(2000)]
     cutoff = history.cutoff(NOW, times)
     assert cutoff == times[HISTORY_REFRESHES - 1]
     assert sum(1 for t in times if t >= cutoff) == HISTORY_REFRESHES
     assert history.expirable(NOW, times) == 2000 - HISTORY_REFRESHES
-    # Slow commits: the age decides (one every 10 s, 500 s kept: 51 snapshots).
-    slow = [NOW - timedelta(seconds=10 * i) for i in range(100)]
-    assert history.cutoff(NOW, slow) == NOW - timedelta(seconds=500)
+    # Slow commits: the age decides (one every 50 s, 2,500 s kept: 51 snapshots).
+    slow = [NOW - timedelta(seconds=50 * i) for i in range(100)]
+    assert history.cutoff(NOW, slow) == NOW - timedelta(seconds=2500)
     assert history.expirable(NOW, slow) == 49
 
 
 def test_expiry_is_due_by_count_before_its_interval() -> None:
-    table = expiring(1)
+    table = expiring(5)
     ran = NOW - timedelta(minutes=5)  # the hourly interval has not passed
     properties = {"tableflow.maintenance.expire_snapshots.last-run": ran.isoformat()}
     few = TableActivity(
@@ -80,11 +90,11 @@ def test_expiry_is_due_by_count_before_its_interval() -> None:
     (due,) = maintenance_due(table, properties, NOW, activity=many)
     assert due.operation == "expire_snapshots"
     assert due.triggers == ("120 snapshots to expire of 620 (due at 100)",)
-    assert due.arguments == ExpiryRun(500, many.snapshot_times[HISTORY_REFRESHES - 1], 3)
+    assert due.arguments == ExpiryRun(2500, many.snapshot_times[HISTORY_REFRESHES - 1], 3)
     # At run time, after compaction committed, by age or by that count, the later.
     assert due.arguments.cutoff(NOW) == many.snapshot_times[HISTORY_REFRESHES - 1]
-    assert due.arguments.cutoff(NOW + timedelta(hours=1)) == NOW + timedelta(seconds=3100)
-    assert "500 refreshes of 1s" in due.describe(NOW)
+    assert due.arguments.cutoff(NOW + timedelta(hours=1)) == NOW + timedelta(seconds=1100)
+    assert "500 refreshes of 5s" in due.describe(NOW)
     # Never run, but nothing older than the history: not due (no Spark call for nothing).
     young = TableActivity(data_files=3, snapshot_times=(NOW,))
     assert maintenance_due(table, {}, NOW, activity=young) == []
@@ -95,10 +105,10 @@ def test_every_table_gets_the_upkeep_properties_and_expiring_ones_their_history(
     props = managed_properties(expiring(1))
     assert props["write.metadata.delete-after-commit.enabled"] == "true"
     assert props["commit.manifest-merge.enabled"] == "true"
-    assert props[MAX_AGE_PROPERTY] == "500000"
+    assert props[MAX_AGE_PROPERTY] == "100000"
     assert MAX_AGE_PROPERTY not in managed_properties(table_with(None))
     assert metadata_upkeep(props) == (
-        "100 metadata files, manifests merged from 10, snapshots 8m20s"
+        "100 metadata files, manifests merged from 10, snapshots 1m40s"
     )
     assert metadata_upkeep({}).startswith("every metadata file")
     assert DEFAULT_TABLE_PROPERTIES["write.metadata.previous-versions-max"] == "100"

@@ -77,7 +77,8 @@ class ExpireSnapshotsSettings(MaintenanceOperation):
         None,
         description="Expire snapshots older than this (by age only). Not written: the table "
         "keeps its last 500 refreshes: 500 refresh intervals (at most 7d) and at most 500 "
-        "snapshots (docs/maintenance.md, History by refresh interval).",
+        "snapshots; a table refreshed faster than every 5s keeps 100 refreshes per second of "
+        "its interval (1s: 100) (docs/maintenance.md, History by refresh interval).",
     )
     retain_last: int = Field(3, ge=1, description="Always keep at least this many snapshots.")
 
