@@ -34,8 +34,4 @@ from tableflow_core.config.project import Table
 
 def maintained_beside_ingest(table: Table) -> bool:
     """`table`'s maintenance runs without its lock in `tableflow run` (module docstring)."""
-    return (
-        table.mode == "append"
-        and not table.publish_to
-        and "delta" not in table.formats
-    )
+    return table.mode == "append" and not table.publish_to and "delta" not in table.formats

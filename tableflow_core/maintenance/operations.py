@@ -7,9 +7,13 @@ Dispatched by `OPERATIONS[name]` (a caller may put its own function under a name
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from py4j.protocol import Py4JJavaError
 
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.config.models.catalogs import is_object_store_uri
@@ -21,6 +25,7 @@ from tableflow_core.config.models.maintenance import (
     RewriteDeletesSettings,
 )
 from tableflow_core.errors import TableflowError
+from tableflow_core.maintenance import expired_files
 from tableflow_core.maintenance.delete_load import APPLY_DELETES, DeletesCompaction
 from tableflow_core.maintenance.offsets import preserve_offsets
 from tableflow_core.maintenance.schedule import ExpiryRun
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
 DATA_PATH_PROPERTY = "write.data.path"
 METADATA_PATH_PROPERTY = "write.metadata.path"
 PROTECTED_DIRECTORY = "_delta_log"
+
+
+log = logging.getLogger(__name__)
 
 
 class MaintenanceError(TableflowError, RuntimeError):
@@ -182,23 +190,109 @@ def expire_snapshots(
     every snapshot before and after (7-8 s a run for a table keeping ~550 snapshots in
     the accelerated soak, 32-39 s on a loaded machine), where the table API walks only
     what the expired snapshots changed (1.2-1.4 s for the same 100 snapshots of 715, the
-    same files deleted; `docs/maintenance.md`).
+    same files deleted; `docs/maintenance.md`). The files it frees are kept for
+    `keep_files_for` and deleted by a later run (`expired_files.py`).
     """
     preserve_offsets(spark, table)
     if isinstance(settings, ExpiryRun):
-        cutoff = settings.cutoff(now)
+        cutoff, keep_files_s = settings.cutoff(now), settings.keep_files_s
     else:
         cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than or "7d"))
+        keep_files_s = parse_duration_seconds(settings.keep_files_for)
     iceberg = iceberg_table(spark, table)
     before = snapshot_count(spark, iceberg)
-    (
+    expiry = (
         iceberg.expireSnapshots()
         .expireOlderThan(int(cutoff.timestamp() * 1000))
         .retainLast(int(settings.retain_last))
-        .commit()
     )
+    freed = None
+    if keep_files_s > 0:
+        # Collects the paths Iceberg would delete (its deletes run on the calling thread).
+        freed = spark._jvm.java.util.stream.Stream.builder()  # type: ignore[union-attr]
+        expiry = expiry.deleteWith(freed)
+    expiry.commit()
     kept = snapshot_count(spark, iceberg)
-    return {"expired_snapshots": before - kept, "snapshots_kept": kept}
+    paths: list[str] = []
+    if freed is not None:
+        joined = freed.build().collect(spark._jvm.java.util.stream.Collectors.joining("\n"))  # type: ignore[union-attr]
+        paths = expired_files.list_paths(str(joined))
+    return {
+        "expired_snapshots": before - kept,
+        "snapshots_kept": kept,
+        **_keep_expired_files(spark, iceberg, paths, keep_files_s, now),
+    }
+
+
+def _keep_expired_files(
+    spark: SparkSession, iceberg: Any, paths: list[str], keep_files_s: float, now: datetime
+) -> dict[str, int]:
+    """The files this expiry freed listed for later; those of the lists due now deleted
+    (`expired_files.py`). One property commit when anything changed."""
+    iceberg.refresh()
+    properties = {str(k): str(v) for k, v in dict(iceberg.properties()).items()}
+    roots = expired_files.table_roots(str(iceberg.location()), properties)
+    now_ms = int(now.timestamp() * 1000)
+    due, kept = expired_files.split_due(
+        expired_files.parse_pending(properties.get(expired_files.PROPERTY)), now_ms
+    )
+    io = iceberg.io()
+    deleted = outside = 0
+    for pending in due:
+        listed = _read_list(spark, io, pending.location, roots)
+        if listed is None:
+            continue
+        inside, left = expired_files.confined(listed, roots)
+        for path in inside:
+            io.deleteFile(path)
+        io.deleteFile(pending.location)
+        deleted, outside = deleted + len(inside), outside + len(left)
+    added: tuple[expired_files.PendingList, ...] = ()
+    if paths:
+        name = f"{expired_files.LIST_PREFIX}{now_ms}-{uuid.uuid4().hex}.txt"
+        location = str(iceberg.operations().metadataFileLocation(name))
+        stream = io.newOutputFile(location).createOrOverwrite()
+        try:
+            stream.write(bytearray(expired_files.list_text(paths), "utf-8"))
+        finally:
+            stream.close()
+        added = (expired_files.PendingList(location, now_ms + int(keep_files_s * 1000)),)
+    if due or added:
+        remaining = (*kept, *added)
+        update = iceberg.updateProperties()
+        if remaining:
+            update.set(expired_files.PROPERTY, expired_files.render_pending(remaining))
+        else:
+            update.remove(expired_files.PROPERTY)
+        update.commit()
+    if outside:
+        log.warning(
+            "%s: %d listed expired files outside the table's folders were left", iceberg, outside
+        )
+    return {
+        "expired_files_kept": len(paths),
+        "expired_files_deleted": deleted,
+        **({"expired_files_outside_table": outside} if outside else {}),
+    }
+
+
+def _read_list(
+    spark: SparkSession, io: Any, location: str, roots: Sequence[str]
+) -> list[str] | None:
+    """The paths of a list of expired files; None when it is gone or not the table's."""
+    if not expired_files.confined([location], roots)[0]:
+        return None
+    streams = spark._jvm.org.apache.iceberg.relocated.com.google.common.io.ByteStreams  # type: ignore[union-attr]
+    stream = None
+    try:
+        stream = io.newInputFile(location).newStream()
+        text = bytes(streams.toByteArray(stream)).decode("utf-8")
+    except Py4JJavaError:  # gone (e.g. removed as an orphan): its files are orphans too
+        return None
+    finally:
+        if stream is not None:
+            stream.close()
+    return expired_files.list_paths(text)
 
 
 def iceberg_table(spark: SparkSession, table: SparkTable) -> Any:

@@ -95,7 +95,13 @@ class DueOperation:
         """What the operation runs with (`operations.OPERATIONS`): expiry's cutoff and
         history, a compaction for delete files, the settings of the others."""
         if self.history is not None:
-            return ExpiryRun(self.history.max_age_s, self.count_cutoff, self.history.retain_last)
+            assert isinstance(self.settings, ExpireSnapshotsSettings)
+            return ExpiryRun(
+                self.history.max_age_s,
+                self.count_cutoff,
+                self.history.retain_last,
+                parse_duration_seconds(self.settings.keep_files_for),
+            )
         if self.for_deletes and isinstance(self.settings, CompactSettings):
             return DeletesCompaction(self.settings)
         return self.settings
@@ -118,7 +124,11 @@ class DueOperation:
             when = f"every {_human(self.every_s)}" + (
                 f" or {slack} snapshots to expire" if slack is not None else ""
             )
-            return f"{when}; {self.history.describe()}"
+            kept = ""
+            if isinstance(self.settings, ExpireSnapshotsSettings):
+                files_s = parse_duration_seconds(self.settings.keep_files_for)
+                kept = f"; freed files kept {_human(files_s)}" if files_s > 0 else ""
+            return f"{when}; {self.history.describe()}{kept}"
         if isinstance(self.settings, CompactSettings):
             if self.settings.every_commits is not None:
                 parts.append(f"{self.settings.every_commits} commits")
@@ -137,6 +147,8 @@ class ExpiryRun:
     max_age_s: float
     count_cutoff: datetime | None
     retain_last: int
+    # The freed files are deleted this long after the expiry (`expired_files.py`).
+    keep_files_s: float
 
     def cutoff(self, now: datetime) -> datetime:
         by_age = now - timedelta(seconds=self.max_age_s)

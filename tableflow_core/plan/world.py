@@ -128,7 +128,11 @@ def sort_terms_of(table: Any) -> tuple[SortTerm, ...]:
     )
 
 
-def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
+def observe_table(
+    identifier: str, table: Any, topic: str, *, activity: bool = True
+) -> ObservedTable:
+    """What plan knows of an existing table; without `activity`, not what its commits
+    wrote (the maintenance plan shows as due: an upsert table's manifests are read for it)."""
 
     committed = read_committed_offsets(table)
     metadata = table.metadata
@@ -144,7 +148,7 @@ def observe_table(identifier: str, table: Any, topic: str) -> ObservedTable:
         snapshot_id=metadata.current_snapshot_id,
         metadata_location=table.metadata_location,
         committed=dict(committed.offsets) if committed and committed.topic == topic else None,
-        activity=table_activity(table),
+        activity=table_activity(table) if activity else None,
     )
 
 
@@ -188,6 +192,7 @@ def read_world(
     list_undeclared: bool = True,
     read_kafka: bool = True,
     read_published: bool = True,
+    observe_activity: bool = True,
     readers: Readers | None = None,
     max_workers: int = 16,
 ) -> WorldState:
@@ -287,7 +292,9 @@ def read_world(
         for t in tables:
             loaded = table_f[t.name]() if t.name in table_f else None
             if loaded is not None:
-                observed[t.identifier] = observe_table(t.identifier, loaded, t.topic)
+                observed[t.identifier] = observe_table(
+                    t.identifier, loaded, t.topic, activity=observe_activity
+                )
         dlq_tables = {
             identifier: tuple(f.name for f in loaded.schema().fields)
             for identifier, future in dlq_f.items()

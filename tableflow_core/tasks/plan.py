@@ -22,6 +22,9 @@ class PlanTask:
     options: PlanOptions = field(default_factory=PlanOptions)
     readers: Readers | None = None
     handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
+    # Read what each table's commits wrote, for the maintenance the plan shows as due
+    # (`tableflow run` leaves it out: it reads what is due after each refresh).
+    observe_activity: bool = True
     world: WorldState | None = field(default=None, init=False)  # what the last run() read
 
     def run(self) -> Plan:
@@ -39,6 +42,7 @@ class PlanTask:
                 handle,
                 list_undeclared=report_undeclared,
                 readers=self.readers,
+                observe_activity=self.observe_activity,
             )
         self.world = world
         return build_plan(

@@ -488,6 +488,11 @@ class RunTask:
         """The plan of `tables`, and the world it was made from (the apply uses it)."""
         names = tuple(t.name for t in tables)
         task = PlanTask(
-            self.project, tables, selectors=names, options=PlanOptions(), handle=self._catalog()
+            self.project,
+            tables,
+            selectors=names,
+            options=PlanOptions(),
+            handle=self._catalog(),
+            observe_activity=False,  # what is due is read after the refresh
         )
         return task.run(), task.world

@@ -111,7 +111,8 @@ def test_compaction_and_expiry_keep_rows_and_offsets(
         Maintenance.model_validate(
             {
                 "compact": {"min_input_files": 2},
-                "expire_snapshots": {"older_than": "1d", "retain_last": 1},
+                # Deleted by this expiry, not kept for a later one (test_expired_files.py).
+                "expire_snapshots": {"older_than": "1d", "retain_last": 1, "keep_files_for": "0s"},
                 "rewrite_manifests": True,
             }
         )

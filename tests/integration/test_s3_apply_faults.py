@@ -268,7 +268,7 @@ def test_kill_9_during_a_multipart_upload_and_before_the_commit_then_rerun_and_c
         lambda config: config["defaults"].update(
             maintenance={
                 "every": "1h",
-                "expire_snapshots": {"older_than": "0s", "retain_last": 1},
+                "expire_snapshots": {"older_than": "0s", "retain_last": 1, "keep_files_for": "0s"},
                 "remove_orphans": {"older_than": "2d"},
             }
         ),

@@ -36,7 +36,9 @@ def expiring(interval_s: float, expire: object = True):  # type: ignore[no-untyp
 def test_default_history_is_the_last_500_refreshes_capped_at_7_days() -> None:
     five = table_history(expiring(5))
     assert (five.max_age_s, five.max_snapshots, five.derived) == (2500, 500, True)
-    assert five.describe() == "keeps 41m40s, at most 500 snapshots, at least 3 (500 refreshes of 5s)"
+    assert (
+        five.describe() == "keeps 41m40s, at most 500 snapshots, at least 3 (500 refreshes of 5s)"
+    )
     assert table_history(expiring(300)).max_age_s == 500 * 300  # ~42 hours
     assert table_history(expiring(3600)).max_age_s == HISTORY_MAX_AGE_S
 
@@ -90,7 +92,7 @@ def test_expiry_is_due_by_count_before_its_interval() -> None:
     (due,) = maintenance_due(table, properties, NOW, activity=many)
     assert due.operation == "expire_snapshots"
     assert due.triggers == ("120 snapshots to expire of 620 (due at 100)",)
-    assert due.arguments == ExpiryRun(2500, many.snapshot_times[HISTORY_REFRESHES - 1], 3)
+    assert due.arguments == ExpiryRun(2500, many.snapshot_times[HISTORY_REFRESHES - 1], 3, 600)
     # At run time, after compaction committed, by age or by that count, the later.
     assert due.arguments.cutoff(NOW) == many.snapshot_times[HISTORY_REFRESHES - 1]
     assert due.arguments.cutoff(NOW + timedelta(hours=1)) == NOW + timedelta(seconds=1100)

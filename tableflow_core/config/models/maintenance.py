@@ -81,8 +81,15 @@ class ExpireSnapshotsSettings(MaintenanceOperation):
         "its interval (1s: 100) (docs/maintenance.md, History by refresh interval).",
     )
     retain_last: int = Field(3, ge=1, description="Always keep at least this many snapshots.")
+    keep_files_for: str = Field(
+        "10m",
+        description="The files only expired snapshots used are deleted this long after the "
+        "expiry (by a later expiry run), not at once: a reader still scanning an expired "
+        "snapshot finds its files. `0s`: deleted by the expiry itself (Iceberg's way).",
+    )
 
     _older = field_validator("older_than")(check_duration)
+    _keep_files = field_validator("keep_files_for")(check_duration)
 
 
 class RemoveOrphansSettings(MaintenanceOperation):
