@@ -18,9 +18,14 @@ class Schedule:
     def all_due(cls, tables: Iterable[str], now: float) -> Schedule:
         return cls({name: now for name in tables})
 
-    def due(self, now: float) -> tuple[str, ...]:
-        """Tables due at `now`, in a stable order."""
-        return tuple(sorted(name for name, at in self.next_due.items() if at <= now))
+    def due(self, now: float, join_within: float = 0.0) -> tuple[str, ...]:
+        """Tables due at `now`, in a stable order; when any is, also those due within
+        `join_within` seconds: they join its cycle rather than start one of their own
+        right after it (a lane's tables would otherwise stay split into cycles that take
+        turns, each table waiting for both)."""
+        if not any(at <= now for at in self.next_due.values()):
+            return ()
+        return tuple(sorted(n for n, at in self.next_due.items() if at <= now + join_within))
 
     def after_refresh(
         self, refreshed: Iterable[str], intervals: Mapping[str, float], started: float

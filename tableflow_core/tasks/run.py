@@ -68,6 +68,18 @@ MAINTENANCE_LANE = "maintenance"
 LOCK_WAIT_S = 600.0
 # The thread that called run() looks at the lanes this often besides their events.
 _EVENT_POLL_S = 0.5
+# A lane's tables due within this share of its shortest interval join the cycle that
+# starts: a table that sat out a cycle (its maintenance under its lock) otherwise came
+# back due at another moment than the others, and the lane's cycles took turns for good
+# (10-table soak: cycles of 7-8 and 2-3 tables, each table committing every 1.25-1.5 s).
+JOIN_SHARE = 0.5
+# A run until stopped rests its maintenance lane this many times as long as each table's
+# maintenance took, so maintenance takes at most half of the lane's time and leaves the
+# cores to the refreshes: in the 10-table soak at 1 s (the template's maintenance, a
+# compaction due every ~10 s per table) maintenance ran back to back, ~1 run a second,
+# and the tables' cycles slowed with it. Tables waiting meanwhile keep refreshing;
+# their compaction merges more files at once when it comes.
+MAINTENANCE_REST = 1.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,19 @@ class _Lanes:
             self.busy.update(free)
             self.started[lane] = self.started.get(lane, 0) + 1
             return free
+
+    def wait_released(self, tables: tuple[str, ...], timeout: float) -> None:
+        """Until the cycle of `tables` was reported and they are free again, `timeout` at
+        most: their lane claims its next cycle only then, so the tables of a cycle stay
+        together (claimed at once, a table back from maintenance went alone, and the
+        others right after it, for good)."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while any(n in self.busy for n in tables) and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.changed.wait(left)
 
     def ran(self, lane: str, limit: int | None) -> bool:
         """The lane ran its `limit` cycles."""
@@ -354,9 +379,10 @@ class RunTask:
         schedule = Schedule.all_due(intervals, self.clock())
         limit = 1 if self.once else self.max_cycles
         wake = state.wake[lane.name]
+        join_within = JOIN_SHARE * min(intervals.values(), default=0.0)
         while not self.stop.is_set():
             started = self.clock()
-            due = state.claim(lane.name, schedule.due(started), limit)
+            due = state.claim(lane.name, schedule.due(started, join_within), limit)
             if due:
                 events.put(("started", due))
                 try:
@@ -367,6 +393,7 @@ class RunTask:
                 duration = self.clock() - started
                 events.put(("finished", replace(report, lane=lane.name, duration_s=duration)))
                 schedule = schedule.after_refresh(due, intervals, started)
+                state.wait_released(due, _EVENT_POLL_S)
                 continue
             if state.ran(lane.name, limit):
                 return
@@ -387,11 +414,15 @@ class RunTask:
     ) -> None:
         """Maintains each table handed to it, in the order they came, out of its lane's
         cycles, and reports it (until the run's end: None)."""
+        rests = not self.once and self.max_cycles is None
         while True:
             name = to_maintain.get()
             if name is None or not state.hold(name):
                 return
-            events.put(("maintained", self._maintain(name)))
+            report = self._maintain(name)
+            events.put(("maintained", report))
+            if rests:
+                self.stop.wait(min(report.duration_s * MAINTENANCE_REST, LOCK_WAIT_S))
 
     def _maintained(self, report: CycleReport) -> tuple[Table, ...]:
         """The cycle's tables that get maintenance after it: not blocked, with a
