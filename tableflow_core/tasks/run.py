@@ -165,8 +165,8 @@ class _Lanes:
     def wait_released(self, tables: tuple[str, ...], timeout: float) -> None:
         """Until the cycle of `tables` was reported and they are free again, `timeout` at
         most: their lane claims its next cycle only then, so the tables of a cycle stay
-        together (claimed at once, a table back from maintenance went alone, and the
-        others right after it, for good)."""
+        together (claiming before the report freed them, the lane took a table back from
+        maintenance alone, and the others in a cycle right after it, for good)."""
         deadline = time.monotonic() + timeout
         with self.changed:
             while any(n in self.busy for n in tables) and not self.closed:
