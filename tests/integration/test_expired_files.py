@@ -43,6 +43,14 @@ def three_appends_then_a_compaction(spark: Any, catalog: str, name: str) -> str:
     return table
 
 
+def expire(spark: Any, table: str, at: datetime, keep_files_for: str = "10m") -> dict[str, Any]:
+    """Every snapshot but the current one expired as of `at`."""
+    settings = ExpireSnapshotsSettings(
+        older_than="0s", retain_last=1, keep_files_for=keep_files_for
+    )
+    return expire_snapshots(spark, SparkTable.parse(table), settings, at)
+
+
 def data_files_of(table: Any, snapshot_id: int) -> set[Path]:
     return {local(t.file.file_path) for t in table.scan(snapshot_id=snapshot_id).plan_files()}
 
@@ -57,12 +65,9 @@ def test_freed_files_outlive_the_expiry_by_keep_files_for_then_go(
     first = reader.history()[0].snapshot_id
     old_files = data_files_of(reader, first)
     assert len(old_files) == 1 and all(p.exists() for p in old_files)
-    target = SparkTable.parse(table)
     now = datetime.now(UTC)
 
-    expired = expire_snapshots(
-        spark, target, ExpireSnapshotsSettings(older_than="0s", retain_last=1), now
-    )
+    expired = expire(spark, table, now)
     assert expired["expired_snapshots"] == 4 and expired["snapshots_kept"] == 1
     assert expired["expired_files_kept"] >= 3 + 3  # data files and manifest lists at least
     assert expired["expired_files_deleted"] == 0
@@ -79,23 +84,13 @@ def test_freed_files_outlive_the_expiry_by_keep_files_for_then_go(
     assert sorted(reader.scan(snapshot_id=first).to_arrow()["id"].to_pylist()) == list(range(10))
 
     # Five minutes on: nothing is due, nothing is deleted, no commit.
-    later = expire_snapshots(
-        spark,
-        target,
-        ExpireSnapshotsSettings(older_than="0s", retain_last=1),
-        now + timedelta(minutes=5),
-    )
+    later = expire(spark, table, now + timedelta(minutes=5))
     assert (later["expired_files_kept"], later["expired_files_deleted"]) == (0, 0)
     assert catalog.load_table(identifier).metadata_location == loaded.metadata_location
     assert all(p.exists() for p in old_files)
 
     # Past keep_files_for: the files and their list are deleted, the property is gone.
-    gone = expire_snapshots(
-        spark,
-        target,
-        ExpireSnapshotsSettings(older_than="0s", retain_last=1),
-        now + timedelta(minutes=11),
-    )
+    gone = expire(spark, table, now + timedelta(minutes=11))
     assert gone["expired_files_deleted"] == expired["expired_files_kept"]
     assert not any(p.exists() for p in old_files) and not listed.exists()
     assert PROPERTY not in catalog.load_table(identifier).properties
@@ -113,12 +108,7 @@ def test_keep_files_for_0s_deletes_them_with_the_expiry(
     catalog = catalog_server.pyiceberg_catalog()
     reader = catalog.load_table(identifier)
     old_files = data_files_of(reader, reader.history()[0].snapshot_id)
-    done = expire_snapshots(
-        spark,
-        SparkTable.parse(table),
-        ExpireSnapshotsSettings(older_than="0s", retain_last=1, keep_files_for="0s"),
-        datetime.now(UTC),
-    )
+    done = expire(spark, table, datetime.now(UTC), keep_files_for="0s")
     assert done["expired_snapshots"] == 4 and done["expired_files_kept"] == 0
     assert not any(p.exists() for p in old_files)
     assert PROPERTY not in catalog.load_table(identifier).properties
@@ -141,12 +131,7 @@ def test_a_list_naming_files_outside_the_table_deletes_none_of_them(
     entries = [{"list": f"file://{listed}", "after_ms": 1}]
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('{PROPERTY}' = '{json.dumps(entries)}')")
 
-    done = expire_snapshots(
-        spark,
-        SparkTable.parse(table),
-        ExpireSnapshotsSettings(older_than="0s", retain_last=1, keep_files_for="0s"),
-        datetime.now(UTC),
-    )
+    done = expire(spark, table, datetime.now(UTC), keep_files_for="0s")
     assert done["expired_files_outside_table"] == 2 and done["expired_files_deleted"] == 0
     assert outsider.read_text() == "keep me" and climbing.resolve().read_text() == "keep me too"
     assert not listed.exists()  # the list itself was the table's: done with
