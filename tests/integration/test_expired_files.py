@@ -5,6 +5,7 @@ on disk, a reader holding the expired snapshot read back with pyiceberg."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -55,63 +56,76 @@ def data_files_of(table: Any, snapshot_id: int) -> set[Path]:
     return {local(t.file.file_path) for t in table.scan(snapshot_id=snapshot_id).plan_files()}
 
 
+@dataclass(frozen=True)
+class Expiring:
+    """A table about to expire its first snapshots, and a reader that loaded it before."""
+
+    table: str  # Spark's name
+    identifier: str  # the catalog's
+    reader: Any
+    first: int  # the first snapshot's id
+    old_files: set[Path]  # its data files, which only the snapshots to expire use
+
+
+def expiring(spark: Any, catalog: str, server: CatalogServer, name: str) -> Expiring:
+    table = three_appends_then_a_compaction(spark, catalog, name)
+    identifier = table.split(".", 1)[1]
+    reader = server.pyiceberg_catalog().load_table(identifier)
+    first = reader.history()[0].snapshot_id
+    return Expiring(table, identifier, reader, first, data_files_of(reader, first))
+
+
 def test_freed_files_outlive_the_expiry_by_keep_files_for_then_go(
     spark: Any, spark_catalog: str, catalog_server: CatalogServer
 ) -> None:
-    table = three_appends_then_a_compaction(spark, spark_catalog, "events")
-    identifier = table.split(".", 1)[1]
+    t = expiring(spark, spark_catalog, catalog_server, "events")
     catalog = catalog_server.pyiceberg_catalog()
-    reader = catalog.load_table(identifier)  # a reader that planned before the expiry
-    first = reader.history()[0].snapshot_id
-    old_files = data_files_of(reader, first)
-    assert len(old_files) == 1 and all(p.exists() for p in old_files)
+    assert len(t.old_files) == 1 and all(p.exists() for p in t.old_files)
     now = datetime.now(UTC)
 
-    expired = expire(spark, table, now)
+    expired = expire(spark, t.table, now)
     assert expired["expired_snapshots"] == 4 and expired["snapshots_kept"] == 1
     assert expired["expired_files_kept"] >= 3 + 3  # data files and manifest lists at least
     assert expired["expired_files_deleted"] == 0
-    loaded = catalog.load_table(identifier)
+    loaded = catalog.load_table(t.identifier)
     assert len(loaded.metadata.snapshots) == 1
     (pending,) = json.loads(loaded.properties[PROPERTY])
     listed = local(pending["list"])
     assert listed.parent == local(loaded.metadata_location).parent and listed.exists()
     assert pending["after_ms"] == int(now.timestamp() * 1000) + 600_000
-    assert {str(p) for p in old_files} <= {
+    assert {str(p) for p in t.old_files} <= {
         local(line).as_posix() for line in listed.read_text().split()
     }
     # The expired snapshot is gone from the metadata, its files are not: the reader reads it.
-    assert sorted(reader.scan(snapshot_id=first).to_arrow()["id"].to_pylist()) == list(range(10))
+    read = t.reader.scan(snapshot_id=t.first).to_arrow()["id"].to_pylist()
+    assert sorted(read) == list(range(10))
 
     # Five minutes on: nothing is due, nothing is deleted, no commit.
-    later = expire(spark, table, now + timedelta(minutes=5))
+    later = expire(spark, t.table, now + timedelta(minutes=5))
     assert (later["expired_files_kept"], later["expired_files_deleted"]) == (0, 0)
-    assert catalog.load_table(identifier).metadata_location == loaded.metadata_location
-    assert all(p.exists() for p in old_files)
+    assert catalog.load_table(t.identifier).metadata_location == loaded.metadata_location
+    assert all(p.exists() for p in t.old_files)
 
     # Past keep_files_for: the files and their list are deleted, the property is gone.
-    gone = expire(spark, table, now + timedelta(minutes=11))
+    gone = expire(spark, t.table, now + timedelta(minutes=11))
     assert gone["expired_files_deleted"] == expired["expired_files_kept"]
-    assert not any(p.exists() for p in old_files) and not listed.exists()
-    assert PROPERTY not in catalog.load_table(identifier).properties
+    assert not any(p.exists() for p in t.old_files) and not listed.exists()
+    assert PROPERTY not in catalog.load_table(t.identifier).properties
     with pytest.raises(OSError):
-        reader.scan(snapshot_id=first).to_arrow()
-    current = catalog.load_table(identifier).scan().to_arrow()["id"].to_pylist()
+        t.reader.scan(snapshot_id=t.first).to_arrow()
+    current = catalog.load_table(t.identifier).scan().to_arrow()["id"].to_pylist()
     assert sorted(current) == list(range(40))
 
 
 def test_keep_files_for_0s_deletes_them_with_the_expiry(
     spark: Any, spark_catalog: str, catalog_server: CatalogServer
 ) -> None:
-    table = three_appends_then_a_compaction(spark, spark_catalog, "now")
-    identifier = table.split(".", 1)[1]
-    catalog = catalog_server.pyiceberg_catalog()
-    reader = catalog.load_table(identifier)
-    old_files = data_files_of(reader, reader.history()[0].snapshot_id)
-    done = expire(spark, table, datetime.now(UTC), keep_files_for="0s")
+    ready = expiring(spark, spark_catalog, catalog_server, "now")
+    done = expire(spark, ready.table, datetime.now(UTC), keep_files_for="0s")
     assert done["expired_snapshots"] == 4 and done["expired_files_kept"] == 0
-    assert not any(p.exists() for p in old_files)
-    assert PROPERTY not in catalog.load_table(identifier).properties
+    assert not any(p.exists() for p in ready.old_files)
+    loaded = catalog_server.pyiceberg_catalog().load_table(ready.identifier)
+    assert PROPERTY not in loaded.properties
 
 
 def test_a_list_naming_files_outside_the_table_deletes_none_of_them(
