@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from py4j.protocol import Py4JJavaError
-
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.config.models.catalogs import is_object_store_uri
 from tableflow_core.config.models.maintenance import (
@@ -280,6 +278,8 @@ def _read_list(
     spark: SparkSession, io: Any, location: str, roots: Sequence[str]
 ) -> list[str] | None:
     """The paths of a list of expired files; None when it is gone or not the table's."""
+    from py4j.protocol import Py4JJavaError  # here: `plan` imports this module, never py4j
+
     if not expired_files.confined([location], roots)[0]:
         return None
     streams = spark._jvm.org.apache.iceberg.relocated.com.google.common.io.ByteStreams  # type: ignore[union-attr]
