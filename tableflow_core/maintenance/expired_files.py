@@ -11,9 +11,9 @@ expiry, 10 minutes by default). Every expiry run deletes the lists whose moment 
 the files first. A list that is gone (removed as an orphan, say) is dropped: its files,
 referenced by nothing, are orphans too and `remove_orphans` takes them.
 
-Only paths under the table's own folders (its location, `write.data.path`,
-`write.metadata.path`) are ever deleted: the lists are read back from storage, and a
-path outside them is counted and left.
+Only paths under the table's own places (its location and `write.*.path` properties, as
+the catalog confines them: `catalog/placement.py`) are ever deleted: the lists are read
+back from storage, and a path outside them is counted and left.
 
 Pure: the JVM side (Iceberg's FileIO) is `operations.expire_snapshots`'.
 """
@@ -25,11 +25,13 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tableflow_core.catalog.locations import LocationPolicy
+from tableflow_core.catalog.placement import table_places
+
 log = logging.getLogger(__name__)
 
 PROPERTY = "tableflow.expired-files"
 LIST_PREFIX = "tableflow-expired-files-"
-_ROOT_PROPERTIES = ("write.data.path", "write.metadata.path")
 
 
 @dataclass(frozen=True)
@@ -68,32 +70,19 @@ def split_due(
     return due, tuple(p for p in lists if p.delete_after_ms > now_ms)
 
 
-def table_roots(location: str, properties: Mapping[str, str]) -> tuple[str, ...]:
-    """The folders a table's files may be deleted from (canonical, each ending in `/`)."""
-    roots = [location, *(properties[k] for k in _ROOT_PROPERTIES if properties.get(k))]
-    return tuple(dict.fromkeys(canonical(root).rstrip("/") + "/" for root in roots))
+def table_policy(location: str, properties: Mapping[str, str]) -> LocationPolicy:
+    """Where the table's files may be deleted from: its own places (its location and
+    `write.*.path` properties, normalized, links resolved: `catalog/placement.py`)."""
+    return LocationPolicy(table_places(location, properties))
 
 
-def canonical(uri: str) -> str:
-    """One spelling per file: Hadoop writes `file:/x` where a table's location says
-    `file:///x`, and `s3a://` where it says `s3://`."""
-    if uri.startswith("file:"):
-        return "/" + uri.removeprefix("file:").lstrip("/")
-    for alias in ("s3a://", "s3n://"):
-        if uri.startswith(alias):
-            return "s3://" + uri.removeprefix(alias)
-    return uri
-
-
-def confined(paths: Iterable[str], roots: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(paths under one of `roots`, the others), each as written. A path climbing out
-    (`..`) is outside."""
+def confined(paths: Iterable[str], policy: LocationPolicy) -> tuple[list[str], list[str]]:
+    """(paths under the table's places, the others), each as written. A path the catalog
+    cannot compare (`..`, another host, control characters) is outside."""
     inside: list[str] = []
     outside: list[str] = []
     for path in paths:
-        spelled = canonical(path)
-        ok = ".." not in spelled.split("/") and any(spelled.startswith(r) for r in roots)
-        (inside if ok else outside).append(path)
+        (inside if policy.allows(path) else outside).append(path)
     return inside, outside
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from tableflow_core.catalog.locations import LocationPolicy
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.config.models.catalogs import is_object_store_uri
 from tableflow_core.config.models.maintenance import (
@@ -196,7 +197,7 @@ def expire_snapshots(
         cutoff, keep_files_s = settings.cutoff(now), settings.keep_files_s
     else:
         cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than or "7d"))
-        keep_files_s = parse_duration_seconds(settings.keep_files_for)
+        keep_files_s = settings.keep_files_s
     iceberg = iceberg_table(spark, table)
     before = snapshot_count(spark, iceberg)
     expiry = (
@@ -229,7 +230,7 @@ def _keep_expired_files(
     (`expired_files.py`). One property commit when anything changed."""
     iceberg.refresh()
     properties = {str(k): str(v) for k, v in dict(iceberg.properties()).items()}
-    roots = expired_files.table_roots(str(iceberg.location()), properties)
+    policy = expired_files.table_policy(str(iceberg.location()), properties)
     now_ms = int(now.timestamp() * 1000)
     due, kept = expired_files.split_due(
         expired_files.parse_pending(properties.get(expired_files.PROPERTY)), now_ms
@@ -237,10 +238,10 @@ def _keep_expired_files(
     io = iceberg.io()
     deleted = outside = 0
     for pending in due:
-        listed = _read_list(spark, io, pending.location, roots)
+        listed = _read_list(spark, io, pending.location, policy)
         if listed is None:
             continue
-        inside, left = expired_files.confined(listed, roots)
+        inside, left = expired_files.confined(listed, policy)
         for path in inside:
             io.deleteFile(path)
         io.deleteFile(pending.location)
@@ -275,12 +276,12 @@ def _keep_expired_files(
 
 
 def _read_list(
-    spark: SparkSession, io: Any, location: str, roots: Sequence[str]
+    spark: SparkSession, io: Any, location: str, policy: LocationPolicy
 ) -> list[str] | None:
     """The paths of a list of expired files; None when it is gone or not the table's."""
     from py4j.protocol import Py4JJavaError  # here: `plan` imports this module, never py4j
 
-    if not expired_files.confined([location], roots)[0]:
+    if not policy.allows(location):
         return None
     streams = spark._jvm.org.apache.iceberg.relocated.com.google.common.io.ByteStreams  # type: ignore[union-attr]
     stream = None

@@ -100,7 +100,7 @@ class DueOperation:
                 self.history.max_age_s,
                 self.count_cutoff,
                 self.history.retain_last,
-                parse_duration_seconds(self.settings.keep_files_for),
+                self.settings.keep_files_s,
             )
         if self.for_deletes and isinstance(self.settings, CompactSettings):
             return DeletesCompaction(self.settings)
@@ -125,9 +125,8 @@ class DueOperation:
                 f" or {slack} snapshots to expire" if slack is not None else ""
             )
             kept = ""
-            if isinstance(self.settings, ExpireSnapshotsSettings):
-                files_s = parse_duration_seconds(self.settings.keep_files_for)
-                kept = f"; freed files kept {_human(files_s)}" if files_s > 0 else ""
+            if isinstance(self.settings, ExpireSnapshotsSettings) and self.settings.keep_files_s:
+                kept = f"; freed files kept {_human(self.settings.keep_files_s)}"
             return f"{when}; {self.history.describe()}{kept}"
         if isinstance(self.settings, CompactSettings):
             if self.settings.every_commits is not None:

@@ -91,6 +91,10 @@ class ExpireSnapshotsSettings(MaintenanceOperation):
     _older = field_validator("older_than")(check_duration)
     _keep_files = field_validator("keep_files_for")(check_duration)
 
+    @property
+    def keep_files_s(self) -> float:
+        return parse_duration_seconds(self.keep_files_for)
+
 
 class RemoveOrphansSettings(MaintenanceOperation):
     """Orphan-file removal (`remove_orphan_files`); never touches `_delta_log/`."""
