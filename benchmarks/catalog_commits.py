@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tarfile
@@ -41,6 +40,7 @@ from tableflow_core.catalog import CatalogServerSettings, serve_in_background
 from tableflow_core.catalog.clients import pyiceberg_catalog_properties
 from tableflow_core.catalog.service import open_sql_catalog
 from tableflow_core.catalog.settings import CLIENT_SECRET_ENV
+from tableflow_core.dev.processes import free_port
 
 SCHEMA = pa.schema([("id", pa.int64())])
 RETRIES = {
@@ -92,12 +92,6 @@ def process_cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,13 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tableflow_core.dev.processes import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()
 
 
 def timed(args: list[str], runs: int, cwd: Path, env: dict[str, str]) -> tuple[float, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,9 +12,48 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# Where the OS hands out ephemeral ports (Linux's file; IANA's range elsewhere).
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_IANA_EPHEMERAL = (49152, 65535)
+# Ports below this are left to well-known services.
+_LOWEST_PORT = 10000
+_TRIES = 200
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the OS picks ephemeral ports from (binds to port 0, outgoing
+    connections), inclusive."""
+    with contextlib.suppress(OSError, ValueError):
+        low, high = (int(word) for word in _EPHEMERAL_RANGE_FILE.read_text().split())
+        return low, high
+    return _IANA_EPHEMERAL
+
+
+def _port_choices(ephemeral: tuple[int, int]) -> range:
+    """The wider of the two stretches outside the ephemeral range (above `_LOWEST_PORT`)."""
+    below = range(_LOWEST_PORT, ephemeral[0])
+    above = range(ephemeral[1] + 1, 65536)
+    return below if len(below) >= len(above) else above
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on `host` (the OS picks it)."""
+    """A TCP port that is free right now on `host`, outside the OS's ephemeral range.
+
+    A port picked now is used later (written to a config, handed to a server that starts
+    in a while). Taken from the ephemeral range, it could be handed meanwhile to any
+    process binding port 0 or connecting out: a `tableflow run` soak's Spark driver bound
+    the port its embedded catalog was given a second later. Outside that range only a
+    process asking for it by number takes it. Falls back to the OS's pick when no port
+    outside the range is free."""
+    choices = _port_choices(ephemeral_ports())
+    for _ in range(_TRIES if choices else 0):
+        port = random.choice(choices)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

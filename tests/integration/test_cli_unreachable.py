@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tableflow_core.config.dev_stack import StackRecord
+from tableflow_core.dev.processes import free_port
 from tableflow_core.kafka.admin import (
     KafkaUnreachableError,
     consumer_conf,
@@ -23,11 +24,8 @@ from tests.integration.test_cli_basics import explicit_addresses, tableflow
 
 
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A loopback port nothing listens on (free now, outside the ephemeral range)."""
+    return free_port()
 
 
 @pytest.fixture
