@@ -23,9 +23,11 @@ while it is maintained: from its hand-over when the maintenance lane is idle (so
 maintained between two of its refreshes and its next cycle plans afresh from the
 maintained table), else from when the maintenance lane comes to it (after its cycle in
 flight): a queue of compactions on a busy machine does not stop the refreshes of the
-tables waiting in it. The other tables of its lane go on. Locks are waited for, never
-failed on (`LOCK_WAIT_S`): a maintenance waits for an ingest of its table from another
-process, and an apply for a maintenance.
+tables waiting in it. A run until stopped holds a table at most once a minute
+(`HELD_MAINTENANCE_SPACING_S`): what falls due meanwhile is done in one go. The other
+tables of its lane go on. Locks are waited for, never failed on (`LOCK_WAIT_S`): a
+maintenance waits for an ingest of its table from another process, and an apply for a
+maintenance.
 
 Each table is in one cycle at a time. The lanes' events (a cycle started, ended; a lane
 waits) go through a queue to the thread that called `run()`, which calls the observers
