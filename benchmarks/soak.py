@@ -734,8 +734,15 @@ def ratio(last: float, first: float) -> float:
     return last / first if first > 0 else float("nan")
 
 
+# A last window shorter than this share of the others (the run reached its commits just
+# after a window began) is too few samples to compare: the one before it is compared.
+FULL_WINDOW_SHARE = 0.5
+
+
 def summary(windows: list[Window], tables: list[SoakTable]) -> None:
     measured = [w for w in windows[1:] if w.cycles] or windows
+    if len(measured) > 2 and measured[-1].seconds < FULL_WINDOW_SHARE * measured[-2].seconds:
+        measured = measured[:-1]
     first, last = measured[0], measured[-1]
     ends = [f.metadata_bytes for f in windows[-1].tables.values()]
     print(f"compared: window {first.index} (first after the warm-up) and window {last.index}")
