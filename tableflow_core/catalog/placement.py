@@ -23,6 +23,7 @@ from tableflow_core.catalog.errors import BadRequestError
 from tableflow_core.catalog.locations import (
     LOCATION_PROPERTIES,
     LocationNotAllowedError,
+    LocationPolicy,
     normalize_location,
     resolve_links,
 )
@@ -46,6 +47,12 @@ def table_places(location: str, properties: Mapping[str, str]) -> tuple[str, ...
     """The places of a table at `location` with `properties`."""
     named = [location, *(properties[key] for key in LOCATION_PROPERTIES if key in properties)]
     return tuple(dict.fromkeys(place_of(place) for place in named if place))
+
+
+def table_policy(location: str, properties: Mapping[str, str]) -> LocationPolicy:
+    """A policy allowing only the table's own places (what a purge or an expiry of its
+    files may delete)."""
+    return LocationPolicy(table_places(location, properties))
 
 
 def overlaps(a: str, b: str) -> bool:

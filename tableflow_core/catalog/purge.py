@@ -26,8 +26,8 @@ from pyiceberg.manifest import ManifestFile, read_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 
 from tableflow_core.catalog.errors import BadRequestError
-from tableflow_core.catalog.locations import LOCATION_PROPERTIES, LocationPolicy
-from tableflow_core.catalog.placement import PlacedTable, place_of
+from tableflow_core.catalog.locations import LocationPolicy
+from tableflow_core.catalog.placement import PlacedTable, place_of, table_policy
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,6 @@ class _Purge:
                 log.warning("purge: could not delete %s", path)
 
 
-def table_policy(metadata: TableMetadata) -> LocationPolicy:
-    """The table's own places: its location and the `write.*.path` properties."""
-    extra = [metadata.properties[key] for key in LOCATION_PROPERTIES if key in metadata.properties]
-    return LocationPolicy.for_warehouse(metadata.location, extra)
-
-
 def purge_files(
     metadata: TableMetadata,
     metadata_location: str,
@@ -93,7 +87,7 @@ def purge_files(
 ) -> PurgeResult:
     """Delete the files of a table already dropped from the catalog (best effort);
     `others`: the catalog's other tables, whose files are kept."""
-    purge = _Purge(io, allowed, table_policy(metadata), others)
+    purge = _Purge(io, allowed, table_policy(metadata.location, metadata.properties), others)
     manifest_lists = [s.manifest_list for s in metadata.snapshots if s.manifest_list]
     manifests: dict[str, ManifestFile] = {}
     for manifest_list in filter(purge.readable, dict.fromkeys(manifest_lists)):

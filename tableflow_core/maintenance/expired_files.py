@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tableflow_core.catalog.locations import LocationPolicy
-from tableflow_core.catalog.placement import table_places
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +67,6 @@ def split_due(
     """(lists whose files may go now, lists still kept)."""
     due = tuple(p for p in lists if p.delete_after_ms <= now_ms)
     return due, tuple(p for p in lists if p.delete_after_ms > now_ms)
-
-
-def table_policy(location: str, properties: Mapping[str, str]) -> LocationPolicy:
-    """Where the table's files may be deleted from: its own places (its location and
-    `write.*.path` properties, normalized, links resolved: `catalog/placement.py`)."""
-    return LocationPolicy(table_places(location, properties))
 
 
 def confined(paths: Iterable[str], policy: LocationPolicy) -> tuple[list[str], list[str]]:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tableflow_core.catalog.locations import LocationPolicy
+from tableflow_core.catalog.placement import table_policy
 from tableflow_core.config.models.base import parse_duration_seconds
 from tableflow_core.config.models.catalogs import is_object_store_uri
 from tableflow_core.config.models.maintenance import (
@@ -194,10 +195,10 @@ def expire_snapshots(
     """
     preserve_offsets(spark, table)
     if isinstance(settings, ExpiryRun):
-        cutoff, keep_files_s = settings.cutoff(now), settings.keep_files_s
+        cutoff = settings.cutoff(now)
     else:
         cutoff = now - timedelta(seconds=parse_duration_seconds(settings.older_than or "7d"))
-        keep_files_s = settings.keep_files_s
+    keep_files_s = settings.keep_files_s
     iceberg = iceberg_table(spark, table)
     before = snapshot_count(spark, iceberg)
     expiry = (
@@ -230,7 +231,7 @@ def _keep_expired_files(
     (`expired_files.py`). One property commit when anything changed."""
     iceberg.refresh()
     properties = {str(k): str(v) for k, v in dict(iceberg.properties()).items()}
-    policy = expired_files.table_policy(str(iceberg.location()), properties)
+    policy = table_policy(str(iceberg.location()), properties)
     now_ms = int(now.timestamp() * 1000)
     due, kept = expired_files.split_due(
         expired_files.parse_pending(properties.get(expired_files.PROPERTY)), now_ms

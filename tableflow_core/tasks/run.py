@@ -160,7 +160,8 @@ class _Lanes:
     started: dict[str, int] = field(default_factory=dict)
     wake: dict[str, threading.Event] = field(default_factory=dict)
     beside: frozenset[str] = frozenset()
-    # When each table held for maintenance was last released by it (monotonic seconds).
+    # When each table it held for maintenance was released (monotonic seconds; a table
+    # maintained beside its ingest is never held, so never here).
     held_until: dict[str, float] = field(default_factory=dict)
     # The run is ending: nobody releases a busy table any more (`close`).
     closed: bool = False
@@ -248,11 +249,7 @@ class _Lanes:
         """The tables maintained under their lock less than `spacing` seconds ago: their
         maintenance waits (`HELD_MAINTENANCE_SPACING_S`)."""
         with self.changed:
-            return frozenset(
-                name
-                for name, at in self.held_until.items()
-                if name not in self.beside and now - at < spacing
-            )
+            return frozenset(name for name, at in self.held_until.items() if now - at < spacing)
 
     def _wake(self, tables: tuple[str, ...]) -> None:
         for name in tables:
@@ -478,9 +475,7 @@ class RunTask:
             and (t.maintenance is not None or t.mode == "upsert")
         )
 
-    def _maintenance_due(
-        self, report: CycleReport, waiting: frozenset[str] = frozenset()
-    ) -> CycleReport:
+    def _maintenance_due(self, report: CycleReport, waiting: frozenset[str]) -> CycleReport:
         """The cycle's report with what its tables have due (pyiceberg reads, no Spark):
         a table with nothing due has its note in `maintenance`, one with something due is
         in `maintenance_due`, for the maintenance lane. The `waiting` tables are not

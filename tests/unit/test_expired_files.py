@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tableflow_core.catalog.placement import table_policy
 from tableflow_core.maintenance.expired_files import (
     PendingList,
     confined,
@@ -10,7 +11,6 @@ from tableflow_core.maintenance.expired_files import (
     parse_pending,
     render_pending,
     split_due,
-    table_policy,
 )
 
 
