@@ -45,29 +45,23 @@ def _type_to_text(data_type: pa.DataType) -> str:
     return schema_to_text(pa.schema([pa.field("type", data_type)]))
 
 
+def _base64_text(description: str) -> WithJsonSchema:
+    """The field's JSON Schema: base64 text, described."""
+    return WithJsonSchema(
+        {"type": "string", "contentEncoding": "base64", "description": description}
+    )
+
+
 ArrowSchema = Annotated[
     pa.Schema,
     PlainValidator(_schema),
     PlainSerializer(schema_to_text, return_type=str, when_used="json"),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "contentEncoding": "base64",
-            "description": "An Arrow schema, IPC-serialized and base64-encoded",
-        }
-    ),
+    _base64_text("An Arrow schema, IPC-serialized and base64-encoded"),
 ]
 
 ArrowType = Annotated[
     pa.DataType,
     PlainValidator(_type),
     PlainSerializer(_type_to_text, return_type=str, when_used="json"),
-    WithJsonSchema(
-        {
-            "type": "string",
-            "contentEncoding": "base64",
-            "description": "An Arrow type: a one-field Arrow schema, IPC-serialized and "
-            "base64-encoded",
-        }
-    ),
+    _base64_text("An Arrow type: a one-field Arrow schema, IPC-serialized and base64-encoded"),
 ]
