@@ -253,12 +253,7 @@ class MaintainTask:
         if table.mode != "upsert":
             return None
         parts = (*table.namespace, deletes_table(table.table))
-        if not handle.catalog.table_exists(parts):
-            return None
-        wanted = _companion_operations(due, DELETES_TABLE_OPERATIONS)
-        if not wanted:
-            return None
-        return self._maintain_companion(spark, wanted, handle, parts)
+        return self._maintain_companion(spark, due, DELETES_TABLE_OPERATIONS, handle, parts)
 
     def _maintain_dead_letters(
         self, handle: CatalogHandle, table: Table, spark: Any, due: list[DueOperation]
@@ -269,21 +264,27 @@ class MaintainTask:
         if not isinstance(table.dlq, IcebergDeadLetter):
             return None
         parts = tuple(table.dlq.table.split("."))
-        if not handle.catalog.table_exists(parts):
-            return None
-        wanted = _companion_operations(due, DEAD_LETTER_OPERATIONS)
-        if not wanted:
-            return None
-        return self._maintain_companion(spark, wanted, handle, parts)
+        return self._maintain_companion(spark, due, DEAD_LETTER_OPERATIONS, handle, parts)
 
     def _maintain_companion(
-        self, spark: Any, due: list[DueOperation], handle: CatalogHandle, parts: tuple[str, ...]
-    ) -> MaintenanceReport:
-        """Run `due` on a table that goes with the project's table (its deletes table, its
-        dead-letter table); a failure is the report's one operation, not raised."""
+        self,
+        spark: Any,
+        due: list[DueOperation],
+        allowed: frozenset[str],
+        handle: CatalogHandle,
+        parts: tuple[str, ...],
+    ) -> MaintenanceReport | None:
+        """Run the `allowed` operations of `due` on a table that goes with the project's
+        table (its deletes table, its dead-letter table), when it exists and any is due (else
+        None); a failure is the report's one operation, not raised."""
+        if not handle.catalog.table_exists(parts):
+            return None
+        wanted = _companion_operations(due, allowed)
+        if not wanted:
+            return None
         began = time.monotonic()
         try:
-            return self._run(spark, due, handle, parts)
+            return self._run(spark, wanted, handle, parts)
         except Exception as exc:
             error = self.project.redact(f"{type(exc).__name__}: {exc}")
             failed = OperationResult(
