@@ -3,6 +3,7 @@
 compacted, measured in the same run; and what that maintenance costs per batch.
 
     .venv/bin/python benchmarks/upsert_deletes_scan.py [--rows 1000000] [--batch 100000] [--batches 8] [--without]
+    .venv/bin/python benchmarks/upsert_deletes_scan.py --rows 10000000 --batches 4 --deletes-rewrite-budget unbounded
 
 Starts its own Kafka-protocol broker and dev registry; produces `--rows` Avro records keyed
 by an Avro key {id} (benchmarks/upsert.py's topic); an upsert table (no `maintenance:`
@@ -12,6 +13,8 @@ block: only what its delete files make due) reads it through `tableflow apply`'s
 benchmarks/upsert.py's `batch_changes`) is applied, and the maintenance `tableflow run`
 runs after a refresh runs (MaintainTask: its wall seconds and the rows its compaction
 rewrote). `--without` adds a table that gets the same batches and no maintenance.
+`--deletes-rewrite-budget` gives the maintained table a `maintenance:` block with that
+`deletes_rewrite_budget` (docs/maintenance.md, "A table's budget").
 
 At the end the table is compacted in full (every data file rewritten, deletes applied) and
 Spark stops; then the snapshot after each batch and after each maintenance is scanned in
@@ -41,6 +44,11 @@ from upsert import PARTITIONS, Topic, batch_changes, compact, measured_apply
 from tableflow_core.dev import broker
 
 Scans = tuple[float, float, float, float]  # pyiceberg wall, CPU; DuckDB wall, CPU
+
+
+def budget_value(text: str) -> float | str:
+    """`--deletes-rewrite-budget`'s value as the YAML would hold it."""
+    return text if text == "unbounded" else float(text)
 
 
 def snapshot_scans(table: Any, snapshot_id: int, con: Any) -> tuple[Scans, int]:
@@ -158,6 +166,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--without", action="store_true", help="also a table never maintained")
+    parser.add_argument(
+        "--deletes-rewrite-budget",
+        help="the maintained table's `maintenance: deletes_rewrite_budget` (a number or "
+        "`unbounded`; default: no block, the budget of 1)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tf-deletes-scan-"))
     with stack(work) as (bootstrap, url):
@@ -167,10 +180,15 @@ def main() -> None:
         topic.produce_initial(args.rows)
         keys = {"mode": "upsert", "key_columns": ["id"], "key": {"format": "avro"}}
         labels = ("with", "without") if args.without else ("with",)
+        budget = args.deletes_rewrite_budget
+        block = {"maintenance": {"deletes_rewrite_budget": budget_value(budget)}} if budget else {}
         roots = {
-            label: write_project(work / label, bootstrap, url, name, args.cores, **keys)
+            label: write_project(
+                work / label, bootstrap, url, name, args.cores, **keys,
+                **(block if label == "with" else {}),
+            )
             for label in labels
-        }
+        }  # fmt: skip
         spark = build_spark_session(f"local[{args.cores}]", "tableflow-bench")
         try:
             print(f"{args.rows:,} rows, batches of {args.batch:,} records (10% tombstones); "

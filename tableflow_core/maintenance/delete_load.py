@@ -38,7 +38,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tableflow_core.config.models.maintenance import CompactSettings
+from tableflow_core.config.models.maintenance import (
+    DEFAULT_DELETES_REWRITE_BUDGET,
+    UNBOUNDED,
+    CompactSettings,
+    DeletesRewriteBudget,
+    Maintenance,
+)
 from tableflow_core.maintenance.activity import TableActivity
 
 # The operation that rewrites the data files with deletes without their deleted rows
@@ -56,15 +62,35 @@ READERS_SHARE = 0.25
 # 66), an upsert batch INGEST_CPU_US_PER_DELETED_ROW of its process tree per row it
 # deletes (benchmarks/upsert.py: a 100k-record batch, ~95k rows deleted, 4.5 CPU s at 1M
 # and 100M rows alike). At 1.0, maintenance for readers at most doubles an upsert table's
-# CPU (Spark's rewrite at the budget before, 20 rows per row deleted: ~2.8x).
-MAINTENANCE_CPU_SHARE = 1.0
+# CPU (Spark's rewrite at the budget before, 20 rows per row deleted: ~2.8x). A table's
+# `maintenance: deletes_rewrite_budget` sets its own share, or `unbounded`.
+MAINTENANCE_CPU_SHARE = DEFAULT_DELETES_REWRITE_BUDGET
 REWRITE_CPU_US_PER_ROW = 1.25
 INGEST_CPU_US_PER_DELETED_ROW = 47.0
-# So it rewrites at most this many rows per row the delete files delete (a table of 100M
-# rows whose batches touch every data file: every ~2.7M rows deleted, ~29 batches).
-REWRITE_PER_DELETED_ROW = int(
-    MAINTENANCE_CPU_SHARE * INGEST_CPU_US_PER_DELETED_ROW / REWRITE_CPU_US_PER_ROW
-)
+
+
+def _rows_per_deleted_row(cpu_share: float) -> int:
+    return max(1, int(cpu_share * INGEST_CPU_US_PER_DELETED_ROW / REWRITE_CPU_US_PER_ROW))
+
+
+# By default it rewrites at most this many rows per row the delete files delete (a table of
+# 100M rows whose batches touch every data file: every ~2.7M rows deleted, ~29 batches).
+REWRITE_PER_DELETED_ROW = _rows_per_deleted_row(MAINTENANCE_CPU_SHARE)
+
+
+def budget_of(block: Maintenance | None) -> DeletesRewriteBudget:
+    """A table's budget for the rewrite for readers: its `maintenance:` block's, or 1x."""
+    return block.deletes_rewrite_budget if block is not None else MAINTENANCE_CPU_SHARE
+
+
+def rewrite_per_deleted_row(budget: DeletesRewriteBudget) -> int | None:
+    """The rows the rewrite for readers may rewrite per row the delete files delete, under
+    `budget` (a share of the batches' CPU); None: `unbounded`, whatever it rewrites."""
+    if budget == UNBOUNDED:
+        return None
+    return _rows_per_deleted_row(float(budget))
+
+
 # Spark's fallback (`operations.OPERATIONS[APPLY_DELETES]`): a data file with at least
 # this many delete files is rewritten.
 DELETE_FILE_THRESHOLD = 1
@@ -102,44 +128,62 @@ def _rows_to_rewrite(activity: TableActivity) -> int:
     return activity.rows_with_deletes
 
 
-def readers_triggers(activity: TableActivity | None) -> tuple[str, ...]:
+def _budget_said(budget: DeletesRewriteBudget) -> str:
+    per_row = rewrite_per_deleted_row(budget)
+    if per_row is None:
+        return "whatever it rewrites: deletes_rewrite_budget unbounded"
+    return f"at most {per_row} per row deleted: its CPU at most {float(budget):g}x the batches'"
+
+
+def readers_triggers(
+    activity: TableActivity | None, budget: DeletesRewriteBudget = MAINTENANCE_CPU_SHARE
+) -> tuple[str, ...]:
     """Why the deletes are due to be applied for readers now (empty: they are not: few
-    rows carry deletes, or the rewrite waits for its budget)."""
+    rows carry deletes, or the rewrite waits for its `budget`)."""
     if activity is None or activity.delete_files == 0 or not activity.records:
         return ()
     rows = _rows_to_rewrite(activity)
     if rows <= READERS_SHARE * activity.records:
         return ()
-    if rows > REWRITE_PER_DELETED_ROW * activity.deleted_rows:
+    per_row = rewrite_per_deleted_row(budget)
+    if per_row is not None and rows > per_row * activity.deleted_rows:
         return ()
     return (
         f"{rows / activity.records:.0%} of the rows in data files with deletes (due above "
         f"{READERS_SHARE:.0%}); {rows:,} rows rewritten for {activity.deleted_rows:,} deleted "
-        f"(at most {REWRITE_PER_DELETED_ROW} per row deleted: its CPU at most "
-        f"{MAINTENANCE_CPU_SHARE:g}x the batches')",
+        f"({_budget_said(budget)})",
     )
 
 
-def readers_waiting(activity: TableActivity | None) -> str | None:
-    """Why readers pay over the bound and the rewrite still waits (None: they do not), for
-    `maintain --dry-run`."""
+def readers_waiting(
+    activity: TableActivity | None, budget: DeletesRewriteBudget = MAINTENANCE_CPU_SHARE
+) -> str | None:
+    """Why readers pay over the bound and the rewrite still waits for its `budget` (None:
+    they do not), for `maintain --dry-run`."""
     if activity is None or activity.delete_files == 0 or not activity.records:
         return None
     rows = _rows_to_rewrite(activity)
-    if rows <= READERS_SHARE * activity.records or readers_triggers(activity):
+    if rows <= READERS_SHARE * activity.records or readers_triggers(activity, budget):
         return None
-    deleted_at = -(-rows // REWRITE_PER_DELETED_ROW)
+    per_row = rewrite_per_deleted_row(budget)
+    assert per_row is not None  # an unbounded rewrite never waits
+    deleted_at = -(-rows // per_row)
     return (
         f"apply_deletes for readers waits: {rows / activity.records:.0%} of the rows in data files "
         f"with deletes, their {rows:,} rows rewritten once {deleted_at:,} are deleted "
-        f"({activity.deleted_rows:,} now; at most {REWRITE_PER_DELETED_ROW} per row deleted)"
+        f"({activity.deleted_rows:,} now; at most {per_row} per row deleted)"
     )
 
 
-def delete_upkeep() -> str:
+def delete_upkeep(budget: DeletesRewriteBudget = MAINTENANCE_CPU_SHARE) -> str:
     """The rule, as plan and `maintain --dry-run` show it for an upsert table."""
+    per_row = rewrite_per_deleted_row(budget)
+    rewritten = (
+        "whatever that rewrites"
+        if per_row is None
+        else f"at most {per_row} rows rewritten per row deleted"
+    )
     return (
         f"delete files merged at {DELETE_FILES_PER_DATA_FILE} per data file, deletes applied "
-        f"to the data files with deletes above {READERS_SHARE:.0%} of rows (at most "
-        f"{REWRITE_PER_DELETED_ROW} rows rewritten per row deleted)"
+        f"to the data files with deletes above {READERS_SHARE:.0%} of rows ({rewritten})"
     )

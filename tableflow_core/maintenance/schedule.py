@@ -37,6 +37,7 @@ from tableflow_core.maintenance.delete_load import (
     APPLY_DELETES,
     MERGE_MIN_DELETE_FILES,
     DeletesCompaction,
+    budget_of,
     delete_file_triggers,
     readers_triggers,
 )
@@ -305,7 +306,7 @@ def _due_for_deletes(
     if table.mode != "upsert":
         return {}
     block = table.maintenance
-    rewrite = readers_triggers(activity)
+    rewrite = readers_triggers(activity, budget_of(block))
     merge = () if rewrite else delete_file_triggers(activity)
     due: dict[str, DueOperation] = {}
     for op, block_key, triggers, default in (

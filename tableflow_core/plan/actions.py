@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tableflow_core.config.models.maintenance import DeletesRewriteBudget
 from tableflow_core.config.project import Table
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import Mode, OnError, RouteBadRecords, Stage
@@ -101,6 +102,11 @@ class TableDefinition(ActionBase):
     partition_by: tuple[PartitionTerm, ...] = ()
     sort_by: tuple[SortTerm, ...] = ()
     properties: dict[str, str] = Field(default_factory=dict)
+    deletes_rewrite_budget: DeletesRewriteBudget | None = Field(
+        None,
+        description="An upsert table's `maintenance: deletes_rewrite_budget` (null: not an "
+        "upsert table)",
+    )
 
 
 class CreateTable(TableDefinition):

@@ -11,6 +11,7 @@ from tableflow_core.config.project import Project, SourceLocation, Table
 from tableflow_core.deadletter.suspension import describe_suspension
 from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import plan_offsets
+from tableflow_core.maintenance.delete_load import budget_of
 from tableflow_core.maintenance.schedule import maintenance_due
 from tableflow_core.plan import capabilities, column_checks
 from tableflow_core.plan.actions import (
@@ -257,6 +258,9 @@ def _table_changes(
         "partition_by": shape.partition_by,
         "sort_by": shape.sort_by,
         "properties": desired_props,
+        "deletes_rewrite_budget": (
+            budget_of(table.maintenance) if shape.mode == "upsert" else None
+        ),
     }
     if observed is None:
         return [CreateTable.on_table(table, **definition)], False

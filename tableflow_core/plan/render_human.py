@@ -26,7 +26,6 @@ from tableflow_core.plan.actions import (
 from tableflow_core.plan.dag import render_dag
 from tableflow_core.plan.dead_letter_table import is_dlq_action
 from tableflow_core.plan.plan import Plan
-from tableflow_core.plan.shape import MODE_PROPERTY
 from tableflow_core.text import plural
 
 SYMBOLS = {
@@ -64,8 +63,8 @@ def action_lines(action: object) -> list[Text]:
             required = " not null" if column.required else ""
             lines.append(Text(f"      {column.name}: {column.type}{required}", style=style))
         kept = metadata_upkeep(action.properties)
-        if action.properties.get(MODE_PROPERTY) == "upsert":
-            kept = f"{kept}, {delete_upkeep()}"
+        if action.deletes_rewrite_budget is not None:
+            kept = f"{kept}, {delete_upkeep(action.deletes_rewrite_budget)}"
         lines.append(Text(f"      keeps {kept}", style=style))
         if action.partition_by:
             parts = ", ".join(p.expression() for p in action.partition_by)

@@ -38,7 +38,12 @@ from tableflow_core.maintenance import (
 )
 from tableflow_core.maintenance.activity import TableActivity, data_file_sizes, table_activity
 from tableflow_core.maintenance.beside_ingest import maintained_beside_ingest
-from tableflow_core.maintenance.delete_load import APPLY_DELETES, delete_upkeep, readers_waiting
+from tableflow_core.maintenance.delete_load import (
+    APPLY_DELETES,
+    budget_of,
+    delete_upkeep,
+    readers_waiting,
+)
 from tableflow_core.maintenance.history import metadata_upkeep, table_history
 from tableflow_core.maintenance.operations import OPERATIONS, Operation, tiered_compaction
 from tableflow_core.maintenance.run import StateReader
@@ -368,7 +373,7 @@ def keeps(table: Table, properties: dict[str, str]) -> str:
     the table's own properties, and the history its expiry keeps."""
     kept = metadata_upkeep(properties)
     if table.mode == "upsert":
-        kept = f"{kept}, {delete_upkeep()}"
+        kept = f"{kept}, {delete_upkeep(budget_of(table.maintenance))}"
     block = table.maintenance
     if block is not None and block.expire_snapshots is not None:
         return f"{kept}; history {table_history(table).describe()}"
@@ -378,6 +383,6 @@ def keeps(table: Table, properties: dict[str, str]) -> str:
 def _nothing_due(table: Table, activity: TableActivity | None) -> str:
     reasons = [not_due_reason(table, activity)]
     if table.mode == "upsert":
-        reasons.append(readers_waiting(activity))
+        reasons.append(readers_waiting(activity, budget_of(table.maintenance)))
     said = "; ".join(r for r in reasons if r)
     return f"nothing due ({said})" if said else "nothing due"

@@ -4,11 +4,19 @@ hold enough of the rows to make readers pay, within the rewrite's budget."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
 from tableflow_core.config.models.maintenance import (
+    UNBOUNDED,
     CompactSettings,
     Maintenance,
     RewriteDeletesSettings,
 )
+from tableflow_core.config.models.tables import TableConfig
 from tableflow_core.maintenance import maintenance_due
 from tableflow_core.maintenance.activity import TableActivity
 from tableflow_core.maintenance.delete_load import (
@@ -17,9 +25,12 @@ from tableflow_core.maintenance.delete_load import (
     READERS_SHARE,
     REWRITE_PER_DELETED_ROW,
     DeletesCompaction,
+    budget_of,
     delete_file_triggers,
+    delete_upkeep,
     readers_triggers,
     readers_waiting,
+    rewrite_per_deleted_row,
 )
 from tableflow_core.maintenance.last_run import last_run_properties
 from tests.unit.test_maintenance_schedule import NOW, table_with
@@ -142,3 +153,57 @@ def test_operations_due_for_delete_files_keep_the_run_order() -> None:
     )  # fmt: skip
     due = maintenance_due(upsert, {}, NOW, activity=piled)
     assert [d.operation for d in due] == ["compact", "rewrite_deletes"]
+
+
+def test_a_table_s_budget_sets_when_deletes_are_applied_for_readers() -> None:
+    """`maintenance: deletes_rewrite_budget`: a share of the batches' CPU scales the rows
+    rewritten per row deleted; `unbounded` applies the deletes of a 100M-row table after
+    its first batch (readers never wait), and plan and `maintain --dry-run` say which."""
+    after_one_batch = activity(20, 20, deleted=95_000, records=100_000_000)  # rows not read
+    assert readers_triggers(after_one_batch) == ()
+    assert readers_waiting(after_one_batch) is not None
+    (why,) = readers_triggers(after_one_batch, UNBOUNDED)
+    assert "whatever it rewrites: deletes_rewrite_budget unbounded" in why
+    assert readers_waiting(after_one_batch, UNBOUNDED) is None
+
+    assert rewrite_per_deleted_row(1.0) == REWRITE_PER_DELETED_ROW
+    thirty = rewrite_per_deleted_row(30)
+    assert thirty == 1128  # 30 x 47 / 1.25
+    deleted_at = -(-100_000_000 // 1128)
+    assert readers_triggers(activity(20, 20, deleted_at - 1, 100_000_000), 30) == ()
+    waits = readers_waiting(activity(20, 20, deleted_at - 1, 100_000_000), 30.0)
+    assert waits is not None and f"once {deleted_at:,} are deleted" in waits
+    (why,) = readers_triggers(activity(20, 20, deleted_at, 100_000_000), 30.0)
+    assert "at most 1128 per row deleted: its CPU at most 30x the batches'" in why
+
+    assert "(at most 37 rows rewritten per row deleted)" in delete_upkeep()
+    assert "(whatever that rewrites)" in delete_upkeep(UNBOUNDED)
+
+
+def test_the_budget_comes_from_the_table_s_block_with_or_without_operations() -> None:
+    after_one_batch = activity(20, 20, deleted=95_000, records=100_000_000)
+    assert maintenance_due(table_with(None, mode="upsert"), {}, NOW, activity=after_one_batch) == []
+    block = Maintenance.model_validate({"deletes_rewrite_budget": "unbounded"})
+    assert block.compact is None and budget_of(block) == UNBOUNDED and budget_of(None) == 1.0
+    (due,) = maintenance_due(table_with(block, mode="upsert"), {}, NOW, activity=after_one_batch)
+    assert due.operation == "apply_deletes" and due.for_deletes
+    assert "deletes_rewrite_budget unbounded" in due.describe(NOW)
+    # An append table has no deletes to apply, whatever its block says.
+    assert maintenance_due(table_with(block), {}, NOW, activity=after_one_batch) == []
+
+
+def test_a_budget_is_a_positive_number_or_unbounded() -> None:
+    for budget in (0.5, 30, "unbounded"):
+        assert Maintenance.model_validate({"deletes_rewrite_budget": budget})
+    for bad in (0, -1, True, "lots", "3", float("inf")):
+        with pytest.raises(ValidationError, match="deletes_rewrite_budget must be a number"):
+            Maintenance.model_validate({"deletes_rewrite_budget": bad})
+
+
+def test_the_budget_example_in_the_docs_is_a_valid_table() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "maintenance.md").read_text()
+    example = text.split("**A table's budget.**", 1)[1].split("```yaml\n", 1)[1].split("```")[0]
+    (table,) = yaml.safe_load(example)["tables"]
+    config = TableConfig.model_validate(table)
+    assert config.maintenance is not None
+    assert budget_of(config.maintenance) == UNBOUNDED

@@ -580,3 +580,29 @@ def test_the_plan_shows_the_steps_fused_into_decode(tmp_path):
     text = console.export_text()
     assert "decode(avro + mask, dedup, unique) -> transform(mask, filter)" in text
     assert "decode: unique(amount): keys reported by the read tasks" in text
+
+
+def test_plan_shows_an_upsert_table_s_deletes_rule_with_its_budget(tmp_path):
+    """The rule on an upsert table's deletes in plan follows its `maintenance:` block's
+    `deletes_rewrite_budget`; an append table has none."""
+    for maintenance, said in (
+        (None, "(at most 37 rows rewritten per row deleted)"),
+        ({"deletes_rewrite_budget": 30}, "(at most 1128 rows rewritten per row deleted)"),
+        ({"deletes_rewrite_budget": "unbounded"}, "(whatever that rewrites)"),
+    ):
+        extra = {"maintenance": maintenance} if maintenance else {}
+        project = make_project(tmp_path / str(said), mode="upsert", key_columns=["id"], **extra)
+        plan = build_plan(project, project.tables, world(project))
+        create = next(a for a in plan.actions if a.kind == "create_table")
+        assert create.deletes_rewrite_budget == (maintenance or {}).get(
+            "deletes_rewrite_budget", 1.0
+        )
+        console = Console(record=True, width=400)
+        render_human(plan, console)
+        assert f"above 25% of rows {said}" in console.export_text()
+    append = make_project(tmp_path / "append")
+    create = next(
+        a for a in build_plan(append, append.tables, world(append)).actions
+        if a.kind == "create_table"
+    )  # fmt: skip
+    assert create.deletes_rewrite_budget is None

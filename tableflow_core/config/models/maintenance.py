@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -16,6 +17,13 @@ from tableflow_core.config.models.base import (
 # remove_orphans never deletes files younger than this: a run in flight (on any host)
 # writes data files before it commits them, and they are "orphans" until it does.
 ORPHAN_MIN_AGE = "1d"
+
+# What the rewrite that applies an upsert table's deletes for its readers may spend: a
+# share of the ingest CPU of the batches whose deletes it applies, or no bound
+# (maintenance/delete_load.py).
+UNBOUNDED = "unbounded"
+DeletesRewriteBudget = float | Literal["unbounded"]
+DEFAULT_DELETES_REWRITE_BUDGET = 1.0
 
 
 class MaintenanceOperation(ConfigModel):
@@ -165,8 +173,26 @@ class Maintenance(ConfigModel):
     rewrite_manifests: RewriteManifestsSettings | None = Field(
         None, description="Manifest rewrite; `true` to enable."
     )
+    deletes_rewrite_budget: DeletesRewriteBudget = Field(
+        DEFAULT_DELETES_REWRITE_BUDGET,
+        description="Upsert tables: what rewriting the data files with deletes for readers "
+        "may cost, as a share of the ingest CPU of the batches whose deletes it applies "
+        "(1: maintenance at most doubles the table's CPU; a table whose every batch touches "
+        "most of its rows then waits dozens of batches, readers paying ~3x meanwhile). "
+        "`unbounded`: applied after every batch that leaves readers paying over 1.5x, "
+        "whatever it rewrites (at 100M rows and random keys, the whole table each time). "
+        "Runs with or without other operations listed.",
+    )
 
     _every = field_validator("every")(check_duration)
+
+    @field_validator("deletes_rewrite_budget", mode="before")
+    @classmethod
+    def _positive_budget(cls, value: Any) -> Any:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value != UNBOUNDED and not (number and 0 < value < math.inf):
+            raise ValueError(f"deletes_rewrite_budget must be a number above 0 or `{UNBOUNDED}`")
+        return value
 
     @field_validator(*MAINTENANCE_OPERATIONS, mode="before")
     @classmethod
