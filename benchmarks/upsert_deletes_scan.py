@@ -2,7 +2,7 @@
 `tableflow run` runs after each refresh (maintenance/delete_load.py), against the table
 compacted, measured in the same run; and what that maintenance costs per batch.
 
-    .venv/bin/python benchmarks/upsert_deletes_scan.py [--rows 1000000] [--batch 100000] [--batches 8] [--without]
+    .venv/bin/python benchmarks/upsert_deletes_scan.py [--rows 1000000] [--batch 100000] [--batches 8]
     .venv/bin/python benchmarks/upsert_deletes_scan.py --rows 10000000 --batches 4 --deletes-rewrite-budget unbounded
 
 Starts its own Kafka-protocol broker and dev registry; produces `--rows` Avro records keyed
@@ -12,7 +12,8 @@ block: only what its delete files make due) reads it through `tableflow apply`'s
 `--batch` records (updates of existing keys, keys repeated, 10% tombstones;
 benchmarks/upsert.py's `batch_changes`) is applied, and the maintenance `tableflow run`
 runs after a refresh runs (MaintainTask: its wall seconds and the rows its compaction
-rewrote). `--without` adds a table that gets the same batches and no maintenance.
+rewrote). (A `--without` table, never maintained, was dropped: a second project's embedded
+catalog in the same Spark session finds the first one's under the same name.)
 `--deletes-rewrite-budget` gives the maintained table a `maintenance:` block with that
 `deletes_rewrite_budget` (docs/maintenance.md, "A table's budget").
 
@@ -142,7 +143,7 @@ def run_batches(
             applied = measured_apply(root, spark)["wall"]
             after_batch, deletes = current_snapshot(root)
             started = time.perf_counter()
-            ran = maintain(root, spark) if label == "with" else "none"
+            ran = maintain(root, spark)
             took = time.perf_counter() - started
             after, left = current_snapshot(root)
             rewritten = rewritten_rows(root, after_batch)
@@ -165,7 +166,6 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--without", action="store_true", help="also a table never maintained")
     parser.add_argument(
         "--deletes-rewrite-budget",
         help="the maintained table's `maintenance: deletes_rewrite_budget` (a number or "
@@ -179,13 +179,13 @@ def main() -> None:
         topic = Topic(bootstrap, url, name)
         topic.produce_initial(args.rows)
         keys = {"mode": "upsert", "key_columns": ["id"], "key": {"format": "avro"}}
-        labels = ("with", "without") if args.without else ("with",)
+        labels = ("with",)
         budget = args.deletes_rewrite_budget
         block = {"maintenance": {"deletes_rewrite_budget": budget_value(budget)}} if budget else {}
         roots = {
             label: write_project(
                 work / label, bootstrap, url, name, args.cores, **keys,
-                **(block if label == "with" else {}),
+                **block,
             )
             for label in labels
         }  # fmt: skip
@@ -226,9 +226,6 @@ def main() -> None:
                             worst.setdefault(f"{label} {key} {reader}", []).append(value[at])
                     print(f"{i:>5} {before[0]:>6.2f}x ({before[1]:.2f}) {before[2]:>6.2f}x ({before[3]:.2f}) "
                           f"{after[0]:>9.2f}x ({after[1]:.2f}) {after[2]:>6.2f}x ({after[3]:.2f})", flush=True)  # fmt: skip
-        if "without" in roots:
-            print(f"never maintained / compacted: worst pyiceberg {max(worst['without batch py']):.2f}x (CPU {max(worst['without batch py cpu']):.2f}x), "
-                  f"DuckDB {max(worst['without batch duck']):.2f}x (CPU {max(worst['without batch duck cpu']):.2f}x)")  # fmt: skip
         done = batches["with"]
         maintenance_s = sum(b.maintenance_s for b in done) / len(done)
         apply_s = sum(b.apply_s for b in done) / len(done)
