@@ -38,22 +38,12 @@ import fastavro
 import pyarrow as pa
 from event_schema import SCHEMA
 from repo_root import ROOT  # noqa: F401  (the repo on sys.path)
+from upsert import avro_long as zigzag
 from upsert import record
 
 from tableflow_core.schemas import avro_records, avro_types
 
 FRAME = b"\x00\x00\x00\x00\x01"  # magic byte 0, schema id 1
-
-
-def zigzag(n: int) -> bytes:
-    """An Avro long."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def container_file(payloads: list[bytes], schema_text: str) -> bytes:

@@ -172,7 +172,7 @@ class Topic:
         value = self.value_schema
         return [
             {
-                "key": self.key_header + _zigzag(key),
+                "key": self.key_header + avro_long(key),
                 "value": None if v is None else self._frame(self.value_header, value, v),
             }
             for key, v in changes
@@ -215,7 +215,7 @@ def produce_messages(
 PRODUCE_CHUNK = 20_000
 
 
-def _zigzag(n: int) -> bytes:
+def avro_long(n: int) -> bytes:
     """Avro's encoding of a long (zig-zag varint): the key {id} after its header."""
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
