@@ -59,13 +59,13 @@ def _produce_placeholders(
     bootstrap: str, topic: str, partition: int, partitions: int, rows: int, key_header: bytes
 ) -> None:
     # imported here: upsert imports this module (benchmarks/ is on the child's sys.path)
-    from upsert import _zigzag, produce_messages
+    from upsert import avro_long, produce_messages
 
     producer = Producer(broker.producer_config(bootstrap, **{"linger.ms": 100}))
     ids = range(partition, rows, partitions)
     for start in range(0, len(ids), PRODUCE_CHUNK):
         chunk = ids[start : start + PRODUCE_CHUNK]
-        messages = [{"key": key_header + _zigzag(i), "value": b""} for i in chunk]
+        messages = [{"key": key_header + avro_long(i), "value": b""} for i in chunk]
         produce_messages(producer, topic, partition, messages)
     remaining = producer.flush(600)
     assert remaining == 0, f"{remaining} placeholder records not delivered"
