@@ -16,7 +16,9 @@ without a `maintenance:` block:
   `REWRITE_PER_DELETED_ROW` rows per row the delete files delete. That budget is one of
   CPU: the rewrite may cost `MAINTENANCE_CPU_SHARE` of the ingest CPU of the batches
   whose deletes it applies (each measured per row), so maintenance follows the rows the
-  batches changed, never the table's size. A table whose batches change a
+  batches changed, never the table's size. A table's `maintenance:
+  deletes_rewrite_budget` sets its own share, or `unbounded` (after every batch that
+  leaves readers paying, whatever that rewrites). A table whose batches change a
   `REWRITE_PER_DELETED_ROW`th of it is back at 1.0x after every batch; a larger one waits
   until they have.
 - the delete files per data file: DuckDB and pyiceberg open each. Past

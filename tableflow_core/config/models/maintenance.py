@@ -181,7 +181,7 @@ class Maintenance(ConfigModel):
         "most of its rows then waits dozens of batches, readers paying ~3x meanwhile). "
         "`unbounded`: applied after every batch that leaves readers paying over 1.5x, "
         "whatever it rewrites (at 100M rows and random keys, the whole table each time). "
-        "Runs with or without other operations listed.",
+        "Holds whether the block lists operations or not.",
     )
 
     _every = field_validator("every")(check_duration)
