@@ -34,6 +34,24 @@ VALUE_COLUMN = "value"  # the one column of a primitive payload decoded as colum
 
 
 @dataclass(frozen=True)
+class _ChunkKeys:
+    """Upsert: the key columns of a chunk's kept records (`batch`, None on append tables),
+    one row per chunk index in `indexes`, in order."""
+
+    batch: pa.RecordBatch | None
+    indexes: list[int]
+
+    def of(self, chunk_indexes: list[int]) -> pa.RecordBatch | None:
+        """The key rows of these chunk indexes (each one kept), in their order."""
+        if self.batch is None:
+            return None
+        if chunk_indexes == self.indexes:
+            return self.batch
+        row = {index: position for position, index in enumerate(self.indexes)}
+        return self.batch.take(pa.array([row[i] for i in chunk_indexes], pa.int64()))
+
+
+@dataclass(frozen=True)
 class KeySpec:
     """Upsert: how a Kafka key becomes the key columns' values."""
 
@@ -115,21 +133,18 @@ class ChunkDecoder:
     def decode(self, messages: Sequence[KafkaMessage]) -> Iterator[pa.RecordBatch]:
         chunk = MessageChunk.of(messages)
         bad: list[_Bad] = []
-        keys: dict[int, dict[str, Any]] = {}  # chunk index -> key columns (upsert)
-        valued: list[int] = []
-        tombstones: list[int] = []
-        if self._key is None:
+        # Upsert: the key columns of every record the chunk keeps, and the chunk index of
+        # each of their rows.
+        keys = _ChunkKeys(None, [])
+        if self._key is None or (key_columns := self._key_columns(chunk)) is not None:
             valued = [i for i, value in enumerate(chunk.values) if value is not None]
+            tombstones: list[int] = []
             if len(valued) < len(chunk):
                 tombstones = [i for i, value in enumerate(chunk.values) if value is None]
+            if self._key is not None:
+                keys = _ChunkKeys(key_columns, list(range(len(chunk))))
         else:
-            for i, value in enumerate(chunk.values):
-                try:
-                    keys[i] = self._key_row(chunk.keys[i])
-                except PayloadError as exc:
-                    bad.append(_Bad(i, "KeyDecodeError", f"key: {exc.reason}"))
-                    continue
-                (tombstones if value is None else valued).append(i)
+            keys, valued, tombstones = self._key_rows(chunk, bad)
         whole = len(valued) == len(chunk)
         result = self._decoder.decode(chunk if whole else chunk.select(valued))
         good = valued
@@ -143,28 +158,88 @@ class ChunkDecoder:
         if len(good) != result.batch.num_rows:
             raise AssertionError("decoder output does not line up with its input messages")
         batch = result.batch
-        good_keys = [keys[i] for i in good] if keys else []
-        if good and self._key is not None:
+        good_keys = keys.of(good)
+        if good and good_keys is not None:
             batch, good, good_keys = self._agreeing_keys(batch, good, good_keys, bad)
         if good:
             good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
             yield self._good(batch, good_chunk, good_keys)
         if tombstones:
-            yield self._tombstones(
-                chunk.select(tombstones), [keys[i] for i in tombstones] if keys else []
-            )
+            yield self._tombstones(chunk.select(tombstones), keys.of(tombstones))
         if bad:
             yield self._bad(chunk, bad)
 
+    def _key_columns(self, chunk: MessageChunk) -> pa.RecordBatch | None:
+        """Upsert, the common case: every record's key read by the compiled reader straight
+        into the key columns, column by column, its values already of the key columns'
+        storage types (an integer column narrower than the key's long: checked by a safe
+        cast). None when any key needs the row by row path (`_key_rows`: none, corrupt, a
+        primitive or text key, a missing value, a value to convert or that does not fit):
+        that path checks every row and names the bad ones."""
+        assert self._key is not None
+        if not self._fast_keys:
+            return None
+        read = self._read_key
+        flat: list[Any] = []
+        extend = flat.extend
+        try:
+            for key in chunk.keys:
+                if key is None:
+                    return None
+                extend(read(key))
+        except PayloadError:
+            return None
+        width = len(self._key.columns)
+        arrays = []
+        try:
+            for j, storage in enumerate(self._key_storage):
+                values = flat[j::width]
+                column = pa.array(values)  # the values' own type: a bool is no integer
+                if column.null_count:
+                    return None  # a key without a value for a key column: a bad record
+                integers = pa.types.is_integer(column.type) and pa.types.is_integer(storage.type)
+                if len(values) and column.type != storage.type and not integers:
+                    return None  # text, a bool, a float...: converted or refused row by row
+                # Safe: raises for an integer out of the column's range.
+                arrays.append(column.cast(storage.type))
+            batch = pa.RecordBatch.from_arrays(arrays, schema=self._key_storage)
+            return (
+                batch
+                if self._key_storage.equals(self._key_schema)
+                else batch.cast(self._key_schema)
+            )
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+
+    def _key_rows(
+        self, chunk: MessageChunk, bad: list[_Bad]
+    ) -> tuple[_ChunkKeys, list[int], list[int]]:
+        """Upsert, one key at a time: each key decoded and checked against the key columns
+        (a key that cannot fill them makes its record a bad record, added to `bad`). The
+        keys of the records kept, and the chunk indexes of the valued ones and of the
+        tombstones."""
+        rows: list[dict[str, Any]] = []
+        indexes: list[int] = []
+        valued: list[int] = []
+        tombstones: list[int] = []
+        for i, value in enumerate(chunk.values):
+            try:
+                rows.append(self._key_row(chunk.keys[i]))
+            except PayloadError as exc:
+                bad.append(_Bad(i, "KeyDecodeError", f"key: {exc.reason}"))
+                continue
+            indexes.append(i)
+            (tombstones if value is None else valued).append(i)
+        return _ChunkKeys(self._key_arrays(rows), indexes), valued, tombstones
+
     def _agreeing_keys(
-        self, batch: pa.RecordBatch, good: list[int], keys: list[dict[str, Any]], bad: list[_Bad]
-    ) -> tuple[pa.RecordBatch, list[int], list[dict[str, Any]]]:
+        self, batch: pa.RecordBatch, good: list[int], key_batch: pa.RecordBatch, bad: list[_Bad]
+    ) -> tuple[pa.RecordBatch, list[int], pa.RecordBatch]:
         """Upsert: the rows whose value carries no key column, or the record key's values
         in it. A row stored under another key than its record's could never be deleted by
         a tombstone of that key (an orphan row): it is a bad record (`KeyMismatchError`),
         routed by on_error like any other. Returns the batch, chunk indexes and keys kept."""
         assert self._key is not None
-        key_batch = self._key_arrays(keys)
         differs = np.zeros(batch.num_rows, dtype=bool)
         reasons: dict[int, str] = {}
         for name in self._key.columns:
@@ -177,14 +252,14 @@ class ChunkDecoder:
                 reasons[int(row)] = self._mismatch(name, value[row].as_py(), key[row].as_py())
             differs |= unequal
         if not differs.any():
-            return batch, good, keys
+            return batch, good, key_batch
         kept = np.flatnonzero(~differs)
         for index, reason in sorted(reasons.items()):
             bad.append(_Bad(good[index], "KeyMismatchError", reason))
         return (
             batch.take(pa.array(kept)),
             [good[j] for j in kept],
-            [keys[j] for j in kept],
+            key_batch.take(pa.array(kept)),
         )
 
     def _mismatch(self, column: str, in_value: Any, in_key: Any) -> str:
@@ -256,7 +331,7 @@ class ChunkDecoder:
         return arrays
 
     def _good(
-        self, batch: pa.RecordBatch, chunk: MessageChunk, keys: list[dict[str, Any]]
+        self, batch: pa.RecordBatch, chunk: MessageChunk, key_batch: pa.RecordBatch | None
     ) -> pa.RecordBatch:
         columns = list(batch.columns)
         deletes: bool | pa.Array = False
@@ -267,8 +342,8 @@ class ChunkDecoder:
             if self._key is not None:
                 deletes = pc.fill_null(pc.equal(ops, DELETE), False)
         if self._key is not None:
+            assert key_batch is not None
             # The value wins: a key column comes from the key only where the value has none.
-            key_batch = self._key_arrays(keys)
             for name in self._key.columns:
                 index = self._table.get_field_index(name)
                 columns[index] = pc.coalesce(columns[index], key_batch.column(name))
@@ -278,16 +353,17 @@ class ChunkDecoder:
         arrays = [*columns, *self._positions(chunk, deletes), pa.nulls(n, BAD_RECORD_STRUCT)]
         return pa.RecordBatch.from_arrays(arrays, schema=self._out)
 
-    def _tombstones(self, chunk: MessageChunk, keys: list[dict[str, Any]]) -> pa.RecordBatch:
+    def _tombstones(self, chunk: MessageChunk, key_batch: pa.RecordBatch | None) -> pa.RecordBatch:
         """Upsert: the key columns of each tombstone (the write deletes by them). Append: a
         row of NULLs, counted by the decode stage and never written."""
         n = len(chunk)
-        if self._key is None:
+        if key_batch is None:
             columns = [pa.nulls(n, f.type) for f in self._table]
         else:
-            key_batch = self._key_arrays(keys)
             columns = [
-                key_batch.column(f.name) if f.name in self._key.columns else pa.nulls(n, f.type)
+                key_batch.column(f.name)
+                if f.name in key_batch.schema.names
+                else pa.nulls(n, f.type)
                 for f in self._table
             ]
         arrays = [*columns, *self._positions(chunk, True), pa.nulls(n, BAD_RECORD_STRUCT)]

@@ -438,3 +438,63 @@ def test_upsert_keys_read_as_key_columns_match_the_decoded_path() -> None:
     forward = list(range(len(records)))
     assert decoded(forward) == expected
     assert decoded([7, *forward[:7], 8]) == expected  # the primitive key first
+
+
+@pytest.mark.parametrize("column_type", [pa.int64(), pa.int32()])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.one_of(st.integers(-(2**40), 2**40), st.integers(-5, 5)),  # the key's id
+            st.sampled_from(["row", "tombstone", "mismatch", "no key"]),
+        ),
+        max_size=30,
+    )
+)
+def test_a_chunk_s_keys_read_column_by_column_equal_the_row_by_row_path(
+    column_type: pa.DataType, rows: list[tuple[int, str]]
+) -> None:
+    """A chunk of flat Avro keys is read straight into key columns (`_key_columns`); any
+    key that needs a row's own check (none at all, a value out of an int column's range)
+    sends the chunk through the row by row path. Both give the same rows, tombstones and
+    bad records, whatever the chunk holds."""
+    from tableflow_core.pipeline.decode_chunks import KeySpec
+
+    registry, topic = mock_registry(), "keycols"
+    table = pa.schema([pa.field("id", column_type), pa.field("name", pa.string())])
+    value = FormatSpec(
+        format="json",
+        json_columns=(  # type: ignore[arg-type]
+            {"name": "id", "type": "long"},
+            {"name": "name", "type": "string"},
+        ),
+    )
+    long_key = record([{"name": "id", "type": "long"}], "LongKey")
+    messages = []
+    for offset, (key_id, kind) in enumerate(rows):
+        key = None if kind == "no key" else avro_bytes(registry, topic, long_key, {"id": key_id})
+        named = {"name": f"n{offset}"} | ({"id": key_id + 1} if kind == "mismatch" else {})
+        payload = None if kind == "tombstone" else json.dumps(named).encode()
+        messages.append(KafkaMessage(topic, 0, offset, 0, key, payload, ()))
+
+    def decoded(columns: bool) -> list[dict[str, Any]]:
+        decoder = build_decoder(DecoderSpec(topic, value, None, (), None, serialize_schema(table)))
+        chunks = ChunkDecoder(
+            decoder, table, KeySpec(FormatSpec(format="avro"), ("id",), registry), "r"
+        )
+        chunks._fast_keys = columns
+        out = pa.Table.from_batches(list(chunks.decode(messages)), schema=chunks.output_schema)
+        bad = out[BAD_RECORD_COLUMN].to_pylist()
+        for r, b in zip(rows := out.to_pylist(), bad, strict=True):
+            r[BAD_RECORD_COLUMN] = b and {k: b[k] for k in ("error_class", "error_message")}
+        return sorted(rows, key=lambda r: r[SOURCE_OFFSET_COLUMN])
+
+    by_columns, by_rows = decoded(True), decoded(False)
+    assert by_columns == by_rows
+    if all(kind != "no key" for _, kind in rows) and column_type == pa.int64():
+        # No key needs a row's own check: nothing but mismatches is a bad record.
+        assert {r[BAD_RECORD_COLUMN]["error_class"] for r in by_rows if r[BAD_RECORD_COLUMN]} <= {
+            "KeyMismatchError"
+        }
