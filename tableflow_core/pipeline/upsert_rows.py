@@ -153,8 +153,11 @@ def latest_of_each_key(table: pa.Table, keys: Sequence[str], cdc: bool = False) 
     else): the batch's latest records, or the deletes table's latest delete per key."""
     if table.num_rows == 0:
         return table
-    ordered = table.take(_latest_first(table, keys, cdc))
-    return ordered.filter(pa.array(_first_of_each_key(ordered, keys)))
+    order = _latest_first(table, keys, cdc)
+    # The runs of equal keys found on the key columns alone; the whole rows gathered once,
+    # the kept ones only.
+    first = _first_of_each_key(table.select(list(keys)).take(order), keys)
+    return table.take(order.filter(pa.array(first)))
 
 
 def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Array:
