@@ -16,10 +16,11 @@ embedded catalog), so each has its own figures.
   process per partition) and loaded by `tableflow apply`; larger ones are built directly
   (benchmarks/large_table.py: one placeholder record per row at the row's offset,
   tableflow's writer, the committed offsets in the commit), as issue 45 allows.
-- pyiceberg (sizes up to `--pyiceberg-max`): the same initial rows loaded with `append`,
-  then batch 1 applied with its own `Table.upsert` (last record per key, as tableflow
-  does) and `Table.delete` for the tombstones. Both tables must end with the same rows
-  (count and sum of amounts).
+- pyiceberg (sizes up to `--pyiceberg-max`): the same initial rows loaded with `append`
+  (10M rows at a time, one transaction), then batch 1 applied with its own `Table.upsert`
+  (last record per key, as tableflow does) and `Table.delete` for the tombstones, in a
+  child process stopped after `--pyiceberg-timeout` s. Its table must then equal the
+  independent model (count, sum of amounts, fingerprint), as tableflow's does.
 - Batches of `--batch` records (`batch_changes`: updates of existing ids, some several
   times, `--new-share` of new ids, 10% tombstones), each applied to both tables. Batch 1
   is cold (the upsert table's key index and the dedup table's key set are built from the
