@@ -33,22 +33,11 @@ from tableflow_core.transforms.arrow_masks import DecodeMasks
 VALUE_COLUMN = "value"  # the one column of a primitive payload decoded as columns
 
 
-@dataclass(frozen=True)
-class _ChunkKeys:
-    """Upsert: the key columns of a chunk's kept records (`batch`, None on append tables),
-    one row per chunk index in `indexes`, in order."""
-
-    batch: pa.RecordBatch | None
-    indexes: list[int]
-
-    def of(self, chunk_indexes: list[int]) -> pa.RecordBatch | None:
-        """The key rows of these chunk indexes (each one kept), in their order."""
-        if self.batch is None:
-            return None
-        if chunk_indexes == self.indexes:
-            return self.batch
-        row = {index: position for position, index in enumerate(self.indexes)}
-        return self.batch.take(pa.array([row[i] for i in chunk_indexes], pa.int64()))
+def _rows_at(keys: pa.RecordBatch | None, indexes: list[int]) -> pa.RecordBatch | None:
+    """The rows of a chunk's key columns at these chunk indexes (in order, each once)."""
+    if keys is None or len(indexes) == keys.num_rows:
+        return keys
+    return keys.take(pa.array(indexes, pa.int64()))
 
 
 @dataclass(frozen=True)
@@ -133,18 +122,21 @@ class ChunkDecoder:
     def decode(self, messages: Sequence[KafkaMessage]) -> Iterator[pa.RecordBatch]:
         chunk = MessageChunk.of(messages)
         bad: list[_Bad] = []
-        # Upsert: the key columns of every record the chunk keeps, and the chunk index of
-        # each of their rows.
-        keys = _ChunkKeys(None, [])
-        if self._key is None or (key_columns := self._key_columns(chunk)) is not None:
-            valued = [i for i, value in enumerate(chunk.values) if value is not None]
-            tombstones: list[int] = []
-            if len(valued) < len(chunk):
-                tombstones = [i for i, value in enumerate(chunk.values) if value is None]
-            if self._key is not None:
-                keys = _ChunkKeys(key_columns, list(range(len(chunk))))
-        else:
-            keys, valued, tombstones = self._key_rows(chunk, bad)
+        # Upsert: the key columns, a row per message (a key that cannot be read: a bad
+        # record, its row null and never taken).
+        keys = None
+        if self._key is not None:
+            keys = self._key_columns(chunk)
+            if keys is None:
+                keys = self._key_rows(chunk, bad)
+        valued = [i for i, value in enumerate(chunk.values) if value is not None]
+        tombstones: list[int] = []
+        if len(valued) < len(chunk):
+            tombstones = [i for i, value in enumerate(chunk.values) if value is None]
+        if bad:  # records whose key could not be read go no further
+            skipped = {b.index for b in bad}
+            valued = [i for i in valued if i not in skipped]
+            tombstones = [i for i in tombstones if i not in skipped]
         whole = len(valued) == len(chunk)
         result = self._decoder.decode(chunk if whole else chunk.select(valued))
         good = valued
@@ -158,14 +150,14 @@ class ChunkDecoder:
         if len(good) != result.batch.num_rows:
             raise AssertionError("decoder output does not line up with its input messages")
         batch = result.batch
-        good_keys = keys.of(good)
+        good_keys = _rows_at(keys, good)
         if good and good_keys is not None:
             batch, good, good_keys = self._agreeing_keys(batch, good, good_keys, bad)
         if good:
             good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
             yield self._good(batch, good_chunk, good_keys)
         if tombstones:
-            yield self._tombstones(chunk.select(tombstones), keys.of(tombstones))
+            yield self._tombstones(chunk.select(tombstones), _rows_at(keys, tombstones))
         if bad:
             yield self._bad(chunk, bad)
 
@@ -211,26 +203,18 @@ class ChunkDecoder:
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return None
 
-    def _key_rows(
-        self, chunk: MessageChunk, bad: list[_Bad]
-    ) -> tuple[_ChunkKeys, list[int], list[int]]:
-        """Upsert, one key at a time: each key decoded and checked against the key columns
-        (a key that cannot fill them makes its record a bad record, added to `bad`). The
-        keys of the records kept, and the chunk indexes of the valued ones and of the
-        tombstones."""
+    def _key_rows(self, chunk: MessageChunk, bad: list[_Bad]) -> pa.RecordBatch:
+        """Upsert, one key at a time: each key decoded and checked against the key columns;
+        a key that cannot fill them makes its record a bad record (added to `bad`), its
+        row null."""
         rows: list[dict[str, Any]] = []
-        indexes: list[int] = []
-        valued: list[int] = []
-        tombstones: list[int] = []
-        for i, value in enumerate(chunk.values):
+        for i, key in enumerate(chunk.keys):
             try:
-                rows.append(self._key_row(chunk.keys[i]))
+                rows.append(self._key_row(key))
             except PayloadError as exc:
                 bad.append(_Bad(i, "KeyDecodeError", f"key: {exc.reason}"))
-                continue
-            indexes.append(i)
-            (tombstones if value is None else valued).append(i)
-        return _ChunkKeys(self._key_arrays(rows), indexes), valued, tombstones
+                rows.append({})
+        return self._key_arrays(rows)
 
     def _agreeing_keys(
         self, batch: pa.RecordBatch, good: list[int], key_batch: pa.RecordBatch, bad: list[_Bad]
