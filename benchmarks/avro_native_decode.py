@@ -38,8 +38,7 @@ import fastavro
 import pyarrow as pa
 from event_schema import SCHEMA
 from repo_root import ROOT  # noqa: F401  (the repo on sys.path)
-from upsert import avro_long as zigzag
-from upsert import record
+from upsert import avro_long, record
 
 from tableflow_core.schemas import avro_records, avro_types
 
@@ -49,12 +48,12 @@ FRAME = b"\x00\x00\x00\x00\x01"  # magic byte 0, schema id 1
 def container_file(payloads: list[bytes], schema_text: str) -> bytes:
     """One Avro object container file whose one block is the payloads' bodies."""
     sync = os.urandom(16)
-    header = bytearray(b"Obj\x01") + zigzag(2)
+    header = bytearray(b"Obj\x01") + avro_long(2)
     for key, value in ((b"avro.schema", schema_text.encode()), (b"avro.codec", b"null")):
-        header += zigzag(len(key)) + key + zigzag(len(value)) + value
+        header += avro_long(len(key)) + key + avro_long(len(value)) + value
     header += b"\x00" + sync
     body = b"".join(p[len(FRAME) :] for p in payloads)
-    return bytes(header) + zigzag(len(payloads)) + zigzag(len(body)) + body + sync
+    return bytes(header) + avro_long(len(payloads)) + avro_long(len(body)) + body + sync
 
 
 def by_fastavro(payloads: list[bytes]) -> pa.Table:
