@@ -41,13 +41,20 @@ _COMPATIBLE: set[tuple[int, str, pa.Schema]] = set()
 _COMPATIBLE_LIMIT = 1024
 
 
-def write_data_files(metadata: Any, io_properties: Mapping[str, str], rows: pa.Table) -> list[Any]:
+def write_data_files(
+    metadata: Any, io_properties: Mapping[str, str], rows: pa.Table, in_order: bool = False
+) -> list[Any]:
     """Write `rows` (the table's columns) as data files of the table; their DataFiles.
+    `in_order`: the files hold the rows in their order, the first file the first rows
+    (pyiceberg's streaming writer; its table writer packs batches into files by size, in
+    any order).
 
     Raises ValueError (pyiceberg's message) when the rows' types do not fit the table's
     columns: such rows are never written."""
     from pyiceberg.io import load_file_io
     from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible, _dataframe_to_data_files
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.properties import property_as_int
 
     if rows.num_rows == 0:
         return []
@@ -61,7 +68,17 @@ def write_data_files(metadata: Any, io_properties: Mapping[str, str], rows: pa.T
             _COMPATIBLE.clear()
         _COMPATIBLE.add(checked)
     io = load_file_io(dict(io_properties), location=metadata.location)
-    return list(_dataframe_to_data_files(metadata, rows, io, write_uuid=uuid.uuid4()))
+    data: pa.Table | pa.RecordBatchReader = rows
+    if in_order:  # batches of about a file's rows, a file closed at each target size
+        target = property_as_int(
+            metadata.properties,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+        )
+        per_file = max(1, int((target or 1) * rows.num_rows / max(1, rows.nbytes)))
+        batches = rows.to_batches(max_chunksize=per_file)
+        data = pa.RecordBatchReader.from_batches(rows.schema, batches)
+    return list(_dataframe_to_data_files(metadata, data, io, write_uuid=uuid.uuid4()))
 
 
 def columns_by_field_id(schema: pa.Schema) -> dict[int, str]:

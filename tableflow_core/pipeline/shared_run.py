@@ -24,7 +24,11 @@ which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"
 An upsert table's tasks send its decoded records to the driver instead of writing files:
 step 3 merges them into the table as it is at the run's base (`pipeline/upsert_rows.py`:
 data files, position delete files, and its tombstones remembered in the deletes table in
-a commit of their own), then publishes data and deletes in the one snapshot.
+a commit of their own), then publishes data and deletes in the one snapshot. Its first
+load (a table holding no rows) is written by its tasks as an append's rows are, each
+task's rows reduced to each key's latest record; only their keys and places come to the
+driver, which deletes the rows a later record of their key superseded in the same
+snapshot (`pipeline/first_load.py`).
 
 A data file is visible only once its table's publish names it: a crash anywhere leaves
 each table with its data and offsets as they were before its own publish or after it,
@@ -74,6 +78,7 @@ from tableflow_core.ingest.stages import RouteBadRecords
 from tableflow_core.ingest.upsert_order import deletes_table
 from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.pipeline.data_files import file_io_properties, slim_metadata
+from tableflow_core.pipeline.first_load import merge_first_load
 from tableflow_core.pipeline.run import (
     DecoderFactory,
     IngestOutcome,
@@ -94,6 +99,7 @@ from tableflow_core.pipeline.shared_tasks import (
     TableReport,
     TableWork,
     read_dead_letters,
+    read_placed,
     read_upsert_rows,
     table_reports,
 )
@@ -151,6 +157,9 @@ class _Started:
     # the stale run branches are removed by it.
     new_branch: bool = False
     stale: tuple[str, ...] = ()
+    # An upsert table holding no rows at `base` (format v2): its tasks write its rows
+    # (pipeline/first_load.py).
+    first_load: bool = False
 
 
 Result = IngestOutcome | BaseException
@@ -362,8 +371,8 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
     stale = stale_branches(state)
     other = tuple(n for n in state.refs if n.startswith(BRANCH_PREFIX) and n not in stale)
     main = state.current_snapshot_id
+    rows = 0 if main is None else rows_at(table, main)
     if spec.mode == "upsert" and main is not None:
-        rows = rows_at(table, main)
         if rows is None or rows > DRIVER_MERGE_MAX_ROWS:
             raise _RunAlone(
                 f"upsert: the table holds {'an unknown number of' if rows is None else rows} "
@@ -386,9 +395,10 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
         # The publish cuts the branch, adds the files and moves main in one commit.
         base, new_branch = main, True
     timings = {"load": loaded - began, "start_run": time.monotonic() - loaded}
+    first_load = spec.mode == "upsert" and rows == 0 and table.metadata.format_version == 2
     return _Started(
         member, table, run_id, branch, base, before, after, other, began, timings,
-        new_branch=new_branch, stale=tuple(stale),
+        new_branch=new_branch, stale=tuple(stale), first_load=first_load,
     )  # fmt: skip
 
 
@@ -412,6 +422,8 @@ def _run_job(
             io_properties=file_io_properties(run.table.io.properties),
             credentials=CredentialRefresh.of(run.table),
             key=key_spec(run.member.spec),
+            first_load=run.first_load,
+            cdc=run.member.spec.value.envelope is not None,
             max_upsert_bytes=UPSERT_DRIVER_MAX_BYTES // max(1, _tasks_of(i, groups)),
             checks=_checks_of(run.member.spec),
             dead_letter_bad=_on_error(run.member.spec) == "dlq",
@@ -673,22 +685,28 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
             "more than the driver holds"
         )
     started = time.monotonic()
-    rows = read_upsert_rows(reports)
     cdc = spec.value.envelope is not None
     deletes = DeletesTable(
         catalog.catalog, (*spec.namespace, deletes_table(spec.table)), spec.key_columns, cdc
     )
-    if rows is None or rows.num_rows == 0:
-        return MergedBatch()
-    delta = merge_batch(
-        run.table,
-        run.base,
-        rows,
-        spec.key_columns,
-        deletes.read,
-        file_io_properties(run.table.io.properties),
-        cdc,
-    )
+    if run.first_load:
+        placed, data_files = read_placed(reports)
+        if placed is None:
+            return MergedBatch(data_files=data_files)
+        delta = merge_first_load(run.table, placed, data_files, spec.key_columns, deletes.read, cdc)
+    else:
+        rows = read_upsert_rows(reports)
+        if rows is None or rows.num_rows == 0:
+            return MergedBatch()
+        delta = merge_batch(
+            run.table,
+            run.base,
+            rows,
+            spec.key_columns,
+            deletes.read,
+            file_io_properties(run.table.io.properties),
+            cdc,
+        )
     run.timings["merge"] = time.monotonic() - started
     run.timings.update(delta.timings)
     if delta.remembered is not None:

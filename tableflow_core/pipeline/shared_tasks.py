@@ -18,7 +18,10 @@ checks and appends them before the table's publish (pipeline/shared_run.py).
 
 An upsert table's task writes no file: its report carries the decoded good rows and
 tombstones with their Kafka positions (Arrow IPC), which the driver merges into the
-table (`pipeline/upsert_rows.py`); its runs are small (ingest/sharing.py).
+table (`pipeline/upsert_rows.py`); its runs are small (ingest/sharing.py). Its first load
+(a table holding no rows) is written as an append's is: the task reduces its rows to each
+key's latest record and writes them; its report carries only each kept record's key,
+position and place (`pipeline/first_load.py`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from tableflow_core.kafka.offsets import OffsetRange
 from tableflow_core.kafka.range_reader import RangeReader
 from tableflow_core.pipeline.data_files import write_data_files
 from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_gc_passes
+from tableflow_core.pipeline.first_load import PLACE_FILE, write_latest
 from tableflow_core.pipeline.vended_credentials import CredentialRefresh
 
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
@@ -89,6 +93,11 @@ class TableWork:
     # An upsert table: the Arrow bytes of rows this task may send to the driver; past it
     # the task sends none and says so (`TableReport.too_large`): the run goes to Spark.
     max_upsert_bytes: int | None = None
+    # An upsert table holding no rows: its rows are written here, reduced to each key's
+    # latest record, and only their keys and places go to the driver (first_load.py);
+    # `cdc`: a change stream's, ordered by source position first.
+    first_load: bool = False
+    cdc: bool = False
     # A checked append table: its row-local checks (checks/arrow_checks.py), judged here.
     checks: tuple[CompiledCheck, ...] = ()
     # `on_error: dlq`: undecodable records become dead-letter rows instead of failures.
@@ -110,7 +119,11 @@ class TableReport:
     # An upsert table's decoded good rows and tombstones (UPSERT_SOURCE_COLUMNS kept), as
     # an Arrow IPC stream: the driver merges them (pipeline/upsert_rows.py).
     upsert_rows: bytes | None = None
-    # The upsert rows outgrew `TableWork.max_upsert_bytes`: none are sent.
+    # An upsert table's first load: each kept record's key, order columns, tombstone
+    # flag and place (first_load.PLACE_FILE: an index of `data_files`), Arrow IPC.
+    placed: bytes | None = None
+    # The upsert rows (a first load's places) outgrew `TableWork.max_upsert_bytes`: none
+    # are sent.
     too_large: bool = False
     error: str | None = None  # the table's ranges could not all be read or written
     # A checked table: its checks' tally, and the rows its skip and dlq checks took out.
@@ -150,6 +163,9 @@ class _TableRun:
             decoder_factory(work.decoder), work.decoder.target_schema, work.key, work.run_id
         )
         self._upsert = work.key is not None
+        # A first load's rows are written here, as an append's (the places to the driver).
+        self._writes = not self._upsert or work.first_load
+        self._placed: list[pa.Table] = []
         self._good: list[pa.RecordBatch] = []
         self._buffered = 0  # bytes in _good
         self._dead_letters: list[pa.Table] = []  # BAD_RECORD_SCHEMA
@@ -193,10 +209,10 @@ class _TableRun:
                 return
             self._good.append(good)
             self._buffered += good.nbytes
-            if self._buffered >= WRITE_BUFFER_BYTES and not self._upsert:
+            if self._buffered >= WRITE_BUFFER_BYTES and self._writes:
                 self.write()
             limit = self.work.max_upsert_bytes
-            if self._upsert and limit is not None and self._buffered > limit:
+            if not self._writes and limit is not None and self._buffered > limit:
                 self.report.too_large = True  # counted on, sent to nobody
                 self._good, self._buffered = [], 0
 
@@ -241,6 +257,14 @@ class _TableRun:
         """Every row read reported: the good rows written, the dead-letter rows as the
         report's `dead_letters`."""
         self.write()
+        if self._placed:
+            placed = pa.concat_tables(self._placed)
+            self._placed = []
+            limit = self.work.max_upsert_bytes
+            if limit is not None and placed.nbytes > limit:
+                self.report.too_large = True
+            else:
+                self.report.placed = _ipc(placed.to_batches(), placed.schema)
         if self._dead_letters:
             rows = pa.concat_tables(self._dead_letters)
             self.report.dead_letters = _ipc(rows.to_batches(), BAD_RECORD_SCHEMA)
@@ -248,8 +272,9 @@ class _TableRun:
 
     def write(self) -> None:
         """The rows held so far as data files of the table (none published yet); an
-        upsert table's, as the report's `upsert_rows`."""
-        if self._upsert:
+        upsert table's, as the report's `upsert_rows`, but for its first load's: each
+        key's latest record of them written, its place kept for the report."""
+        if not self._writes:
             if not self.report.too_large:
                 self.report.upsert_rows = _ipc(self._good, self._chunks.output_schema)
             self._good = []
@@ -260,6 +285,15 @@ class _TableRun:
             self._buffered = 0
             if self.work.credentials is not None:
                 self._io_properties = self.work.credentials.current(self._io_properties)
+            if self.work.first_load:
+                assert self.work.key is not None
+                written = write_latest(
+                    self.work.metadata, self._io_properties, rows, self.work.key.columns,
+                    self.work.cdc, len(self.report.data_files),
+                )  # fmt: skip
+                self.report.data_files.extend(written.data_files)
+                self._placed.append(written.placed)
+                return
             self.report.data_files.extend(
                 write_data_files(self.work.metadata, self._io_properties, rows)
             )
@@ -326,6 +360,31 @@ def _kept(decoded: pa.Schema) -> pa.Schema:
 def read_upsert_rows(reports: Iterable[TableReport]) -> pa.Table | None:
     """The upsert rows of a table's reports as one table (None: no report held any)."""
     return _concat_streams(r.upsert_rows for r in reports)
+
+
+def read_placed(reports: Sequence[TableReport]) -> tuple[pa.Table | None, list[Any]]:
+    """A first load's places over the table's reports as one table, and the data files
+    they point into (`PLACE_FILE` renumbered into that list)."""
+    tables: list[pa.Table] = []
+    data_files: list[Any] = []
+    for report in reports:
+        if report.placed is not None:
+            placed = pa.ipc.open_stream(report.placed).read_all()
+            if data_files:
+                files = placed.column(PLACE_FILE)
+                moved = pc.if_else(
+                    pc.greater_equal(files, 0),
+                    pc.add(files, pa.scalar(len(data_files), pa.int32())),
+                    files,
+                )
+                placed = placed.set_column(
+                    placed.schema.get_field_index(PLACE_FILE), PLACE_FILE, moved
+                )
+            tables.append(placed)
+        data_files.extend(report.data_files)
+    if not tables:
+        return None, data_files
+    return (pa.concat_tables(tables) if len(tables) > 1 else tables[0]), data_files
 
 
 def _concat_streams(streams: Iterable[bytes | None]) -> pa.Table | None:

@@ -153,11 +153,19 @@ def latest_of_each_key(table: pa.Table, keys: Sequence[str], cdc: bool = False) 
     else): the batch's latest records, or the deletes table's latest delete per key."""
     if table.num_rows == 0:
         return table
+    order, first = latest_order(table, keys, cdc)
+    return table.take(pa.array(order[first]))
+
+
+def latest_order(
+    table: pa.Table, keys: Sequence[str], cdc: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of `table` by key, each key's latest first; True where a key's run begins:
+    its latest row). The runs of equal keys are found on the key columns alone, so the
+    whole rows are gathered once, the kept ones only."""
     order = _latest_first(table, keys, cdc)
-    # The runs of equal keys found on the key columns alone; the whole rows gathered once,
-    # the kept ones only.
     first = _first_of_each_key(table.select(list(keys)).take(order), keys)
-    return table.take(order.filter(pa.array(first)))
+    return order.to_numpy(), first
 
 
 def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Array:
@@ -197,6 +205,13 @@ def earliest_timestamp(records: pa.Table) -> int | None:
         return None
     earliest: int = pc.min(ts.cast(pa.int64())).as_py()
     return earliest
+
+
+def timestamp_upper(data_file: Any, field_id: int) -> int | None:
+    """`data_file`'s `_kafka_timestamp` upper bound (epoch micros; `field_id`: the
+    column's), if it has one."""
+    upper = (data_file.upper_bounds or {}).get(field_id)
+    return None if upper is None else int.from_bytes(upper[:8], "little", signed=True)
 
 
 def _position_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -303,9 +318,7 @@ class _Scan:
         return self._deletes.of(task)
 
     def timestamp_upper(self, data_file: Any) -> int | None:
-        """`data_file`'s `_kafka_timestamp` upper bound (epoch micros), if it has one."""
-        upper = (data_file.upper_bounds or {}).get(self.field_ids[TIMESTAMP_COLUMN])
-        return None if upper is None else int.from_bytes(upper[:8], "little", signed=True)
+        return timestamp_upper(data_file, self.field_ids[TIMESTAMP_COLUMN])
 
     def older_than_batch(self, data_file: Any) -> bool:
         """Every row of `data_file` comes before every record of the batch (its timestamp

@@ -1,0 +1,211 @@
+"""An upsert table's first load written like an append: rows in the read tasks, only keys
+to the driver.
+
+A batch into a table that holds no rows updates nothing; what it must get right is that
+each key ends on its latest record (`ingest/upsert_order.py`), and a key's records may sit
+in several tasks (a key that moved between partitions, a partition's range split over
+tasks). So:
+
+1. each read task reduces the rows it holds to each key's latest record and writes the
+   valued ones as the table's data files, in that order, as an append table's task writes
+   its rows (`write_latest`); it reports only each kept record's key, order columns and
+   place (the task's data file and row; a tombstone has none);
+2. the driver reduces those places over every task (`merge_first_load`): a written row
+   whose key has a later record elsewhere, or whose key's remembered delete (the deletes
+   table) comes after it, goes to a position delete file for its data file; each key's
+   latest tombstone is remembered, as every run does;
+3. the tasks' data files and those delete files are published with the offsets in one
+   commit (the caller), and the key index of the table is built from the places
+   (`MergedBatch.advance_index`), so the next batch of a `tableflow run` finds it warm.
+
+The same records give the same table as the reduction on the driver did before: each
+key's one live row is its latest record (latest-of is associative, so reducing within a
+task first changes nothing), and a superseded row is never visible (its delete is in the
+commit that adds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tableflow_core.errors import IngestError
+from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
+from tableflow_core.ingest.upsert_order import TIMESTAMP_COLUMN, order_columns
+from tableflow_core.pipeline.data_files import write_data_files
+from tableflow_core.pipeline.key_index import (
+    INDEXES,
+    POSITION_BITS,
+    IndexCache,
+    KeyCodec,
+    KeyCollision,
+    KeyIndex,
+)
+from tableflow_core.pipeline.upsert_rows import (
+    DriverMergeUnsupported,
+    MergedBatch,
+    after_remembered,
+    latest_order,
+    latest_per_key,
+    timestamp_upper,
+    write_position_deletes,
+)
+
+# A placed record's data file (the report's own list, then the run's; -1: a tombstone,
+# written nowhere) and row in it.
+PLACE_FILE = "__tf_place_file"
+PLACE_ROW = "__tf_place_row"
+
+
+@dataclass(frozen=True)
+class WrittenLatest:
+    """What a task wrote of its rows: the data files, and each kept record's key, order
+    columns, tombstone flag and place (`PLACE_FILE`, `PLACE_ROW`)."""
+
+    data_files: list[Any]
+    placed: pa.Table
+
+
+def write_latest(
+    metadata: Any,
+    io_properties: Mapping[str, str],
+    rows: pa.Table,
+    keys: Sequence[str],
+    cdc: bool,
+    first_file: int,
+) -> WrittenLatest:
+    """`rows` (decoded good rows and tombstones, the source columns kept) reduced to each
+    key's latest record, the valued ones written as data files of the table in order
+    (`first_file`: the ordinal of the first of them among the task's files)."""
+    latest = latest_per_key(rows, keys, cdc)
+    tombstone = latest.column(TOMBSTONE_COLUMN)
+    valued = latest.filter(pc.invert(tombstone))
+    columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
+    data_files = write_data_files(metadata, io_properties, valued.select(columns), in_order=True)
+    counts = np.array([f.record_count for f in data_files], dtype=np.int64)
+    if int(counts.sum()) != valued.num_rows:
+        raise IngestError(
+            f"the data files written hold {int(counts.sum())} rows, not the {valued.num_rows} "
+            "given: the rows' places are unknown"
+        )
+    ordinals = np.repeat(np.arange(first_file, first_file + len(counts), dtype=np.int32), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    row_in_file = np.arange(valued.num_rows, dtype=np.int64) - starts
+    names = [*keys, *order_columns(cdc), TOMBSTONE_COLUMN]
+    written = _with_place(valued.select(names), ordinals, row_in_file)
+    gone = latest.filter(tombstone).select(names)
+    nowhere = np.full(gone.num_rows, -1, dtype=np.int64)
+    placed = pa.concat_tables([written, _with_place(gone, nowhere.astype(np.int32), nowhere)])
+    return WrittenLatest(data_files, placed)
+
+
+def _with_place(rows: pa.Table, ordinals: np.ndarray, row_in_file: np.ndarray) -> pa.Table:
+    return rows.append_column(PLACE_FILE, pa.array(ordinals, pa.int32())).append_column(
+        PLACE_ROW, pa.array(row_in_file, pa.int64())
+    )
+
+
+def merge_first_load(
+    table: Any,
+    placed: pa.Table,
+    data_files: Sequence[Any],
+    keys: Sequence[str],
+    read_deletes: Callable[[pa.Table], pa.Table | None],
+    cdc: bool = False,
+    indexes: IndexCache | None = INDEXES,
+) -> MergedBatch:
+    """The tasks' places (`placed`, `PLACE_FILE` an ordinal of `data_files`) reduced over
+    the batch: what to publish into `table`, which holds no rows (module docstring).
+    `read_deletes` as `upsert_rows.merge_batch`'s."""
+    if table.metadata.format_version != 2:
+        raise DriverMergeUnsupported(
+            f"format version {table.metadata.format_version} (position delete files are v2's)"
+        )
+    delta = MergedBatch(data_files=list(data_files))
+    if placed.num_rows == 0:
+        return delta
+    order, first = latest_order(placed, keys, cdc)
+    latest, superseded = order[first], order[~first]
+    files = placed.column(PLACE_FILE).to_numpy()
+    tombstone = placed.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
+    dropped = [superseded[files[superseded] >= 0]]
+    live = latest[~tombstone[latest]]
+    if len(live):
+        candidates = placed.take(pa.array(live))
+        remembered = read_deletes(candidates)
+        if remembered is not None:
+            keep = after_remembered(candidates, remembered, keys, cdc)
+            dropped.append(live[~keep])
+            live = live[keep]
+    gone = latest[tombstone[latest]]
+    if len(gone):
+        delta.remembered = placed.take(pa.array(gone)).select([*keys, *order_columns(cdc)])
+    rows = placed.column(PLACE_ROW).to_numpy()
+    deleted = _deleted_by_file(np.concatenate(dropped), files, rows)
+    for ordinal, positions in deleted.items():
+        path = data_files[ordinal].file_path
+        delta.delete_files.append(
+            write_position_deletes(table.io, table.metadata.location, path, positions)
+        )
+        delta.rows_deleted += len(positions)
+    delta.rows_inserted = len(live)
+    if indexes is not None:
+        delta.advance_index = _indexer(table, placed, delta.data_files, deleted, keys, indexes)
+    return delta
+
+
+def _deleted_by_file(
+    dropped: np.ndarray, files: np.ndarray, rows: np.ndarray
+) -> dict[int, np.ndarray]:
+    """The dropped records' rows, by the ordinal of the data file holding them."""
+    by_file: dict[int, np.ndarray] = {}
+    for ordinal in np.unique(files[dropped]):
+        in_file = dropped[files[dropped] == ordinal]
+        by_file[int(ordinal)] = np.sort(rows[in_file])
+    return by_file
+
+
+def _indexer(
+    table: Any,
+    placed: pa.Table,
+    data_files: Sequence[Any],
+    deleted: Mapping[int, np.ndarray],
+    keys: Sequence[str],
+    indexes: IndexCache,
+) -> Callable[[int], None]:
+    """Once the load is published as `snapshot_id`: the table's key index built from the
+    places (each data file's keys in row order, less its deleted rows) and kept."""
+    codec = KeyCodec(tuple(placed.schema.field(k).type for k in keys))
+    field_id = table.schema().find_field(TIMESTAMP_COLUMN).field_id
+
+    def advance(snapshot_id: int) -> None:
+        files = placed.column(PLACE_FILE).to_numpy()
+        rows = placed.column(PLACE_ROW).to_numpy()
+        written = np.flatnonzero(files >= 0)
+        # Each file's rows in row order: the tasks place them so; sorted if not.
+        at = (files[written].astype(np.int64) << POSITION_BITS) | rows[written]
+        if len(at) > 1 and not bool(np.all(at[1:] > at[:-1])):
+            written = written[np.argsort(at, kind="stable")]
+        key_columns = placed.select(list(keys)).take(pa.array(written))
+        bounds = np.searchsorted(files[written], np.arange(len(data_files) + 1))
+        parts = [
+            (
+                f.file_path,
+                timestamp_upper(f, field_id),
+                [c.slice(bounds[i], bounds[i + 1] - bounds[i]) for c in key_columns.columns],
+                deleted.get(i, np.empty(0, np.int64)),
+            )
+            for i, f in enumerate(data_files)
+        ]
+        try:
+            index = KeyIndex.build(codec, snapshot_id, parts)
+        except KeyCollision:
+            return  # the next batch reads the table instead, as for any such index
+        indexes.keep((str(table.metadata.table_uuid), tuple(keys)), index)
+
+    return advance
