@@ -85,8 +85,10 @@ SPARK_WAY = (
 )
 
 
-def apply_once(root: Path, spark_way: bool = False) -> tuple[float, float, int]:
-    """`tableflow apply --auto-approve`: (command wall s, the table's run s, records read)."""
+def apply_once(root: Path, spark_way: bool = False) -> tuple[float, float, int, str]:
+    """`tableflow apply --auto-approve`: (command wall s, the table's run s, records read,
+    the run's main timings and the process tree's peak memory as words)."""
+    peak = 0
     if spark_way:
         started = time.perf_counter()
         subprocess.run(
@@ -95,11 +97,19 @@ def apply_once(root: Path, spark_way: bool = False) -> tuple[float, float, int]:
         )  # fmt: skip
         wall = time.perf_counter() - started
     else:
-        wall, _ = cli_measured(root, "apply", "--auto-approve")
+        wall, peak = cli_measured(root, "apply", "--auto-approve")
     table = run_results(root)["tables"][0]
     if spark_way:
         assert "shared_job" not in (table.get("timings") or {}), table
-    return wall, float(table["duration_s"]), int(table["records_read"])
+    timings = table.get("timings") or {}
+    parts = ", ".join(f"{name} {timings[name]:.2f}" for name in TIMINGS if name in timings)
+    if peak:
+        parts += f"; peak RSS {peak / 2**30:.2f} GiB"
+    return wall, float(table["duration_s"]), int(table["records_read"]), parts
+
+
+# The run's timings printed per apply (run_results.json): where the seconds went.
+TIMINGS = ("shared_job", "merge", "index_advance", "publish_commit")
 
 
 def table_figures(root: Path) -> tuple[int, float]:
@@ -151,12 +161,12 @@ def first_load_vs_append(
             )
             folder = f"first_load_{records}_{n}_{kind.replace(' ', '_')}"
             root = write_project(work / folder, bootstrap, url, name, cores, **keys)
-            wall, run_s, read = apply_once(root, spark_way=kind == "upsert on Spark")
+            wall, run_s, read, timings = apply_once(root, spark_way=kind == "upsert on Spark")
             assert read == total, (kind, read, total)
             per_kind[kind] = total / run_s
             print(f"round {n + 1} {kind:<15}: apply {wall:6.2f} s ({total / wall:9,.0f} records/s), "
                   f"table run {run_s:6.2f} s ({total / run_s:9,.0f} records/s); load average "
-                  f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+                  f"{os.getloadavg()[0]:.2f}; s: {timings}", flush=True)  # fmt: skip
             if kind.startswith("upsert"):
                 got = table_figures(root)
                 assert got == expected, f"upsert table {got} != model {expected}"

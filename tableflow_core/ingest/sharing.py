@@ -59,7 +59,7 @@ UPSERT_DRIVER_MAX_RECORDS = 250_000
 # key's latest record on the driver and appended, no MERGE (pipeline/upsert_rows.py): its
 # decoded records (~120 bytes each as Arrow for 10 fields) fit the driver's memory. A
 # larger one runs on Spark: a window, then an append (pipeline/runners/write_upsert.py).
-FIRST_LOAD_DRIVER_MAX_RECORDS = 2_000_000
+FIRST_LOAD_DRIVER_MAX_RECORDS = 10_000_000
 
 
 _PLAIN = [ReadRanges, Decode, RouteBadRecords, Write, Publish]
