@@ -50,8 +50,8 @@ from tableflow_core.pipeline.upsert_rows import (
     DriverMergeUnsupported,
     MergedBatch,
     after_remembered,
-    latest_order,
     latest_per_key,
+    latest_rows,
     timestamp_upper,
     write_position_deletes,
 )
@@ -129,25 +129,24 @@ def merge_first_load(
     delta = MergedBatch(data_files=list(data_files))
     if placed.num_rows == 0:
         return delta
-    order, first = latest_order(placed, keys, cdc)
-    latest, superseded = order[first], order[~first]
+    latest, superseded = latest_rows(placed, keys, cdc)
     files = placed.column(PLACE_FILE).to_numpy()
     tombstone = placed.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
     dropped = [superseded[files[superseded] >= 0]]
     live = latest[~tombstone[latest]]
-    if len(live):
+    # Every place's timestamp bounds what is read (the deletes table may not exist: then
+    # nothing is taken out of the places for it).
+    remembered = read_deletes(placed) if len(live) else None
+    if remembered is not None:
         candidates = placed.take(pa.array(live))
-        remembered = read_deletes(candidates)
-        if remembered is not None:
-            keep = after_remembered(candidates, remembered, keys, cdc)
-            dropped.append(live[~keep])
-            live = live[keep]
+        keep = after_remembered(candidates, remembered, keys, cdc)
+        dropped.append(live[~keep])
+        live = live[keep]
     gone = latest[tombstone[latest]]
     if len(gone):
         delta.remembered = placed.take(pa.array(gone)).select([*keys, *order_columns(cdc)])
     rows = placed.column(PLACE_ROW).to_numpy()
-    deleted = _deleted_by_file(np.concatenate(dropped), files, rows)
-    for ordinal, positions in deleted.items():
+    for ordinal, positions in _deleted_by_file(np.concatenate(dropped), files, rows).items():
         path = data_files[ordinal].file_path
         delta.delete_files.append(
             write_position_deletes(table.io, table.metadata.location, path, positions)
@@ -155,7 +154,9 @@ def merge_first_load(
         delta.rows_deleted += len(positions)
     delta.rows_inserted = len(live)
     if indexes is not None:
-        delta.advance_index = _indexer(table, placed, delta.data_files, deleted, keys, indexes)
+        locations = (files[live].astype(np.int64) << POSITION_BITS) | rows[live]
+        live_keys = [placed.column(k).take(pa.array(live)) for k in keys]
+        delta.advance_index = _indexer(table, keys, live_keys, locations, delta.data_files, indexes)
     return delta
 
 
@@ -172,38 +173,21 @@ def _deleted_by_file(
 
 def _indexer(
     table: Any,
-    placed: pa.Table,
-    data_files: Sequence[Any],
-    deleted: Mapping[int, np.ndarray],
     keys: Sequence[str],
+    live_keys: Sequence[pa.ChunkedArray],
+    locations: np.ndarray,
+    data_files: Sequence[Any],
     indexes: IndexCache,
 ) -> Callable[[int], None]:
-    """Once the load is published as `snapshot_id`: the table's key index built from the
-    places (each data file's keys in row order, less its deleted rows) and kept."""
-    codec = KeyCodec(tuple(placed.schema.field(k).type for k in keys))
+    """Once the load is published as `snapshot_id`: the table's key index made of the live
+    rows' keys and places (no read of the table) and kept for the next batch."""
+    codec = KeyCodec(tuple(column.type for column in live_keys))
     field_id = table.schema().find_field(TIMESTAMP_COLUMN).field_id
 
     def advance(snapshot_id: int) -> None:
-        files = placed.column(PLACE_FILE).to_numpy()
-        rows = placed.column(PLACE_ROW).to_numpy()
-        written = np.flatnonzero(files >= 0)
-        # Each file's rows in row order: the tasks place them so; sorted if not.
-        at = (files[written].astype(np.int64) << POSITION_BITS) | rows[written]
-        if len(at) > 1 and not bool(np.all(at[1:] > at[:-1])):
-            written = written[np.argsort(at, kind="stable")]
-        key_columns = placed.select(list(keys)).take(pa.array(written))
-        bounds = np.searchsorted(files[written], np.arange(len(data_files) + 1))
-        parts = [
-            (
-                f.file_path,
-                timestamp_upper(f, field_id),
-                [c.slice(bounds[i], bounds[i + 1] - bounds[i]) for c in key_columns.columns],
-                deleted.get(i, np.empty(0, np.int64)),
-            )
-            for i, f in enumerate(data_files)
-        ]
+        files = [(f.file_path, timestamp_upper(f, field_id)) for f in data_files]
         try:
-            index = KeyIndex.build(codec, snapshot_id, parts)
+            index = KeyIndex.of_rows(codec, snapshot_id, files, live_keys, locations)
         except KeyCollision:
             return  # the next batch reads the table instead, as for any such index
         indexes.keep((str(table.metadata.table_uuid), tuple(keys)), index)

@@ -220,18 +220,41 @@ class KeyIndex:
         located = np.concatenate(locations) if locations else np.empty(0, np.int64)
         parts.clear()  # peak memory: the keys and locations twice, and the sort's order
         locations.clear()
+        index._set_base(keys, located)
+        return index
+
+    @classmethod
+    def of_rows(
+        cls,
+        codec: KeyCodec,
+        snapshot_id: int,
+        files: Sequence[tuple[str, int | None]],
+        columns: Sequence[pa.Array | pa.ChunkedArray],
+        locations: np.ndarray,
+    ) -> KeyIndex:
+        """The index of live rows given directly: their key columns and locations
+        (`files`' ordinal << POSITION_BITS | row; `files`: path and timestamp upper bound
+        of each data file). KeyCollision when two rows share a key."""
+        index = cls(codec, snapshot_id)
+        for path, upper in files:
+            index._ordinal(path, upper)
+        index._set_base(codec.encode(columns), locations)
+        return index
+
+    def _set_base(self, keys: Keys, locations: np.ndarray) -> None:
+        """The base: `keys` (one per live row, any order) sorted, with their locations."""
         order = _order(keys)
-        index.base_keys = _take(keys, order)
+        self.base_keys = _take(keys, order)
         del keys
-        index.base_locations = located[order]
-        del located, order
-        index.delta_keys = tuple(np.empty(0, k.dtype) for k in index.base_keys)
-        if len(_duplicates(index.base_keys)):
+        self.base_locations = locations[order]
+        del order
+        self.delta_keys = tuple(np.empty(0, k.dtype) for k in self.base_keys)
+        self.delta_locations = np.empty(0, np.int64)
+        if len(_duplicates(self.base_keys)):
             raise KeyCollision(
-                f"{len(_duplicates(index.base_keys))} key(s) of the table have two live rows "
+                f"{len(_duplicates(self.base_keys))} key(s) of the table have two live rows "
                 "(or share a hash)"
             )
-        return index
 
     def _ordinal(self, path: str, upper: int | None) -> int:
         ordinal = self._ordinals.get(path)

@@ -132,6 +132,12 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
     """Each key's latest record of `rows` (decoded good rows and tombstones, with the
     source columns), its position in POSITION_COLUMNS, the tombstone flag kept and the
     other hidden columns dropped."""
+    return latest_of_each_key(positioned(rows), keys, cdc)
+
+
+def positioned(rows: pa.Table) -> pa.Table:
+    """`rows` (decoded, with the source columns) with their Kafka position in
+    POSITION_COLUMNS, the tombstone flag kept and the other hidden columns dropped."""
     millis = rows.column(SOURCE_TIMESTAMP_COLUMN)
     positions = {
         TIMESTAMP_COLUMN: pc.multiply(millis.cast(pa.int64()), 1000).cast(
@@ -144,8 +150,7 @@ def latest_per_key(rows: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
     table = rows.select(kept)
     for name, values in positions.items():
         table = table.append_column(name, values)
-    table = table.append_column(TOMBSTONE_COLUMN, rows.column(TOMBSTONE_COLUMN))
-    return latest_of_each_key(table, keys, cdc)
+    return table.append_column(TOMBSTONE_COLUMN, rows.column(TOMBSTONE_COLUMN))
 
 
 def latest_of_each_key(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa.Table:
@@ -183,6 +188,40 @@ def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
         *((name, "descending") for name in positions),
     ]
     return pc.sort_indices(order, sort_keys=sort_keys)
+
+
+def latest_rows(
+    table: pa.Table, keys: Sequence[str], cdc: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(each key's latest row of `table`, every other row): `latest_order`'s answer for a
+    large table whose keys mostly occur once. The rows are sorted by key alone (a stable
+    sort, fast on runs already in key order: a first load's tasks send theirs so), and
+    only the keys that occur more than once are ordered by position. A key of more than
+    one column, or not an integer, is sorted by Arrow."""
+    n = table.num_rows
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    column = table.column(keys[0]) if len(keys) == 1 else None
+    if column is not None and pa.types.is_integer(column.type) and not column.null_count:
+        values = column.to_numpy()
+        order = np.argsort(values, kind="stable")
+        ordered = values[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    else:
+        sort_keys = [(k, "ascending") for k in keys]
+        order = pc.sort_indices(table.select(list(keys)), sort_keys=sort_keys).to_numpy()
+        first = _first_of_each_key(table.select(list(keys)).take(order), keys)
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.append(starts, n))
+    repeated = np.repeat(sizes > 1, sizes)
+    if not repeated.any():
+        return order, np.empty(0, np.int64)
+    rows = order[repeated]  # the rows of keys with more than one
+    sub_order, sub_first = latest_order(table.take(pa.array(rows)), keys, cdc)
+    latest = np.concatenate([order[~repeated], rows[sub_order[sub_first]]])
+    return latest, rows[sub_order[~sub_first]]
 
 
 def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> np.ndarray:

@@ -11,6 +11,7 @@ import random
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -19,7 +20,14 @@ from tableflow_core.pipeline.data_files import file_io_properties
 from tableflow_core.pipeline.first_load import PLACE_FILE, merge_first_load, write_latest
 from tableflow_core.pipeline.key_index import IndexCache
 from tableflow_core.pipeline.shared_tasks import TableReport, _ipc, read_placed
-from tableflow_core.pipeline.upsert_rows import DeletesTable, latest_per_key, merge_batch
+from tableflow_core.pipeline.upsert_rows import (
+    DeletesTable,
+    latest_order,
+    latest_per_key,
+    latest_rows,
+    merge_batch,
+    positioned,
+)
 
 from .test_upsert_rows import TABLE_SCHEMA, Record, decoded, model
 
@@ -212,3 +220,25 @@ def test_rows_written_in_order_whatever_their_batches(catalog: Any) -> None:
         with table.io.new_input(data_file.file_path).open() as stream:
             ids += pq.read_table(stream, columns=["id"]).column("id").to_pylist()
     assert ids == list(range(1_800))
+
+
+@pytest.mark.parametrize("key_kind", ["int", "text", "two columns"])
+@pytest.mark.parametrize("seed", range(4))
+def test_latest_rows_agree_with_the_full_order(key_kind: str, seed: int) -> None:
+    """`latest_rows` (a sort by key, positions compared only for repeated keys) picks the
+    rows `latest_order` (one sort by key and position) does, in runs sorted by key or not."""
+    rng = random.Random(seed)
+    history = _history(seed, 3_000, rng.choice([50, 2_000, 100_000]))
+    if seed % 2:  # runs already in key order, as a first load's tasks send them
+        history = sorted(history[:1_500]) + sorted(history[1_500:])
+    table = positioned(decoded(history))
+    keys: tuple[str, ...] = ("id",)
+    if key_kind == "text":
+        table = table.set_column(0, "id", pc.cast(table.column("id"), pa.string()))
+    elif key_kind == "two columns":
+        table = table.append_column("half", pc.divide(table.column("id"), 2))
+        keys = ("half", "id")
+    order, first = latest_order(table, keys)
+    latest, superseded = latest_rows(table, keys)
+    assert sorted(latest.tolist()) == sorted(order[first].tolist())
+    assert sorted(superseded.tolist()) == sorted(order[~first].tolist())
