@@ -22,9 +22,9 @@ position deletes (pipeline/upsert_rows.py) instead of Spark's window, append and
 whose fixed cost (~25 Spark stages, the JIT, 4 commits) is most of a small batch's
 (docs/history/performance-issues-26-31.md, "Upsert tables that grow"). A first load (a run
 that creates its table) is one too up to FIRST_LOAD_DRIVER_MAX_RECORDS records: every key
-is new, so the driver reduces the batch to each key's latest record and appends it. A
-larger run (a backfill) runs Spark's MERGE; a larger first load, Spark's window and an
-append.
+is new, so its tasks write each key's latest record of their rows as an append's do, and
+the driver reduces their keys over the tasks (pipeline/first_load.py). A larger run (a
+backfill) runs Spark's MERGE; a larger first load, Spark's window and an append.
 
 A checked append table is such a run too when its read tasks can judge its checks
 (row-local ones, checks/arrow_checks.py) and its bad records go nowhere or to an Iceberg
@@ -55,10 +55,11 @@ MAX_JOB_RECORDS = 1_000_000
 SHARED_POLICIES = frozenset({"fail", "skip"})
 # An upsert run of more records runs Spark's MERGE: the driver holds the run's records.
 UPSERT_DRIVER_MAX_RECORDS = 250_000
-# A first load (the run creates its table) of up to this many records is reduced to each
-# key's latest record on the driver and appended, no MERGE (pipeline/upsert_rows.py): its
-# decoded records (~120 bytes each as Arrow for 10 fields) fit the driver's memory. A
-# larger one runs on Spark: a window, then an append (pipeline/runners/write_upsert.py).
+# A first load (the run creates its table) of up to this many records is written by its
+# read tasks, each key's latest record, and reduced over the tasks on the driver, no MERGE
+# (pipeline/first_load.py): the driver holds each record's key and place (~40 bytes for
+# an integer key: 400 MB at 10M). A larger one runs on Spark: a window, then an append
+# (pipeline/runners/write_upsert.py).
 FIRST_LOAD_DRIVER_MAX_RECORDS = 10_000_000
 
 

@@ -27,6 +27,7 @@ commit that adds it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,11 +48,12 @@ from tableflow_core.pipeline.key_index import (
     KeyIndex,
 )
 from tableflow_core.pipeline.upsert_rows import (
+    SCAN_THREADS,
     DriverMergeUnsupported,
     MergedBatch,
     after_remembered,
     latest_per_key,
-    latest_rows,
+    superseded_rows,
     timestamp_upper,
     write_position_deletes,
 )
@@ -129,33 +131,38 @@ def merge_first_load(
     delta = MergedBatch(data_files=list(data_files))
     if placed.num_rows == 0:
         return delta
-    latest, superseded = latest_rows(placed, keys, cdc)
+    superseded = superseded_rows(placed, keys, cdc)
     files = placed.column(PLACE_FILE).to_numpy()
+    rows = placed.column(PLACE_ROW).to_numpy()
     tombstone = placed.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
+    latest = np.ones(placed.num_rows, dtype=bool)
+    latest[superseded] = False
     dropped = [superseded[files[superseded] >= 0]]
-    live = latest[~tombstone[latest]]
+    live = latest & ~tombstone
     # Every place's timestamp bounds what is read (the deletes table may not exist: then
     # nothing is taken out of the places for it).
-    remembered = read_deletes(placed) if len(live) else None
+    remembered = read_deletes(placed) if live.any() else None
     if remembered is not None:
-        candidates = placed.take(pa.array(live))
-        keep = after_remembered(candidates, remembered, keys, cdc)
-        dropped.append(live[~keep])
-        live = live[keep]
-    gone = latest[tombstone[latest]]
-    if len(gone):
-        delta.remembered = placed.take(pa.array(gone)).select([*keys, *order_columns(cdc)])
-    rows = placed.column(PLACE_ROW).to_numpy()
-    for ordinal, positions in _deleted_by_file(np.concatenate(dropped), files, rows).items():
+        candidates = np.flatnonzero(live)
+        keep = after_remembered(placed.take(pa.array(candidates)), remembered, keys, cdc)
+        dropped.append(candidates[~keep])
+        live[candidates[~keep]] = False
+    gone = latest & tombstone
+    if gone.any():
+        delta.remembered = placed.filter(pa.array(gone)).select([*keys, *order_columns(cdc)])
+    deleted = _deleted_by_file(np.concatenate(dropped), files, rows)
+
+    def write(ordinal: int) -> Any:
         path = data_files[ordinal].file_path
-        delta.delete_files.append(
-            write_position_deletes(table.io, table.metadata.location, path, positions)
-        )
-        delta.rows_deleted += len(positions)
-    delta.rows_inserted = len(live)
+        return write_position_deletes(table.io, table.metadata.location, path, deleted[ordinal])
+
+    with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-deletes") as pool:
+        delta.delete_files = list(pool.map(write, deleted))
+    delta.rows_deleted = sum(len(positions) for positions in deleted.values())
+    delta.rows_inserted = int(np.count_nonzero(live))
     if indexes is not None:
         locations = (files[live].astype(np.int64) << POSITION_BITS) | rows[live]
-        live_keys = [placed.column(k).take(pa.array(live)) for k in keys]
+        live_keys = [placed.column(k).filter(pa.array(live)) for k in keys]
         delta.advance_index = _indexer(table, keys, live_keys, locations, delta.data_files, indexes)
     return delta
 

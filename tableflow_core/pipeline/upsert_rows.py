@@ -158,8 +158,10 @@ def latest_of_each_key(table: pa.Table, keys: Sequence[str], cdc: bool = False) 
     else): the batch's latest records, or the deletes table's latest delete per key."""
     if table.num_rows == 0:
         return table
-    order, first = latest_order(table, keys, cdc)
-    return table.take(pa.array(order[first]))
+    order, superseded = _by_key(table, keys, cdc)
+    kept = np.ones(len(order), dtype=bool)
+    kept[superseded] = False
+    return table.take(pa.array(order[kept]))
 
 
 def latest_order(
@@ -190,38 +192,45 @@ def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
     return pc.sort_indices(order, sort_keys=sort_keys)
 
 
-def latest_rows(
+def superseded_rows(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> np.ndarray:
+    """The rows of `table` that are not their key's latest."""
+    order, superseded = _by_key(table, keys, cdc)
+    return np.asarray(order[superseded], dtype=np.int64)
+
+
+def _by_key(
     table: pa.Table, keys: Sequence[str], cdc: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(each key's latest row of `table`, every other row): `latest_order`'s answer for a
-    large table whose keys mostly occur once. The rows are sorted by key alone (a stable
-    sort, fast on runs already in key order: a first load's tasks send theirs so), and
-    only the keys that occur more than once are ordered by position. A key of more than
-    one column, or not an integer, is sorted by Arrow."""
+    """(the rows of `table` in key order; the places in that order of the rows that are
+    not their key's latest). The rows are sorted by key alone (a stable sort, fast on
+    runs already in key order: a first load's tasks send theirs so), and only the keys
+    that occur more than once are ordered by position (`latest_order`): most keys of a
+    large batch occur once (else all rows are sorted by key and position). A key of more than one column, or not an integer, is sorted
+    by Arrow."""
     n = table.num_rows
-    if n == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
     column = table.column(keys[0]) if len(keys) == 1 else None
+    if n < 2:
+        return np.arange(n, dtype=np.int64), np.empty(0, np.int64)
     if column is not None and pa.types.is_integer(column.type) and not column.null_count:
         values = column.to_numpy()
         order = np.argsort(values, kind="stable")
         ordered = values[order]
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+        same = ordered[1:] == ordered[:-1]  # a row's key is the one before it
     else:
         sort_keys = [(k, "ascending") for k in keys]
         order = pc.sort_indices(table.select(list(keys)), sort_keys=sort_keys).to_numpy()
-        first = _first_of_each_key(table.select(list(keys)).take(order), keys)
-    starts = np.flatnonzero(first)
-    sizes = np.diff(np.append(starts, n))
-    repeated = np.repeat(sizes > 1, sizes)
+        same = ~_first_of_each_key(table.select(list(keys)).take(order), keys)[1:]
+    repeated = np.zeros(n, dtype=bool)  # the row's key occurs more than once
+    repeated[1:] = same
+    repeated[:-1] |= same
     if not repeated.any():
         return order, np.empty(0, np.int64)
-    rows = order[repeated]  # the rows of keys with more than one
-    sub_order, sub_first = latest_order(table.take(pa.array(rows)), keys, cdc)
-    latest = np.concatenate([order[~repeated], rows[sub_order[sub_first]]])
-    return latest, rows[sub_order[~sub_first]]
+    at = np.flatnonzero(repeated)
+    if len(at) > n // 4:  # many repeated keys: one sort by key and position is cheaper
+        order, first = latest_order(table, keys, cdc)
+        return order, np.flatnonzero(~first)
+    sub_order, sub_first = latest_order(table.take(pa.array(order[at])), keys, cdc)
+    return order, at[sub_order[~sub_first]]
 
 
 def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> np.ndarray:

@@ -24,9 +24,9 @@ from tableflow_core.pipeline.upsert_rows import (
     DeletesTable,
     latest_order,
     latest_per_key,
-    latest_rows,
     merge_batch,
     positioned,
+    superseded_rows,
 )
 
 from .test_upsert_rows import TABLE_SCHEMA, Record, decoded, model
@@ -224,9 +224,10 @@ def test_rows_written_in_order_whatever_their_batches(catalog: Any) -> None:
 
 @pytest.mark.parametrize("key_kind", ["int", "text", "two columns"])
 @pytest.mark.parametrize("seed", range(4))
-def test_latest_rows_agree_with_the_full_order(key_kind: str, seed: int) -> None:
-    """`latest_rows` (a sort by key, positions compared only for repeated keys) picks the
-    rows `latest_order` (one sort by key and position) does, in runs sorted by key or not."""
+def test_superseded_rows_agree_with_the_full_order(key_kind: str, seed: int) -> None:
+    """`superseded_rows` (a sort by key, positions compared only for repeated keys) leaves
+    out the rows `latest_order` (one sort by key and position) keeps, in runs sorted by key
+    or not."""
     rng = random.Random(seed)
     history = _history(seed, 3_000, rng.choice([50, 2_000, 100_000]))
     if seed % 2:  # runs already in key order, as a first load's tasks send them
@@ -239,6 +240,5 @@ def test_latest_rows_agree_with_the_full_order(key_kind: str, seed: int) -> None
         table = table.append_column("half", pc.divide(table.column("id"), 2))
         keys = ("half", "id")
     order, first = latest_order(table, keys)
-    latest, superseded = latest_rows(table, keys)
-    assert sorted(latest.tolist()) == sorted(order[first].tolist())
+    superseded = superseded_rows(table, keys)
     assert sorted(superseded.tolist()) == sorted(order[~first].tolist())
