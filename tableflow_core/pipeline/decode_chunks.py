@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +24,12 @@ from tableflow_core.ingest.columns import BAD_RECORD_STRUCT, decoded_schema
 from tableflow_core.kafka.messages import KafkaMessage, MessageChunk
 from tableflow_core.pipeline.key_values import key_row_fitter
 from tableflow_core.schemas.arrow_values import build_batch, storage_schema
+from tableflow_core.schemas.avro_varints import zigzag_varints
 from tableflow_core.schemas.debezium import DELETE, OP_COLUMN
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.schemas.payloads import PayloadError, payload_decoder
 from tableflow_core.schemas.registry import RegistrySettings
+from tableflow_core.schemas.wire_format import HEADER_SIZE
 from tableflow_core.transforms.arrow_masks import DecodeMasks
 
 VALUE_COLUMN = "value"  # the one column of a primitive payload decoded as columns
@@ -114,6 +116,10 @@ class ChunkDecoder:
             # primitive key fills the one key column).
             self._read_key = self._keys.tuple_reader(key.columns)
             self._fast_keys = True
+            # An Avro key decoder says which frames' keys are one varint each
+            # (`_varint_keys`); frame -> "long"/"int", or None.
+            self._varint_record = getattr(self._keys, "varint_record", None)
+            self._varint_kinds: dict[bytes, str | None] = {}
 
     @property
     def output_schema(self) -> pa.Schema:
@@ -172,25 +178,29 @@ class ChunkDecoder:
         if not self._fast_keys:
             return None
         read = self._read_key
-        flat: list[Any] = []
-        extend = flat.extend
-        try:
-            for key in chunk.keys:
-                if key is None:
-                    return None
-                extend(read(key))
-        except PayloadError:
-            return None
         width = len(self._key.columns)
+        found = self._varint_keys(chunk.keys) if width == 1 else None
+        if found is not None:
+            read_columns = [pa.array(found)]
+        else:
+            flat: list[Any] = []
+            extend = flat.extend
+            try:
+                for key in chunk.keys:
+                    if key is None:
+                        return None
+                    extend(read(key))
+            except PayloadError:
+                return None
+            # the values' own types: a bool is no integer
+            read_columns = [pa.array(flat[j::width]) for j in range(width)]
         arrays = []
         try:
-            for j, storage in enumerate(self._key_storage):
-                values = flat[j::width]
-                column = pa.array(values)  # the values' own type: a bool is no integer
+            for column, storage in zip(read_columns, self._key_storage, strict=True):
                 if column.null_count:
                     return None  # a key without a value for a key column: a bad record
                 integers = pa.types.is_integer(column.type) and pa.types.is_integer(storage.type)
-                if len(values) and column.type != storage.type and not integers:
+                if len(column) and column.type != storage.type and not integers:
                     return None  # text, a bool, a float...: converted or refused row by row
                 # Safe: raises for an integer out of the column's range.
                 arrays.append(column.cast(storage.type))
@@ -202,6 +212,23 @@ class ChunkDecoder:
             )
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return None
+
+    def _varint_keys(self, keys: list[bytes | None]) -> np.ndarray | None:
+        """A chunk's keys read at once when each is a registry-framed Avro record of the
+        one key column as a long or an int, all of one schema id (`avro_varints`); None
+        for any other chunk (read key by key)."""
+        first = keys[0] if keys else None
+        if first is None or self._varint_record is None or None in keys:
+            return None
+        frame = first[:HEADER_SIZE]
+        kind = self._varint_kinds.get(frame, "")
+        if kind == "":
+            assert self._key is not None
+            kind = self._varint_record(first, self._key.columns[0])
+            self._varint_kinds[frame] = kind
+        if kind is None:
+            return None
+        return zigzag_varints(cast(list[bytes], keys), frame, kind)
 
     def _key_rows(self, chunk: MessageChunk, bad: list[_Bad]) -> pa.RecordBatch:
         """Upsert, one key at a time: each key decoded and checked against the key columns;

@@ -168,8 +168,8 @@ def latest_order(
     table: pa.Table, keys: Sequence[str], cdc: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(rows of `table` by key, each key's latest first; True where a key's run begins:
-    its latest row). The runs of equal keys are found on the key columns alone, so the
-    whole rows are gathered once, the kept ones only."""
+    its latest row): one Arrow sort by key and position, the runs of equal keys found on
+    the key columns alone."""
     order = _latest_first(table, keys, cdc)
     first = _first_of_each_key(table.select(list(keys)).take(order), keys)
     return order.to_numpy(), first

@@ -216,6 +216,25 @@ class AvroPayloadDecoder(_RowsAsTuples):
             return {VALUE_COLUMN: value}
         return value
 
+    def varint_record(self, data: bytes, column: str) -> str | None:
+        """The field's type, "long" or "int", when `data`'s writer schema is a record of
+        that one field, named `column`, read as it is written (`schemas/avro_varints.py`);
+        else None."""
+        try:
+            mapping: avro_types.AvroMapping = self._cache.get(_framed(data))
+        except PayloadError:
+            return None
+        schema = mapping.reader_schema
+        if not mapping.is_record or mapping.adapter is not None or not isinstance(schema, dict):
+            return None
+        fields = schema.get("fields") or []
+        if len(fields) != 1 or fields[0].get("name") != column:
+            return None
+        kind = fields[0].get("type")
+        if isinstance(kind, dict) and "logicalType" not in kind:
+            kind = kind.get("type")
+        return kind if kind in ("long", "int") else None
+
     def tuple_reader(self, columns: Sequence[str]) -> TupleReader:
         """Flat records through a reader compiled per writer schema (`avro_records`), the
         others through fastavro (`decode`)."""
