@@ -53,7 +53,7 @@ from tableflow_core.pipeline.upsert_rows import (
     MergedBatch,
     after_remembered,
     latest_per_key,
-    superseded_rows,
+    rows_by_key,
     timestamp_upper,
     write_position_deletes,
 )
@@ -131,7 +131,8 @@ def merge_first_load(
     delta = MergedBatch(data_files=list(data_files))
     if placed.num_rows == 0:
         return delta
-    superseded = superseded_rows(placed, keys, cdc)
+    order, superseded_at = rows_by_key(placed, keys, cdc)
+    superseded = order[superseded_at]
     files = placed.column(PLACE_FILE).to_numpy()
     rows = placed.column(PLACE_ROW).to_numpy()
     tombstone = placed.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
@@ -161,8 +162,9 @@ def merge_first_load(
     delta.rows_deleted = sum(len(positions) for positions in deleted.values())
     delta.rows_inserted = int(np.count_nonzero(live))
     if indexes is not None:
-        locations = (files[live].astype(np.int64) << POSITION_BITS) | rows[live]
-        live_keys = [placed.column(k).filter(pa.array(live)) for k in keys]
+        by_key = order[live[order]]  # the live rows in key order: the index's sort is short
+        locations = (files[by_key].astype(np.int64) << POSITION_BITS) | rows[by_key]
+        live_keys = [placed.column(k).take(pa.array(by_key)) for k in keys]
         delta.advance_index = _indexer(table, keys, live_keys, locations, delta.data_files, indexes)
     return delta
 

@@ -158,7 +158,7 @@ def latest_of_each_key(table: pa.Table, keys: Sequence[str], cdc: bool = False) 
     else): the batch's latest records, or the deletes table's latest delete per key."""
     if table.num_rows == 0:
         return table
-    order, superseded = _by_key(table, keys, cdc)
+    order, superseded = rows_by_key(table, keys, cdc)
     kept = np.ones(len(order), dtype=bool)
     kept[superseded] = False
     return table.take(pa.array(order[kept]))
@@ -194,11 +194,11 @@ def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
 
 def superseded_rows(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> np.ndarray:
     """The rows of `table` that are not their key's latest."""
-    order, superseded = _by_key(table, keys, cdc)
+    order, superseded = rows_by_key(table, keys, cdc)
     return np.asarray(order[superseded], dtype=np.int64)
 
 
-def _by_key(
+def rows_by_key(
     table: pa.Table, keys: Sequence[str], cdc: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(the rows of `table` in key order; the places in that order of the rows that are
