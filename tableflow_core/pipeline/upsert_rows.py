@@ -192,12 +192,6 @@ def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
     return pc.sort_indices(order, sort_keys=sort_keys)
 
 
-def superseded_rows(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> np.ndarray:
-    """The rows of `table` that are not their key's latest."""
-    order, superseded = rows_by_key(table, keys, cdc)
-    return np.asarray(order[superseded], dtype=np.int64)
-
-
 def rows_by_key(
     table: pa.Table, keys: Sequence[str], cdc: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -26,7 +26,7 @@ from tableflow_core.pipeline.upsert_rows import (
     latest_per_key,
     merge_batch,
     positioned,
-    superseded_rows,
+    rows_by_key,
 )
 
 from .test_upsert_rows import TABLE_SCHEMA, Record, decoded, model
@@ -224,8 +224,8 @@ def test_rows_written_in_order_whatever_their_batches(catalog: Any) -> None:
 
 @pytest.mark.parametrize("key_kind", ["int", "text", "two columns"])
 @pytest.mark.parametrize("seed", range(4))
-def test_superseded_rows_agree_with_the_full_order(key_kind: str, seed: int) -> None:
-    """`superseded_rows` (a sort by key, positions compared only for repeated keys) leaves
+def test_rows_by_key_agree_with_the_full_order(key_kind: str, seed: int) -> None:
+    """`rows_by_key` (a sort by key, positions compared only for repeated keys) leaves
     out the rows `latest_order` (one sort by key and position) keeps, in runs sorted by key
     or not."""
     rng = random.Random(seed)
@@ -240,5 +240,6 @@ def test_superseded_rows_agree_with_the_full_order(key_kind: str, seed: int) -> 
         table = table.append_column("half", pc.divide(table.column("id"), 2))
         keys = ("half", "id")
     order, first = latest_order(table, keys)
-    superseded = superseded_rows(table, keys)
+    by_key, superseded_at = rows_by_key(table, keys)
+    superseded = by_key[superseded_at]
     assert sorted(superseded.tolist()) == sorted(order[~first].tolist())
