@@ -270,6 +270,26 @@ def test_upsert_sigkill_between_merge_and_publish_then_rerun(
     assert [r.name for r in refs if r.name != "main"] == []
 
 
+def test_a_first_load_killed_at_each_point_then_rerun_is_exact(
+    spark: Any, make_env: Any, topic: Topic
+) -> None:
+    """A first load (the read tasks write each key's latest record; the driver deletes the
+    rows superseded across tasks and remembers the tombstones: pipeline/first_load.py)
+    killed with its files written, after the driver's reduction and its deletes table's
+    commit, and just before the publish: the table stays empty each time, and the re-run
+    gives every reader the model's rows, with no run branch left."""
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce(RUN_1)
+    for point in ("shared_mid_write", "after_merge", "before_commit"):
+        run_cli_apply(env, crash_at=point)
+        assert env.pyiceberg_table().scan().to_arrow().num_rows == 0, point
+    rerun = apply(spark, env)
+    assert "shared_job" in (rerun.timings or {}) and "index_advance" in (rerun.timings or {})
+    assert rows_by_reader(env, spark, "id") == expect(topic, AFTER_1)
+    refs = spark.sql(f"SELECT name FROM {env.spec().identifier}.refs").collect()
+    assert [r.name for r in refs if r.name != "main"] == []
+
+
 def test_upsert_key_problems_are_bad_records(
     spark: Any, make_env: Any, kafka_broker: KafkaBroker, topic: Topic
 ) -> None:
