@@ -221,11 +221,10 @@ class ChunkDecoder:
         if first is None or self._varint_record is None or None in keys:
             return None
         frame = first[:HEADER_SIZE]
-        kind = self._varint_kinds.get(frame, "")
-        if kind == "":
+        if frame not in self._varint_kinds:
             assert self._key is not None
-            kind = self._varint_record(first, self._key.columns[0])
-            self._varint_kinds[frame] = kind
+            self._varint_kinds[frame] = self._varint_record(first, self._key.columns[0])
+        kind = self._varint_kinds[frame]
         if kind is None:
             return None
         return zigzag_varints(cast(list[bytes], keys), frame, kind)

@@ -173,11 +173,10 @@ def _deleted_by_file(
     dropped: np.ndarray, files: np.ndarray, rows: np.ndarray
 ) -> dict[int, np.ndarray]:
     """The dropped records' rows, by the ordinal of the data file holding them."""
-    by_file: dict[int, np.ndarray] = {}
-    for ordinal in np.unique(files[dropped]):
-        in_file = dropped[files[dropped] == ordinal]
-        by_file[int(ordinal)] = np.sort(rows[in_file])
-    return by_file
+    in_files = files[dropped]
+    return {
+        int(ordinal): np.sort(rows[dropped[in_files == ordinal]]) for ordinal in np.unique(in_files)
+    }
 
 
 def _indexer(

@@ -199,12 +199,12 @@ def rows_by_key(
     not their key's latest). The rows are sorted by key alone (a stable sort, fast on
     runs already in key order: a first load's tasks send theirs so), and only the keys
     that occur more than once are ordered by position (`latest_order`): most keys of a
-    large batch occur once (else all rows are sorted by key and position). A key of more than one column, or not an integer, is sorted
-    by Arrow."""
+    large batch occur once (else all rows are sorted by key and position). A key of more
+    than one column, or not an integer, is sorted by Arrow."""
     n = table.num_rows
-    column = table.column(keys[0]) if len(keys) == 1 else None
     if n < 2:
         return np.arange(n, dtype=np.int64), np.empty(0, np.int64)
+    column = table.column(keys[0]) if len(keys) == 1 else None
     if column is not None and pa.types.is_integer(column.type) and not column.null_count:
         values = column.to_numpy()
         order = np.argsort(values, kind="stable")
