@@ -127,6 +127,11 @@ def _order(keys: Keys) -> np.ndarray:
     return np.lexsort((keys[1], keys[0]))
 
 
+def _strictly_increasing(keys: Keys) -> bool:
+    """A one-word key sorted with no repeat (then its order is its own)."""
+    return len(keys) == 1 and bool(np.all(keys[0][1:] > keys[0][:-1]))
+
+
 def _take(keys: Keys, rows: np.ndarray) -> Keys:
     return tuple(k[rows] for k in keys)
 
@@ -243,18 +248,19 @@ class KeyIndex:
 
     def _set_base(self, keys: Keys, locations: np.ndarray) -> None:
         """The base: `keys` (one per live row, any order) sorted, with their locations."""
-        order = _order(keys)
-        self.base_keys = _take(keys, order)
-        del keys
-        self.base_locations = locations[order]
-        del order
-        self.delta_keys = tuple(np.empty(0, k.dtype) for k in self.base_keys)
+        if not _strictly_increasing(keys):  # a first load's live rows come so: no sort
+            order = _order(keys)
+            keys = _take(keys, order)
+            locations = locations[order]
+            del order
+            if len(_duplicates(keys)):
+                raise KeyCollision(
+                    f"{len(_duplicates(keys))} key(s) of the table have two live rows "
+                    "(or share a hash)"
+                )
+        self.base_keys, self.base_locations = keys, locations
+        self.delta_keys = tuple(np.empty(0, k.dtype) for k in keys)
         self.delta_locations = np.empty(0, np.int64)
-        if len(_duplicates(self.base_keys)):
-            raise KeyCollision(
-                f"{len(_duplicates(self.base_keys))} key(s) of the table have two live rows "
-                "(or share a hash)"
-            )
 
     def _ordinal(self, path: str, upper: int | None) -> int:
         ordinal = self._ordinals.get(path)

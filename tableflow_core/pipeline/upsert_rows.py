@@ -179,15 +179,16 @@ def _latest_first(table: pa.Table, keys: Sequence[str], cdc: bool = False) -> pa
     """Row order: by key, then each key's records latest first (a record without a
     timestamp, or without a source position, is the earliest; `table` holds the key and
     the order columns)."""
-    ts, partition, offset, _ = _position_arrays(table)
-    positions = {"t": ts, "p": partition, "o": offset}
-    if cdc:
-        commit, lsn, _ = _cdc_arrays(table)
-        positions = {"c": commit, "l": lsn, **positions}
-    order = pa.table({**{f"k{i}": table.column(k) for i, k in enumerate(keys)}, **positions})
+    positions = _positions_compared(table, cdc)
+    order = pa.table(
+        {
+            **{f"k{i}": table.column(k) for i, k in enumerate(keys)},
+            **{f"p{i}": p for i, p in enumerate(positions)},
+        }
+    )
     sort_keys = [
         *((f"k{i}", "ascending") for i in range(len(keys))),
-        *((name, "descending") for name in positions),
+        *((f"p{i}", "descending") for i in range(len(positions))),
     ]
     return pc.sort_indices(order, sort_keys=sort_keys)
 
@@ -206,25 +207,74 @@ def rows_by_key(
         return np.arange(n, dtype=np.int64), np.empty(0, np.int64)
     column = table.column(keys[0]) if len(keys) == 1 else None
     if column is not None and pa.types.is_integer(column.type) and not column.null_count:
-        values = column.to_numpy()
-        order = np.argsort(values, kind="stable")
-        ordered = values[order]
-        same = ordered[1:] == ordered[:-1]  # a row's key is the one before it
-    else:
-        sort_keys = [(k, "ascending") for k in keys]
-        order = pc.sort_indices(table.select(list(keys)), sort_keys=sort_keys).to_numpy()
-        same = ~_first_of_each_key(table.select(list(keys)).take(order), keys)[1:]
-    repeated = np.zeros(n, dtype=bool)  # the row's key occurs more than once
-    repeated[1:] = same
-    repeated[:-1] |= same
-    if not repeated.any():
+        return _integer_rows_by_key(table, column.to_numpy(), cdc)
+    sort_keys = [(k, "ascending") for k in keys]
+    order = pc.sort_indices(table.select(list(keys)), sort_keys=sort_keys).to_numpy()
+    same = ~_first_of_each_key(table.select(list(keys)).take(order), keys)[1:]
+    at = _repeated(same)
+    if not len(at):
         return order, np.empty(0, np.int64)
-    at = np.flatnonzero(repeated)
     if len(at) > n // 4:  # many repeated keys: one sort by key and position is cheaper
         order, first = latest_order(table, keys, cdc)
         return order, np.flatnonzero(~first)
     sub_order, sub_first = latest_order(table.take(pa.array(order[at])), keys, cdc)
     return order, at[sub_order[~sub_first]]
+
+
+def _integer_rows_by_key(
+    table: pa.Table, values: np.ndarray, cdc: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """`rows_by_key` of a one-column integer key (`values`), by numpy: a stable sort by
+    key, then each repeated key's latest row found by comparing positions within its run
+    (`_latest_of_runs`), no second sort."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    at = _repeated(ordered[1:] == ordered[:-1])
+    if not len(at):
+        return order, np.empty(0, np.int64)
+    rows = order[at]
+    keys = ordered[at]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    positions = [p[rows] for p in _positions_compared(table, cdc)]
+    superseded = np.ones(len(at), dtype=bool)
+    superseded[_latest_of_runs(positions, starts)] = False
+    return order, at[superseded]
+
+
+def _latest_of_runs(positions: Sequence[np.ndarray], starts: np.ndarray) -> np.ndarray:
+    """The latest row of each run (`starts`: where each run begins; `positions`: the rows'
+    integers compared, most significant first): the rows holding their run's largest
+    first integer, of those the largest second, and so on; of rows equal in all, the
+    first (as a stable sort, latest first, keeps them)."""
+    n = len(positions[0])
+    run_of = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+    candidate = np.ones(n, dtype=bool)
+    for position in positions:
+        floor = np.iinfo(position.dtype).min  # a row no longer a candidate
+        best = np.maximum.reduceat(np.where(candidate, position, floor), starts)
+        candidate &= position == best[run_of]
+    remaining = np.flatnonzero(candidate)
+    runs = run_of[remaining]
+    return remaining[np.concatenate(([True], runs[1:] != runs[:-1]))]
+
+
+def _repeated(same: np.ndarray) -> np.ndarray:
+    """Places (in key order) of the rows whose key occurs more than once; `same`: a
+    row's key is the one before it, from the second row on."""
+    repeated = np.zeros(len(same) + 1, dtype=bool)
+    repeated[1:] = same
+    repeated[:-1] |= same
+    return np.flatnonzero(repeated)
+
+
+def _positions_compared(table: pa.Table, cdc: bool) -> list[np.ndarray]:
+    """The integers a key's records are ordered by, most significant first (as
+    `_latest_first` sorts them)."""
+    ts, partition, offset, _ = _position_arrays(table)
+    if not cdc:
+        return [ts, partition, offset]
+    commit, lsn, _ = _cdc_arrays(table)
+    return [commit, lsn, ts, partition, offset]
 
 
 def _first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> np.ndarray:

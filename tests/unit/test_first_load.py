@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tableflow_core.engine.run_branch import publish_run
+from tableflow_core.ingest.upsert_order import CDC_LAST_COMMIT_COLUMN, CDC_LSN_COLUMN, OFFSET_COLUMN
 from tableflow_core.pipeline.data_files import file_io_properties
 from tableflow_core.pipeline.first_load import PLACE_FILE, merge_first_load, write_latest
 from tableflow_core.pipeline.key_index import IndexCache
@@ -243,3 +244,42 @@ def test_rows_by_key_agree_with_the_full_order(key_kind: str, seed: int) -> None
     by_key, superseded_at = rows_by_key(table, keys)
     superseded = by_key[superseded_at]
     assert sorted(superseded.tolist()) == sorted(order[~first].tolist())
+
+
+@pytest.mark.parametrize("key_kind", ["int", "text"])
+@pytest.mark.parametrize("seed", range(4))
+def test_rows_by_key_of_a_change_stream_agree_with_the_full_order(key_kind: str, seed: int) -> None:
+    """With source positions (LSNs, some missing, ties) and rows without a Kafka offset
+    (written before the table kept positions), `rows_by_key` keeps what `latest_order`
+    keeps: numpy's sort of an integer key and Arrow's of any other compare alike."""
+    rng = random.Random(seed)
+    history = _history(seed, 3_000, rng.choice([50, 2_000]))
+    table = positioned(decoded(history))
+    n = table.num_rows
+    offsets = [None if rng.random() < 0.05 else o for o in table.column(OFFSET_COLUMN).to_pylist()]
+    table = table.set_column(
+        table.schema.get_field_index(OFFSET_COLUMN), OFFSET_COLUMN, pa.array(offsets, pa.int64())
+    )
+    commits = [None if rng.random() < 0.1 else rng.randrange(20) for _ in range(n)]
+    lsns = [None if c is None else c * 100 + rng.randrange(5) for c in commits]
+    table = table.append_column(CDC_LAST_COMMIT_COLUMN, pa.array(commits, pa.int64()))
+    table = table.append_column(CDC_LSN_COLUMN, pa.array(lsns, pa.int64()))
+    if key_kind == "text":
+        table = table.set_column(0, "id", pc.cast(table.column("id"), pa.string()))
+    order, first = latest_order(table, ("id",), cdc=True)
+    by_key, superseded_at = rows_by_key(table, ("id",), cdc=True)
+    assert sorted(by_key[superseded_at].tolist()) == sorted(order[~first].tolist())
+    assert len(superseded_at) > 0
+
+
+def test_rows_by_key_keeps_the_first_of_rows_equal_in_key_and_position() -> None:
+    """Rows without a position (NULL timestamp and offset) tie: the first of them is kept,
+    by the integer key's numpy path as by Arrow's sort."""
+    table = positioned(decoded([(7, 0, 0, None, "a"), (7, 0, 0, None, "b"), (8, 1, 0, 5, "c")]))
+    table = table.set_column(
+        table.schema.get_field_index(OFFSET_COLUMN), OFFSET_COLUMN, pa.array([None] * 3, pa.int64())
+    )
+    for key_type in (pa.int64(), pa.string()):
+        keyed = table.set_column(0, "id", pc.cast(table.column("id"), key_type))
+        order, superseded_at = rows_by_key(keyed, ("id",))
+        assert order[superseded_at].tolist() == [1], key_type
