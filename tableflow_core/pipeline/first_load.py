@@ -7,9 +7,9 @@ in several tasks (a key that moved between partitions, a partition's range split
 tasks). So:
 
 1. each read task reduces the rows it holds to each key's latest record and writes the
-   valued ones as the table's data files, in that order, as an append table's task writes
-   its rows (`write_latest`); it reports only each kept record's key, order columns and
-   place (the task's data file and row; a tombstone has none);
+   valued ones as the table's data files in the order they came, as an append table's
+   task writes its rows (`write_latest`); it reports only each kept record's key, order
+   columns and place (the task's data file and row; a tombstone has none), in key order;
 2. the driver reduces those places over every task (`merge_first_load`): a written row
    whose key has a later record elsewhere, or whose key's remembered delete (the deletes
    table) comes after it, goes to a position delete file for its data file; each key's
@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tableflow_core.errors import IngestError
 from tableflow_core.ingest.columns import TOMBSTONE_COLUMN
@@ -52,7 +51,7 @@ from tableflow_core.pipeline.upsert_rows import (
     DriverMergeUnsupported,
     MergedBatch,
     after_remembered,
-    latest_per_key,
+    positioned,
     rows_by_key,
     timestamp_upper,
     write_position_deletes,
@@ -82,28 +81,36 @@ def write_latest(
     first_file: int,
 ) -> WrittenLatest:
     """`rows` (decoded good rows and tombstones, the source columns kept) reduced to each
-    key's latest record, the valued ones written as data files of the table in order
-    (`first_file`: the ordinal of the first of them among the task's files)."""
-    latest = latest_per_key(rows, keys, cdc)
-    tombstone = latest.column(TOMBSTONE_COLUMN)
-    valued = latest.filter(pc.invert(tombstone))
-    columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
-    data_files = write_data_files(metadata, io_properties, valued.select(columns), in_order=True)
+    key's latest record, the valued ones written as data files of the table in the order
+    they came (`first_file`: the ordinal of the first of them among the task's files);
+    the places in key order, so that the driver's sort of every task's places meets runs
+    already sorted."""
+    table = positioned(rows)
+    order, superseded_at = rows_by_key(table, keys, cdc)
+    kept = np.ones(table.num_rows, dtype=bool)
+    kept[order[superseded_at]] = False
+    valued = kept & ~table.column(TOMBSTONE_COLUMN).to_numpy(zero_copy_only=False)
+    columns = table.select([n for n in table.schema.names if n != TOMBSTONE_COLUMN])
+    written = columns if valued.all() else columns.filter(pa.array(valued))
+    data_files = write_data_files(metadata, io_properties, written, in_order=True)
     counts = np.array([f.record_count for f in data_files], dtype=np.int64)
-    if int(counts.sum()) != valued.num_rows:
+    if int(counts.sum()) != written.num_rows:
         raise IngestError(
-            f"the data files written hold {int(counts.sum())} rows, not the {valued.num_rows} "
-            "given: the rows' places are unknown"
+            f"the data files written hold {int(counts.sum())} rows, not the "
+            f"{written.num_rows} given: the rows' places are unknown"
         )
-    ordinals = np.repeat(np.arange(first_file, first_file + len(counts), dtype=np.int32), counts)
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-    row_in_file = np.arange(valued.num_rows, dtype=np.int64) - starts
+    files = np.full(table.num_rows, -1, dtype=np.int32)  # a tombstone's: written nowhere
+    files[valued] = np.repeat(
+        np.arange(first_file, first_file + len(counts), dtype=np.int32), counts
+    )
+    rows_in_file = np.full(table.num_rows, -1, dtype=np.int64)
+    rows_in_file[valued] = np.arange(written.num_rows) - np.repeat(
+        np.cumsum(counts) - counts, counts
+    )
+    latest = order[kept[order]]
     names = [*keys, *order_columns(cdc), TOMBSTONE_COLUMN]
-    written = _with_place(valued.select(names), ordinals, row_in_file)
-    gone = latest.filter(tombstone).select(names)
-    nowhere = np.full(gone.num_rows, -1, dtype=np.int64)
-    placed = pa.concat_tables([written, _with_place(gone, nowhere.astype(np.int32), nowhere)])
-    return WrittenLatest(data_files, placed)
+    placed = table.select(names).take(pa.array(latest))
+    return WrittenLatest(data_files, _with_place(placed, files[latest], rows_in_file[latest]))
 
 
 def _with_place(rows: pa.Table, ordinals: np.ndarray, row_in_file: np.ndarray) -> pa.Table:
