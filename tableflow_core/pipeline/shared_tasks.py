@@ -188,17 +188,22 @@ class _TableRun:
         # Null values: rows of NULLs the decoder marks; counted as tombstones, not written.
         # An upsert table's tombstones (its key columns filled) go on to the merge.
         null_values = pc.fill_null(decoded.column(TOMBSTONE_COLUMN), False)
-        if pc.any(null_values).as_py():
-            _add(
-                self.report.tombstones, decoded.filter(null_values).column(SOURCE_PARTITION_COLUMN)
-            )
+        has_null_values = pc.any(null_values).as_py()
+        if has_null_values:
+            partitions = decoded.column(SOURCE_PARTITION_COLUMN)
+            _add(self.report.tombstones, partitions.filter(null_values))
             if not self._upsert:
                 decoded = decoded.filter(pc.invert(null_values))
         if self.work.checks and not self._upsert and decoded.num_rows:
             decoded = self._judge(decoded, messages)
         if decoded.num_rows:
-            good = decoded.filter(pc.invert(null_values)) if self._upsert else decoded
-            _add(self.report.written, good.column(SOURCE_PARTITION_COLUMN))
+            # The written rows counted on the partition column alone: an upsert table's
+            # batch keeps its tombstones, and a filter of every column costs ~0.2 CPU s
+            # a million rows (more than a first load's reduction in its task).
+            partitions = decoded.column(SOURCE_PARTITION_COLUMN)
+            if self._upsert and has_null_values:
+                partitions = partitions.filter(pc.invert(null_values))
+            _add(self.report.written, partitions)
             columns = [
                 n
                 for n in decoded.schema.names
