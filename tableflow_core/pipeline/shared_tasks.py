@@ -190,8 +190,9 @@ class _TableRun:
         null_values = pc.fill_null(decoded.column(TOMBSTONE_COLUMN), False)
         has_null_values = pc.any(null_values).as_py()
         if has_null_values:
-            partitions = decoded.column(SOURCE_PARTITION_COLUMN)
-            _add(self.report.tombstones, partitions.filter(null_values))
+            _add(
+                self.report.tombstones, decoded.column(SOURCE_PARTITION_COLUMN).filter(null_values)
+            )
             if not self._upsert:
                 decoded = decoded.filter(pc.invert(null_values))
         if self.work.checks and not self._upsert and decoded.num_rows:
@@ -200,10 +201,10 @@ class _TableRun:
             # The written rows counted on the partition column alone: an upsert table's
             # batch keeps its tombstones, and a filter of every column costs ~0.2 CPU s
             # a million rows (more than a first load's reduction in its task).
-            partitions = decoded.column(SOURCE_PARTITION_COLUMN)
+            written = decoded.column(SOURCE_PARTITION_COLUMN)
             if self._upsert and has_null_values:
-                partitions = partitions.filter(pc.invert(null_values))
-            _add(self.report.written, partitions)
+                written = written.filter(pc.invert(null_values))
+            _add(self.report.written, written)
             columns = [
                 n
                 for n in decoded.schema.names
