@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -125,6 +125,13 @@ CATALOG_WORKERS = 8
 # spark.driver.maxResultSize 1 GB). Wide rows can pass it below the records limits
 # (ingest/sharing.py); then the run goes to Spark, as a table the driver does not read.
 UPSERT_DRIVER_MAX_BYTES = 512 * 2**20
+# A job of upsert batches merged on the driver, of at most this many records, is read in
+# the driver process: the Spark job's own cost (its scheduling, Python workers, a Kafka
+# consumer per task, the reports' collect through the JVM) was ~0.5 s of a 100k batch's
+# 0.8-1.0 s job, where the driver read and decoded the same ranges in 0.34-0.39 s (2 cores,
+# docs/architecture.md, "Small upsert batches"). Two tasks' worth: above it, tasks in
+# parallel win as cores are added.
+DRIVER_READ_MAX_RECORDS = 2 * MIN_RECORDS_PER_TASK
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,7 @@ def ingest_shared(
             return results
         job_began = time.monotonic()
         try:
-            reports = _run_job(spark(), started, kafka_conf, decoder_factory)
+            reports = _run_job(spark, started, kafka_conf, decoder_factory)
         except Exception as exc:
             for run in started:
                 _drop_branch(run, catalog)
@@ -403,13 +410,14 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
 
 
 def _run_job(
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     started: Sequence[_Started],
     kafka_conf: Mapping[str, str],
     decoder_factory: DecoderFactory | None,
 ) -> dict[int, list[TableReport]]:
     """The one Spark job: every table's ranges read, decoded and written; the reports by
-    the table's index in `started`."""
+    the table's index in `started`. A small job of upsert batches the driver merges runs
+    its tasks in the driver instead (`reads_in_driver`)."""
     tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
     groups = _task_groups(tagged)
     works = {
@@ -430,12 +438,50 @@ def _run_job(
         )
         for i, run in enumerate(started)
     }
-    frame = _ranges_frame(spark, groups)
     reader = table_reports(dict(kafka_conf), works, decoder_factory or build_decoder)
+    if reads_in_driver(started):
+        rows = _in_driver(reader, groups)
+    else:
+        rows = _collected(_ranges_frame(spark(), groups).mapInArrow(reader, REPORT_SCHEMA))
     reports: dict[int, list[TableReport]] = {}
-    for member, report in _collected(frame.mapInArrow(reader, REPORT_SCHEMA)):
+    for member, report in rows:
         reports.setdefault(member, []).append(TableReport.decode(report))
     return reports
+
+
+def reads_in_driver(started: Sequence[_Started]) -> bool:
+    """Whether the job's tasks run in the driver process, one after the other: every
+    table an upsert batch merged on the driver (its rows come to the driver anyway), at
+    most DRIVER_READ_MAX_RECORDS records in all."""
+    records = sum(r.size for run in started for r in run.member.ranges)
+    return records <= DRIVER_READ_MAX_RECORDS and all(
+        run.member.spec.mode == "upsert" and not run.first_load for run in started
+    )
+
+
+def _in_driver(
+    reader: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    groups: Sequence[Sequence[Tagged]],
+) -> Iterator[tuple[int, bytes]]:
+    """The job's report rows (member, report), each task's ranges read by `reader` here,
+    as a Spark task would (the same function, the same ranges in the same groups)."""
+    for group in groups:
+        ranges = pa.RecordBatch.from_pylist(
+            [
+                {"member": m, "topic": r.topic, "partition": r.partition, "start": r.start,
+                 "end": r.end}
+                for m, r in group
+            ],
+            schema=_RANGES,
+        )  # fmt: skip
+        for batch in reader([ranges]):
+            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+
+
+_RANGES = pa.schema(
+    [("member", pa.int32()), ("topic", pa.string()), ("partition", pa.int32()),
+     ("start", pa.int64()), ("end", pa.int64())]
+)  # fmt: skip
 
 
 def _collected(reports: DataFrame) -> Iterator[tuple[int, bytes]]:

@@ -46,6 +46,16 @@ class TrailingBytes(TableflowError, ValueError):
         self.count = count
 
 
+def logical_rewrite(schema: dict[str, Any], kind: str) -> tuple[bool, str | None]:
+    """Whether a primitive `schema` of `kind` is read here, and the logical-type rewrite
+    applied to its value (a key of `_LOGICAL`), if any: fastavro applies the reader
+    registered for "<type>-<logicalType>"; one that builds a value (decimal) is not read."""
+    logical = f"{kind}-{schema['logicalType']}" if schema.get("logicalType") else None
+    if logical not in fastavro.read.LOGICAL_READERS:
+        return True, None
+    return logical in _LOGICAL, logical
+
+
 def _bad_index(kind: str, index: int, size: int) -> ValueError:
     return ValueError(f"{kind} index {index} out of range (0..{size - 1})")
 
@@ -107,13 +117,8 @@ class _Compiler:
                 return True
             if not isinstance(kind, str) or kind not in _PRIMITIVES:
                 return False
-            # fastavro applies the reader registered for "<type>-<logicalType>", if any.
-            logical = f"{kind}-{schema['logicalType']}" if schema.get("logicalType") else None
-            if logical not in fastavro.read.LOGICAL_READERS:
-                logical = None
-            elif logical not in _LOGICAL:
-                return False  # e.g. decimal: fastavro builds the value
-            if not self.primitive(kind, indent, target):
+            supported, logical = logical_rewrite(schema, kind)
+            if not supported or not self.primitive(kind, indent, target):
                 return False
             if logical is not None:
                 self.emit(indent, f"{target} = {_LOGICAL[logical].format(v=target)}")

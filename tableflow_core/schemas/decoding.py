@@ -172,9 +172,20 @@ class _Decoder:
             [f for f, source in zip(self._storage, self._sources, strict=True) if source is None]
         )
         self._read_value = self._values.tuple_reader(self._value_storage.names)
+        # Flat Avro records of one schema id: a chunk read at once, field by field
+        # (schemas/avro_columns.py), when no key column is decoded with them.
+        columns_reader = getattr(self._values, "columns_reader", None)
+        self._read_columns = (
+            columns_reader(self._value_storage.names, self._value_storage.types)
+            if columns_reader is not None and self._keys is None
+            else None
+        )
 
     def decode(self, messages: Sequence[MessageLike]) -> DecodeResult:
         chunk = MessageChunk.of(messages)
+        at_once = self._decode_at_once(chunk)
+        if at_once is not None:
+            return at_once
         values = chunk.values
         read_value = self._read_value
         flat: list[Any] = []  # the value columns' values, one row after the other
@@ -222,16 +233,45 @@ class _Decoder:
         failures.sort(key=lambda f: (f.partition, f.offset))
         return DecodeResult(batch=batch, failures=failures, tombstones=tombstones)
 
+    def _decode_at_once(self, chunk: MessageChunk) -> DecodeResult | None:
+        """The chunk's records read at once (`_read_columns`); None when that reader does
+        not prove every one of them clean, or there is none."""
+        if self._read_columns is None:
+            return None
+        values = chunk.values
+        kept = [i for i, value in enumerate(values) if value is not None]
+        if not kept:
+            return None
+        whole = len(kept) == len(values)
+        arrays = self._read_columns(values if whole else [values[i] for i in kept])
+        if arrays is None:
+            return None
+        try:
+            batch = self._assemble(arrays, [], chunk if whole else chunk.select(kept))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None  # a value the table's type refuses: named record by record
+        return DecodeResult(batch=batch, failures=[], tombstones=len(values) - len(kept))
+
     def _build(self, flat: list[Any], keys: list[Any], chunk: MessageChunk) -> pa.RecordBatch:
         """The batch of the rows in `flat` (values of the value columns, row after row) with
         the metadata of `chunk` (their messages)."""
         width = len(self._value_storage)
+        arrays = [
+            pa.array(flat[column::width], storage.type)
+            for column, storage in enumerate(self._value_storage)
+        ]
+        return self._assemble(arrays, keys, chunk)
+
+    def _assemble(
+        self, value_arrays: list[pa.Array], keys: list[Any], chunk: MessageChunk
+    ) -> pa.RecordBatch:
+        """The batch of the value columns' arrays with the metadata of `chunk` (their
+        messages)."""
         arrays = []
-        column = 0
+        values = iter(value_arrays)
         for target_field, source in zip(self._storage, self._sources, strict=True):
             if source is None:
-                arrays.append(pa.array(flat[column::width], target_field.type))
-                column += 1
+                arrays.append(next(values))
             elif source == "key":
                 arrays.append(pa.array(keys, target_field.type))
             else:

@@ -15,12 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import fastavro
+import pyarrow as pa
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 
 from tableflow_core.errors import TableflowError
 from tableflow_core.schemas import (
+    avro_columns,
     avro_records,
     avro_types,
     connect_json,
@@ -264,6 +266,31 @@ class AvroPayloadDecoder(_RowsAsTuples):
             if reader is None:
                 return by_dict(data)
             return _read_compiled(reader, data)
+
+        return read
+
+    def columns_reader(
+        self, columns: Sequence[str], types: Sequence[pa.DataType]
+    ) -> Callable[[Sequence[bytes]], list[pa.Array] | None]:
+        """Many flat records of one schema id read at once into the arrays of `columns`
+        (of `types`, Arrow storage types) by `avro_columns`; None for payloads it does not
+        prove clean, of several schema ids or of one it does not read: those go record by
+        record (`tuple_reader`), where a bad one is named."""
+        columns, types = tuple(columns), tuple(types)
+        readers: dict[bytes, avro_columns.ColumnsReader | None] = {}
+
+        def read(payloads: Sequence[bytes]) -> list[pa.Array] | None:
+            if not payloads:
+                return None
+            frame = payloads[0][:HEADER_SIZE]
+            if frame not in readers:
+                try:
+                    mapping = self._cache.get(_framed(payloads[0]))
+                except (PayloadError, RegistryUnavailable):
+                    return None  # the record by record path says what is wrong
+                readers[frame] = avro_columns.compile_columns_reader(mapping, columns, types)
+            reader = readers[frame]
+            return None if reader is None else reader(payloads, frame)
 
         return read
 
