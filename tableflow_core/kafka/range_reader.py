@@ -46,6 +46,34 @@ class _Columns:
         )
 
 
+def _take_whole(
+    batch: list[Any], topic: str, partition: int, end: int, columns: _Columns
+) -> int | None:
+    """The common batch, taken a column at a time: every message a record of `topic`
+    `partition` before `end`. Returns the offset after its last; None for any other
+    batch (an error or end of partition, a message of another range, the range's end
+    inside it), which the loop takes message by message."""
+    n = len(batch)
+    if not n or [m.error() for m in batch].count(None) != n:
+        return None
+    if [m.partition() for m in batch].count(partition) != n:
+        return None
+    if [m.topic() for m in batch].count(topic) != n:
+        return None
+    offsets = [m.offset() for m in batch]
+    last = max(offsets)
+    if last >= end:
+        return None
+    columns.offsets.extend(offsets)
+    columns.timestamps_ms.extend(
+        [timestamp if kind else None for kind, timestamp in [m.timestamp() for m in batch]]
+    )
+    columns.keys.extend([m.key() for m in batch])
+    columns.values.extend([m.value() for m in batch])
+    columns.headers.extend([m.headers() for m in batch])
+    return last + 1
+
+
 def read_range(
     kafka_conf: Mapping[str, str],
     offset_range: OffsetRange,
@@ -156,10 +184,14 @@ class RangeReader:
             batch: list[Any] = consumer.consume(num_messages=wanted, timeout=1.0)
             if batch:
                 last_progress = time.monotonic()
-            # The per-message loop is the reader's hot path: column appends, no objects.
+            taken = _take_whole(batch, topic, partition, end, columns)
+            if taken is not None:
+                next_offset = taken
+                done = next_offset >= end
+            # Any other batch, message by message: column appends, no objects.
             offsets, timestamps = columns.offsets, columns.timestamps_ms
             keys, values, headers = columns.keys, columns.values, columns.headers
-            for msg in batch:
+            for msg in batch if taken is None else ():
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:

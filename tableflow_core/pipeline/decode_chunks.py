@@ -143,8 +143,8 @@ class ChunkDecoder:
             skipped = {b.index for b in bad}
             valued = [i for i in valued if i not in skipped]
             tombstones = [i for i in tombstones if i not in skipped]
-        whole = len(valued) == len(chunk)
-        result = self._decoder.decode(chunk if whole else chunk.select(valued))
+        valued_chunk = chunk if len(valued) == len(chunk) else chunk.select(valued)
+        result = self._decoder.decode(valued_chunk)
         good = valued
         if result.failures:
             # Rare path: map failures back to chunk indexes by position.
@@ -160,7 +160,10 @@ class ChunkDecoder:
         if good and good_keys is not None:
             batch, good, good_keys = self._agreeing_keys(batch, good, good_keys, bad)
         if good:
-            good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
+            if len(good) == len(valued):  # no record failed: the valued ones, selected once
+                good_chunk = valued_chunk
+            else:
+                good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
             yield self._good(batch, good_chunk, good_keys)
         if tombstones:
             yield self._tombstones(chunk.select(tombstones), _rows_at(keys, tombstones))
