@@ -54,7 +54,8 @@ def _take_whole(
     batch (an error or end of partition, a message of another range, the range's end
     inside it), which the loop takes message by message."""
     n = len(batch)
-    if not n or [m.error() for m in batch].count(None) != n:
+    # `is not None`: a KafkaError compared to None by == raises.
+    if not n or any(m.error() is not None for m in batch):
         return None
     if [m.partition() for m in batch].count(partition) != n:
         return None
