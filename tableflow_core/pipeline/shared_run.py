@@ -417,9 +417,10 @@ def _run_job(
 ) -> dict[int, list[TableReport]]:
     """The one Spark job: every table's ranges read, decoded and written; the reports by
     the table's index in `started`. A small job of upsert batches the driver merges runs
-    its tasks in the driver instead (`reads_in_driver`)."""
+    its tasks in the driver instead (`reads_in_driver`), as one task: one consumer."""
     tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
-    groups = _task_groups(tagged)
+    in_driver = reads_in_driver(started)
+    groups = [tagged] if in_driver else _task_groups(tagged)
     works = {
         i: TableWork(
             member=i,
@@ -439,7 +440,7 @@ def _run_job(
         for i, run in enumerate(started)
     }
     reader = table_reports(dict(kafka_conf), works, decoder_factory or build_decoder)
-    if reads_in_driver(started):
+    if in_driver:
         rows = _in_driver(reader, groups)
     else:
         rows = _collected(_ranges_frame(spark(), groups).mapInArrow(reader, REPORT_SCHEMA))
@@ -463,8 +464,8 @@ def _in_driver(
     reader: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     groups: Sequence[Sequence[Tagged]],
 ) -> Iterator[tuple[int, bytes]]:
-    """The job's report rows (member, report), each task's ranges read by `reader` here,
-    as a Spark task would (the same function, the same ranges in the same groups)."""
+    """The job's report rows (member, report), each group's ranges read by `reader` here,
+    as a Spark task would (the same function)."""
     for group in groups:
         ranges = pa.RecordBatch.from_pylist(
             [

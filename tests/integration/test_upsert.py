@@ -143,11 +143,21 @@ AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
 
 def use_writer(monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
     """`driver`: a small batch's records merged on the driver (pipeline/upsert_rows.py),
-    the default; `spark`: Spark's MERGE, as a table that needs Spark's writer runs."""
+    the default, its records read in the driver process; `driver-tasks`: the same, its
+    records read by Spark tasks, as a batch over `DRIVER_READ_MAX_RECORDS` is; `spark`:
+    Spark's MERGE, as a table that needs Spark's writer runs."""
     import tableflow_core.plan.dag as dag
+    from tableflow_core.pipeline import shared_run
 
     if writer == "spark":
         monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's MERGE")
+    if writer == "driver-tasks":
+        monkeypatch.setattr(shared_run, "DRIVER_READ_MAX_RECORDS", 0)
+
+
+def spark_jobs(spark: Any) -> int:
+    """The Spark jobs the application ran so far (outside job groups)."""
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup())
 
 
 # What each writer times (run_results.json) and the table commits of a run after the
@@ -157,7 +167,8 @@ WRITER_TIMINGS = {
     "spark": {"load", "start_run", "decode", "write", "merge", "publish", "publish_commit"},
     "driver": {"load", "start_run", "shared_job", "merge", "publish_commit"},
 }
-WRITER_COMMITS = {"spark": 4, "driver": 1}
+WRITER_TIMINGS["driver-tasks"] = WRITER_TIMINGS["driver"]
+WRITER_COMMITS = {"spark": 4, "driver": 1, "driver-tasks": 1}
 
 
 @pytest.mark.parametrize(
@@ -165,6 +176,7 @@ WRITER_COMMITS = {"spark": 4, "driver": 1}
     [
         ("avro", "file", "spark"),
         ("avro", "file", "driver"),
+        ("avro", "file", "driver-tasks"),
         ("string", "file", "driver"),
         ("avro-key-field", "file", "driver"),
         ("avro", "s3", "driver"),
@@ -199,7 +211,10 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
 
     topic.produce(RUN_2)
     commits = len(env.pyiceberg_table().metadata.metadata_log)
+    jobs = spark_jobs(spark)
     apply(spark, env)
+    # A small batch merged on the driver is read there too: no Spark job at all.
+    assert (spark_jobs(spark) == jobs) == (writer == "driver"), (writer, jobs)
     assert rows_by_reader(env, spark, key) == expect(topic, AFTER_2)
     table = env.pyiceberg_table()
     assert len(table.metadata.metadata_log) - commits == WRITER_COMMITS[writer]
