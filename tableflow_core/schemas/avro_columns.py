@@ -132,7 +132,7 @@ def compile_columns_reader(
             found = _read_all(payloads, frame, steps, storage)
         except _NotClean:
             return None
-        return [found.get(c) or pa.nulls(len(payloads), storage[c]) for c in columns]
+        return [found[c] if c in found else pa.nulls(len(payloads), storage[c]) for c in columns]
 
     return read
 
