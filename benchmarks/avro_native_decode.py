@@ -1,16 +1,19 @@
-"""Exploration for issue 45 (not a code path of tableflow): what decoding a batch of
-Confluent-framed Avro records would cost through a native Avro reader, against the
-decoders tableflow runs, same records, same run.
+"""Issue 45: what decoding a batch of Confluent-framed Avro records costs through the
+decoders tableflow runs, and through a native Avro reader (an exploration, not a code
+path of tableflow), same records, same run.
 
     .venv/bin/python benchmarks/avro_native_decode.py [--records 100000] [--repeats 3]
 
 The records are benchmarks/upsert.py's (`record(i)`, the 10-field event schema), framed as
-the registry serializers frame them (magic byte, schema id). Three decoders, CPU seconds,
+the registry serializers frame them (magic byte, schema id). Four decoders, CPU seconds,
 best of `--repeats`:
 
 - fastavro's `schemaless_reader` per record, then `pa.Table.from_pylist` (the general path);
 - tableflow's compiled reader (`schemas/avro_records.py`, what a flat record goes
   through), then the columns to Arrow;
+- tableflow's chunk at once (`schemas/avro_columns.py`, what a chunk of one schema id
+  goes through: each field read over every record with numpy, each record proven to end
+  on its last byte);
 - a native reader: the payloads without their 5-byte frames are exactly the body of one
   block of an Avro object container file, so a header (magic, the writer schema, a sync
   marker) and the block's count and size make a file that polars' Rust reader
@@ -40,7 +43,8 @@ from event_schema import SCHEMA
 from repo_root import ROOT  # noqa: F401  (the repo on sys.path)
 from upsert import avro_long, record
 
-from tableflow_core.schemas import avro_records, avro_types
+from tableflow_core.schemas import avro_columns, avro_records, avro_types
+from tableflow_core.schemas.arrow_values import TemporalAs, storage_type
 
 FRAME = b"\x00\x00\x00\x00\x01"  # magic byte 0, schema id 1
 
@@ -70,6 +74,19 @@ def by_compiled(payloads: list[bytes]) -> pa.Table:
     rows = [reader(p, len(FRAME)) for p in payloads]
     columns = list(zip(*rows, strict=True))
     return pa.Table.from_arrays([pa.array(c) for c in columns], names=names)
+
+
+def by_columns(payloads: list[bytes]) -> pa.Table:
+    """What a chunk of one schema id goes through (`schemas/avro_columns.py`): the
+    payloads joined, each field read over every record, straight into Arrow."""
+    mapping = avro_types.map_avro_schema(json.dumps(SCHEMA))
+    names = [f.name for f in mapping.arrow_type]
+    types = [storage_type(f.type, TemporalAs.INT) for f in mapping.arrow_type]
+    reader = avro_columns.compile_columns_reader(mapping, names, types)
+    assert reader is not None
+    arrays = reader(payloads, FRAME)
+    assert arrays is not None, "the records were not proven clean"
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def by_native(payloads: list[bytes]) -> pa.Table:
@@ -134,6 +151,7 @@ def main() -> None:
     decoders: dict[str, Callable[[list[bytes]], pa.Table]] = {
         "fastavro + from_pylist": by_fastavro,
         "tableflow's compiled reader + arrays": by_compiled,
+        "tableflow's chunk at once (avro_columns)": by_columns,
     }
     try:
         import polars  # noqa: F401
