@@ -11,6 +11,8 @@ which tables; docs/exactly-once.md, "Jobs whose read tasks write the data files"
 2. one Spark job for all the tables: each task reads its tables' ranges with one consumer,
    decodes each table's records with its own decoder and writes its good rows as the
    table's data files, then reports them with its counts (`pipeline/shared_tasks.py`);
+   a small job of upsert batches merged on the driver runs that task's function in the
+   driver process instead (`reads_in_driver`);
 3. per table, on the driver, concurrently: its bad-record policy (`fail` stops the table's
    run, naming the records), its accounting, its checks judged from the tasks' counts (a
    checked table: `ChecksFailed` stops its run); then the dead letters of every table
@@ -451,7 +453,7 @@ def _run_job(
 
 
 def reads_in_driver(started: Sequence[_Started]) -> bool:
-    """Whether the job's tasks run in the driver process, one after the other: every
+    """Whether the job's ranges are read in the driver process, as one task: every
     table an upsert batch merged on the driver (its rows come to the driver anyway), at
     most DRIVER_READ_MAX_RECORDS records in all."""
     records = sum(r.size for run in started for r in run.member.ranges)

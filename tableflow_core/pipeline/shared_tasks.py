@@ -1,4 +1,5 @@
-"""Inside a shared job's Spark task: many tables' ranges read, decoded and written.
+"""Inside a shared job's Spark task: many tables' ranges read, decoded and written (in
+the driver process for a small job of upsert batches, `shared_run.reads_in_driver`).
 
 The task's input rows are ranges tagged with their table (`member`). It reads them with
 one consumer (`kafka/range_reader.RangeReader`), one table after the other; decodes each
