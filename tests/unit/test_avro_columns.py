@@ -19,22 +19,14 @@ from tableflow_core.schemas.arrow_values import TemporalAs, storage_type
 from tableflow_core.schemas.avro_columns import compile_columns_reader
 from tableflow_core.schemas.avro_records import compile_record_reader
 from tableflow_core.schemas.avro_types import AvroMapping, map_avro_schema
-from tests.avro_records import avro_record, nullable
+from tests.avro_records import EVENT_FIELDS, avro_record, nullable
 
 FRAME = b"\x00\x00\x00\x00\x07"
-KIND = {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}
+KIND = EVENT_FIELDS["kind"]
+# The benchmarks' event, and a field of each other kind read at once.
 SCHEMA = avro_record(
     "Event",
-    id="long",
-    user="string",
-    amount="double",
-    qty="int",
-    active="boolean",
-    at={"type": "long", "logicalType": "timestamp-millis"},
-    city=nullable("string"),
-    score="float",
-    kind=KIND,
-    day={"type": "int", "logicalType": "date"},
+    **EVENT_FIELDS,
     blob="bytes",
     seen=["long", "null"],
     nanos={"type": "long", "logicalType": "timestamp-nanos"},
