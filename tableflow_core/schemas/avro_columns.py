@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tableflow_core.errors import TableflowError
 from tableflow_core.schemas import avro_records, avro_types
+from tableflow_core.schemas.avro_varints import NotProven, joined, zigzag_at
 
 ColumnsReader = Callable[[Sequence[bytes], bytes], "list[pa.Array] | None"]
 
-_MAX_VARINT_BYTES = 10
 _NUMBERS = {"int", "long", "float", "double", "boolean"}
 _TEXT = {"string", "bytes"}
 # The logical-type rewrites avro_records reads as `{v} * 1000` and `{v} // 1000`.
@@ -41,10 +40,6 @@ _SCALES = {
     f"long-{avro_types.NANOS_TO_MICROS}": ("div", 1000),
 }
 _INT64_MAX = 2**63 - 1
-
-
-class _NotClean(TableflowError):
-    """A record this module does not prove clean: the chunk goes record by record."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +125,7 @@ def compile_columns_reader(
     def read(payloads: Sequence[bytes], frame: bytes) -> list[pa.Array] | None:
         try:
             found = _read_all(payloads, frame, steps, storage)
-        except _NotClean:
+        except NotProven:
             return None
         return [found[c] if c in found else pa.nulls(len(payloads), storage[c]) for c in columns]
 
@@ -144,27 +139,16 @@ def _read_all(
     storage: dict[str, pa.DataType],
 ) -> dict[str, pa.Array]:
     n = len(payloads)
-    if n == 0:
-        raise _NotClean
-    lengths = np.fromiter(map(len, payloads), np.int64, n)
-    if int(lengths.min()) < len(frame):
-        raise _NotClean
-    data = np.frombuffer(b"".join(payloads), np.uint8)
-    end = np.cumsum(lengths)
-    start = end - lengths
-    for i, byte in enumerate(frame):
-        if not (data[start + i] == byte).all():
-            raise _NotClean  # another schema id (or framing) among them
-    at = start + len(frame)
+    data, at, end = joined(payloads, frame)
     found: dict[str, pa.Array] = {}
     for field, column in steps:
         present: np.ndarray | None = None
         if field.null_branch is None:
             value, at = _read(field, data, at, end)
         else:
-            branch, at = _zigzag(data, at, end)
+            branch, at = zigzag_at(data, at, end)
             if not ((branch == 0) | (branch == 1)).all():
-                raise _NotClean
+                raise NotProven
             present = branch != field.null_branch
             value, after = _read(field, data, at[present], end[present])
             at = at.copy()
@@ -172,58 +156,31 @@ def _read_all(
         if column is not None:
             found[column] = _arrow(field, value, present, n, storage[column])
     if not np.array_equal(at, end):
-        raise _NotClean  # trailing bytes
+        raise NotProven  # trailing bytes
     return found
-
-
-def _varints(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The raw (zigzag) values of the varints at `at`, each inside its record (before
-    `end`), as uint64; and the positions after them."""
-    value = np.zeros(len(at), np.uint64)
-    after = at.copy()
-    pending = np.arange(len(at))
-    for k in range(_MAX_VARINT_BYTES):
-        where = after[pending]
-        if (where >= end[pending]).any():
-            raise _NotClean  # runs past its record
-        byte = data[where]
-        after[pending] = where + 1
-        if k == _MAX_VARINT_BYTES - 1 and (byte > 1).any():
-            raise _NotClean  # beyond 64 bits, or longer than 10 bytes
-        value[pending] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        pending = pending[byte >= 0x80]
-        if not len(pending):
-            return value, after
-    raise AssertionError("unreachable: the last byte's check stops every longer varint")
-
-
-def _zigzag(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    raw, after = _varints(data, at, end)
-    signed = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
-    return signed, after
 
 
 def _fixed(data: np.ndarray, at: np.ndarray, end: np.ndarray, size: int) -> np.ndarray:
     """The `size` bytes at each of `at`, a row each."""
     if len(at) and (at + size > end).any():
-        raise _NotClean
+        raise NotProven
     return data[at[:, None] + np.arange(size)]
 
 
 def _read(
     field: _Field, data: np.ndarray, at: np.ndarray, end: np.ndarray
 ) -> tuple[Any, np.ndarray]:
-    """`field`'s values at `at` (a numpy array; (starts, sizes) for text), and the
-    positions after them."""
+    """`field`'s values at `at` (a numpy array; for text, (sizes, their bytes one after
+    the other)), and the positions after them."""
     kind = field.kind
     if kind in ("int", "long", "enum"):
-        value, after = _zigzag(data, at, end)
+        value, after = zigzag_at(data, at, end)
         if (
             kind == "enum"
             and len(value)
             and not ((value >= 0) & (value < len(field.symbols))).all()
         ):
-            raise _NotClean
+            raise NotProven
         return _scaled(value, field.scale), after
     if kind == "boolean":
         return _fixed(data, at, end, 1)[:, 0] != 0, at + 1
@@ -231,9 +188,9 @@ def _read(
         width = 4 if kind == "float" else 8
         raw = np.ascontiguousarray(_fixed(data, at, end, width))
         return raw.view("<f4" if kind == "float" else "<f8").reshape(len(at)), at + width
-    sizes, at = _zigzag(data, at, end)  # string, bytes
+    sizes, at = zigzag_at(data, at, end)  # string, bytes
     if len(at) and ((sizes < 0) | (sizes > end - at)).any():  # no at + size: it may overflow
-        raise _NotClean
+        raise NotProven
     offsets = np.zeros(len(at) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     # Every value's bytes, one after the other: value i's from at[i], at offsets[i].
@@ -248,7 +205,7 @@ def _scaled(value: np.ndarray, scale: tuple[str, int] | None) -> np.ndarray:
     if how == "div":
         return value // factor
     if len(value) and (np.abs(value) > _INT64_MAX // factor).any():
-        raise _NotClean  # beyond int64 once scaled: Arrow refuses it, record by record
+        raise NotProven  # beyond int64 once scaled: Arrow refuses it, record by record
     return value * factor
 
 
@@ -269,7 +226,7 @@ def _arrow(
     if field.kind in ("int", "long"):
         limits = np.iinfo(f"int{storage.bit_width}")
         if len(full) and ((full < limits.min) | (full > limits.max)).any():
-            raise _NotClean  # beyond the column's range: a bad record, named one by one
+            raise NotProven  # beyond the column's range: a bad record, named one by one
     return _from_numpy(full, present, storage)
 
 
@@ -298,22 +255,22 @@ def _text(
 ) -> pa.Array:
     """Strings or bytes from their sizes and their bytes one after the other (a null
     row's size 0)."""
-    sizes, joined = value
+    sizes, text_bytes = value
     if present is not None:
         all_sizes = np.zeros(n, np.int64)
         all_sizes[present] = sizes
         sizes = all_sizes
-    if len(joined) >= 2**31:
-        raise _NotClean  # more than a string array's 32-bit offsets hold
+    if len(text_bytes) >= 2**31:
+        raise NotProven  # more than a string array's 32-bit offsets hold
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(sizes, out=offsets[1:])
     validity, null_count = _validity(present)
     array = pa.Array.from_buffers(
-        storage, n, [validity, pa.py_buffer(offsets), pa.py_buffer(joined)], null_count
+        storage, n, [validity, pa.py_buffer(offsets), pa.py_buffer(text_bytes)], null_count
     )
     if storage == pa.string():
         try:
             array.validate(full=True)  # UTF-8, as the compiled reader's `.decode()`
         except pa.ArrowInvalid as exc:
-            raise _NotClean from exc
+            raise NotProven from exc
     return array

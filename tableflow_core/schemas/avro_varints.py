@@ -7,7 +7,8 @@ joined and decoded column-wise. Each payload must be exactly the given frame fol
 one varint ending at the payload's last byte (continuation bits on every byte but the
 last: this proves where each key ends), of at most `max_bytes` bytes and, for an `int`,
 within 32 bits; otherwise the answer is None and the caller reads the keys one by one,
-where a bad key is named.
+where a bad key is named. The joined buffer (`joined`) and the varints read at positions
+inside it (`zigzag_at`) are also how `avro_columns` reads a chunk's records field by field.
 """
 
 from __future__ import annotations
@@ -16,40 +17,71 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tableflow_core.errors import TableflowError
+
 # Bytes of a varint: a long's 64 bits in 7-bit groups; an int's 32.
 MAX_BYTES = {"long": 10, "int": 5}
 _INT32 = (-(2**31), 2**31 - 1)
 
 
+class NotProven(TableflowError):
+    """Payloads not proven to hold what was asked of them: read them one by one, where a
+    bad one is named."""
+
+
+def joined(payloads: Sequence[bytes], frame: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The payloads as one buffer, with where each one's body starts (after `frame`) and
+    where it ends. Raises NotProven when one of them is not framed by `frame`."""
+    n = len(payloads)
+    if n == 0:
+        raise NotProven
+    lengths = np.fromiter(map(len, payloads), np.int64, n)
+    if int(lengths.min()) < len(frame):
+        raise NotProven
+    data = np.frombuffer(b"".join(payloads), np.uint8)
+    end = np.cumsum(lengths)
+    start = end - lengths
+    for i, byte in enumerate(frame):
+        if not (data[start + i] == byte).all():
+            raise NotProven  # another schema id (or framing) among them
+    return data, start + len(frame), end
+
+
+def zigzag_at(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The values (int64) of the zigzag varints at `at`, each inside its payload (before
+    `end`), and the positions after them. Raises NotProven for a varint that runs past
+    its payload, is longer than 10 bytes or holds more than 64 bits."""
+    raw = np.zeros(len(at), np.uint64)
+    after = at.copy()
+    pending = np.arange(len(at))
+    for k in range(MAX_BYTES["long"]):
+        where = after[pending]
+        if (where >= end[pending]).any():
+            raise NotProven  # runs past its payload
+        byte = data[where]
+        after[pending] = where + 1
+        if k == MAX_BYTES["long"] - 1 and (byte > 1).any():
+            raise NotProven  # beyond 64 bits, or longer than 10 bytes
+        raw[pending] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        pending = pending[byte >= 0x80]
+        if not len(pending):
+            break
+    signed = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    return signed, after
+
+
 def zigzag_varints(payloads: Sequence[bytes], frame: bytes, kind: str) -> np.ndarray | None:
     """Each payload's value (int64), or None when one of them is not `frame` followed by
     exactly one varint of an Avro `kind` ("long" or "int")."""
-    n = len(payloads)
-    if n == 0:
-        return None
-    lengths = np.fromiter(map(len, payloads), np.int64, n)
-    body = lengths - len(frame)
-    width = int(body.max())
-    if int(body.min()) < 1 or width > MAX_BYTES[kind]:
-        return None
-    data = np.frombuffer(b"".join(payloads), np.uint8)
-    starts = np.cumsum(lengths) - lengths
-    for i, byte in enumerate(frame):
-        if (data[starts + i] != byte).any():
+    try:
+        data, at, end = joined(payloads, frame)
+        if int((end - at).min()) < 1 or int((end - at).max()) > MAX_BYTES[kind]:
             return None
-    place = np.arange(width)
-    inside = place[None, :] < body[:, None]
-    at = np.minimum(starts[:, None] + len(frame) + place[None, :], len(data) - 1)
-    groups = np.where(inside, data[at], 0).astype(np.uint64)
-    more = (groups & np.uint64(0x80)) != 0
-    if not np.array_equal(more, place[None, :] < (body - 1)[:, None]):
-        return None  # a varint ends before its payload does, or runs past it
-    if width == 10 and bool((groups[:, 9] > 1).any()):
-        return None  # more than 64 bits
-    value = np.zeros(n, np.uint64)
-    for k in range(width):
-        value |= (groups[:, k] & np.uint64(0x7F)) << np.uint64(7 * k)
-    decoded = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
+        decoded, after = zigzag_at(data, at, end)
+    except NotProven:
+        return None
+    if not np.array_equal(after, end):
+        return None  # a varint ends before its payload does
     if kind == "int" and bool(((decoded < _INT32[0]) | (decoded > _INT32[1])).any()):
         return None
     return decoded
