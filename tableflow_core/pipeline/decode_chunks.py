@@ -160,10 +160,8 @@ class ChunkDecoder:
         if good and good_keys is not None:
             batch, good, good_keys = self._agreeing_keys(batch, good, good_keys, bad)
         if good:
-            if len(good) == len(valued):  # no record failed: the valued ones, selected once
-                good_chunk = valued_chunk
-            else:
-                good_chunk = chunk if len(good) == len(chunk) else chunk.select(good)
+            # No record failed: the valued ones, selected once (good is a subset of them).
+            good_chunk = valued_chunk if len(good) == len(valued) else chunk.select(good)
             yield self._good(batch, good_chunk, good_keys)
         if tombstones:
             yield self._tombstones(chunk.select(tombstones), _rows_at(keys, tombstones))
