@@ -23,12 +23,14 @@ embedded catalog), so each has its own figures.
   independent model (count, sum of amounts, fingerprint), as tableflow's does.
 - Batches of `--batch` records (`batch_changes`: updates of existing ids, some several
   times, `--new-share` of new ids, 10% tombstones), each applied to both tables. Batch 1
-  is cold (the upsert table's key index and the dedup table's key set are built from the
-  table, as a new `tableflow apply` process does each time); batches 2.. are warm, as in
-  `tableflow run` (this process keeps them), and planned and applied as its cycles are:
-  one catalog kept open across them, the plan without the tables' activity, the apply
-  on the world the plan read (no second read for staleness). An upsert batch of at most
-  250k records is
+  is cold, as `tableflow apply --auto-approve --select` runs it (cli/commands/apply.py):
+  the catalog opened (the embedded one served) for its plan and apply, the apply on
+  the world the plan read, the catalog closed; the upsert table's key index and the
+  dedup table's key set built from the table, as a new process does each time (the
+  Spark application is the script's, already running: a one-shot `tableflow apply`
+  starts its own). Batches 2.. are warm, as in `tableflow run` (this process keeps
+  them), and planned and applied as its cycles are: one catalog kept open across them,
+  the plan without the tables' activity. An upsert batch of at most 250k records is
   merged on the driver (pipeline/upsert_rows.py): position delete files accumulate.
 - Then every reader (pyiceberg in a child process stopped after `--reader-timeout` s,
   DuckDB, Spark, Trino started for the check) reads both tables' count, sum of amounts
@@ -48,7 +50,8 @@ ratio is a lower bound, labelled so), `first load vs append: X.XXx` and `dedup
 {large}/{small} batch cost: X.XXx` (the dedup table's warm batches, CPU).
 
 Every tableflow batch prints its breakdown (seconds). A batch merged on the driver:
-`plan`, `apply frame` (ApplyTask outside the table's run), `load+branch`, `read+decode
+`plan` (a cold batch's with the catalog's opening), `apply frame` (ApplyTask outside the
+table's run; a cold batch's with the catalog's closing), `load+branch`, `read+decode
 job` (the shared job's read tasks), `driver merge`, `remember deletes` (the deletes
 table's commit), `publish commit`. A batch through Spark's MERGE (the initial load, or
 with `--against` a tree before session 7): `plan` (PlanTask), `apply frame`
@@ -243,14 +246,16 @@ def _produce_initial_partition(
 def measured_apply(
     root: Path, spark: Any, table_name: str | None = None, handle: Any = None
 ) -> dict[str, Any]:
-    """Plan + apply as `tableflow apply` does (`--select table_name`: that table only), with
-    what it cost: wall seconds (plan, apply), CPU seconds of this process tree (driver,
-    JVM, Python workers), the run's phase timings from run_results (`timings`, when the
-    tree reports them) and the Spark stages it ran. With `handle` (a catalog kept open),
-    as a `tableflow run` cycle does it (tasks/run.py): the plan reads through the open
-    catalog without the tables' activity, and the apply takes the world the plan read
-    (no second read for staleness)."""
+    """Plan + apply as `tableflow apply --auto-approve` does (`--select table_name`: that
+    table only; cli/commands/apply.py): one catalog opened for both, the apply on the
+    world the plan read, the catalog closed; with what it cost: wall seconds (the
+    catalog's open and close in `plan` and `apply`), CPU seconds of this process tree
+    (driver, JVM, Python workers), the run's phase timings from run_results (`timings`,
+    when the tree reports them) and the Spark stages it ran. With `handle` (a catalog
+    kept open), as a `tableflow run` cycle does it (tasks/run.py): the plan reads through
+    the open catalog without the tables' activity."""
     from tableflow_core.config.loader import load_project
+    from tableflow_core.targets.catalog import use_catalog
     from tableflow_core.tasks.apply import ApplyTask
     from tableflow_core.tasks.plan import PlanTask
 
@@ -261,12 +266,14 @@ def measured_apply(
     project = load_project(root)
     tables = tuple(t for t in project.tables if table_name in (None, t.name))
     selectors = () if table_name is None else (table_name,)
-    as_run = {} if handle is None else {"handle": handle, "observe_activity": False}
-    planning = PlanTask(project, tables, selectors=selectors, **as_run)
-    plan = planning.run()
-    planned = time.perf_counter()
-    world = {} if handle is None else {"handle": handle, "world": planning.world}
-    results = ApplyTask(project, plan, spark=spark, **world).run()
+    with use_catalog(project, handle) as opened:
+        planning = PlanTask(
+            project, tables, selectors=selectors, handle=opened,
+            observe_activity=handle is None,
+        )  # fmt: skip
+        plan = planning.run()
+        planned = time.perf_counter()
+        results = ApplyTask(project, plan, spark=spark, handle=opened, world=planning.world).run()
     ended = time.perf_counter()
     assert results.status == "success", results
     table = results.tables[0]

@@ -102,3 +102,48 @@ def test_one_reader_reads_many_topics_ranges_each_exactly(kafka_broker: KafkaBro
             ]
     # ~1 s a topic when librdkafka had to find each new topic's leader on its own
     assert time.monotonic() - started < 0.5 * len(topics), time.monotonic() - started
+
+
+def test_many_ranges_read_at_once_each_exactly_and_in_order(kafka_broker: KafkaBroker) -> None:
+    """A table's ranges of several partitions read in one assignment (`read_many`): every
+    range yields exactly its own messages, each range's chunks in offset order, none over
+    `chunk_size`, the records after a range's end (the log grew since the plan) left out;
+    a partition given twice (a range split in two) read in a second round; ranges of
+    transactions (markers, an aborted record) end on the position."""
+    topic = kafka_broker.create_topic(unique_name("together"), 4)
+    producer = Producer(
+        {"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": unique_name("tx")}
+    )
+    producer.init_transactions(10)
+    sizes = {0: 1_300, 1: 900, 2: 40, 3: 0}
+    producer.begin_transaction()
+    for partition, size in sizes.items():
+        for n in range(size):
+            producer.produce(topic, f"{partition}/{n}".encode(), partition=partition)
+    producer.commit_transaction(10)
+    producer.begin_transaction()  # aborted: skipped, and its marker takes an offset
+    producer.produce(topic, b"aborted", partition=2)
+    producer.flush(10)
+    producer.abort_transaction(10)
+    conf = {"bootstrap.servers": kafka_broker.bootstrap}
+    high = {p: h for p, (_, h) in get_watermarks(conf, topic).items()}
+    assert high == {0: 1_301, 1: 901, 2: 43, 3: 0}  # + commit markers, the aborted record
+    ranges = [
+        OffsetRange(topic, 0, 0, 700),  # the partition's first part ...
+        OffsetRange(topic, 1, 100, 800),  # the log goes on after its end
+        OffsetRange(topic, 2, 0, high[2]),  # ends on a marker
+        OffsetRange(topic, 3, 0, 0),  # empty
+        OffsetRange(topic, 0, 700, 1_300),  # ... and its second: a second round
+    ]
+    with RangeReader(conf) as reader:
+        got = list(reader.read_many(ranges, chunk_size=256))
+    assert all(0 < len(chunk) <= 256 for _, chunk in got)
+    for r in ranges:
+        messages = [m for of, chunk in got if of == r for m in chunk]
+        assert all((m.topic, m.partition) == (r.topic, r.partition) for m in messages)
+        assert [m.value for m in messages] == [
+            f"{r.partition}/{n}".encode() for n in range(r.start, min(r.end, sizes[r.partition]))
+        ], r
+    # The split range's second part is read after all the others (a second round).
+    order = [ranges.index(of) for of, _ in got]
+    assert set(order[order.index(4) :]) == {4} and set(order[: order.index(4)]) == {0, 1, 2}
