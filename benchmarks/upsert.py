@@ -27,6 +27,7 @@ embedded catalog), so each has its own figures.
   the catalog opened (the embedded one served) for its plan and apply, the apply on
   the world the plan read, the catalog closed; the upsert table's key index and the
   dedup table's key set built from the table, as a new process does each time (the
+  process's indexes are dropped before it; `index build` in its breakdown; the
   Spark application is the script's, already running: a one-shot `tableflow apply`
   starts its own). Batches 2.. are warm, as in `tableflow run` (this process keeps
   them), and planned and applied as its cycles are: one catalog kept open across them,
@@ -52,8 +53,8 @@ ratio is a lower bound, labelled so), `first load vs append: X.XXx` and `dedup
 Every tableflow batch prints its breakdown (seconds). A batch merged on the driver:
 `plan` (a cold batch's with the catalog's opening), `apply frame` (ApplyTask outside the
 table's run; a cold batch's with the catalog's closing), `load+branch`, `read+decode
-job` (the shared job's read tasks), `driver merge`, `remember deletes` (the deletes
-table's commit), `publish commit`. A batch through Spark's MERGE (the initial load, or
+job` (the shared job's read tasks), `driver merge` (`index build` of it), `remember
+deletes` (the deletes table's commit), `publish commit`. A batch through Spark's MERGE (the initial load, or
 with `--against` a tree before session 7): `plan` (PlanTask), `apply frame`
 (ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
 building), `merge` (the write: a batch of at most 500k records is counted, its new keys
@@ -255,10 +256,13 @@ def measured_apply(
     kept open), as a `tableflow run` cycle does it (tasks/run.py): the plan reads through
     the open catalog without the tables' activity."""
     from tableflow_core.config.loader import load_project
+    from tableflow_core.pipeline.key_index import INDEXES
     from tableflow_core.targets.catalog import use_catalog
     from tableflow_core.tasks.apply import ApplyTask
     from tableflow_core.tasks.plan import PlanTask
 
+    if handle is None:
+        INDEXES.clear()  # a new process holds no key index: the apply builds it
     stages = SparkStages(spark)
     cpu_before = tree_cpu(os.getpid())
     threads_before = jvm_thread_cpu(os.getpid())
@@ -493,6 +497,7 @@ def _driver_parts(measured: dict[str, Any], parts: dict[str, float]) -> None:
     parts["load+branch"] = timings.get("load", 0.0) + timings.get("start_run", 0.0)
     parts["read+decode job"] = timings.get("shared_job", 0.0)
     parts["driver merge"] = timings.get("merge", 0.0)
+    parts["  index build"] = timings.get("index_build", 0.0)
     parts["remember deletes"] = timings.get("remember_deletes", 0.0)
     parts["publish commit"] = timings.get("publish_commit", 0.0)
     for stage in measured["stages"]:

@@ -98,6 +98,7 @@ from tableflow_core.pipeline.runners.read_ranges import MIN_RECORDS_PER_TASK, ta
 from tableflow_core.pipeline.shared_tasks import (
     MAX_REPORTED_FAILURES,
     REPORT_SCHEMA,
+    SHARED_RANGES_ARROW,
     TableReport,
     TableWork,
     read_dead_letters,
@@ -475,16 +476,10 @@ def _in_driver(
                  "end": r.end}
                 for m, r in group
             ],
-            schema=_RANGES,
+            schema=SHARED_RANGES_ARROW,
         )  # fmt: skip
         for batch in reader([ranges]):
             yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
-
-
-_RANGES = pa.schema(
-    [("member", pa.int32()), ("topic", pa.string()), ("partition", pa.int32()),
-     ("start", pa.int64()), ("end", pa.int64())]
-)  # fmt: skip
 
 
 def _collected(reports: DataFrame) -> Iterator[tuple[int, bytes]]:

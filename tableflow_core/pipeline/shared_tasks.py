@@ -65,7 +65,13 @@ from tableflow_core.pipeline.decode_chunks import ChunkDecoder, KeySpec, fewer_g
 from tableflow_core.pipeline.first_load import PLACE_FILE, write_latest
 from tableflow_core.pipeline.vended_credentials import CredentialRefresh
 
+# A shared job's input rows, ranges tagged with their table: Spark's DDL of the job's
+# DataFrame, and the same as Arrow for the driver's read (`shared_run._in_driver`).
 SHARED_RANGES_SCHEMA = "member int, topic string, partition int, start long, `end` long"
+SHARED_RANGES_ARROW = pa.schema(
+    [("member", pa.int32()), ("topic", pa.string()), ("partition", pa.int32()),
+     ("start", pa.int64()), ("end", pa.int64())]
+)  # fmt: skip
 REPORT_SCHEMA = "member int, report binary"
 MAX_REPORTED_FAILURES = 20  # bad records named per table (route_bad_records' figure)
 # A table's good rows a task holds before it writes them as a data file: a large run's
