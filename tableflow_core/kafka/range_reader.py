@@ -1,4 +1,5 @@
-"""Reading one planned offset range inside a Spark task (confluent-kafka assign + seek).
+"""Reading planned offset ranges inside a Spark task or the driver (confluent-kafka
+assign + seek): one range, or a table's ranges of distinct partitions in one assignment.
 
 Offsets inside a range can be missing (transaction markers, aborted transactions
 under read_committed, compaction), so the loop ends when the consumer's position or
@@ -178,10 +179,11 @@ class RangeReader:
     ) -> Iterator[tuple[OffsetRange, MessageChunk]]:
         """The messages of every range in `ranges`, as (range, chunk): each range's chunks
         in offset order, at most `chunk_size` messages each, chunks of different ranges
-        interleaved. The ranges of distinct partitions are read at once, one assignment:
-        librdkafka fetches them together (4 ranges of 25k records: 0.36 s against 0.5 s
-        one after the other, median of 8, benchmarks/README). At most about `chunk_size`
-        messages are held across the ranges: the largest partial chunk goes out first."""
+        interleaved. The ranges of distinct partitions are read at once, in one
+        assignment: librdkafka fetches them together instead of starting over for each
+        (benchmarks/kafka_ranges_read.py, docs/performance.md). At most about
+        `chunk_size` messages are held across the ranges: while they hold more, the
+        largest partial chunk goes out."""
         for group in _distinct_partitions([r for r in ranges if r.start < r.end]):
             yield from self._read_together(group, chunk_size)
 
