@@ -2,8 +2,7 @@
 the driver process for a small job of upsert batches, `shared_run.reads_in_driver`).
 
 The task's input rows are ranges tagged with their table (`member`). It reads them with
-one consumer (`kafka/range_reader.RangeReader`), one table after the other (a table's
-partitions at once); decodes each
+one consumer (`kafka/range_reader.RangeReader`), one table after the other; decodes each
 table's messages with its own decoder (`decode_chunks.ChunkDecoder`, as a table's own
 read tasks do); writes the table's good rows as its data files (`data_files.py`); and
 yields one report per table: its data files, what it read per partition, its bad records
@@ -262,8 +261,8 @@ class _TableRun:
         found.sort(key=lambda f: (f.partition, f.offset))
         self.report.failures = found[:MAX_REPORTED_FAILURES]
 
-    def read(self, reader: RangeReader, ranges: Sequence[OffsetRange]) -> None:
-        for _, messages in reader.read_many(ranges, self.work.chunk_size):
+    def read(self, reader: RangeReader, offset_range: OffsetRange) -> None:
+        for messages in reader.read(offset_range, self.work.chunk_size):
             for decoded in self._chunks.decode(messages):
                 self.add(decoded, messages)
 
@@ -429,13 +428,9 @@ def table_reports(
             for member, ranges in groupby(rows, key=lambda r: int(r["member"])):
                 table = _TableRun(works[member], decoder_factory)
                 try:
-                    table.read(
-                        reader,
-                        [
-                            OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
-                            for r in ranges
-                        ],
-                    )
+                    for r in ranges:
+                        offset_range = OffsetRange(r["topic"], r["partition"], r["start"], r["end"])
+                        table.read(reader, offset_range)
                     table.finish()
                     crash_session_point("shared_mid_write")  # tests: files written, none published
                 except (TableflowError, ValueError, OSError, pa.ArrowException) as exc:

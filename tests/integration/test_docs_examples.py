@@ -9,7 +9,8 @@ repository gets no stack. `tableflow` on PATH runs this checkout. Commands of on
 in order, in one directory (a `cd` or an `export` carries over to the next command).
 
 A command that cannot run here goes in NOT_RUN with the reason; any other command
-runs, and must exit 0 (or N, with a `# exits N` comment).
+runs, and must exit 0 (or N, with a `# exits N` comment). The unit tests' command runs
+with `--collect-only` (COLLECT_ONLY: the same pytest run runs those tests itself).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def _run_doc(doc: str, cwd: Path, docs_stack: DocsStack) -> None:
         if example.reason_not_run() is not None:
             continue
         if example.in_repository:  # about the checkout (e.g. the unit tests): from its root
-            _run_example(example, example.command, REPO, docs_stack.env)
+            _run_example(example, example.command_run, REPO, docs_stack.env)
             continue
         # The directory and exported variables carry over to the doc's next command.
         script = (

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs_examples import (
+    COLLECT_ONLY,
     IN_REPOSITORY,
     NOT_RUN,
     REPO,
@@ -48,6 +49,17 @@ def test_in_repository_entries_still_match_a_doc() -> None:
     commands = all_examples()
     stale = [p for p in IN_REPOSITORY if not any(re.match(p, e.command) for e in commands)]
     assert not stale, f"IN_REPOSITORY entries matching no doc command (remove them): {stale}"
+
+
+def test_collect_only_entries_match_a_doc_command_run_in_the_repository() -> None:
+    commands = all_examples()
+    for pattern in COLLECT_ONLY:
+        matched = [e for e in commands if re.match(pattern, e.command)]
+        assert matched, f"COLLECT_ONLY entry matching no doc command (remove it): {pattern}"
+        assert all(e.in_repository for e in matched), matched
+        assert all(e.command_run == f"{e.command} --collect-only" for e in matched)
+    other = next(e for e in commands if e.command == "tableflow plan")
+    assert other.command_run == "tableflow plan"
 
 
 def test_extraction_finds_the_readme_examples() -> None:
