@@ -31,7 +31,6 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -566,36 +565,18 @@ def _encode_with_nulls(
 
 class IndexCache:
     """The process's key indexes and key sets (warm across a `tableflow run`'s batches), by
-    table uuid and key columns, within `max_bytes()`: the least recently used go first.
-    An index may be still in the making (`build_in_background`): taking it waits for it."""
+    table uuid and key columns, within `max_bytes()`: the least recently used go first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._indexes: OrderedDict[tuple[str, tuple[str, ...]], KeyIndex | KeySet] = OrderedDict()
-        self._building: dict[tuple[str, tuple[str, ...]], Future[KeyIndex]] = {}
 
     def take(self, name: tuple[str, tuple[str, ...]]) -> Any:
         """The table's index (a KeyIndex, or a KeySet by the name its user gives), removed
         from the cache while a batch uses it (put back by `keep` once the batch is
-        published). One being built is waited for; one whose build failed is None (the
-        caller builds it again, and meets the failure itself)."""
+        published)."""
         with self._lock:
-            index = self._indexes.pop(name, None)
-            building = self._building.pop(name, None)
-        if index is None and building is not None:
-            index = _built(building)
-        return index
-
-    def build_in_background(
-        self, name: tuple[str, tuple[str, ...]], build: Callable[[], KeyIndex]
-    ) -> bool:
-        """Start `build` on a background thread unless the cache holds an index of `name`
-        or one is being built; `take` waits for it. Whether it started."""
-        with self._lock:
-            if name in self._indexes or name in self._building:
-                return False
-            self._building[name] = _BUILDER.submit(build)
-            return True
+            return self._indexes.pop(name, None)
 
     def keep(self, name: tuple[str, tuple[str, ...]], index: KeyIndex | KeySet) -> None:
         with self._lock:
@@ -608,29 +589,11 @@ class IndexCache:
         """Every index of the table (by its uuid), removed from the cache as `take` does."""
         with self._lock:
             names = [name for name in self._indexes if name[0] == table_uuid]
-            taken = [(name, self._indexes.pop(name)) for name in names]
-            building = [
-                (n, self._building.pop(n)) for n in list(self._building) if n[0] == table_uuid
-            ]
-        built = [(name, _built(future)) for name, future in building]
-        return taken + [(name, index) for name, index in built if index is not None]
+            return [(name, self._indexes.pop(name)) for name in names]
 
     def clear(self) -> None:
         with self._lock:
             self._indexes.clear()
-            self._building.clear()
-
-
-# Background builds of key indexes (`IndexCache.build_in_background`), one at a time: each
-# reads its table's files with threads of its own.
-_BUILDER = ThreadPoolExecutor(1, thread_name_prefix="tableflow-index-build")
-
-
-def _built(building: Future[KeyIndex]) -> KeyIndex | None:
-    try:
-        return building.result()
-    except Exception:  # the caller builds it again and meets the error itself
-        return None
 
 
 INDEXES = IndexCache()

@@ -74,7 +74,6 @@ from tableflow_core.engine.run_branch import (
 )
 from tableflow_core.engine.test_hooks import crash_point
 from tableflow_core.errors import FailedRecord, IngestError, MainMovedError, TableflowError
-from tableflow_core.ingest.columns import decoded_schema
 from tableflow_core.ingest.sharing import UPSERT_DRIVER_MAX_RECORDS
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.ingest.stages import RouteBadRecords
@@ -113,7 +112,6 @@ from tableflow_core.pipeline.upsert_rows import (
     DriverMergeUnsupported,
     MergedBatch,
     merge_batch,
-    prefetch_index,
 )
 from tableflow_core.pipeline.vended_credentials import CredentialRefresh, refresh_table_io
 from tableflow_core.schemas.decoding import build_decoder
@@ -216,8 +214,6 @@ def ingest_shared(
                 results[member.spec.table_name] = _failed(member.spec, catalog, exc)
         if not started:
             return results
-        for run in started:
-            _prefetch_index(run)
         job_began = time.monotonic()
         try:
             reports = _run_job(spark, started, kafka_conf, decoder_factory)
@@ -414,20 +410,6 @@ def _start(member: SharedMember, catalog: Any) -> _Started:
         member, table, run_id, branch, base, before, after, other, began, timings,
         new_branch=new_branch, stale=tuple(stale), first_load=first_load,
     )  # fmt: skip
-
-
-def _prefetch_index(run: _Started) -> None:
-    """An upsert batch merged into rows: its table's key index built on a background
-    thread while the job reads, when this process holds none (`upsert_rows.prefetch_index`)."""
-    spec = run.member.spec
-    if spec.mode != "upsert" or run.first_load or not run.new_branch:
-        return
-    rows = decoded_schema(spec.decoder.target_schema, upsert=True)
-    cdc = spec.value.envelope is not None
-    try:
-        prefetch_index(run.table, run.base, rows, spec.key_columns, cdc)
-    except Exception:  # only sooner: the merge builds the index itself and meets the error
-        return
 
 
 def _run_job(

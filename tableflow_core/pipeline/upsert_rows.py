@@ -612,32 +612,12 @@ def merge_batch(
     return delta
 
 
-def prefetch_index(
-    table: Any,
-    snapshot_id: int,
-    rows_schema: pa.Schema,
-    keys: Sequence[str],
-    cdc: bool = False,
-    indexes: IndexCache = INDEXES,
-) -> bool:
-    """Start building the table's key index at `snapshot_id` on a background thread when
-    the process holds none (a new `tableflow apply`'s first batch): it is built while the
-    batch's records are read and decoded, and `merge_batch` takes it (`_index_at`).
-    `rows_schema`: the batch rows' (the decode's output: the key columns' types). Whether
-    a build started."""
-    no_rows = latest_per_key(rows_schema.empty_table(), keys, cdc)  # the merge's columns
-    scan = _Scan(table, snapshot_id, no_rows, keys, cdc)
-    return indexes.build_in_background(_index_name(scan), scan.build_index)
-
-
 def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> KeyIndex | None:
     """The table's key index at the run's base snapshot: the cached one when it is at that
     snapshot or only delete files were rewritten since (same rows, same positions), else
     built from the table; None when two live rows share a key (or a hash)."""
     name = _index_name(scan)
-    started = time.perf_counter()
-    index = indexes.take(name)  # waits for one being built (`prefetch_index`)
-    timings["index_take"] = time.perf_counter() - started
+    index = indexes.take(name)
     codec = KeyCodec(tuple(scan.latest.schema.field(k).type for k in scan.keys))
     usable = index is not None and index.codec.types == codec.types
     if usable and index is not None:

@@ -6,7 +6,6 @@ pyiceberg SQLite catalog in a temporary directory, no process)."""
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -146,36 +145,6 @@ def test_the_cache_drops_the_least_recently_used_over_its_budget(monkeypatch: An
     assert cache.take(("b", ("id",))) is None  # taken while a batch uses it
 
 
-def test_an_index_built_in_the_background_is_waited_for_once(monkeypatch: Any) -> None:
-    cache = IndexCache()
-    release = threading.Event()
-    rows = [("f", None, [chunked(range(10))], np.empty(0, np.int64))]
-
-    def slow() -> KeyIndex:
-        release.wait(10)
-        return KeyIndex.build(INT, 7, rows)
-
-    assert cache.build_in_background(("t", ("id",)), slow)
-    assert not cache.build_in_background(("t", ("id",)), slow)  # one build at a time
-    threading.Timer(0.05, release.set).start()
-    index = cache.take(("t", ("id",)))  # waits for the build
-    assert index is not None and index.snapshot_id == 7
-    assert cache.take(("t", ("id",))) is None  # taken, as a kept one is
-    cache.keep(("t", ("id",)), index)
-    assert not cache.build_in_background(("t", ("id",)), slow)  # one is held: no build
-
-    def failing() -> KeyIndex:
-        raise OSError("a data file could not be read")
-
-    assert cache.build_in_background(("u", ("id",)), failing)
-    assert cache.take(("u", ("id",))) is None  # the caller builds it and meets the error
-    assert cache.build_in_background(("v", ("id",)), lambda: KeyIndex.build(INT, 3, rows))
-    assert [name for name, _ in cache.take_table("v")] == [("v", ("id",))]
-    assert cache.build_in_background(("w", ("id",)), lambda: KeyIndex.build(INT, 3, rows))
-    cache.clear()
-    assert cache.take(("w", ("id",))) is None
-
-
 # The index inside the driver's merge: warm across batches, rebuilt after a foreign write.
 def decoded(rows: list[tuple[int, int, int, str | None]]) -> pa.Table:
     """(key, offset, timestamp ms, value or None for a tombstone), partition 0."""
@@ -253,42 +222,6 @@ def test_the_merge_keeps_the_index_warm_and_rebuilds_it_after_a_foreign_write(
     assert "index_build" in third.timings
     # key 4's row is gone (no deletes table remembers it): the record is a new row
     assert names(table) == expected | {4: "stale", 5: "d5"}
-
-
-def test_a_prefetched_index_serves_the_merge_as_a_built_one(table: Any) -> None:
-    """A new process's first batch: the index built in the background at the base
-    snapshot (`prefetch_index`, before the batch is read) is the one the merge takes; the
-    table ends as with the index built in the merge, and as without one."""
-    from tableflow_core.ingest.columns import decoded_schema
-    from tableflow_core.pipeline.upsert_rows import prefetch_index
-
-    publish(table, IndexCache(), [(k, k, 1000, f"a{k}") for k in range(20)])
-    table = table.refresh()
-    base = table.metadata.current_snapshot_id
-    rows_schema = decoded_schema(
-        pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string())]), upsert=True
-    )
-    cache = IndexCache()
-    assert prefetch_index(table, base, rows_schema, ("id",), indexes=cache)
-    batch = [(1, 40, 3000, None), (2, 41, 3000, "c2"), (30, 42, 3000, "n")]
-    prefetched = publish(table, cache, batch)
-    assert "index_build" not in prefetched.timings and "index_lookup" in prefetched.timings
-    assert prefetched.rows_deleted == 2
-    expected = {k: f"a{k}" for k in range(20) if k != 1} | {2: "c2", 30: "n"}
-    assert names(table) == expected
-    # A prefetch of another key type than the batch's is not used: built again.
-    other = decoded_schema(pa.schema([pa.field("id", pa.int32())]), upsert=True)
-    table = table.refresh()
-    assert (
-        prefetch_index(table, table.metadata.current_snapshot_id, other, ("id",), indexes=cache)
-        is False
-    )  # one held
-    uuid = str(table.metadata.table_uuid)
-    cache.take((uuid, ("id",)))
-    assert prefetch_index(table, table.metadata.current_snapshot_id, other, ("id",), indexes=cache)
-    rebuilt = publish(table, cache, [(3, 43, 4000, "d3")])
-    assert "index_build" in rebuilt.timings
-    assert names(table) == expected | {3: "d3"}
 
 
 def test_only_a_delete_file_rewrite_since_the_index_keeps_it() -> None:
