@@ -56,10 +56,10 @@ table's run; a cold batch's with the catalog's closing), `load+branch`, `read+de
 job` (the shared job's read tasks), `driver merge` (`index build` of it), `remember
 deletes` (the deletes table's commit), `publish commit`. A batch through Spark's MERGE
 (the initial load, or with `--against` a tree before session 7): `plan` (PlanTask),
-`apply frame` (ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
-building), `merge` (the write: a batch of at most 500k records is counted, its new keys
-counted and appended, then the WHEN MATCHED-only MERGE runs; a larger one is one MERGE)
-with the Spark stages by kind (`kafka read+decode`; `table scan`: a stage reading an
+`apply frame` (ApplyTask outside the table's run), `load+branch`, `stage setup` (the
+stages' DataFrame building), `merge` (the write: a batch of at most 500k records is
+counted, its new keys counted and appended, then the WHEN MATCHED-only MERGE runs; a
+larger one is one MERGE) with the Spark stages by kind (`kafka read+decode`; `table scan`: a stage reading an
 Iceberg table, with the broadcast join when there is one; `join`: a shuffled join and
 MergeRows; `write`: every other stage: the batch's window and cache, the data and delete
 files) and the driver parts of the longest query, the MERGE (`analysis+planning`: the
