@@ -50,24 +50,25 @@ pyiceberg runs in a child process stopped after `--pyiceberg-timeout` seconds: t
 ratio is a lower bound, labelled so), `first load vs append: X.XXx` and `dedup
 {large}/{small} batch cost: X.XXx` (the dedup table's warm batches, CPU).
 
-Every tableflow batch prints its breakdown (seconds). A batch merged on the driver:
-`plan` (a cold batch's with the catalog's opening), `apply frame` (ApplyTask outside the
-table's run; a cold batch's with the catalog's closing), `load+branch`, `read+decode
-job` (the shared job's read tasks), `driver merge` (`index build` of it), `remember
-deletes` (the deletes table's commit), `publish commit`. A batch through Spark's MERGE
-(the initial load, or with `--against` a tree before session 7): `plan` (PlanTask),
-`apply frame` (ApplyTask outside the table's run), `load+branch`, `stage setup` (the
-stages' DataFrame building), `merge` (the write: a batch of at most 500k records is
-counted, its new keys counted and appended, then the WHEN MATCHED-only MERGE runs; a
-larger one is one MERGE) with the Spark stages by kind (`kafka read+decode`; `table scan`: a stage reading an
+Every tableflow batch prints its breakdown (seconds). A batch merged on the driver: `plan`
+(a cold batch's with the catalog's opening), `apply frame` (ApplyTask outside the table's
+run; a cold batch's with the catalog's closing), `load+branch`, `read+decode job` (the
+shared job's read tasks), `driver merge` (`index build` of it), `remember deletes` (the
+deletes table's commit), `publish commit`. A batch through Spark's MERGE (the initial
+load, or with `--against` a tree before session 7): `plan` (PlanTask), `apply frame`
+(ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
+building), `merge` (the write: a batch of at most 500k records is counted, its new keys
+counted and appended, then the WHEN MATCHED-only MERGE runs; a larger one is one MERGE)
+with the Spark stages by kind (`kafka read+decode`; `table scan`: a stage reading an
 Iceberg table, with the broadcast join when there is one; `join`: a shuffled join and
 MergeRows; `write`: every other stage: the batch's window and cache, the data and delete
 files) and the driver parts of the longest query, the MERGE (`analysis+planning`: the
 write's time outside it, so for a broadcast batch also the count and append queries; `to
-first stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of the
-process tree (by process: driver, JVM, Python workers; the script's broker and registry
-apart as `stack`), executor CPU (JVM only), rows shuffled and stages. The phase timings
-come from run_results' `timings`, the stages from the Spark application's status store.
+first stage`, `between stages`, `commit`), `audits`, `publish commit`; then CPU seconds of
+the process tree (by process: driver, JVM, Python workers; the script's broker and
+registry apart as `stack`), executor CPU (JVM only), rows shuffled and stages. The phase
+timings come from run_results' `timings`, the stages from the Spark application's status
+store.
 
 A/B mode (`--against REV`): this tree and tableflow_core as of git revision REV (a `git
 archive` copy), each in its own worker process (`--worker`: its own Spark application,
