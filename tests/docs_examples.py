@@ -21,10 +21,11 @@ NOT_RUN: dict[str, str] = {
     r"python -m tableflow_core\.catalog\.server\b": "serves in the foreground until stopped",
     r'"\$SPARK_HOME"/bin/spark-class\b': "a long-running Spark master/worker (tests/integration/test_cluster.py starts them)",
 }
+UNIT_TESTS = r"\.venv/bin/python -m pytest tests/unit\b"
 # Commands about the checkout itself (its .venv, its tests): run from the repository's root,
 # not from the doc's copy of the example project.
 IN_REPOSITORY: tuple[str, ...] = (
-    r"\.venv/bin/python -m pytest tests/unit\b",
+    UNIT_TESTS,
     r"promtool (check|test) rules docs/alerts/",  # the rule files live in the repository
 )
 # Commands whose work the same pytest run does itself (`scripts/test.sh` runs tests/unit
@@ -32,7 +33,7 @@ IN_REPOSITORY: tuple[str, ...] = (
 # an import error or a test that cannot be collected. Running the whole unit suite again
 # inside the integration suite took about 3.4 of the README test's 7.4 minutes on 2 cores
 # (441 s -> 237 s, docs/performance.md).
-COLLECT_ONLY: tuple[str, ...] = (r"\.venv/bin/python -m pytest tests/unit\b",)
+COLLECT_ONLY: tuple[str, ...] = (UNIT_TESTS,)
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "zsh", "shell-session"})
 EXPECTED_EXIT = re.compile(r"#.*\bexits? (?P<code>\d+)\b")
@@ -58,13 +59,16 @@ class Example:
     @property
     def command_run(self) -> str:
         """The command as the docs test runs it (`COLLECT_ONLY`)."""
-        if any(re.match(pattern, self.command) for pattern in COLLECT_ONLY):
+        if self._matches(COLLECT_ONLY):
             return f"{self.command} --collect-only"
         return self.command
 
     @property
     def in_repository(self) -> bool:
-        return any(re.match(pattern, self.command) for pattern in IN_REPOSITORY)
+        return self._matches(IN_REPOSITORY)
+
+    def _matches(self, patterns: tuple[str, ...]) -> bool:
+        return any(re.match(pattern, self.command) for pattern in patterns)
 
     def __str__(self) -> str:
         return f"{self.doc}:{self.line}: $ {self.command}"
