@@ -75,7 +75,8 @@ def zigzag_varints(payloads: Sequence[bytes], frame: bytes, kind: str) -> np.nda
     exactly one varint of an Avro `kind` ("long" or "int")."""
     try:
         data, at, end = joined(payloads, frame)
-        if int((end - at).min()) < 1 or int((end - at).max()) > MAX_BYTES[kind]:
+        body = end - at
+        if int(body.min()) < 1 or int(body.max()) > MAX_BYTES[kind]:
             return None
         decoded, after = zigzag_at(data, at, end)
     except NotProven:
