@@ -88,6 +88,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import pickle
 import random
 import resource
 import struct
@@ -975,6 +976,8 @@ def _measure_size(
     topic.produce(changes)
     upsert_model.apply(changes)
     dedup_model.apply(changes)
+    kept = released(changes)
+    del changes
     INDEXES.clear()  # batch 1 as a new process applies it: no key index, no key set held
     first = measured_apply(root, spark, UPSERT_TABLE)
     first_dedup = measured_apply(root, spark, DEDUP_TABLE)
@@ -985,7 +988,7 @@ def _measure_size(
     print(f"  breakdown s: {breakdown_line(breakdown(first))}", flush=True)
     py_upsert_s = None
     if pyiceberg:
-        py_upsert_s = pyiceberg_upsert_boxed(py_work, changes, args.pyiceberg_timeout)
+        py_upsert_s = pyiceberg_upsert_boxed(py_work, pickle.loads(kept), args.pyiceberg_timeout)
         if py_upsert_s is None:
             print(f"pyiceberg upsert+delete of batch 1 > {args.pyiceberg_timeout:.0f} s "
                   f"(time-boxed, stopped)   speed-up > {args.pyiceberg_timeout / batch_s:5.1f}x",
@@ -1012,6 +1015,7 @@ def _measure_size(
             topic.produce(changes)
             upsert_model.apply(changes)
             dedup_model.apply(changes)
+            del changes  # not held while tableflow applies the batch (`released`)
             measured = measured_apply(root, spark, UPSERT_TABLE, handle)
             batch_times.append(measured["wall"])
             parts.append(breakdown(measured))
@@ -1041,6 +1045,14 @@ def _measure_size(
                   args.reader_timeout)  # fmt: skip
     return {"batch_s": batch_s, "py_upsert_s": py_upsert_s, "mean_s": mean_s,
             "mean_cpu": mean_cpu, "mean_dedup": mean_dedup}  # fmt: skip
+
+
+def released(changes: list[Change]) -> bytes:
+    """A batch's changes kept as one bytes object while tableflow applies it: held as
+    they are, ~94k of their (id, record) tuples stay tracked by the collector, and each
+    of its full passes inside the apply traversed them (~0.1 s a pass at 1M rows, measured
+    with gc.callbacks): objects of this script's that a `tableflow run` process has not."""
+    return pickle.dumps(changes, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def short(rows: int) -> str:

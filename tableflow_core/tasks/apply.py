@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from tableflow_core.collector import freeze_startup_heap
 from tableflow_core.config.project import Project, Table
 from tableflow_core.engine.spark_session import (
     SessionStarter,
@@ -79,6 +80,7 @@ class ApplyTask:
             listed = "\n".join(f"  - {b.message} ({b.location or b.table})" for b in plan.blockers)
             raise PlanNotApplicableError(f"the plan cannot be applied:\n{listed}")
         tables = tuple(self.project.table(name) for name in plan.tables)
+        freeze_startup_heap()
         started_at, began = datetime.now(UTC), time.monotonic()
         lock_dir = self.project.root / "target" / "locks"
         with (

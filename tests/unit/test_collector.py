@@ -1,4 +1,5 @@
-"""The collector pause around a plan: off inside, as it was afterwards, nested or not."""
+"""The collector pause around a plan: off inside, as it was afterwards, nested or not; the
+startup heap frozen once a process."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import gc
 
 import pytest
 
-from tableflow_core.collector import paused_collector
+from tableflow_core import collector
+from tableflow_core.collector import freeze_startup_heap, paused_collector
 
 
 def test_the_collector_is_off_inside_and_restored_after() -> None:
@@ -33,3 +35,20 @@ def test_a_collector_that_was_off_stays_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_startup_heap_is_frozen_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collector, "_frozen", False)
+    gc.unfreeze()
+    try:
+        startup = [[i] for i in range(10)]
+        assert all(gc.is_tracked(o) for o in startup)
+        freeze_startup_heap()
+        frozen = gc.get_freeze_count()
+        assert frozen > len(startup)
+        later = [[i] for i in range(1_000)]  # made after the first apply's start
+        freeze_startup_heap()
+        assert gc.get_freeze_count() == frozen  # the later objects stay collectable
+        assert later[0] == [0]
+    finally:
+        gc.unfreeze()
