@@ -38,13 +38,15 @@ def freeze_startup_heap() -> None:
     """Move every object the process holds now out of the collector's reach; once a
     process (the first apply's start: after the imports, the project, the plan).
 
-    Those objects (modules, pydantic models, the plan, Spark's gateway: ~380k in
-    benchmarks/upsert.py's process) live until it exits, yet every full collection
-    traversed them again: a full pass came about once per 100k-record batch and took
-    0.3-0.44 s of a ~1 s batch at 1M rows, on whichever thread allocated at that moment
-    (timed with gc.callbacks; 0.04-0.13 s once frozen). Frozen objects are still freed by
-    reference counting; only a cycle among them would outlive its use, and the heap frozen
-    here is the process's startup (a long `tableflow run` freezes nothing later).
+    Those objects (modules, pydantic models, the plan, Spark's gateway) live until it
+    exits, yet every full collection traversed them again. In benchmarks/upsert.py's
+    process (~380k objects, two tables) a full pass came about once per 100k-record batch
+    and took 0.3-0.44 s of a ~1 s batch at 1M rows, on whichever thread allocated at that
+    moment (timed with gc.callbacks); frozen, 0.04-0.15 s. How often passes come depends
+    on what the process allocates: a process applying one table saw no difference.
+    Frozen objects are still freed by reference counting; only a cycle among them would
+    outlive its use, and the heap frozen here is the process's startup (a long `tableflow
+    run` freezes nothing later).
     """
     global _frozen
     with _freezing:
