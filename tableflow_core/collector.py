@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _freezing = threading.Lock()
-_frozen = False
 
 
 @contextmanager
@@ -36,7 +35,8 @@ def paused_collector() -> Iterator[None]:
 
 def freeze_startup_heap() -> None:
     """Move every object the process holds now out of the collector's reach; once a
-    process (the first apply's start: after the imports, the project, the plan).
+    process (the first apply's start: after the imports, the project, the plan), so not
+    when its heap holds frozen objects already.
 
     Those objects (modules, pydantic models, the plan, Spark's gateway) live until it
     exits, yet every full collection traversed them again. In benchmarks/upsert.py's
@@ -48,8 +48,6 @@ def freeze_startup_heap() -> None:
     outlive its use, and the heap frozen here is the process's startup (a long `tableflow
     run` freezes nothing later).
     """
-    global _frozen
-    with _freezing:
-        if not _frozen:
+    with _freezing:  # two lanes' first applies at once: one freezes
+        if not gc.get_freeze_count():
             gc.freeze()
-            _frozen = True

@@ -7,7 +7,6 @@ import gc
 
 import pytest
 
-from tableflow_core import collector
 from tableflow_core.collector import freeze_startup_heap, paused_collector
 
 
@@ -37,8 +36,7 @@ def test_a_collector_that_was_off_stays_off() -> None:
         gc.enable()
 
 
-def test_the_startup_heap_is_frozen_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(collector, "_frozen", False)
+def test_the_startup_heap_is_frozen_once() -> None:
     gc.unfreeze()
     try:
         startup = [[i] for i in range(10)]
