@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _freezing = threading.Lock()
+_startup_frozen = False  # not gc.get_freeze_count(): it counts the frozen objects one by one
 
 
 @contextmanager
@@ -35,8 +36,7 @@ def paused_collector() -> Iterator[None]:
 
 def freeze_startup_heap() -> None:
     """Move every object the process holds now out of the collector's reach; once a
-    process (the first apply's start: after the imports, the project, the plan), so not
-    when its heap holds frozen objects already.
+    process (the first apply's start: after the imports, the project, the plan).
 
     Those objects (modules, pydantic models, the plan, Spark's gateway) live until it
     exits, yet every full collection traversed them again. In benchmarks/upsert.py's
@@ -48,6 +48,8 @@ def freeze_startup_heap() -> None:
     outlive its use, and the heap frozen here is the process's startup (a long `tableflow
     run` freezes nothing later).
     """
+    global _startup_frozen
     with _freezing:  # two lanes' first applies at once: one freezes
-        if not gc.get_freeze_count():
+        if not _startup_frozen:
             gc.freeze()
+            _startup_frozen = True

@@ -7,6 +7,7 @@ import gc
 
 import pytest
 
+from tableflow_core import collector
 from tableflow_core.collector import freeze_startup_heap, paused_collector
 
 
@@ -41,9 +42,10 @@ def _collectable_ids() -> set[int]:
     return {id(o) for o in gc.get_objects()}
 
 
-def test_the_startup_heap_is_frozen_once() -> None:
+def test_the_startup_heap_is_frozen_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Compared by membership, not by gc.get_freeze_count(): frozen objects are still freed by
     # reference counting (other threads of a test session free some), so the count may fall.
+    monkeypatch.setattr(collector, "_startup_frozen", False)  # as in a new process
     gc.unfreeze()
     try:
         startup = [[i] for i in range(10)]
