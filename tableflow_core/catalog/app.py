@@ -27,15 +27,7 @@ from pyiceberg.catalog.rest import (
 from pyiceberg.typedef import Identifier
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tableflow_core.catalog.auth import (
-    PROOF_PATH,
-    SERVER_KIND,
-    OAuthError,
-    TokenAuthority,
-    bearer_token,
-    server_proof,
-)
-from tableflow_core.catalog.clients import HADOOP_FILE_IO
+from tableflow_core.catalog.auth import PROOF_PATH, SERVER_KIND, bearer_token, server_proof
 from tableflow_core.catalog.credentials import StsCredentialMinter
 from tableflow_core.catalog.errors import (
     BadRequestError,
@@ -58,6 +50,7 @@ from tableflow_core.catalog.models import (
     UpdateNamespacePropertiesBody,
 )
 from tableflow_core.catalog.service import CatalogService, LoadedTable, TableChange
+from tableflow_core.catalog.session_answers import config_answer, token_answer, token_authority
 from tableflow_core.catalog.settings import CatalogServerSettings
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, VENDED_CREDENTIALS
 
@@ -65,27 +58,6 @@ log = logging.getLogger(__name__)
 
 # The spec's default separator of namespace levels in paths and `parent` (%1F, decoded).
 NAMESPACE_SEPARATOR = "\x1f"
-
-SUPPORTED_ENDPOINTS = [
-    "GET /v1/{prefix}/namespaces",
-    "POST /v1/{prefix}/namespaces",
-    "GET /v1/{prefix}/namespaces/{namespace}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}",
-    "POST /v1/{prefix}/namespaces/{namespace}/properties",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "POST /v1/{prefix}/namespaces/{namespace}/register",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
-    "POST /v1/{prefix}/tables/rename",
-    "POST /v1/{prefix}/transactions/commit",
-]
-
 
 # Commit bodies carry metadata updates, a few MB at most; this only stops abuse.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -271,17 +243,7 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
         settings.allowed_locations,
         settings.file_io_properties,
     )
-    authority = (
-        TokenAuthority(
-            settings.client_id,
-            settings.client_secret,
-            settings.token_ttl_seconds,
-            audience=settings.token_audience,
-            max_lifetime_seconds=settings.token_max_lifetime_seconds,
-        )
-        if settings.auth == "client-credentials" and settings.client_secret
-        else None
-    )
+    authority = token_authority(settings)
     # The schema is served below, behind the same token as the API (no /docs, /redoc).
     app = FastAPI(
         title="tableflow Iceberg REST catalog", docs_url=None, redoc_url=None, openapi_url=None
@@ -305,18 +267,8 @@ def create_app(settings: CatalogServerSettings, service: CatalogService | None =
 
     @app.post("/v1/oauth/tokens")
     async def get_token(request: Request) -> Response:
-        form_body = await request.body()
-        try:
-            if (
-                authority is None
-            ):  # auth none: hand out a placeholder so clients configured with a credential work
-                return JSONResponse(
-                    {"access_token": "anonymous", "token_type": "bearer", "expires_in": 86400}
-                )
-            issued = authority.token_response(form_body, request.headers.get("authorization"))
-        except OAuthError as exc:
-            return JSONResponse(exc.body(), status_code=exc.status)
-        return JSONResponse(issued.response_body(), headers={"Cache-Control": "no-store"})
+        answer = token_answer(authority, await request.body(), request.headers.get("authorization"))
+        return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
 
     @app.get(PROOF_PATH)
     def prove_identity(request: Request, challenge: str = "") -> Response:
@@ -367,17 +319,7 @@ def _add_catalog_routes(
 
     @router.get("/config")
     def get_config(warehouse: str | None = None) -> Response:
-        # Any warehouse name is accepted: this server has one warehouse. Java clients
-        # (Spark, Trino's REST client) read and write its file:// paths through Hadoop,
-        # an s3:// warehouse through S3FileIO with the store's endpoint and region
-        # (defaults: a client may still point at the store by another address).
-        if settings.storage is not None:
-            defaults = settings.storage.client_config()
-        else:
-            defaults = {"io-impl": HADOOP_FILE_IO}
-        return JSONResponse(
-            {"defaults": defaults, "overrides": {}, "endpoints": SUPPORTED_ENDPOINTS}
-        )
+        return JSONResponse(config_answer(settings).body)
 
     # -- namespaces -------------------------------------------------------------------
 

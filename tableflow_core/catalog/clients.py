@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 TOKEN_PATH = "/v1/oauth/tokens"
+CONFIG_PATH = "/v1/config"
 
 # Iceberg's Java REST client defaults to ResolvingFileIO, which falls back to
 # HadoopFileIO for file:// paths; naming it keeps Spark independent of that default.

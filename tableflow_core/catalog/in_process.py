@@ -10,14 +10,21 @@ the same locks, requirement checks, metadata file and database swap as the HTTP 
 and pyiceberg's exceptions as pyiceberg's REST client raises them for the route's
 status codes. On a local (file://) warehouse, whose load answers carry no storage
 configuration or credentials, `load_table` reads through the service too (the run's
-`_load` before its branch, 1,000 requests per cycle). Everything else (loads from an
-object-store warehouse with their storage configuration and vended keys, Spark's
+`_load` before its branch, 1,000 requests per cycle). The reads that carry no storage
+configuration (listing namespaces and tables, whether one exists, a namespace's
+properties) are answered by the service on any warehouse. The two requests pyiceberg's
+client opens with (the catalog's config, an access token) are answered here as well
+(`catalog/session_answers.py`), so a command that needs nothing else from the server never
+starts it (`serve_in_background(..., on_first_connection=True)`). Everything else (loads
+from an object-store warehouse with their storage configuration and vended keys, Spark's
 requests) still goes through HTTP.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
@@ -25,6 +32,7 @@ from pyiceberg.exceptions import (
     CommitFailedException,
     CommitStateUnknownException,
     ForbiddenError,
+    NoSuchNamespaceError,
     NoSuchTableError,
     RESTError,
     ServerError,
@@ -35,9 +43,22 @@ from pyiceberg.io import load_file_io
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
+from requests import PreparedRequest, Response, Session
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
 
+from tableflow_core.catalog.clients import CONFIG_PATH, TOKEN_PATH
 from tableflow_core.catalog.errors import error_info_for
 from tableflow_core.catalog.service import CatalogService, TableChange
+from tableflow_core.catalog.session_answers import (
+    Answer,
+    config_answer,
+    token_answer,
+    token_authority,
+)
+from tableflow_core.catalog.settings import CatalogServerSettings
+
+T = TypeVar("T")
 
 # The exception pyiceberg's RestCatalog.commit_table raises for each status the route
 # answers (its own mapping, pyiceberg/catalog/rest/__init__.py).
@@ -67,13 +88,47 @@ class InProcessRestCatalog(OwnServerCatalog):
     running in this process) instead of a request to it."""
 
     def __init__(
-        self, name: str, service: CatalogService, *, direct_loads: bool, **properties: Any
+        self,
+        name: str,
+        service: CatalogService,
+        settings: CatalogServerSettings,
+        *,
+        direct_loads: bool,
+        **properties: Any,
     ) -> None:
-        """`direct_loads`: the server's load answers carry no table config (its warehouse
-        is local), so a table loaded from the service is the one HTTP would give."""
-        super().__init__(name, **properties)
+        """`settings`: the server's, for the session's opening answers; `direct_loads`: the
+        server's load answers carry no table config (its warehouse is local), so a table
+        loaded from the service is the one HTTP would give."""
         self._service = service
         self._direct_loads = direct_loads
+        self._opening_answers = SessionOpeningAnswers(settings)
+        super().__init__(name, **properties)  # fetches the config (and a token): see below
+
+    def _config_headers(self, session: Session) -> None:
+        # The first thing pyiceberg does to each session it makes, before the token and
+        # config requests: from here on the server's URI goes through the adapter.
+        super()._config_headers(session)
+        session.mount(self.uri.rstrip("/") + "/", self._opening_answers)
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        parent = self.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.list_namespaces(parent))
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        namespace_tuple = self._check_valid_namespace_identifier(namespace)
+        return answered_read(lambda: self._service.list_tables(namespace_tuple))
+
+    def namespace_exists(self, namespace: str | Identifier) -> bool:
+        namespace_tuple = self._check_valid_namespace_identifier(namespace)
+        return answered_read(lambda: self._service.namespace_exists(namespace_tuple))
+
+    def load_namespace_properties(self, namespace: str | Identifier) -> dict[str, str]:
+        namespace_tuple = self._check_valid_namespace_identifier(namespace)
+        return answered_read(lambda: self._service.load_namespace(namespace_tuple))
+
+    def table_exists(self, identifier: str | Identifier) -> bool:
+        identifier_tuple = self.identifier_to_tuple(identifier)
+        return answered_read(lambda: self._service.table_exists(identifier_tuple))
 
     def load_table(self, identifier: str | Identifier) -> Table:
         if not self._direct_loads:
@@ -119,6 +174,17 @@ def table_from_service(
     )
 
 
+def answered_read(call: Callable[[], T]) -> T:
+    """A read `call` on the service, raising what pyiceberg's REST client raises for the
+    route's answer to it."""
+    try:
+        return call()
+    except (NoSuchNamespaceError, NoSuchTableError):
+        raise  # as the client raises them for the route's 404
+    except Exception as exc:
+        raise client_error(exc, load=True) from exc
+
+
 def client_error(exc: Exception, *, load: bool = False) -> Exception:
     """The exception the REST client would have raised for the route's answer to `exc`
     (a commit's, or with `load` a load's)."""
@@ -129,3 +195,46 @@ def client_error(exc: Exception, *, load: bool = False) -> Exception:
         unknown = ServerError if load else CommitStateUnknownException
         return unknown(f"{type(exc).__name__}: {exc}")
     return _CLIENT_ERRORS.get(info.status, RESTError)(f"{info.type}: {info.message}")
+
+
+class SessionOpeningAnswers(HTTPAdapter):
+    """requests' transport for the in-process server's URI: the config and token requests
+    answered in this process, as the server's routes answer them; every other request
+    sent over HTTP (the server starts on its first connection)."""
+
+    def __init__(self, settings: CatalogServerSettings) -> None:
+        super().__init__()
+        authority = token_authority(settings)
+        self._answers: dict[tuple[str, str], Callable[[PreparedRequest], Answer]] = {
+            ("GET", CONFIG_PATH): lambda _request: config_answer(settings),
+            ("POST", TOKEN_PATH): lambda request: token_answer(
+                authority, _body_bytes(request.body), request.headers.get("Authorization")
+            ),
+        }
+
+    def send(self, request: PreparedRequest, *args: Any, **kwargs: Any) -> Response:
+        url = request.url or ""
+        path = "/" + url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
+        answer = self._answers.get((request.method or "", path))
+        if answer is None:
+            return super().send(request, *args, **kwargs)
+        return _response(request, answer(request))
+
+
+def _body_bytes(body: bytes | str | None) -> bytes:
+    if body is None:
+        return b""
+    return body.encode() if isinstance(body, str) else body
+
+
+def _response(request: PreparedRequest, answer: Answer) -> Response:
+    """`answer` as requests' Response to `request`."""
+    response = Response()
+    response.status_code = answer.status
+    response._content = json.dumps(answer.body).encode()
+    headers: Mapping[str, str] = {"Content-Type": "application/json", **answer.headers}
+    response.headers = CaseInsensitiveDict(headers)
+    response.encoding = "utf-8"
+    response.url = request.url or ""
+    response.request = request
+    return response

@@ -14,14 +14,11 @@ Anything that writes, or Spark, still talks to a server (`targets/catalog.py`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.typedef import Identifier
 
-from tableflow_core.catalog.in_process import client_error, table_from_service
+from tableflow_core.catalog.in_process import answered_read, table_from_service
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CatalogServerSettings
 
@@ -46,24 +43,15 @@ class ServiceReader:
         self._service = service
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        return self._call(
-            lambda: self._service.list_namespaces(Catalog.identifier_to_tuple(namespace))
-        )
+        parent = Catalog.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.list_namespaces(parent))
 
     def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        return self._call(lambda: self._service.list_tables(Catalog.identifier_to_tuple(namespace)))
+        namespace_tuple = Catalog.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.list_tables(namespace_tuple))
 
     def load_table(self, identifier: str | Identifier) -> Table:
         # read-only: nothing commits through this catalog
         return table_from_service(
             self._service, Catalog.identifier_to_tuple(identifier), self, self.properties
         )
-
-    @staticmethod
-    def _call(call: Any) -> Any:
-        try:
-            return call()
-        except (NoSuchNamespaceError, NoSuchTableError):
-            raise  # as pyiceberg's REST client raises them
-        except Exception as exc:
-            raise client_error(exc, load=True) from exc  # every call here is a read

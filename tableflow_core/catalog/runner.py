@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import logging
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from tableflow_core.catalog.storage import (
     SESSION_TOKEN_ENV,
 )
 from tableflow_core.redaction import redact_url
+
+log = logging.getLogger(__name__)
 
 STORAGE_KEY_ENVS = (ACCESS_KEY_ID_ENV, SECRET_ACCESS_KEY_ENV, SESSION_TOKEN_ENV)
 
@@ -170,36 +173,121 @@ class RunningCatalogServer:
 
 
 def serve_in_background(
-    settings: CatalogServerSettings, timeout: float = 30.0
+    settings: CatalogServerSettings, timeout: float = 30.0, *, on_first_connection: bool = False
 ) -> RunningCatalogServer:
     """Start the server on a daemon thread; returns once it accepts requests.
 
     Use as `with serve_in_background(settings) as server: ... server.uri ...`,
     or keep the result and call `.stop()`.
+
+    `on_first_connection`: the port is bound and listening at once (the URI is known), but
+    the server (FastAPI building its routes, uvicorn's loop) starts only when a client
+    first connects; that client waits in the listen queue meanwhile. A command whose
+    catalog calls are all answered in this process (`catalog/in_process.py`: a driver-only
+    apply) then never starts it, nor waits for it to stop: ~0.13 s to start and 0.12-0.17 s
+    to stop (uvicorn's 0.1-s loop tick and its fixed 0.1-s sleep in shutdown), measured in
+    a new process's 100k-record upsert batch.
     """
     service = open_service(settings)
     sock = bind_listener(settings.host, settings.port)
     port = int(sock.getsockname()[1])
-    server = _uvicorn_server(settings, service)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name=f"catalog-server-{port}", daemon=True
-    )
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            sock.close()
-            service.close()
-            raise RuntimeError(f"catalog server did not start on {settings.host}:{port}")
-        time.sleep(0.02)
+    background = _BackgroundServer(settings, service, sock, timeout)
+    if on_first_connection:
+        background.start_on_first_connection()
+    else:
+        background.start()
+    return RunningCatalogServer(settings, port, background.stop, service)
 
-    def stop(timeout: float) -> None:
-        server.should_exit = True
-        thread.join(timeout)
-        service.close()
 
-    return RunningCatalogServer(settings, port, stop, service)
+class _BackgroundServer:
+    """uvicorn serving one listening socket on a daemon thread, started now or when a
+    client first connects; `stop` also closes the service."""
+
+    def __init__(
+        self,
+        settings: CatalogServerSettings,
+        service: CatalogService,
+        sock: socket.socket,
+        timeout: float,
+    ) -> None:
+        self._settings = settings
+        self._service = service
+        self._sock = sock
+        self._timeout = timeout
+        self._port = int(sock.getsockname()[1])
+        self._starting = threading.Lock()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
+        self._wake, self._woken = socket.socketpair()
+        self._stopping = False
+
+    def start(self) -> None:
+        """Serve now (if not yet); raises RuntimeError if the server does not start."""
+        with self._starting:
+            if self._server is not None or self._stopping:
+                return
+            try:
+                server = _uvicorn_server(self._settings, self._service)
+                thread = threading.Thread(
+                    target=server.run,
+                    kwargs={"sockets": [self._sock]},
+                    name=f"catalog-server-{self._port}",
+                    daemon=True,
+                )
+                thread.start()
+            except BaseException:
+                self._close_unserved()
+                raise
+            deadline = time.monotonic() + self._timeout
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    server.should_exit = True
+                    self._close_unserved()
+                    raise RuntimeError(
+                        f"catalog server did not start on {self._settings.host}:{self._port}"
+                    )
+                time.sleep(0.005)
+            self._server, self._thread = server, thread
+
+    def start_on_first_connection(self) -> None:
+        self._watcher = threading.Thread(
+            target=self._start_when_connected,
+            name=f"catalog-server-{self._port}-unstarted",
+            daemon=True,
+        )
+        self._watcher.start()
+
+    def _start_when_connected(self) -> None:
+        with selectors.DefaultSelector() as selector:  # not select(): descriptors > 1023
+            selector.register(self._sock, selectors.EVENT_READ)
+            selector.register(self._woken, selectors.EVENT_READ)
+            ready = {key.fileobj for key, _ in selector.select()}
+        if self._sock not in ready or self._stopping:
+            return
+        try:
+            self.start()
+        except Exception as exc:  # the waiting client's connection is reset
+            log.error("catalog server on %s:%s: %s", self._settings.host, self._port, exc)
+
+    def _close_unserved(self) -> None:
+        """Close the socket no server took over: waiting clients are refused, not kept."""
+        self._sock.close()
+
+    def stop(self, timeout: float) -> None:
+        self._stopping = True
+        self._wake.send(b"\0")
+        if self._watcher is not None:
+            self._watcher.join(timeout)
+        with self._starting:
+            if self._server is not None and self._thread is not None:
+                self._server.should_exit = True
+                self._thread.join(timeout)
+            else:
+                self._close_unserved()
+        self._wake.close()
+        self._woken.close()
+        self._service.close()
 
 
 def serve_in_subprocess(

@@ -130,7 +130,9 @@ def _embedded(
             settings = in_process_server_settings(
                 project, config, log_level="warning", access_log=False
             )
-            server = serve_in_background(settings)
+            # Started when a client first connects: an apply whose catalog calls are all
+            # answered in this process (catalog/in_process.py) never starts it.
+            server = serve_in_background(settings, on_first_connection=True)
         except (OSError, RuntimeError, ValueError) as exc:
             raise CatalogUnavailableError(
                 f"catalog: cannot start the embedded catalog on {config.host}:{config.port}: {exc}"
@@ -335,7 +337,9 @@ def _pyiceberg_catalog(
         return ServiceReader(name, service, **properties)
 
     direct_loads = server.settings.storage is None  # no storage config in load answers
-    return InProcessRestCatalog(name, service, direct_loads=direct_loads, **properties)
+    return InProcessRestCatalog(
+        name, service, server.settings, direct_loads=direct_loads, **properties
+    )
 
 
 def use_catalog(

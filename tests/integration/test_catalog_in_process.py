@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,8 +12,15 @@ import pytest
 import requests
 from pydantic import SecretStr
 from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    OAuthError,
+)
 
 from tableflow_core.catalog import CatalogServerSettings, serve_in_background
+from tableflow_core.catalog.in_process import InProcessRestCatalog
 from tableflow_core.catalog.runner import bind_listener
 
 
@@ -86,15 +94,15 @@ def test_accepted_connections_disable_nagle() -> None:
 def test_direct_commits_and_loads_match_http(tmp_path: Path) -> None:
     """catalog/in_process.py: a table loaded through the service is the one HTTP gives; a
     commit through it is what HTTP clients see next; a stale one is refused the same way."""
-    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-
-    from tableflow_core.catalog.in_process import InProcessRestCatalog
-
     settings = CatalogServerSettings(warehouse=tmp_path / "wh", auth="none", access_log=False)
     with serve_in_background(settings) as server:
         http = load_catalog("http", **server.pyiceberg_properties())
         direct = InProcessRestCatalog(
-            "direct", server.service, direct_loads=True, **server.pyiceberg_properties()
+            "direct",
+            server.service,
+            server.settings,
+            direct_loads=True,
+            **server.pyiceberg_properties(),
         )
         http.create_namespace("n")
         http.create_table(("n", "t"), pa.schema([("id", pa.int64())]))
@@ -118,3 +126,75 @@ def test_direct_commits_and_loads_match_http(tmp_path: Path) -> None:
             direct.commit_table(theirs, stale._requirements, stale._updates)
         with pytest.raises(NoSuchTableError):
             direct.load_table(("n", "missing"))
+
+
+def _serving(port: int) -> bool:
+    return any(thread.name == f"catalog-server-{port}" for thread in threading.enumerate())
+
+
+def test_served_on_first_connection_and_reads_answered_in_process(tmp_path: Path) -> None:
+    """catalog/runner.py's `on_first_connection` with catalog/in_process.py's client: the
+    client's config and token, and its reads, answered in this process (no server
+    started); the first HTTP request starts the server, which accepts the token minted in
+    process; the answers equal HTTP's, errors included."""
+    settings = CatalogServerSettings(
+        warehouse=tmp_path / "wh", client_secret=SecretStr("first-connection-secret")
+    )
+    server = serve_in_background(settings, on_first_connection=True)
+    try:
+        properties = server.pyiceberg_properties()
+        direct = InProcessRestCatalog(
+            "direct", server.service, server.settings, direct_loads=True, **properties
+        )
+        assert direct.list_namespaces() == []
+        assert not direct.namespace_exists("n")
+        with pytest.raises(NoSuchNamespaceError):
+            direct.list_tables("n")
+        assert not _serving(server.port)  # nothing above was an HTTP request
+
+        direct.create_namespace("n", {"owner": "data-team"})  # HTTP: starts the server
+        assert _serving(server.port)
+        direct.create_table(("n", "t"), pa.schema([("id", pa.int64())]))
+        http = load_catalog("http", **properties)
+        for catalog in (direct, http):
+            assert catalog.list_namespaces() == [("n",)]
+            assert catalog.list_tables("n") == [("n", "t")]
+            assert catalog.namespace_exists("n") and not catalog.namespace_exists("m")
+            assert catalog.table_exists(("n", "t")) and not catalog.table_exists(("n", "u"))
+            assert catalog.load_namespace_properties("n") == {"owner": "data-team"}
+            with pytest.raises(NoSuchNamespaceError):
+                catalog.list_tables("m")
+        assert direct.properties == http.properties  # the config answered in process
+
+        wrong = {**properties, "credential": f"{settings.client_id}:not-the-secret"}
+        for make in (
+            lambda: InProcessRestCatalog(
+                "wrong", server.service, server.settings, direct_loads=True, **wrong
+            ),
+            lambda: load_catalog("wrong", **wrong),
+        ):
+            with pytest.raises(OAuthError, match="invalid_client"):
+                make()
+    finally:
+        server.stop()
+    assert not _serving(server.port)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.uri + "/v1/config", timeout=2)
+
+
+def test_a_server_never_connected_to_stops_at_once(tmp_path: Path) -> None:
+    settings = CatalogServerSettings(warehouse=tmp_path / "wh", auth="none", access_log=False)
+    server = serve_in_background(settings, on_first_connection=True)
+    InProcessRestCatalog(
+        "direct",
+        server.service,
+        server.settings,
+        direct_loads=True,
+        **server.pyiceberg_properties(),
+    ).list_namespaces()
+    server.stop()
+    assert not any(
+        t.name.startswith(f"catalog-server-{server.port}") for t in threading.enumerate()
+    )
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.uri + "/v1/config", timeout=2)
