@@ -24,9 +24,17 @@ from pyiceberg.catalog.rest import (
     NamespaceResponse,
     UpdateNamespacePropertiesResponse,
 )
-from pyiceberg.typedef import Identifier
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tableflow_core.catalog.answers import (
+    NAMESPACE_SEPARATOR,
+    config_answer,
+    error_answer,
+    parse_namespace,
+    table_json,
+    token_answer,
+    token_authority,
+)
 from tableflow_core.catalog.auth import PROOF_PATH, SERVER_KIND, bearer_token, server_proof
 from tableflow_core.catalog.credentials import StsCredentialMinter
 from tableflow_core.catalog.errors import (
@@ -50,14 +58,10 @@ from tableflow_core.catalog.models import (
     UpdateNamespacePropertiesBody,
 )
 from tableflow_core.catalog.service import CatalogService, LoadedTable, TableChange
-from tableflow_core.catalog.session_answers import config_answer, token_answer, token_authority
 from tableflow_core.catalog.settings import CatalogServerSettings
 from tableflow_core.catalog.storage import ACCESS_DELEGATION_HEADER, VENDED_CREDENTIALS
 
 log = logging.getLogger(__name__)
-
-# The spec's default separator of namespace levels in paths and `parent` (%1F, decoded).
-NAMESPACE_SEPARATOR = "\x1f"
 
 # Commit bodies carry metadata updates, a few MB at most; this only stops abuse.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -110,10 +114,6 @@ class BodyLimitMiddleware:
 
 def _too_large(limit: int) -> ErrorInfo:
     return ErrorInfo(413, "RequestTooLargeException", f"Request body is larger than {limit} bytes")
-
-
-def parse_namespace(encoded: str) -> Identifier:
-    return tuple(encoded.split(NAMESPACE_SEPARATOR))
 
 
 def _json(body: str, status: int = 200) -> Response:
@@ -181,15 +181,8 @@ class VendedTable:
 
 
 def _table_response(loaded: LoadedTable, access: TableAccess | None = None) -> Response:
-    """pyiceberg's `TableResponse`, around metadata JSON serialized once per metadata file."""
     access = access or TableAccess.none()
-    location = loaded.metadata_location  # None for a staged create: left out, as pyiceberg does
-    head = f'"metadata-location":{json.dumps(location)},' if location is not None else ""
-    tail = (
-        f'"config":{json.dumps(access.config)},'
-        f'"storage-credentials":{json.dumps(access.storage_credentials)}'
-    )
-    return _json(f'{{{head}"metadata":{loaded.metadata_json()},{tail}}}')
+    return _json(table_json(loaded, access.config, access.storage_credentials))
 
 
 def _commit_response(loaded: LoadedTable) -> Response:
@@ -224,10 +217,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         )
 
     async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.error("Unexpected error", exc_info=exc)
-        return _error(
-            ErrorInfo(500, "ServerErrorException", f"Internal error: {type(exc).__name__}")
-        )
+        answer = error_answer(exc)  # logs it
+        return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
 
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -22,9 +22,9 @@ requests) still goes through HTTP.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
@@ -47,15 +47,17 @@ from requests import PreparedRequest, Response, Session
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 
-from tableflow_core.catalog.clients import CONFIG_PATH, TOKEN_PATH
-from tableflow_core.catalog.errors import error_info_for
-from tableflow_core.catalog.service import CatalogService, TableChange
-from tableflow_core.catalog.session_answers import (
+from tableflow_core.catalog.answers import (
     Answer,
     config_answer,
+    local_create_table_answer,
+    parse_namespace,
     token_answer,
     token_authority,
 )
+from tableflow_core.catalog.clients import CONFIG_PATH, TOKEN_PATH
+from tableflow_core.catalog.errors import error_info_for
+from tableflow_core.catalog.service import CatalogService, TableChange
 from tableflow_core.catalog.settings import CatalogServerSettings
 
 T = TypeVar("T")
@@ -101,14 +103,14 @@ class InProcessRestCatalog(OwnServerCatalog):
         loaded from the service is the one HTTP would give."""
         self._service = service
         self._direct_loads = direct_loads
-        self._opening_answers = SessionOpeningAnswers(settings)
+        self._answers = InProcessAnswers(settings, service if direct_loads else None)
         super().__init__(name, **properties)  # fetches the config (and a token): see below
 
     def _config_headers(self, session: Session) -> None:
         # The first thing pyiceberg does to each session it makes, before the token and
         # config requests: from here on the server's URI goes through the adapter.
         super()._config_headers(session)
-        session.mount(self.uri.rstrip("/") + "/", self._opening_answers)
+        session.mount(self.uri.rstrip("/") + "/", self._answers)
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
         parent = self.identifier_to_tuple(namespace)
@@ -197,14 +199,17 @@ def client_error(exc: Exception, *, load: bool = False) -> Exception:
     return _CLIENT_ERRORS.get(info.status, RESTError)(f"{info.type}: {info.message}")
 
 
-class SessionOpeningAnswers(HTTPAdapter):
-    """requests' transport for the in-process server's URI: the config and token requests
-    answered in this process, as the server's routes answer them; every other request
-    sent over HTTP (the server starts on its first connection)."""
+class InProcessAnswers(HTTPAdapter):
+    """requests' transport for the in-process server's URI: the config and token requests,
+    and with `service` (a local warehouse: answers carry no storage configuration) table
+    creations, answered in this process as the server's routes answer them
+    (`catalog/answers.py`); every other request sent over HTTP (the server starts on its
+    first connection)."""
 
-    def __init__(self, settings: CatalogServerSettings) -> None:
+    def __init__(self, settings: CatalogServerSettings, service: CatalogService | None) -> None:
         super().__init__()
         authority = token_authority(settings)
+        self._service = service
         self._answers: dict[tuple[str, str], Callable[[PreparedRequest], Answer]] = {
             ("GET", CONFIG_PATH): lambda _request: config_answer(settings),
             ("POST", TOKEN_PATH): lambda request: token_answer(
@@ -215,10 +220,23 @@ class SessionOpeningAnswers(HTTPAdapter):
     def send(self, request: PreparedRequest, *args: Any, **kwargs: Any) -> Response:
         url = request.url or ""
         path = "/" + url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
-        answer = self._answers.get((request.method or "", path))
-        if answer is None:
-            return super().send(request, *args, **kwargs)
-        return _response(request, answer(request))
+        method = request.method or ""
+        answer = self._answers.get((method, path))
+        if answer is not None:
+            return _response(request, answer(request))
+        namespace = _created_in(path) if method == "POST" else None
+        if namespace is not None and self._service is not None:
+            body = _body_bytes(request.body)
+            return _response(request, local_create_table_answer(self._service, namespace, body))
+        return super().send(request, *args, **kwargs)
+
+
+def _created_in(path: str) -> tuple[str, ...] | None:
+    """The namespace of a create-table path (/v1/namespaces/{namespace}/tables)."""
+    parts = path.split("/")
+    if len(parts) != 5 or parts[:3] != ["", "v1", "namespaces"] or parts[4] != "tables":
+        return None
+    return parse_namespace(unquote(parts[3]))
 
 
 def _body_bytes(body: bytes | str | None) -> bytes:
@@ -231,7 +249,7 @@ def _response(request: PreparedRequest, answer: Answer) -> Response:
     """`answer` as requests' Response to `request`."""
     response = Response()
     response.status_code = answer.status
-    response._content = json.dumps(answer.body).encode()
+    response._content = answer.text().encode()
     headers: Mapping[str, str] = {"Content-Type": "application/json", **answer.headers}
     response.headers = CaseInsensitiveDict(headers)
     response.encoding = "utf-8"

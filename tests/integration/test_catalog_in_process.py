@@ -17,6 +17,7 @@ from pyiceberg.exceptions import (
     NoSuchNamespaceError,
     NoSuchTableError,
     OAuthError,
+    TableAlreadyExistsError,
 )
 
 from tableflow_core.catalog import CatalogServerSettings, serve_in_background
@@ -134,9 +135,10 @@ def _serving(port: int) -> bool:
 
 def test_served_on_first_connection_and_reads_answered_in_process(tmp_path: Path) -> None:
     """catalog/runner.py's `on_first_connection` with catalog/in_process.py's client: the
-    client's config and token, and its reads, answered in this process (no server
-    started); the first HTTP request starts the server, which accepts the token minted in
-    process; the answers equal HTTP's, errors included."""
+    client's config and token, its reads and (on a local warehouse) its table creations
+    answered in this process (no server started); the first HTTP request starts the
+    server, which accepts the token minted in process; the answers equal HTTP's, errors
+    included."""
     settings = CatalogServerSettings(
         warehouse=tmp_path / "wh", client_secret=SecretStr("first-connection-secret")
     )
@@ -150,12 +152,27 @@ def test_served_on_first_connection_and_reads_answered_in_process(tmp_path: Path
         assert not direct.namespace_exists("n")
         with pytest.raises(NoSuchNamespaceError):
             direct.list_tables("n")
+        schema = pa.schema([("id", pa.int64())])
+        with pytest.raises(NoSuchNamespaceError):
+            direct.create_table(("n", "t"), schema)
+        server.service.create_namespace(("n",), {"owner": "data-team"})
+        created = direct.create_table(("n", "t"), schema, properties={"k": "v"})
+        with pytest.raises(TableAlreadyExistsError):
+            direct.create_table(("n", "t"), schema)
         assert not _serving(server.port)  # nothing above was an HTTP request
 
-        direct.create_namespace("n", {"owner": "data-team"})  # HTTP: starts the server
+        direct.create_namespace("m")  # HTTP: starts the server
         assert _serving(server.port)
-        direct.create_table(("n", "t"), pa.schema([("id", pa.int64())]))
+        direct.drop_namespace("m")
         http = load_catalog("http", **properties)
+        loaded = http.load_table(("n", "t"))
+        assert (created.metadata, created.metadata_location) == (
+            loaded.metadata,
+            loaded.metadata_location,
+        )
+        assert created.properties["k"] == "v"
+        with pytest.raises(TableAlreadyExistsError):
+            http.create_table(("n", "t"), schema)
         for catalog in (direct, http):
             assert catalog.list_namespaces() == [("n",)]
             assert catalog.list_tables("n") == [("n", "t")]
