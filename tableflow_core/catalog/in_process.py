@@ -13,11 +13,11 @@ configuration or credentials, `load_table` reads through the service too (the ru
 `_load` before its branch, 1,000 requests per cycle). The reads that carry no storage
 configuration (listing namespaces and tables, whether one exists, a namespace's
 properties) are answered by the service on any warehouse. The two requests pyiceberg's
-client opens with (the catalog's config, an access token) are answered here as well
-(`catalog/session_answers.py`), so a command that needs nothing else from the server never
-starts it (`serve_in_background(..., on_first_connection=True)`). Everything else (loads
-from an object-store warehouse with their storage configuration and vended keys, Spark's
-requests) still goes through HTTP.
+client opens with (the catalog's config, an access token), and table creations on a
+local warehouse, are answered here too (`catalog/answers.py`), so a command that needs
+nothing else from the server never starts it (`serve_in_background(...,
+on_first_connection=True)`). Everything else (loads from an object-store warehouse with
+their storage configuration and vended keys, Spark's requests) still goes through HTTP.
 """
 
 from __future__ import annotations

@@ -195,7 +195,11 @@ def serve_in_background(
     if on_first_connection:
         background.start_on_first_connection()
     else:
-        background.start()
+        try:
+            background.start()
+        except BaseException:
+            service.close()
+            raise
     return RunningCatalogServer(settings, port, background.stop, service)
 
 
@@ -221,6 +225,7 @@ class _BackgroundServer:
         self._watcher: threading.Thread | None = None
         self._wake, self._woken = socket.socketpair()
         self._stopping = False
+        self._stopped = False
 
     def start(self) -> None:
         """Serve now (if not yet); raises RuntimeError if the server does not start."""
@@ -275,6 +280,8 @@ class _BackgroundServer:
         self._sock.close()
 
     def stop(self, timeout: float) -> None:
+        if self._stopped:
+            return
         self._stopping = True
         self._wake.send(b"\0")
         if self._watcher is not None:
@@ -288,6 +295,7 @@ class _BackgroundServer:
         self._wake.close()
         self._woken.close()
         self._service.close()
+        self._stopped = True
 
 
 def serve_in_subprocess(
