@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import (
     BadRequestError,
@@ -85,7 +86,34 @@ class OwnServerCatalog(RestCatalog):
         return None
 
 
-class InProcessRestCatalog(OwnServerCatalog):
+class ServiceReads:
+    """The catalog reads that carry no storage configuration, answered by `_service` (the
+    server's, in this process) as pyiceberg's REST client answers them from its routes."""
+
+    _service: CatalogService
+
+    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
+        parent = Catalog.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.list_namespaces(parent))
+
+    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
+        namespace_tuple = Catalog.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.list_tables(namespace_tuple))
+
+    def namespace_exists(self, namespace: str | Identifier) -> bool:
+        namespace_tuple = Catalog.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.namespace_exists(namespace_tuple))
+
+    def load_namespace_properties(self, namespace: str | Identifier) -> dict[str, str]:
+        namespace_tuple = Catalog.identifier_to_tuple(namespace)
+        return answered_read(lambda: self._service.load_namespace(namespace_tuple))
+
+    def table_exists(self, identifier: str | Identifier) -> bool:
+        identifier_tuple = Catalog.identifier_to_tuple(identifier)
+        return answered_read(lambda: self._service.table_exists(identifier_tuple))
+
+
+class InProcessRestCatalog(ServiceReads, OwnServerCatalog):
     """pyiceberg's RestCatalog, committing through `service` (the server it talks to,
     running in this process) instead of a request to it."""
 
@@ -111,26 +139,6 @@ class InProcessRestCatalog(OwnServerCatalog):
         # config requests: from here on the server's URI goes through the adapter.
         super()._config_headers(session)
         session.mount(self.uri.rstrip("/") + "/", self._answers)
-
-    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        parent = self.identifier_to_tuple(namespace)
-        return answered_read(lambda: self._service.list_namespaces(parent))
-
-    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        namespace_tuple = self._check_valid_namespace_identifier(namespace)
-        return answered_read(lambda: self._service.list_tables(namespace_tuple))
-
-    def namespace_exists(self, namespace: str | Identifier) -> bool:
-        namespace_tuple = self._check_valid_namespace_identifier(namespace)
-        return answered_read(lambda: self._service.namespace_exists(namespace_tuple))
-
-    def load_namespace_properties(self, namespace: str | Identifier) -> dict[str, str]:
-        namespace_tuple = self._check_valid_namespace_identifier(namespace)
-        return answered_read(lambda: self._service.load_namespace(namespace_tuple))
-
-    def table_exists(self, identifier: str | Identifier) -> bool:
-        identifier_tuple = self.identifier_to_tuple(identifier)
-        return answered_read(lambda: self._service.table_exists(identifier_tuple))
 
     def load_table(self, identifier: str | Identifier) -> Table:
         if not self._direct_loads:

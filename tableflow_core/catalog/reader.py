@@ -18,7 +18,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.typedef import Identifier
 
-from tableflow_core.catalog.in_process import answered_read, table_from_service
+from tableflow_core.catalog.in_process import ServiceReads, table_from_service
 from tableflow_core.catalog.service import CatalogService
 from tableflow_core.catalog.settings import CatalogServerSettings
 
@@ -34,21 +34,13 @@ class ServiceInProcess:
         self.service.close()
 
 
-class ServiceReader:
+class ServiceReader(ServiceReads):
     """The read calls of pyiceberg's catalog that `plan` makes, answered by `service`."""
 
     def __init__(self, name: str, service: CatalogService, **properties: str) -> None:
         self.name = name
         self.properties = properties
         self._service = service
-
-    def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        parent = Catalog.identifier_to_tuple(namespace)
-        return answered_read(lambda: self._service.list_namespaces(parent))
-
-    def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        namespace_tuple = Catalog.identifier_to_tuple(namespace)
-        return answered_read(lambda: self._service.list_tables(namespace_tuple))
 
     def load_table(self, identifier: str | Identifier) -> Table:
         # read-only: nothing commits through this catalog
