@@ -122,16 +122,14 @@ class InProcessRestCatalog(ServiceReads, OwnServerCatalog):
         name: str,
         service: CatalogService,
         settings: CatalogServerSettings,
-        *,
-        direct_loads: bool,
         **properties: Any,
     ) -> None:
-        """`settings`: the server's, for the session's opening answers; `direct_loads`: the
-        server's load answers carry no table config (its warehouse is local), so a table
-        loaded from the service is the one HTTP would give."""
+        """`settings`: the server's. Without a storage block its warehouse is local and its
+        load answers carry no table config, so a table loaded from the service is the one
+        HTTP would give (`_direct_loads`)."""
         self._service = service
-        self._direct_loads = direct_loads
-        self._answers = InProcessAnswers(settings, service if direct_loads else None)
+        self._direct_loads = settings.storage is None
+        self._answers = InProcessAnswers(settings, service if self._direct_loads else None)
         super().__init__(name, **properties)  # fetches the config (and a token): see below
 
     def _config_headers(self, session: Session) -> None:

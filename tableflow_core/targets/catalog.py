@@ -336,10 +336,7 @@ def _pyiceberg_catalog(
     if isinstance(server, ServiceInProcess):
         return ServiceReader(name, service, **properties)
 
-    direct_loads = server.settings.storage is None  # no storage config in load answers
-    return InProcessRestCatalog(
-        name, service, server.settings, direct_loads=direct_loads, **properties
-    )
+    return InProcessRestCatalog(name, service, server.settings, **properties)
 
 
 def use_catalog(

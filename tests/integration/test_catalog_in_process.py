@@ -102,7 +102,6 @@ def test_direct_commits_and_loads_match_http(tmp_path: Path) -> None:
             "direct",
             server.service,
             server.settings,
-            direct_loads=True,
             **server.pyiceberg_properties(),
         )
         http.create_namespace("n")
@@ -145,9 +144,7 @@ def test_served_on_first_connection_and_reads_answered_in_process(tmp_path: Path
     server = serve_in_background(settings, on_first_connection=True)
     try:
         properties = server.pyiceberg_properties()
-        direct = InProcessRestCatalog(
-            "direct", server.service, server.settings, direct_loads=True, **properties
-        )
+        direct = InProcessRestCatalog("direct", server.service, server.settings, **properties)
         assert direct.list_namespaces() == []
         assert not direct.namespace_exists("n")
         with pytest.raises(NoSuchNamespaceError):
@@ -185,9 +182,7 @@ def test_served_on_first_connection_and_reads_answered_in_process(tmp_path: Path
 
         wrong = {**properties, "credential": f"{settings.client_id}:not-the-secret"}
         for make in (
-            lambda: InProcessRestCatalog(
-                "wrong", server.service, server.settings, direct_loads=True, **wrong
-            ),
+            lambda: InProcessRestCatalog("wrong", server.service, server.settings, **wrong),
             lambda: load_catalog("wrong", **wrong),
         ):
             with pytest.raises(OAuthError, match="invalid_client"):
@@ -206,7 +201,6 @@ def test_a_server_never_connected_to_stops_at_once(tmp_path: Path) -> None:
         "direct",
         server.service,
         server.settings,
-        direct_loads=True,
         **server.pyiceberg_properties(),
     ).list_namespaces()
     server.stop()
