@@ -189,9 +189,9 @@ def serve_in_background(
     a new process's 100k-record upsert batch.
     """
     service = open_service(settings)
-    sock = bind_listener(settings.host, settings.port)
-    port = int(sock.getsockname()[1])
-    background = _BackgroundServer(settings, service, sock, timeout)
+    background = _BackgroundServer(
+        settings, service, bind_listener(settings.host, settings.port), timeout
+    )
     if on_first_connection:
         background.start_on_first_connection()
     else:
@@ -200,7 +200,7 @@ def serve_in_background(
         except BaseException:
             service.close()
             raise
-    return RunningCatalogServer(settings, port, background.stop, service)
+    return RunningCatalogServer(settings, background.port, background.stop, service)
 
 
 class _BackgroundServer:
@@ -218,14 +218,13 @@ class _BackgroundServer:
         self._service = service
         self._sock = sock
         self._timeout = timeout
-        self._port = int(sock.getsockname()[1])
+        self.port = int(sock.getsockname()[1])
         self._starting = threading.Lock()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._watcher: threading.Thread | None = None
         self._wake, self._woken = socket.socketpair()
-        self._stopping = False
-        self._stopped = False
+        self._stopping = False  # once set, nothing starts the server
 
     def start(self) -> None:
         """Serve now (if not yet); raises RuntimeError if the server does not start."""
@@ -237,7 +236,7 @@ class _BackgroundServer:
                 thread = threading.Thread(
                     target=server.run,
                     kwargs={"sockets": [self._sock]},
-                    name=f"catalog-server-{self._port}",
+                    name=f"catalog-server-{self.port}",
                     daemon=True,
                 )
                 thread.start()
@@ -250,7 +249,7 @@ class _BackgroundServer:
                     server.should_exit = True
                     self._close_unserved()
                     raise RuntimeError(
-                        f"catalog server did not start on {self._settings.host}:{self._port}"
+                        f"catalog server did not start on {self._settings.host}:{self.port}"
                     )
                 time.sleep(0.005)
             self._server, self._thread = server, thread
@@ -258,7 +257,7 @@ class _BackgroundServer:
     def start_on_first_connection(self) -> None:
         self._watcher = threading.Thread(
             target=self._start_when_connected,
-            name=f"catalog-server-{self._port}-unstarted",
+            name=f"catalog-server-{self.port}-unstarted",
             daemon=True,
         )
         self._watcher.start()
@@ -273,14 +272,14 @@ class _BackgroundServer:
         try:
             self.start()
         except Exception as exc:  # the waiting client's connection is reset
-            log.error("catalog server on %s:%s: %s", self._settings.host, self._port, exc)
+            log.error("catalog server on %s:%s: %s", self._settings.host, self.port, exc)
 
     def _close_unserved(self) -> None:
         """Close the socket no server took over: waiting clients are refused, not kept."""
         self._sock.close()
 
     def stop(self, timeout: float) -> None:
-        if self._stopped:
+        if self._stopping:  # stopped already
             return
         self._stopping = True
         self._wake.send(b"\0")
@@ -295,7 +294,6 @@ class _BackgroundServer:
         self._wake.close()
         self._woken.close()
         self._service.close()
-        self._stopped = True
 
 
 def serve_in_subprocess(
