@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
@@ -224,8 +224,7 @@ class InProcessAnswers(HTTPAdapter):
         }
 
     def send(self, request: PreparedRequest, *args: Any, **kwargs: Any) -> Response:
-        url = request.url or ""
-        path = "/" + url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
+        path = urlsplit(request.url or "").path
         method = request.method or ""
         answer = self._answers.get((method, path))
         if answer is not None:
