@@ -56,6 +56,7 @@ PARTITIONS = 4
 # A run's ranges share a Spark task below MIN_RECORDS_PER_TASK records a task: 4/5 of it
 # a partition makes one task per partition, so both workers have ingest tasks to lose.
 RECORDS = PARTITIONS * (MIN_RECORDS_PER_TASK * 4 // 5)
+WORKER_FORK_TIMEOUT_S = 120
 SEED = 30
 # Inside its own namespace each host has all ports to itself: Spark's usual numbers.
 MASTER_PORT, MASTER_UI_PORT = 7077, 8080
@@ -410,12 +411,20 @@ def test_apply_across_hosts_survives_a_killed_worker(
     (victim,) = [w for w in workers if w.address == busy]
     survivor = next(w for w in workers if w is not victim)
     driver_listeners = listeners(driver)
-    # Kill once the task's Python worker runs (the daemon and its forked worker).
-    deadline = time.monotonic() + 20
+    # Kill once the task's Python worker runs (the daemon and its forked worker). The
+    # daemon imports the decode path before it forks (pipeline/worker_daemon.py): on a
+    # loaded CI machine that took over 20 s once. Spark keeps a forked worker for reuse
+    # after its task, so waiting longer cannot miss it.
+    waited = time.monotonic()
+    deadline = waited + WORKER_FORK_TIMEOUT_S
     while len(python_workers(victim)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     killed = victim.pids()
-    assert len(python_workers(victim)) >= 2, [_cmdline(p) for p in killed]
+    assert len(python_workers(victim)) >= 2, (
+        f"no forked Python worker after {time.monotonic() - waited:.0f} s",
+        [_cmdline(p) for p in killed],
+        apply_log.read_text(errors="replace")[-3000:],
+    )
     # The test's own processes in the host's network namespace, not hidden from the
     # driver's files: the closing watchers, and the `ss` probes the sampler and
     # `listeners` run there every 0.3 s (one may be alive at the listing).
