@@ -45,6 +45,8 @@ from tableflow_core.pipeline.key_index import (
     KeyCodec,
     KeyCollision,
     KeyIndex,
+    PendingIndex,
+    bytes_per_key,
 )
 from tableflow_core.pipeline.upsert_rows import (
     SCAN_THREADS,
@@ -194,17 +196,22 @@ def _indexer(
     data_files: Sequence[Any],
     indexes: IndexCache,
 ) -> Callable[[int], None]:
-    """Once the load is published as `snapshot_id`: the table's key index made of the live
-    rows' keys and places (no read of the table) and kept for the next batch."""
+    """Once the load is published as `snapshot_id`: the table's key index, to be made of
+    the live rows' keys and places (no read of the table) by the next batch that uses it
+    (`key_index.PendingIndex`)."""
     codec = KeyCodec(tuple(column.type for column in live_keys))
     field_id = table.schema().find_field(TIMESTAMP_COLUMN).field_id
 
     def advance(snapshot_id: int) -> None:
         files = [(f.file_path, timestamp_upper(f, field_id)) for f in data_files]
-        try:
-            index = KeyIndex.of_rows(codec, snapshot_id, files, live_keys, locations)
-        except KeyCollision:
-            return  # the next batch reads the table instead, as for any such index
-        indexes.keep((str(table.metadata.table_uuid), tuple(keys)), index)
+
+        def settle() -> KeyIndex | None:
+            try:
+                return KeyIndex.of_rows(codec, snapshot_id, files, live_keys, locations)
+            except KeyCollision:
+                return None  # the next batch reads the table instead, as for any such index
+
+        size = bytes_per_key(codec.types) * len(locations)
+        indexes.keep((str(table.metadata.table_uuid), tuple(keys)), PendingIndex(settle, size))
 
     return advance

@@ -563,22 +563,42 @@ def _encode_with_nulls(
     return codec.encode([column]), False
 
 
+@dataclass(frozen=True)
+class PendingIndex:
+    """A key index whose move to its table's newest snapshot is left to its next user:
+    a one-shot `tableflow apply` never pays for an index no batch of it will use, and a
+    `tableflow run` pays it at its next batch (or maintenance) instead of after this one.
+    `settle()` gives the index, or None when it can no longer follow its table (the user
+    builds it again from the table); `nbytes`: the index's size, for the cache's budget."""
+
+    settle: Callable[[], KeyIndex | None]
+    nbytes: int
+
+
+Held = KeyIndex | KeySet | PendingIndex
+
+
+def _settled(held: Held | None) -> KeyIndex | KeySet | None:
+    return held.settle() if isinstance(held, PendingIndex) else held
+
+
 class IndexCache:
     """The process's key indexes and key sets (warm across a `tableflow run`'s batches), by
     table uuid and key columns, within `max_bytes()`: the least recently used go first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._indexes: OrderedDict[tuple[str, tuple[str, ...]], KeyIndex | KeySet] = OrderedDict()
+        self._indexes: OrderedDict[tuple[str, tuple[str, ...]], Held] = OrderedDict()
 
     def take(self, name: tuple[str, tuple[str, ...]]) -> Any:
         """The table's index (a KeyIndex, or a KeySet by the name its user gives), removed
         from the cache while a batch uses it (put back by `keep` once the batch is
-        published)."""
+        published); a pending one settled first (outside the lock)."""
         with self._lock:
-            return self._indexes.pop(name, None)
+            held = self._indexes.pop(name, None)
+        return _settled(held)
 
-    def keep(self, name: tuple[str, tuple[str, ...]], index: KeyIndex | KeySet) -> None:
+    def keep(self, name: tuple[str, tuple[str, ...]], index: Held) -> None:
         with self._lock:
             self._indexes[name] = index
             budget = max_bytes()
@@ -586,10 +606,13 @@ class IndexCache:
                 self._indexes.popitem(last=False)
 
     def take_table(self, table_uuid: str) -> list[tuple[tuple[str, tuple[str, ...]], Any]]:
-        """Every index of the table (by its uuid), removed from the cache as `take` does."""
+        """Every index of the table (by its uuid), removed from the cache and settled as
+        `take` does (one that can no longer follow its table left out)."""
         with self._lock:
             names = [name for name in self._indexes if name[0] == table_uuid]
-            return [(name, self._indexes.pop(name)) for name in names]
+            taken = [(name, self._indexes.pop(name)) for name in names]
+        settled = [(name, _settled(held)) for name, held in taken]
+        return [(name, index) for name, index in settled if index is not None]
 
     def clear(self) -> None:
         with self._lock:

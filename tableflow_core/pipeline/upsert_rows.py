@@ -75,6 +75,7 @@ from tableflow_core.pipeline.key_index import (
     KeyCodec,
     KeyCollision,
     KeyIndex,
+    PendingIndex,
     file_of,
     max_bytes,
     position_of,
@@ -599,14 +600,17 @@ def merge_batch(
     insert = ((held & newer) | fresh) & ~tombstone
     columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
     inserted = latest.filter(pa.array(insert)).select(columns)
-    delta.data_files = write_data_files(table.metadata, io_properties, inserted)
-    delta.rows_inserted = inserted.num_rows
     location = table.metadata.location
-    for matches in to_delete:
-        delta.delete_files.append(
-            write_position_deletes(table.io, location, matches.path, matches.positions)
-        )
-        delta.rows_deleted += len(matches.positions)
+    # The delete files written while the data files are (Parquet's writer leaves the GIL).
+    with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-deletes") as pool:
+        deletes = [
+            pool.submit(write_position_deletes, table.io, location, m.path, m.positions)
+            for m in to_delete
+        ]
+        delta.data_files = write_data_files(table.metadata, io_properties, inserted)
+        delta.delete_files = [written.result() for written in deletes]
+    delta.rows_inserted = inserted.num_rows
+    delta.rows_deleted = sum(len(m.positions) for m in to_delete)
     if tombstone.any():
         delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
     return delta
@@ -617,7 +621,9 @@ def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> Ke
     snapshot or only delete files were rewritten since (same rows, same positions), else
     built from the table; None when two live rows share a key (or a hash)."""
     name = _index_name(scan)
-    index = indexes.take(name)
+    started = time.perf_counter()
+    index = indexes.take(name)  # the last batch's move of the index made now, if pending
+    timings["index_take"] = time.perf_counter() - started
     codec = KeyCodec(tuple(scan.latest.schema.field(k).type for k in scan.keys))
     usable = index is not None and index.codec.types == codec.types
     if usable and index is not None:
@@ -641,8 +647,9 @@ def _index_name(scan: _Scan) -> tuple[str, tuple[str, ...]]:
 def _advancer(
     scan: _Scan, index: KeyIndex, indexes: IndexCache, replaced: np.ndarray, delta: MergedBatch
 ) -> Callable[[int], None]:
-    """Once the batch is published as `snapshot_id`: the index moved there (the rows the
-    batch deleted removed, its data files' keys added) and kept for the next batch."""
+    """Once the batch is published as `snapshot_id`: the index kept for the next batch,
+    which moves it there (the rows the batch deleted removed, its data files' keys added:
+    `key_index.PendingIndex`)."""
     removed = scan.latest.take(pa.array(replaced)).select(list(scan.keys))
 
     def advance(snapshot_id: int) -> None:
@@ -650,10 +657,18 @@ def _advancer(
         # now) is dropped, not an error; the next batch builds it from the table.
         try:
             added = scan.added_files(delta.data_files)
-            index.advance(snapshot_id, index.codec.encode(removed.columns), added)
+            removed_keys = index.codec.encode(removed.columns)
         except (OSError, IngestError, pa.ArrowException):
             return
-        indexes.keep(_index_name(scan), index)
+
+        def settle() -> KeyIndex | None:
+            try:
+                index.advance(snapshot_id, removed_keys, added)
+            except (IngestError, pa.ArrowException):
+                return None
+            return index
+
+        indexes.keep(_index_name(scan), PendingIndex(settle, index.nbytes))
 
     return advance
 

@@ -20,6 +20,7 @@ from tableflow_core.pipeline.key_index import (
     KeyCodec,
     KeyCollision,
     KeyIndex,
+    PendingIndex,
     bytes_per_key,
     file_of,
     find,
@@ -145,6 +146,29 @@ def test_the_cache_drops_the_least_recently_used_over_its_budget(monkeypatch: An
     assert cache.take(("b", ("id",))) is None  # taken while a batch uses it
 
 
+def test_a_pending_index_is_made_by_its_next_user_once() -> None:
+    cache = IndexCache()
+    made: list[int] = []
+    rows = [("f", None, [chunked(range(10))], np.empty(0, np.int64))]
+
+    def settle() -> KeyIndex | None:
+        made.append(1)
+        return KeyIndex.build(INT, 7, rows)
+
+    cache.keep(("a", ("id",)), PendingIndex(settle, 160))
+    assert made == []  # nothing made until a batch asks
+    index = cache.take(("a", ("id",)))
+    assert made == [1] and isinstance(index, KeyIndex) and index.snapshot_id == 7
+    assert cache.take(("a", ("id",))) is None  # taken while a batch uses it
+    # One that can no longer follow its table is no index: the user builds it again.
+    cache.keep(("b", ("id",)), PendingIndex(lambda: None, 160))
+    cache.keep(("c", ("id",)), PendingIndex(settle, 160))
+    assert cache.take(("b", ("id",))) is None
+    cache.keep(("b", ("id",)), PendingIndex(lambda: None, 160))
+    assert [name for name, _ in cache.take_table("b")] == []
+    assert [type(i) for _, i in cache.take_table("c")] == [KeyIndex] and made == [1, 1]
+
+
 # The index inside the driver's merge: warm across batches, rebuilt after a foreign write.
 def decoded(rows: list[tuple[int, int, int, str | None]]) -> pa.Table:
     """(key, offset, timestamp ms, value or None for a tombstone), partition 0."""
@@ -206,6 +230,8 @@ def test_the_merge_keeps_the_index_warm_and_rebuilds_it_after_a_foreign_write(
     second = publish(table, cache, [(1, 40, 3000, None), (2, 41, 3000, "c2"), (30, 42, 3000, "n")])
     assert "index_build" not in second.timings and "index_lookup" in second.timings
     uuid = str(table.refresh().metadata.table_uuid)
+    # The publish left the index's move to the next user (a one-shot apply never pays it).
+    assert isinstance(cache._indexes[(uuid, ("id",))], PendingIndex)
     warm = cache.take((uuid, ("id",)))
     assert warm is not None and warm.snapshot_id == table.refresh().metadata.current_snapshot_id
     cache.keep((uuid, ("id",)), warm)
