@@ -77,6 +77,16 @@ def fewer_gc_passes(threshold: int = GC_THRESHOLD_WHILE_DECODING) -> Iterator[No
         gc.set_threshold(*previous)
 
 
+def _known_timestamps(timestamps_ms: Sequence[int | None]) -> pa.Array:
+    """The records' timestamps (ms), null where the broker has none (None, or negative:
+    -1 is "no timestamp")."""
+    stamps = pa.array(timestamps_ms, pa.int64())
+    lowest = pc.min(stamps).as_py()  # None: no row has one
+    if lowest is None or lowest >= 0:
+        return stamps
+    return pc.if_else(pc.less(stamps, 0), pa.scalar(None, pa.int64()), stamps)
+
+
 def _shown(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -337,8 +347,7 @@ class ChunkDecoder:
             flags,
         ]
         if self._key is not None:  # upsert: the timestamp orders a key's records first
-            stamps = [None if ts is None or ts < 0 else ts for ts in chunk.timestamps_ms]
-            arrays.append(pa.array(stamps, pa.int64()))
+            arrays.append(_known_timestamps(chunk.timestamps_ms))
         return arrays
 
     def _good(

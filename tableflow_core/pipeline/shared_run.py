@@ -730,8 +730,8 @@ def _ingest_alone(
 def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -> MergedBatch:
     """An upsert table's batch merged on the driver (pipeline/upsert_rows.py): its data
     and delete files written, its tombstones remembered in the deletes table (a commit of
-    its own, before the publish: a run that does not publish leaves there only positions
-    of records the next run reads again)."""
+    its own, while the files are written, before the publish: a run that does not publish
+    leaves there only positions of records the next run reads again)."""
     spec = run.member.spec
     if any(r.too_large for r in reports):
         raise DriverMergeUnsupported(
@@ -760,6 +760,7 @@ def _merge_upsert(run: _Started, reports: Sequence[TableReport], catalog: Any) -
             deletes.read,
             file_io_properties(run.table.io.properties),
             cdc,
+            remember=deletes.remember,
         )
     run.timings["merge"] = time.monotonic() - started
     run.timings.update(delta.timings)

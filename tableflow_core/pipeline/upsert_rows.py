@@ -548,6 +548,7 @@ def merge_batch(
     io_properties: Mapping[str, str],
     cdc: bool = False,
     indexes: IndexCache | None = INDEXES,
+    remember: Callable[[pa.Table], None] | None = None,
 ) -> MergedBatch:
     """The batch (`rows`: decoded good rows and tombstones) merged into `table` as it is at
     `base_snapshot_id` (None: a table without rows): the files to publish.
@@ -556,7 +557,10 @@ def merge_batch(
     has no deletes table). `cdc`: a change stream's mirror, ordered by source position
     first (ingest/upsert_order.py). `indexes`: where the table's key index is kept between
     batches (pipeline/key_index.py; None: every data file's keys are read instead); the
-    caller calls the result's `advance_index` once its publish committed."""
+    caller calls the result's `advance_index` once its publish committed. `remember`:
+    the batch's tombstones appended to the deletes table, called here once that table
+    has been read, while the files are written (else left to the caller in the result's
+    `remembered`)."""
     if table.metadata.format_version != 2:
         raise DriverMergeUnsupported(
             f"format version {table.metadata.format_version} (position delete files are v2's)"
@@ -600,20 +604,33 @@ def merge_batch(
     insert = ((held & newer) | fresh) & ~tombstone
     columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
     inserted = latest.filter(pa.array(insert)).select(columns)
+    if tombstone.any():
+        delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
     location = table.metadata.location
-    # The delete files written while the data files are (Parquet's writer leaves the GIL).
+    # The delete files written, and the tombstones remembered, while the data files are
+    # (Parquet's writer leaves the GIL).
     with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-deletes") as pool:
+        remembering = None
+        if remember is not None and delta.remembered is not None:
+            remembering = pool.submit(_timed, remember, delta.remembered)
+            delta.remembered = None
         deletes = [
             pool.submit(write_position_deletes, table.io, location, m.path, m.positions)
             for m in to_delete
         ]
         delta.data_files = write_data_files(table.metadata, io_properties, inserted)
         delta.delete_files = [written.result() for written in deletes]
+        if remembering is not None:
+            delta.timings["remember_deletes"] = remembering.result()
     delta.rows_inserted = inserted.num_rows
     delta.rows_deleted = sum(len(m.positions) for m in to_delete)
-    if tombstone.any():
-        delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
     return delta
+
+
+def _timed(call: Callable[[pa.Table], None], rows: pa.Table) -> float:
+    started = time.perf_counter()
+    call(rows)
+    return time.perf_counter() - started
 
 
 def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> KeyIndex | None:

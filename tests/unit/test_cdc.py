@@ -361,9 +361,10 @@ class Mirror:
         )
         table = self.catalog.load_table(self.identifier)
         base = table.metadata.current_snapshot_id
-        delta = merge_batch(table, base, rows, ("id",), self.deletes.read, {}, cdc=True)
-        if delta.remembered is not None:
-            self.deletes.remember(delta.remembered)
+        delta = merge_batch(
+            table, base, rows, ("id",), self.deletes.read, {}, cdc=True,
+            remember=self.deletes.remember,
+        )  # fmt: skip
         if base is None:
             with table.transaction() as tx, tx.update_snapshot().fast_append():
                 pass

@@ -105,10 +105,9 @@ class FirstLoad:
         base = table.metadata.current_snapshot_id
         io = file_io_properties(table.io.properties)
         delta = merge_batch(
-            table, base, decoded(records), ("id",), self.deletes.read, io, indexes=self.indexes
-        )
-        if delta.remembered is not None:
-            self.deletes.remember(delta.remembered)
+            table, base, decoded(records), ("id",), self.deletes.read, io,
+            indexes=self.indexes, remember=self.deletes.remember,
+        )  # fmt: skip
         snapshot = self.publish(table, delta.data_files, delta.delete_files)
         if delta.advance_index is not None:
             delta.advance_index(snapshot)

@@ -80,9 +80,10 @@ class Upserts:
         table = self.table()
         base = table.metadata.current_snapshot_id
         io = file_io_properties(table.io.properties)  # an object store needs its endpoint
-        delta = merge_batch(table, base, decoded(records), ("id",), self.deletes.read, io)
-        if delta.remembered is not None:
-            self.deletes.remember(delta.remembered)
+        delta = merge_batch(
+            table, base, decoded(records), ("id",), self.deletes.read, io,
+            remember=self.deletes.remember,
+        )  # fmt: skip
         if base is None:  # a new table's first snapshot, as begin_run gives it
             with table.transaction() as tx, tx.update_snapshot().fast_append():
                 pass
@@ -186,6 +187,30 @@ def test_batches_merged_on_the_driver_equal_the_model_in_any_split(catalog: Any)
     history_ops = {s.summary.operation.value for s in table.metadata.snapshots}
     assert "overwrite" in history_ops  # the row deltas
     assert int(summary["total-position-deletes"]) > 0
+
+
+def test_the_merge_remembers_tombstones_after_reading_the_deletes_table(catalog: Any) -> None:
+    upserts = Upserts(catalog)
+    upserts.apply([(k, 0, k, 1_000, f"v{k}") for k in range(10)])
+    calls: list[tuple[str, list[int]]] = []
+
+    def read(candidates: pa.Table) -> pa.Table | None:
+        calls.append(("read", sorted(candidates.column("id").to_pylist())))
+        return upserts.deletes.read(candidates)
+
+    def remember(rows: pa.Table) -> None:
+        calls.append(("remember", sorted(rows.column("id").to_pylist())))
+        upserts.deletes.remember(rows)
+
+    table = upserts.table()
+    batch = decoded([(3, 0, 10, 2_000, None), (11, 0, 11, 2_000, "new"), (12, 0, 12, 2_000, None)])
+    delta = merge_batch(table, table.metadata.current_snapshot_id, batch, ("id",), read, {},
+                        remember=remember)  # fmt: skip
+    # The batch's own tombstones are not among what it reads: remembered after the read.
+    assert calls == [("read", [11]), ("remember", [3, 12])]
+    assert delta.remembered is None and "remember_deletes" in delta.timings
+    remembered = catalog.load_table("ns.t__tableflow_deletes").scan().to_arrow()
+    assert sorted(remembered.column("id").to_pylist()) == [3, 12]
 
 
 def test_a_file_older_than_the_batch_has_only_its_keys_read(catalog: Any) -> None:
