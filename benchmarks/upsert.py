@@ -53,8 +53,9 @@ ratio is a lower bound, labelled so), `first load vs append: X.XXx` and `dedup
 Every tableflow batch prints its breakdown (seconds). A batch merged on the driver: `plan`
 (a cold batch's with the catalog's opening), `apply frame` (ApplyTask outside the table's
 run; a cold batch's with the catalog's closing), `load+branch`, `read+decode job` (the
-shared job's read tasks), `driver merge` (`index build` of it), `remember deletes` (the
-deletes table's commit), `publish commit`. A batch through Spark's MERGE (the initial
+shared job's read tasks), `driver merge` (`index build` and `remember deletes (in merge)`,
+the deletes table's commit beside its file writes, of it), `remember deletes` (a first
+load's deletes table commit, after its merge), `publish commit`. A batch through Spark's MERGE (the initial
 load, or with `--against` a tree before session 7): `plan` (PlanTask), `apply frame`
 (ApplyTask outside the table's run), `load+branch`, `stage setup` (the stages' DataFrame
 building), `merge` (the write: a batch of at most 500k records is counted, its new keys
@@ -489,7 +490,8 @@ def breakdown(measured: dict[str, Any]) -> dict[str, float]:
 
 def _driver_parts(measured: dict[str, Any], parts: dict[str, float]) -> None:
     """A batch merged on the driver (a shared job's read tasks decode it): the job, the
-    driver's merge, the deletes table's commit, the publish."""
+    driver's merge (a batch's deletes table commit inside it), a first load's deletes
+    table commit, the publish."""
     timings = measured["timings"]
     named = ("load", "start_run", "shared_job", "merge", "remember_deletes", "publish_commit")
     parts["apply frame"] = measured["apply"] - sum(timings.get(k, 0.0) for k in named)
@@ -498,6 +500,8 @@ def _driver_parts(measured: dict[str, Any], parts: dict[str, float]) -> None:
     parts["driver merge"] = timings.get("merge", 0.0)
     parts["  index build"] = timings.get("index_build", 0.0)
     parts["remember deletes"] = timings.get("remember_deletes", 0.0)
+    # a batch's deletes table commit runs inside its merge, beside the file writes
+    parts["  remember deletes (in merge)"] = timings.get("merge_remember_deletes", 0.0)
     parts["publish commit"] = timings.get("publish_commit", 0.0)
     for stage in measured["stages"]:
         key = f"  {stage['kind']}"

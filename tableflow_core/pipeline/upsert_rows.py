@@ -621,7 +621,7 @@ def merge_batch(
         delta.data_files = write_data_files(table.metadata, io_properties, inserted)
         delta.delete_files = [written.result() for written in deletes]
         if remembering is not None:
-            delta.timings["remember_deletes"] = remembering.result()
+            delta.timings["merge_remember_deletes"] = remembering.result()
     delta.rows_inserted = inserted.num_rows
     delta.rows_deleted = sum(len(m.positions) for m in to_delete)
     return delta

@@ -208,7 +208,7 @@ def test_the_merge_remembers_tombstones_after_reading_the_deletes_table(catalog:
                         remember=remember)  # fmt: skip
     # The batch's own tombstones are not among what it reads: remembered after the read.
     assert calls == [("read", [11]), ("remember", [3, 12])]
-    assert delta.remembered is None and "remember_deletes" in delta.timings
+    assert delta.remembered is None and "merge_remember_deletes" in delta.timings
     remembered = catalog.load_table("ns.t__tableflow_deletes").scan().to_arrow()
     assert sorted(remembered.column("id").to_pylist()) == [3, 12]
 
