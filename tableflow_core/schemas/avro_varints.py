@@ -34,9 +34,9 @@ def joined(payloads: Sequence[bytes], frame: bytes) -> tuple[np.ndarray, np.ndar
     """The payloads as one buffer, with where each one's body starts (after `frame`) and
     where it ends. Raises NotProven when one of them is not framed by `frame`.
 
-    Arrow copies the payloads into one buffer beside their offsets in one call: 0.3-0.4x
-    the time of their lengths taken one by one and a `bytes.join` (measured on a chunk's
-    keys and values). Readers index the buffer only below each payload's end."""
+    Arrow copies the payloads into one buffer beside their offsets in one call: 0.4x the
+    time of their lengths taken one by one and a `bytes.join` for 100k framed keys, 0.75x
+    for 90k 50-byte values. Readers index the buffer only below each payload's end."""
     n = len(payloads)
     if n == 0:
         raise NotProven
