@@ -26,13 +26,14 @@ import datetime as dt
 import io
 import json
 import struct
+import time
 import urllib.request
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
 import fastavro
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 EPOCH = dt.datetime(1970, 1, 1)
 Row = dict[str, Any]
@@ -182,7 +183,7 @@ def read_topic(config: dict[str, Any], topic: str) -> list[tuple[int, int, bytes
         metadata = consumer.list_topics(topic, timeout=30).topics[topic]
         ends = {}
         for partition in metadata.partitions:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            high = _end_offset(consumer, TopicPartition(topic, partition))
             if high > 0:
                 ends[partition] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
@@ -202,6 +203,29 @@ def read_topic(config: dict[str, Any], topic: str) -> list[tuple[int, int, bytes
         return records
     finally:
         consumer.close()
+
+
+# A topic Debezium just created may have no leader yet (NOT_LEADER_FOR_PARTITION, seen
+# once in a suite run): the watermark query fails with one of these until it has.
+_LEADER_PENDING = frozenset(
+    [
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    ]
+)
+
+
+def _end_offset(consumer: Consumer, partition: TopicPartition, timeout: float = 30.0) -> int:
+    """The partition's end offset, waiting for its leader (`_LEADER_PENDING`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(partition, timeout=timeout)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_PENDING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def reduce_to_mirror(
