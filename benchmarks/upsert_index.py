@@ -10,8 +10,9 @@ producer's first load would leave them; data files of `--file-rows` rows; a pyic
 SQLite catalog in a temporary directory). Then `--batches` batches of `--batch` records
 (updates of random existing ids, some ids several times, 10% tombstones; later
 timestamps than the table's) go through exactly what the shared job's driver does with a
-batch the read tasks decoded: `merge_batch`, the deletes table's append, `publish_run`
-(one snapshot) and the index's `advance`, in this process, which keeps the index warm as
+batch the read tasks decoded: `merge_batch` (the deletes table's append inside it),
+`publish_run` (one snapshot) and the index's `advance` (made by the next batch), in this
+process, which keeps the index warm as
 `tableflow run` does. Batch 1 builds the index (what `tableflow apply`, a new process,
 pays on every batch: printed as `cold`); batches 2.. are warm. With sizes up to
 `--full-scan-max` rows, one more batch runs without the index (every data file's keys and
@@ -177,11 +178,10 @@ def run_batch(catalog: Any, decoded: pa.Table, use_index: bool) -> dict[str, Any
     table = catalog.load_table("ns.t")
     base = table.metadata.current_snapshot_id
     delta = merge_batch(
-        table, base, decoded, ("id",), deletes.read, {}, indexes=INDEXES if use_index else None
-    )
+        table, base, decoded, ("id",), deletes.read, {},
+        indexes=INDEXES if use_index else None, remember=deletes.remember,
+    )  # fmt: skip
     merged = time.perf_counter()
-    if delta.remembered is not None:
-        deletes.remember(delta.remembered)
     snapshot = publish_run(
         table, base, f"tableflow_run_bench{time.time_ns()}", {"tableflow.bench": "1"},
         data_files=delta.data_files, delete_files=delta.delete_files, new_branch=True,

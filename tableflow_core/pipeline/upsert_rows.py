@@ -604,16 +604,18 @@ def merge_batch(
     insert = ((held & newer) | fresh) & ~tombstone
     columns = [n for n in latest.schema.names if n != TOMBSTONE_COLUMN]
     inserted = latest.filter(pa.array(insert)).select(columns)
+    tombstones = None
     if tombstone.any():
-        delta.remembered = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
+        tombstones = latest.filter(pa.array(tombstone)).select([*keys, *order_columns(cdc)])
+    if remember is None:
+        delta.remembered = tombstones
     location = table.metadata.location
     # The delete files written, and the tombstones remembered, while the data files are
     # (Parquet's writer leaves the GIL).
     with ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="tableflow-deletes") as pool:
         remembering = None
-        if remember is not None and delta.remembered is not None:
-            remembering = pool.submit(_timed, remember, delta.remembered)
-            delta.remembered = None
+        if remember is not None and tombstones is not None:
+            remembering = pool.submit(_timed, remember, tombstones)
         deletes = [
             pool.submit(write_position_deletes, table.io, location, m.path, m.positions)
             for m in to_delete
