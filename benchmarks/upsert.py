@@ -732,6 +732,42 @@ def bench_session(cores: int, short_lived: bool) -> Any:
     return spark_session.build_spark_session(f"local[{cores}]", "tableflow-bench", **options)
 
 
+def new_reader_process(root: Path) -> str:
+    """A new process's reader (engine/reader_process.py): `tableflow apply` and `run`
+    start it when they start their Spark application (`start_reader_for`: the selected
+    tables include an upsert table), connected to the project's brokers and registry;
+    it is ready in ~2-3 s, a JVM's start takes longer. Stopped here and started anew as
+    the command does, waited for, before batch 1. A tree from before it: none."""
+    try:
+        from tableflow_core.engine import reader_process
+    except ImportError:
+        return "none (a tree before it)"
+    from tableflow_core.config.loader import load_project
+
+    project = load_project(root)
+    reader_process.stop_reader_process()
+    started = time.perf_counter()
+    reader_process.start_reader_for(project, project.tables)
+    process = reader_process.current()
+    if process is None or not process.wait_ready(120):
+        return "did not start: the driver reads every range"
+    return f"started anew, ready in {time.perf_counter() - started:.2f} s"
+
+
+def reader_process_mb() -> str:
+    """The reader process's peak RSS (Linux /proc), or why there is none."""
+    try:
+        from tableflow_core.engine import reader_process
+    except ImportError:
+        return "none (a tree before it)"
+    process = reader_process.current()
+    if process is None or process.ended:
+        return "none"
+    status = Path(f"/proc/{process.pid}/status").read_text()
+    peak = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+    return f"peak RSS {int(peak) / 1024:,.0f} MB"
+
+
 def worker(root: Path, cores: int, short_lived: bool) -> None:
     """`--worker ROOT`: one tree's side of the A/B mode, its own Spark application; applies
     the project at ROOT for each `apply` line on stdin and answers one line (MARK + JSON)."""
@@ -983,6 +1019,7 @@ def _measure_size(
     kept = released(changes)
     del changes
     INDEXES.clear()  # batch 1 as a new process applies it: no key index, no key set held
+    print(f"reader process: {new_reader_process(root)}", flush=True)
     first = measured_apply(root, spark, UPSERT_TABLE)
     first_dedup = measured_apply(root, spark, DEDUP_TABLE)
     batch_s = first["wall"]
@@ -1035,7 +1072,8 @@ def _measure_size(
         print(f"batches 2..{args.batches} (warm): upsert mean {mean_s:.2f} s, CPU {mean_cpu:.2f} "
               f"s, {per_batch:.1f} catalog commits per batch; dedup CPU {mean_dedup:.2f} s; "
               f"load average {os.getloadavg()[0]:.2f}; this process's peak RSS "
-              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB",
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB, its reader "
+              f"process's {reader_process_mb()}",
               flush=True)  # fmt: skip
         print(f"  upsert breakdown s (mean): {breakdown_line(mean_parts(parts))}", flush=True)
     models = {UPSERT_TABLE: upsert_model.figures(), DEDUP_TABLE: dedup_model.figures()}

@@ -62,6 +62,7 @@ from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.deadletter.sinks.base import SinkContext
 from tableflow_core.deadletter.sinks.iceberg_driver_append import driver_max_rows
 from tableflow_core.deadletter.sinks.iceberg_table import IcebergTableSink
+from tableflow_core.engine.reader_process import read_groups
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
     begin_run,
@@ -420,10 +421,10 @@ def _run_job(
 ) -> dict[int, list[TableReport]]:
     """The one Spark job: every table's ranges read, decoded and written; the reports by
     the table's index in `started`. A small job of upsert batches the driver merges runs
-    its tasks in the driver instead (`reads_in_driver`), as one task: one consumer."""
+    its tasks in the driver instead (`reads_in_driver`), beside its reader process."""
     tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
     in_driver = reads_in_driver(started)
-    groups = [tagged] if in_driver else _task_groups(tagged)
+    groups = _task_groups(tagged)
     works = {
         i: TableWork(
             member=i,
@@ -454,7 +455,7 @@ def _run_job(
 
 
 def reads_in_driver(started: Sequence[_Started]) -> bool:
-    """Whether the job's ranges are read in the driver process, as one task: every
+    """Whether the job's ranges are read in the driver process (and its reader): every
     table an upsert batch merged on the driver (its rows come to the driver anyway), at
     most DRIVER_READ_MAX_RECORDS records in all."""
     records = sum(r.size for run in started for r in run.member.ranges)
@@ -467,19 +468,21 @@ def _in_driver(
     reader: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     groups: Sequence[Sequence[Tagged]],
 ) -> Iterator[tuple[int, bytes]]:
-    """The job's report rows (member, report), each group's ranges read by `reader` here,
-    as a Spark task would (the same function)."""
-    for group in groups:
-        ranges = pa.RecordBatch.from_pylist(
-            [
-                {"member": m, "topic": r.topic, "partition": r.partition, "start": r.start,
-                 "end": r.end}
-                for m, r in group
-            ],
-            schema=SHARED_RANGES_ARROW,
-        )  # fmt: skip
-        for batch in reader([ranges]):
-            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+    """The job's report rows (member, report), each group's ranges read by `reader` as a
+    Spark task would (the same function): the first here, the others by the driver's
+    reader process meanwhile (`engine/reader_process.py`)."""
+    yield from read_groups(reader, [_ranges_batch(group) for group in groups])
+
+
+def _ranges_batch(group: Sequence[Tagged]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [
+            {"member": m, "topic": r.topic, "partition": r.partition, "start": r.start,
+             "end": r.end}
+            for m, r in group
+        ],
+        schema=SHARED_RANGES_ARROW,
+    )  # fmt: skip
 
 
 def _collected(reports: DataFrame) -> Iterator[tuple[int, bytes]]:

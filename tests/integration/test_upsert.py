@@ -144,15 +144,31 @@ AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
 def use_writer(monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
     """`driver`: a small batch's records merged on the driver (pipeline/upsert_rows.py),
     the default, its records read in the driver process; `driver-tasks`: the same, its
-    records read by Spark tasks, as a batch over `DRIVER_READ_MAX_RECORDS` is; `spark`:
+    records read by Spark tasks, as a batch over `DRIVER_READ_MAX_RECORDS` is;
+    `driver-process`: the driver reads one partition and its reader process the other
+    (engine/reader_process.py), as in a batch of more than MIN_RECORDS_PER_TASK; `spark`:
     Spark's MERGE, as a table that needs Spark's writer runs."""
     import tableflow_core.plan.dag as dag
+    from tableflow_core.engine import reader_process
     from tableflow_core.pipeline import shared_run
+    from tableflow_core.pipeline.runners import read_ranges
 
+    if writer == "driver-process":
+        monkeypatch.setattr(read_ranges, "MIN_RECORDS_PER_TASK", 1)  # a group per partition
+        process = reader_process.start_reader_process()
+        assert process is not None and process.wait_ready(120)
     if writer == "spark":
         monkeypatch.setattr(dag, "needs_spark_writer", lambda _spec: "the test keeps Spark's MERGE")
     if writer == "driver-tasks":
         monkeypatch.setattr(shared_run, "DRIVER_READ_MAX_RECORDS", 0)
+
+
+def reader_requests() -> int:
+    """The requests the driver's reader process took so far (0: none runs)."""
+    from tableflow_core.engine import reader_process
+
+    process = reader_process.current()
+    return 0 if process is None else process.requests
 
 
 def spark_jobs(spark: Any) -> int:
@@ -167,8 +183,8 @@ WRITER_TIMINGS = {
     "spark": {"load", "start_run", "decode", "write", "merge", "publish", "publish_commit"},
     "driver": {"load", "start_run", "shared_job", "merge", "publish_commit"},
 }
-WRITER_TIMINGS["driver-tasks"] = WRITER_TIMINGS["driver"]
-WRITER_COMMITS = {"spark": 4, "driver": 1, "driver-tasks": 1}
+WRITER_TIMINGS["driver-tasks"] = WRITER_TIMINGS["driver-process"] = WRITER_TIMINGS["driver"]
+WRITER_COMMITS = {"spark": 4, "driver": 1, "driver-tasks": 1, "driver-process": 1}
 
 
 @pytest.mark.parametrize(
@@ -177,6 +193,7 @@ WRITER_COMMITS = {"spark": 4, "driver": 1, "driver-tasks": 1}
         ("avro", "file", "spark"),
         ("avro", "file", "driver"),
         ("avro", "file", "driver-tasks"),
+        ("avro", "file", "driver-process"),
         ("string", "file", "driver"),
         ("avro-key-field", "file", "driver"),
         ("avro", "s3", "driver"),
@@ -194,6 +211,7 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     writer: str,
 ) -> None:
     use_writer(monkeypatch, writer)
+    served = reader_requests()
     topic = Topic(kafka_broker, schema_registry.url, key_format)
     env = make_env(topic.name, metadata_columns=[], **table_config(topic))
     key = {"avro": "id", "string": "order_key", "avro-key-field": "key_id"}[key_format]
@@ -214,7 +232,8 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     jobs = spark_jobs(spark)
     apply(spark, env)
     # A small batch merged on the driver is read there too: no Spark job at all.
-    assert (spark_jobs(spark) == jobs) == (writer == "driver"), (writer, jobs)
+    read_in_driver = writer in ("driver", "driver-process")
+    assert (spark_jobs(spark) == jobs) == read_in_driver, (writer, jobs)
     assert rows_by_reader(env, spark, key) == expect(topic, AFTER_2)
     table = env.pyiceberg_table()
     assert len(table.metadata.metadata_log) - commits == WRITER_COMMITS[writer]
@@ -238,6 +257,8 @@ def test_upsert_last_record_per_key_wins_tombstones_delete(
     countries = {r["id"]: r["country"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
     assert countries == {1: None, 2: "fr", 3: None, 4: None, 5: "de"}
     assert apply(spark, env).status == "no_changes"
+    if writer == "driver-process":  # runs 2 and 3 (run 1, a first load, is Spark's tasks')
+        assert reader_requests() - served == 2
 
 
 def test_an_upsert_table_too_large_for_the_driver_runs_spark_merge(

@@ -58,6 +58,7 @@ def command(
     """
     from rich.markup import escape
 
+    from tableflow_core.engine.reader_process import start_reader_for
     from tableflow_core.engine.spark_session import (
         SessionStarter,
         limit_malloc_arenas,
@@ -126,6 +127,7 @@ def command(
     limit_malloc_arenas()  # before the JVM and its Python workers start
     # The JVM starts while the first cycle plans.
     spark_starter = SessionStarter(lambda: project_spark_session(project, service=True))
+    start_reader_for(project, tables)
     endpoint = _metrics_endpoint(ctx, project, tables, metrics_port, metrics_host)
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
     if events is not None:
