@@ -29,9 +29,10 @@ embedded catalog), so each has its own figures.
   dedup table's key set built from the table, as a new process does each time (the
   process's key indexes are dropped before batch 1; `index build` in its breakdown; the
   Spark application is the script's, already running: a one-shot `tableflow apply`
-  starts its own). Batches 2.. are warm, as in `tableflow run` (this process keeps
-  them), and planned and applied as its cycles are: one catalog kept open across them,
-  the plan without the tables' activity. An upsert batch of at most 250k records is
+  starts its own; no reader process, as `apply` starts none). Batches 2.. are warm, as
+  in `tableflow run` (this process keeps them), and planned and applied as its cycles
+  are: one catalog kept open across them, the plan without the tables' activity, the
+  reader process beside the driver as `run` starts it (engine/reader_process.py). An upsert batch of at most 250k records is
   merged on the driver (pipeline/upsert_rows.py): position delete files accumulate.
 - Then every reader (pyiceberg in a child process stopped after `--reader-timeout` s,
   DuckDB, Spark, Trino started for the check) reads both tables' count, sum of amounts
@@ -732,26 +733,27 @@ def bench_session(cores: int, short_lived: bool) -> Any:
     return spark_session.build_spark_session(f"local[{cores}]", "tableflow-bench", **options)
 
 
-def new_reader_process(root: Path) -> str:
-    """A new process's reader (engine/reader_process.py): `tableflow apply` and `run`
-    start it when they start their Spark application (`start_reader_for`: the selected
-    tables include an upsert table), connected to the project's brokers and registry;
-    it is ready in ~2-3 s, a JVM's start takes longer. Stopped here and started anew as
-    the command does, waited for, before batch 1. A tree from before it: none."""
+def reader_process(root: Path | None) -> str:
+    """The reader process (engine/reader_process.py) as the command has it: `root` None,
+    none (a one-shot `tableflow apply` starts none); else the one `tableflow run`
+    starts (`start_reader_for`, the project's tables), waited for: a run's cycles find it
+    ready from its first seconds on. A tree from before it: none."""
     try:
-        from tableflow_core.engine import reader_process
+        from tableflow_core.engine import reader_process as readers
     except ImportError:
         return "none (a tree before it)"
+    readers.stop_reader_process()
+    if root is None:
+        return "none, as a one-shot apply"
     from tableflow_core.config.loader import load_project
 
     project = load_project(root)
-    reader_process.stop_reader_process()
     started = time.perf_counter()
-    reader_process.start_reader_for(project, project.tables)
-    process = reader_process.current()
+    readers.start_reader_for(project, project.tables)
+    process = readers.current()
     if process is None or not process.wait_ready(120):
         return "did not start: the driver reads every range"
-    return f"started anew, ready in {time.perf_counter() - started:.2f} s"
+    return f"started as `tableflow run` starts it, ready in {time.perf_counter() - started:.2f} s"
 
 
 def reader_process_mb() -> str:
@@ -1019,7 +1021,7 @@ def _measure_size(
     kept = released(changes)
     del changes
     INDEXES.clear()  # batch 1 as a new process applies it: no key index, no key set held
-    print(f"reader process: {new_reader_process(root)}", flush=True)
+    print(f"reader process: {reader_process(None)}", flush=True)
     first = measured_apply(root, spark, UPSERT_TABLE)
     first_dedup = measured_apply(root, spark, DEDUP_TABLE)
     batch_s = first["wall"]
@@ -1049,6 +1051,7 @@ def _measure_size(
     cpu: dict[str, list[float]] = {UPSERT_TABLE: [], DEDUP_TABLE: []}
     batch_times, parts = [], []
     commits_before = catalog_commits(root)
+    print(f"reader process: {reader_process(root)}", flush=True)
     # Warm batches as `tableflow run`'s cycles: one catalog kept open across them.
     with open_catalog(load_project(root)) as handle:
         for seed in range(2, args.batches + 1):

@@ -4,19 +4,22 @@ A small job of upsert batches merged on the driver is read and decoded in the dr
 process (`pipeline/shared_run.reads_in_driver`): Spark's job costs more than the read.
 That read is Python on one core (two threads gain nothing: the decode holds the GIL),
 while the machine's other cores wait. The reader process is one Python process
-(`engine/reader_worker.py`) that reads one of the job's task groups while the driver
-reads another: the same task function a Spark task runs (`shared_tasks.table_reports`,
-cloudpickled as Spark ships it), its report rows sent back through a pipe. Measured on 2
-cores (docs/architecture.md, "Small upsert batches"): a 100k-record batch's read and
-decode 0.65 -> 0.44 s (medians of alternating warm batches).
+(`engine/reader_worker.py`) that reads the job's task groups after the first while the
+driver reads the first: the same task function a Spark task runs
+(`shared_tasks.table_reports`, cloudpickled as Spark ships it), its report rows sent
+back through a pipe. Measured on 2 cores (docs/architecture.md, "A reader process beside
+the driver"): a warm 100k-record batch's read and decode 0.65 -> 0.44 s.
 
-It starts with the Spark application (`engine/spark_session.SessionStarter`) or at the
-first job that could use it, and imports the decode path once; until it has, and while it
-reads another job's group, the driver reads every group itself. A new process, not a fork
-of the driver: the driver holds threads (py4j's, the catalog's, Arrow's pool) whose locks
-a forked child could inherit held. It ends when the driver does (its stdin closes) or at
-`stop_reader_process`. A reader that dies (a kill) fails nothing: the driver reads its
-groups and a later job starts another.
+`tableflow run` starts it (`start_reader_for`: its tables include an upsert table),
+connected to the project's brokers and registry before it says it is ready (~2-3 s).
+A one-shot `tableflow apply` does not: it was not ready by the apply's read and competed
+with the JVM's start for the cores (the command 8.56 s against 6.68 s, medians of 3).
+Until it is ready, while it reads another job's groups, and after it died, the driver
+reads every group itself; one that died is started again for later jobs. A new process,
+not a fork of the driver: a fork made both processes copy the pages they wrote (the read
+0.56 against 0.67 s, where this process gives 0.44), and the driver holds threads whose
+locks a fork would copy held. It ends when the driver does (its stdin closes) or at
+`stop_reader_process`.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class ReaderProcess:
     """One reader process beside the driver; one request at a time."""
 
     def __init__(self, warm_up: WarmUp | None = None) -> None:
+        self.warm_up = warm_up
         self._process = subprocess.Popen(
             [sys.executable, "-m", WORKER_MODULE],
             stdin=subprocess.PIPE,
@@ -259,9 +263,9 @@ def start_reader_process(warm_up: WarmUp | None = None) -> ReaderProcess | None:
 
 
 def start_reader_for(project: Project, tables: Iterable[Table]) -> None:
-    """Start the reader with a command whose tables include an upsert table (the only
-    ones whose small batches the driver reads), connected to their brokers and registry,
-    so it is ready by their read."""
+    """Start the reader for `tableflow run` when its tables include an upsert table (the
+    only ones whose small batches the driver reads), connected to their brokers and
+    registry."""
     upserts = [table for table in tables if table.mode == "upsert"]
     if upserts:
         start_reader_process(
@@ -271,6 +275,15 @@ def start_reader_for(project: Project, tables: Iterable[Table]) -> None:
                 registry_settings(project.target.schema_registry),
             )
         )
+
+
+def _running() -> ReaderProcess | None:
+    """The reader, or None; one that ended after it was ready is started again (with its
+    warm-up) for later jobs."""
+    process = _process
+    if process is not None and process.ended and process.was_ready:
+        return start_reader_process(process.warm_up)
+    return process
 
 
 def stop_reader_process() -> None:
@@ -286,8 +299,8 @@ atexit.register(stop_reader_process)
 
 def read_groups(reader: Reader, groups: Sequence[pa.RecordBatch]) -> Iterator[tuple[int, bytes]]:
     """The report rows of every group: the first read here, the others by the reader
-    process meanwhile when it is ready and idle, else here too."""
-    process = start_reader_process() if len(groups) > 1 else None
+    process meanwhile when one was started and is ready and idle, else here too."""
+    process = _running() if len(groups) > 1 else None
     if process is None or not process.ready or not process.busy.acquire(blocking=False):
         for ranges in groups:
             yield from report_rows(reader, ranges)

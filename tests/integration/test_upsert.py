@@ -7,6 +7,7 @@ Records are produced to explicit partitions so one key can appear in several.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import fastavro
@@ -139,6 +140,15 @@ RUN_2: list[Record] = [
     (1, 4, ("d3", 444)),
 ]
 AFTER_2 = {1: ("z", 111), 3: ("c2", 33), 4: ("d3", 444), 5: ("e", 5)}
+
+
+@pytest.fixture(autouse=True)
+def no_reader_process_left() -> Iterator[None]:
+    """A reader process a test started (`driver-process`) ends with the test."""
+    from tableflow_core.engine import reader_process
+
+    yield
+    reader_process.stop_reader_process()
 
 
 def use_writer(monkeypatch: pytest.MonkeyPatch, writer: str) -> None:

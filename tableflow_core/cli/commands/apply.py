@@ -90,7 +90,6 @@ def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
 def command(ctx: CliContext, log_format: str, **flags: Any) -> None:
     """Apply a saved plan exactly (refused if the world changed since), or plan and apply."""
 
-    from tableflow_core.engine.reader_process import start_reader_for
     from tableflow_core.targets.catalog import open_catalog
 
     asked = ApplyFlags(**flags)
@@ -100,7 +99,6 @@ def command(ctx: CliContext, log_format: str, **flags: Any) -> None:
     if selected:
         fail_fast_if_kafka_is_down(ctx)
     spark_starter = _spark_starter(project, len(selected))
-    start_reader_for(project, selected)  # a small upsert batch's read finds it started
     # One catalog for the plan and the apply (an embedded one is started once).
     with open_catalog(project) as handle:
         results = _plan_and_apply(ctx, project, handle, spark_starter, asked)
