@@ -190,11 +190,13 @@ class ReaderProcess:
         return frame
 
     def receive(self) -> list[ReportRows]:
-        """The answer to the request sent: each group's report rows, or the exception the
-        reader raised, re-raised here."""
+        """The answer to the request sent: each group's report rows. A read that raised
+        in the reader is ReaderProcessError naming its exception: the driver reads those
+        groups itself, and raises what it meets as it would without a reader (the type a
+        caller handles, a component that is down, survives no pickling)."""
         kind, value = pickle.loads(self._answer())
         if kind == "error":
-            raise value
+            raise ReaderProcessError(f"the reader process's read failed: {value}")
         rows: list[ReportRows] = value
         return rows
 
