@@ -6,8 +6,15 @@ Records are produced to explicit partitions so one key can appear in several.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -531,3 +538,57 @@ def test_upsert_table_whose_only_transform_ran_while_decoding(
                                                               3: ("*", 3)})  # fmt: skip
     landed = {r["id"]: r["country"] for r in env.pyiceberg_table().scan().to_arrow().to_pylist()}
     assert landed == {1: None, 2: "de", 3: None}
+
+
+def test_tableflow_run_keeps_a_reader_process_beside_an_upsert_table_and_ends_it(
+    make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any, tmp_path: Path
+) -> None:
+    """`tableflow run` (the CLI) of an upsert table starts its reader process
+    (engine/reader_process.py), keeps it across cycles and ends it with itself."""
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], refresh_interval="1s", **table_config(topic))
+    topic.produce(RUN_1)
+    once = subprocess.run(
+        [sys.executable, "-m", "tableflow_core", "--project-dir", str(env.root), "run", "--once"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert once.returncode == 0, once.stdout + once.stderr  # the first load
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "tableflow_core", "--project-dir", str(env.root), "run"],
+            stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+    try:
+        reader = _reader_of(run.pid, deadline=time.monotonic() + 120)
+        assert reader is not None, log.read_text()
+        topic.produce(RUN_2)
+        deadline = time.monotonic() + 120
+        while rows_by_reader_pyiceberg(env) != expect(topic, AFTER_2):
+            assert run.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(1)
+        assert Path(f"/proc/{reader}").exists()  # the same reader all along
+        run.send_signal(signal.SIGTERM)
+        code = run.wait(180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    assert code == 0, log.read_text()
+    assert not Path(f"/proc/{reader}").exists(), "the reader outlived its run"
+
+
+def _reader_of(pid: int, deadline: float) -> int | None:
+    """The pid of `pid`'s reader process (a child running reader_worker), waited for."""
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(OSError):
+                    if b"reader_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                        return int(child)
+        time.sleep(0.5)
+    return None
+
+
+def rows_by_reader_pyiceberg(env: Any) -> dict[Any, tuple[Any, ...]]:
+    rows = env.pyiceberg_table().scan().to_arrow().to_pylist()
+    return {r["id"]: (r["id"], r["name"], r["amount"]) for r in rows}

@@ -127,7 +127,8 @@ def command(
     limit_malloc_arenas()  # before the JVM and its Python workers start
     # The JVM starts while the first cycle plans.
     spark_starter = SessionStarter(lambda: project_spark_session(project, service=True))
-    start_reader_for(project, tables)  # ready from a cycle or two on
+    if not once:  # a one-shot run, as `apply`, would start it for nothing (reader_process.py)
+        start_reader_for(project, tables)  # ready from a cycle or two on
     endpoint = _metrics_endpoint(ctx, project, tables, metrics_port, metrics_host)
     intervals = ", ".join(f"{t.name} every {t.refresh_interval_s:g}s" for t in tables)
     if events is not None:
