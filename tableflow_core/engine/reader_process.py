@@ -76,11 +76,12 @@ class WarmUp:
     registry: RegistrySettings | None = None
 
 
-def report_rows(reader: Reader, ranges: pa.RecordBatch) -> ReportRows:
-    """The report rows (member, report) `reader` makes of `ranges`, as a task would."""
+def report_rows(reader: Reader, groups: Sequence[pa.RecordBatch]) -> ReportRows:
+    """The report rows (member, report) `reader` makes of the ranges of `groups` read as
+    one task would read them (one consumer)."""
     return [
         row
-        for batch in reader([ranges])
+        for batch in reader(list(groups))
         for row in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
     ]
 
@@ -301,11 +302,11 @@ atexit.register(stop_reader_process)
 
 def read_groups(reader: Reader, groups: Sequence[pa.RecordBatch]) -> Iterator[tuple[int, bytes]]:
     """The report rows of every group: the first read here, the others by the reader
-    process meanwhile when one was started and is ready and idle, else here too."""
+    process meanwhile when one was started and is ready and idle; else all here, as one
+    task (one consumer)."""
     process = _running() if len(groups) > 1 else None
     if process is None or not process.ready or not process.busy.acquire(blocking=False):
-        for ranges in groups:
-            yield from report_rows(reader, ranges)
+        yield from report_rows(reader, groups)  # one task, as before there was a reader
         return
     try:
         yield from _beside(process, reader, groups)
@@ -320,11 +321,10 @@ def _beside(
         process.send(reader, groups[1:])
     except ReaderProcessError as exc:
         LOG.warning("%s; the driver reads every range", exc)
-        for ranges in groups:
-            yield from report_rows(reader, ranges)
+        yield from report_rows(reader, groups)
         return
     try:
-        local = report_rows(reader, groups[0])
+        local = report_rows(reader, groups[:1])
     except BaseException:
         process.drop_answer()
         raise
@@ -332,7 +332,7 @@ def _beside(
         answered = process.receive()
     except ReaderProcessError as exc:
         LOG.warning("%s; the driver reads its ranges", exc)
-        answered = [report_rows(reader, ranges) for ranges in groups[1:]]
+        answered = [report_rows(reader, groups[1:])]
     yield from local
     for rows in answered:
         yield from rows

@@ -2,9 +2,9 @@
 
 Reads its warm-up (the first frame), imports the decode path, connects as the warm-up
 says, says it is ready, then answers each request (a cloudpickled task function and the
-groups of ranges it reads) with each group's report rows, or with the text of the
-exception the function raised. Frames are length-prefixed pickles on its stdin and on the stdout it had
-at start; anything else written to its stdout (a library's print) goes to stderr. Ends
+groups of ranges it reads, as one task) with their report rows, or with the text of
+the exception the function raised. Frames are length-prefixed pickles on its stdin and on
+the stdout it had at start; anything else written to its stdout (a library's print) goes to stderr. Ends
 when its stdin closes: the driver stopped it or ended.
 """
 
@@ -78,7 +78,7 @@ def main() -> int:
         pickled_reader, groups = pickle.loads(frame)
         try:
             reader = cloudpickle.loads(pickled_reader)
-            answer = pickle.dumps(("rows", [report_rows(reader, g) for g in groups]), protocol=5)
+            answer = pickle.dumps(("rows", [report_rows(reader, groups)]), protocol=5)
         except Exception as exc:  # the driver reads these groups itself
             answer = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
         write_frame(frames, answer)
