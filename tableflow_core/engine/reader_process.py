@@ -190,15 +190,15 @@ class ReaderProcess:
             )
         return frame
 
-    def receive(self) -> list[ReportRows]:
-        """The answer to the request sent: each group's report rows. A read that raised
+    def receive(self) -> ReportRows:
+        """The answer to the request sent: its groups' report rows. A read that raised
         in the reader is ReaderProcessError naming its exception: the driver reads those
         groups itself, and raises what it meets as it would without a reader (the type a
         caller handles, a component that is down, survives no pickling)."""
         kind, value = pickle.loads(self._answer())
         if kind == "error":
             raise ReaderProcessError(f"the reader process's read failed: {value}")
-        rows: list[ReportRows] = value
+        rows: ReportRows = value
         return rows
 
     def drop_answer(self) -> None:
@@ -300,13 +300,20 @@ def stop_reader_process() -> None:
 atexit.register(stop_reader_process)
 
 
+def takes_groups() -> bool:
+    """Whether a job read now would have the reader beside the driver (ready and idle):
+    then the job is split into task groups (`pipeline/shared_run`), else read as one."""
+    process = _process
+    return process is not None and process.ready and not process.busy.locked()
+
+
 def read_groups(reader: Reader, groups: Sequence[pa.RecordBatch]) -> Iterator[tuple[int, bytes]]:
     """The report rows of every group: the first read here, the others by the reader
     process meanwhile when one was started and is ready and idle; else all here, as one
-    task (one consumer)."""
+    task (one consumer: groups split for a reader another job took meanwhile)."""
     process = _running() if len(groups) > 1 else None
     if process is None or not process.ready or not process.busy.acquire(blocking=False):
-        yield from report_rows(reader, groups)  # one task, as before there was a reader
+        yield from report_rows(reader, groups)
         return
     try:
         yield from _beside(process, reader, groups)
@@ -332,7 +339,6 @@ def _beside(
         answered = process.receive()
     except ReaderProcessError as exc:
         LOG.warning("%s; the driver reads its ranges", exc)
-        answered = [report_rows(reader, groups[1:])]
+        answered = report_rows(reader, groups[1:])
     yield from local
-    for rows in answered:
-        yield from rows
+    yield from answered

@@ -78,7 +78,7 @@ def main() -> int:
         pickled_reader, groups = pickle.loads(frame)
         try:
             reader = cloudpickle.loads(pickled_reader)
-            answer = pickle.dumps(("rows", [report_rows(reader, groups)]), protocol=5)
+            answer = pickle.dumps(("rows", report_rows(reader, groups)), protocol=5)
         except Exception as exc:  # the driver reads these groups itself
             answer = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
         write_frame(frames, answer)

@@ -62,7 +62,7 @@ from tableflow_core.deadletter.accounting import RunAccounting
 from tableflow_core.deadletter.sinks.base import SinkContext
 from tableflow_core.deadletter.sinks.iceberg_driver_append import driver_max_rows
 from tableflow_core.deadletter.sinks.iceberg_table import IcebergTableSink
-from tableflow_core.engine.reader_process import read_groups
+from tableflow_core.engine.reader_process import read_groups, takes_groups
 from tableflow_core.engine.run_branch import (
     BRANCH_PREFIX,
     begin_run,
@@ -424,7 +424,9 @@ def _run_job(
     its tasks in the driver instead (`reads_in_driver`), beside its reader process."""
     tagged = [(i, r) for i, run in enumerate(started) for r in run.member.ranges]
     in_driver = reads_in_driver(started)
-    groups = _task_groups(tagged)
+    # In the driver: one task (one consumer, the whole budget of upsert bytes), unless the
+    # reader process beside it takes all groups but the first.
+    groups = [tagged] if in_driver and not takes_groups() else _task_groups(tagged)
     works = {
         i: TableWork(
             member=i,

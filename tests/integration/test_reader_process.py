@@ -66,6 +66,9 @@ def ready() -> Iterator[reader_process.ReaderProcess]:
 def test_the_groups_after_the_first_are_read_by_the_reader_process(
     ready: reader_process.ReaderProcess,
 ) -> None:
+    assert reader_process.takes_groups()
+    with ready.busy:  # another job's groups: a job now is read as one task
+        assert not reader_process.takes_groups()
     rows = readers(list(read_groups(pid_reports, groups(3))))
     assert rows == [(0, os.getpid()), (1, ready.pid), (2, ready.pid)]
     assert ready.requests == 1
@@ -80,6 +83,7 @@ def test_the_driver_reads_everything_without_a_ready_reader() -> None:
         rows = readers(list(read_groups(pid_reports, groups(2))))
         assert rows == [(0, os.getpid()), (1, os.getpid())]
         assert reader_process.current() is None  # a one-shot apply starts none
+        assert not reader_process.takes_groups()
         starting = start_reader_process()
         assert starting is not None
         rows = readers(list(read_groups(pid_reports, groups(2))))
