@@ -235,10 +235,24 @@ def test_partitions_added_to_the_topic_are_read_from_their_start(
     admin = kafka_broker.admin()
     grown = admin.create_partitions([NewPartitions(topic, 3)])
     grown[topic].result(timeout=30)
-    fresh = Producer(kafka_broker.client_config(**{"linger.ms": 0}))  # sees 3 partitions
+    # The controller answers before every broker's metadata has the new partitions: a
+    # producer that saw one partition fails records sent to the others ("Unknown
+    # partition") and flush() still returns 0. Wait until they are there; check delivery.
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) < 3:
+        assert time.monotonic() < deadline, f"{topic}: the broker never showed 3 partitions"
+        time.sleep(0.1)
+    fresh = Producer(kafka_broker.client_config(**{"linger.ms": 0}))
+    failed: list[str] = []
     for record_id in range(5, 14):
-        fresh.produce(topic, key=str(record_id), value=_value(record_id), partition=record_id % 3)
-    assert fresh.flush(10) == 0
+        fresh.produce(
+            topic,
+            key=str(record_id),
+            value=_value(record_id),
+            partition=record_id % 3,
+            on_delivery=lambda error, _msg: failed.append(str(error)) if error else None,
+        )
+    assert fresh.flush(10) == 0 and failed == []
     # start_from only decides a table's first run: a new partition is read from offset 0
     # even when the table now says `latest`.
     env.configure(value=JSON_VALUE, metadata_columns=["partition", "offset"], start_from="latest")
