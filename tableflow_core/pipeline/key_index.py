@@ -598,6 +598,10 @@ class IndexCache:
             held = self._indexes.pop(name, None)
         return _settled(held)
 
+    def holds(self, name: tuple[str, tuple[str, ...]]) -> bool:
+        with self._lock:
+            return name in self._indexes
+
     def keep(self, name: tuple[str, tuple[str, ...]], index: Held) -> None:
         with self._lock:
             self._indexes[name] = index

@@ -112,6 +112,7 @@ from tableflow_core.pipeline.upsert_rows import (
     DeletesTable,
     DriverMergeUnsupported,
     MergedBatch,
+    build_index_ahead,
     merge_batch,
 )
 from tableflow_core.pipeline.vended_credentials import CredentialRefresh, refresh_table_io
@@ -447,6 +448,11 @@ def _run_job(
     }
     reader = table_reports(dict(kafka_conf), works, decoder_factory or build_decoder)
     if in_driver:
+        for run in started:  # on the other core while the driver reads
+            spec = run.member.spec
+            if run.table.metadata.format_version == 2:
+                cdc = spec.value.envelope is not None
+                build_index_ahead(run.table, run.base, spec.key_columns, cdc)
         rows = _in_driver(reader, groups)
     else:
         rows = _collected(_ranges_frame(spark(), groups).mapInArrow(reader, REPORT_SCHEMA))

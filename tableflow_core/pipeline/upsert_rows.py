@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tableflow_core.catalog.transactions import transaction as transaction_of
+from tableflow_core.engine.run_branch import rows_at
 from tableflow_core.errors import IngestError
 from tableflow_core.ingest.bad_records import SOURCE_OFFSET_COLUMN, SOURCE_PARTITION_COLUMN
 from tableflow_core.ingest.columns import SOURCE_TIMESTAMP_COLUMN, TOMBSTONE_COLUMN, is_hidden
@@ -76,11 +78,13 @@ from tableflow_core.pipeline.key_index import (
     KeyCollision,
     KeyIndex,
     PendingIndex,
+    bytes_per_key,
     file_of,
     max_bytes,
     position_of,
     unchanged_rows,
 )
+from tableflow_core.schemas.write_schema import table_arrow_schema
 
 # Rows in the table's data files up to which the driver merges (above): what the key
 # indexes' memory budget holds at 24 bytes a key (a hashed key; an integer key is 16).
@@ -660,7 +664,45 @@ def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> Ke
 
 
 def _index_name(scan: _Scan) -> tuple[str, tuple[str, ...]]:
-    return (str(scan.table.metadata.table_uuid), scan.keys)
+    return index_name(scan.table, scan.keys)
+
+
+def index_name(table: Any, keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The name the table's key index is kept by in an IndexCache."""
+    return (str(table.metadata.table_uuid), tuple(keys))
+
+
+def build_index_ahead(
+    table: Any, snapshot_id: int, keys: Sequence[str], cdc: bool, indexes: IndexCache = INDEXES
+) -> None:
+    """Start building the table's key index at `snapshot_id` in a thread of its own, when
+    `indexes` holds none: the caller reads and decodes its batch meanwhile, and the
+    batch's merge takes the index (`_index_at`, waiting for it if need be). The build's
+    Parquet reads and sort leave the GIL, which the decode holds: on two cores they run
+    beside it instead of after it (a one-shot `tableflow apply`'s batch; a warm
+    `tableflow run` holds its index). The types are the table's own: an index built by
+    other types than the batch's is not used (the merge builds its own), nor is one whose
+    build failed (the merge's build meets that error itself)."""
+    name = index_name(table, keys)
+    if indexes.holds(name):
+        return
+    empty = table_arrow_schema(table.schema()).empty_table()
+    scan = _Scan(table, snapshot_id, empty, keys, cdc)
+    built: Future[KeyIndex] = Future()
+
+    def build() -> None:
+        try:
+            built.set_result(scan.build_index())
+        except BaseException as exc:  # handed to the merge, which builds the index anew
+            built.set_exception(exc)
+
+    def settle() -> KeyIndex | None:
+        return None if built.exception() is not None else built.result()
+
+    rows = rows_at(table, snapshot_id) or 0
+    types = [empty.schema.field(k).type for k in keys]
+    indexes.keep(name, PendingIndex(settle, rows * bytes_per_key(types)))
+    threading.Thread(target=build, name="tableflow-index-ahead", daemon=True).start()
 
 
 def _advancer(

@@ -27,7 +27,7 @@ from tableflow_core.pipeline.key_index import (
     position_of,
     unchanged_rows,
 )
-from tableflow_core.pipeline.upsert_rows import merge_batch
+from tableflow_core.pipeline.upsert_rows import build_index_ahead, merge_batch
 from tests.unit.test_upsert_rows import TABLE_SCHEMA
 
 INT = KeyCodec((pa.int64(),))
@@ -248,6 +248,31 @@ def test_the_merge_keeps_the_index_warm_and_rebuilds_it_after_a_foreign_write(
     assert "index_build" in third.timings
     # key 4's row is gone (no deletes table remembers it): the record is a new row
     assert names(table) == expected | {4: "stale", 5: "d5"}
+
+
+def test_an_index_built_ahead_is_the_merges_and_a_failed_one_is_built_again(
+    table: Any,
+) -> None:
+    cache = IndexCache()
+    publish(table, cache, [(k, k, 1000, f"a{k}") for k in range(20)])
+    cache.clear()  # a new process: no index
+    table = table.refresh()
+    base = table.metadata.current_snapshot_id
+    build_index_ahead(table, base, ("id",), False, cache)
+    assert cache.holds((str(table.metadata.table_uuid), ("id",)))
+    build_index_ahead(table, base, ("id",), False, cache)  # held: nothing more
+    ahead = publish(table, cache, [(k, 20 + k, 2000, f"b{k}") for k in range(0, 20, 2)])
+    assert "index_build" not in ahead.timings and "index_lookup" in ahead.timings
+    assert ahead.rows_deleted == 10
+    # A build that fails (here: a snapshot the table does not have) is not the merge's:
+    # the merge builds the index itself, at the right snapshot.
+    cache.clear()
+    build_index_ahead(table.refresh(), 123456789, ("id",), False, cache)
+    again = publish(table, cache, [(1, 40, 3000, None), (30, 41, 3000, "n")])
+    assert "index_build" in again.timings and again.rows_deleted == 1
+    expected = {k: f"a{k}" for k in range(20)} | {k: f"b{k}" for k in range(0, 20, 2)}
+    expected.pop(1)
+    assert names(table) == expected | {30: "n"}
 
 
 def test_only_a_delete_file_rewrite_since_the_index_keeps_it() -> None:
