@@ -27,7 +27,8 @@ embedded catalog), so each has its own figures.
   the catalog opened (the embedded one served) for its plan and apply, the apply on
   the world the plan read, the catalog closed; the upsert table's key index and the
   dedup table's key set built from the table, as a new process does each time (the
-  process's key indexes are dropped before batch 1; `index build` in its breakdown; the
+  process's key indexes are dropped before batch 1; built while the batch is read, as
+  apply does: `index wait` in its breakdown, `index build` when the merge built it; the
   Spark application is the script's, already running: a one-shot `tableflow apply`
   starts its own; no reader process, as `apply` starts none). Batches 2.. are warm, as
   in `tableflow run` (this process keeps them), and planned and applied as its cycles
@@ -54,7 +55,7 @@ ratio is a lower bound, labelled so), `first load vs append: X.XXx` and `dedup
 Every tableflow batch prints its breakdown (seconds). A batch merged on the driver: `plan`
 (a cold batch's with the catalog's opening), `apply frame` (ApplyTask outside the table's
 run; a cold batch's with the catalog's closing), `load+branch`, `read+decode job` (the
-shared job's read tasks), `driver merge` (`index build` and `remember deletes (in merge)`,
+shared job's read tasks), `driver merge` (`index build`, `index wait` and `remember deletes (in merge)`,
 the deletes table's commit beside its file writes, of it), `remember deletes` (a first
 load's deletes table commit, after its merge), `publish commit`. A batch through Spark's MERGE (the initial
 load, or with `--against` a tree before session 7): `plan` (PlanTask), `apply frame`
@@ -500,6 +501,8 @@ def _driver_parts(measured: dict[str, Any], parts: dict[str, float]) -> None:
     parts["read+decode job"] = timings.get("shared_job", 0.0)
     parts["driver merge"] = timings.get("merge", 0.0)
     parts["  index build"] = timings.get("index_build", 0.0)
+    # the wait for an index built while the batch was read (or for the last batch's move)
+    parts["  index wait"] = timings.get("index_take", 0.0)
     parts["remember deletes"] = timings.get("remember_deletes", 0.0)
     # a batch's deletes table commit runs inside its merge, beside the file writes
     parts["  remember deletes (in merge)"] = timings.get("merge_remember_deletes", 0.0)

@@ -8,7 +8,8 @@ the rule is the one Spark's MERGE applies (`ingest/upsert_order.py`,
 2. the batch's keys looked up in the table's key index (`pipeline/key_index.py`: each
    live row's key -> data file and row position at the run's base snapshot; kept by the
    process between batches, built from the table's key columns and delete files when it
-   is not at that snapshot). A held row whose key's batch record is later is deleted (its
+   is not at that snapshot, in a new process while the batch is read: `build_index_ahead`).
+   A held row whose key's batch record is later is deleted (its
    position goes to a position delete file for that data file); the position columns of
    a data file are read only when it holds matched rows and its timestamp upper bound is
    not before the batch's earliest record (otherwise every live row the batch matches is
