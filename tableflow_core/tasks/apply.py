@@ -19,6 +19,7 @@ from tableflow_core.engine.spark_session import (
     build_spark_session,
 )
 from tableflow_core.errors import TableflowError
+from tableflow_core.pipeline.shared_run import DRIVER_READ_MAX_RECORDS
 from tableflow_core.plan.actions import Ingest
 from tableflow_core.plan.builder import table_fingerprint
 from tableflow_core.plan.desired import config_hash
@@ -54,7 +55,8 @@ class ApplyTask:
     project: Project
     plan: Plan
     spark: SparkSession | None = None  # reuse a session (tests, notebooks); else one is built
-    # A session already starting (the CLI starts it while planning); catalogs are added.
+    # The CLI's session, started while planning when the plan needs Spark (`needs_spark`),
+    # else at a task's first need of it; catalogs are added.
     spark_starter: SessionStarter | None = None
     handle: CatalogHandle | None = None  # an open catalog to use; else one is opened
     # The world the plan was made from, when the caller planned an instant before
@@ -142,8 +144,8 @@ class ApplyTask:
             raise StalePlanError(reasons)
 
     def _spark_source(self, handle: CatalogHandle) -> SparkOnDemand:
-        """The Spark application the tasks wait for when they first need it (it starts
-        now unless it is starting already): DDL through the catalog and the runs'
+        """The Spark application the tasks wait for when they first need it (a starter's
+        starts then unless its owner started it): DDL through the catalog and the runs'
         branches go ahead while the JVM starts."""
         catalog = (handle.spark_name, handle.spark_properties)
         if self.spark is not None:
@@ -156,12 +158,26 @@ class ApplyTask:
             )
             catalog_to_register = None  # in the application's own conf
         else:
-            starter.start()
             built_with = starter.catalogs.get(handle.spark_name)
             catalog_to_register = None if built_with == handle.spark_properties else catalog
         return SparkOnDemand(
             starter.get, catalog_to_register, wait_for_pyspark=starter.wait_for_pyspark
         )
+
+
+def needs_spark(plan: Plan) -> bool:
+    """Whether applying `plan` is expected to need the Spark application: not when its only
+    actions are ingests of upsert tables it does not create, of at most
+    `DRIVER_READ_MAX_RECORDS` records in all, which the driver reads and merges
+    (`shared_run.reads_in_driver`; starting the JVM beside such an apply cost it ~1 s and
+    ~230 MB, docs/architecture.md). A guess from the plan alone: a table found empty when
+    its run starts, or holding more rows than the driver merges, gets Spark then."""
+    ingests = [a for a in plan.actions if isinstance(a, Ingest)]
+    return (
+        len(ingests) != len(plan.actions)
+        or any(a.mode != "upsert" for a in ingests)
+        or sum(a.records for a in ingests) > DRIVER_READ_MAX_RECORDS
+    )
 
 
 def project_spark_session(

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -575,6 +576,65 @@ def test_tableflow_run_keeps_a_reader_process_beside_an_upsert_table_and_ends_it
             os.killpg(run.pid, signal.SIGKILL)
     assert code == 0, log.read_text()
     assert not Path(f"/proc/{reader}").exists(), "the reader outlived its run"
+
+
+def test_a_one_shot_apply_of_a_small_upsert_batch_starts_no_jvm(
+    make_env: Any, kafka_broker: KafkaBroker, schema_registry: Any
+) -> None:
+    """`tableflow apply` (the CLI) of an upsert table: its first load runs Spark's read
+    tasks (a JVM starts); its next small batch is read and merged by the driver, and no
+    JVM starts at all (`tasks.apply.needs_spark`); the table is the model's."""
+    topic = Topic(kafka_broker, schema_registry.url, "avro")
+    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    topic.produce(RUN_1)
+    code, output, java = _cli_watching_for_java(env.root, "apply", "--auto-approve")
+    assert code == 0 and java, ("the first load runs Spark", output[-3000:])
+    topic.produce(RUN_2)
+    code, output, java = _cli_watching_for_java(env.root, "apply", "--auto-approve")
+    assert code == 0 and not java, ("a small upsert batch needs no JVM", output[-3000:])
+    assert rows_by_reader_pyiceberg(env) == expect(topic, AFTER_2)
+
+
+def _cli_watching_for_java(root: Path, *args: str) -> tuple[int, str, bool]:
+    """A tableflow command in its own process group: (exit status, output, whether a java
+    process ever ran under it), its descendants looked at every 50 ms."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tableflow_core", "--project-dir", str(root), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    output: list[str] = []
+    drain = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
+    drain.start()
+    java = False
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "".join(output)[-3000:]
+            java = java or any(b"java" in _cmdline(pid) for pid in _descendants(proc.pid))
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    drain.join(10)
+    return proc.returncode, "".join(output), java
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{todo.pop()}/task").iterdir():
+                children = [int(c) for c in (task / "children").read_text().split()]
+                found.extend(children)
+                todo.extend(children)
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
 
 
 def _reader_of(pid: int, deadline: float) -> int | None:

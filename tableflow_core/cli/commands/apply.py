@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from tableflow_core.cli.options import log_format_option
 from tableflow_core.text import plural
 
 if TYPE_CHECKING:
-    from tableflow_core.config.project import Project
+    from tableflow_core.config.project import Project, Table
     from tableflow_core.engine.spark_session import SessionStarter
     from tableflow_core.runner.results import RunResults
     from tableflow_core.targets.catalog import CatalogHandle
@@ -41,12 +42,13 @@ class ApplyFlags:
     show_dag: bool
 
 
-def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
+def _spark_starter(project: Project, selected: Sequence[Table]) -> SessionStarter:
     """The Spark application: for a small selection started at once, alongside the plan;
-    for a larger one once a plan with tasks is known (`_plan_and_apply`): a saved plan's
-    at once, a plan made here once it is made, so a no-op apply of 1,000 tables never
-    starts the JVM (its start competed with the plan for the 2 cores: 16.7 s against
-    8-10 s for `plan`)."""
+    for a larger one once a plan that needs it is known (`_plan_and_apply`): a saved
+    plan's at once, a plan made here once it is made, so a no-op apply of 1,000 tables
+    never starts the JVM (its start competed with the plan for the 2 cores: 16.7 s against
+    8-10 s for `plan`). A selection of upsert tables only waits for its plan too: a small
+    batch of each is read and merged by the driver, with no Spark (`needs_spark`)."""
     from tableflow_core.engine.spark_session import SessionStarter
     from tableflow_core.targets.catalog import spark_catalog_known_before_open
     from tableflow_core.tasks.apply import project_spark_session
@@ -58,7 +60,8 @@ def _spark_starter(project: Project, selected_tables: int) -> SessionStarter:
     catalogs = dict([known]) if known is not None else None
     return SessionStarter(
         lambda: project_spark_session(project, catalogs, short_lived=True),
-        start=selected_tables <= EARLY_SPARK_START_MAX_TABLES,
+        start=len(selected) <= EARLY_SPARK_START_MAX_TABLES
+        and not all(t.mode == "upsert" for t in selected),
         catalogs=catalogs,
     )
 
@@ -98,7 +101,7 @@ def command(ctx: CliContext, log_format: str, **flags: Any) -> None:
     selected = ctx.selected_tables()
     if selected:
         fail_fast_if_kafka_is_down(ctx)
-    spark_starter = _spark_starter(project, len(selected))
+    spark_starter = _spark_starter(project, selected)
     # One catalog for the plan and the apply (an embedded one is started once).
     with open_catalog(project) as handle:
         results = _plan_and_apply(ctx, project, handle, spark_starter, asked)
@@ -147,7 +150,7 @@ def _plan_and_apply(
     """Load or make the plan, show it, confirm, apply it (a plan with nothing to do too:
     its results say so, run_results.json is never left from an earlier apply)."""
     from tableflow_core.plan.plan_file import load_plan
-    from tableflow_core.tasks.apply import ApplyTask
+    from tableflow_core.tasks.apply import ApplyTask, needs_spark
 
     plan_file = asked.plan_file
     world = None  # the world a plan made here was read from (no re-read before applying)
@@ -158,11 +161,11 @@ def _plan_and_apply(
                 f"{plan_file} is a plan for project {plan.project} target {plan.target}, "
                 f"not {project.name} target {project.target_name}"
             )
-        if plan.dag.tasks:
+        if plan.dag.tasks and needs_spark(plan):
             spark_starter.start()
     else:
         plan, world = run_plan(ctx, asked.allow_destructive, asked.prune, handle)
-        if plan.dag.tasks and not plan.blockers:
+        if plan.dag.tasks and not plan.blockers and needs_spark(plan):
             spark_starter.start()  # while the plan is printed
     # Reviewed already (a plan file) or not wanted (--auto-approve): one line per table.
     approved = plan_file is not None or asked.auto_approve
