@@ -79,7 +79,6 @@ from tableflow_core.pipeline.key_index import (
     KeyCollision,
     KeyIndex,
     PendingIndex,
-    bytes_per_key,
     file_of,
     max_bytes,
     position_of,
@@ -87,9 +86,11 @@ from tableflow_core.pipeline.key_index import (
 )
 from tableflow_core.schemas.write_schema import table_arrow_schema
 
+# A hashed key's bytes in the index (an integer key's are 16: key_index.bytes_per_key).
+HASHED_KEY_BYTES = 24
 # Rows in the table's data files up to which the driver merges (above): what the key
-# indexes' memory budget holds at 24 bytes a key (a hashed key; an integer key is 16).
-DRIVER_MERGE_MAX_ROWS = max_bytes() // 24
+# indexes' memory budget holds at 24 bytes a key.
+DRIVER_MERGE_MAX_ROWS = max_bytes() // HASHED_KEY_BYTES
 # Threads reading data files: pyarrow's Parquet reads and `index_in` release the GIL.
 SCAN_THREADS = max(1, min(4, os.cpu_count() or 1))
 # Iceberg's reserved field ids of a position delete file's columns.
@@ -687,22 +688,20 @@ def build_index_ahead(
     name = index_name(table, keys)
     if indexes.holds(name):
         return
-    empty = table_arrow_schema(table.schema()).empty_table()
-    scan = _Scan(table, snapshot_id, empty, keys, cdc)
     built: Future[KeyIndex] = Future()
 
     def build() -> None:
         try:
-            built.set_result(scan.build_index())
-        except BaseException as exc:  # handed to the merge, which builds the index anew
+            empty = table_arrow_schema(table.schema()).empty_table()
+            built.set_result(_Scan(table, snapshot_id, empty, keys, cdc).build_index())
+        except BaseException as exc:  # not used: the merge builds the index anew
             built.set_exception(exc)
 
     def settle() -> KeyIndex | None:
         return None if built.exception() is not None else built.result()
 
-    rows = rows_at(table, snapshot_id) or 0
-    types = [empty.schema.field(k).type for k in keys]
-    indexes.keep(name, PendingIndex(settle, rows * bytes_per_key(types)))
+    most = (rows_at(table, snapshot_id) or 0) * HASHED_KEY_BYTES  # the cache's budget
+    indexes.keep(name, PendingIndex(settle, most))
     threading.Thread(target=build, name="tableflow-index-ahead", daemon=True).start()
 
 
