@@ -423,6 +423,7 @@ class SessionStarter:
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._imported = threading.Event()
+        self._starting = threading.Lock()
         self._thread = threading.Thread(
             target=self._run, args=(build,), name="tableflow-spark-start", daemon=True
         )
@@ -430,9 +431,12 @@ class SessionStarter:
             self._thread.start()
 
     def start(self) -> None:
-        """Start building now (no-op when already started)."""
-        if self._thread.ident is None:
-            self._thread.start()
+        """Start building now (no-op when already started). Safe from many threads at once:
+        the DAG's tasks may be the first to ask (without the lock, two could both see the
+        thread unstarted and run the build twice on one Thread object)."""
+        with self._starting:
+            if self._thread.ident is None:
+                self._thread.start()
 
     @property
     def started(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -47,6 +48,36 @@ def test_a_deferred_starter_builds_nothing_until_started() -> None:
 def test_get_starts_a_deferred_starter() -> None:
     starter = SessionStarter(lambda: "session", start=False)
     assert starter.get() == "session"
+
+
+def test_many_threads_starting_a_deferred_starter_build_it_once() -> None:
+    """The DAG's tasks may be the first to ask for the application, at once."""
+    for _ in range(20):
+        builds: list[int] = []
+
+        def build(builds: list[int] = builds) -> Any:
+            builds.append(1)
+            time.sleep(0.05)
+            return "session"
+
+        assert _asked_at_once(SessionStarter(build, start=False), 8) == ["session"] * 8
+        assert builds == [1]
+
+
+def _asked_at_once(starter: SessionStarter, threads: int) -> list[Any]:
+    barrier = threading.Barrier(threads)
+    got: list[Any] = []
+
+    def ask() -> None:
+        barrier.wait()
+        got.append(starter.get())
+
+    askers = [threading.Thread(target=ask) for _ in range(threads)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(10)
+    return got
 
 
 def test_a_failure_to_start_is_raised_by_get() -> None:
@@ -247,10 +278,15 @@ def test_python_workers_use_the_standard_librarys_distutils(
     assert WORKER_DISTUTILS_KEY not in session_conf()
 
 
-@pytest.mark.parametrize(("tables", "early"), [(1, True), (50, True), (51, False), (1000, False)])
+@pytest.mark.parametrize(
+    ("tables", "upserts", "early"),
+    [(1, 0, True), (50, 49, True), (51, 0, False), (1000, 0, False), (1, 1, False), (3, 3, False)],
+)
 def test_apply_starts_the_jvm_alongside_the_plan_only_for_small_selections(
-    monkeypatch: pytest.MonkeyPatch, tables: int, early: bool
+    monkeypatch: pytest.MonkeyPatch, tables: int, upserts: int, early: bool
 ) -> None:
+    """Not for a selection of upsert tables only either: it waits for its plan, which may
+    hold only batches the driver merges (`tasks.apply.needs_spark`)."""
     import tableflow_core.tasks.apply as apply_task
     from tableflow_core.cli.commands import apply as apply_command
 
@@ -258,7 +294,8 @@ def test_apply_starts_the_jvm_alongside_the_plan_only_for_small_selections(
     monkeypatch.setattr(apply_task, "project_spark_session", lambda *_a, **_k: release.wait(5))
     # A project whose catalog is not a REST catalog: none in the application's conf.
     project = SimpleNamespace(target=SimpleNamespace(catalog=None))
-    starter = apply_command._spark_starter(project, tables)  # type: ignore[arg-type]
+    selected = [SimpleNamespace(mode="upsert" if i < upserts else "append") for i in range(tables)]
+    starter = apply_command._spark_starter(project, selected)  # type: ignore[arg-type]
     try:
         assert starter.started is early
     finally:

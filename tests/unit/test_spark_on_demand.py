@@ -68,8 +68,9 @@ def test_another_catalog_is_registered_once() -> None:
     assert "spark.sql.catalog.lake.uri" in spark.set_keys
 
 
-def test_the_application_is_started_but_not_waited_for_until_used() -> None:
+def test_the_application_starts_when_a_task_first_needs_pyspark_or_spark() -> None:
     source, spark, starter = _source(REST, dict(REST))
-    assert starter.started  # started when the tasks start, not waited for
-    source.wait_for_pyspark()  # pyspark's modules, not the JVM
+    assert not starter.started  # its owner (the CLI) starts it when the plan needs Spark
+    source.wait_for_pyspark()  # starts it; waits for pyspark's modules, not the JVM
+    assert starter.started
     assert source.session() is spark
