@@ -10,6 +10,7 @@ from tableflow_core.plan.actions import Action, CreateTable, Ingest, OffsetSpan,
 from tableflow_core.plan.plan import Plan
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.tasks.apply import needs_spark
+from tests.unit.test_cli_output import long_plan
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -33,15 +34,8 @@ def ingest(table: str, records: int, mode: str = "upsert") -> Ingest:
 
 
 def plan(*actions: Action) -> Plan:
-    return Plan(
-        tableflow_version="0",
-        created_at="2026-01-01T00:00:00Z",
-        project="shop",
-        target="dev",
-        config_hash="0" * 64,
-        tables=tuple(sorted({a.table for a in actions if a.table is not None})),
-        actions=actions,
-    )
+    tables = tuple(sorted({a.table for a in actions if a.table is not None}))
+    return long_plan().model_copy(update={"tables": tables, "actions": actions})
 
 
 def test_small_batches_of_upsert_tables_need_no_spark() -> None:
