@@ -47,6 +47,7 @@ from tableflow_core.pipeline.key_index import (
     KeyIndex,
     PendingIndex,
     bytes_per_key,
+    index_name,
 )
 from tableflow_core.pipeline.upsert_rows import (
     SCAN_THREADS,
@@ -212,6 +213,6 @@ def _indexer(
                 return None  # the next batch reads the table instead, as for any such index
 
         size = bytes_per_key(codec.types) * len(locations)
-        indexes.keep((str(table.metadata.table_uuid), tuple(keys)), PendingIndex(settle, size))
+        indexes.keep(index_name(table, keys), PendingIndex(settle, size))
 
     return advance

@@ -582,6 +582,11 @@ def _settled(held: Held | None) -> KeyIndex | KeySet | None:
     return held.settle() if isinstance(held, PendingIndex) else held
 
 
+def index_name(table: Any, keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The name a table's key index is kept by in an IndexCache: its uuid and key columns."""
+    return (str(table.metadata.table_uuid), tuple(keys))
+
+
 class IndexCache:
     """The process's key indexes and key sets (warm across a `tableflow run`'s batches), by
     table uuid and key columns, within `max_bytes()`: the least recently used go first."""

@@ -448,11 +448,9 @@ def _run_job(
     }
     reader = table_reports(dict(kafka_conf), works, decoder_factory or build_decoder)
     if in_driver:
-        for run in started:  # on the other core while the driver reads
-            spec = run.member.spec
+        for i, run in enumerate(started):  # on the other core while the driver reads
             if run.table.metadata.format_version == 2:
-                cdc = spec.value.envelope is not None
-                build_index_ahead(run.table, run.base, spec.key_columns, cdc)
+                build_index_ahead(run.table, run.base, run.member.spec.key_columns, works[i].cdc)
         rows = _in_driver(reader, groups)
     else:
         rows = _collected(_ranges_frame(spark(), groups).mapInArrow(reader, REPORT_SCHEMA))

@@ -80,6 +80,7 @@ from tableflow_core.pipeline.key_index import (
     KeyIndex,
     PendingIndex,
     file_of,
+    index_name,
     max_bytes,
     position_of,
     unchanged_rows,
@@ -645,7 +646,7 @@ def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> Ke
     """The table's key index at the run's base snapshot: the cached one when it is at that
     snapshot or only delete files were rewritten since (same rows, same positions), else
     built from the table; None when two live rows share a key (or a hash)."""
-    name = _index_name(scan)
+    name = index_name(scan.table, scan.keys)
     started = time.perf_counter()
     index = indexes.take(name)  # the last batch's move of the index made now, if pending
     timings["index_take"] = time.perf_counter() - started
@@ -663,15 +664,6 @@ def _index_at(scan: _Scan, indexes: IndexCache, timings: dict[str, float]) -> Ke
         return None
     timings["index_build"] = time.perf_counter() - started
     return built
-
-
-def _index_name(scan: _Scan) -> tuple[str, tuple[str, ...]]:
-    return index_name(scan.table, scan.keys)
-
-
-def index_name(table: Any, keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
-    """The name the table's key index is kept by in an IndexCache."""
-    return (str(table.metadata.table_uuid), tuple(keys))
 
 
 def build_index_ahead(
@@ -729,7 +721,7 @@ def _advancer(
                 return None
             return index
 
-        indexes.keep(_index_name(scan), PendingIndex(settle, index.nbytes))
+        indexes.keep(index_name(scan.table, scan.keys), PendingIndex(settle, index.nbytes))
 
     return advance
 

@@ -610,7 +610,7 @@ def _cli_watching_for_java(root: Path, *args: str) -> tuple[int, str, bool]:
         deadline = time.monotonic() + 600
         while proc.poll() is None:
             assert time.monotonic() < deadline, "".join(output)[-3000:]
-            java = java or any(b"java" in _cmdline(pid) for pid in _descendants(proc.pid))
+            java = java or any(b"java" in _argv(pid)[0] for pid in _descendants(proc.pid))
             time.sleep(0.05)
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -630,21 +630,19 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _cmdline(pid: int) -> bytes:
+def _argv(pid: int) -> list[bytes]:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return b""
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:  # it ended meanwhile
+        return [b""]
 
 
 def _reader_of(pid: int, deadline: float) -> int | None:
     """The pid of `pid`'s reader process (a child running reader_worker), waited for."""
     while time.monotonic() < deadline:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                with contextlib.suppress(OSError):
-                    if b"reader_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
-                        return int(child)
+        for child in _descendants(pid):
+            if any(b"reader_worker" in arg for arg in _argv(child)):
+                return child
         time.sleep(0.5)
     return None
 
