@@ -30,6 +30,7 @@ def test_scram_sha_512_over_tls_produces_and_consumes(apache_kafka_sasl: ApacheK
     for index in range(10):
         producer.produce(topic, key=str(index), value=f"v{index}", partition=0)
     producer.commit_transaction(30)
+    apache_kafka_sasl.stable_offsets(topic, 2)  # the marker is written after the commit returns
 
     read = read_partition(
         apache_kafka_sasl.consumer_config(**{"isolation.level": "read_committed"}), topic, 0, 0

@@ -102,8 +102,8 @@ def test_control_records_aborted_records_and_the_last_stable_offset(
         consumer.close()
 
     producer.commit_transaction(30)
-    assert _latest(apache_kafka, tp, IsolationLevel.READ_COMMITTED) == 16
-    assert _latest(apache_kafka, tp, IsolationLevel.READ_UNCOMMITTED) == 16
+    # The marker is written after commit_transaction returns: the LSO reaches it soon after.
+    assert apache_kafka.stable_offsets(topic) == {0: 16}
     rest = read_partition(committed_config, topic, 0, committed.position)
     assert rest.offsets == [13, 14]
     assert rest.eof_offset == 16 and rest.position == 16
@@ -119,6 +119,7 @@ def test_seeking_into_a_gap_and_committing_a_control_offset(apache_kafka: Apache
     _transaction(producer, topic, "c1-", 2, "commit", offsets)  # 0, 1, marker 2
     _transaction(producer, topic, "a1-", 2, "abort", offsets)  # 3, 4, marker 5
     _transaction(producer, topic, "c2-", 1, "commit", offsets)  # 6, marker 7
+    apache_kafka.stable_offsets(topic)  # marker 7 written
     config = apache_kafka.consumer_config(f"g-{topic}", **{"isolation.level": "read_committed"})
 
     # Starting on an aborted record or a control record delivers the next committed one.

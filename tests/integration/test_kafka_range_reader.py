@@ -25,6 +25,7 @@ def test_ranges_end_on_position_not_on_message_count(kafka_broker: KafkaBroker) 
             producer.produce(topic, value, partition=0)
         producer.flush(10)
         (producer.commit_transaction if commit else producer.abort_transaction)(10)
+    kafka_broker.stable_offsets(topic)  # the last marker is written after the commit returns
     conf = {"bootstrap.servers": kafka_broker.bootstrap}
     low, high = get_watermarks(conf, topic)[0]
     assert (low, high) == (0, 9)  # 6 records (2 aborted) + 3 transaction markers
