@@ -12,8 +12,9 @@ the driver"): a warm 100k-record batch's read and decode 0.65 -> 0.44 s.
 
 `tableflow run` starts it (`start_reader_for`: its tables include an upsert table),
 connected to the project's brokers and registry before it says it is ready (~2-3 s).
-A one-shot `tableflow apply` does not: it was not ready by the apply's read and competed
-with the JVM's start for the cores (the command 8.56 s against 6.68 s, medians of 3).
+A one-shot `tableflow apply` does not: it was not ready by the apply's read (which begins
+~2 s after the command starts, where the reader needs ~1 s alone) and its start competed
+for the cores (the command 3.51 s against 3.10 s, medians of 3; docs/architecture.md).
 Until it is ready, while it reads another job's groups, and after it died, the driver
 reads every group itself; one that died is started again for later jobs. A new process,
 not a fork of the driver: a fork made both processes copy the pages they wrote (the read
