@@ -166,15 +166,17 @@ class ApplyTask:
 
 
 def needs_spark(plan: Plan) -> bool:
-    """Whether applying `plan` is expected to need the Spark application: not when its only
-    actions are ingests of upsert tables it does not create, of at most
-    `DRIVER_READ_MAX_RECORDS` records in all, which the driver reads and merges
-    (`shared_run.reads_in_driver`; starting the JVM beside such an apply cost it ~1 s and
-    ~230 MB, docs/architecture.md). A guess from the plan alone: a table found empty when
-    its run starts, or holding more rows than the driver merges, gets Spark then."""
-    ingests = [a for a in plan.actions if isinstance(a, Ingest)]
+    """Whether applying `plan` is expected to need the Spark application: not when the
+    actions it takes (reports, such as maintenance due, take none) are only ingests of
+    upsert tables it does not create, of at most `DRIVER_READ_MAX_RECORDS` records in all,
+    which the driver reads and merges (`shared_run.reads_in_driver`; starting the JVM
+    beside such an apply cost it ~1 s and ~230 MB, docs/architecture.md). A guess from the
+    plan alone: a table found empty when its run starts, or holding more rows than the
+    driver merges, gets Spark then."""
+    acting = [a for a in plan.actions if a.change != "report"]
+    ingests = [a for a in acting if isinstance(a, Ingest)]
     return (
-        len(ingests) != len(plan.actions)
+        len(ingests) != len(acting)
         or any(a.mode != "upsert" for a in ingests)
         or sum(a.records for a in ingests) > DRIVER_READ_MAX_RECORDS
     )

@@ -583,13 +583,19 @@ def test_a_one_shot_apply_of_a_small_upsert_batch_starts_no_jvm(
 ) -> None:
     """`tableflow apply` (the CLI) of an upsert table: its first load runs Spark's read
     tasks (a JVM starts); its next small batch is read and merged by the driver, and no
-    JVM starts at all (`tasks.apply.needs_spark`); the table is the model's."""
+    JVM starts at all (`tasks.apply.needs_spark`), though the plan reports maintenance
+    due (apply runs none); the table is the model's."""
     topic = Topic(kafka_broker, schema_registry.url, "avro")
-    env = make_env(topic.name, metadata_columns=[], **table_config(topic))
+    maintenance = {"rewrite_manifests": True}  # due on the table as soon as it exists
+    env = make_env(topic.name, metadata_columns=[], maintenance=maintenance, **table_config(topic))
     topic.produce(RUN_1)
     code, output, java = _cli_watching_for_java(env.root, "apply", "--auto-approve")
     assert code == 0 and java, ("the first load runs Spark", output[-3000:])
     topic.produce(RUN_2)
+    code, output, java = _cli_watching_for_java(env.root, "plan", "--json")
+    assert code == 0 and not java, output[-3000:]
+    kinds = {a["kind"] for a in json.loads(output)["actions"]}
+    assert kinds == {"ingest", "maintenance_due"}, kinds  # reported: apply runs none
     code, output, java = _cli_watching_for_java(env.root, "apply", "--auto-approve")
     assert code == 0 and not java, ("a small upsert batch needs no JVM", output[-3000:])
     assert rows_by_reader_pyiceberg(env) == expect(topic, AFTER_2)

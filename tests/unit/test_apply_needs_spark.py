@@ -6,7 +6,15 @@ import pyarrow as pa
 
 from tableflow_core.ingest.spec import IngestSpec
 from tableflow_core.pipeline.shared_run import DRIVER_READ_MAX_RECORDS
-from tableflow_core.plan.actions import Action, CreateTable, Ingest, OffsetSpan, PartitionLag
+from tableflow_core.plan.actions import (
+    Action,
+    CreateTable,
+    Ingest,
+    MaintenanceDue,
+    OffsetSpan,
+    PartitionLag,
+    UndeclaredTable,
+)
 from tableflow_core.plan.plan import Plan
 from tableflow_core.schemas.formats import FormatSpec
 from tableflow_core.tasks.apply import needs_spark
@@ -49,3 +57,13 @@ def test_an_append_table_more_records_or_a_created_table_need_spark() -> None:
     created = CreateTable(id="create_table:a", table="a", identifier="shop.a", columns=(),
                           table_schema=SCHEMA)  # fmt: skip
     assert needs_spark(plan(created, ingest("a", 10)))
+
+
+def test_reports_beside_small_upsert_batches_need_no_spark() -> None:
+    # An upsert table's delete files make maintenance due after a few batches: the plan
+    # reports it, apply does not run it (`tableflow run` and `maintain` do).
+    due = MaintenanceDue(id="maintenance_due:a", table="a", identifier="shop.a",
+                         operations=("rewrite_deletes: 3 delete files",))  # fmt: skip
+    undeclared = UndeclaredTable(id="undeclared_table:old", table="old", identifier="shop.old")
+    assert not needs_spark(plan(ingest("a", 10), due, undeclared))
+    assert needs_spark(plan(ingest("a", 10, mode="append"), due))
