@@ -14,7 +14,7 @@ the driver"): a warm 100k-record batch's read and decode 0.65 -> 0.44 s.
 connected to the project's brokers and registry before it says it is ready (~2-3 s).
 A one-shot `tableflow apply` does not: it was not ready by the apply's read (which begins
 ~2 s after the command starts, where the reader needs ~1 s alone) and its start competed
-for the cores (the command 3.51 s against 3.10 s, medians of 3; docs/architecture.md).
+for the cores (docs/architecture.md, "A reader process beside the driver").
 Until it is ready, while it reads another job's groups, and after it died, the driver
 reads every group itself; one that died is started again for later jobs. A new process,
 not a fork of the driver: a fork made both processes copy the pages they wrote (the read
