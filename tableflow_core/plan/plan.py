@@ -105,9 +105,15 @@ class Plan(Frozen):
         )
 
     @property
+    def changes(self) -> tuple[Action, ...]:
+        """The actions apply takes: every one but the reports (maintenance due, undeclared
+        tables), which only inform."""
+        return tuple(a for a in self.actions if a.change != "report")
+
+    @property
     def has_changes(self) -> bool:
         """True when apply would do anything (reports alone are not changes)."""
-        return any(a.change != "report" for a in self.actions)
+        return bool(self.changes)
 
     @property
     def is_applicable(self) -> bool:

@@ -301,9 +301,8 @@ def render_compact(plan: Plan, console: Console) -> None:
         Text(f"Applying the plan for project {plan.project}, target {plan.target}", style="bold")
     ]
     groups: dict[str | None, list[object]] = {}
-    for action in plan.actions:
-        if action.change != "report":
-            groups.setdefault(action.table, []).append(action)
+    for action in plan.changes:
+        groups.setdefault(action.table, []).append(action)
     jobs = shared_jobs_of(plan, compact=True)
     for table, actions in groups.items():
         what = ", ".join(_compact_action(a) for a in actions)

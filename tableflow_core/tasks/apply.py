@@ -173,10 +173,9 @@ def needs_spark(plan: Plan) -> bool:
     beside such an apply cost it ~1 s and ~230 MB, docs/architecture.md). A guess from the
     plan alone: a table found empty when its run starts, or holding more rows than the
     driver merges, gets Spark then."""
-    acting = [a for a in plan.actions if a.change != "report"]
-    ingests = [a for a in acting if isinstance(a, Ingest)]
+    ingests = [a for a in plan.changes if isinstance(a, Ingest)]
     return (
-        len(ingests) != len(acting)
+        len(ingests) != len(plan.changes)
         or any(a.mode != "upsert" for a in ingests)
         or sum(a.records for a in ingests) > DRIVER_READ_MAX_RECORDS
     )
